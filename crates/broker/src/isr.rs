@@ -1,0 +1,274 @@
+//! In-sync replica tracking, from Raft replication progress.
+//!
+//! A follower is *in sync* if, at some moment within the last `replica.lag.time.max.ms`, its
+//! replicated log reached the leader's log end *as it was at that moment* (Kafka's definition:
+//! a follower under steady load is never exactly at the moving end, but it is in sync if it
+//! keeps reaching where the end was a moment ago). The leader keeps a short history of its log
+//! end; a follower's matched index is credited with the latest time the leader's end was at or
+//! below it.
+//!
+//! A new leader starts with an ISR of itself alone and adds followers as they prove they are
+//! caught up (within one heartbeat when healthy). It never assumes a follower is in sync: a dead
+//! follower must not hold up `acks=all` writes for `replica.lag.time.max.ms`.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use openraft::ServerState;
+use rill_raft::{NodeId, Raft};
+use rill_rt::sync::watch;
+use rill_rt::Instant;
+
+/// Log-end samples closer together than this are merged (bounds memory under heavy load; a
+/// merged sample makes a follower look at most this much staler than it is).
+const SAMPLE_GRANULARITY: Duration = Duration::from_millis(10);
+/// Longest pause between ISR evaluations when nothing changes (ISR shrinks by time passing).
+const MAX_TICK: Duration = Duration::from_millis(250);
+
+/// The leader's current view of its followers.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct IsrView {
+    /// The term this node leads in; `None` when it is not the leader.
+    pub leader_term: Option<u64>,
+    /// In-sync replicas, the leader included.
+    pub isr: BTreeSet<NodeId>,
+    /// Highest log index known replicated on each voter.
+    pub matched: BTreeMap<NodeId, u64>,
+}
+
+impl IsrView {
+    /// True when every ISR member has log index `index`.
+    pub fn all_have(&self, index: u64) -> bool {
+        self.isr
+            .iter()
+            .all(|n| self.matched.get(n).is_some_and(|m| *m >= index))
+    }
+}
+
+/// Computes ISR views from successive Raft metrics. Pure apart from the clock passed in.
+pub struct IsrTracker {
+    me: NodeId,
+    term: Option<u64>,
+    samples: VecDeque<(Instant, u64)>,
+    caught_up: BTreeMap<NodeId, Instant>,
+}
+
+impl IsrTracker {
+    /// A tracker for node `me`.
+    pub fn new(me: NodeId) -> Self {
+        Self {
+            me,
+            term: None,
+            samples: VecDeque::new(),
+            caught_up: BTreeMap::new(),
+        }
+    }
+
+    /// Evaluates the ISR at `now` from the leader's state.
+    ///
+    /// * `leader_term`: `Some(term)` when this node leads, else `None`.
+    /// * `leader_last`: the leader's last log index.
+    /// * `voters`: the group's voters.
+    /// * `matched`: replicated index per voter (the leader's own entry is its flushed index).
+    pub fn evaluate(
+        &mut self,
+        now: Instant,
+        leader_term: Option<u64>,
+        leader_last: u64,
+        voters: &BTreeSet<NodeId>,
+        matched: &BTreeMap<NodeId, u64>,
+        lag_max: Duration,
+    ) -> IsrView {
+        let Some(term) = leader_term else {
+            self.term = None;
+            self.samples.clear();
+            self.caught_up.clear();
+            return IsrView::default();
+        };
+        if self.term != Some(term) {
+            self.term = Some(term);
+            self.samples.clear();
+            self.caught_up.clear();
+        }
+        match self.samples.back_mut() {
+            Some((t, idx)) if now.saturating_duration_since(*t) < SAMPLE_GRANULARITY => {
+                *idx = (*idx).max(leader_last)
+            }
+            Some((_, idx)) if *idx == leader_last => {}
+            _ => self.samples.push_back((now, leader_last)),
+        }
+        while self.samples.len() > 1
+            && self
+                .samples
+                .front()
+                .is_some_and(|(t, _)| now.saturating_duration_since(*t) > lag_max)
+        {
+            self.samples.pop_front();
+        }
+        for follower in voters.iter().filter(|n| **n != self.me) {
+            let Some(m) = matched.get(follower).copied() else {
+                continue;
+            };
+            let credit = if m >= leader_last {
+                Some(now)
+            } else {
+                self.samples
+                    .iter()
+                    .rev()
+                    .find(|(_, idx)| *idx <= m)
+                    .map(|(t, _)| *t)
+            };
+            if let Some(t) = credit {
+                let slot = self.caught_up.entry(*follower).or_insert(t);
+                if t > *slot {
+                    *slot = t;
+                }
+            }
+        }
+        self.caught_up.retain(|n, _| voters.contains(n));
+        let mut isr: BTreeSet<NodeId> = self
+            .caught_up
+            .iter()
+            .filter(|(_, t)| now.saturating_duration_since(**t) <= lag_max)
+            .map(|(n, _)| *n)
+            .collect();
+        isr.insert(self.me);
+        IsrView {
+            leader_term: Some(term),
+            isr,
+            matched: matched.clone(),
+        }
+    }
+}
+
+/// Runs a tracker for `raft` until the group stops, publishing views on `tx`.
+/// `lag_max` is read on every evaluation so a topic config change takes effect at once.
+pub async fn run(
+    raft: Raft,
+    me: NodeId,
+    lag_max: impl Fn() -> Duration + Send + 'static,
+    tx: Arc<watch::Sender<IsrView>>,
+) {
+    let mut tracker = IsrTracker::new(me);
+    let mut metrics = raft.metrics();
+    loop {
+        let view = {
+            let m = metrics.borrow_and_update();
+            if m.running_state.is_err() {
+                break;
+            }
+            let leader_term = (m.state == ServerState::Leader).then_some(m.current_term);
+            let voters: BTreeSet<NodeId> = m.membership_config.membership().voter_ids().collect();
+            let matched: BTreeMap<NodeId, u64> = m
+                .replication
+                .as_ref()
+                .map(|r| {
+                    r.iter()
+                        .filter_map(|(n, l)| l.map(|l| (*n, l.index)))
+                        .collect()
+                })
+                .unwrap_or_default();
+            tracker.evaluate(
+                rill_rt::now(),
+                leader_term,
+                m.last_log_index.unwrap_or(0),
+                &voters,
+                &matched,
+                lag_max(),
+            )
+        };
+        tx.send_if_modified(|old| {
+            if *old != view {
+                *old = view;
+                true
+            } else {
+                false
+            }
+        });
+        let tick = lag_max().min(MAX_TICK) / 2;
+        // Wake on any Raft progress, or after a tick so followers age out of the ISR.
+        match rill_rt::timeout(tick, metrics.changed()).await {
+            Ok(Err(_)) => break, // the group shut down
+            Ok(Ok(())) | Err(_) => {}
+        }
+    }
+    tx.send_replace(IsrView::default());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn voters() -> BTreeSet<NodeId> {
+        [1, 2, 3].into()
+    }
+
+    #[tokio::test]
+    async fn new_leader_starts_alone_and_adds_caught_up_followers() {
+        let mut t = IsrTracker::new(1);
+        let now = rill_rt::now();
+        let lag = Duration::from_secs(10);
+        let v = t.evaluate(now, Some(2), 10, &voters(), &BTreeMap::new(), lag);
+        assert_eq!(v.isr, [1].into());
+        let v = t.evaluate(
+            now,
+            Some(2),
+            10,
+            &voters(),
+            &[(1, 10), (2, 10), (3, 4)].into(),
+            lag,
+        );
+        assert_eq!(v.isr, [1, 2].into());
+        // 3 is outside the ISR, so it does not hold up acks=all.
+        assert!(v.all_have(10));
+        assert!(!v.all_have(11));
+    }
+
+    #[tokio::test]
+    async fn follower_behind_the_moving_end_stays_in_sync_if_it_reaches_a_recent_end() {
+        let mut t = IsrTracker::new(1);
+        let t0 = rill_rt::now();
+        let lag = Duration::from_secs(1);
+        t.evaluate(
+            t0,
+            Some(1),
+            100,
+            &voters(),
+            &[(2, 100), (3, 100)].into(),
+            lag,
+        );
+        // The leader keeps moving; follower 2 trails by a little, follower 3 stops.
+        let mut now = t0;
+        let mut end = 100;
+        let mut view = IsrView::default();
+        for _ in 0..40 {
+            now += Duration::from_millis(50);
+            end += 10;
+            view = t.evaluate(
+                now,
+                Some(1),
+                end,
+                &voters(),
+                &[(2, end - 10), (3, 100)].into(),
+                lag,
+            );
+        }
+        assert_eq!(view.isr, [1, 2].into(), "3 has been behind for 2s > lag 1s");
+    }
+
+    #[tokio::test]
+    async fn term_change_resets_and_non_leader_has_empty_view() {
+        let mut t = IsrTracker::new(1);
+        let now = rill_rt::now();
+        let lag = Duration::from_secs(10);
+        let v = t.evaluate(now, Some(1), 5, &voters(), &[(2, 5), (3, 5)].into(), lag);
+        assert_eq!(v.isr, [1, 2, 3].into());
+        assert_eq!(
+            t.evaluate(now, None, 5, &voters(), &BTreeMap::new(), lag),
+            IsrView::default()
+        );
+        let v = t.evaluate(now, Some(3), 6, &voters(), &BTreeMap::new(), lag);
+        assert_eq!(v.isr, [1].into());
+    }
+}

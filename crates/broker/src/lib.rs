@@ -1,0 +1,29 @@
+//! Partition replicas.
+//!
+//! ```text
+//!  Produce ─► Partition::produce ─► checks (leader, size, CRC, ISR ≥ min) ─► Raft proposal
+//!                 │ acks=none: answer now
+//!                 │ acks=leader: answer when the entry is synced in the leader's log
+//!                 │ acks=all: answer when committed (majority synced) and every ISR member has it
+//!  Fetch ─► Partition::fetch ─► offset index ─► Raft log entries below the high watermark
+//! ```
+//!
+//! * [`command`]: the partition's Raft entry body (record batches, stored as produced).
+//! * [`machine`]: [`PartitionStateMachine`] — offsets and the high watermark.
+//! * [`isr`]: [`IsrTracker`] — which followers are in sync, from Raft replication progress.
+//! * [`partition`]: [`Partition`] — produce, fetch, list offsets, status.
+//!
+//! Offsets are Raft *positions*: an entry holding `n` records occupies `n` positions, assigned
+//! when it is appended and identical on every replica (see `rill_raft::log_store`). The high
+//! watermark is the end position of the last applied (hence committed) entry.
+
+pub mod command;
+pub mod error;
+pub mod isr;
+pub mod machine;
+pub mod partition;
+
+pub use error::{PartitionError, Result};
+pub use isr::{IsrTracker, IsrView};
+pub use machine::PartitionStateMachine;
+pub use partition::{Acks, FetchOutcome, Partition, ProduceOutcome, ReplicaState};

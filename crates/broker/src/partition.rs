@@ -1,0 +1,573 @@
+//! [`Partition`]: one partition replica on this node — produce, fetch, list offsets, status.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use bytes::Bytes;
+use openraft::error::{ClientWriteError, RaftError};
+use openraft::ServerState;
+use prost::Message;
+use rill_meta::TopicConfig;
+use rill_proto::batch;
+use rill_proto::common::RecordBatch;
+use rill_raft::multi::StartedGroup;
+use rill_raft::state_machine::SmStore;
+use rill_raft::{GroupId, LogStore, NodeId, Payload, Raft};
+use rill_rt::sync::watch;
+use rill_rt::Instant;
+
+use crate::command;
+use crate::error::{PartitionError, Result};
+use crate::isr::{self, IsrView};
+use crate::machine::{decode_base_offset, PartitionStateMachine};
+
+/// Log entries read per storage scan while serving a fetch.
+const FETCH_SCAN_ENTRIES: usize = 32;
+
+/// Producer acknowledgement level (DESIGN §1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Acks {
+    /// Committed by Raft and present on every ISR member.
+    All,
+    /// Synced in the leader's log.
+    Leader,
+    /// Accepted by the leader for appending.
+    None,
+}
+
+/// A successful produce.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProduceOutcome {
+    /// Offset of the batch's first record; `None` with `acks=none`.
+    pub base_offset: Option<u64>,
+    /// The leader's append time.
+    pub append_time_ms: i64,
+}
+
+/// A fetch answer.
+#[derive(Debug, Clone, Default)]
+pub struct FetchOutcome {
+    /// Batches, the first possibly starting before the requested offset.
+    pub batches: Vec<RecordBatch>,
+    /// High watermark when the answer was built.
+    pub high_watermark: u64,
+    /// First offset still stored.
+    pub log_start_offset: u64,
+}
+
+/// Live state of this replica, for describe and routing.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReplicaState {
+    /// This node leads the partition.
+    pub is_leader: bool,
+    /// The leader as this replica knows it.
+    pub leader: Option<NodeId>,
+    /// Current term.
+    pub term: u64,
+    /// In-sync replicas (known only on the leader).
+    pub isr: Vec<NodeId>,
+    /// First stored offset.
+    pub log_start_offset: u64,
+    /// High watermark (committed and applied).
+    pub high_watermark: u64,
+    /// Offset after the last stored record, committed or not.
+    pub log_end_offset: u64,
+}
+
+/// One partition replica hosted on this node.
+pub struct Partition {
+    topic: String,
+    partition: u32,
+    group: GroupId,
+    node_id: NodeId,
+    raft: Raft,
+    log: LogStore,
+    sm: SmStore<PartitionStateMachine>,
+    hw: watch::Receiver<u64>,
+    isr: watch::Receiver<IsrView>,
+    config: Arc<RwLock<TopicConfig>>,
+    next_proposal: AtomicU64,
+}
+
+impl std::fmt::Debug for Partition {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "Partition({}/{}, group {})",
+            self.topic, self.partition, self.group
+        )
+    }
+}
+
+impl Partition {
+    /// Wraps a started Raft group as a partition replica and starts its ISR tracker.
+    /// `hw` must be the sender given to the group's [`PartitionStateMachine`].
+    pub fn new(
+        topic: String,
+        partition: u32,
+        node_id: NodeId,
+        started: StartedGroup<PartitionStateMachine>,
+        hw: Arc<watch::Sender<u64>>,
+        config: TopicConfig,
+    ) -> Arc<Self> {
+        let StartedGroup { raft, log, sm, .. } = started;
+        // The state machine may have been restored from a snapshot before anything was applied.
+        hw.send_replace(sm.applied().position);
+        let config = Arc::new(RwLock::new(config));
+        let (isr_tx, isr_rx) = watch::channel(IsrView::default());
+        let lag_config = config.clone();
+        let lag = move || {
+            lag_config
+                .read()
+                .map(|c| c.replica_lag_time_max())
+                .unwrap_or(Duration::from_secs(30))
+        };
+        rill_rt::spawn(isr::run(raft.clone(), node_id, lag, Arc::new(isr_tx)));
+        Arc::new(Self {
+            topic,
+            partition,
+            group: log.group(),
+            node_id,
+            raft,
+            log,
+            sm,
+            hw: hw.subscribe(),
+            isr: isr_rx,
+            config,
+            next_proposal: AtomicU64::new(1),
+        })
+    }
+
+    /// Topic name.
+    pub fn topic(&self) -> &str {
+        &self.topic
+    }
+
+    /// Partition number.
+    pub fn partition(&self) -> u32 {
+        self.partition
+    }
+
+    /// Raft group id.
+    pub fn group(&self) -> GroupId {
+        self.group
+    }
+
+    /// The Raft handle.
+    pub fn raft(&self) -> &Raft {
+        &self.raft
+    }
+
+    /// The log (for oracles and tests comparing replicas).
+    pub fn log(&self) -> &LogStore {
+        &self.log
+    }
+
+    /// The topic configuration in force.
+    pub fn config(&self) -> TopicConfig {
+        self.config
+            .read()
+            .map(|c| c.clone())
+            .unwrap_or_else(|p| p.into_inner().clone())
+    }
+
+    /// Replaces the topic configuration.
+    pub fn set_config(&self, config: TopicConfig) {
+        match self.config.write() {
+            Ok(mut c) => *c = config,
+            Err(p) => *p.into_inner() = config,
+        }
+    }
+
+    /// High watermark: every offset below it is committed.
+    pub fn high_watermark(&self) -> u64 {
+        *self.hw.borrow()
+    }
+
+    fn not_leader(&self) -> PartitionError {
+        let m = self.raft.metrics();
+        let m = m.borrow();
+        let leader = m.current_leader.filter(|l| *l != self.node_id);
+        let addr = leader.and_then(|l| {
+            m.membership_config
+                .membership()
+                .get_node(&l)
+                .map(|n| n.addr.clone())
+        });
+        PartitionError::NotLeader {
+            node: self.node_id,
+            leader,
+            addr,
+        }
+    }
+
+    fn leader_term(&self) -> Option<u64> {
+        let m = self.raft.metrics();
+        let m = m.borrow();
+        (m.state == ServerState::Leader).then_some(m.current_term)
+    }
+
+    /// Live state of this replica.
+    pub fn state(&self) -> ReplicaState {
+        let (is_leader, leader, term) = {
+            let m = self.raft.metrics();
+            let m = m.borrow();
+            (
+                m.state == ServerState::Leader,
+                m.current_leader,
+                m.current_term,
+            )
+        };
+        let isr = if is_leader {
+            self.isr.borrow().isr.iter().copied().collect()
+        } else {
+            Vec::new()
+        };
+        ReplicaState {
+            is_leader,
+            leader,
+            term,
+            isr,
+            log_start_offset: self.log.start_position(),
+            high_watermark: self.high_watermark(),
+            log_end_offset: self.log.end_position(),
+        }
+    }
+
+    /// Appends `batch` with acknowledgement level `acks`, waiting at most `timeout`.
+    pub async fn produce(
+        &self,
+        mut batch: RecordBatch,
+        acks: Acks,
+        timeout: Duration,
+    ) -> Result<ProduceOutcome> {
+        let deadline = rill_rt::now() + timeout;
+        let config = self.config();
+        let size = batch.encoded_len();
+        if size > config.max_message_bytes as usize {
+            return Err(PartitionError::MessageTooLarge {
+                size,
+                max: config.max_message_bytes,
+            });
+        }
+        batch::validate(&batch).map_err(PartitionError::InvalidBatch)?;
+        let Some(term) = self.leader_term() else {
+            return Err(self.not_leader());
+        };
+        if acks == Acks::All {
+            let view = self.isr.borrow().clone();
+            if view.leader_term == Some(term)
+                && view.isr.len() < config.min_insync_replicas as usize
+            {
+                return Err(PartitionError::NotEnoughReplicas {
+                    isr: view.isr.into_iter().collect(),
+                    min: config.min_insync_replicas,
+                });
+            }
+            if view.leader_term != Some(term) {
+                // The tracker has not yet seen this term: the ISR is just this node.
+                if config.min_insync_replicas > 1 {
+                    return Err(PartitionError::NotEnoughReplicas {
+                        isr: vec![self.node_id],
+                        min: config.min_insync_replicas,
+                    });
+                }
+            }
+        }
+        let append_time_ms = rill_rt::wall_clock_ms();
+        batch.base_offset = 0;
+        batch.append_time_ms = append_time_ms;
+        let units = batch.record_count;
+        let body = command::encode_append(std::slice::from_ref(&batch));
+        let proposal = self.next_proposal.fetch_add(1, Ordering::Relaxed);
+        let payload = Payload {
+            units,
+            body,
+            proposal,
+        };
+        match acks {
+            Acks::All => {
+                self.produce_all(payload, config, append_time_ms, deadline)
+                    .await
+            }
+            Acks::Leader => self.produce_leader(payload, append_time_ms, deadline).await,
+            Acks::None => {
+                let raft = self.raft.clone();
+                rill_rt::spawn(async move {
+                    if let Err(e) = raft.client_write(payload).await {
+                        tracing::debug!(error = %e, "acks=none write failed");
+                    }
+                });
+                Ok(ProduceOutcome {
+                    base_offset: None,
+                    append_time_ms,
+                })
+            }
+        }
+    }
+
+    fn write_error(
+        &self,
+        e: RaftError<NodeId, ClientWriteError<NodeId, openraft::BasicNode>>,
+    ) -> PartitionError {
+        match e {
+            RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => {
+                PartitionError::NotLeader {
+                    node: self.node_id,
+                    leader: f.leader_id,
+                    addr: f.leader_node.map(|n| n.addr),
+                }
+            }
+            RaftError::APIError(ClientWriteError::ChangeMembershipError(e)) => {
+                PartitionError::Storage(e.to_string())
+            }
+            RaftError::Fatal(_) => PartitionError::ShuttingDown,
+        }
+    }
+
+    async fn produce_all(
+        &self,
+        payload: Payload,
+        config: TopicConfig,
+        append_time_ms: i64,
+        deadline: Instant,
+    ) -> Result<ProduceOutcome> {
+        let started = rill_rt::now();
+        let timed_out = |what| PartitionError::Timeout {
+            waited_ms: rill_rt::now()
+                .saturating_duration_since(started)
+                .as_millis() as u64,
+            what,
+        };
+        let written = match rill_rt::timeout_at(deadline, self.raft.client_write(payload)).await {
+            Err(_) => return Err(timed_out("the batch to commit")),
+            Ok(Err(e)) => return Err(self.write_error(e)),
+            Ok(Ok(w)) => w,
+        };
+        let base = decode_base_offset(&written.data.0)
+            .ok_or_else(|| PartitionError::Storage("state machine gave no base offset".into()))?;
+        let index = written.log_id.index;
+        let term = written.log_id.leader_id.term;
+        // Committed: a majority has it synced. Now every in-sync replica must have it too.
+        let mut isr = self.isr.clone();
+        loop {
+            let view = isr.borrow_and_update().clone();
+            if view.leader_term != Some(term) {
+                return Err(PartitionError::NotEnoughReplicasAfterAppend {
+                    reason: "leadership changed before every in-sync replica confirmed it".into(),
+                });
+            }
+            if view.all_have(index) {
+                if view.isr.len() < config.min_insync_replicas as usize {
+                    return Err(PartitionError::NotEnoughReplicasAfterAppend {
+                        reason: format!(
+                            "the in-sync replicas {:?} shrank below min.insync.replicas={}",
+                            view.isr, config.min_insync_replicas
+                        ),
+                    });
+                }
+                return Ok(ProduceOutcome {
+                    base_offset: Some(base),
+                    append_time_ms,
+                });
+            }
+            match rill_rt::timeout_at(deadline, isr.changed()).await {
+                Err(_) => return Err(timed_out("every in-sync replica to replicate the batch")),
+                Ok(Err(_)) => return Err(PartitionError::ShuttingDown),
+                Ok(Ok(())) => {}
+            }
+        }
+    }
+
+    async fn produce_leader(
+        &self,
+        payload: Payload,
+        append_time_ms: i64,
+        deadline: Instant,
+    ) -> Result<ProduceOutcome> {
+        let started = rill_rt::now();
+        let proposal = payload.proposal;
+        let durable = self.log.watch_proposal(proposal);
+        let raft = self.raft.clone();
+        let write = rill_rt::spawn(async move { raft.client_write(payload).await.map(|_| ()) });
+        let outcome = rill_rt::timeout_at(deadline, async {
+            tokio_select_durable(durable, write).await
+        })
+        .await;
+        self.log.forget_proposal(proposal);
+        match outcome {
+            Err(_) => Err(PartitionError::Timeout {
+                waited_ms: rill_rt::now()
+                    .saturating_duration_since(started)
+                    .as_millis() as u64,
+                what: "the leader to sync the batch",
+            }),
+            Ok(Ok(placement)) => Ok(ProduceOutcome {
+                base_offset: Some(placement.base),
+                append_time_ms,
+            }),
+            Ok(Err(Some(e))) => Err(self.write_error(e)),
+            Ok(Err(None)) => Err(PartitionError::ShuttingDown),
+        }
+    }
+
+    /// Reads committed batches from `offset`, up to about `max_bytes`, waiting up to `max_wait`
+    /// for data when none is committed at `offset` yet.
+    pub async fn fetch(
+        &self,
+        offset: i64,
+        max_bytes: usize,
+        max_wait: Duration,
+    ) -> Result<FetchOutcome> {
+        if self.leader_term().is_none() {
+            return Err(self.not_leader());
+        }
+        let start = self.log.start_position();
+        let end = self.log.end_position();
+        let Ok(offset) = u64::try_from(offset) else {
+            return Err(PartitionError::OffsetOutOfRange { offset, start, end });
+        };
+        if offset < start || offset > end.max(self.high_watermark()) {
+            return Err(PartitionError::OffsetOutOfRange {
+                offset: offset as i64,
+                start,
+                end,
+            });
+        }
+        let mut hw_rx = self.hw.clone();
+        if *hw_rx.borrow_and_update() <= offset && !max_wait.is_zero() {
+            let deadline = rill_rt::now() + max_wait;
+            while *hw_rx.borrow_and_update() <= offset {
+                match rill_rt::timeout_at(deadline, hw_rx.changed()).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(_)) => return Err(PartitionError::ShuttingDown),
+                    Err(_) => break,
+                }
+            }
+        }
+        let hw = self.high_watermark();
+        let mut out = FetchOutcome {
+            batches: Vec::new(),
+            high_watermark: hw,
+            log_start_offset: start,
+        };
+        if offset >= hw {
+            return Ok(out);
+        }
+        let storage = |e: rill_raft::Error| PartitionError::Storage(e.to_string());
+        let Some(mut index) = self.log.index_of_position(offset).map_err(storage)? else {
+            return Ok(out);
+        };
+        let mut bytes = 0usize;
+        'scan: loop {
+            let entries = self
+                .log
+                .read_positioned(index, u64::MAX, FETCH_SCAN_ENTRIES)
+                .map_err(storage)?;
+            if entries.is_empty() {
+                break;
+            }
+            for e in &entries {
+                index = e.index + 1;
+                // Positions are assigned at append; only entries below the HW are committed.
+                if e.base >= hw {
+                    break 'scan;
+                }
+                let batches =
+                    command::decode_append(e.body.clone()).map_err(PartitionError::Storage)?;
+                let mut base = e.base;
+                for mut b in batches {
+                    let count = u64::from(b.record_count);
+                    if base + count > offset {
+                        b.base_offset = base as i64;
+                        bytes += b.records.len();
+                        out.batches.push(b);
+                    }
+                    base += count;
+                }
+                if bytes >= max_bytes && !out.batches.is_empty() {
+                    break 'scan;
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Waits until the high watermark passes `offset` (data at `offset` is committed), or until
+    /// `deadline`. Returns whether it did.
+    pub async fn wait_for_data(&self, offset: u64, deadline: Instant) -> bool {
+        let mut hw = self.hw.clone();
+        loop {
+            if *hw.borrow_and_update() > offset {
+                return true;
+            }
+            match rill_rt::timeout_at(deadline, hw.changed()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) | Err(_) => return *hw.borrow() > offset,
+            }
+        }
+    }
+
+    /// The first stored offset.
+    pub fn earliest_offset(&self) -> Result<u64> {
+        if self.leader_term().is_none() {
+            return Err(self.not_leader());
+        }
+        Ok(self.log.start_position())
+    }
+
+    /// The high watermark (the offset the next committed record will get).
+    pub fn latest_offset(&self) -> Result<u64> {
+        if self.leader_term().is_none() {
+            return Err(self.not_leader());
+        }
+        Ok(self.high_watermark())
+    }
+
+    /// The state machine store (tests and oracles).
+    pub fn state_machine(&self) -> &SmStore<PartitionStateMachine> {
+        &self.sm
+    }
+
+    /// Raw bytes of every stored entry body, by log index (replica comparison).
+    pub fn entry_bodies(&self) -> rill_raft::Result<Vec<(u64, u64, Bytes)>> {
+        Ok(self
+            .log
+            .read_positioned(0, u64::MAX, usize::MAX)?
+            .into_iter()
+            .map(|e| (e.index, e.base, e.body))
+            .collect())
+    }
+}
+
+/// Waits for the proposal to become durable on the leader, or for the write to fail first.
+/// `Err(Some(e))`: the write was refused; `Err(None)`: the group stopped.
+async fn tokio_select_durable(
+    durable: rill_rt::sync::oneshot::Receiver<rill_raft::log_store::Placement>,
+    write: rill_rt::JoinHandle<
+        std::result::Result<(), RaftError<NodeId, ClientWriteError<NodeId, openraft::BasicNode>>>,
+    >,
+) -> std::result::Result<
+    rill_raft::log_store::Placement,
+    Option<RaftError<NodeId, ClientWriteError<NodeId, openraft::BasicNode>>>,
+> {
+    tokio::pin!(durable);
+    tokio::pin!(write);
+    let mut write_done = false;
+    loop {
+        tokio::select! {
+            biased;
+            placement = &mut durable => return placement.map_err(|_| None),
+            res = &mut write, if !write_done => {
+                write_done = true;
+                match res {
+                    Ok(Err(e)) => return Err(Some(e)),
+                    // Applied already: the durable notice is on its way (it fires before apply).
+                    Ok(Ok(())) => {}
+                    Err(_) => return Err(None),
+                }
+            }
+        }
+    }
+}

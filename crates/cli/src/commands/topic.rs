@@ -1,0 +1,171 @@
+//! `rill topic …`
+
+use anyhow::{bail, Context};
+use clap::Subcommand;
+use comfy_table::Table;
+use rill_client::TopicDescription;
+use serde_json::json;
+
+use super::{connect, Output};
+
+/// Topic commands.
+#[derive(Debug, Subcommand)]
+pub enum TopicCommand {
+    /// Create a topic.
+    Create {
+        /// Topic name.
+        name: String,
+        /// Number of partitions.
+        #[arg(long, default_value_t = 1)]
+        partitions: u32,
+        /// Replicas per partition.
+        #[arg(long, default_value_t = 3)]
+        replication_factor: u32,
+        /// Topic setting `key=value` (repeatable): min.insync.replicas, max.message.bytes,
+        /// replica.lag.time.max.ms.
+        #[arg(long = "config", value_name = "KEY=VALUE")]
+        configs: Vec<String>,
+    },
+    /// Show partitions: leader, replicas, in-sync replicas and offsets.
+    Describe {
+        /// Topic name.
+        name: String,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t)]
+        output: Output,
+    },
+    /// List topics.
+    List {
+        /// Output format.
+        #[arg(long, value_enum, default_value_t)]
+        output: Output,
+    },
+}
+
+fn parse_config(entry: &str) -> anyhow::Result<(String, String)> {
+    match entry.split_once('=') {
+        Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_string(), v.trim().to_string())),
+        _ => bail!("--config {entry:?} must look like key=value, e.g. min.insync.replicas=2"),
+    }
+}
+
+/// The JSON shape of a topic description.
+pub fn description_json(d: &TopicDescription) -> serde_json::Value {
+    json!({
+        "name": d.name,
+        "partitions": d.partitions.iter().map(|p| json!({
+            "partition": p.partition,
+            "leader": p.leader,
+            "replicas": p.replicas,
+            "isr": p.isr,
+            "log_start_offset": p.log_start_offset,
+            "high_watermark": p.high_watermark,
+            "log_end_offset": p.log_end_offset,
+        })).collect::<Vec<_>>(),
+        "configs": d.configs.iter().map(|c| (c.key.clone(), json!(c.value))).collect::<serde_json::Map<_, _>>(),
+    })
+}
+
+fn print_description(d: &TopicDescription) {
+    let mut t = Table::new();
+    t.set_header(vec![
+        "PARTITION",
+        "LEADER",
+        "REPLICAS",
+        "ISR",
+        "LOG START",
+        "HIGH WATERMARK",
+        "LOG END",
+        "PROBLEM",
+    ]);
+    for p in &d.partitions {
+        let list = |v: &[u64]| v.iter().map(u64::to_string).collect::<Vec<_>>().join(",");
+        let num = |n: i64| {
+            if n < 0 {
+                "-".to_string()
+            } else {
+                n.to_string()
+            }
+        };
+        t.add_row(vec![
+            p.partition.to_string(),
+            p.leader.map_or("none".to_string(), |l| l.to_string()),
+            list(&p.replicas),
+            list(&p.isr),
+            num(p.log_start_offset),
+            num(p.high_watermark),
+            num(p.log_end_offset),
+            p.error_message.clone(),
+        ]);
+    }
+    println!("topic {}", d.name);
+    println!("{t}");
+    let configs: Vec<String> = d
+        .configs
+        .iter()
+        .map(|c| format!("{}={}", c.key, c.value))
+        .collect();
+    println!("config: {}", configs.join(" "));
+}
+
+/// Runs a topic command.
+pub async fn run(bootstrap: &[String], cmd: TopicCommand) -> anyhow::Result<()> {
+    let client = connect(bootstrap).await?;
+    match cmd {
+        TopicCommand::Create {
+            name,
+            partitions,
+            replication_factor,
+            configs,
+        } => {
+            let configs = configs
+                .iter()
+                .map(|c| parse_config(c))
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            let d = client
+                .create_topic(&name, partitions, replication_factor, &configs)
+                .await
+                .with_context(|| format!("cannot create topic {name:?}"))?;
+            println!(
+                "created topic {} with {} partition(s), replication factor {replication_factor}",
+                d.name,
+                d.partitions.len()
+            );
+        }
+        TopicCommand::Describe { name, output } => {
+            let d = client
+                .describe_topic(&name)
+                .await
+                .with_context(|| format!("cannot describe topic {name:?}"))?;
+            match output {
+                Output::Json => println!("{}", description_json(&d)),
+                Output::Table => print_description(&d),
+            }
+        }
+        TopicCommand::List { output } => {
+            let topics = client.list_topics().await.context("cannot list topics")?;
+            match output {
+                Output::Json => {
+                    let v: Vec<_> = topics
+                        .iter()
+                        .map(|t| json!({"name": t.name, "partitions": t.partitions, "replication_factor": t.replication_factor}))
+                        .collect();
+                    println!("{}", serde_json::Value::Array(v));
+                }
+                Output::Table => {
+                    let mut t = Table::new();
+                    t.set_header(vec!["TOPIC", "PARTITIONS", "REPLICATION FACTOR"]);
+                    for topic in topics {
+                        t.add_row(vec![
+                            topic.name,
+                            topic.partitions.to_string(),
+                            topic.replication_factor.to_string(),
+                        ]);
+                    }
+                    println!("{t}");
+                }
+            }
+        }
+    }
+    Ok(())
+}

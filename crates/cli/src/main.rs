@@ -1,0 +1,76 @@
+//! `rill`: the command line for a Rill cluster.
+//!
+//! ```text
+//! rill [--bootstrap host:port[,…]] topic create|describe|list …
+//!                                  produce TOPIC …   (records from stdin, one per line)
+//!                                  consume TOPIC …
+//!                                  cluster status
+//! ```
+
+mod commands;
+mod format;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Command line for a Rill cluster.
+#[derive(Debug, Parser)]
+#[command(name = "rill", version, about = "Command line for a Rill cluster")]
+struct Cli {
+    /// Cluster address(es), host:port, comma-separated.
+    #[arg(
+        long,
+        global = true,
+        env = "RILL_BOOTSTRAP",
+        default_value = "127.0.0.1:7001",
+        value_delimiter = ','
+    )]
+    bootstrap: Vec<String>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Create, describe and list topics.
+    #[command(subcommand)]
+    Topic(commands::topic::TopicCommand),
+    /// Produce records from stdin, one per line.
+    Produce(commands::produce::ProduceArgs),
+    /// Consume records and print them.
+    Consume(commands::consume::ConsumeArgs),
+    /// Cluster state.
+    #[command(subcommand)]
+    Cluster(commands::cluster::ClusterCommand),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async move {
+        match cli.command {
+            Command::Topic(c) => commands::topic::run(&cli.bootstrap, c).await,
+            Command::Produce(a) => commands::produce::run(&cli.bootstrap, a).await,
+            Command::Consume(a) => commands::consume::run(&cli.bootstrap, a).await,
+            Command::Cluster(c) => commands::cluster::run(&cli.bootstrap, c).await,
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,58 @@
+//! Client errors.
+
+use rill_proto::common::ErrorCode;
+
+/// A failed client operation.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum Error {
+    /// The server answered with an error code.
+    #[error("{} ({}): {message}", code.as_str_name(), *code as i32)]
+    Server {
+        /// The stable error code.
+        code: ErrorCode,
+        /// The server's explanation.
+        message: String,
+    },
+    /// No node could be reached, or the connection failed mid-request. For a produce the
+    /// outcome is unknown: the batch may or may not have been written.
+    #[error("transport error: {0}")]
+    Transport(String),
+    /// A bad argument, caught before sending.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+}
+
+impl Error {
+    /// The server's error code, if this is a server error.
+    pub fn code(&self) -> Option<ErrorCode> {
+        match self {
+            Error::Server { code, .. } => Some(*code),
+            _ => None,
+        }
+    }
+
+    /// True when the request certainly had no effect and may be retried safely (even without
+    /// idempotence): the leader refused it before appending.
+    pub fn is_retriable_without_effect(&self) -> bool {
+        matches!(
+            self.code(),
+            Some(
+                ErrorCode::NotLeaderOrFollower
+                    | ErrorCode::LeaderNotAvailable
+                    | ErrorCode::NotEnoughReplicas
+            )
+        )
+    }
+}
+
+/// Result alias.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+pub(crate) fn server(code: i32, message: String) -> Error {
+    let code = ErrorCode::try_from(code).unwrap_or(ErrorCode::UnknownServerError);
+    Error::Server { code, message }
+}
+
+pub(crate) fn status(s: tonic::Status) -> Error {
+    Error::Transport(format!("{}: {}", s.code(), s.message()))
+}

@@ -1,0 +1,200 @@
+//! Per-topic configuration, validated once when a topic is created.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{MetaError, MetaErrorKind};
+
+/// Default `max.message.bytes`: the largest record batch a topic accepts (Kafka's default).
+pub const DEFAULT_MAX_MESSAGE_BYTES: u32 = 1024 * 1024 + 12;
+/// Upper bound for `max.message.bytes`: a batch must fit in one gRPC message with headroom.
+pub const MAX_MAX_MESSAGE_BYTES: u32 = 16 * 1024 * 1024;
+/// Default `replica.lag.time.max.ms` (Kafka's default).
+pub const DEFAULT_REPLICA_LAG_TIME_MAX: Duration = Duration::from_secs(30);
+/// Smallest `replica.lag.time.max.ms`: below a few heartbeats every follower would flap.
+pub const MIN_REPLICA_LAG_TIME_MAX: Duration = Duration::from_millis(500);
+
+/// Settings of one topic.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TopicConfig {
+    /// `min.insync.replicas`: acks=all writes are refused while the ISR is smaller.
+    pub min_insync_replicas: u32,
+    /// `max.message.bytes`: largest accepted record batch, in bytes.
+    pub max_message_bytes: u32,
+    /// `replica.lag.time.max.ms`: a follower that has not caught up with the leader's log end
+    /// for this long leaves the ISR.
+    pub replica_lag_time_max_ms: u64,
+}
+
+/// The configuration keys a topic accepts.
+pub const KEYS: [&str; 3] = [
+    "min.insync.replicas",
+    "max.message.bytes",
+    "replica.lag.time.max.ms",
+];
+
+impl TopicConfig {
+    /// Defaults for a topic with `replication_factor` replicas: `min.insync.replicas` is a
+    /// majority of the replicas (2 for RF 3), matching what Raft itself needs to commit.
+    pub fn defaults(replication_factor: u32) -> Self {
+        Self {
+            min_insync_replicas: replication_factor / 2 + 1,
+            max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
+            replica_lag_time_max_ms: DEFAULT_REPLICA_LAG_TIME_MAX.as_millis() as u64,
+        }
+    }
+
+    /// Defaults overridden by `entries` (`key=value` pairs), validated against the replication
+    /// factor. Unknown keys and bad values are refused with a message naming them.
+    pub fn from_entries(
+        replication_factor: u32,
+        entries: &[(String, String)],
+    ) -> Result<Self, MetaError> {
+        let mut config = Self::defaults(replication_factor);
+        let mut seen = BTreeMap::new();
+        for (key, value) in entries {
+            if seen.insert(key.as_str(), ()).is_some() {
+                return Err(invalid(format!("config key {key} is given twice")));
+            }
+            match key.as_str() {
+                "min.insync.replicas" => config.min_insync_replicas = parse_u32(key, value)?,
+                "max.message.bytes" => config.max_message_bytes = parse_u32(key, value)?,
+                "replica.lag.time.max.ms" => config.replica_lag_time_max_ms = parse_ms(key, value)?,
+                other => {
+                    return Err(invalid(format!(
+                        "unknown topic config key {other:?}; known keys: {}",
+                        KEYS.join(", ")
+                    )));
+                }
+            }
+        }
+        config.validate(replication_factor)?;
+        Ok(config)
+    }
+
+    /// Checks every value against its bounds.
+    pub fn validate(&self, replication_factor: u32) -> Result<(), MetaError> {
+        if self.min_insync_replicas == 0 || self.min_insync_replicas > replication_factor {
+            return Err(invalid(format!(
+                "min.insync.replicas must be between 1 and the replication factor ({replication_factor}), got {}",
+                self.min_insync_replicas
+            )));
+        }
+        if self.max_message_bytes == 0 || self.max_message_bytes > MAX_MAX_MESSAGE_BYTES {
+            return Err(invalid(format!(
+                "max.message.bytes must be between 1 and {MAX_MAX_MESSAGE_BYTES}, got {}",
+                self.max_message_bytes
+            )));
+        }
+        if self.replica_lag_time_max_ms < MIN_REPLICA_LAG_TIME_MAX.as_millis() as u64 {
+            return Err(invalid(format!(
+                "replica.lag.time.max.ms must be at least {}, got {}",
+                MIN_REPLICA_LAG_TIME_MAX.as_millis(),
+                self.replica_lag_time_max_ms
+            )));
+        }
+        Ok(())
+    }
+
+    /// Every key with its effective value.
+    pub fn entries(&self) -> Vec<(String, String)> {
+        vec![
+            (
+                "min.insync.replicas".into(),
+                self.min_insync_replicas.to_string(),
+            ),
+            (
+                "max.message.bytes".into(),
+                self.max_message_bytes.to_string(),
+            ),
+            (
+                "replica.lag.time.max.ms".into(),
+                self.replica_lag_time_max_ms.to_string(),
+            ),
+        ]
+    }
+
+    /// `replica.lag.time.max.ms` as a duration.
+    pub fn replica_lag_time_max(&self) -> Duration {
+        Duration::from_millis(self.replica_lag_time_max_ms)
+    }
+}
+
+fn invalid(message: String) -> MetaError {
+    MetaError::new(MetaErrorKind::InvalidConfig, message)
+}
+
+fn parse_u32(key: &str, value: &str) -> Result<u32, MetaError> {
+    value.trim().parse().map_err(|_| {
+        invalid(format!(
+            "{key} must be a non-negative integer, got {value:?}"
+        ))
+    })
+}
+
+/// Milliseconds as a plain integer, or a human duration such as `10s`.
+fn parse_ms(key: &str, value: &str) -> Result<u64, MetaError> {
+    let v = value.trim();
+    if let Ok(ms) = v.parse::<u64>() {
+        return Ok(ms);
+    }
+    humantime::parse_duration(v)
+        .map(|d| d.as_millis() as u64)
+        .map_err(|_| {
+            invalid(format!(
+                "{key} must be milliseconds or a duration like 10s, got {value:?}"
+            ))
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kv(k: &str, v: &str) -> (String, String) {
+        (k.to_string(), v.to_string())
+    }
+
+    #[test]
+    fn defaults_follow_the_replication_factor() {
+        assert_eq!(TopicConfig::defaults(1).min_insync_replicas, 1);
+        assert_eq!(TopicConfig::defaults(3).min_insync_replicas, 2);
+        assert_eq!(TopicConfig::defaults(5).min_insync_replicas, 3);
+    }
+
+    #[test]
+    fn accepts_overrides_and_durations() {
+        let c = TopicConfig::from_entries(
+            3,
+            &[
+                kv("min.insync.replicas", "3"),
+                kv("replica.lag.time.max.ms", "2s"),
+            ],
+        )
+        .unwrap();
+        assert_eq!(c.min_insync_replicas, 3);
+        assert_eq!(c.replica_lag_time_max_ms, 2000);
+    }
+
+    #[test]
+    fn refuses_bad_keys_and_values_with_a_message() {
+        let e = TopicConfig::from_entries(3, &[kv("min.isr", "2")]).unwrap_err();
+        assert!(e.message.contains("unknown topic config key"), "{e}");
+        let e = TopicConfig::from_entries(3, &[kv("min.insync.replicas", "4")]).unwrap_err();
+        assert!(
+            e.message
+                .contains("between 1 and the replication factor (3)"),
+            "{e}"
+        );
+        let e = TopicConfig::from_entries(3, &[kv("max.message.bytes", "lots")]).unwrap_err();
+        assert_eq!(e.kind, MetaErrorKind::InvalidConfig);
+        let e = TopicConfig::from_entries(
+            3,
+            &[kv("max.message.bytes", "1"), kv("max.message.bytes", "2")],
+        )
+        .unwrap_err();
+        assert!(e.message.contains("twice"));
+    }
+}

@@ -1,0 +1,31 @@
+//! Cluster metadata: the state machine of Raft group 0.
+//!
+//! ```text
+//!   CreateTopic ──► (any node) ──forward──► group 0 leader ──Raft──► every node applies
+//!                                                                   │
+//!                      MetaState { nodes, topics → partitions → (group id, replicas) }
+//!                                                                   │ watch
+//!                                                 node reconciler starts its replicas
+//! ```
+//!
+//! * [`state`]: [`MetaState`] and the commands that change it ([`MetaCommand`]).
+//! * [`config`]: [`TopicConfig`] — per-topic settings, validated once.
+//! * [`placement`]: deterministic replica placement that spreads replicas and leaders.
+//! * [`machine`]: [`MetaStateMachine`], the `GroupStateMachine` for group 0.
+//!
+//! Validation happens inside `apply` (deterministically, on every node), so two concurrent
+//! creates of one name cannot both succeed.
+
+pub mod config;
+pub mod error;
+pub mod machine;
+pub mod placement;
+pub mod state;
+
+pub use config::TopicConfig;
+pub use error::{MetaError, MetaErrorKind};
+pub use machine::MetaStateMachine;
+pub use state::{MetaCommand, MetaResult, MetaState, NodeInfo, PartitionAssignment, TopicMeta};
+
+/// The Raft group id of the cluster metadata.
+pub const META_GROUP: rill_raft::GroupId = 0;

@@ -1,0 +1,311 @@
+//! The metadata state and the commands that change it.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::TopicConfig;
+use crate::error::{MetaError, MetaErrorKind};
+use crate::placement;
+
+pub use rill_raft::{GroupId, NodeId};
+
+/// Longest topic name (Kafka's limit).
+pub const MAX_TOPIC_NAME_LEN: usize = 249;
+/// Most partitions one topic may have. Every partition is a Raft group with its own tasks and
+/// heartbeats; beyond this a topic is almost certainly a mistake.
+pub const MAX_PARTITIONS_PER_TOPIC: u32 = 4096;
+
+/// A cluster node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeInfo {
+    /// Node id (≥ 1).
+    pub id: NodeId,
+    /// `host:port` of its gRPC endpoint.
+    pub addr: String,
+}
+
+/// One partition's replica assignment.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionAssignment {
+    /// The partition's Raft group.
+    pub group: GroupId,
+    /// Replica node ids; the first is the preferred leader.
+    pub replicas: Vec<NodeId>,
+}
+
+/// A topic.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TopicMeta {
+    /// Cluster-unique id, never reused.
+    pub id: u32,
+    /// Name.
+    pub name: String,
+    /// Replication factor.
+    pub replication_factor: u32,
+    /// Partitions, indexed by partition number.
+    pub partitions: Vec<PartitionAssignment>,
+    /// Settings.
+    pub config: TopicConfig,
+}
+
+/// Everything group 0 replicates.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MetaState {
+    /// Nodes by id.
+    pub nodes: BTreeMap<NodeId, NodeInfo>,
+    /// Topics by name.
+    pub topics: BTreeMap<String, TopicMeta>,
+    /// Next topic id to hand out.
+    pub next_topic_id: u32,
+    /// Next partition group id to hand out (group 0 is the metadata itself).
+    pub next_group_id: GroupId,
+    /// Count of applied commands (changes whenever the state does).
+    pub version: u64,
+}
+
+/// A change to the metadata.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MetaCommand {
+    /// Records the cluster's nodes (idempotent; the bootstrap members register themselves).
+    RegisterNodes { nodes: Vec<NodeInfo> },
+    /// Creates a topic.
+    CreateTopic {
+        name: String,
+        partitions: u32,
+        replication_factor: u32,
+        configs: Vec<(String, String)>,
+    },
+}
+
+/// The outcome of a command.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MetaResult {
+    /// Nodes recorded.
+    NodesRegistered,
+    /// The topic as created.
+    TopicCreated(TopicMeta),
+    /// Refused; the state did not change.
+    Refused(MetaError),
+}
+
+/// Checks a topic name: 1–249 characters from `[a-zA-Z0-9._-]`, not `.` or `..`.
+pub fn validate_topic_name(name: &str) -> Result<(), MetaError> {
+    let bad = |why: String| {
+        Err(MetaError::new(
+            MetaErrorKind::InvalidTopic,
+            format!("invalid topic name {name:?}: {why}"),
+        ))
+    };
+    if name.is_empty() {
+        return bad("it is empty".into());
+    }
+    if name.len() > MAX_TOPIC_NAME_LEN {
+        return bad(format!("longer than {MAX_TOPIC_NAME_LEN} characters"));
+    }
+    if name == "." || name == ".." {
+        return bad("'.' and '..' are reserved".into());
+    }
+    if let Some(c) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
+    {
+        return bad(format!(
+            "character {c:?} is not allowed (use letters, digits, '.', '_' and '-')"
+        ));
+    }
+    Ok(())
+}
+
+impl MetaState {
+    /// Applies `cmd`. Deterministic: the same state and command give the same result everywhere.
+    pub fn apply(&mut self, cmd: MetaCommand) -> MetaResult {
+        let result = match cmd {
+            MetaCommand::RegisterNodes { nodes } => {
+                for n in nodes {
+                    self.nodes.insert(n.id, n);
+                }
+                MetaResult::NodesRegistered
+            }
+            MetaCommand::CreateTopic {
+                name,
+                partitions,
+                replication_factor,
+                configs,
+            } => match self.create_topic(name, partitions, replication_factor, &configs) {
+                Ok(t) => MetaResult::TopicCreated(t),
+                Err(e) => MetaResult::Refused(e),
+            },
+        };
+        if !matches!(result, MetaResult::Refused(_)) {
+            self.version += 1;
+        }
+        result
+    }
+
+    /// Checks a create request against the current state without changing it.
+    pub fn check_create(
+        &self,
+        name: &str,
+        partitions: u32,
+        replication_factor: u32,
+        configs: &[(String, String)],
+    ) -> Result<TopicConfig, MetaError> {
+        validate_topic_name(name)?;
+        if self.topics.contains_key(name) {
+            return Err(MetaError::new(
+                MetaErrorKind::TopicExists,
+                format!("topic {name:?} already exists"),
+            ));
+        }
+        if partitions == 0 || partitions > MAX_PARTITIONS_PER_TOPIC {
+            return Err(MetaError::new(
+                MetaErrorKind::InvalidPartitions,
+                format!(
+                    "partitions must be between 1 and {MAX_PARTITIONS_PER_TOPIC}, got {partitions}"
+                ),
+            ));
+        }
+        let nodes = self.nodes.len() as u32;
+        if replication_factor == 0 {
+            return Err(MetaError::new(
+                MetaErrorKind::InvalidReplicationFactor,
+                "replication factor must be at least 1",
+            ));
+        }
+        if replication_factor > nodes {
+            return Err(MetaError::new(
+                MetaErrorKind::InvalidReplicationFactor,
+                format!("replication factor {replication_factor} is larger than the {nodes} node(s) in the cluster; use at most {nodes}"),
+            ));
+        }
+        TopicConfig::from_entries(replication_factor, configs)
+    }
+
+    fn create_topic(
+        &mut self,
+        name: String,
+        partitions: u32,
+        replication_factor: u32,
+        configs: &[(String, String)],
+    ) -> Result<TopicMeta, MetaError> {
+        let config = self.check_create(&name, partitions, replication_factor, configs)?;
+        let id = self.next_topic_id;
+        let node_ids: Vec<NodeId> = self.nodes.keys().copied().collect();
+        let first_group = self.next_group_id.max(1);
+        let parts = placement::place(id, partitions, replication_factor, &node_ids)
+            .into_iter()
+            .enumerate()
+            .map(|(i, replicas)| PartitionAssignment {
+                group: first_group + i as u64,
+                replicas,
+            })
+            .collect::<Vec<_>>();
+        self.next_topic_id += 1;
+        self.next_group_id = first_group + u64::from(partitions);
+        let topic = TopicMeta {
+            id,
+            name: name.clone(),
+            replication_factor,
+            partitions: parts,
+            config,
+        };
+        self.topics.insert(name, topic.clone());
+        Ok(topic)
+    }
+
+    /// Partitions (topic, partition number, assignment) that include `node`.
+    pub fn replicas_of(&self, node: NodeId) -> Vec<(&TopicMeta, u32, &PartitionAssignment)> {
+        self.topics
+            .values()
+            .flat_map(|t| {
+                t.partitions
+                    .iter()
+                    .enumerate()
+                    .map(move |(i, p)| (t, i as u32, p))
+            })
+            .filter(|(_, _, p)| p.replicas.contains(&node))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn three_nodes() -> MetaState {
+        let mut s = MetaState::default();
+        let nodes = (1..=3)
+            .map(|id| NodeInfo {
+                id,
+                addr: format!("127.0.0.1:700{id}"),
+            })
+            .collect();
+        assert_eq!(
+            s.apply(MetaCommand::RegisterNodes { nodes }),
+            MetaResult::NodesRegistered
+        );
+        s
+    }
+
+    fn create(s: &mut MetaState, name: &str, p: u32, rf: u32) -> MetaResult {
+        s.apply(MetaCommand::CreateTopic {
+            name: name.into(),
+            partitions: p,
+            replication_factor: rf,
+            configs: vec![],
+        })
+    }
+
+    #[test]
+    fn creates_topics_with_fresh_group_ids() {
+        let mut s = three_nodes();
+        let MetaResult::TopicCreated(a) = create(&mut s, "a", 3, 3) else {
+            panic!()
+        };
+        let MetaResult::TopicCreated(b) = create(&mut s, "b", 2, 1) else {
+            panic!()
+        };
+        let groups: Vec<GroupId> = a
+            .partitions
+            .iter()
+            .chain(&b.partitions)
+            .map(|p| p.group)
+            .collect();
+        assert_eq!(groups, vec![1, 2, 3, 4, 5]);
+        // Node 1 holds every replica of "a"; "b" (topic id 1, RF 1) starts on node 2.
+        assert_eq!(s.replicas_of(1).len(), 3);
+        assert_eq!(s.replicas_of(2).len(), 4);
+    }
+
+    #[test]
+    fn refusals_leave_state_unchanged() {
+        let mut s = three_nodes();
+        assert!(matches!(
+            create(&mut s, "a", 1, 3),
+            MetaResult::TopicCreated(_)
+        ));
+        let before = s.clone();
+        for (name, p, rf, kind) in [
+            ("a", 1, 3, MetaErrorKind::TopicExists),
+            ("bad/name", 1, 1, MetaErrorKind::InvalidTopic),
+            ("z", 0, 1, MetaErrorKind::InvalidPartitions),
+            ("z", 1, 4, MetaErrorKind::InvalidReplicationFactor),
+            ("z", 1, 0, MetaErrorKind::InvalidReplicationFactor),
+        ] {
+            match create(&mut s, name, p, rf) {
+                MetaResult::Refused(e) => assert_eq!(e.kind, kind, "{e}"),
+                other => panic!("expected refusal, got {other:?}"),
+            }
+        }
+        assert_eq!(s, before);
+    }
+
+    #[test]
+    fn topic_names_are_checked() {
+        assert!(validate_topic_name("orders.v1_eu-west").is_ok());
+        for bad in ["", ".", "..", "a b", "ü", &"x".repeat(250)] {
+            assert!(validate_topic_name(bad).is_err(), "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,35 @@
+//! Rill's wire format.
+//!
+//! The generated gRPC code for `proto/rill/*.proto` (the only place codegen runs) and the
+//! record-batch codec both producers and the server use.
+//!
+//! * [`common`]: error codes, records and record batches.
+//! * [`stream`]: the `Stream` service — Produce, Fetch, ListOffsets.
+//! * [`admin`]: the `Admin` service — topics, cluster, client metadata.
+//! * [`internal`]: node-to-node services (Raft transport, forwarding, replica status).
+//! * [`batch`]: building, checksumming and decoding [`common::RecordBatch`].
+
+#![allow(clippy::all)] // generated code below is not ours to lint
+#![allow(missing_docs)]
+
+pub mod common {
+    tonic::include_proto!("rill.common");
+}
+pub mod stream {
+    tonic::include_proto!("rill.stream");
+}
+pub mod admin {
+    tonic::include_proto!("rill.admin");
+}
+pub mod internal {
+    tonic::include_proto!("rill.internal");
+}
+
+#[warn(clippy::all)]
+pub mod batch;
+
+pub use common::ErrorCode;
+
+/// Largest gRPC message Rill encodes or decodes. A produce request carries at most one batch per
+/// partition of at most `max.message.bytes` (default 1 MiB); Raft append batches carry several.
+pub const MAX_GRPC_MESSAGE_BYTES: usize = 64 << 20;

@@ -1,0 +1,45 @@
+//! Multi-raft for Rill: many openraft groups per node sharing one storage engine and one
+//! transport.
+//!
+//! ```text
+//!              MultiRaft (one per node)
+//!   ┌──────────────┬──────────────┬──────────────┐
+//!   │ group 0      │ group 7      │ group 8      │  one openraft::Raft each
+//!   │ LogStore ─┐  │ LogStore ─┐  │ LogStore ─┐  │
+//!   │ SmStore   │  │ SmStore   │  │ SmStore   │  │  state machines supplied by the caller
+//!   └───────────┼──┴───────────┼──┴───────────┼──┘
+//!               ▼              ▼              ▼
+//!          Engine (one RocksDB / MemEngine) + Syncer (group commit)
+//!
+//!   outgoing: GroupNetwork ──► Transport (one gRPC channel per peer) ──► peer's RaftService
+//!   incoming: RaftService ──► MultiRaft::group(id) ──► openraft
+//! ```
+//!
+//! * [`types`]: the openraft type configuration and the entry [`Payload`].
+//! * [`runtime`]: openraft's `AsyncRuntime`, routed through `rill-rt` (so it runs under madsim).
+//! * [`log_store`]: [`LogStore`] — the Raft log, votes and a dense *position* index over it.
+//! * [`state_machine`]: [`GroupStateMachine`], what a group's owner implements, and its adapter.
+//! * [`network`] and [`service`]: the shared transport, client and server side.
+//! * [`multi`]: [`MultiRaft`], the registry of the groups running on this node.
+//!
+//! This crate knows nothing about records, offsets or topics: an entry carries opaque bytes and
+//! declares how many *positions* it occupies (a partition uses one position per record, which
+//! is how offsets stay dense and identical on every replica).
+
+pub mod codec;
+pub mod error;
+pub mod keys;
+pub mod log_store;
+pub mod multi;
+pub mod network;
+pub mod runtime;
+pub mod service;
+pub mod state_machine;
+pub mod types;
+
+pub use error::{Error, Result};
+pub use log_store::{LogStore, PositionedEntry};
+pub use multi::{GroupOptions, MultiRaft, RaftTiming};
+pub use network::Transport;
+pub use state_machine::GroupStateMachine;
+pub use types::{GroupId, NodeId, Payload, Raft, TypeConfig};

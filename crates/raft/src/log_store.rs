@@ -1,0 +1,536 @@
+//! [`LogStore`]: one group's Raft log, vote and position index, on the node's shared engine.
+//!
+//! # Positions
+//! Every entry occupies `units` dense *positions* (0 for blank and membership entries). The
+//! position an entry starts at is fixed when it is appended: it is the log's end position at
+//! that moment, stored in the entry and in the `LogIndex` keyspace (`position → log index`).
+//! Raft's log matching property makes positions identical on every replica for every shared log
+//! prefix, so a partition's offsets are simply positions, and its records are read straight from
+//! the Raft log — they are never written a second time.
+//!
+//! # Durability
+//! * `append` writes entries unsynced (readable at once) and hands a flush job to the group's
+//!   flusher task, which calls the node's [`Syncer`] and only then tells openraft the entries
+//!   are flushed. openraft acknowledges appends to the leader, counts the leader's own copy and
+//!   grants votes only after that — so nothing is acknowledged before it is synced.
+//! * `save_vote` returns only after a sync.
+//! * `truncate`, `purge` and `save_committed` write unsynced; the next sync covers them, and the
+//!   engine's prefix guarantee means a surviving later append implies they survived too.
+
+use std::collections::HashMap;
+use std::fmt::Debug;
+use std::ops::{Bound, RangeBounds};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use bytes::Bytes;
+use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
+use openraft::{AnyError, EntryPayload, OptionalSend, RaftLogReader, StorageIOError};
+use rill_rt::sync::{mpsc, oneshot};
+use rill_storage::{Engine, Keyspace, Syncer, WriteBatch};
+
+use crate::codec::{self, StoredEntry};
+use crate::keys;
+use crate::types::{Entry, GroupId, LogId, StorageError, TypeConfig, Vote};
+
+/// Where a proposed entry landed: its log index and first position.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Placement {
+    /// Raft log index.
+    pub index: u64,
+    /// First position (for a partition: the batch's base offset).
+    pub base: u64,
+}
+
+/// A decoded normal entry and the positions it occupies.
+#[derive(Debug, Clone)]
+pub struct PositionedEntry {
+    /// Raft log index.
+    pub index: u64,
+    /// First position.
+    pub base: u64,
+    /// Positions occupied.
+    pub units: u32,
+    /// The state machine command.
+    pub body: Bytes,
+}
+
+struct LogMeta {
+    last_log_id: Option<LogId>,
+    last_purged: Option<LogId>,
+    /// First position still in the log (the end of the purged prefix).
+    start_position: u64,
+    /// Position after the last entry.
+    end_position: u64,
+}
+
+struct FlushJob {
+    callback: LogFlushed<TypeConfig>,
+    proposals: Vec<(oneshot::Sender<Placement>, Placement)>,
+}
+
+struct Shared {
+    group: GroupId,
+    engine: Arc<dyn Engine>,
+    syncer: Syncer,
+    meta: Mutex<LogMeta>,
+    flush_tx: mpsc::UnboundedSender<FlushJob>,
+    proposals: Mutex<HashMap<u64, oneshot::Sender<Placement>>>,
+}
+
+/// One group's log storage. Cheap to clone; clones share state.
+#[derive(Clone)]
+pub struct LogStore {
+    shared: Arc<Shared>,
+}
+
+impl Debug for LogStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LogStore")
+            .field("group", &self.shared.group)
+            .finish()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Every critical section leaves the data consistent, so a poisoned lock is still usable.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn read_err(e: impl ToString) -> StorageError {
+    StorageIOError::read_logs(AnyError::error(e)).into()
+}
+
+fn write_err(e: impl ToString) -> StorageError {
+    StorageIOError::write_logs(AnyError::error(e)).into()
+}
+
+impl LogStore {
+    /// Opens group `group`'s log on `engine`, recovering its end from what is stored, and spawns
+    /// its flusher task on the current runtime.
+    pub fn open(group: GroupId, engine: Arc<dyn Engine>, syncer: Syncer) -> crate::Result<Self> {
+        let corrupt = |reason: String| crate::Error::Corrupt { group, reason };
+        let (last_purged, purged_end) =
+            match engine.get(Keyspace::RaftMeta, &keys::group_tag(group, keys::PURGED))? {
+                Some(b) => codec::decode_message::<(LogId, u64)>(&b)
+                    .map(|(id, end)| (Some(id), end))
+                    .map_err(corrupt)?,
+                None => (None, 0),
+            };
+        let last = engine.scan_rev(
+            Keyspace::RaftLog,
+            &keys::group_start(group),
+            &keys::group_end(group),
+            1,
+        )?;
+        let (last_log_id, end_position) = match last.into_iter().next() {
+            Some((_, v)) => {
+                let e = codec::decode_entry(v).map_err(corrupt)?;
+                (Some(e.entry.log_id), e.end())
+            }
+            None => (last_purged, purged_end),
+        };
+        let (flush_tx, flush_rx) = mpsc::unbounded_channel();
+        rill_rt::spawn(run_flusher(group, syncer.clone(), flush_rx));
+        let meta = LogMeta {
+            last_log_id,
+            last_purged,
+            start_position: purged_end,
+            end_position,
+        };
+        Ok(Self {
+            shared: Arc::new(Shared {
+                group,
+                engine,
+                syncer,
+                meta: Mutex::new(meta),
+                flush_tx,
+                proposals: Mutex::new(HashMap::new()),
+            }),
+        })
+    }
+
+    /// The group this log belongs to.
+    pub fn group(&self) -> GroupId {
+        self.shared.group
+    }
+
+    /// First position still stored (everything before it was purged).
+    pub fn start_position(&self) -> u64 {
+        lock(&self.shared.meta).start_position
+    }
+
+    /// Position after the last entry (committed or not).
+    pub fn end_position(&self) -> u64 {
+        lock(&self.shared.meta).end_position
+    }
+
+    /// Registers interest in the entry proposed with tag `proposal`: the receiver yields its
+    /// placement once the entry is durable in this node's log. Call before proposing; drop the
+    /// receiver (or call [`LogStore::forget_proposal`]) if the proposal fails.
+    pub fn watch_proposal(&self, proposal: u64) -> oneshot::Receiver<Placement> {
+        let (tx, rx) = oneshot::channel();
+        lock(&self.shared.proposals).insert(proposal, tx);
+        rx
+    }
+
+    /// Drops a registration made by [`LogStore::watch_proposal`].
+    pub fn forget_proposal(&self, proposal: u64) {
+        lock(&self.shared.proposals).remove(&proposal);
+    }
+
+    /// The log index of the entry holding `position`, if that position is stored.
+    pub fn index_of_position(&self, position: u64) -> crate::Result<Option<u64>> {
+        let g = self.shared.group;
+        let end_key = keys::group_u64(g, position.saturating_add(1));
+        let found =
+            self.shared
+                .engine
+                .scan_rev(Keyspace::LogIndex, &keys::group_u64(g, 0), &end_key, 1)?;
+        let Some((_, v)) = found.into_iter().next() else {
+            return Ok(None);
+        };
+        let index: [u8; 8] = v[..].try_into().map_err(|_| crate::Error::Corrupt {
+            group: g,
+            reason: "bad position index value".into(),
+        })?;
+        Ok(Some(u64::from_be_bytes(index)))
+    }
+
+    /// Up to `max_entries` normal entries (those occupying positions) from log index `from` on,
+    /// stopping before log index `until`.
+    pub fn read_positioned(
+        &self,
+        from: u64,
+        until: u64,
+        max_entries: usize,
+    ) -> crate::Result<Vec<PositionedEntry>> {
+        let g = self.shared.group;
+        let rows = self.shared.engine.scan(
+            Keyspace::RaftLog,
+            &keys::group_u64(g, from),
+            &keys::group_u64(g, until),
+            max_entries,
+        )?;
+        let mut out = Vec::with_capacity(rows.len());
+        for (k, v) in rows {
+            let e = codec::decode_entry(v)
+                .map_err(|reason| crate::Error::Corrupt { group: g, reason })?;
+            let index = keys::suffix_u64(&k).unwrap_or(e.entry.log_id.index);
+            if let EntryPayload::Normal(p) = e.entry.payload {
+                if p.units > 0 {
+                    out.push(PositionedEntry {
+                        index,
+                        base: e.base,
+                        units: p.units,
+                        body: p.body,
+                    });
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Every stored entry with its position (for replica comparison in tests and oracles).
+    pub fn read_all(&self) -> crate::Result<Vec<StoredEntry>> {
+        let g = self.shared.group;
+        let rows = self.shared.engine.scan(
+            Keyspace::RaftLog,
+            &keys::group_start(g),
+            &keys::group_end(g),
+            usize::MAX,
+        )?;
+        rows.into_iter()
+            .map(|(_, v)| {
+                codec::decode_entry(v).map_err(|reason| crate::Error::Corrupt { group: g, reason })
+            })
+            .collect()
+    }
+
+    /// Removes every key of this group (log, hard state, indexes, snapshots). Used when a
+    /// replica is deleted; the caller must have stopped the group.
+    pub fn destroy(engine: &dyn Engine, group: GroupId) -> crate::Result<()> {
+        let mut b = WriteBatch::new();
+        for ks in Keyspace::ALL {
+            b.delete_range(
+                ks,
+                keys::group_start(group).to_vec(),
+                keys::group_end(group).to_vec(),
+            );
+        }
+        engine.write(b, true)?;
+        Ok(())
+    }
+
+    fn get_entry(&self, index: u64) -> Result<Option<StoredEntry>, StorageError> {
+        let v = self
+            .shared
+            .engine
+            .get(
+                Keyspace::RaftLog,
+                &keys::group_u64(self.shared.group, index),
+            )
+            .map_err(read_err)?;
+        v.map(codec::decode_entry).transpose().map_err(read_err)
+    }
+
+    fn write(&self, batch: WriteBatch) -> Result<(), StorageError> {
+        self.shared.engine.write(batch, false).map_err(write_err)
+    }
+}
+
+async fn run_flusher(group: GroupId, syncer: Syncer, mut rx: mpsc::UnboundedReceiver<FlushJob>) {
+    while let Some(first) = rx.recv().await {
+        let mut jobs = vec![first];
+        while let Ok(more) = rx.try_recv() {
+            jobs.push(more);
+        }
+        let result = syncer.sync().await;
+        for job in jobs {
+            match &result {
+                Ok(()) => {
+                    job.callback.log_io_completed(Ok(()));
+                    for (tx, placement) in job.proposals {
+                        let _ = tx.send(placement);
+                    }
+                }
+                Err(e) => {
+                    tracing::error!(group, error = %e, "log flush failed");
+                    job.callback
+                        .log_io_completed(Err(std::io::Error::other(e.to_string())));
+                }
+            }
+        }
+    }
+}
+
+fn index_range(range: &impl RangeBounds<u64>) -> (u64, u64) {
+    let start = match range.start_bound() {
+        Bound::Included(s) => *s,
+        Bound::Excluded(s) => s.saturating_add(1),
+        Bound::Unbounded => 0,
+    };
+    let end = match range.end_bound() {
+        Bound::Included(e) => e.saturating_add(1),
+        Bound::Excluded(e) => *e,
+        Bound::Unbounded => u64::MAX,
+    };
+    (start, end)
+}
+
+impl RaftLogReader<TypeConfig> for LogStore {
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
+        &mut self,
+        range: RB,
+    ) -> Result<Vec<Entry>, StorageError> {
+        let (start, end) = index_range(&range);
+        let g = self.shared.group;
+        let rows = self
+            .shared
+            .engine
+            .scan(
+                Keyspace::RaftLog,
+                &keys::group_u64(g, start),
+                &keys::group_u64(g, end),
+                usize::MAX,
+            )
+            .map_err(read_err)?;
+        rows.into_iter()
+            .map(|(_, v)| codec::decode_entry(v).map(|e| e.entry).map_err(read_err))
+            .collect()
+    }
+}
+
+impl RaftLogStorage<TypeConfig> for LogStore {
+    type LogReader = LogStore;
+
+    async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError> {
+        let m = lock(&self.shared.meta);
+        Ok(LogState {
+            last_purged_log_id: m.last_purged,
+            last_log_id: m.last_log_id,
+        })
+    }
+
+    async fn get_log_reader(&mut self) -> Self::LogReader {
+        self.clone()
+    }
+
+    async fn save_vote(&mut self, vote: &Vote) -> Result<(), StorageError> {
+        let err = |e: String| StorageError::from(StorageIOError::write_vote(AnyError::error(e)));
+        let mut b = WriteBatch::new();
+        b.put(
+            Keyspace::RaftMeta,
+            keys::group_tag(self.shared.group, keys::VOTE).to_vec(),
+            codec::encode_message(vote).map_err(err)?,
+        );
+        self.shared
+            .engine
+            .write(b, false)
+            .map_err(|e| err(e.to_string()))?;
+        // A vote must be durable before it is answered.
+        self.shared
+            .syncer
+            .sync()
+            .await
+            .map_err(|e| err(e.to_string()))
+    }
+
+    async fn read_vote(&mut self) -> Result<Option<Vote>, StorageError> {
+        let err = |e: String| StorageError::from(StorageIOError::read_vote(AnyError::error(e)));
+        let v = self
+            .shared
+            .engine
+            .get(
+                Keyspace::RaftMeta,
+                &keys::group_tag(self.shared.group, keys::VOTE),
+            )
+            .map_err(|e| err(e.to_string()))?;
+        v.map(|b| codec::decode_message::<Vote>(&b))
+            .transpose()
+            .map_err(err)
+    }
+
+    async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), StorageError> {
+        let mut b = WriteBatch::new();
+        let key = keys::group_tag(self.shared.group, keys::COMMITTED).to_vec();
+        match committed {
+            Some(c) => b.put(
+                Keyspace::RaftMeta,
+                key,
+                codec::encode_message(&c).map_err(write_err)?,
+            ),
+            None => b.delete(Keyspace::RaftMeta, key),
+        }
+        self.write(b)
+    }
+
+    async fn read_committed(&mut self) -> Result<Option<LogId>, StorageError> {
+        let v = self
+            .shared
+            .engine
+            .get(
+                Keyspace::RaftMeta,
+                &keys::group_tag(self.shared.group, keys::COMMITTED),
+            )
+            .map_err(read_err)?;
+        v.map(|b| codec::decode_message::<LogId>(&b))
+            .transpose()
+            .map_err(read_err)
+    }
+
+    async fn append<I>(
+        &mut self,
+        entries: I,
+        callback: LogFlushed<TypeConfig>,
+    ) -> Result<(), StorageError>
+    where
+        I: IntoIterator<Item = Entry> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let g = self.shared.group;
+        let mut batch = WriteBatch::new();
+        let mut proposals = Vec::new();
+        {
+            let mut meta = lock(&self.shared.meta);
+            let mut end = meta.end_position;
+            let mut last = meta.last_log_id;
+            for entry in entries {
+                let index = entry.log_id.index;
+                let encoded = codec::encode_entry(end, &entry).map_err(write_err)?;
+                batch.put(
+                    Keyspace::RaftLog,
+                    keys::group_u64(g, index).to_vec(),
+                    encoded,
+                );
+                if let EntryPayload::Normal(p) = &entry.payload {
+                    if p.units > 0 {
+                        batch.put(
+                            Keyspace::LogIndex,
+                            keys::group_u64(g, end).to_vec(),
+                            index.to_be_bytes().to_vec(),
+                        );
+                    }
+                    if p.proposal != 0 {
+                        if let Some(tx) = lock(&self.shared.proposals).remove(&p.proposal) {
+                            proposals.push((tx, Placement { index, base: end }));
+                        }
+                    }
+                    end += u64::from(p.units);
+                }
+                last = Some(entry.log_id);
+            }
+            self.shared.engine.write(batch, false).map_err(write_err)?;
+            meta.end_position = end;
+            meta.last_log_id = last;
+        }
+        self.shared
+            .flush_tx
+            .send(FlushJob {
+                callback,
+                proposals,
+            })
+            .map_err(|_| write_err("log flusher stopped"))?;
+        Ok(())
+    }
+
+    async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {
+        let g = self.shared.group;
+        let Some(first_removed) = self.get_entry(log_id.index)? else {
+            return Ok(());
+        };
+        let previous = match log_id.index.checked_sub(1) {
+            Some(i) => self.get_entry(i)?.map(|e| e.entry.log_id),
+            None => None,
+        };
+        let mut b = WriteBatch::new();
+        b.delete_range(
+            Keyspace::RaftLog,
+            keys::group_u64(g, log_id.index).to_vec(),
+            keys::group_end(g).to_vec(),
+        );
+        b.delete_range(
+            Keyspace::LogIndex,
+            keys::group_u64(g, first_removed.base).to_vec(),
+            keys::group_end(g).to_vec(),
+        );
+        let mut meta = lock(&self.shared.meta);
+        self.write(b)?;
+        meta.end_position = first_removed.base;
+        meta.last_log_id = previous.or(meta.last_purged);
+        tracing::debug!(group = g, from = log_id.index, "truncated log");
+        Ok(())
+    }
+
+    async fn purge(&mut self, log_id: LogId) -> Result<(), StorageError> {
+        let g = self.shared.group;
+        let end = match self.get_entry(log_id.index)? {
+            Some(e) => e.end(),
+            None => self.start_position(),
+        };
+        let mut b = WriteBatch::new();
+        b.delete_range(
+            Keyspace::RaftLog,
+            keys::group_u64(g, 0).to_vec(),
+            keys::group_u64(g, log_id.index.saturating_add(1)).to_vec(),
+        );
+        b.delete_range(
+            Keyspace::LogIndex,
+            keys::group_u64(g, 0).to_vec(),
+            keys::group_u64(g, end).to_vec(),
+        );
+        b.put(
+            Keyspace::RaftMeta,
+            keys::group_tag(g, keys::PURGED).to_vec(),
+            codec::encode_message(&(log_id, end)).map_err(write_err)?,
+        );
+        let mut meta = lock(&self.shared.meta);
+        self.write(b)?;
+        meta.last_purged = Some(log_id);
+        meta.start_position = end;
+        if meta.last_log_id.map_or(true, |l| l.index < log_id.index) {
+            meta.last_log_id = Some(log_id);
+            meta.end_position = end;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,232 @@
+//! [`MultiRaft`]: the registry of every Raft group running on this node.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, RwLock};
+
+use openraft::error::{InitializeError, RaftError};
+use openraft::{BasicNode, Config, SnapshotPolicy};
+use rill_storage::{Engine, Syncer};
+
+use crate::log_store::LogStore;
+use crate::network::{GroupNetworkFactory, Transport};
+use crate::state_machine::{GroupStateMachine, SmStore};
+use crate::types::{GroupId, NodeId, Raft};
+use crate::{Error, Result};
+
+/// Raft timing shared by every group of a node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RaftTiming {
+    /// Leader heartbeat interval.
+    pub heartbeat_ms: u64,
+    /// Election timeout lower bound; a follower that heard nothing for a random time in
+    /// `[election_min_ms, election_max_ms)` starts an election.
+    pub election_min_ms: u64,
+    /// Election timeout upper bound.
+    pub election_max_ms: u64,
+}
+
+impl Default for RaftTiming {
+    fn default() -> Self {
+        // Failover in well under a second on a healthy network, with room for scheduling
+        // hiccups on busy machines before a follower gives up on its leader.
+        Self {
+            heartbeat_ms: 100,
+            election_min_ms: 500,
+            election_max_ms: 1000,
+        }
+    }
+}
+
+/// Per-group options.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GroupOptions {
+    /// Build a state machine snapshot after this many entries (shortens restarts; logs are
+    /// never purged behind it).
+    pub snapshot_every_entries: u64,
+    /// Most entries in one AppendEntries message.
+    pub max_entries_per_append: u64,
+}
+
+impl Default for GroupOptions {
+    fn default() -> Self {
+        Self {
+            snapshot_every_entries: 10_000,
+            max_entries_per_append: 64,
+        }
+    }
+}
+
+/// A running group and the handles its owner uses.
+pub struct StartedGroup<M> {
+    /// The openraft handle.
+    pub raft: Raft,
+    /// The group's log (reads of committed entries, proposal tracking).
+    pub log: LogStore,
+    /// The group's state machine.
+    pub sm: SmStore<M>,
+    /// True when this call initialized a fresh log with the given membership.
+    pub initialized_now: bool,
+}
+
+/// Every group hosted by one node, sharing its engine, syncer and transport.
+pub struct MultiRaft {
+    node_id: NodeId,
+    engine: Arc<dyn Engine>,
+    syncer: Syncer,
+    transport: Arc<Transport>,
+    timing: RaftTiming,
+    groups: RwLock<HashMap<GroupId, Raft>>,
+}
+
+impl MultiRaft {
+    /// A registry for node `node_id`.
+    pub fn new(
+        node_id: NodeId,
+        engine: Arc<dyn Engine>,
+        syncer: Syncer,
+        transport: Arc<Transport>,
+        timing: RaftTiming,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            node_id,
+            engine,
+            syncer,
+            transport,
+            timing,
+            groups: RwLock::new(HashMap::new()),
+        })
+    }
+
+    /// This node's id.
+    pub fn node_id(&self) -> NodeId {
+        self.node_id
+    }
+
+    /// The node's storage engine.
+    pub fn engine(&self) -> &Arc<dyn Engine> {
+        &self.engine
+    }
+
+    /// The node's transport.
+    pub fn transport(&self) -> &Arc<Transport> {
+        &self.transport
+    }
+
+    /// The running group `id`, if hosted here.
+    pub fn group(&self, id: GroupId) -> Option<Raft> {
+        self.groups
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&id)
+            .cloned()
+    }
+
+    /// Ids of every hosted group.
+    pub fn group_ids(&self) -> Vec<GroupId> {
+        let mut ids: Vec<GroupId> = self
+            .groups
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .keys()
+            .copied()
+            .collect();
+        ids.sort_unstable();
+        ids
+    }
+
+    fn config(&self, group: GroupId, opts: GroupOptions) -> Result<Config> {
+        let config = Config {
+            cluster_name: format!("rill-group-{group}"),
+            heartbeat_interval: self.timing.heartbeat_ms,
+            election_timeout_min: self.timing.election_min_ms,
+            election_timeout_max: self.timing.election_max_ms,
+            max_payload_entries: opts.max_entries_per_append,
+            snapshot_policy: SnapshotPolicy::LogsSinceLast(opts.snapshot_every_entries),
+            // The log is the data: never purge it behind a snapshot. Retention removes data,
+            // not Raft.
+            max_in_snapshot_log_to_keep: u64::MAX,
+            ..Default::default()
+        };
+        config.validate().map_err(|e| Error::Raft {
+            group,
+            reason: e.to_string(),
+        })
+    }
+
+    /// Starts group `group` with state machine `sm`. When the group has no log yet, it is
+    /// initialized with `members` (every member does the same, which openraft allows).
+    pub async fn start_group<M: GroupStateMachine>(
+        &self,
+        group: GroupId,
+        sm: M,
+        members: BTreeMap<NodeId, BasicNode>,
+        opts: GroupOptions,
+    ) -> Result<StartedGroup<M>> {
+        if let Some(raft) = self.group(group) {
+            return Err(Error::Raft {
+                group,
+                reason: format!(
+                    "already running (leader {:?})",
+                    raft.metrics().borrow().current_leader
+                ),
+            });
+        }
+        let log = LogStore::open(group, self.engine.clone(), self.syncer.clone())?;
+        let sm = SmStore::open(group, self.engine.clone(), sm)?;
+        let config = Arc::new(self.config(group, opts)?);
+        let network = GroupNetworkFactory::new(group, self.transport.clone());
+        let raft = Raft::new(self.node_id, config, network, log.clone(), sm.clone())
+            .await
+            .map_err(|e| Error::Raft {
+                group,
+                reason: e.to_string(),
+            })?;
+        let initialized_now = match raft.initialize(members).await {
+            Ok(()) => true,
+            Err(RaftError::APIError(InitializeError::NotAllowed(_))) => false,
+            Err(e) => {
+                return Err(Error::Raft {
+                    group,
+                    reason: e.to_string(),
+                })
+            }
+        };
+        self.groups
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(group, raft.clone());
+        tracing::debug!(
+            node = self.node_id,
+            group,
+            initialized_now,
+            "raft group started"
+        );
+        Ok(StartedGroup {
+            raft,
+            log,
+            sm,
+            initialized_now,
+        })
+    }
+
+    /// Stops group `group` (if running) and forgets it. Its data stays on disk.
+    pub async fn stop_group(&self, group: GroupId) {
+        let raft = self
+            .groups
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&group);
+        if let Some(raft) = raft {
+            if let Err(e) = raft.shutdown().await {
+                tracing::warn!(group, error = %e, "raft group did not shut down cleanly");
+            }
+        }
+    }
+
+    /// Stops every group.
+    pub async fn shutdown(&self) {
+        for group in self.group_ids() {
+            self.stop_group(group).await;
+        }
+    }
+}

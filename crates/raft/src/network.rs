@@ -1,0 +1,201 @@
+//! Outgoing Raft traffic: one [`Transport`] per node (one gRPC channel per peer, shared by every
+//! group), and a per-group [`GroupNetwork`] that stamps its group id on every message.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use openraft::error::{
+    InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
+};
+use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
+    VoteRequest, VoteResponse,
+};
+use openraft::BasicNode;
+use rill_proto::internal::raft_transport_client::RaftTransportClient;
+use rill_proto::internal::RaftMessage;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use tonic::transport::{Channel, Endpoint};
+
+use crate::codec;
+use crate::types::{GroupId, NodeId, TypeConfig};
+
+/// How long to wait for a TCP connection to a peer.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long to back off after a peer was unreachable (or did not host the group yet). Short,
+/// because a new partition's replicas start within milliseconds of each other.
+const UNREACHABLE_BACKOFF: Duration = Duration::from_millis(200);
+
+/// A transport failure, as an error type openraft can wrap.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct TransportError(pub String);
+
+/// The node's connections to its peers. One lazily connected channel per peer address.
+#[derive(Default)]
+pub struct Transport {
+    channels: Mutex<HashMap<(NodeId, String), Channel>>,
+}
+
+impl Transport {
+    /// A transport with no connections yet.
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self::default())
+    }
+
+    /// The channel to `node` at `addr` (`host:port`), created on first use.
+    pub fn channel(&self, node: NodeId, addr: &str) -> Result<Channel, TransportError> {
+        let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(c) = channels.get(&(node, addr.to_string())) {
+            return Ok(c.clone());
+        }
+        let endpoint = Endpoint::from_shared(format!("http://{addr}"))
+            .map_err(|e| TransportError(format!("bad peer address {addr}: {e}")))?
+            .connect_timeout(CONNECT_TIMEOUT)
+            .tcp_nodelay(true);
+        let channel = endpoint.connect_lazy();
+        channels.insert((node, addr.to_string()), channel.clone());
+        Ok(channel)
+    }
+
+    fn client(
+        &self,
+        node: NodeId,
+        addr: &str,
+    ) -> Result<RaftTransportClient<Channel>, TransportError> {
+        Ok(RaftTransportClient::new(self.channel(node, addr)?)
+            .max_decoding_message_size(rill_proto::MAX_GRPC_MESSAGE_BYTES)
+            .max_encoding_message_size(rill_proto::MAX_GRPC_MESSAGE_BYTES))
+    }
+}
+
+/// Creates [`GroupNetwork`]s for one group.
+pub struct GroupNetworkFactory {
+    group: GroupId,
+    transport: Arc<Transport>,
+}
+
+impl GroupNetworkFactory {
+    /// A factory for `group` over `transport`.
+    pub fn new(group: GroupId, transport: Arc<Transport>) -> Self {
+        Self { group, transport }
+    }
+}
+
+impl RaftNetworkFactory<TypeConfig> for GroupNetworkFactory {
+    type Network = GroupNetwork;
+
+    async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> Self::Network {
+        GroupNetwork {
+            group: self.group,
+            target,
+            addr: node.addr.clone(),
+            transport: self.transport.clone(),
+        }
+    }
+}
+
+/// One group's view of one peer.
+pub struct GroupNetwork {
+    group: GroupId,
+    target: NodeId,
+    addr: String,
+    transport: Arc<Transport>,
+}
+
+#[derive(Clone, Copy)]
+enum Rpc {
+    Append,
+    Vote,
+    Snapshot,
+}
+
+impl GroupNetwork {
+    async fn call<Req, Resp, E>(
+        &self,
+        rpc: Rpc,
+        req: &Req,
+        option: &RPCOption,
+    ) -> Result<Resp, RPCError<NodeId, BasicNode, E>>
+    where
+        Req: Serialize,
+        Resp: DeserializeOwned,
+        E: std::error::Error + DeserializeOwned,
+    {
+        let unreachable = |e: String| RPCError::Unreachable(Unreachable::new(&TransportError(e)));
+        let network = |e: String| RPCError::Network(NetworkError::new(&TransportError(e)));
+        let payload = codec::encode_message(req).map_err(network)?;
+        let mut client = self
+            .transport
+            .client(self.target, &self.addr)
+            .map_err(|e| unreachable(e.0))?;
+        let msg = RaftMessage {
+            group_id: self.group,
+            payload,
+        };
+        let call = async {
+            match rpc {
+                Rpc::Append => client.append_entries(msg).await,
+                Rpc::Vote => client.vote(msg).await,
+                Rpc::Snapshot => client.install_snapshot(msg).await,
+            }
+        };
+        let reply = match rill_rt::timeout(option.hard_ttl(), call).await {
+            Err(_) => {
+                return Err(network(format!(
+                    "no answer from node {} within {:?}",
+                    self.target,
+                    option.hard_ttl()
+                )))
+            }
+            Ok(Err(status)) => {
+                return Err(match status.code() {
+                    // Not hosting the group (yet) or not reachable: back off and retry.
+                    tonic::Code::NotFound | tonic::Code::Unavailable => {
+                        unreachable(status.message().to_string())
+                    }
+                    _ => network(format!("{}: {}", status.code(), status.message())),
+                });
+            }
+            Ok(Ok(r)) => r.into_inner(),
+        };
+        let answer: Result<Resp, E> = codec::decode_message(&reply.payload).map_err(network)?;
+        answer.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
+    }
+}
+
+impl RaftNetwork<TypeConfig> for GroupNetwork {
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
+        self.call(Rpc::Append, &rpc, &option).await
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        rpc: InstallSnapshotRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<
+        InstallSnapshotResponse<NodeId>,
+        RPCError<NodeId, BasicNode, RaftError<NodeId, InstallSnapshotError>>,
+    > {
+        self.call(Rpc::Snapshot, &rpc, &option).await
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<NodeId>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
+        self.call(Rpc::Vote, &rpc, &option).await
+    }
+
+    fn backoff(&self) -> openraft::network::Backoff {
+        openraft::network::Backoff::new(std::iter::repeat(UNREACHABLE_BACKOFF))
+    }
+}

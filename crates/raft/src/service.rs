@@ -1,0 +1,75 @@
+//! Incoming Raft traffic: the `RaftTransport` gRPC service, dispatching by group id.
+
+use std::sync::Arc;
+
+use rill_proto::internal::raft_transport_server::RaftTransport;
+use rill_proto::internal::RaftMessage;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use tonic::{Request, Response, Status};
+
+use crate::codec;
+use crate::multi::MultiRaft;
+use crate::types::Raft;
+
+/// Serves Raft RPCs for every group hosted by a [`MultiRaft`].
+#[derive(Clone)]
+pub struct RaftService {
+    multi: Arc<MultiRaft>,
+}
+
+impl RaftService {
+    /// A service over `multi`.
+    pub fn new(multi: Arc<MultiRaft>) -> Self {
+        Self { multi }
+    }
+
+    fn group(&self, id: u64) -> Result<Raft, Status> {
+        self.multi.group(id).ok_or_else(|| {
+            Status::not_found(format!(
+                "group {id} is not hosted on node {}",
+                self.multi.node_id()
+            ))
+        })
+    }
+}
+
+fn decode<T: DeserializeOwned>(msg: &RaftMessage) -> Result<T, Status> {
+    codec::decode_message(&msg.payload)
+        .map_err(|e| Status::invalid_argument(format!("undecodable raft message: {e}")))
+}
+
+fn reply<T: Serialize>(group_id: u64, answer: &T) -> Result<Response<RaftMessage>, Status> {
+    let payload = codec::encode_message(answer).map_err(Status::internal)?;
+    Ok(Response::new(RaftMessage { group_id, payload }))
+}
+
+#[tonic::async_trait]
+impl RaftTransport for RaftService {
+    async fn append_entries(
+        &self,
+        request: Request<RaftMessage>,
+    ) -> Result<Response<RaftMessage>, Status> {
+        let msg = request.into_inner();
+        let raft = self.group(msg.group_id)?;
+        let answer = raft.append_entries(decode(&msg)?).await;
+        reply(msg.group_id, &answer)
+    }
+
+    async fn vote(&self, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
+        let msg = request.into_inner();
+        let raft = self.group(msg.group_id)?;
+        let answer = raft.vote(decode(&msg)?).await;
+        reply(msg.group_id, &answer)
+    }
+
+    async fn install_snapshot(
+        &self,
+        request: Request<RaftMessage>,
+    ) -> Result<Response<RaftMessage>, Status> {
+        let msg = request.into_inner();
+        let raft = self.group(msg.group_id)?;
+        let answer = raft.install_snapshot(decode(&msg)?).await;
+        reply(msg.group_id, &answer)
+    }
+}

@@ -1,0 +1,255 @@
+//! State machines: what a group's owner implements ([`GroupStateMachine`]) and the adapter that
+//! plugs it into openraft ([`SmStore`]).
+//!
+//! The adapter tracks what every state machine needs — last applied log id, membership and the
+//! applied *position* (the end position of the last applied entry, i.e. a partition's high
+//! watermark) — and persists snapshots in the engine's `State` keyspace. On restart the state
+//! machine is restored from its latest snapshot and openraft re-applies the committed log after
+//! it. Logs are never purged behind a snapshot (the partition log *is* the Raft log), so a
+//! snapshot only shortens restarts.
+
+use std::io::Cursor;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use bytes::Bytes;
+use openraft::storage::{RaftStateMachine, Snapshot};
+use openraft::{AnyError, EntryPayload, OptionalSend, RaftSnapshotBuilder, StorageIOError};
+use rill_storage::{Engine, Keyspace, WriteBatch};
+use serde::{Deserialize, Serialize};
+
+use crate::codec;
+use crate::keys;
+use crate::types::{
+    Entry, GroupId, LogId, Payload, Response, SnapshotMeta, StorageError, StoredMembership,
+    TypeConfig,
+};
+
+/// The deterministic state machine of one group, supplied by its owner (metadata, partition).
+///
+/// Every replica applies the same committed entries in the same order and must reach the same
+/// state; implementations must not read clocks, randomness or local configuration in `apply`.
+pub trait GroupStateMachine: Send + 'static {
+    /// Applies a committed normal entry occupying positions `base .. base + payload.units`.
+    /// Returns the answer for the proposer.
+    fn apply(&mut self, log_id: &LogId, base: u64, payload: &Payload) -> Bytes;
+
+    /// Serializes the full state.
+    fn snapshot(&self) -> Result<Bytes, String>;
+
+    /// Replaces the state with a snapshot made by [`GroupStateMachine::snapshot`].
+    fn restore(&mut self, data: &[u8]) -> Result<(), String>;
+}
+
+/// What the adapter tracks for every group.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Applied {
+    /// Last applied log id.
+    pub log_id: Option<LogId>,
+    /// Last applied membership.
+    pub membership: StoredMembership,
+    /// End position of the last applied entry: every position below it is committed and applied.
+    pub position: u64,
+}
+
+#[derive(Serialize, Deserialize)]
+struct StoredSnapshot {
+    meta: SnapshotMeta,
+    applied: Applied,
+    data: Vec<u8>,
+}
+
+struct Inner<M> {
+    sm: M,
+    applied: Applied,
+    snapshot: Option<StoredSnapshot>,
+    snapshot_seq: u64,
+}
+
+/// The openraft state machine adapter around a [`GroupStateMachine`]. Clones share state.
+pub struct SmStore<M> {
+    group: GroupId,
+    engine: Arc<dyn Engine>,
+    inner: Arc<Mutex<Inner<M>>>,
+}
+
+impl<M> Clone for SmStore<M> {
+    fn clone(&self) -> Self {
+        Self {
+            group: self.group,
+            engine: self.engine.clone(),
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+fn sm_err(e: impl ToString) -> StorageError {
+    StorageIOError::write_state_machine(AnyError::error(e)).into()
+}
+
+fn snap_err(e: impl ToString) -> StorageError {
+    StorageIOError::read_snapshot(None, AnyError::error(e)).into()
+}
+
+impl<M: GroupStateMachine> SmStore<M> {
+    /// Wraps `sm`, restoring it from the group's persisted snapshot when there is one.
+    pub fn open(group: GroupId, engine: Arc<dyn Engine>, mut sm: M) -> crate::Result<Self> {
+        let corrupt = |reason: String| crate::Error::Corrupt { group, reason };
+        let stored = engine.get(Keyspace::State, &keys::group_tag(group, keys::SNAPSHOT))?;
+        let (applied, snapshot) = match stored {
+            Some(b) => {
+                let s: StoredSnapshot = codec::decode_message(&b).map_err(corrupt)?;
+                sm.restore(&s.data).map_err(corrupt)?;
+                (s.applied.clone(), Some(s))
+            }
+            None => (Applied::default(), None),
+        };
+        Ok(Self {
+            group,
+            engine,
+            inner: Arc::new(Mutex::new(Inner {
+                sm,
+                applied,
+                snapshot,
+                snapshot_seq: 0,
+            })),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner<M>> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Runs `f` with the state machine (for reads by the group's owner).
+    pub fn with<R>(&self, f: impl FnOnce(&M, &Applied) -> R) -> R {
+        let inner = self.lock();
+        f(&inner.sm, &inner.applied)
+    }
+
+    /// What has been applied so far.
+    pub fn applied(&self) -> Applied {
+        self.lock().applied.clone()
+    }
+
+    fn persist(&self, snapshot: &StoredSnapshot) -> Result<(), StorageError> {
+        let mut b = WriteBatch::new();
+        b.put(
+            Keyspace::State,
+            keys::group_tag(self.group, keys::SNAPSHOT).to_vec(),
+            codec::encode_message(snapshot).map_err(sm_err)?,
+        );
+        self.engine.write(b, false).map_err(sm_err)
+    }
+
+    /// The snapshot as sent to followers: the adapter's record, then the owner's state.
+    fn to_openraft(s: &StoredSnapshot) -> Result<Snapshot<TypeConfig>, StorageError> {
+        let wire = codec::encode_message(&(s.applied.clone(), s.data.clone())).map_err(sm_err)?;
+        Ok(Snapshot {
+            meta: s.meta.clone(),
+            snapshot: Box::new(Cursor::new(wire.to_vec())),
+        })
+    }
+}
+
+impl<M: GroupStateMachine> RaftSnapshotBuilder<TypeConfig> for SmStore<M> {
+    async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
+        let stored = {
+            let mut inner = self.lock();
+            let data = inner.sm.snapshot().map_err(sm_err)?;
+            inner.snapshot_seq += 1;
+            let last = inner.applied.log_id;
+            let snapshot_id = match last {
+                Some(l) => format!(
+                    "{}-{}-{}-{}",
+                    l.leader_id.term, l.leader_id.node_id, l.index, inner.snapshot_seq
+                ),
+                None => format!("none-{}", inner.snapshot_seq),
+            };
+            let meta = SnapshotMeta {
+                last_log_id: last,
+                last_membership: inner.applied.membership.clone(),
+                snapshot_id,
+            };
+            StoredSnapshot {
+                meta,
+                applied: inner.applied.clone(),
+                data: data.to_vec(),
+            }
+        };
+        self.persist(&stored)?;
+        let out = Self::to_openraft(&stored)?;
+        self.lock().snapshot = Some(stored);
+        Ok(out)
+    }
+}
+
+impl<M: GroupStateMachine> RaftStateMachine<TypeConfig> for SmStore<M> {
+    type SnapshotBuilder = Self;
+
+    async fn applied_state(&mut self) -> Result<(Option<LogId>, StoredMembership), StorageError> {
+        let inner = self.lock();
+        Ok((inner.applied.log_id, inner.applied.membership.clone()))
+    }
+
+    async fn apply<I>(&mut self, entries: I) -> Result<Vec<Response>, StorageError>
+    where
+        I: IntoIterator<Item = Entry> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let mut inner = self.lock();
+        let mut out = Vec::new();
+        for entry in entries {
+            let Inner { sm, applied, .. } = &mut *inner;
+            applied.log_id = Some(entry.log_id);
+            match &entry.payload {
+                EntryPayload::Blank => out.push(Response::default()),
+                EntryPayload::Normal(p) => {
+                    let base = applied.position;
+                    applied.position += u64::from(p.units);
+                    out.push(Response(sm.apply(&entry.log_id, base, p)));
+                }
+                EntryPayload::Membership(m) => {
+                    applied.membership = StoredMembership::new(Some(entry.log_id), m.clone());
+                    out.push(Response::default());
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        self.clone()
+    }
+
+    async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, StorageError> {
+        Ok(Box::new(Cursor::new(Vec::new())))
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta,
+        snapshot: Box<Cursor<Vec<u8>>>,
+    ) -> Result<(), StorageError> {
+        let data = snapshot.into_inner();
+        // The adapter's own record, then the owner's state (see `to_openraft`).
+        let (applied, sm_data): (Applied, Vec<u8>) =
+            codec::decode_message(&data).map_err(snap_err)?;
+        let stored = StoredSnapshot {
+            meta: meta.clone(),
+            applied: applied.clone(),
+            data: sm_data,
+        };
+        {
+            let mut inner = self.lock();
+            inner.sm.restore(&stored.data).map_err(snap_err)?;
+            inner.applied = applied;
+        }
+        self.persist(&stored)?;
+        self.lock().snapshot = Some(stored);
+        Ok(())
+    }
+
+    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError> {
+        let inner = self.lock();
+        inner.snapshot.as_ref().map(Self::to_openraft).transpose()
+    }
+}

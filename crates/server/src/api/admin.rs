@@ -1,0 +1,302 @@
+//! The public `Admin` service: topics, cluster description, routing metadata.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::join_all;
+use rill_meta::{MetaCommand, MetaResult, MetaState, TopicMeta};
+use rill_proto::admin::admin_server::Admin;
+use rill_proto::admin::{
+    CreateTopicRequest, CreateTopicResponse, DescribeClusterRequest, DescribeClusterResponse,
+    DescribeTopicRequest, DescribeTopicResponse, ListTopicsRequest, ListTopicsResponse,
+    MetadataRequest, MetadataResponse, NodeDescription, PartitionDescription, PartitionMetadata,
+    TopicConfigEntry, TopicDescription, TopicMetadata, TopicSummary,
+};
+use rill_proto::common::ErrorCode;
+use rill_proto::internal::PingRequest;
+use tonic::{Request, Response, Status};
+
+use crate::api::status::{gather, PartitionLive};
+use crate::errors::{self, WireError};
+use crate::node::Node;
+
+/// How long CreateTopic waits for the metadata to be usable on this node.
+const META_WAIT: Duration = Duration::from_secs(10);
+/// How long a liveness probe may take.
+const PING_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// The `Admin` service.
+pub struct AdminApi {
+    node: Arc<Node>,
+}
+
+impl AdminApi {
+    /// The service for `node`.
+    pub fn new(node: Arc<Node>) -> Self {
+        Self { node }
+    }
+
+    async fn describe(&self, topic: &TopicMeta) -> TopicDescription {
+        let live = gather(&self.node, &[topic]).await;
+        let partitions = topic
+            .partitions
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let l = live.get(&p.group).cloned().unwrap_or_default();
+                describe_partition(&topic.name, i as u32, &p.replicas, &l)
+            })
+            .collect();
+        TopicDescription {
+            name: topic.name.clone(),
+            partitions,
+            configs: topic
+                .config
+                .entries()
+                .into_iter()
+                .map(|(key, value)| TopicConfigEntry { key, value })
+                .collect(),
+        }
+    }
+
+    /// Every known node with a fresh liveness probe.
+    async fn probe_nodes(&self) -> Vec<NodeDescription> {
+        let nodes = self.node.nodes();
+        let probes = nodes.iter().map(|(id, addr)| async move {
+            NodeDescription {
+                node_id: *id,
+                address: addr.clone(),
+                alive: self.alive(*id).await,
+            }
+        });
+        join_all(probes).await
+    }
+
+    async fn alive(&self, id: u64) -> bool {
+        if id == self.node.id() {
+            return true;
+        }
+        let Some(mut client) = self.node.cluster_client(id) else {
+            return false;
+        };
+        matches!(
+            rill_rt::timeout(
+                PING_TIMEOUT,
+                client.ping(PingRequest {
+                    from_node: self.node.id()
+                })
+            )
+            .await,
+            Ok(Ok(_))
+        )
+    }
+}
+
+fn describe_partition(
+    topic: &str,
+    partition: u32,
+    replicas: &[u64],
+    live: &PartitionLive,
+) -> PartitionDescription {
+    match &live.leader {
+        Some(l) => PartitionDescription {
+            partition,
+            leader: l.leader,
+            replicas: replicas.to_vec(),
+            isr: l.isr.clone(),
+            log_start_offset: l.log_start_offset,
+            high_watermark: l.high_watermark,
+            log_end_offset: l.log_end_offset,
+            error_code: ErrorCode::None as i32,
+            error_message: String::new(),
+        },
+        None => PartitionDescription {
+            partition,
+            leader: None,
+            replicas: replicas.to_vec(),
+            isr: Vec::new(),
+            log_start_offset: -1,
+            high_watermark: -1,
+            log_end_offset: -1,
+            error_code: ErrorCode::LeaderNotAvailable as i32,
+            error_message: if live.unreachable.is_empty() {
+                format!("no leader for {topic}/{partition} yet: an election is in progress")
+            } else {
+                format!(
+                    "no leader for {topic}/{partition}: {} of {} replicas unreachable (nodes {:?})",
+                    live.unreachable.len(),
+                    replicas.len(),
+                    live.unreachable
+                )
+            },
+        },
+    }
+}
+
+fn create_error(e: WireError) -> CreateTopicResponse {
+    CreateTopicResponse {
+        error_code: e.code as i32,
+        error_message: e.message,
+        topic: None,
+    }
+}
+
+#[tonic::async_trait]
+impl Admin for AdminApi {
+    async fn create_topic(
+        &self,
+        request: Request<CreateTopicRequest>,
+    ) -> Result<Response<CreateTopicResponse>, Status> {
+        let req = request.into_inner();
+        let configs: Vec<(String, String)> =
+            req.configs.into_iter().map(|c| (c.key, c.value)).collect();
+        // The members register themselves right after the first election.
+        if !self
+            .node
+            .wait_for_meta(META_WAIT, |m: &MetaState| !m.nodes.is_empty())
+            .await
+        {
+            return Ok(Response::new(create_error(WireError::new(
+                ErrorCode::LeaderNotAvailable,
+                "the cluster metadata is not ready yet (no nodes registered); is a majority of nodes up?",
+            ))));
+        }
+        // Fail fast on what this node can already see; the leader checks again when applying.
+        if let Err(e) = self.node.meta().check_create(
+            &req.name,
+            req.partitions,
+            req.replication_factor,
+            &configs,
+        ) {
+            return Ok(Response::new(create_error(errors::meta(&e))));
+        }
+        let cmd = MetaCommand::CreateTopic {
+            name: req.name.clone(),
+            partitions: req.partitions,
+            replication_factor: req.replication_factor,
+            configs,
+        };
+        let topic = match self.node.propose_meta(&cmd).await {
+            Err(e) => return Ok(Response::new(create_error(errors::propose(&e)))),
+            Ok(MetaResult::Refused(e)) => return Ok(Response::new(create_error(errors::meta(&e)))),
+            Ok(MetaResult::TopicCreated(t)) => t,
+            Ok(other) => {
+                return Err(Status::internal(format!(
+                    "unexpected metadata answer {other:?}"
+                )))
+            }
+        };
+        // Make the topic visible on this node before answering, so a follow-up request here sees it.
+        let name = topic.name.clone();
+        self.node
+            .wait_for_meta(META_WAIT, |m| m.topics.contains_key(&name))
+            .await;
+        let description = self.describe(&topic).await;
+        Ok(Response::new(CreateTopicResponse {
+            error_code: ErrorCode::None as i32,
+            error_message: String::new(),
+            topic: Some(description),
+        }))
+    }
+
+    async fn list_topics(
+        &self,
+        _request: Request<ListTopicsRequest>,
+    ) -> Result<Response<ListTopicsResponse>, Status> {
+        let topics = self
+            .node
+            .meta()
+            .topics
+            .values()
+            .map(|t| TopicSummary {
+                name: t.name.clone(),
+                partitions: t.partitions.len() as u32,
+                replication_factor: t.replication_factor,
+            })
+            .collect();
+        Ok(Response::new(ListTopicsResponse { topics }))
+    }
+
+    async fn describe_topic(
+        &self,
+        request: Request<DescribeTopicRequest>,
+    ) -> Result<Response<DescribeTopicResponse>, Status> {
+        let name = request.into_inner().name;
+        let Some(topic) = self.node.topic(&name) else {
+            let e = errors::unknown_topic(&name);
+            return Ok(Response::new(DescribeTopicResponse {
+                error_code: e.code as i32,
+                error_message: e.message,
+                topic: None,
+            }));
+        };
+        let description = self.describe(&topic).await;
+        Ok(Response::new(DescribeTopicResponse {
+            error_code: ErrorCode::None as i32,
+            error_message: String::new(),
+            topic: Some(description),
+        }))
+    }
+
+    async fn describe_cluster(
+        &self,
+        _request: Request<DescribeClusterRequest>,
+    ) -> Result<Response<DescribeClusterResponse>, Status> {
+        let nodes = self.probe_nodes().await;
+        Ok(Response::new(DescribeClusterResponse {
+            nodes,
+            metadata_leader: self.node.meta_leader(),
+        }))
+    }
+
+    async fn metadata(
+        &self,
+        request: Request<MetadataRequest>,
+    ) -> Result<Response<MetadataResponse>, Status> {
+        let req = request.into_inner();
+        let meta = self.node.meta();
+        let names: Vec<String> = if req.topics.is_empty() {
+            meta.topics.keys().cloned().collect()
+        } else {
+            req.topics
+        };
+        let known: Vec<&TopicMeta> = names.iter().filter_map(|n| meta.topics.get(n)).collect();
+        let live = gather(&self.node, &known).await;
+        let topics = names
+            .iter()
+            .map(|name| match meta.topics.get(name) {
+                None => {
+                    let e = errors::unknown_topic(name);
+                    TopicMetadata {
+                        name: name.clone(),
+                        error_code: e.code as i32,
+                        error_message: e.message,
+                        partitions: Vec::new(),
+                    }
+                }
+                Some(t) => TopicMetadata {
+                    name: name.clone(),
+                    error_code: ErrorCode::None as i32,
+                    error_message: String::new(),
+                    partitions: t
+                        .partitions
+                        .iter()
+                        .enumerate()
+                        .map(|(i, p)| PartitionMetadata {
+                            partition: i as u32,
+                            leader: live
+                                .get(&p.group)
+                                .and_then(|l| l.leader.as_ref())
+                                .and_then(|l| l.leader),
+                            replicas: p.replicas.clone(),
+                        })
+                        .collect(),
+                },
+            })
+            .collect();
+        Ok(Response::new(MetadataResponse {
+            nodes: self.probe_nodes().await,
+            topics,
+        }))
+    }
+}

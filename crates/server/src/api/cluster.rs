@@ -1,0 +1,68 @@
+//! The internal `Cluster` service: liveness, forwarded metadata proposals, replica status.
+
+use std::sync::Arc;
+
+use rill_meta::machine::encode_result;
+use rill_proto::internal::cluster_server::Cluster;
+use rill_proto::internal::{
+    PingRequest, PingResponse, ProposeMetaRequest, ProposeMetaResponse, ReplicaStatusRequest,
+    ReplicaStatusResponse,
+};
+use tonic::{Request, Response, Status};
+
+use crate::api::status::local_status;
+use crate::node::{LocalPropose, Node};
+
+/// The `Cluster` service.
+pub struct ClusterApi {
+    node: Arc<Node>,
+}
+
+impl ClusterApi {
+    /// The service for `node`.
+    pub fn new(node: Arc<Node>) -> Self {
+        Self { node }
+    }
+}
+
+#[tonic::async_trait]
+impl Cluster for ClusterApi {
+    async fn ping(&self, _request: Request<PingRequest>) -> Result<Response<PingResponse>, Status> {
+        Ok(Response::new(PingResponse {
+            node_id: self.node.id(),
+        }))
+    }
+
+    async fn propose_meta(
+        &self,
+        request: Request<ProposeMetaRequest>,
+    ) -> Result<Response<ProposeMetaResponse>, Status> {
+        let req = request.into_inner();
+        match self.node.propose_meta_local(req.command).await {
+            Ok(result) => Ok(Response::new(ProposeMetaResponse {
+                result: encode_result(&result),
+                not_leader: false,
+                leader: None,
+            })),
+            Err(LocalPropose::NotLeader(leader)) => Ok(Response::new(ProposeMetaResponse {
+                result: Default::default(),
+                not_leader: true,
+                leader,
+            })),
+            Err(LocalPropose::Stopped) => Err(Status::unavailable("node is shutting down")),
+        }
+    }
+
+    async fn replica_status(
+        &self,
+        request: Request<ReplicaStatusRequest>,
+    ) -> Result<Response<ReplicaStatusResponse>, Status> {
+        let replicas = request
+            .into_inner()
+            .group_ids
+            .into_iter()
+            .map(|g| local_status(&self.node, g))
+            .collect();
+        Ok(Response::new(ReplicaStatusResponse { replicas }))
+    }
+}

@@ -1,0 +1,322 @@
+//! The public `Stream` service: Produce, Fetch, ListOffsets. Answers per partition.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::{join_all, select_all};
+use rill_broker::Acks;
+use rill_proto::common::ErrorCode;
+use rill_proto::stream::stream_server::Stream;
+use rill_proto::stream::{
+    self as pb, FetchPartitionResult, FetchRequest, FetchResponse, FetchTopicResult,
+    ListOffsetsPartitionResult, ListOffsetsRequest, ListOffsetsResponse, ListOffsetsTopicResult,
+    OffsetSpec, PartitionProduceResult, ProduceRequest, ProduceResponse, TopicProduceResult,
+};
+use tonic::{Request, Response, Status};
+
+use crate::api::routing::local_replica;
+use crate::errors::{self, WireError};
+use crate::node::Node;
+
+/// Produce timeout when the request gives none.
+const DEFAULT_PRODUCE_TIMEOUT: Duration = Duration::from_secs(30);
+/// Longest produce timeout a request may ask for.
+const MAX_PRODUCE_TIMEOUT: Duration = Duration::from_secs(300);
+/// Longest fetch long-poll.
+const MAX_FETCH_WAIT: Duration = Duration::from_secs(60);
+/// Fetch response budget when the request gives none.
+const DEFAULT_FETCH_MAX_BYTES: usize = 8 << 20;
+/// Per-partition fetch budget when the request gives none.
+const DEFAULT_PARTITION_MAX_BYTES: usize = 1 << 20;
+
+/// The `Stream` service.
+pub struct StreamApi {
+    node: Arc<Node>,
+}
+
+impl StreamApi {
+    /// The service for `node`.
+    pub fn new(node: Arc<Node>) -> Self {
+        Self { node }
+    }
+}
+
+fn produce_error(partition: u32, e: WireError) -> PartitionProduceResult {
+    PartitionProduceResult {
+        partition,
+        error_code: e.code as i32,
+        error_message: e.message,
+        base_offset: -1,
+        append_time_ms: -1,
+        leader: e.leader,
+    }
+}
+
+fn fetch_error(partition: u32, e: WireError) -> FetchPartitionResult {
+    FetchPartitionResult {
+        partition,
+        error_code: e.code as i32,
+        error_message: e.message,
+        high_watermark: -1,
+        log_start_offset: -1,
+        batches: Vec::new(),
+        leader: e.leader,
+    }
+}
+
+fn list_error(partition: u32, e: WireError) -> ListOffsetsPartitionResult {
+    ListOffsetsPartitionResult {
+        partition,
+        error_code: e.code as i32,
+        error_message: e.message,
+        offset: -1,
+        leader: e.leader,
+    }
+}
+
+impl StreamApi {
+    async fn produce_one(
+        &self,
+        topic: &str,
+        p: pb::PartitionProduce,
+        acks: Result<Acks, WireError>,
+        timeout: Duration,
+    ) -> PartitionProduceResult {
+        let acks = match acks {
+            Ok(a) => a,
+            Err(e) => return produce_error(p.partition, e),
+        };
+        let Some(batch) = p.batch else {
+            return produce_error(
+                p.partition,
+                WireError::new(
+                    ErrorCode::InvalidRequest,
+                    format!("partition {} has no record batch", p.partition),
+                ),
+            );
+        };
+        let replica = match local_replica(&self.node, topic, p.partition) {
+            Ok(r) => r,
+            Err(e) => return produce_error(p.partition, e),
+        };
+        match replica.produce(batch, acks, timeout).await {
+            Ok(out) => PartitionProduceResult {
+                partition: p.partition,
+                error_code: ErrorCode::None as i32,
+                error_message: String::new(),
+                base_offset: out.base_offset.map_or(-1, |o| o as i64),
+                append_time_ms: out.append_time_ms,
+                leader: None,
+            },
+            Err(e) => produce_error(p.partition, errors::partition(&e)),
+        }
+    }
+}
+
+fn parse_acks(raw: i32) -> Result<Acks, WireError> {
+    match pb::Acks::try_from(raw) {
+        Ok(pb::Acks::All) => Ok(Acks::All),
+        Ok(pb::Acks::Leader) => Ok(Acks::Leader),
+        Ok(pb::Acks::None) => Ok(Acks::None),
+        Err(_) => Err(WireError::new(
+            ErrorCode::InvalidRequiredAcks,
+            format!("acks value {raw} is not one of ALL (0), LEADER (1), NONE (2)"),
+        )),
+    }
+}
+
+#[tonic::async_trait]
+impl Stream for StreamApi {
+    async fn produce(
+        &self,
+        request: Request<ProduceRequest>,
+    ) -> Result<Response<ProduceResponse>, Status> {
+        let req = request.into_inner();
+        let acks = parse_acks(req.acks);
+        let timeout = match req.timeout_ms {
+            0 => DEFAULT_PRODUCE_TIMEOUT,
+            ms => Duration::from_millis(u64::from(ms)).min(MAX_PRODUCE_TIMEOUT),
+        };
+        let topics = req.topics.into_iter().map(|t| {
+            let acks = acks.clone();
+            async move {
+                let mut seen = BTreeSet::new();
+                let parts = t.partitions.into_iter().map(|p| {
+                    let duplicate = !seen.insert(p.partition);
+                    let topic = t.topic.clone();
+                    let acks = acks.clone();
+                    async move {
+                        if duplicate {
+                            let msg =
+                                format!("partition {} appears twice in one request", p.partition);
+                            return produce_error(
+                                p.partition,
+                                WireError::new(ErrorCode::InvalidRequest, msg),
+                            );
+                        }
+                        self.produce_one(&topic, p, acks, timeout).await
+                    }
+                });
+                TopicProduceResult {
+                    partitions: join_all(parts).await,
+                    topic: t.topic,
+                }
+            }
+        });
+        Ok(Response::new(ProduceResponse {
+            topics: join_all(topics).await,
+        }))
+    }
+
+    async fn fetch(
+        &self,
+        request: Request<FetchRequest>,
+    ) -> Result<Response<FetchResponse>, Status> {
+        let req = request.into_inner();
+        let max_wait = Duration::from_millis(u64::from(req.max_wait_ms)).min(MAX_FETCH_WAIT);
+        let response_budget = match req.max_bytes {
+            0 => DEFAULT_FETCH_MAX_BYTES,
+            n => (n as usize).min(rill_proto::MAX_GRPC_MESSAGE_BYTES / 2),
+        };
+        // Resolve every partition once; errors are answered as they are.
+        struct Target {
+            topic_idx: usize,
+            partition: u32,
+            offset: i64,
+            max_bytes: usize,
+            replica: Result<Arc<rill_broker::Partition>, WireError>,
+        }
+        let mut targets = Vec::new();
+        let mut results: Vec<FetchTopicResult> = Vec::new();
+        for (ti, t) in req.topics.iter().enumerate() {
+            results.push(FetchTopicResult {
+                topic: t.topic.clone(),
+                partitions: Vec::new(),
+            });
+            for p in &t.partitions {
+                let max_bytes = match p.max_bytes {
+                    0 => DEFAULT_PARTITION_MAX_BYTES,
+                    n => n as usize,
+                };
+                targets.push(Target {
+                    topic_idx: ti,
+                    partition: p.partition,
+                    offset: p.fetch_offset,
+                    max_bytes,
+                    replica: local_replica(&self.node, &t.topic, p.partition),
+                });
+            }
+        }
+        // Long poll: when nothing is available yet, wait until any partition has data.
+        let available = |targets: &[Target]| -> usize {
+            targets
+                .iter()
+                .filter_map(|t| t.replica.as_ref().ok().map(|r| (r, t.offset)))
+                .map(|(r, o)| usize::from(o >= 0 && r.high_watermark() > o as u64))
+                .sum()
+        };
+        if !max_wait.is_zero() && available(&targets) == 0 {
+            let deadline = rill_rt::now() + max_wait;
+            let waits: Vec<_> = targets
+                .iter()
+                .filter_map(|t| match (&t.replica, u64::try_from(t.offset)) {
+                    (Ok(r), Ok(o)) => {
+                        Some(Box::pin(async move { r.wait_for_data(o, deadline).await }))
+                    }
+                    _ => None,
+                })
+                .collect();
+            if !waits.is_empty() {
+                let _ = select_all(waits).await;
+            }
+        }
+        let mut used = 0usize;
+        for t in targets {
+            let result = match t.replica {
+                Err(e) => fetch_error(t.partition, e),
+                Ok(r) => {
+                    let budget = if used >= response_budget {
+                        0
+                    } else {
+                        t.max_bytes.min(response_budget - used)
+                    };
+                    if budget == 0 {
+                        // Over the response budget: answer the partition empty; the consumer
+                        // fetches it next time.
+                        FetchPartitionResult {
+                            partition: t.partition,
+                            error_code: ErrorCode::None as i32,
+                            error_message: String::new(),
+                            high_watermark: r.high_watermark() as i64,
+                            log_start_offset: r.log().start_position() as i64,
+                            batches: Vec::new(),
+                            leader: None,
+                        }
+                    } else {
+                        match r.fetch(t.offset, budget, Duration::ZERO).await {
+                            Ok(out) => {
+                                used += out.batches.iter().map(|b| b.records.len()).sum::<usize>();
+                                FetchPartitionResult {
+                                    partition: t.partition,
+                                    error_code: ErrorCode::None as i32,
+                                    error_message: String::new(),
+                                    high_watermark: out.high_watermark as i64,
+                                    log_start_offset: out.log_start_offset as i64,
+                                    batches: out.batches,
+                                    leader: None,
+                                }
+                            }
+                            Err(e) => fetch_error(t.partition, errors::partition(&e)),
+                        }
+                    }
+                }
+            };
+            results[t.topic_idx].partitions.push(result);
+        }
+        Ok(Response::new(FetchResponse { topics: results }))
+    }
+
+    async fn list_offsets(
+        &self,
+        request: Request<ListOffsetsRequest>,
+    ) -> Result<Response<ListOffsetsResponse>, Status> {
+        let req = request.into_inner();
+        let spec = OffsetSpec::try_from(req.spec)
+            .map_err(|_| Status::invalid_argument(format!("unknown offset spec {}", req.spec)))?;
+        let topics = req
+            .topics
+            .into_iter()
+            .map(|t| {
+                let partitions = t
+                    .partitions
+                    .iter()
+                    .map(|p| match local_replica(&self.node, &t.topic, *p) {
+                        Err(e) => list_error(*p, e),
+                        Ok(r) => {
+                            let offset = match spec {
+                                OffsetSpec::Earliest => r.earliest_offset(),
+                                OffsetSpec::Latest => r.latest_offset(),
+                            };
+                            match offset {
+                                Ok(o) => ListOffsetsPartitionResult {
+                                    partition: *p,
+                                    error_code: ErrorCode::None as i32,
+                                    error_message: String::new(),
+                                    offset: o as i64,
+                                    leader: None,
+                                },
+                                Err(e) => list_error(*p, errors::partition(&e)),
+                            }
+                        }
+                    })
+                    .collect();
+                ListOffsetsTopicResult {
+                    topic: t.topic,
+                    partitions,
+                }
+            })
+            .collect();
+        Ok(Response::new(ListOffsetsResponse { topics }))
+    }
+}

@@ -1,0 +1,426 @@
+//! Node configuration: one TOML file, then `RILL_*` environment variables, then flags.
+//!
+//! ```toml
+//! node-id = 1
+//! listen = "127.0.0.1:7001"
+//! data-dir = "/var/lib/rill/1"
+//!
+//! [cluster]
+//! members = ["1@127.0.0.1:7001", "2@127.0.0.1:7002", "3@127.0.0.1:7003"]
+//!
+//! [raft]
+//! heartbeat-interval = "100ms"
+//! election-timeout-min = "500ms"
+//! election-timeout-max = "1s"
+//!
+//! [log]
+//! level = "info"      # tracing filter, e.g. "info,rill_raft=debug"
+//! format = "text"     # or "json"
+//! ```
+//!
+//! Unknown keys are refused with their full path. Every key has an environment variable
+//! (`RILL_NODE_ID`, `RILL_CLUSTER_MEMBERS`, `RILL_RAFT_HEARTBEAT_INTERVAL`, …) and a flag
+//! (`--node-id`, `--cluster-members`, …); see [`Args`].
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rill_raft::{NodeId, RaftTiming};
+use serde::{Deserialize, Deserializer};
+
+use crate::error::{Error, Result};
+
+/// A validated node configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// This node's id (≥ 1, listed in `members`).
+    pub node_id: NodeId,
+    /// Address the gRPC server binds.
+    pub listen: SocketAddr,
+    /// Directory for this node's data.
+    pub data_dir: PathBuf,
+    /// Every voter of the cluster metadata group: id → advertised `host:port`.
+    pub members: BTreeMap<NodeId, String>,
+    /// Raft timing.
+    pub raft: RaftTiming,
+    /// Log filter (`RUST_LOG` syntax).
+    pub log_level: String,
+    /// Log format.
+    pub log_format: LogFormat,
+}
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+impl Config {
+    /// This node's advertised address.
+    pub fn advertised(&self) -> &str {
+        self.members
+            .get(&self.node_id)
+            .map(String::as_str)
+            .unwrap_or_default()
+    }
+
+    /// A configuration for tests and the simulation: node `id` of `members`.
+    pub fn for_member(
+        node_id: NodeId,
+        members: BTreeMap<NodeId, String>,
+        data_dir: PathBuf,
+    ) -> Result<Self> {
+        let listen = members
+            .get(&node_id)
+            .ok_or_else(|| Error::Config(format!("node {node_id} is not in members")))?
+            .parse()
+            .map_err(|e| Error::Config(format!("member address: {e}")))?;
+        Ok(Self {
+            node_id,
+            listen,
+            data_dir,
+            members,
+            raft: RaftTiming::default(),
+            log_level: "info".into(),
+            log_format: LogFormat::Text,
+        })
+    }
+}
+
+// ---------------------------------------------------------------- the file ---------------------
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+struct FileConfig {
+    node_id: Option<NodeId>,
+    listen: Option<String>,
+    data_dir: Option<PathBuf>,
+    #[serde(default)]
+    cluster: FileCluster,
+    #[serde(default)]
+    raft: FileRaft,
+    #[serde(default)]
+    log: FileLog,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+struct FileCluster {
+    members: Option<Vec<String>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+struct FileRaft {
+    #[serde(default, deserialize_with = "duration")]
+    heartbeat_interval: Option<Duration>,
+    #[serde(default, deserialize_with = "duration")]
+    election_timeout_min: Option<Duration>,
+    #[serde(default, deserialize_with = "duration")]
+    election_timeout_max: Option<Duration>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+struct FileLog {
+    level: Option<String>,
+    format: Option<LogFormat>,
+}
+
+fn duration<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<Option<Duration>, D::Error> {
+    let s = String::deserialize(d)?;
+    humantime::parse_duration(&s).map(Some).map_err(|e| {
+        serde::de::Error::custom(format!("{s:?} is not a duration like \"500ms\": {e}"))
+    })
+}
+
+fn parse_file(text: &str, path: &Path) -> Result<FileConfig> {
+    let mut unknown = Vec::new();
+    let de = toml::Deserializer::new(text);
+    let parsed: FileConfig = serde_ignored::deserialize(de, |p| unknown.push(p.to_string()))
+        .map_err(|e| Error::Config(format!("{}: {e}", path.display())))?;
+    if !unknown.is_empty() {
+        return Err(Error::Config(format!(
+            "{}: unknown key(s) {}; known keys: node-id, listen, data-dir, [cluster] members, [raft] heartbeat-interval, \
+             election-timeout-min, election-timeout-max, [log] level, format",
+            path.display(),
+            unknown.join(", ")
+        )));
+    }
+    Ok(parsed)
+}
+
+// ---------------------------------------------------------------- flags and environment --------
+
+/// `rill-server` flags. Each also reads a `RILL_*` environment variable; flags win over the
+/// environment, which wins over the file.
+#[derive(Debug, Default, Clone, clap::Parser)]
+#[command(name = "rill-server", version, about = "A Rill node")]
+pub struct Args {
+    /// TOML configuration file.
+    #[arg(long, env = "RILL_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// This node's id.
+    #[arg(long, env = "RILL_NODE_ID")]
+    pub node_id: Option<NodeId>,
+    /// Address to bind, host:port.
+    #[arg(long, env = "RILL_LISTEN")]
+    pub listen: Option<String>,
+    /// Data directory.
+    #[arg(long, env = "RILL_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// Cluster members, comma-separated `id@host:port`.
+    #[arg(long, env = "RILL_CLUSTER_MEMBERS", value_delimiter = ',')]
+    pub cluster_members: Option<Vec<String>>,
+    /// Raft heartbeat interval (e.g. 100ms).
+    #[arg(long, env = "RILL_RAFT_HEARTBEAT_INTERVAL", value_parser = humantime::parse_duration)]
+    pub raft_heartbeat_interval: Option<Duration>,
+    /// Raft election timeout lower bound.
+    #[arg(long, env = "RILL_RAFT_ELECTION_TIMEOUT_MIN", value_parser = humantime::parse_duration)]
+    pub raft_election_timeout_min: Option<Duration>,
+    /// Raft election timeout upper bound.
+    #[arg(long, env = "RILL_RAFT_ELECTION_TIMEOUT_MAX", value_parser = humantime::parse_duration)]
+    pub raft_election_timeout_max: Option<Duration>,
+    /// Log filter, e.g. `info` or `info,rill_raft=debug`.
+    #[arg(long, env = "RILL_LOG_LEVEL")]
+    pub log_level: Option<String>,
+    /// Log format.
+    #[arg(long, env = "RILL_LOG_FORMAT")]
+    pub log_format: Option<LogFormat>,
+}
+
+impl Args {
+    /// Reads the file (if any), applies overrides, and validates.
+    pub fn load(&self) -> Result<Config> {
+        let file = match &self.config {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| Error::Config(format!("cannot read {}: {e}", path.display())))?;
+                parse_file(&text, path)?
+            }
+            None => FileConfig::default(),
+        };
+        let missing = |what: &str, flag: &str, env: &str| {
+            Error::Config(format!("{what} is not set (config key, --{flag} or {env})"))
+        };
+        let node_id = self
+            .node_id
+            .or(file.node_id)
+            .ok_or_else(|| missing("node-id", "node-id", "RILL_NODE_ID"))?;
+        let listen = self
+            .listen
+            .clone()
+            .or(file.listen)
+            .ok_or_else(|| missing("listen", "listen", "RILL_LISTEN"))?;
+        let data_dir = self
+            .data_dir
+            .clone()
+            .or(file.data_dir)
+            .ok_or_else(|| missing("data-dir", "data-dir", "RILL_DATA_DIR"))?;
+        let members = self
+            .cluster_members
+            .clone()
+            .or(file.cluster.members)
+            .ok_or_else(|| {
+                missing(
+                    "[cluster] members",
+                    "cluster-members",
+                    "RILL_CLUSTER_MEMBERS",
+                )
+            })?;
+        let defaults = RaftTiming::default();
+        let ms =
+            |d: Option<Duration>, default: u64| d.map(|d| d.as_millis() as u64).unwrap_or(default);
+        let raft = RaftTiming {
+            heartbeat_ms: ms(
+                self.raft_heartbeat_interval
+                    .or(file.raft.heartbeat_interval),
+                defaults.heartbeat_ms,
+            ),
+            election_min_ms: ms(
+                self.raft_election_timeout_min
+                    .or(file.raft.election_timeout_min),
+                defaults.election_min_ms,
+            ),
+            election_max_ms: ms(
+                self.raft_election_timeout_max
+                    .or(file.raft.election_timeout_max),
+                defaults.election_max_ms,
+            ),
+        };
+        build(
+            node_id,
+            &listen,
+            data_dir,
+            &members,
+            raft,
+            self.log_level
+                .clone()
+                .or(file.log.level)
+                .unwrap_or_else(|| "info".into()),
+            self.log_format
+                .or(file.log.format)
+                .unwrap_or(LogFormat::Text),
+        )
+    }
+}
+
+/// Parses `id@host:port`.
+pub fn parse_member(s: &str) -> Result<(NodeId, String)> {
+    let bad = || {
+        Error::Config(format!(
+            "cluster member {s:?} must look like 1@127.0.0.1:7001"
+        ))
+    };
+    let (id, addr) = s.trim().split_once('@').ok_or_else(bad)?;
+    let id: NodeId = id.parse().map_err(|_| bad())?;
+    let (host, port) = addr.rsplit_once(':').ok_or_else(bad)?;
+    if id == 0 || host.is_empty() || port.parse::<u16>().is_err() {
+        return Err(bad());
+    }
+    Ok((id, addr.to_string()))
+}
+
+fn build(
+    node_id: NodeId,
+    listen: &str,
+    data_dir: PathBuf,
+    members: &[String],
+    raft: RaftTiming,
+    log_level: String,
+    log_format: LogFormat,
+) -> Result<Config> {
+    if node_id == 0 {
+        return Err(Error::Config("node-id must be at least 1".into()));
+    }
+    let listen: SocketAddr = listen
+        .parse()
+        .map_err(|e| Error::Config(format!("listen {listen:?} is not host:port: {e}")))?;
+    let mut parsed = BTreeMap::new();
+    for m in members {
+        let (id, addr) = parse_member(m)?;
+        if parsed.insert(id, addr).is_some() {
+            return Err(Error::Config(format!(
+                "cluster member id {id} is listed twice"
+            )));
+        }
+    }
+    if !parsed.contains_key(&node_id) {
+        return Err(Error::Config(format!(
+            "node-id {node_id} is not one of the cluster members {:?}",
+            parsed.keys().collect::<Vec<_>>()
+        )));
+    }
+    if raft.heartbeat_ms == 0
+        || raft.election_min_ms <= raft.heartbeat_ms
+        || raft.election_max_ms <= raft.election_min_ms
+    {
+        return Err(Error::Config(format!(
+            "raft timing must satisfy 0 < heartbeat-interval ({} ms) < election-timeout-min ({} ms) < election-timeout-max ({} ms)",
+            raft.heartbeat_ms, raft.election_min_ms, raft.election_max_ms
+        )));
+    }
+    Ok(Config {
+        node_id,
+        listen,
+        data_dir,
+        members: parsed,
+        raft,
+        log_level,
+        log_format,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    fn write(dir: &Path, text: &str) -> PathBuf {
+        let p = dir.join("rill.toml");
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+
+    const GOOD: &str = r#"
+node-id = 2
+listen = "127.0.0.1:7002"
+data-dir = "/tmp/rill-2"
+[cluster]
+members = ["1@127.0.0.1:7001", "2@127.0.0.1:7002", "3@127.0.0.1:7003"]
+[raft]
+heartbeat-interval = "50ms"
+"#;
+
+    #[test]
+    fn file_then_flags() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = write(dir.path(), GOOD);
+        let args = Args::parse_from([
+            "rill-server",
+            "--config",
+            path.to_str().unwrap(),
+            "--data-dir",
+            "/elsewhere",
+        ]);
+        let c = args.load().unwrap();
+        assert_eq!(c.node_id, 2);
+        assert_eq!(c.data_dir, PathBuf::from("/elsewhere"));
+        assert_eq!(c.raft.heartbeat_ms, 50);
+        assert_eq!(c.advertised(), "127.0.0.1:7002");
+        assert_eq!(c.members.len(), 3);
+    }
+
+    #[test]
+    fn unknown_keys_are_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = write(
+            dir.path(),
+            &format!("{GOOD}\nlisten-addr = \"x\"\n[raft.extra]\nfoo = 1\n"),
+        );
+        let err = Args {
+            config: Some(path),
+            ..Default::default()
+        }
+        .load()
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("listen-addr") && err.contains("raft.extra"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn bad_values_are_explained() {
+        let base = Args {
+            node_id: Some(4),
+            listen: Some("127.0.0.1:1".into()),
+            data_dir: Some("/d".into()),
+            cluster_members: Some(vec!["1@127.0.0.1:7001".into()]),
+            ..Default::default()
+        };
+        assert!(base
+            .load()
+            .unwrap_err()
+            .to_string()
+            .contains("not one of the cluster members"));
+        let mut a = base.clone();
+        a.cluster_members = Some(vec!["4@nohost".into()]);
+        assert!(a.load().unwrap_err().to_string().contains("must look like"));
+        let mut a = base.clone();
+        a.node_id = None;
+        assert!(a.load().unwrap_err().to_string().contains("RILL_NODE_ID"));
+        let mut a = base;
+        a.cluster_members = Some(vec!["4@127.0.0.1:7004".into()]);
+        a.raft_election_timeout_min = Some(Duration::from_millis(50));
+        assert!(a.load().unwrap_err().to_string().contains("raft timing"));
+    }
+}

@@ -1,0 +1,62 @@
+//! A Rill node.
+//!
+//! ```text
+//!   main.rs ──► Args::load ──► open RocksDB ──► start(config, engine, shutdown)
+//!   chaos/  ──────────────────► MemEngine  ──┘        │
+//!                                                     ├─ Node::start: group 0 + reconciler
+//!                                                     └─ api::serve: Stream, Admin (public)
+//!                                                                    RaftTransport, Cluster (internal)
+//! ```
+//!
+//! * [`config`]: the typed configuration (TOML, `RILL_*` environment, flags).
+//! * [`node`]: [`Node`] — metadata group, partition replicas, reconciler, metadata proposals.
+//! * [`api`]: the gRPC services.
+//! * [`errors`]: the one mapping from internal errors to wire error codes.
+//!
+//! The simulation boots nodes through the same [`start`] the binary uses; only the engine differs.
+
+pub mod api;
+pub mod config;
+pub mod error;
+pub mod errors;
+pub mod node;
+
+use std::future::Future;
+use std::sync::Arc;
+
+pub use config::{Args, Config};
+pub use error::{Error, Result};
+pub use node::Node;
+use rill_storage::Engine;
+
+/// Runs a node until `shutdown` completes: starts its Raft groups, serves gRPC, then stops
+/// accepting requests, lets in-flight ones finish and stops the groups.
+///
+/// `on_ready` receives the node once it is serving (tests and the simulation use it to look
+/// inside); pass `|_| {}` otherwise.
+pub async fn start(
+    config: Config,
+    engine: Arc<dyn Engine>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    on_ready: impl FnOnce(Arc<Node>),
+) -> Result<()> {
+    let node = Node::start(config, engine).await?;
+    on_ready(node.clone());
+    let served = api::serve(node.clone(), shutdown).await;
+    tracing::info!(node = node.id(), "stopped serving; stopping raft groups");
+    node.stop().await;
+    served
+}
+
+/// Opens the node's RocksDB engine in `config.data_dir`.
+#[cfg(not(madsim))]
+pub fn open_engine(config: &Config) -> Result<Arc<dyn Engine>> {
+    std::fs::create_dir_all(&config.data_dir).map_err(|e| {
+        Error::Config(format!(
+            "cannot create data-dir {}: {e}",
+            config.data_dir.display()
+        ))
+    })?;
+    let engine = rill_storage_rocks::RocksEngine::open(config.data_dir.join("db"))?;
+    Ok(Arc::new(engine))
+}

@@ -1,0 +1,78 @@
+//! `rill-server`: parses the configuration and runs [`rill_server::start`] until SIGTERM/SIGINT.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use rill_server::config::LogFormat;
+use rill_server::{Args, Config};
+use tracing_subscriber::EnvFilter;
+
+fn init_logging(config: &Config) {
+    // openraft logs every vote at info; keep it to warnings unless asked.
+    let filter = EnvFilter::try_new(format!("openraft=warn,{}", config.log_level))
+        .unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match config.log_format {
+        LogFormat::Json => builder.json().init(),
+        LogFormat::Text => builder.init(),
+    }
+}
+
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+    tracing::info!("shutdown requested");
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let config = match args.load() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("rill-server: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    init_logging(&config);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("rill-server: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        let engine = rill_server::open_engine(&config)?;
+        rill_server::start(config, engine, shutdown_signal(), |_| {}).await
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!(error = %e, "rill-server failed");
+            eprintln!("rill-server: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

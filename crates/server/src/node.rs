@@ -1,0 +1,401 @@
+//! [`Node`]: everything one Rill node runs — the metadata group, its partition replicas, and
+//! the reconciler that keeps the replicas in line with the metadata.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use openraft::error::{ClientWriteError, RaftError};
+use openraft::{BasicNode, ServerState};
+use rill_broker::{Partition, PartitionStateMachine};
+use rill_meta::machine::{decode_result, encode_command};
+use rill_meta::{
+    MetaCommand, MetaResult, MetaState, MetaStateMachine, NodeInfo, TopicMeta, META_GROUP,
+};
+use rill_proto::internal::cluster_client::ClusterClient;
+use rill_proto::internal::ProposeMetaRequest;
+use rill_raft::multi::StartedGroup;
+use rill_raft::{GroupId, GroupOptions, MultiRaft, NodeId, Payload, Raft, Transport};
+use rill_rt::sync::watch;
+use rill_storage::{Engine, Syncer};
+use tonic::transport::Channel;
+
+use crate::config::Config;
+use crate::error::Result;
+
+/// How long metadata proposals keep retrying while the metadata group has no leader.
+const META_PROPOSE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Pause between attempts to reach the metadata leader.
+const META_RETRY_BACKOFF: Duration = Duration::from_millis(100);
+
+/// Why a metadata proposal failed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ProposeError {
+    /// No metadata leader could be reached in time.
+    #[error("the cluster metadata has no reachable leader ({0}); is a majority of nodes up?")]
+    NoLeader(String),
+    /// This node is stopping.
+    #[error("node is shutting down")]
+    ShuttingDown,
+    /// The answer could not be decoded.
+    #[error("bad metadata answer: {0}")]
+    Internal(String),
+}
+
+/// One Rill node.
+pub struct Node {
+    config: Config,
+    multi: Arc<MultiRaft>,
+    meta_raft: Raft,
+    meta: watch::Receiver<Arc<MetaState>>,
+    partitions: RwLock<HashMap<GroupId, Arc<Partition>>>,
+}
+
+impl Node {
+    /// Opens the node's groups on `engine` and starts its background tasks.
+    pub async fn start(config: Config, engine: Arc<dyn Engine>) -> Result<Arc<Self>> {
+        let syncer = Syncer::start(engine.clone());
+        let multi = MultiRaft::new(
+            config.node_id,
+            engine,
+            syncer,
+            Transport::new(),
+            config.raft,
+        );
+        let (meta_sm, meta_rx) = MetaStateMachine::new();
+        let members: BTreeMap<NodeId, BasicNode> = config
+            .members
+            .iter()
+            .map(|(id, addr)| (*id, BasicNode::new(addr)))
+            .collect();
+        let StartedGroup {
+            raft: meta_raft, ..
+        } = multi
+            .start_group(META_GROUP, meta_sm, members, GroupOptions::default())
+            .await?;
+        let node = Arc::new(Self {
+            config,
+            multi,
+            meta_raft,
+            meta: meta_rx,
+            partitions: RwLock::new(HashMap::new()),
+        });
+        rill_rt::spawn(reconcile(Arc::downgrade(&node), node.meta.clone()));
+        rill_rt::spawn(register_members(Arc::downgrade(&node)));
+        tracing::info!(node = node.config.node_id, listen = %node.config.listen, "node started");
+        Ok(node)
+    }
+
+    /// This node's id.
+    pub fn id(&self) -> NodeId {
+        self.config.node_id
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The multi-raft registry.
+    pub fn multi(&self) -> &Arc<MultiRaft> {
+        &self.multi
+    }
+
+    /// The metadata group's Raft handle.
+    pub fn meta_raft(&self) -> &Raft {
+        &self.meta_raft
+    }
+
+    /// The latest metadata applied on this node.
+    pub fn meta(&self) -> Arc<MetaState> {
+        self.meta.borrow().clone()
+    }
+
+    /// A receiver of metadata updates.
+    pub fn meta_watch(&self) -> watch::Receiver<Arc<MetaState>> {
+        self.meta.clone()
+    }
+
+    /// The replica of group `group` hosted here.
+    pub fn partition_by_group(&self, group: GroupId) -> Option<Arc<Partition>> {
+        self.partitions
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&group)
+            .cloned()
+    }
+
+    /// Every replica hosted here.
+    pub fn partitions(&self) -> Vec<Arc<Partition>> {
+        let mut all: Vec<_> = self
+            .partitions
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect();
+        all.sort_by_key(|p| p.group());
+        all
+    }
+
+    /// Address of node `id` (from metadata, else the configured members).
+    pub fn node_addr(&self, id: NodeId) -> Option<String> {
+        self.meta()
+            .nodes
+            .get(&id)
+            .map(|n| n.addr.clone())
+            .or_else(|| self.config.members.get(&id).cloned())
+    }
+
+    /// Every known node: id → address.
+    pub fn nodes(&self) -> BTreeMap<NodeId, String> {
+        let meta = self.meta();
+        let mut nodes: BTreeMap<NodeId, String> = self.config.members.clone();
+        for n in meta.nodes.values() {
+            nodes.insert(n.id, n.addr.clone());
+        }
+        nodes
+    }
+
+    /// A Cluster-service client for node `id`.
+    pub fn cluster_client(&self, id: NodeId) -> Option<ClusterClient<Channel>> {
+        let addr = self.node_addr(id)?;
+        let channel = self.multi.transport().channel(id, &addr).ok()?;
+        Some(ClusterClient::new(channel))
+    }
+
+    /// The metadata leader as this node knows it.
+    pub fn meta_leader(&self) -> Option<NodeId> {
+        self.meta_raft.metrics().borrow().current_leader
+    }
+
+    /// Proposes a metadata command: locally when this node leads group 0, else forwarded to the
+    /// leader. Retries while there is no leader, up to a deadline.
+    pub async fn propose_meta(&self, cmd: &MetaCommand) -> Result<MetaResult, ProposeError> {
+        let body = encode_command(cmd).map_err(ProposeError::Internal)?;
+        let deadline = rill_rt::now() + META_PROPOSE_TIMEOUT;
+        let mut last_problem = String::from("no leader elected yet");
+        loop {
+            match self.propose_meta_local(body.clone()).await {
+                Ok(result) => return Ok(result),
+                Err(LocalPropose::Stopped) => return Err(ProposeError::ShuttingDown),
+                Err(LocalPropose::NotLeader(Some(leader))) if leader != self.id() => {
+                    match self.forward_meta(leader, body.clone()).await {
+                        Ok(Some(result)) => return Ok(result),
+                        Ok(None) => {
+                            last_problem = format!("node {leader} is no longer the metadata leader")
+                        }
+                        Err(e) => {
+                            last_problem = format!("metadata leader node {leader} unreachable: {e}")
+                        }
+                    }
+                }
+                Err(LocalPropose::NotLeader(_)) => {}
+            }
+            if rill_rt::now() >= deadline {
+                return Err(ProposeError::NoLeader(last_problem));
+            }
+            rill_rt::sleep(META_RETRY_BACKOFF).await;
+        }
+    }
+
+    /// Proposes on this node's group-0 replica; fails with the leader hint when not leader.
+    pub async fn propose_meta_local(&self, body: bytes::Bytes) -> Result<MetaResult, LocalPropose> {
+        match self
+            .meta_raft
+            .client_write(Payload {
+                units: 0,
+                body,
+                proposal: 0,
+            })
+            .await
+        {
+            Ok(resp) => decode_result(&resp.data.0).map_err(|_| LocalPropose::Stopped),
+            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
+                Err(LocalPropose::NotLeader(f.leader_id))
+            }
+            Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(_))) => {
+                Err(LocalPropose::NotLeader(None))
+            }
+            Err(RaftError::Fatal(_)) => Err(LocalPropose::Stopped),
+        }
+    }
+
+    async fn forward_meta(
+        &self,
+        leader: NodeId,
+        command: bytes::Bytes,
+    ) -> std::result::Result<Option<MetaResult>, String> {
+        let mut client = self
+            .cluster_client(leader)
+            .ok_or_else(|| format!("no address for node {leader}"))?;
+        let resp = rill_rt::timeout(
+            META_PROPOSE_TIMEOUT,
+            client.propose_meta(ProposeMetaRequest { command }),
+        )
+        .await
+        .map_err(|_| "timed out".to_string())?
+        .map_err(|s| s.message().to_string())?
+        .into_inner();
+        if resp.not_leader {
+            return Ok(None);
+        }
+        decode_result(&resp.result).map(Some)
+    }
+
+    /// Waits until this node has applied metadata in which `pred` holds.
+    pub async fn wait_for_meta(
+        &self,
+        timeout: Duration,
+        pred: impl Fn(&MetaState) -> bool,
+    ) -> bool {
+        let mut rx = self.meta.clone();
+        let wait = async {
+            loop {
+                if pred(&rx.borrow_and_update()) {
+                    return;
+                }
+                if rx.changed().await.is_err() {
+                    return;
+                }
+            }
+        };
+        rill_rt::timeout(timeout, wait).await.is_ok() && pred(&self.meta())
+    }
+
+    /// Looks up `topic`.
+    pub fn topic(&self, name: &str) -> Option<TopicMeta> {
+        self.meta().topics.get(name).cloned()
+    }
+
+    /// Stops every Raft group. Data stays on disk.
+    pub async fn stop(&self) {
+        self.multi.shutdown().await;
+        self.partitions
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
+    }
+
+    /// True when this node leads group 0.
+    pub fn is_meta_leader(&self) -> bool {
+        self.meta_raft.metrics().borrow().state == ServerState::Leader
+    }
+
+    async fn start_partition(
+        &self,
+        topic: &TopicMeta,
+        partition: u32,
+        group: GroupId,
+        replicas: &[NodeId],
+    ) -> Result<()> {
+        let meta = self.meta();
+        let members: BTreeMap<NodeId, BasicNode> = replicas
+            .iter()
+            .map(|id| {
+                let addr = meta
+                    .nodes
+                    .get(id)
+                    .map(|n| n.addr.clone())
+                    .or_else(|| self.config.members.get(id).cloned())
+                    .unwrap_or_default();
+                (*id, BasicNode::new(addr))
+            })
+            .collect();
+        let (hw_tx, _) = watch::channel(0u64);
+        let hw_tx = Arc::new(hw_tx);
+        let sm = PartitionStateMachine::new(hw_tx.clone());
+        let started = self
+            .multi
+            .start_group(group, sm, members, GroupOptions::default())
+            .await?;
+        let fresh = started.initialized_now;
+        let raft = started.raft.clone();
+        let p = Partition::new(
+            topic.name.clone(),
+            partition,
+            self.id(),
+            started,
+            hw_tx,
+            topic.config.clone(),
+        );
+        self.partitions
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(group, p);
+        // The first replica is the preferred leader: on a fresh group it stands for election at
+        // once, so leaders spread as placement intended instead of going to the fastest timer.
+        if fresh && replicas.first() == Some(&self.id()) {
+            if let Err(e) = raft.trigger().elect().await {
+                tracing::debug!(group, error = %e, "could not trigger the first election");
+            }
+        }
+        tracing::info!(node = self.id(), topic = %topic.name, partition, group, "started partition replica");
+        Ok(())
+    }
+}
+
+/// The outcome of proposing on the local group-0 replica.
+#[derive(Debug)]
+pub enum LocalPropose {
+    /// Not the leader; the leader if known.
+    NotLeader(Option<NodeId>),
+    /// The group stopped.
+    Stopped,
+}
+
+/// Starts the replicas assigned to this node whenever the metadata changes.
+async fn reconcile(node: std::sync::Weak<Node>, mut meta: watch::Receiver<Arc<MetaState>>) {
+    loop {
+        let state = meta.borrow_and_update().clone();
+        let Some(n) = node.upgrade() else { return };
+        for (topic, partition, assignment) in state.replicas_of(n.id()) {
+            if n.partition_by_group(assignment.group).is_some() {
+                continue;
+            }
+            if let Err(e) = n
+                .start_partition(topic, partition, assignment.group, &assignment.replicas)
+                .await
+            {
+                tracing::error!(topic = %topic.name, partition, error = %e, "failed to start partition replica");
+            }
+        }
+        drop(n);
+        if meta.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Records the configured members in the metadata once a leader exists (idempotent).
+async fn register_members(node: std::sync::Weak<Node>) {
+    loop {
+        let Some(n) = node.upgrade() else { return };
+        let meta = n.meta();
+        let missing = n
+            .config
+            .members
+            .iter()
+            .any(|(id, addr)| meta.nodes.get(id).map(|i| &i.addr) != Some(addr));
+        if !missing {
+            return;
+        }
+        if n.is_meta_leader() {
+            let nodes = n
+                .config
+                .members
+                .iter()
+                .map(|(id, addr)| NodeInfo {
+                    id: *id,
+                    addr: addr.clone(),
+                })
+                .collect();
+            if let Err(e) = n.propose_meta(&MetaCommand::RegisterNodes { nodes }).await {
+                tracing::debug!(error = %e, "registering members failed; will retry");
+            }
+        }
+        let mut rx = n.meta_raft.metrics();
+        drop(n);
+        let _ = rill_rt::timeout(Duration::from_millis(500), rx.changed()).await;
+    }
+}

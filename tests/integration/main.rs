@@ -1,0 +1,17 @@
+//! Integration tests: real `rill-server` processes on 127.0.0.1 ports, killed and restarted.
+//!
+//! Build the binaries first (`cargo build --bins`); `.ci/run` does. Files are named by
+//! priority: `t10_…` basic paths first, failure scenarios after.
+
+// Black-box tests drive real processes on the real clock; the determinism seam is for node code.
+#![allow(clippy::disallowed_methods)]
+
+mod harness;
+
+mod t10_produce_consume;
+mod t20_leader_kill;
+mod t30_min_insync;
+mod t40_majority_down;
+mod t50_bad_input;
+mod t60_restart;
+mod t70_cli;
