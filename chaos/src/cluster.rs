@@ -33,9 +33,7 @@ impl SimCluster {
     /// Boots `n` nodes through `rill_server::start`.
     pub fn start(n: u64) -> Self {
         let handle = Handle::current();
-        let members: BTreeMap<NodeId, String> = (1..=n)
-            .map(|id| (id, format!("{}:{PORT}", ip_of(id))))
-            .collect();
+        let members: BTreeMap<NodeId, String> = (1..=n).map(|id| (id, format!("{}:{PORT}", ip_of(id)))).collect();
         let live: LiveNodes = Arc::default();
         let mut nodes = BTreeMap::new();
         let mut disks = BTreeMap::new();
@@ -53,24 +51,15 @@ impl SimCluster {
                     let members = members.clone();
                     let live = live.clone();
                     async move {
-                        let config =
-                            match Config::for_member(id, members, format!("/sim/node-{id}").into())
-                            {
-                                Ok(c) => c,
-                                Err(e) => panic!("bad simulated config: {e}"),
-                            };
-                        let on_ready = move |node: Arc<Node>| {
-                            live.lock()
-                                .unwrap_or_else(|p| p.into_inner())
-                                .insert(id, node);
+                        let config = match Config::for_member(id, members, format!("/sim/node-{id}").into()) {
+                            Ok(c) => c,
+                            Err(e) => panic!("bad simulated config: {e}"),
                         };
-                        if let Err(e) = rill_server::start(
-                            config,
-                            Arc::new(disk),
-                            std::future::pending(),
-                            on_ready,
-                        )
-                        .await
+                        let on_ready = move |node: Arc<Node>| {
+                            live.lock().unwrap_or_else(|p| p.into_inner()).insert(id, node);
+                        };
+                        if let Err(e) =
+                            rill_server::start(config, Arc::new(disk), std::future::pending(), on_ready).await
                         {
                             tracing::error!(node = id, error = %e, "simulated node failed");
                         }
@@ -79,26 +68,13 @@ impl SimCluster {
                 .build();
             nodes.insert(id, node);
         }
-        let client_host = handle
-            .create_node()
-            .name("client")
-            .ip(IpAddr::V4(Ipv4Addr::new(10, 0, 1, 1)))
-            .build();
-        Self {
-            handle,
-            nodes,
-            disks,
-            live,
-            client_host,
-        }
+        let client_host = handle.create_node().name("client").ip(IpAddr::V4(Ipv4Addr::new(10, 0, 1, 1))).build();
+        Self { handle, nodes, disks, live, client_host }
     }
 
     /// Bootstrap addresses of every node.
     pub fn bootstrap(&self) -> Vec<String> {
-        self.nodes
-            .keys()
-            .map(|id| format!("{}:{PORT}", ip_of(*id)))
-            .collect()
+        self.nodes.keys().map(|id| format!("{}:{PORT}", ip_of(*id))).collect()
     }
 
     /// Node ids.
@@ -134,19 +110,12 @@ impl SimCluster {
 
     /// The running node `id`, if it is up and serving.
     pub fn node(&self, id: NodeId) -> Option<Arc<Node>> {
-        self.live
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&id)
-            .cloned()
+        self.live.lock().unwrap_or_else(|p| p.into_inner()).get(&id).cloned()
     }
 
     /// Crashes node `id` (its process dies; the OS keeps its unsynced writes).
     pub fn kill(&self, id: NodeId) {
-        self.live
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&id);
+        self.live.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
         if let Some(n) = self.nodes.get(&id) {
             self.handle.kill(n.id());
         }
@@ -177,8 +146,5 @@ impl SimCluster {
 /// Installs a log subscriber once (`RUST_LOG` filter, default warnings only).
 pub fn init_logs() {
     let filter = std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into());
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
 }

@@ -18,10 +18,7 @@ impl Trace {
 
     /// Records one observation.
     pub fn record(&self, event: impl Into<String>) {
-        self.events
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(event.into());
+        self.events.lock().unwrap_or_else(|p| p.into_inner()).push(event.into());
     }
 
     /// Number of observations.

@@ -25,28 +25,18 @@ where
         if let Some(v) = f().await {
             return v;
         }
-        assert!(
-            madsim::time::Instant::now() < deadline,
-            "timed out (simulated {SETTLE:?}) waiting for {what}"
-        );
+        assert!(madsim::time::Instant::now() < deadline, "timed out (simulated {SETTLE:?}) waiting for {what}");
         madsim::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
 /// Produces `n` single-record batches `"{prefix}-{i}"` with acks=all; returns value → offset for
 /// the acknowledged ones (others have an unknown outcome).
-async fn produce(
-    client: Client,
-    topic: &'static str,
-    prefix: &'static str,
-    n: usize,
-) -> Vec<(String, Option<u64>)> {
+async fn produce(client: Client, topic: &'static str, prefix: &'static str, n: usize) -> Vec<(String, Option<u64>)> {
     let mut out = Vec::new();
     for i in 0..n {
         let v = format!("{prefix}-{i}");
-        let r = client
-            .produce(topic, 0, vec![Record::new(v.clone())], Acks::All)
-            .await;
+        let r = client.produce(topic, 0, vec![Record::new(v.clone())], Acks::All).await;
         out.push((v, r.ok().and_then(|a| a.base_offset)));
     }
     out
@@ -64,29 +54,18 @@ async fn smoke_leader_power_failure_and_rejoin() {
     let client = cluster.client().await;
 
     let c = client.clone();
-    cluster
-        .on_client(async move { c.create_topic("smoke", 1, 3, &[]).await.map(|_| ()) })
-        .await
-        .expect("create topic");
+    cluster.on_client(async move { c.create_topic("smoke", 1, 3, &[]).await.map(|_| ()) }).await.expect("create topic");
     let c = client.clone();
     let leader = cluster
         .on_client(async move {
-            wait_until("a leader", || async {
-                c.describe_topic("smoke").await.ok()?.partitions[0].leader
-            })
-            .await
+            wait_until("a leader", || async { c.describe_topic("smoke").await.ok()?.partitions[0].leader }).await
         })
         .await;
     trace.record(format!("first leader {leader}"));
 
     // --- commit writes
-    let mut acked: Vec<(String, Option<u64>)> = cluster
-        .on_client(produce(client.clone(), "smoke", "a", 20))
-        .await;
-    assert!(
-        acked.iter().all(|(_, o)| o.is_some()),
-        "a healthy cluster acknowledges every write"
-    );
+    let mut acked: Vec<(String, Option<u64>)> = cluster.on_client(produce(client.clone(), "smoke", "a", 20)).await;
+    assert!(acked.iter().all(|(_, o)| o.is_some()), "a healthy cluster acknowledges every write");
 
     // --- crash and power-fail the leader, losing some of its unsynced writes
     let keep = (rill_rt::random_u64() as usize) % (cluster.unsynced_batches(leader) + 1);
@@ -105,31 +84,18 @@ async fn smoke_leader_power_failure_and_rejoin() {
         })
         .await;
     trace.record(format!("new leader {new_leader}"));
-    acked.extend(
-        cluster
-            .on_client(produce(client.clone(), "smoke", "b", 20))
-            .await,
-    );
+    acked.extend(cluster.on_client(produce(client.clone(), "smoke", "b", 20)).await);
 
     // --- the old leader rejoins and converges
     cluster.restart(leader);
     let ids = cluster.ids();
     let hw = wait_until("every replica at the same high watermark", || {
-        let states: Vec<_> = ids
-            .iter()
-            .map(|id| {
-                cluster
-                    .node(*id)
-                    .and_then(|n| n.partitions().first().map(|p| p.state()))
-            })
-            .collect();
+        let states: Vec<_> =
+            ids.iter().map(|id| cluster.node(*id).and_then(|n| n.partitions().first().map(|p| p.state()))).collect();
         async move {
             let states: Vec<_> = states.into_iter().collect::<Option<Vec<_>>>()?;
             let hw = states[0].high_watermark;
-            states
-                .iter()
-                .all(|s| s.high_watermark == hw && s.log_end_offset == hw && hw > 0)
-                .then_some(hw)
+            states.iter().all(|s| s.high_watermark == hw && s.log_end_offset == hw && hw > 0).then_some(hw)
         }
     })
     .await;
@@ -146,11 +112,7 @@ async fn smoke_leader_power_failure_and_rejoin() {
         .collect();
     let first = logs.values().next().expect("a log").clone();
     for (id, log) in &logs {
-        assert_eq!(
-            log, &first,
-            "node {id}'s log differs from node {}'s",
-            ids[0]
-        );
+        assert_eq!(log, &first, "node {id}'s log differs from node {}'s", ids[0]);
     }
 
     // --- a fresh client reads every acknowledged write exactly once at its offset
@@ -160,10 +122,7 @@ async fn smoke_leader_power_failure_and_rejoin() {
             let mut out = Vec::new();
             let mut offset = 0;
             loop {
-                let f = fresh
-                    .fetch("smoke", 0, Some(offset), Duration::ZERO)
-                    .await
-                    .expect("fetch");
+                let f = fresh.fetch("smoke", 0, Some(offset), Duration::ZERO).await.expect("fetch");
                 if f.records.is_empty() {
                     break out;
                 }
@@ -174,22 +133,12 @@ async fn smoke_leader_power_failure_and_rejoin() {
         .await;
     let mut at: HashMap<String, Vec<u64>> = HashMap::new();
     for r in &read {
-        at.entry(String::from_utf8_lossy(&r.value).into_owned())
-            .or_default()
-            .push(r.offset);
-        trace.record(format!(
-            "read {}@{}",
-            String::from_utf8_lossy(&r.value),
-            r.offset
-        ));
+        at.entry(String::from_utf8_lossy(&r.value).into_owned()).or_default().push(r.offset);
+        trace.record(format!("read {}@{}", String::from_utf8_lossy(&r.value), r.offset));
     }
     for (v, offset) in &acked {
         match offset {
-            Some(o) => assert_eq!(
-                at.get(v),
-                Some(&vec![*o]),
-                "acknowledged {v} must be read once at offset {o}"
-            ),
+            Some(o) => assert_eq!(at.get(v), Some(&vec![*o]), "acknowledged {v} must be read once at offset {o}"),
             None => assert!(at.get(v).is_none_or(|o| o.len() <= 1), "{v} stored twice"),
         }
     }

@@ -17,20 +17,13 @@ pub const READY_TIMEOUT: Duration = Duration::from_secs(60);
 pub fn bin_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("test executable path");
     // target/debug/deps/integration-xxxx → target/debug
-    exe.parent()
-        .and_then(Path::parent)
-        .map(Path::to_path_buf)
-        .expect("target dir")
+    exe.parent().and_then(Path::parent).map(Path::to_path_buf).expect("target dir")
 }
 
 /// Path of a workspace binary, with a clear message when it was not built.
 pub fn bin(name: &str) -> PathBuf {
     let p = bin_dir().join(name);
-    assert!(
-        p.exists(),
-        "{} is missing: run `cargo build --bins` before the integration tests",
-        p.display()
-    );
+    assert!(p.exists(), "{} is missing: run `cargo build --bins` before the integration tests", p.display());
     p
 }
 
@@ -59,34 +52,15 @@ impl TestCluster {
     /// Starts `n` nodes and waits until the cluster answers.
     pub async fn start(n: u64) -> Result<Self> {
         let dir = tempfile::tempdir()?;
-        let addrs: BTreeMap<u64, String> = (1..=n)
-            .map(|id| (id, format!("127.0.0.1:{}", free_port())))
-            .collect();
-        let members = addrs
-            .iter()
-            .map(|(id, a)| format!("{id}@{a}"))
-            .collect::<Vec<_>>()
-            .join(",");
+        let addrs: BTreeMap<u64, String> = (1..=n).map(|id| (id, format!("127.0.0.1:{}", free_port()))).collect();
+        let members = addrs.iter().map(|(id, a)| format!("{id}@{a}")).collect::<Vec<_>>().join(",");
         let mut nodes = BTreeMap::new();
         for (id, addr) in &addrs {
             let data_dir = dir.path().join(format!("node-{id}"));
             let log = dir.path().join(format!("node-{id}.log"));
-            nodes.insert(
-                *id,
-                NodeProc {
-                    id: *id,
-                    addr: addr.clone(),
-                    data_dir,
-                    log,
-                    child: None,
-                },
-            );
+            nodes.insert(*id, NodeProc { id: *id, addr: addr.clone(), data_dir, log, child: None });
         }
-        let mut cluster = Self {
-            nodes,
-            members,
-            _dir: dir,
-        };
+        let mut cluster = Self { nodes, members, _dir: dir };
         for id in 1..=n {
             cluster.start_node(id)?;
         }
@@ -111,10 +85,7 @@ impl TestCluster {
         if node.child.is_some() {
             bail!("node {id} is already running");
         }
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&node.log)?;
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(&node.log)?;
         let child = Command::new(bin("rill-server"))
             .arg("--node-id")
             .arg(id.to_string())
@@ -149,11 +120,7 @@ impl TestCluster {
         let node = self.nodes.get_mut(&id).context("no such node")?;
         if let Some(mut c) = node.child.take() {
             let pid = c.id();
-            let status = Command::new("kill")
-                .arg("-TERM")
-                .arg(pid.to_string())
-                .status()
-                .context("run kill")?;
+            let status = Command::new("kill").arg("-TERM").arg(pid.to_string()).status().context("run kill")?;
             if !status.success() {
                 bail!("kill -TERM {pid} failed");
             }
@@ -161,10 +128,7 @@ impl TestCluster {
             loop {
                 if let Some(status) = c.try_wait()? {
                     if !status.success() {
-                        bail!(
-                            "node {id} exited with {status} after SIGTERM; log:\n{}",
-                            self.log_tail(id)
-                        );
+                        bail!("node {id} exited with {status} after SIGTERM; log:\n{}", self.log_tail(id));
                     }
                     return Ok(());
                 }
@@ -205,18 +169,12 @@ impl TestCluster {
         let deadline = tokio::time::Instant::now() + READY_TIMEOUT;
         loop {
             if let Ok(c) = client.describe_cluster().await {
-                if c.metadata_leader.is_some()
-                    && c.nodes.iter().all(|n| n.alive)
-                    && c.nodes.len() == self.nodes.len()
-                {
+                if c.metadata_leader.is_some() && c.nodes.iter().all(|n| n.alive) && c.nodes.len() == self.nodes.len() {
                     return Ok(());
                 }
             }
             if tokio::time::Instant::now() > deadline {
-                bail!(
-                    "cluster not ready within {READY_TIMEOUT:?}; node 1 log:\n{}",
-                    self.log_tail(1)
-                );
+                bail!("cluster not ready within {READY_TIMEOUT:?}; node 1 log:\n{}", self.log_tail(1));
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
@@ -231,24 +189,17 @@ impl TestCluster {
         rf: u32,
         configs: &[(&str, &str)],
     ) -> Result<TopicDescription> {
-        let configs: Vec<(String, String)> = configs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
+        let configs: Vec<(String, String)> = configs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         client.create_topic(name, partitions, rf, &configs).await?;
         self.wait_for_leaders(client, name).await
     }
 
     /// Waits until every partition of `topic` reports a leader.
     pub async fn wait_for_leaders(&self, client: &Client, topic: &str) -> Result<TopicDescription> {
-        wait_for(
-            READY_TIMEOUT,
-            &format!("leaders for every partition of {topic}"),
-            || async {
-                let d = client.describe_topic(topic).await.ok()?;
-                d.partitions.iter().all(|p| p.leader.is_some()).then_some(d)
-            },
-        )
+        wait_for(READY_TIMEOUT, &format!("leaders for every partition of {topic}"), || async {
+            let d = client.describe_topic(topic).await.ok()?;
+            d.partitions.iter().all(|p| p.leader.is_some()).then_some(d)
+        })
         .await
     }
 }
@@ -284,32 +235,20 @@ where
 
 /// Installs a test log subscriber once.
 pub fn init_logs() {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter("info")
-        .with_test_writer()
-        .try_init();
+    let _ = tracing_subscriber::fmt().with_env_filter("info").with_test_writer().try_init();
 }
 
 /// Reads `topic`/`partition` from offset 0 up to its high watermark.
-pub async fn read_all(
-    client: &Client,
-    topic: &str,
-    partition: u32,
-) -> Result<Vec<rill_client::ReceivedRecord>> {
+pub async fn read_all(client: &Client, topic: &str, partition: u32) -> Result<Vec<rill_client::ReceivedRecord>> {
     let mut out = Vec::new();
     let mut offset = 0;
     loop {
-        let f = client
-            .fetch(topic, partition, Some(offset), Duration::ZERO)
-            .await?;
+        let f = client.fetch(topic, partition, Some(offset), Duration::ZERO).await?;
         if f.records.is_empty() {
             if offset >= f.high_watermark {
                 return Ok(out);
             }
-            bail!(
-                "fetch at {offset} returned nothing below the high watermark {}",
-                f.high_watermark
-            );
+            bail!("fetch at {offset} returned nothing below the high watermark {}", f.high_watermark);
         }
         offset = f.next_offset;
         out.extend(f.records);

@@ -16,27 +16,15 @@ async fn produce_with_each_acks_level_and_read_back() -> anyhow::Result<()> {
     for p in &d.partitions {
         assert_eq!(p.replicas.len(), 3);
     }
-    let leaders: std::collections::BTreeSet<u64> =
-        d.partitions.iter().filter_map(|p| p.leader).collect();
+    let leaders: std::collections::BTreeSet<u64> = d.partitions.iter().filter_map(|p| p.leader).collect();
     tracing::info!(?leaders, "--- leaders spread over nodes");
 
     tracing::info!("--- acks=all, acks=1, acks=0 on partition 0");
-    let a = client
-        .produce(
-            "basic",
-            0,
-            vec![Record::new("a1"), Record::new("a2")],
-            Acks::All,
-        )
-        .await?;
+    let a = client.produce("basic", 0, vec![Record::new("a1"), Record::new("a2")], Acks::All).await?;
     assert_eq!(a.base_offset, Some(0));
-    let b = client
-        .produce("basic", 0, vec![Record::keyed("k", "b1")], Acks::Leader)
-        .await?;
+    let b = client.produce("basic", 0, vec![Record::keyed("k", "b1")], Acks::Leader).await?;
     assert_eq!(b.base_offset, Some(2));
-    let c = client
-        .produce("basic", 0, vec![Record::new("c1")], Acks::None)
-        .await?;
+    let c = client.produce("basic", 0, vec![Record::new("c1")], Acks::None).await?;
     assert_eq!(c.base_offset, None);
 
     tracing::info!("--- everything becomes visible, in order, exactly once");
@@ -47,38 +35,23 @@ async fn produce_with_each_acks_level_and_read_back() -> anyhow::Result<()> {
     .await?;
     let values: Vec<&[u8]> = records.iter().map(|r| r.value.as_ref()).collect();
     assert_eq!(values, vec![&b"a1"[..], b"a2", b"b1", b"c1"]);
-    assert_eq!(
-        records.iter().map(|r| r.offset).collect::<Vec<_>>(),
-        vec![0, 1, 2, 3]
-    );
+    assert_eq!(records.iter().map(|r| r.offset).collect::<Vec<_>>(), vec![0, 1, 2, 3]);
     assert_eq!(records[2].key.as_deref(), Some(&b"k"[..]));
 
     tracing::info!("--- offsets and describe agree");
-    assert_eq!(
-        client.list_offset("basic", 0, OffsetSpec::Earliest).await?,
-        0
-    );
+    assert_eq!(client.list_offset("basic", 0, OffsetSpec::Earliest).await?, 0);
     assert_eq!(client.list_offset("basic", 0, OffsetSpec::Latest).await?, 4);
     let d = client.describe_topic("basic").await?;
     let p0 = &d.partitions[0];
-    assert_eq!(
-        (p0.log_start_offset, p0.high_watermark, p0.log_end_offset),
-        (0, 4, 4)
-    );
+    assert_eq!((p0.log_start_offset, p0.high_watermark, p0.log_end_offset), (0, 4, 4));
     assert!(p0.isr.len() >= 2, "isr {:?}", p0.isr);
 
     tracing::info!("--- a long poll returns as soon as data arrives");
     let waiter = {
         let client = client.clone();
-        tokio::spawn(async move {
-            client
-                .fetch("basic", 1, Some(0), Duration::from_secs(20))
-                .await
-        })
+        tokio::spawn(async move { client.fetch("basic", 1, Some(0), Duration::from_secs(20)).await })
     };
-    client
-        .produce("basic", 1, vec![Record::new("late")], Acks::All)
-        .await?;
+    client.produce("basic", 1, vec![Record::new("late")], Acks::All).await?;
     let fetched = waiter.await??;
     assert_eq!(fetched.records.len(), 1);
     assert_eq!(fetched.records[0].value.as_ref(), b"late");

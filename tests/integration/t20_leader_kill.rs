@@ -26,26 +26,15 @@ enum Outcome {
 
 /// Sends `TOTAL / PARTITIONS` records to `partition` in batches, one batch at a time. Every
 /// value is unique (`p{partition}-b{batch}-r{i}`), so a value identifies its send.
-async fn producer(
-    client: Client,
-    partition: u32,
-    log: Arc<Mutex<Vec<(u32, usize, Vec<String>, Outcome)>>>,
-) {
+async fn producer(client: Client, partition: u32, log: Arc<Mutex<Vec<(u32, usize, Vec<String>, Outcome)>>>) {
     let batches = TOTAL / BATCH / PARTITIONS as usize + 1;
     for b in 0..batches {
-        let values: Vec<String> = (0..BATCH)
-            .map(|i| format!("p{partition}-b{b}-r{i}"))
-            .collect();
+        let values: Vec<String> = (0..BATCH).map(|i| format!("p{partition}-b{b}-r{i}")).collect();
         let records = values.iter().map(|v| Record::new(v.clone())).collect();
         let outcome = match client.produce(TOPIC, partition, records, Acks::All).await {
             Ok(ack) => Outcome::Acked(ack.base_offset.expect("acks=all gives an offset")),
             Err(e) if e.is_retriable_without_effect() => Outcome::Failed,
-            Err(e)
-                if e.code()
-                    .is_some_and(|c| c == rill_client::ErrorCode::MessageTooLarge) =>
-            {
-                Outcome::Failed
-            }
+            Err(e) if e.code().is_some_and(|c| c == rill_client::ErrorCode::MessageTooLarge) => Outcome::Failed,
             Err(e) => {
                 tracing::info!(partition, batch = b, error = %e, "send with unknown outcome");
                 Outcome::Unknown
@@ -60,30 +49,17 @@ async fn acked_records_survive_leader_sigkill_exactly_once_in_order() -> anyhow:
     init_logs();
     let mut cluster = TestCluster::start(3).await?;
     let client = cluster.client().await?;
-    let d = cluster
-        .create_topic(&client, TOPIC, PARTITIONS, 3, &[])
-        .await?;
+    let d = cluster.create_topic(&client, TOPIC, PARTITIONS, 3, &[]).await?;
     let victim = d.partitions[0].leader.expect("leader");
 
     tracing::info!("--- produce on every partition");
     let log = Arc::new(Mutex::new(Vec::new()));
-    let producers: Vec<_> = (0..PARTITIONS)
-        .map(|p| tokio::spawn(producer(client.clone(), p, log.clone())))
-        .collect();
+    let producers: Vec<_> = (0..PARTITIONS).map(|p| tokio::spawn(producer(client.clone(), p, log.clone()))).collect();
 
-    wait_for(
-        READY_TIMEOUT,
-        "a third of the records acknowledged",
-        || async {
-            let n = log
-                .lock()
-                .await
-                .iter()
-                .filter(|e| matches!(e.3, Outcome::Acked(_)))
-                .count();
-            (n * BATCH >= TOTAL / 3).then_some(())
-        },
-    )
+    wait_for(READY_TIMEOUT, "a third of the records acknowledged", || async {
+        let n = log.lock().await.iter().filter(|e| matches!(e.3, Outcome::Acked(_))).count();
+        (n * BATCH >= TOTAL / 3).then_some(())
+    })
     .await?;
     tracing::info!(victim, "--- SIGKILL the leader of partition 0");
     cluster.kill(victim)?;
@@ -102,23 +78,14 @@ async fn acked_records_survive_leader_sigkill_exactly_once_in_order() -> anyhow:
 
     tracing::info!("--- every acknowledged record is read back exactly once, in order");
     let log = log.lock().await.clone();
-    let acked: usize = log
-        .iter()
-        .filter(|e| matches!(e.3, Outcome::Acked(_)))
-        .count()
-        * BATCH;
-    assert!(
-        acked >= TOTAL * 9 / 10,
-        "only {acked} of {TOTAL} records acknowledged"
-    );
+    let acked: usize = log.iter().filter(|e| matches!(e.3, Outcome::Acked(_))).count() * BATCH;
+    assert!(acked >= TOTAL * 9 / 10, "only {acked} of {TOTAL} records acknowledged");
     let fresh = cluster.client().await?;
     for p in 0..PARTITIONS {
         let records = read_all(&fresh, TOPIC, p).await?;
         let mut seen: HashMap<String, Vec<u64>> = HashMap::new();
         for r in &records {
-            seen.entry(String::from_utf8_lossy(&r.value).into_owned())
-                .or_default()
-                .push(r.offset);
+            seen.entry(String::from_utf8_lossy(&r.value).into_owned()).or_default().push(r.offset);
         }
         let mut order: BTreeMap<u64, usize> = BTreeMap::new();
         for (part, b, values, outcome) in log.iter().filter(|e| e.0 == p) {
@@ -140,10 +107,7 @@ async fn acked_records_survive_leader_sigkill_exactly_once_in_order() -> anyhow:
         }
         // Batches were sent one after another: offsets must follow send order.
         let sends: Vec<usize> = order.values().copied().collect();
-        assert!(
-            sends.windows(2).all(|w| w[0] <= w[1]),
-            "partition {p}: acknowledged batches out of send order"
-        );
+        assert!(sends.windows(2).all(|w| w[0] <= w[1]), "partition {p}: acknowledged batches out of send order");
         tracing::info!(partition = p, records = records.len(), "partition verified");
     }
     Ok(())

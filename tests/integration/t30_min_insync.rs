@@ -11,16 +11,7 @@ async fn acks_all_refused_when_isr_below_min_insync() -> anyhow::Result<()> {
     let mut cluster = TestCluster::start(3).await?;
     let client = cluster.client().await?;
     let d = cluster
-        .create_topic(
-            &client,
-            "strict",
-            1,
-            3,
-            &[
-                ("min.insync.replicas", "3"),
-                ("replica.lag.time.max.ms", "2000"),
-            ],
-        )
+        .create_topic(&client, "strict", 1, 3, &[("min.insync.replicas", "3"), ("replica.lag.time.max.ms", "2000")])
         .await?;
     let leader = d.partitions[0].leader.expect("leader");
 
@@ -30,16 +21,9 @@ async fn acks_all_refused_when_isr_below_min_insync() -> anyhow::Result<()> {
         (d.partitions[0].isr.len() == 3).then_some(())
     })
     .await?;
-    client
-        .produce("strict", 0, vec![Record::new("before")], Acks::All)
-        .await?;
+    client.produce("strict", 0, vec![Record::new("before")], Acks::All).await?;
 
-    let follower = d.partitions[0]
-        .replicas
-        .iter()
-        .copied()
-        .find(|r| *r != leader)
-        .expect("a follower");
+    let follower = d.partitions[0].replicas.iter().copied().find(|r| *r != leader).expect("a follower");
     tracing::info!(follower, "--- kill a follower; wait for the ISR to shrink");
     cluster.kill(follower)?;
     wait_for(READY_TIMEOUT, "ISR to shrink to 2", || async {
@@ -49,26 +33,18 @@ async fn acks_all_refused_when_isr_below_min_insync() -> anyhow::Result<()> {
     .await?;
 
     tracing::info!("--- acks=all is refused before appending");
-    let hw_before = client
-        .list_offset("strict", 0, rill_client::OffsetSpec::Latest)
-        .await?;
-    let err = client
-        .produce("strict", 0, vec![Record::new("refused")], Acks::All)
-        .await
-        .expect_err("acks=all must fail");
+    let hw_before = client.list_offset("strict", 0, rill_client::OffsetSpec::Latest).await?;
+    let err =
+        client.produce("strict", 0, vec![Record::new("refused")], Acks::All).await.expect_err("acks=all must fail");
     assert_eq!(err.code(), Some(ErrorCode::NotEnoughReplicas), "{err}");
     assert_eq!(
-        client
-            .list_offset("strict", 0, rill_client::OffsetSpec::Latest)
-            .await?,
+        client.list_offset("strict", 0, rill_client::OffsetSpec::Latest).await?,
         hw_before,
         "nothing was appended"
     );
 
     tracing::info!("--- acks=1 still succeeds");
-    let ack = client
-        .produce("strict", 0, vec![Record::new("leader-only")], Acks::Leader)
-        .await?;
+    let ack = client.produce("strict", 0, vec![Record::new("leader-only")], Acks::Leader).await?;
     assert_eq!(ack.base_offset, Some(hw_before));
 
     tracing::info!("--- the follower returns, rejoins the ISR, acks=all works again");
@@ -78,8 +54,6 @@ async fn acks_all_refused_when_isr_below_min_insync() -> anyhow::Result<()> {
         (d.partitions[0].isr.len() == 3).then_some(())
     })
     .await?;
-    client
-        .produce("strict", 0, vec![Record::new("after")], Acks::All)
-        .await?;
+    client.produce("strict", 0, vec![Record::new("after")], Acks::All).await?;
     Ok(())
 }

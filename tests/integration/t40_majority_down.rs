@@ -13,17 +13,10 @@ async fn acks_all_never_succeeds_without_a_majority() -> anyhow::Result<()> {
     let mut cluster = TestCluster::start(3).await?;
     let client = cluster.client().await?;
     let d = cluster.create_topic(&client, "majority", 1, 3, &[]).await?;
-    client
-        .produce("majority", 0, vec![Record::new("committed")], Acks::All)
-        .await?;
+    client.produce("majority", 0, vec![Record::new("committed")], Acks::All).await?;
 
     let leader = d.partitions[0].leader.expect("leader");
-    let others: Vec<u64> = d.partitions[0]
-        .replicas
-        .iter()
-        .copied()
-        .filter(|r| *r != leader)
-        .collect();
+    let others: Vec<u64> = d.partitions[0].replicas.iter().copied().filter(|r| *r != leader).collect();
     tracing::info!(?others, "--- kill both followers");
     for id in &others {
         cluster.kill(*id)?;
@@ -41,10 +34,7 @@ async fn acks_all_never_succeeds_without_a_majority() -> anyhow::Result<()> {
                 Duration::from_secs(2),
             )
             .await;
-        assert!(
-            r.is_err(),
-            "attempt {i} reported success without a majority: {r:?}"
-        );
+        assert!(r.is_err(), "attempt {i} reported success without a majority: {r:?}");
     }
 
     tracing::info!("--- the majority returns; committed data is intact");
@@ -53,13 +43,9 @@ async fn acks_all_never_succeeds_without_a_majority() -> anyhow::Result<()> {
     }
     let fresh = cluster.client().await?;
     cluster.wait_for_leaders(&fresh, "majority").await?;
-    let records = wait_for(READY_TIMEOUT, "the committed record", || async {
-        read_all(&fresh, "majority", 0).await.ok()
-    })
-    .await?;
-    assert_eq!(
-        records.first().map(|r| r.value.as_ref()),
-        Some(&b"committed"[..])
-    );
+    let records =
+        wait_for(READY_TIMEOUT, "the committed record", || async { read_all(&fresh, "majority", 0).await.ok() })
+            .await?;
+    assert_eq!(records.first().map(|r| r.value.as_ref()), Some(&b"committed"[..]));
     Ok(())
 }

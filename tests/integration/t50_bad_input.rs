@@ -6,8 +6,7 @@ use rill_proto::batch;
 use rill_proto::common::{Compression, RecordBatch};
 use rill_proto::stream::stream_client::StreamClient;
 use rill_proto::stream::{
-    FetchPartition, FetchRequest, FetchTopic, PartitionProduce, PartitionProduceResult,
-    ProduceRequest, TopicProduce,
+    FetchPartition, FetchRequest, FetchTopic, PartitionProduce, PartitionProduceResult, ProduceRequest, TopicProduce,
 };
 
 use crate::harness::{init_logs, read_all, TestCluster};
@@ -36,10 +35,7 @@ async fn raw_produce(
     let req = ProduceRequest {
         acks,
         timeout_ms: 10_000,
-        topics: vec![TopicProduce {
-            topic: topic.into(),
-            partitions: vec![PartitionProduce { partition, batch }],
-        }],
+        topics: vec![TopicProduce { topic: topic.into(), partitions: vec![PartitionProduce { partition, batch }] }],
     };
     let resp = c.produce(req).await?.into_inner();
     Ok(resp.topics[0].partitions[0].clone())
@@ -54,17 +50,8 @@ async fn bad_requests_get_clear_errors_and_data_is_intact() -> anyhow::Result<()
     init_logs();
     let cluster = TestCluster::start(3).await?;
     let client = cluster.client().await?;
-    let d = cluster
-        .create_topic(&client, "guarded", 2, 3, &[("max.message.bytes", "1000")])
-        .await?;
-    client
-        .produce(
-            "guarded",
-            0,
-            vec![Record::new("good-1"), Record::new("good-2")],
-            Acks::All,
-        )
-        .await?;
+    let d = cluster.create_topic(&client, "guarded", 2, 3, &[("max.message.bytes", "1000")]).await?;
+    client.produce("guarded", 0, vec![Record::new("good-1"), Record::new("good-2")], Acks::All).await?;
     let leader = d.partitions[0].leader.expect("leader");
     let addr = cluster.nodes[&leader].addr.clone();
 
@@ -72,38 +59,21 @@ async fn bad_requests_get_clear_errors_and_data_is_intact() -> anyhow::Result<()
     let big = "x".repeat(2000);
     let r = raw_produce(&addr, "guarded", 0, 0, Some(batch_of(&[&big]))).await?;
     assert_eq!(code(&r), ErrorCode::MessageTooLarge, "{}", r.error_message);
-    assert!(
-        r.error_message.contains("max.message.bytes=1000"),
-        "{}",
-        r.error_message
-    );
+    assert!(r.error_message.contains("max.message.bytes=1000"), "{}", r.error_message);
 
     tracing::info!("--- unknown topic, partition out of range");
     let r = raw_produce(&addr, "nope", 0, 0, Some(batch_of(&["v"]))).await?;
     assert_eq!(code(&r), ErrorCode::UnknownTopicOrPartition);
-    assert!(
-        r.error_message.contains("unknown topic"),
-        "{}",
-        r.error_message
-    );
+    assert!(r.error_message.contains("unknown topic"), "{}", r.error_message);
     let r = raw_produce(&addr, "guarded", 7, 0, Some(batch_of(&["v"]))).await?;
     assert_eq!(code(&r), ErrorCode::UnknownTopicOrPartition);
-    assert!(
-        r.error_message.contains("has 2 partition(s)"),
-        "{}",
-        r.error_message
-    );
+    assert!(r.error_message.contains("has 2 partition(s)"), "{}", r.error_message);
 
     tracing::info!("--- malformed fields");
     let r = raw_produce(&addr, "guarded", 0, 0, None).await?;
     assert_eq!(code(&r), ErrorCode::InvalidRequest, "{}", r.error_message);
     let r = raw_produce(&addr, "guarded", 0, 99, Some(batch_of(&["v"]))).await?;
-    assert_eq!(
-        code(&r),
-        ErrorCode::InvalidRequiredAcks,
-        "{}",
-        r.error_message
-    );
+    assert_eq!(code(&r), ErrorCode::InvalidRequiredAcks, "{}", r.error_message);
     let mut corrupt = batch_of(&["tampered"]);
     corrupt.crc32c ^= 1;
     let r = raw_produce(&addr, "guarded", 0, 0, Some(corrupt)).await?;
@@ -122,12 +92,7 @@ async fn bad_requests_get_clear_errors_and_data_is_intact() -> anyhow::Result<()
     codec.compression = 42;
     codec.crc32c = batch::checksum(codec.record_count, 42, &codec.records);
     let r = raw_produce(&addr, "guarded", 0, 0, Some(codec)).await?;
-    assert_eq!(
-        code(&r),
-        ErrorCode::UnsupportedCompressionType,
-        "{}",
-        r.error_message
-    );
+    assert_eq!(code(&r), ErrorCode::UnsupportedCompressionType, "{}", r.error_message);
 
     tracing::info!("--- fetch out of range");
     let mut c = StreamClient::connect(format!("http://{addr}")).await?;
@@ -138,22 +103,13 @@ async fn bad_requests_get_clear_errors_and_data_is_intact() -> anyhow::Result<()
                 max_bytes: 0,
                 topics: vec![FetchTopic {
                     topic: "guarded".into(),
-                    partitions: vec![FetchPartition {
-                        partition: 0,
-                        fetch_offset: offset,
-                        max_bytes: 0,
-                    }],
+                    partitions: vec![FetchPartition { partition: 0, fetch_offset: offset, max_bytes: 0 }],
                 }],
             })
             .await?
             .into_inner();
         let p = &resp.topics[0].partitions[0];
-        assert_eq!(
-            p.error_code,
-            ErrorCode::OffsetOutOfRange as i32,
-            "offset {offset}: {}",
-            p.error_message
-        );
+        assert_eq!(p.error_code, ErrorCode::OffsetOutOfRange as i32, "offset {offset}: {}", p.error_message);
     }
 
     tracing::info!("--- bad topic creations");
@@ -163,35 +119,17 @@ async fn bad_requests_get_clear_errors_and_data_is_intact() -> anyhow::Result<()
         ("zero", 0, 1, ErrorCode::InvalidPartitions),
         ("wide", 1, 4, ErrorCode::InvalidReplicationFactor),
     ] {
-        let err = client
-            .create_topic(name, p, rf, &[])
-            .await
-            .expect_err("must fail");
+        let err = client.create_topic(name, p, rf, &[]).await.expect_err("must fail");
         assert_eq!(err.code(), Some(want), "{name}: {err}");
     }
-    let err = client
-        .create_topic("cfg", 1, 3, &[("min.insync.replicas".into(), "9".into())])
-        .await
-        .expect_err("must fail");
+    let err =
+        client.create_topic("cfg", 1, 3, &[("min.insync.replicas".into(), "9".into())]).await.expect_err("must fail");
     assert_eq!(err.code(), Some(ErrorCode::InvalidConfig), "{err}");
 
     tracing::info!("--- nothing stored was damaged, and the partition still takes writes");
-    let ack = client
-        .produce("guarded", 0, vec![Record::new("good-3")], Acks::All)
-        .await?;
+    let ack = client.produce("guarded", 0, vec![Record::new("good-3")], Acks::All).await?;
     assert_eq!(ack.base_offset, Some(2));
-    let values: Vec<Bytes> = read_all(&client, "guarded", 0)
-        .await?
-        .into_iter()
-        .map(|r| r.value)
-        .collect();
-    assert_eq!(
-        values,
-        vec![
-            Bytes::from("good-1"),
-            Bytes::from("good-2"),
-            Bytes::from("good-3")
-        ]
-    );
+    let values: Vec<Bytes> = read_all(&client, "guarded", 0).await?.into_iter().map(|r| r.value).collect();
+    assert_eq!(values, vec![Bytes::from("good-1"), Bytes::from("good-2"), Bytes::from("good-3")]);
     Ok(())
 }

@@ -15,14 +15,7 @@ async fn full_cluster_restarts_keep_acknowledged_data() -> anyhow::Result<()> {
     for round in 0..3 {
         for p in 0..2u32 {
             let values: Vec<String> = (0..20).map(|i| format!("r{round}-p{p}-{i}")).collect();
-            client
-                .produce(
-                    "durable",
-                    p,
-                    values.iter().map(|v| Record::new(v.clone())).collect(),
-                    Acks::All,
-                )
-                .await?;
+            client.produce("durable", p, values.iter().map(|v| Record::new(v.clone())).collect(), Acks::All).await?;
             expected[p as usize].extend(values);
         }
         if round == 0 {
@@ -45,19 +38,12 @@ async fn full_cluster_restarts_keep_acknowledged_data() -> anyhow::Result<()> {
         cluster.wait_for_leaders(&fresh, "durable").await?;
         for p in 0..2u32 {
             let want = expected[p as usize].clone();
-            let got = wait_for(
-                READY_TIMEOUT,
-                "acknowledged records after restart",
-                || async {
-                    let r = read_all(&fresh, "durable", p).await.ok()?;
-                    (r.len() >= want.len()).then_some(r)
-                },
-            )
+            let got = wait_for(READY_TIMEOUT, "acknowledged records after restart", || async {
+                let r = read_all(&fresh, "durable", p).await.ok()?;
+                (r.len() >= want.len()).then_some(r)
+            })
             .await?;
-            let got: Vec<String> = got
-                .iter()
-                .map(|r| String::from_utf8_lossy(&r.value).into_owned())
-                .collect();
+            let got: Vec<String> = got.iter().map(|r| String::from_utf8_lossy(&r.value).into_owned()).collect();
             assert_eq!(got, want, "partition {p} after restart {round}");
         }
     }

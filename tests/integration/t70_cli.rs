@@ -5,11 +5,7 @@ use std::process::{Command, Stdio};
 
 use crate::harness::{bin, init_logs, TestCluster};
 
-fn rill(
-    cluster: &TestCluster,
-    args: &[&str],
-    stdin: Option<&str>,
-) -> anyhow::Result<std::process::Output> {
+fn rill(cluster: &TestCluster, args: &[&str], stdin: Option<&str>) -> anyhow::Result<std::process::Output> {
     let mut child = Command::new(bin("rill"))
         .arg("--bootstrap")
         .arg(cluster.bootstrap_arg())
@@ -19,11 +15,7 @@ fn rill(
         .stderr(Stdio::piped())
         .spawn()?;
     if let Some(input) = stdin {
-        child
-            .stdin
-            .take()
-            .expect("stdin")
-            .write_all(input.as_bytes())?;
+        child.stdin.take().expect("stdin").write_all(input.as_bytes())?;
     }
     drop(child.stdin.take());
     Ok(child.wait_with_output()?)
@@ -48,53 +40,26 @@ async fn cli_create_describe_produce_consume() -> anyhow::Result<()> {
         ],
         None,
     )?;
-    assert!(
-        out.status.success(),
-        "create: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "create: {}", String::from_utf8_lossy(&out.stderr));
     let client = cluster.client().await?;
     cluster.wait_for_leaders(&client, "cli").await?;
 
-    let out = rill(
-        &cluster,
-        &["topic", "describe", "cli", "--output", "json"],
-        None,
-    )?;
-    assert!(
-        out.status.success(),
-        "describe: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = rill(&cluster, &["topic", "describe", "cli", "--output", "json"], None)?;
+    assert!(out.status.success(), "describe: {}", String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout)?;
     assert_eq!(v["name"], "cli");
     let parts = v["partitions"].as_array().expect("partitions");
     assert_eq!(parts.len(), 2);
     for p in parts {
         assert_eq!(p["replicas"].as_array().map(Vec::len), Some(3));
-        for key in [
-            "partition",
-            "leader",
-            "isr",
-            "log_start_offset",
-            "high_watermark",
-            "log_end_offset",
-        ] {
+        for key in ["partition", "leader", "isr", "log_start_offset", "high_watermark", "log_end_offset"] {
             assert!(p.get(key).is_some(), "describe JSON lacks {key}: {p}");
         }
     }
 
     let input: String = (0..100).map(|i| format!("key{i}:value{i}\n")).collect();
-    let out = rill(
-        &cluster,
-        &["produce", "cli", "--key-separator", ":"],
-        Some(&input),
-    )?;
-    assert!(
-        out.status.success(),
-        "produce: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = rill(&cluster, &["produce", "cli", "--key-separator", ":"], Some(&input))?;
+    assert!(out.status.success(), "produce: {}", String::from_utf8_lossy(&out.stderr));
     assert!(
         String::from_utf8_lossy(&out.stdout).contains("100 of 100 record(s) acknowledged"),
         "{}",
@@ -116,11 +81,7 @@ async fn cli_create_describe_produce_consume() -> anyhow::Result<()> {
         ],
         None,
     )?;
-    assert!(
-        out.status.success(),
-        "consume: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "consume: {}", String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8_lossy(&out.stdout);
     let mut lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines.len(), 100, "{text}");
@@ -129,11 +90,7 @@ async fn cli_create_describe_produce_consume() -> anyhow::Result<()> {
         let parts: Vec<&str> = line.split(' ').collect();
         let (p, k, v) = (parts[0], parts[1], parts[2]);
         let expected = rill_client::partitioner::partition_for_key(k.as_bytes(), 2);
-        assert_eq!(
-            p,
-            expected.to_string(),
-            "key {k} landed in the wrong partition"
-        );
+        assert_eq!(p, expected.to_string(), "key {k} landed in the wrong partition");
         assert_eq!(v, k.replace("key", "value"));
     }
 
@@ -145,11 +102,7 @@ async fn cli_create_describe_produce_consume() -> anyhow::Result<()> {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let out = rill(
-        &cluster,
-        &["consume", "cli", "--partition", "9", "--timeout-ms", "100"],
-        None,
-    )?;
+    let out = rill(&cluster, &["consume", "cli", "--partition", "9", "--timeout-ms", "100"], None)?;
     assert!(!out.status.success());
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("does not exist"),

@@ -34,9 +34,7 @@ pub fn decode_append(mut body: Bytes) -> Result<Vec<RecordBatch>, String> {
     let version = body.get_u8();
     let kind = body.get_u8();
     if version != VERSION || kind != KIND_APPEND {
-        return Err(format!(
-            "unknown partition entry version {version} kind {kind}"
-        ));
+        return Err(format!("unknown partition entry version {version} kind {kind}"));
     }
     let n = body.get_u32_le() as usize;
     let mut out = Vec::with_capacity(n.min(1024));
@@ -65,12 +63,7 @@ mod tests {
     fn round_trips_batches() {
         let mk = |v: &'static str| {
             batch::build(
-                vec![Record {
-                    timestamp_ms: 5,
-                    key: None,
-                    value: Bytes::from_static(v.as_bytes()),
-                    headers: vec![],
-                }],
+                vec![Record { timestamp_ms: 5, key: None, value: Bytes::from_static(v.as_bytes()), headers: vec![] }],
                 Compression::None,
             )
             .unwrap()

@@ -8,20 +8,12 @@ use rill_raft::NodeId;
 pub enum PartitionError {
     /// This node does not lead the partition.
     #[error("node {node} is not the leader of this partition{}", leader_text(*leader, addr))]
-    NotLeader {
-        node: NodeId,
-        leader: Option<NodeId>,
-        addr: Option<String>,
-    },
+    NotLeader { node: NodeId, leader: Option<NodeId>, addr: Option<String> },
     /// The in-sync replica set is too small; nothing was appended.
-    #[error(
-        "in-sync replicas {isr:?} are fewer than min.insync.replicas={min}; nothing was written"
-    )]
+    #[error("in-sync replicas {isr:?} are fewer than min.insync.replicas={min}; nothing was written")]
     NotEnoughReplicas { isr: Vec<NodeId>, min: u32 },
     /// Committed, but the ISR condition could not be met while waiting.
-    #[error(
-        "the batch was committed but {reason}; it may be visible, and retrying may duplicate it"
-    )]
+    #[error("the batch was committed but {reason}; it may be visible, and retrying may duplicate it")]
     NotEnoughReplicasAfterAppend { reason: String },
     /// The operation did not finish in time.
     #[error("timed out after {waited_ms} ms waiting for {what}; the outcome is unknown")]

@@ -7,6 +7,10 @@
 //! end; a follower's matched index is credited with the latest time the leader's end was at or
 //! below it.
 //!
+//! A follower must also be *alive*: it must have answered the leader (a heartbeat or an append)
+//! within the same window. Without that, a follower that was caught up when it died would stay
+//! in sync forever on an idle partition.
+//!
 //! A new leader starts with an ISR of itself alone and adds followers as they prove they are
 //! caught up (within one heartbeat when healthy). It never assumes a follower is in sync: a dead
 //! follower must not hold up `acks=all` writes for `replica.lag.time.max.ms`.
@@ -16,7 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use openraft::ServerState;
-use rill_raft::{NodeId, Raft};
+use rill_raft::{GroupId, NodeId, Raft, Transport};
 use rill_rt::sync::watch;
 use rill_rt::Instant;
 
@@ -40,9 +44,7 @@ pub struct IsrView {
 impl IsrView {
     /// True when every ISR member has log index `index`.
     pub fn all_have(&self, index: u64) -> bool {
-        self.isr
-            .iter()
-            .all(|n| self.matched.get(n).is_some_and(|m| *m >= index))
+        self.isr.iter().all(|n| self.matched.get(n).is_some_and(|m| *m >= index))
     }
 }
 
@@ -57,12 +59,7 @@ pub struct IsrTracker {
 impl IsrTracker {
     /// A tracker for node `me`.
     pub fn new(me: NodeId) -> Self {
-        Self {
-            me,
-            term: None,
-            samples: VecDeque::new(),
-            caught_up: BTreeMap::new(),
-        }
+        Self { me, term: None, samples: VecDeque::new(), caught_up: BTreeMap::new() }
     }
 
     /// Evaluates the ISR at `now` from the leader's state.
@@ -71,6 +68,8 @@ impl IsrTracker {
     /// * `leader_last`: the leader's last log index.
     /// * `voters`: the group's voters.
     /// * `matched`: replicated index per voter (the leader's own entry is its flushed index).
+    /// * `contacts`: when each follower last answered the leader.
+    #[allow(clippy::too_many_arguments)]
     pub fn evaluate(
         &mut self,
         now: Instant,
@@ -78,6 +77,7 @@ impl IsrTracker {
         leader_last: u64,
         voters: &BTreeSet<NodeId>,
         matched: &BTreeMap<NodeId, u64>,
+        contacts: &BTreeMap<NodeId, Instant>,
         lag_max: Duration,
     ) -> IsrView {
         let Some(term) = leader_term else {
@@ -92,17 +92,12 @@ impl IsrTracker {
             self.caught_up.clear();
         }
         match self.samples.back_mut() {
-            Some((t, idx)) if now.saturating_duration_since(*t) < SAMPLE_GRANULARITY => {
-                *idx = (*idx).max(leader_last)
-            }
+            Some((t, idx)) if now.saturating_duration_since(*t) < SAMPLE_GRANULARITY => *idx = (*idx).max(leader_last),
             Some((_, idx)) if *idx == leader_last => {}
             _ => self.samples.push_back((now, leader_last)),
         }
         while self.samples.len() > 1
-            && self
-                .samples
-                .front()
-                .is_some_and(|(t, _)| now.saturating_duration_since(*t) > lag_max)
+            && self.samples.front().is_some_and(|(t, _)| now.saturating_duration_since(*t) > lag_max)
         {
             self.samples.pop_front();
         }
@@ -113,11 +108,7 @@ impl IsrTracker {
             let credit = if m >= leader_last {
                 Some(now)
             } else {
-                self.samples
-                    .iter()
-                    .rev()
-                    .find(|(_, idx)| *idx <= m)
-                    .map(|(t, _)| *t)
+                self.samples.iter().rev().find(|(_, idx)| *idx <= m).map(|(t, _)| *t)
             };
             if let Some(t) = credit {
                 let slot = self.caught_up.entry(*follower).or_insert(t);
@@ -127,18 +118,15 @@ impl IsrTracker {
             }
         }
         self.caught_up.retain(|n, _| voters.contains(n));
+        let recent = |t: &Instant| now.saturating_duration_since(*t) <= lag_max;
         let mut isr: BTreeSet<NodeId> = self
             .caught_up
             .iter()
-            .filter(|(_, t)| now.saturating_duration_since(**t) <= lag_max)
+            .filter(|(n, t)| recent(t) && contacts.get(n).is_some_and(recent))
             .map(|(n, _)| *n)
             .collect();
         isr.insert(self.me);
-        IsrView {
-            leader_term: Some(term),
-            isr,
-            matched: matched.clone(),
-        }
+        IsrView { leader_term: Some(term), isr, matched: matched.clone() }
     }
 }
 
@@ -146,7 +134,9 @@ impl IsrTracker {
 /// `lag_max` is read on every evaluation so a topic config change takes effect at once.
 pub async fn run(
     raft: Raft,
+    group_id: GroupId,
     me: NodeId,
+    transport: Arc<Transport>,
     lag_max: impl Fn() -> Duration + Send + 'static,
     tx: Arc<watch::Sender<IsrView>>,
 ) {
@@ -163,20 +153,11 @@ pub async fn run(
             let matched: BTreeMap<NodeId, u64> = m
                 .replication
                 .as_ref()
-                .map(|r| {
-                    r.iter()
-                        .filter_map(|(n, l)| l.map(|l| (*n, l.index)))
-                        .collect()
-                })
+                .map(|r| r.iter().filter_map(|(n, l)| l.map(|l| (*n, l.index))).collect())
                 .unwrap_or_default();
-            tracker.evaluate(
-                rill_rt::now(),
-                leader_term,
-                m.last_log_index.unwrap_or(0),
-                &voters,
-                &matched,
-                lag_max(),
-            )
+            let contacts: BTreeMap<NodeId, Instant> =
+                voters.iter().filter_map(|n| transport.last_contact(group_id, *n).map(|t| (*n, t))).collect();
+            tracker.evaluate(rill_rt::now(), leader_term, m.last_log_index.unwrap_or(0), &voters, &matched, &contacts, lag_max())
         };
         tx.send_if_modified(|old| {
             if *old != view {
@@ -204,21 +185,18 @@ mod tests {
         [1, 2, 3].into()
     }
 
+    fn heard(now: Instant, from: &[NodeId]) -> BTreeMap<NodeId, Instant> {
+        from.iter().map(|n| (*n, now)).collect()
+    }
+
     #[tokio::test]
     async fn new_leader_starts_alone_and_adds_caught_up_followers() {
         let mut t = IsrTracker::new(1);
         let now = rill_rt::now();
         let lag = Duration::from_secs(10);
-        let v = t.evaluate(now, Some(2), 10, &voters(), &BTreeMap::new(), lag);
+        let v = t.evaluate(now, Some(2), 10, &voters(), &BTreeMap::new(), &BTreeMap::new(), lag);
         assert_eq!(v.isr, [1].into());
-        let v = t.evaluate(
-            now,
-            Some(2),
-            10,
-            &voters(),
-            &[(1, 10), (2, 10), (3, 4)].into(),
-            lag,
-        );
+        let v = t.evaluate(now, Some(2), 10, &voters(), &[(1, 10), (2, 10), (3, 4)].into(), &heard(now, &[2, 3]), lag);
         assert_eq!(v.isr, [1, 2].into());
         // 3 is outside the ISR, so it does not hold up acks=all.
         assert!(v.all_have(10));
@@ -230,14 +208,7 @@ mod tests {
         let mut t = IsrTracker::new(1);
         let t0 = rill_rt::now();
         let lag = Duration::from_secs(1);
-        t.evaluate(
-            t0,
-            Some(1),
-            100,
-            &voters(),
-            &[(2, 100), (3, 100)].into(),
-            lag,
-        );
+        t.evaluate(t0, Some(1), 100, &voters(), &[(2, 100), (3, 100)].into(), &heard(t0, &[2, 3]), lag);
         // The leader keeps moving; follower 2 trails by a little, follower 3 stops.
         let mut now = t0;
         let mut end = 100;
@@ -245,16 +216,23 @@ mod tests {
         for _ in 0..40 {
             now += Duration::from_millis(50);
             end += 10;
-            view = t.evaluate(
-                now,
-                Some(1),
-                end,
-                &voters(),
-                &[(2, end - 10), (3, 100)].into(),
-                lag,
-            );
+            view = t.evaluate(now, Some(1), end, &voters(), &[(2, end - 10), (3, 100)].into(), &heard(now, &[2, 3]), lag);
         }
         assert_eq!(view.isr, [1, 2].into(), "3 has been behind for 2s > lag 1s");
+    }
+
+    #[tokio::test]
+    async fn caught_up_follower_that_stops_answering_leaves_the_isr() {
+        let mut t = IsrTracker::new(1);
+        let t0 = rill_rt::now();
+        let lag = Duration::from_secs(1);
+        let v = t.evaluate(t0, Some(1), 7, &voters(), &[(2, 7), (3, 7)].into(), &heard(t0, &[2, 3]), lag);
+        assert_eq!(v.isr, [1, 2, 3].into());
+        // No new writes; 3 stops answering heartbeats while 2 keeps answering.
+        let later = t0 + Duration::from_secs(2);
+        let contacts: BTreeMap<NodeId, Instant> = [(2, later), (3, t0)].into();
+        let v = t.evaluate(later, Some(1), 7, &voters(), &[(2, 7), (3, 7)].into(), &contacts, lag);
+        assert_eq!(v.isr, [1, 2].into());
     }
 
     #[tokio::test]
@@ -262,13 +240,10 @@ mod tests {
         let mut t = IsrTracker::new(1);
         let now = rill_rt::now();
         let lag = Duration::from_secs(10);
-        let v = t.evaluate(now, Some(1), 5, &voters(), &[(2, 5), (3, 5)].into(), lag);
+        let v = t.evaluate(now, Some(1), 5, &voters(), &[(2, 5), (3, 5)].into(), &heard(now, &[2, 3]), lag);
         assert_eq!(v.isr, [1, 2, 3].into());
-        assert_eq!(
-            t.evaluate(now, None, 5, &voters(), &BTreeMap::new(), lag),
-            IsrView::default()
-        );
-        let v = t.evaluate(now, Some(3), 6, &voters(), &BTreeMap::new(), lag);
+        assert_eq!(t.evaluate(now, None, 5, &voters(), &BTreeMap::new(), &BTreeMap::new(), lag), IsrView::default());
+        let v = t.evaluate(now, Some(3), 6, &voters(), &BTreeMap::new(), &BTreeMap::new(), lag);
         assert_eq!(v.isr, [1].into());
     }
 }

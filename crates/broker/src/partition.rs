@@ -13,7 +13,7 @@ use rill_proto::batch;
 use rill_proto::common::RecordBatch;
 use rill_raft::multi::StartedGroup;
 use rill_raft::state_machine::SmStore;
-use rill_raft::{GroupId, LogStore, NodeId, Payload, Raft};
+use rill_raft::{GroupId, LogStore, NodeId, Payload, Raft, Transport};
 use rill_rt::sync::watch;
 use rill_rt::Instant;
 
@@ -92,11 +92,7 @@ pub struct Partition {
 
 impl std::fmt::Debug for Partition {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "Partition({}/{}, group {})",
-            self.topic, self.partition, self.group
-        )
+        write!(f, "Partition({}/{}, group {})", self.topic, self.partition, self.group)
     }
 }
 
@@ -110,6 +106,7 @@ impl Partition {
         started: StartedGroup<PartitionStateMachine>,
         hw: Arc<watch::Sender<u64>>,
         config: TopicConfig,
+        transport: Arc<Transport>,
     ) -> Arc<Self> {
         let StartedGroup { raft, log, sm, .. } = started;
         // The state machine may have been restored from a snapshot before anything was applied.
@@ -117,13 +114,8 @@ impl Partition {
         let config = Arc::new(RwLock::new(config));
         let (isr_tx, isr_rx) = watch::channel(IsrView::default());
         let lag_config = config.clone();
-        let lag = move || {
-            lag_config
-                .read()
-                .map(|c| c.replica_lag_time_max())
-                .unwrap_or(Duration::from_secs(30))
-        };
-        rill_rt::spawn(isr::run(raft.clone(), node_id, lag, Arc::new(isr_tx)));
+        let lag = move || lag_config.read().map(|c| c.replica_lag_time_max()).unwrap_or(Duration::from_secs(30));
+        rill_rt::spawn(isr::run(raft.clone(), log.group(), node_id, transport, lag, Arc::new(isr_tx)));
         Arc::new(Self {
             topic,
             partition,
@@ -166,10 +158,7 @@ impl Partition {
 
     /// The topic configuration in force.
     pub fn config(&self) -> TopicConfig {
-        self.config
-            .read()
-            .map(|c| c.clone())
-            .unwrap_or_else(|p| p.into_inner().clone())
+        self.config.read().map(|c| c.clone()).unwrap_or_else(|p| p.into_inner().clone())
     }
 
     /// Replaces the topic configuration.
@@ -189,17 +178,8 @@ impl Partition {
         let m = self.raft.metrics();
         let m = m.borrow();
         let leader = m.current_leader.filter(|l| *l != self.node_id);
-        let addr = leader.and_then(|l| {
-            m.membership_config
-                .membership()
-                .get_node(&l)
-                .map(|n| n.addr.clone())
-        });
-        PartitionError::NotLeader {
-            node: self.node_id,
-            leader,
-            addr,
-        }
+        let addr = leader.and_then(|l| m.membership_config.membership().get_node(&l).map(|n| n.addr.clone()));
+        PartitionError::NotLeader { node: self.node_id, leader, addr }
     }
 
     fn leader_term(&self) -> Option<u64> {
@@ -213,17 +193,9 @@ impl Partition {
         let (is_leader, leader, term) = {
             let m = self.raft.metrics();
             let m = m.borrow();
-            (
-                m.state == ServerState::Leader,
-                m.current_leader,
-                m.current_term,
-            )
+            (m.state == ServerState::Leader, m.current_leader, m.current_term)
         };
-        let isr = if is_leader {
-            self.isr.borrow().isr.iter().copied().collect()
-        } else {
-            Vec::new()
-        };
+        let isr = if is_leader { self.isr.borrow().isr.iter().copied().collect() } else { Vec::new() };
         ReplicaState {
             is_leader,
             leader,
@@ -236,20 +208,12 @@ impl Partition {
     }
 
     /// Appends `batch` with acknowledgement level `acks`, waiting at most `timeout`.
-    pub async fn produce(
-        &self,
-        mut batch: RecordBatch,
-        acks: Acks,
-        timeout: Duration,
-    ) -> Result<ProduceOutcome> {
+    pub async fn produce(&self, mut batch: RecordBatch, acks: Acks, timeout: Duration) -> Result<ProduceOutcome> {
         let deadline = rill_rt::now() + timeout;
         let config = self.config();
         let size = batch.encoded_len();
         if size > config.max_message_bytes as usize {
-            return Err(PartitionError::MessageTooLarge {
-                size,
-                max: config.max_message_bytes,
-            });
+            return Err(PartitionError::MessageTooLarge { size, max: config.max_message_bytes });
         }
         batch::validate(&batch).map_err(PartitionError::InvalidBatch)?;
         let Some(term) = self.leader_term() else {
@@ -257,9 +221,7 @@ impl Partition {
         };
         if acks == Acks::All {
             let view = self.isr.borrow().clone();
-            if view.leader_term == Some(term)
-                && view.isr.len() < config.min_insync_replicas as usize
-            {
+            if view.leader_term == Some(term) && view.isr.len() < config.min_insync_replicas as usize {
                 return Err(PartitionError::NotEnoughReplicas {
                     isr: view.isr.into_iter().collect(),
                     min: config.min_insync_replicas,
@@ -281,16 +243,9 @@ impl Partition {
         let units = batch.record_count;
         let body = command::encode_append(std::slice::from_ref(&batch));
         let proposal = self.next_proposal.fetch_add(1, Ordering::Relaxed);
-        let payload = Payload {
-            units,
-            body,
-            proposal,
-        };
+        let payload = Payload { units, body, proposal };
         match acks {
-            Acks::All => {
-                self.produce_all(payload, config, append_time_ms, deadline)
-                    .await
-            }
+            Acks::All => self.produce_all(payload, config, append_time_ms, deadline).await,
             Acks::Leader => self.produce_leader(payload, append_time_ms, deadline).await,
             Acks::None => {
                 let raft = self.raft.clone();
@@ -299,29 +254,19 @@ impl Partition {
                         tracing::debug!(error = %e, "acks=none write failed");
                     }
                 });
-                Ok(ProduceOutcome {
-                    base_offset: None,
-                    append_time_ms,
-                })
+                Ok(ProduceOutcome { base_offset: None, append_time_ms })
             }
         }
     }
 
-    fn write_error(
-        &self,
-        e: RaftError<NodeId, ClientWriteError<NodeId, openraft::BasicNode>>,
-    ) -> PartitionError {
+    fn write_error(&self, e: RaftError<NodeId, ClientWriteError<NodeId, openraft::BasicNode>>) -> PartitionError {
         match e {
-            RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => {
-                PartitionError::NotLeader {
-                    node: self.node_id,
-                    leader: f.leader_id,
-                    addr: f.leader_node.map(|n| n.addr),
-                }
-            }
-            RaftError::APIError(ClientWriteError::ChangeMembershipError(e)) => {
-                PartitionError::Storage(e.to_string())
-            }
+            RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => PartitionError::NotLeader {
+                node: self.node_id,
+                leader: f.leader_id,
+                addr: f.leader_node.map(|n| n.addr),
+            },
+            RaftError::APIError(ClientWriteError::ChangeMembershipError(e)) => PartitionError::Storage(e.to_string()),
             RaftError::Fatal(_) => PartitionError::ShuttingDown,
         }
     }
@@ -335,9 +280,7 @@ impl Partition {
     ) -> Result<ProduceOutcome> {
         let started = rill_rt::now();
         let timed_out = |what| PartitionError::Timeout {
-            waited_ms: rill_rt::now()
-                .saturating_duration_since(started)
-                .as_millis() as u64,
+            waited_ms: rill_rt::now().saturating_duration_since(started).as_millis() as u64,
             what,
         };
         let written = match rill_rt::timeout_at(deadline, self.raft.client_write(payload)).await {
@@ -367,10 +310,7 @@ impl Partition {
                         ),
                     });
                 }
-                return Ok(ProduceOutcome {
-                    base_offset: Some(base),
-                    append_time_ms,
-                });
+                return Ok(ProduceOutcome { base_offset: Some(base), append_time_ms });
             }
             match rill_rt::timeout_at(deadline, isr.changed()).await {
                 Err(_) => return Err(timed_out("every in-sync replica to replicate the batch")),
@@ -380,33 +320,20 @@ impl Partition {
         }
     }
 
-    async fn produce_leader(
-        &self,
-        payload: Payload,
-        append_time_ms: i64,
-        deadline: Instant,
-    ) -> Result<ProduceOutcome> {
+    async fn produce_leader(&self, payload: Payload, append_time_ms: i64, deadline: Instant) -> Result<ProduceOutcome> {
         let started = rill_rt::now();
         let proposal = payload.proposal;
         let durable = self.log.watch_proposal(proposal);
         let raft = self.raft.clone();
         let write = rill_rt::spawn(async move { raft.client_write(payload).await.map(|_| ()) });
-        let outcome = rill_rt::timeout_at(deadline, async {
-            tokio_select_durable(durable, write).await
-        })
-        .await;
+        let outcome = rill_rt::timeout_at(deadline, async { tokio_select_durable(durable, write).await }).await;
         self.log.forget_proposal(proposal);
         match outcome {
             Err(_) => Err(PartitionError::Timeout {
-                waited_ms: rill_rt::now()
-                    .saturating_duration_since(started)
-                    .as_millis() as u64,
+                waited_ms: rill_rt::now().saturating_duration_since(started).as_millis() as u64,
                 what: "the leader to sync the batch",
             }),
-            Ok(Ok(placement)) => Ok(ProduceOutcome {
-                base_offset: Some(placement.base),
-                append_time_ms,
-            }),
+            Ok(Ok(placement)) => Ok(ProduceOutcome { base_offset: Some(placement.base), append_time_ms }),
             Ok(Err(Some(e))) => Err(self.write_error(e)),
             Ok(Err(None)) => Err(PartitionError::ShuttingDown),
         }
@@ -414,12 +341,7 @@ impl Partition {
 
     /// Reads committed batches from `offset`, up to about `max_bytes`, waiting up to `max_wait`
     /// for data when none is committed at `offset` yet.
-    pub async fn fetch(
-        &self,
-        offset: i64,
-        max_bytes: usize,
-        max_wait: Duration,
-    ) -> Result<FetchOutcome> {
+    pub async fn fetch(&self, offset: i64, max_bytes: usize, max_wait: Duration) -> Result<FetchOutcome> {
         if self.leader_term().is_none() {
             return Err(self.not_leader());
         }
@@ -429,11 +351,7 @@ impl Partition {
             return Err(PartitionError::OffsetOutOfRange { offset, start, end });
         };
         if offset < start || offset > end.max(self.high_watermark()) {
-            return Err(PartitionError::OffsetOutOfRange {
-                offset: offset as i64,
-                start,
-                end,
-            });
+            return Err(PartitionError::OffsetOutOfRange { offset: offset as i64, start, end });
         }
         let mut hw_rx = self.hw.clone();
         if *hw_rx.borrow_and_update() <= offset && !max_wait.is_zero() {
@@ -447,11 +365,7 @@ impl Partition {
             }
         }
         let hw = self.high_watermark();
-        let mut out = FetchOutcome {
-            batches: Vec::new(),
-            high_watermark: hw,
-            log_start_offset: start,
-        };
+        let mut out = FetchOutcome { batches: Vec::new(), high_watermark: hw, log_start_offset: start };
         if offset >= hw {
             return Ok(out);
         }
@@ -461,10 +375,7 @@ impl Partition {
         };
         let mut bytes = 0usize;
         'scan: loop {
-            let entries = self
-                .log
-                .read_positioned(index, u64::MAX, FETCH_SCAN_ENTRIES)
-                .map_err(storage)?;
+            let entries = self.log.read_positioned(index, u64::MAX, FETCH_SCAN_ENTRIES).map_err(storage)?;
             if entries.is_empty() {
                 break;
             }
@@ -474,8 +385,7 @@ impl Partition {
                 if e.base >= hw {
                     break 'scan;
                 }
-                let batches =
-                    command::decode_append(e.body.clone()).map_err(PartitionError::Storage)?;
+                let batches = command::decode_append(e.body.clone()).map_err(PartitionError::Storage)?;
                 let mut base = e.base;
                 for mut b in batches {
                     let count = u64::from(b.record_count);
@@ -532,12 +442,7 @@ impl Partition {
 
     /// Raw bytes of every stored entry body, by log index (replica comparison).
     pub fn entry_bodies(&self) -> rill_raft::Result<Vec<(u64, u64, Bytes)>> {
-        Ok(self
-            .log
-            .read_positioned(0, u64::MAX, usize::MAX)?
-            .into_iter()
-            .map(|e| (e.index, e.base, e.body))
-            .collect())
+        Ok(self.log.read_positioned(0, u64::MAX, usize::MAX)?.into_iter().map(|e| (e.index, e.base, e.body)).collect())
     }
 }
 

@@ -50,9 +50,7 @@ impl Format {
                             continue;
                         }
                         Some(other) => {
-                            return Err(format!(
-                                "unknown format token %{other}; use %t %p %o %k %v %T or %%"
-                            ))
+                            return Err(format!("unknown format token %{other}; use %t %p %o %k %v %T or %%"))
                         }
                         None => return Err("format ends with a lone %".into()),
                     };
@@ -62,11 +60,7 @@ impl Format {
                     pieces.push(piece);
                 }
                 '\\' if matches!(chars.peek(), Some('n') | Some('t')) => {
-                    text.push(if chars.next() == Some('n') {
-                        '\n'
-                    } else {
-                        '\t'
-                    });
+                    text.push(if chars.next() == Some('n') { '\n' } else { '\t' });
                 }
                 c => text.push(c),
             }
@@ -102,14 +96,8 @@ mod tests {
     #[test]
     fn renders_every_token() {
         let f = Format::parse("%t/%p@%o %k=%v (%T) 100%%\\t.").unwrap();
-        let s = f.render(&Fields {
-            topic: "t",
-            partition: 2,
-            offset: 7,
-            key: Some(b"k"),
-            value: b"v",
-            timestamp_ms: 9,
-        });
+        let s =
+            f.render(&Fields { topic: "t", partition: 2, offset: 7, key: Some(b"k"), value: b"v", timestamp_ms: 9 });
         assert_eq!(s, "t/2@7 k=v (9) 100%\t.");
     }
 

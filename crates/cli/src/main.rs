@@ -19,13 +19,7 @@ use clap::{Parser, Subcommand};
 #[command(name = "rill", version, about = "Command line for a Rill cluster")]
 struct Cli {
     /// Cluster address(es), host:port, comma-separated.
-    #[arg(
-        long,
-        global = true,
-        env = "RILL_BOOTSTRAP",
-        default_value = "127.0.0.1:7001",
-        value_delimiter = ','
-    )]
+    #[arg(long, global = true, env = "RILL_BOOTSTRAP", default_value = "127.0.0.1:7001", value_delimiter = ',')]
     bootstrap: Vec<String>,
     #[command(subcommand)]
     command: Command,
@@ -47,11 +41,7 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-    {
+    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
         Ok(r) => r,
         Err(e) => {
             eprintln!("error: cannot start the runtime: {e}");

@@ -14,15 +14,15 @@ use bytes::Bytes;
 use rand::Rng;
 use rill_proto::admin::admin_client::AdminClient;
 use rill_proto::admin::{
-    CreateTopicRequest, DescribeClusterRequest, DescribeClusterResponse, DescribeTopicRequest,
-    ListTopicsRequest, MetadataRequest, TopicConfigEntry, TopicDescription, TopicSummary,
+    CreateTopicRequest, DescribeClusterRequest, DescribeClusterResponse, DescribeTopicRequest, ListTopicsRequest,
+    MetadataRequest, TopicConfigEntry, TopicDescription, TopicSummary,
 };
 use rill_proto::batch;
 use rill_proto::common::{Compression, ErrorCode, Header, RecordBatch};
 use rill_proto::stream::stream_client::StreamClient;
 use rill_proto::stream::{
-    self as pb, FetchPartition, FetchRequest, FetchTopic, ListOffsetsRequest, ListOffsetsTopic,
-    PartitionProduce, ProduceRequest, TopicProduce,
+    self as pb, FetchPartition, FetchRequest, FetchTopic, ListOffsetsRequest, ListOffsetsTopic, PartitionProduce,
+    ProduceRequest, TopicProduce,
 };
 use tonic::transport::{Channel, Endpoint};
 
@@ -87,19 +87,12 @@ pub struct Record {
 impl Record {
     /// An unkeyed record.
     pub fn new(value: impl Into<Bytes>) -> Self {
-        Self {
-            value: value.into(),
-            ..Default::default()
-        }
+        Self { value: value.into(), ..Default::default() }
     }
 
     /// A keyed record.
     pub fn keyed(key: impl Into<Bytes>, value: impl Into<Bytes>) -> Self {
-        Self {
-            key: Some(key.into()),
-            value: value.into(),
-            ..Default::default()
-        }
+        Self { key: Some(key.into()), value: value.into(), ..Default::default() }
     }
 }
 
@@ -152,9 +145,7 @@ pub struct Client {
 }
 
 fn backoff(attempt: u32) -> Duration {
-    let exp = BASE_BACKOFF
-        .saturating_mul(1 << attempt.min(10))
-        .min(MAX_BACKOFF);
+    let exp = BASE_BACKOFF.saturating_mul(1 << attempt.min(10)).min(MAX_BACKOFF);
     let jitter: f64 = rill_rt::rng().gen_range(0.5..1.0);
     exp.mul_f64(jitter)
 }
@@ -162,21 +153,12 @@ fn backoff(attempt: u32) -> Duration {
 impl Client {
     /// Connects to the cluster through any of `bootstrap` (`host:port`), loading metadata.
     pub async fn connect(bootstrap: &[String]) -> Result<Self> {
-        let bootstrap: Vec<String> = bootstrap
-            .iter()
-            .map(|s| s.trim().to_string())
-            .filter(|s| !s.is_empty())
-            .collect();
+        let bootstrap: Vec<String> = bootstrap.iter().map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect();
         if bootstrap.is_empty() {
-            return Err(Error::InvalidArgument(
-                "no bootstrap address given (host:port)".into(),
-            ));
+            return Err(Error::InvalidArgument("no bootstrap address given (host:port)".into()));
         }
-        let client = Self {
-            bootstrap: Arc::new(bootstrap),
-            channels: Default::default(),
-            metadata: Default::default(),
-        };
+        let client =
+            Self { bootstrap: Arc::new(bootstrap), channels: Default::default(), metadata: Default::default() };
         client.refresh_metadata(&[]).await?;
         Ok(client)
     }
@@ -229,9 +211,7 @@ impl Client {
             let client = self.admin(&addr)?;
             match rill_rt::timeout(REQUEST_SLACK * 3, call(client)).await {
                 Ok(Ok(r)) => return Ok(r.into_inner()),
-                Ok(Err(s)) => {
-                    last = Error::Transport(format!("{addr}: {}: {}", s.code(), s.message()))
-                }
+                Ok(Err(s)) => last = Error::Transport(format!("{addr}: {}: {}", s.code(), s.message())),
                 Err(_) => last = Error::Transport(format!("{addr}: no answer")),
             }
         }
@@ -240,9 +220,7 @@ impl Client {
 
     /// Reloads partition leaders and node addresses (for `topics`, or every topic when empty).
     pub async fn refresh_metadata(&self, topics: &[String]) -> Result<()> {
-        let req = MetadataRequest {
-            topics: topics.to_vec(),
-        };
+        let req = MetadataRequest { topics: topics.to_vec() };
         let md = self
             .on_any_node(|mut c| {
                 let req = req.clone();
@@ -255,9 +233,7 @@ impl Client {
         }
         for t in md.topics {
             if t.error_code == ErrorCode::None as i32 {
-                cache
-                    .leaders
-                    .insert(t.name, t.partitions.iter().map(|p| p.leader).collect());
+                cache.leaders.insert(t.name, t.partitions.iter().map(|p| p.leader).collect());
             } else {
                 cache.leaders.remove(&t.name);
             }
@@ -278,12 +254,7 @@ impl Client {
     }
 
     fn cached_partitions(&self, topic: &str) -> Option<u32> {
-        self.metadata
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .leaders
-            .get(topic)
-            .map(|l| l.len() as u32)
+        self.metadata.lock().unwrap_or_else(|p| p.into_inner()).leaders.get(topic).map(|l| l.len() as u32)
     }
 
     fn leader_addr(&self, topic: &str, partition: u32) -> Option<String> {
@@ -294,31 +265,18 @@ impl Client {
 
     fn forget_leader(&self, topic: &str, partition: u32) {
         let mut md = self.metadata.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(slot) = md
-            .leaders
-            .get_mut(topic)
-            .and_then(|l| l.get_mut(partition as usize))
-        {
+        if let Some(slot) = md.leaders.get_mut(topic).and_then(|l| l.get_mut(partition as usize)) {
             *slot = None;
         }
     }
 
-    fn learn_leader(
-        &self,
-        topic: &str,
-        partition: u32,
-        hint: Option<&rill_proto::common::LeaderHint>,
-    ) -> bool {
+    fn learn_leader(&self, topic: &str, partition: u32, hint: Option<&rill_proto::common::LeaderHint>) -> bool {
         let Some(h) = hint.filter(|h| !h.address.is_empty()) else {
             return false;
         };
         let mut md = self.metadata.lock().unwrap_or_else(|p| p.into_inner());
         md.nodes.insert(h.node_id, h.address.clone());
-        if let Some(slot) = md
-            .leaders
-            .get_mut(topic)
-            .and_then(|l| l.get_mut(partition as usize))
-        {
+        if let Some(slot) = md.leaders.get_mut(topic).and_then(|l| l.get_mut(partition as usize)) {
             *slot = Some(h.node_id);
             return true;
         }
@@ -331,9 +289,7 @@ impl Client {
     where
         F: Fn(String) -> Fut,
         Fut: std::future::Future<
-            Output = Result<
-                std::result::Result<T, (Error, Option<rill_proto::common::LeaderHint>)>,
-            >,
+            Output = Result<std::result::Result<T, (Error, Option<rill_proto::common::LeaderHint>)>>,
         >,
     {
         let mut attempt = 0;
@@ -350,15 +306,10 @@ impl Client {
                                 message: format!("unknown topic {topic:?}"),
                             })
                         }
-                        None if self
-                            .cached_partitions(topic)
-                            .is_some_and(|n| partition >= n) =>
-                        {
+                        None if self.cached_partitions(topic).is_some_and(|n| partition >= n) => {
                             return Err(Error::Server {
                                 code: ErrorCode::UnknownTopicOrPartition,
-                                message: format!(
-                                    "partition {partition} does not exist in topic {topic:?}"
-                                ),
+                                message: format!("partition {partition} does not exist in topic {topic:?}"),
                             })
                         }
                         None => {
@@ -366,7 +317,9 @@ impl Client {
                             if attempt >= MAX_ATTEMPTS {
                                 return Err(Error::Server {
                                     code: ErrorCode::LeaderNotAvailable,
-                                    message: format!("no leader for {topic}/{partition}; are a majority of its replicas up?"),
+                                    message: format!(
+                                        "no leader for {topic}/{partition}; are a majority of its replicas up?"
+                                    ),
                                 });
                             }
                             rill_rt::sleep(backoff(attempt)).await;
@@ -411,13 +364,7 @@ impl Client {
             name: name.to_string(),
             partitions,
             replication_factor,
-            configs: configs
-                .iter()
-                .map(|(k, v)| TopicConfigEntry {
-                    key: k.clone(),
-                    value: v.clone(),
-                })
-                .collect(),
+            configs: configs.iter().map(|(k, v)| TopicConfigEntry { key: k.clone(), value: v.clone() }).collect(),
         };
         let resp = self
             .on_any_node(|mut c| {
@@ -429,15 +376,12 @@ impl Client {
             return Err(error::server(resp.error_code, resp.error_message));
         }
         let _ = self.refresh_metadata(&[name.to_string()]).await;
-        resp.topic
-            .ok_or_else(|| Error::Transport("server sent no topic description".into()))
+        resp.topic.ok_or_else(|| Error::Transport("server sent no topic description".into()))
     }
 
     /// Describes a topic: per partition leader, replicas, ISR and offsets.
     pub async fn describe_topic(&self, name: &str) -> Result<TopicDescription> {
-        let req = DescribeTopicRequest {
-            name: name.to_string(),
-        };
+        let req = DescribeTopicRequest { name: name.to_string() };
         let resp = self
             .on_any_node(|mut c| {
                 let req = req.clone();
@@ -447,43 +391,24 @@ impl Client {
         if resp.error_code != ErrorCode::None as i32 {
             return Err(error::server(resp.error_code, resp.error_message));
         }
-        resp.topic
-            .ok_or_else(|| Error::Transport("server sent no topic description".into()))
+        resp.topic.ok_or_else(|| Error::Transport("server sent no topic description".into()))
     }
 
     /// Lists topics.
     pub async fn list_topics(&self) -> Result<Vec<TopicSummary>> {
-        Ok(self
-            .on_any_node(|mut c| async move { c.list_topics(ListTopicsRequest {}).await })
-            .await?
-            .topics)
+        Ok(self.on_any_node(|mut c| async move { c.list_topics(ListTopicsRequest {}).await }).await?.topics)
     }
 
     /// Describes the cluster's nodes and their liveness.
     pub async fn describe_cluster(&self) -> Result<DescribeClusterResponse> {
-        self.on_any_node(|mut c| async move { c.describe_cluster(DescribeClusterRequest {}).await })
-            .await
+        self.on_any_node(|mut c| async move { c.describe_cluster(DescribeClusterRequest {}).await }).await
     }
 
     // ------------------------------------------------------------------ data ----------------
 
     /// Produces `records` as one batch to `topic`/`partition` and waits for `acks`.
-    pub async fn produce(
-        &self,
-        topic: &str,
-        partition: u32,
-        records: Vec<Record>,
-        acks: Acks,
-    ) -> Result<ProduceAck> {
-        self.produce_with(
-            topic,
-            partition,
-            records,
-            acks,
-            Compression::None,
-            Duration::from_secs(30),
-        )
-        .await
+    pub async fn produce(&self, topic: &str, partition: u32, records: Vec<Record>, acks: Acks) -> Result<ProduceAck> {
+        self.produce_with(topic, partition, records, acks, Compression::None, Duration::from_secs(30)).await
     }
 
     /// [`Client::produce`] with a compression codec and a server-side timeout.
@@ -500,24 +425,14 @@ impl Client {
         let wire: Vec<rill_proto::common::Record> = records
             .into_iter()
             .map(|r| rill_proto::common::Record {
-                timestamp_ms: if r.timestamp_ms == 0 {
-                    now
-                } else {
-                    r.timestamp_ms
-                },
+                timestamp_ms: if r.timestamp_ms == 0 { now } else { r.timestamp_ms },
                 key: r.key,
                 value: r.value,
-                headers: r
-                    .headers
-                    .into_iter()
-                    .map(|(key, value)| Header { key, value })
-                    .collect(),
+                headers: r.headers.into_iter().map(|(key, value)| Header { key, value }).collect(),
             })
             .collect();
-        let batch =
-            batch::build(wire, compression).map_err(|e| Error::InvalidArgument(e.to_string()))?;
-        self.produce_batch(topic, partition, batch, acks, timeout)
-            .await
+        let batch = batch::build(wire, compression).map_err(|e| Error::InvalidArgument(e.to_string()))?;
+        self.produce_batch(topic, partition, batch, acks, timeout).await
     }
 
     /// Produces an already built batch.
@@ -536,24 +451,20 @@ impl Client {
                 timeout_ms,
                 topics: vec![TopicProduce {
                     topic: topic.to_string(),
-                    partitions: vec![PartitionProduce {
-                        partition,
-                        batch: Some(batch.clone()),
-                    }],
+                    partitions: vec![PartitionProduce { partition, batch: Some(batch.clone()) }],
                 }],
             };
             async move {
                 let mut client = self.stream(&addr)?;
-                let resp =
-                    match rill_rt::timeout(timeout + REQUEST_SLACK, client.produce(req)).await {
-                        Err(_) => {
-                            return Err(Error::Transport(format!(
-                                "no answer from {addr} within {:?}; the outcome is unknown",
-                                timeout + REQUEST_SLACK
-                            )))
-                        }
-                        Ok(r) => r.map_err(error::status)?.into_inner(),
-                    };
+                let resp = match rill_rt::timeout(timeout + REQUEST_SLACK, client.produce(req)).await {
+                    Err(_) => {
+                        return Err(Error::Transport(format!(
+                            "no answer from {addr} within {:?}; the outcome is unknown",
+                            timeout + REQUEST_SLACK
+                        )))
+                    }
+                    Ok(r) => r.map_err(error::status)?.into_inner(),
+                };
                 let p = resp
                     .topics
                     .into_iter()
@@ -561,14 +472,9 @@ impl Client {
                     .find(|p| p.partition == partition)
                     .ok_or_else(|| Error::Transport("produce answer lacks the partition".into()))?;
                 if p.error_code != ErrorCode::None as i32 {
-                    return Ok(Err((
-                        error::server(p.error_code, p.error_message),
-                        p.leader,
-                    )));
+                    return Ok(Err((error::server(p.error_code, p.error_message), p.leader)));
                 }
-                Ok(Ok(ProduceAck {
-                    base_offset: u64::try_from(p.base_offset).ok(),
-                }))
+                Ok(Ok(ProduceAck { base_offset: u64::try_from(p.base_offset).ok() }))
             }
         })
         .await
@@ -591,17 +497,12 @@ impl Client {
                 max_bytes: 0,
                 topics: vec![FetchTopic {
                     topic: topic.to_string(),
-                    partitions: vec![FetchPartition {
-                        partition,
-                        fetch_offset: offset as i64,
-                        max_bytes: 0,
-                    }],
+                    partitions: vec![FetchPartition { partition, fetch_offset: offset as i64, max_bytes: 0 }],
                 }],
             };
             async move {
                 let mut client = self.stream(&addr)?;
-                let resp = match rill_rt::timeout(max_wait + REQUEST_SLACK, client.fetch(req)).await
-                {
+                let resp = match rill_rt::timeout(max_wait + REQUEST_SLACK, client.fetch(req)).await {
                     Err(_) => return Err(Error::Transport(format!("no answer from {addr}"))),
                     Ok(r) => r.map_err(error::status)?.into_inner(),
                 };
@@ -612,10 +513,7 @@ impl Client {
                     .find(|p| p.partition == partition)
                     .ok_or_else(|| Error::Transport("fetch answer lacks the partition".into()))?;
                 if p.error_code != ErrorCode::None as i32 {
-                    return Ok(Err((
-                        error::server(p.error_code, p.error_message),
-                        p.leader,
-                    )));
+                    return Ok(Err((error::server(p.error_code, p.error_message), p.leader)));
                 }
                 let mut out = FetchedPartition {
                     records: Vec::new(),
@@ -623,10 +521,8 @@ impl Client {
                     next_offset: offset,
                 };
                 for b in &p.batches {
-                    let records = batch::decode(b).map_err(|e| Error::Server {
-                        code: ErrorCode::CorruptMessage,
-                        message: e.to_string(),
-                    })?;
+                    let records = batch::decode(b)
+                        .map_err(|e| Error::Server { code: ErrorCode::CorruptMessage, message: e.to_string() })?;
                     for (i, r) in records.into_iter().enumerate() {
                         let o = b.base_offset as u64 + i as u64;
                         if o < offset || o >= out.high_watermark {
@@ -657,10 +553,7 @@ impl Client {
         self.with_leader(topic, partition, |addr| {
             let req = ListOffsetsRequest {
                 spec,
-                topics: vec![ListOffsetsTopic {
-                    topic: topic.to_string(),
-                    partitions: vec![partition],
-                }],
+                topics: vec![ListOffsetsTopic { topic: topic.to_string(), partitions: vec![partition] }],
             };
             async move {
                 let mut client = self.stream(&addr)?;
@@ -675,10 +568,7 @@ impl Client {
                     .find(|p| p.partition == partition)
                     .ok_or_else(|| Error::Transport("answer lacks the partition".into()))?;
                 if p.error_code != ErrorCode::None as i32 {
-                    return Ok(Err((
-                        error::server(p.error_code, p.error_message),
-                        p.leader,
-                    )));
+                    return Ok(Err((error::server(p.error_code, p.error_message), p.leader)));
                 }
                 Ok(Ok(p.offset.max(0) as u64))
             }

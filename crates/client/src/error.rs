@@ -36,11 +36,7 @@ impl Error {
     pub fn is_retriable_without_effect(&self) -> bool {
         matches!(
             self.code(),
-            Some(
-                ErrorCode::NotLeaderOrFollower
-                    | ErrorCode::LeaderNotAvailable
-                    | ErrorCode::NotEnoughReplicas
-            )
+            Some(ErrorCode::NotLeaderOrFollower | ErrorCode::LeaderNotAvailable | ErrorCode::NotEnoughReplicas)
         )
     }
 }

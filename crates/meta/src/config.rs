@@ -29,11 +29,7 @@ pub struct TopicConfig {
 }
 
 /// The configuration keys a topic accepts.
-pub const KEYS: [&str; 3] = [
-    "min.insync.replicas",
-    "max.message.bytes",
-    "replica.lag.time.max.ms",
-];
+pub const KEYS: [&str; 3] = ["min.insync.replicas", "max.message.bytes", "replica.lag.time.max.ms"];
 
 impl TopicConfig {
     /// Defaults for a topic with `replication_factor` replicas: `min.insync.replicas` is a
@@ -48,10 +44,7 @@ impl TopicConfig {
 
     /// Defaults overridden by `entries` (`key=value` pairs), validated against the replication
     /// factor. Unknown keys and bad values are refused with a message naming them.
-    pub fn from_entries(
-        replication_factor: u32,
-        entries: &[(String, String)],
-    ) -> Result<Self, MetaError> {
+    pub fn from_entries(replication_factor: u32, entries: &[(String, String)]) -> Result<Self, MetaError> {
         let mut config = Self::defaults(replication_factor);
         let mut seen = BTreeMap::new();
         for (key, value) in entries {
@@ -101,18 +94,9 @@ impl TopicConfig {
     /// Every key with its effective value.
     pub fn entries(&self) -> Vec<(String, String)> {
         vec![
-            (
-                "min.insync.replicas".into(),
-                self.min_insync_replicas.to_string(),
-            ),
-            (
-                "max.message.bytes".into(),
-                self.max_message_bytes.to_string(),
-            ),
-            (
-                "replica.lag.time.max.ms".into(),
-                self.replica_lag_time_max_ms.to_string(),
-            ),
+            ("min.insync.replicas".into(), self.min_insync_replicas.to_string()),
+            ("max.message.bytes".into(), self.max_message_bytes.to_string()),
+            ("replica.lag.time.max.ms".into(), self.replica_lag_time_max_ms.to_string()),
         ]
     }
 
@@ -127,11 +111,7 @@ fn invalid(message: String) -> MetaError {
 }
 
 fn parse_u32(key: &str, value: &str) -> Result<u32, MetaError> {
-    value.trim().parse().map_err(|_| {
-        invalid(format!(
-            "{key} must be a non-negative integer, got {value:?}"
-        ))
-    })
+    value.trim().parse().map_err(|_| invalid(format!("{key} must be a non-negative integer, got {value:?}")))
 }
 
 /// Milliseconds as a plain integer, or a human duration such as `10s`.
@@ -142,11 +122,7 @@ fn parse_ms(key: &str, value: &str) -> Result<u64, MetaError> {
     }
     humantime::parse_duration(v)
         .map(|d| d.as_millis() as u64)
-        .map_err(|_| {
-            invalid(format!(
-                "{key} must be milliseconds or a duration like 10s, got {value:?}"
-            ))
-        })
+        .map_err(|_| invalid(format!("{key} must be milliseconds or a duration like 10s, got {value:?}")))
 }
 
 #[cfg(test)]
@@ -166,14 +142,8 @@ mod tests {
 
     #[test]
     fn accepts_overrides_and_durations() {
-        let c = TopicConfig::from_entries(
-            3,
-            &[
-                kv("min.insync.replicas", "3"),
-                kv("replica.lag.time.max.ms", "2s"),
-            ],
-        )
-        .unwrap();
+        let c = TopicConfig::from_entries(3, &[kv("min.insync.replicas", "3"), kv("replica.lag.time.max.ms", "2s")])
+            .unwrap();
         assert_eq!(c.min_insync_replicas, 3);
         assert_eq!(c.replica_lag_time_max_ms, 2000);
     }
@@ -183,18 +153,11 @@ mod tests {
         let e = TopicConfig::from_entries(3, &[kv("min.isr", "2")]).unwrap_err();
         assert!(e.message.contains("unknown topic config key"), "{e}");
         let e = TopicConfig::from_entries(3, &[kv("min.insync.replicas", "4")]).unwrap_err();
-        assert!(
-            e.message
-                .contains("between 1 and the replication factor (3)"),
-            "{e}"
-        );
+        assert!(e.message.contains("between 1 and the replication factor (3)"), "{e}");
         let e = TopicConfig::from_entries(3, &[kv("max.message.bytes", "lots")]).unwrap_err();
         assert_eq!(e.kind, MetaErrorKind::InvalidConfig);
-        let e = TopicConfig::from_entries(
-            3,
-            &[kv("max.message.bytes", "1"), kv("max.message.bytes", "2")],
-        )
-        .unwrap_err();
+        let e =
+            TopicConfig::from_entries(3, &[kv("max.message.bytes", "1"), kv("max.message.bytes", "2")]).unwrap_err();
         assert!(e.message.contains("twice"));
     }
 }

@@ -32,9 +32,6 @@ pub struct MetaError {
 impl MetaError {
     /// A refusal of `kind`.
     pub fn new(kind: MetaErrorKind, message: impl Into<String>) -> Self {
-        Self {
-            kind,
-            message: message.into(),
-        }
+        Self { kind, message: message.into() }
     }
 }

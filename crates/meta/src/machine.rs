@@ -21,13 +21,7 @@ impl MetaStateMachine {
     /// A fresh state machine and the receiver that sees every applied state.
     pub fn new() -> (Self, watch::Receiver<Arc<MetaState>>) {
         let (tx, rx) = watch::channel(Arc::new(MetaState::default()));
-        (
-            Self {
-                state: MetaState::default(),
-                tx,
-            },
-            rx,
-        )
+        (Self { state: MetaState::default(), tx }, rx)
     }
 
     fn publish(&self) {
@@ -37,9 +31,7 @@ impl MetaStateMachine {
 
 /// Encodes a command for proposing.
 pub fn encode_command(cmd: &MetaCommand) -> Result<Bytes, String> {
-    bincode::serialize(cmd)
-        .map(Bytes::from)
-        .map_err(|e| e.to_string())
+    bincode::serialize(cmd).map(Bytes::from).map_err(|e| e.to_string())
 }
 
 /// Decodes a command.
@@ -50,9 +42,7 @@ pub fn decode_command(bytes: &[u8]) -> Result<MetaCommand, String> {
 /// Encodes a result for the proposer.
 pub fn encode_result(result: &MetaResult) -> Bytes {
     // Serializing these plain types cannot fail; an empty answer decodes as an error below.
-    bincode::serialize(result)
-        .map(Bytes::from)
-        .unwrap_or_default()
+    bincode::serialize(result).map(Bytes::from).unwrap_or_default()
 }
 
 /// Decodes a result.
@@ -78,9 +68,7 @@ impl GroupStateMachine for MetaStateMachine {
     }
 
     fn snapshot(&self) -> Result<Bytes, String> {
-        bincode::serialize(&self.state)
-            .map(Bytes::from)
-            .map_err(|e| e.to_string())
+        bincode::serialize(&self.state).map(Bytes::from).map_err(|e| e.to_string())
     }
 
     fn restore(&mut self, data: &[u8]) -> Result<(), String> {

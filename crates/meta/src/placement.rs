@@ -10,12 +10,7 @@ use crate::state::NodeId;
 
 /// Replica lists for `partitions` partitions with `replication_factor` replicas each, on
 /// `nodes` (any order). Requires `1 <= replication_factor <= nodes.len()`.
-pub fn place(
-    topic_id: u32,
-    partitions: u32,
-    replication_factor: u32,
-    nodes: &[NodeId],
-) -> Vec<Vec<NodeId>> {
+pub fn place(topic_id: u32, partitions: u32, replication_factor: u32, nodes: &[NodeId]) -> Vec<Vec<NodeId>> {
     let mut sorted = nodes.to_vec();
     sorted.sort_unstable();
     sorted.dedup();
@@ -24,13 +19,7 @@ pub fn place(
         return Vec::new();
     }
     let rf = (replication_factor as usize).min(n);
-    (0..partitions as usize)
-        .map(|p| {
-            (0..rf)
-                .map(|j| sorted[(topic_id as usize + p + j) % n])
-                .collect()
-        })
-        .collect()
+    (0..partitions as usize).map(|p| (0..rf).map(|j| sorted[(topic_id as usize + p + j) % n]).collect()).collect()
 }
 
 #[cfg(test)]
@@ -56,10 +45,7 @@ mod tests {
             }
         }
         assert_eq!(leaders.values().copied().collect::<Vec<_>>(), vec![2, 2, 2]);
-        assert_eq!(
-            replicas.values().copied().collect::<Vec<_>>(),
-            vec![6, 6, 6]
-        );
+        assert_eq!(replicas.values().copied().collect::<Vec<_>>(), vec![6, 6, 6]);
     }
 
     #[test]

@@ -70,12 +70,7 @@ pub enum MetaCommand {
     /// Records the cluster's nodes (idempotent; the bootstrap members register themselves).
     RegisterNodes { nodes: Vec<NodeInfo> },
     /// Creates a topic.
-    CreateTopic {
-        name: String,
-        partitions: u32,
-        replication_factor: u32,
-        configs: Vec<(String, String)>,
-    },
+    CreateTopic { name: String, partitions: u32, replication_factor: u32, configs: Vec<(String, String)> },
 }
 
 /// The outcome of a command.
@@ -91,12 +86,8 @@ pub enum MetaResult {
 
 /// Checks a topic name: 1–249 characters from `[a-zA-Z0-9._-]`, not `.` or `..`.
 pub fn validate_topic_name(name: &str) -> Result<(), MetaError> {
-    let bad = |why: String| {
-        Err(MetaError::new(
-            MetaErrorKind::InvalidTopic,
-            format!("invalid topic name {name:?}: {why}"),
-        ))
-    };
+    let bad =
+        |why: String| Err(MetaError::new(MetaErrorKind::InvalidTopic, format!("invalid topic name {name:?}: {why}")));
     if name.is_empty() {
         return bad("it is empty".into());
     }
@@ -106,13 +97,8 @@ pub fn validate_topic_name(name: &str) -> Result<(), MetaError> {
     if name == "." || name == ".." {
         return bad("'.' and '..' are reserved".into());
     }
-    if let Some(c) = name
-        .chars()
-        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
-    {
-        return bad(format!(
-            "character {c:?} is not allowed (use letters, digits, '.', '_' and '-')"
-        ));
+    if let Some(c) = name.chars().find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))) {
+        return bad(format!("character {c:?} is not allowed (use letters, digits, '.', '_' and '-')"));
     }
     Ok(())
 }
@@ -127,15 +113,12 @@ impl MetaState {
                 }
                 MetaResult::NodesRegistered
             }
-            MetaCommand::CreateTopic {
-                name,
-                partitions,
-                replication_factor,
-                configs,
-            } => match self.create_topic(name, partitions, replication_factor, &configs) {
-                Ok(t) => MetaResult::TopicCreated(t),
-                Err(e) => MetaResult::Refused(e),
-            },
+            MetaCommand::CreateTopic { name, partitions, replication_factor, configs } => {
+                match self.create_topic(name, partitions, replication_factor, &configs) {
+                    Ok(t) => MetaResult::TopicCreated(t),
+                    Err(e) => MetaResult::Refused(e),
+                }
+            }
         };
         if !matches!(result, MetaResult::Refused(_)) {
             self.version += 1;
@@ -153,17 +136,12 @@ impl MetaState {
     ) -> Result<TopicConfig, MetaError> {
         validate_topic_name(name)?;
         if self.topics.contains_key(name) {
-            return Err(MetaError::new(
-                MetaErrorKind::TopicExists,
-                format!("topic {name:?} already exists"),
-            ));
+            return Err(MetaError::new(MetaErrorKind::TopicExists, format!("topic {name:?} already exists")));
         }
         if partitions == 0 || partitions > MAX_PARTITIONS_PER_TOPIC {
             return Err(MetaError::new(
                 MetaErrorKind::InvalidPartitions,
-                format!(
-                    "partitions must be between 1 and {MAX_PARTITIONS_PER_TOPIC}, got {partitions}"
-                ),
+                format!("partitions must be between 1 and {MAX_PARTITIONS_PER_TOPIC}, got {partitions}"),
             ));
         }
         let nodes = self.nodes.len() as u32;
@@ -196,20 +174,11 @@ impl MetaState {
         let parts = placement::place(id, partitions, replication_factor, &node_ids)
             .into_iter()
             .enumerate()
-            .map(|(i, replicas)| PartitionAssignment {
-                group: first_group + i as u64,
-                replicas,
-            })
+            .map(|(i, replicas)| PartitionAssignment { group: first_group + i as u64, replicas })
             .collect::<Vec<_>>();
         self.next_topic_id += 1;
         self.next_group_id = first_group + u64::from(partitions);
-        let topic = TopicMeta {
-            id,
-            name: name.clone(),
-            replication_factor,
-            partitions: parts,
-            config,
-        };
+        let topic = TopicMeta { id, name: name.clone(), replication_factor, partitions: parts, config };
         self.topics.insert(name, topic.clone());
         Ok(topic)
     }
@@ -218,12 +187,7 @@ impl MetaState {
     pub fn replicas_of(&self, node: NodeId) -> Vec<(&TopicMeta, u32, &PartitionAssignment)> {
         self.topics
             .values()
-            .flat_map(|t| {
-                t.partitions
-                    .iter()
-                    .enumerate()
-                    .map(move |(i, p)| (t, i as u32, p))
-            })
+            .flat_map(|t| t.partitions.iter().enumerate().map(move |(i, p)| (t, i as u32, p)))
             .filter(|(_, _, p)| p.replicas.contains(&node))
             .collect()
     }
@@ -235,43 +199,21 @@ mod tests {
 
     fn three_nodes() -> MetaState {
         let mut s = MetaState::default();
-        let nodes = (1..=3)
-            .map(|id| NodeInfo {
-                id,
-                addr: format!("127.0.0.1:700{id}"),
-            })
-            .collect();
-        assert_eq!(
-            s.apply(MetaCommand::RegisterNodes { nodes }),
-            MetaResult::NodesRegistered
-        );
+        let nodes = (1..=3).map(|id| NodeInfo { id, addr: format!("127.0.0.1:700{id}") }).collect();
+        assert_eq!(s.apply(MetaCommand::RegisterNodes { nodes }), MetaResult::NodesRegistered);
         s
     }
 
     fn create(s: &mut MetaState, name: &str, p: u32, rf: u32) -> MetaResult {
-        s.apply(MetaCommand::CreateTopic {
-            name: name.into(),
-            partitions: p,
-            replication_factor: rf,
-            configs: vec![],
-        })
+        s.apply(MetaCommand::CreateTopic { name: name.into(), partitions: p, replication_factor: rf, configs: vec![] })
     }
 
     #[test]
     fn creates_topics_with_fresh_group_ids() {
         let mut s = three_nodes();
-        let MetaResult::TopicCreated(a) = create(&mut s, "a", 3, 3) else {
-            panic!()
-        };
-        let MetaResult::TopicCreated(b) = create(&mut s, "b", 2, 1) else {
-            panic!()
-        };
-        let groups: Vec<GroupId> = a
-            .partitions
-            .iter()
-            .chain(&b.partitions)
-            .map(|p| p.group)
-            .collect();
+        let MetaResult::TopicCreated(a) = create(&mut s, "a", 3, 3) else { panic!() };
+        let MetaResult::TopicCreated(b) = create(&mut s, "b", 2, 1) else { panic!() };
+        let groups: Vec<GroupId> = a.partitions.iter().chain(&b.partitions).map(|p| p.group).collect();
         assert_eq!(groups, vec![1, 2, 3, 4, 5]);
         // Node 1 holds every replica of "a"; "b" (topic id 1, RF 1) starts on node 2.
         assert_eq!(s.replicas_of(1).len(), 3);
@@ -281,10 +223,7 @@ mod tests {
     #[test]
     fn refusals_leave_state_unchanged() {
         let mut s = three_nodes();
-        assert!(matches!(
-            create(&mut s, "a", 1, 3),
-            MetaResult::TopicCreated(_)
-        ));
+        assert!(matches!(create(&mut s, "a", 1, 3), MetaResult::TopicCreated(_)));
         let before = s.clone();
         for (name, p, rf, kind) in [
             ("a", 1, 3, MetaErrorKind::TopicExists),

@@ -39,8 +39,7 @@ pub fn checksum(record_count: u32, compression: i32, records: &[u8]) -> u32 {
 
 /// Builds a checksummed batch from `records`, compressed with `compression`.
 pub fn build(records: Vec<Record>, compression: Compression) -> Result<RecordBatch, BatchError> {
-    let record_count = u32::try_from(records.len())
-        .map_err(|_| BatchError::Undecodable("too many records".into()))?;
+    let record_count = u32::try_from(records.len()).map_err(|_| BatchError::Undecodable("too many records".into()))?;
     let encoded = RecordList { records }.encode_to_vec();
     let payload: Bytes = match compression {
         Compression::None => encoded.into(),
@@ -61,18 +60,12 @@ pub fn build(records: Vec<Record>, compression: Compression) -> Result<RecordBat
 pub fn decode(batch: &RecordBatch) -> Result<Vec<Record>, BatchError> {
     let actual = checksum(batch.record_count, batch.compression, &batch.records);
     if actual != batch.crc32c {
-        return Err(BatchError::Checksum {
-            expected: batch.crc32c,
-            actual,
-        });
+        return Err(BatchError::Checksum { expected: batch.crc32c, actual });
     }
     let plain: Bytes = match Compression::try_from(batch.compression) {
         Ok(Compression::None) => batch.records.clone(),
         Ok(Compression::Lz4) => {
-            let declared = batch
-                .records
-                .get(..4)
-                .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize);
+            let declared = batch.records.get(..4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize);
             match declared {
                 Some(n) if n <= MAX_DECOMPRESSED_BATCH_BYTES => {}
                 Some(_) => return Err(BatchError::TooLargeDecompressed),
@@ -89,10 +82,7 @@ pub fn decode(batch: &RecordBatch) -> Result<Vec<Record>, BatchError> {
         return Err(BatchError::Empty);
     }
     if list.records.len() != batch.record_count as usize {
-        return Err(BatchError::CountMismatch {
-            declared: batch.record_count,
-            actual: list.records.len(),
-        });
+        return Err(BatchError::CountMismatch { declared: batch.record_count, actual: list.records.len() });
     }
     Ok(list.records)
 }
@@ -142,13 +132,7 @@ mod tests {
         let mut b = build(vec![rec("x"), rec("y")], Compression::None).unwrap();
         b.record_count = 3;
         b.crc32c = checksum(3, b.compression, &b.records);
-        assert_eq!(
-            decode(&b),
-            Err(BatchError::CountMismatch {
-                declared: 3,
-                actual: 2
-            })
-        );
+        assert_eq!(decode(&b), Err(BatchError::CountMismatch { declared: 3, actual: 2 }));
     }
 
     #[test]

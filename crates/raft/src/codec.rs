@@ -51,13 +51,10 @@ pub fn encode_entry(base: u64, entry: &Entry) -> Result<Bytes, String> {
     let (header, units, body) = match &entry.payload {
         EntryPayload::Blank => (Header::Blank(entry.log_id), 0, Bytes::new()),
         EntryPayload::Normal(p) => (Header::Normal(entry.log_id), p.units, p.body.clone()),
-        EntryPayload::Membership(m) => {
-            (Header::Membership(entry.log_id, m.clone()), 0, Bytes::new())
-        }
+        EntryPayload::Membership(m) => (Header::Membership(entry.log_id, m.clone()), 0, Bytes::new()),
     };
     let header = bincode::serialize(&header).map_err(|e| e.to_string())?;
-    let header_len =
-        u32::try_from(header.len()).map_err(|_| "entry header too large".to_string())?;
+    let header_len = u32::try_from(header.len()).map_err(|_| "entry header too large".to_string())?;
     let mut out = BytesMut::with_capacity(FIXED_HEADER_LEN + header.len() + body.len());
     out.put_u8(ENTRY_FORMAT_V1);
     out.put_u64_le(base);
@@ -71,10 +68,7 @@ pub fn encode_entry(base: u64, entry: &Entry) -> Result<Bytes, String> {
 /// Decodes a stored entry. The body is a zero-copy slice of `bytes`.
 pub fn decode_entry(mut bytes: Bytes) -> Result<StoredEntry, String> {
     if bytes.len() < FIXED_HEADER_LEN {
-        return Err(format!(
-            "entry of {} bytes is shorter than its fixed header",
-            bytes.len()
-        ));
+        return Err(format!("entry of {} bytes is shorter than its fixed header", bytes.len()));
     }
     let version = bytes.get_u8();
     if version != ENTRY_FORMAT_V1 {
@@ -89,31 +83,18 @@ pub fn decode_entry(mut bytes: Bytes) -> Result<StoredEntry, String> {
     let header_bytes = bytes.split_to(header_len);
     let header: Header = bincode::deserialize(&header_bytes).map_err(|e| e.to_string())?;
     let entry = match header {
-        Header::Blank(log_id) => Entry {
-            log_id,
-            payload: EntryPayload::Blank,
-        },
-        Header::Normal(log_id) => Entry {
-            log_id,
-            payload: EntryPayload::Normal(Payload {
-                units,
-                body: bytes,
-                proposal: 0,
-            }),
-        },
-        Header::Membership(log_id, m) => Entry {
-            log_id,
-            payload: EntryPayload::Membership(m),
-        },
+        Header::Blank(log_id) => Entry { log_id, payload: EntryPayload::Blank },
+        Header::Normal(log_id) => {
+            Entry { log_id, payload: EntryPayload::Normal(Payload { units, body: bytes, proposal: 0 }) }
+        }
+        Header::Membership(log_id, m) => Entry { log_id, payload: EntryPayload::Membership(m) },
     };
     Ok(StoredEntry { base, entry })
 }
 
 /// Serializes a Raft message (request or response) for the transport.
 pub fn encode_message<T: Serialize>(msg: &T) -> Result<Bytes, String> {
-    bincode::serialize(msg)
-        .map(Bytes::from)
-        .map_err(|e| e.to_string())
+    bincode::serialize(msg).map(Bytes::from).map_err(|e| e.to_string())
 }
 
 /// Deserializes a Raft message from the transport.
@@ -137,11 +118,7 @@ mod tests {
     fn round_trips_every_entry_kind() {
         let normal = Entry {
             log_id: log_id(3, 9),
-            payload: EntryPayload::Normal(Payload {
-                units: 5,
-                body: Bytes::from_static(b"records"),
-                proposal: 77,
-            }),
+            payload: EntryPayload::Normal(Payload { units: 5, body: Bytes::from_static(b"records"), proposal: 77 }),
         };
         let decoded = decode_entry(encode_entry(40, &normal).unwrap()).unwrap();
         assert_eq!(decoded.base, 40);
@@ -149,21 +126,13 @@ mod tests {
         assert_eq!(decoded.entry.log_id, normal.log_id);
         match decoded.entry.payload {
             // The proposal tag is leader-local and not stored.
-            EntryPayload::Normal(p) => assert_eq!(
-                p,
-                Payload {
-                    units: 5,
-                    body: Bytes::from_static(b"records"),
-                    proposal: 0
-                }
-            ),
+            EntryPayload::Normal(p) => {
+                assert_eq!(p, Payload { units: 5, body: Bytes::from_static(b"records"), proposal: 0 })
+            }
             other => panic!("unexpected {other:?}"),
         }
 
-        let blank = Entry {
-            log_id: log_id(4, 10),
-            payload: EntryPayload::Blank,
-        };
+        let blank = Entry { log_id: log_id(4, 10), payload: EntryPayload::Blank };
         let d = decode_entry(encode_entry(45, &blank).unwrap()).unwrap();
         assert_eq!((d.base, d.units()), (45, 0));
 
@@ -173,15 +142,8 @@ mod tests {
             .map(|id| (*id, BasicNode::new(format!("n{id}"))))
             .collect::<std::collections::BTreeMap<_, _>>();
         let m = Membership::new(vec![members], nodes);
-        let me = Entry {
-            log_id: log_id(1, 0),
-            payload: EntryPayload::Membership(m.clone()),
-        };
-        match decode_entry(encode_entry(0, &me).unwrap())
-            .unwrap()
-            .entry
-            .payload
-        {
+        let me = Entry { log_id: log_id(1, 0), payload: EntryPayload::Membership(m.clone()) };
+        match decode_entry(encode_entry(0, &me).unwrap()).unwrap().entry.payload {
             EntryPayload::Membership(got) => assert_eq!(got, m),
             other => panic!("unexpected {other:?}"),
         }
@@ -189,10 +151,7 @@ mod tests {
 
     #[test]
     fn rejects_truncated_and_unknown_versions() {
-        let e = Entry {
-            log_id: log_id(1, 1),
-            payload: EntryPayload::Blank,
-        };
+        let e = Entry { log_id: log_id(1, 1), payload: EntryPayload::Blank };
         let good = encode_entry(0, &e).unwrap();
         assert!(decode_entry(good.slice(..5)).is_err());
         let mut bad = good.to_vec();

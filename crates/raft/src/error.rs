@@ -10,11 +10,7 @@ pub enum Error {
     UnknownGroup(GroupId),
     /// This node does not lead the group.
     #[error("node is not the leader of group {group}")]
-    NotLeader {
-        group: GroupId,
-        leader: Option<NodeId>,
-        leader_addr: Option<String>,
-    },
+    NotLeader { group: GroupId, leader: Option<NodeId>, leader_addr: Option<String> },
     /// The group is shutting down or has failed fatally.
     #[error("raft group {group} stopped: {reason}")]
     Stopped { group: GroupId, reason: String },

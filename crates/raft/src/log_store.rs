@@ -85,9 +85,7 @@ pub struct LogStore {
 
 impl Debug for LogStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LogStore")
-            .field("group", &self.shared.group)
-            .finish()
+        f.debug_struct("LogStore").field("group", &self.shared.group).finish()
     }
 }
 
@@ -109,19 +107,11 @@ impl LogStore {
     /// its flusher task on the current runtime.
     pub fn open(group: GroupId, engine: Arc<dyn Engine>, syncer: Syncer) -> crate::Result<Self> {
         let corrupt = |reason: String| crate::Error::Corrupt { group, reason };
-        let (last_purged, purged_end) =
-            match engine.get(Keyspace::RaftMeta, &keys::group_tag(group, keys::PURGED))? {
-                Some(b) => codec::decode_message::<(LogId, u64)>(&b)
-                    .map(|(id, end)| (Some(id), end))
-                    .map_err(corrupt)?,
-                None => (None, 0),
-            };
-        let last = engine.scan_rev(
-            Keyspace::RaftLog,
-            &keys::group_start(group),
-            &keys::group_end(group),
-            1,
-        )?;
+        let (last_purged, purged_end) = match engine.get(Keyspace::RaftMeta, &keys::group_tag(group, keys::PURGED))? {
+            Some(b) => codec::decode_message::<(LogId, u64)>(&b).map(|(id, end)| (Some(id), end)).map_err(corrupt)?,
+            None => (None, 0),
+        };
+        let last = engine.scan_rev(Keyspace::RaftLog, &keys::group_start(group), &keys::group_end(group), 1)?;
         let (last_log_id, end_position) = match last.into_iter().next() {
             Some((_, v)) => {
                 let e = codec::decode_entry(v).map_err(corrupt)?;
@@ -131,12 +121,7 @@ impl LogStore {
         };
         let (flush_tx, flush_rx) = mpsc::unbounded_channel();
         rill_rt::spawn(run_flusher(group, syncer.clone(), flush_rx));
-        let meta = LogMeta {
-            last_log_id,
-            last_purged,
-            start_position: purged_end,
-            end_position,
-        };
+        let meta = LogMeta { last_log_id, last_purged, start_position: purged_end, end_position };
         Ok(Self {
             shared: Arc::new(Shared {
                 group,
@@ -182,28 +167,19 @@ impl LogStore {
     pub fn index_of_position(&self, position: u64) -> crate::Result<Option<u64>> {
         let g = self.shared.group;
         let end_key = keys::group_u64(g, position.saturating_add(1));
-        let found =
-            self.shared
-                .engine
-                .scan_rev(Keyspace::LogIndex, &keys::group_u64(g, 0), &end_key, 1)?;
+        let found = self.shared.engine.scan_rev(Keyspace::LogIndex, &keys::group_u64(g, 0), &end_key, 1)?;
         let Some((_, v)) = found.into_iter().next() else {
             return Ok(None);
         };
-        let index: [u8; 8] = v[..].try_into().map_err(|_| crate::Error::Corrupt {
-            group: g,
-            reason: "bad position index value".into(),
-        })?;
+        let index: [u8; 8] = v[..]
+            .try_into()
+            .map_err(|_| crate::Error::Corrupt { group: g, reason: "bad position index value".into() })?;
         Ok(Some(u64::from_be_bytes(index)))
     }
 
     /// Up to `max_entries` normal entries (those occupying positions) from log index `from` on,
     /// stopping before log index `until`.
-    pub fn read_positioned(
-        &self,
-        from: u64,
-        until: u64,
-        max_entries: usize,
-    ) -> crate::Result<Vec<PositionedEntry>> {
+    pub fn read_positioned(&self, from: u64, until: u64, max_entries: usize) -> crate::Result<Vec<PositionedEntry>> {
         let g = self.shared.group;
         let rows = self.shared.engine.scan(
             Keyspace::RaftLog,
@@ -213,17 +189,11 @@ impl LogStore {
         )?;
         let mut out = Vec::with_capacity(rows.len());
         for (k, v) in rows {
-            let e = codec::decode_entry(v)
-                .map_err(|reason| crate::Error::Corrupt { group: g, reason })?;
+            let e = codec::decode_entry(v).map_err(|reason| crate::Error::Corrupt { group: g, reason })?;
             let index = keys::suffix_u64(&k).unwrap_or(e.entry.log_id.index);
             if let EntryPayload::Normal(p) = e.entry.payload {
                 if p.units > 0 {
-                    out.push(PositionedEntry {
-                        index,
-                        base: e.base,
-                        units: p.units,
-                        body: p.body,
-                    });
+                    out.push(PositionedEntry { index, base: e.base, units: p.units, body: p.body });
                 }
             }
         }
@@ -233,16 +203,10 @@ impl LogStore {
     /// Every stored entry with its position (for replica comparison in tests and oracles).
     pub fn read_all(&self) -> crate::Result<Vec<StoredEntry>> {
         let g = self.shared.group;
-        let rows = self.shared.engine.scan(
-            Keyspace::RaftLog,
-            &keys::group_start(g),
-            &keys::group_end(g),
-            usize::MAX,
-        )?;
+        let rows =
+            self.shared.engine.scan(Keyspace::RaftLog, &keys::group_start(g), &keys::group_end(g), usize::MAX)?;
         rows.into_iter()
-            .map(|(_, v)| {
-                codec::decode_entry(v).map_err(|reason| crate::Error::Corrupt { group: g, reason })
-            })
+            .map(|(_, v)| codec::decode_entry(v).map_err(|reason| crate::Error::Corrupt { group: g, reason }))
             .collect()
     }
 
@@ -251,25 +215,15 @@ impl LogStore {
     pub fn destroy(engine: &dyn Engine, group: GroupId) -> crate::Result<()> {
         let mut b = WriteBatch::new();
         for ks in Keyspace::ALL {
-            b.delete_range(
-                ks,
-                keys::group_start(group).to_vec(),
-                keys::group_end(group).to_vec(),
-            );
+            b.delete_range(ks, keys::group_start(group).to_vec(), keys::group_end(group).to_vec());
         }
         engine.write(b, true)?;
         Ok(())
     }
 
     fn get_entry(&self, index: u64) -> Result<Option<StoredEntry>, StorageError> {
-        let v = self
-            .shared
-            .engine
-            .get(
-                Keyspace::RaftLog,
-                &keys::group_u64(self.shared.group, index),
-            )
-            .map_err(read_err)?;
+        let v =
+            self.shared.engine.get(Keyspace::RaftLog, &keys::group_u64(self.shared.group, index)).map_err(read_err)?;
         v.map(codec::decode_entry).transpose().map_err(read_err)
     }
 
@@ -295,8 +249,7 @@ async fn run_flusher(group: GroupId, syncer: Syncer, mut rx: mpsc::UnboundedRece
                 }
                 Err(e) => {
                     tracing::error!(group, error = %e, "log flush failed");
-                    job.callback
-                        .log_io_completed(Err(std::io::Error::other(e.to_string())));
+                    job.callback.log_io_completed(Err(std::io::Error::other(e.to_string())));
                 }
             }
         }
@@ -327,16 +280,9 @@ impl RaftLogReader<TypeConfig> for LogStore {
         let rows = self
             .shared
             .engine
-            .scan(
-                Keyspace::RaftLog,
-                &keys::group_u64(g, start),
-                &keys::group_u64(g, end),
-                usize::MAX,
-            )
+            .scan(Keyspace::RaftLog, &keys::group_u64(g, start), &keys::group_u64(g, end), usize::MAX)
             .map_err(read_err)?;
-        rows.into_iter()
-            .map(|(_, v)| codec::decode_entry(v).map(|e| e.entry).map_err(read_err))
-            .collect()
+        rows.into_iter().map(|(_, v)| codec::decode_entry(v).map(|e| e.entry).map_err(read_err)).collect()
     }
 }
 
@@ -345,10 +291,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError> {
         let m = lock(&self.shared.meta);
-        Ok(LogState {
-            last_purged_log_id: m.last_purged,
-            last_log_id: m.last_log_id,
-        })
+        Ok(LogState { last_purged_log_id: m.last_purged, last_log_id: m.last_log_id })
     }
 
     async fn get_log_reader(&mut self) -> Self::LogReader {
@@ -363,16 +306,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             keys::group_tag(self.shared.group, keys::VOTE).to_vec(),
             codec::encode_message(vote).map_err(err)?,
         );
-        self.shared
-            .engine
-            .write(b, false)
-            .map_err(|e| err(e.to_string()))?;
+        self.shared.engine.write(b, false).map_err(|e| err(e.to_string()))?;
         // A vote must be durable before it is answered.
-        self.shared
-            .syncer
-            .sync()
-            .await
-            .map_err(|e| err(e.to_string()))
+        self.shared.syncer.sync().await.map_err(|e| err(e.to_string()))
     }
 
     async fn read_vote(&mut self) -> Result<Option<Vote>, StorageError> {
@@ -380,25 +316,16 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         let v = self
             .shared
             .engine
-            .get(
-                Keyspace::RaftMeta,
-                &keys::group_tag(self.shared.group, keys::VOTE),
-            )
+            .get(Keyspace::RaftMeta, &keys::group_tag(self.shared.group, keys::VOTE))
             .map_err(|e| err(e.to_string()))?;
-        v.map(|b| codec::decode_message::<Vote>(&b))
-            .transpose()
-            .map_err(err)
+        v.map(|b| codec::decode_message::<Vote>(&b)).transpose().map_err(err)
     }
 
     async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), StorageError> {
         let mut b = WriteBatch::new();
         let key = keys::group_tag(self.shared.group, keys::COMMITTED).to_vec();
         match committed {
-            Some(c) => b.put(
-                Keyspace::RaftMeta,
-                key,
-                codec::encode_message(&c).map_err(write_err)?,
-            ),
+            Some(c) => b.put(Keyspace::RaftMeta, key, codec::encode_message(&c).map_err(write_err)?),
             None => b.delete(Keyspace::RaftMeta, key),
         }
         self.write(b)
@@ -408,21 +335,12 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         let v = self
             .shared
             .engine
-            .get(
-                Keyspace::RaftMeta,
-                &keys::group_tag(self.shared.group, keys::COMMITTED),
-            )
+            .get(Keyspace::RaftMeta, &keys::group_tag(self.shared.group, keys::COMMITTED))
             .map_err(read_err)?;
-        v.map(|b| codec::decode_message::<LogId>(&b))
-            .transpose()
-            .map_err(read_err)
+        v.map(|b| codec::decode_message::<LogId>(&b)).transpose().map_err(read_err)
     }
 
-    async fn append<I>(
-        &mut self,
-        entries: I,
-        callback: LogFlushed<TypeConfig>,
-    ) -> Result<(), StorageError>
+    async fn append<I>(&mut self, entries: I, callback: LogFlushed<TypeConfig>) -> Result<(), StorageError>
     where
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
@@ -437,18 +355,10 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             for entry in entries {
                 let index = entry.log_id.index;
                 let encoded = codec::encode_entry(end, &entry).map_err(write_err)?;
-                batch.put(
-                    Keyspace::RaftLog,
-                    keys::group_u64(g, index).to_vec(),
-                    encoded,
-                );
+                batch.put(Keyspace::RaftLog, keys::group_u64(g, index).to_vec(), encoded);
                 if let EntryPayload::Normal(p) = &entry.payload {
                     if p.units > 0 {
-                        batch.put(
-                            Keyspace::LogIndex,
-                            keys::group_u64(g, end).to_vec(),
-                            index.to_be_bytes().to_vec(),
-                        );
+                        batch.put(Keyspace::LogIndex, keys::group_u64(g, end).to_vec(), index.to_be_bytes().to_vec());
                     }
                     if p.proposal != 0 {
                         if let Some(tx) = lock(&self.shared.proposals).remove(&p.proposal) {
@@ -463,13 +373,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             meta.end_position = end;
             meta.last_log_id = last;
         }
-        self.shared
-            .flush_tx
-            .send(FlushJob {
-                callback,
-                proposals,
-            })
-            .map_err(|_| write_err("log flusher stopped"))?;
+        self.shared.flush_tx.send(FlushJob { callback, proposals }).map_err(|_| write_err("log flusher stopped"))?;
         Ok(())
     }
 
@@ -483,11 +387,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             None => None,
         };
         let mut b = WriteBatch::new();
-        b.delete_range(
-            Keyspace::RaftLog,
-            keys::group_u64(g, log_id.index).to_vec(),
-            keys::group_end(g).to_vec(),
-        );
+        b.delete_range(Keyspace::RaftLog, keys::group_u64(g, log_id.index).to_vec(), keys::group_end(g).to_vec());
         b.delete_range(
             Keyspace::LogIndex,
             keys::group_u64(g, first_removed.base).to_vec(),
@@ -513,11 +413,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             keys::group_u64(g, 0).to_vec(),
             keys::group_u64(g, log_id.index.saturating_add(1)).to_vec(),
         );
-        b.delete_range(
-            Keyspace::LogIndex,
-            keys::group_u64(g, 0).to_vec(),
-            keys::group_u64(g, end).to_vec(),
-        );
+        b.delete_range(Keyspace::LogIndex, keys::group_u64(g, 0).to_vec(), keys::group_u64(g, end).to_vec());
         b.put(
             Keyspace::RaftMeta,
             keys::group_tag(g, keys::PURGED).to_vec(),

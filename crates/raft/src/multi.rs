@@ -29,11 +29,7 @@ impl Default for RaftTiming {
     fn default() -> Self {
         // Failover in well under a second on a healthy network, with room for scheduling
         // hiccups on busy machines before a follower gives up on its leader.
-        Self {
-            heartbeat_ms: 100,
-            election_min_ms: 500,
-            election_max_ms: 1000,
-        }
+        Self { heartbeat_ms: 100, election_min_ms: 500, election_max_ms: 1000 }
     }
 }
 
@@ -49,10 +45,7 @@ pub struct GroupOptions {
 
 impl Default for GroupOptions {
     fn default() -> Self {
-        Self {
-            snapshot_every_entries: 10_000,
-            max_entries_per_append: 64,
-        }
+        Self { snapshot_every_entries: 10_000, max_entries_per_append: 64 }
     }
 }
 
@@ -87,14 +80,7 @@ impl MultiRaft {
         transport: Arc<Transport>,
         timing: RaftTiming,
     ) -> Arc<Self> {
-        Arc::new(Self {
-            node_id,
-            engine,
-            syncer,
-            transport,
-            timing,
-            groups: RwLock::new(HashMap::new()),
-        })
+        Arc::new(Self { node_id, engine, syncer, transport, timing, groups: RwLock::new(HashMap::new()) })
     }
 
     /// This node's id.
@@ -114,22 +100,12 @@ impl MultiRaft {
 
     /// The running group `id`, if hosted here.
     pub fn group(&self, id: GroupId) -> Option<Raft> {
-        self.groups
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&id)
-            .cloned()
+        self.groups.read().unwrap_or_else(|p| p.into_inner()).get(&id).cloned()
     }
 
     /// Ids of every hosted group.
     pub fn group_ids(&self) -> Vec<GroupId> {
-        let mut ids: Vec<GroupId> = self
-            .groups
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .keys()
-            .copied()
-            .collect();
+        let mut ids: Vec<GroupId> = self.groups.read().unwrap_or_else(|p| p.into_inner()).keys().copied().collect();
         ids.sort_unstable();
         ids
     }
@@ -147,10 +123,7 @@ impl MultiRaft {
             max_in_snapshot_log_to_keep: u64::MAX,
             ..Default::default()
         };
-        config.validate().map_err(|e| Error::Raft {
-            group,
-            reason: e.to_string(),
-        })
+        config.validate().map_err(|e| Error::Raft { group, reason: e.to_string() })
     }
 
     /// Starts group `group` with state machine `sm`. When the group has no log yet, it is
@@ -165,10 +138,7 @@ impl MultiRaft {
         if let Some(raft) = self.group(group) {
             return Err(Error::Raft {
                 group,
-                reason: format!(
-                    "already running (leader {:?})",
-                    raft.metrics().borrow().current_leader
-                ),
+                reason: format!("already running (leader {:?})", raft.metrics().borrow().current_leader),
             });
         }
         let log = LogStore::open(group, self.engine.clone(), self.syncer.clone())?;
@@ -177,45 +147,20 @@ impl MultiRaft {
         let network = GroupNetworkFactory::new(group, self.transport.clone());
         let raft = Raft::new(self.node_id, config, network, log.clone(), sm.clone())
             .await
-            .map_err(|e| Error::Raft {
-                group,
-                reason: e.to_string(),
-            })?;
+            .map_err(|e| Error::Raft { group, reason: e.to_string() })?;
         let initialized_now = match raft.initialize(members).await {
             Ok(()) => true,
             Err(RaftError::APIError(InitializeError::NotAllowed(_))) => false,
-            Err(e) => {
-                return Err(Error::Raft {
-                    group,
-                    reason: e.to_string(),
-                })
-            }
+            Err(e) => return Err(Error::Raft { group, reason: e.to_string() }),
         };
-        self.groups
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(group, raft.clone());
-        tracing::debug!(
-            node = self.node_id,
-            group,
-            initialized_now,
-            "raft group started"
-        );
-        Ok(StartedGroup {
-            raft,
-            log,
-            sm,
-            initialized_now,
-        })
+        self.groups.write().unwrap_or_else(|p| p.into_inner()).insert(group, raft.clone());
+        tracing::debug!(node = self.node_id, group, initialized_now, "raft group started");
+        Ok(StartedGroup { raft, log, sm, initialized_now })
     }
 
     /// Stops group `group` (if running) and forgets it. Its data stays on disk.
     pub async fn stop_group(&self, group: GroupId) {
-        let raft = self
-            .groups
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&group);
+        let raft = self.groups.write().unwrap_or_else(|p| p.into_inner()).remove(&group);
         if let Some(raft) = raft {
             if let Err(e) = raft.shutdown().await {
                 tracing::warn!(group, error = %e, "raft group did not shut down cleanly");

@@ -5,13 +5,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use openraft::error::{
-    InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
-};
+use openraft::error::{InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable};
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
-    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
-    VoteRequest, VoteResponse,
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse, VoteRequest,
+    VoteResponse,
 };
 use openraft::BasicNode;
 use rill_proto::internal::raft_transport_client::RaftTransportClient;
@@ -35,9 +33,13 @@ const UNREACHABLE_BACKOFF: Duration = Duration::from_millis(200);
 pub struct TransportError(pub String);
 
 /// The node's connections to its peers. One lazily connected channel per peer address.
+///
+/// It also remembers when each peer last answered a Raft message of each group, so a leader
+/// can tell a live follower from one that merely *was* caught up when it died.
 #[derive(Default)]
 pub struct Transport {
     channels: Mutex<HashMap<(NodeId, String), Channel>>,
+    contacts: Mutex<HashMap<(GroupId, NodeId), rill_rt::Instant>>,
 }
 
 impl Transport {
@@ -61,11 +63,16 @@ impl Transport {
         Ok(channel)
     }
 
-    fn client(
-        &self,
-        node: NodeId,
-        addr: &str,
-    ) -> Result<RaftTransportClient<Channel>, TransportError> {
+    /// When `node` last answered a Raft message of `group` sent from here.
+    pub fn last_contact(&self, group: GroupId, node: NodeId) -> Option<rill_rt::Instant> {
+        self.contacts.lock().unwrap_or_else(|p| p.into_inner()).get(&(group, node)).copied()
+    }
+
+    fn record_contact(&self, group: GroupId, node: NodeId) {
+        self.contacts.lock().unwrap_or_else(|p| p.into_inner()).insert((group, node), rill_rt::now());
+    }
+
+    fn client(&self, node: NodeId, addr: &str) -> Result<RaftTransportClient<Channel>, TransportError> {
         Ok(RaftTransportClient::new(self.channel(node, addr)?)
             .max_decoding_message_size(rill_proto::MAX_GRPC_MESSAGE_BYTES)
             .max_encoding_message_size(rill_proto::MAX_GRPC_MESSAGE_BYTES))
@@ -89,12 +96,7 @@ impl RaftNetworkFactory<TypeConfig> for GroupNetworkFactory {
     type Network = GroupNetwork;
 
     async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> Self::Network {
-        GroupNetwork {
-            group: self.group,
-            target,
-            addr: node.addr.clone(),
-            transport: self.transport.clone(),
-        }
+        GroupNetwork { group: self.group, target, addr: node.addr.clone(), transport: self.transport.clone() }
     }
 }
 
@@ -128,14 +130,8 @@ impl GroupNetwork {
         let unreachable = |e: String| RPCError::Unreachable(Unreachable::new(&TransportError(e)));
         let network = |e: String| RPCError::Network(NetworkError::new(&TransportError(e)));
         let payload = codec::encode_message(req).map_err(network)?;
-        let mut client = self
-            .transport
-            .client(self.target, &self.addr)
-            .map_err(|e| unreachable(e.0))?;
-        let msg = RaftMessage {
-            group_id: self.group,
-            payload,
-        };
+        let mut client = self.transport.client(self.target, &self.addr).map_err(|e| unreachable(e.0))?;
+        let msg = RaftMessage { group_id: self.group, payload };
         let call = async {
             match rpc {
                 Rpc::Append => client.append_entries(msg).await,
@@ -145,24 +141,19 @@ impl GroupNetwork {
         };
         let reply = match rill_rt::timeout(option.hard_ttl(), call).await {
             Err(_) => {
-                return Err(network(format!(
-                    "no answer from node {} within {:?}",
-                    self.target,
-                    option.hard_ttl()
-                )))
+                return Err(network(format!("no answer from node {} within {:?}", self.target, option.hard_ttl())))
             }
             Ok(Err(status)) => {
                 return Err(match status.code() {
                     // Not hosting the group (yet) or not reachable: back off and retry.
-                    tonic::Code::NotFound | tonic::Code::Unavailable => {
-                        unreachable(status.message().to_string())
-                    }
+                    tonic::Code::NotFound | tonic::Code::Unavailable => unreachable(status.message().to_string()),
                     _ => network(format!("{}: {}", status.code(), status.message())),
                 });
             }
             Ok(Ok(r)) => r.into_inner(),
         };
         let answer: Result<Resp, E> = codec::decode_message(&reply.payload).map_err(network)?;
+        self.transport.record_contact(self.group, self.target);
         answer.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
     }
 }
@@ -180,10 +171,8 @@ impl RaftNetwork<TypeConfig> for GroupNetwork {
         &mut self,
         rpc: InstallSnapshotRequest<TypeConfig>,
         option: RPCOption,
-    ) -> Result<
-        InstallSnapshotResponse<NodeId>,
-        RPCError<NodeId, BasicNode, RaftError<NodeId, InstallSnapshotError>>,
-    > {
+    ) -> Result<InstallSnapshotResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId, InstallSnapshotError>>>
+    {
         self.call(Rpc::Snapshot, &rpc, &option).await
     }
 

@@ -84,20 +84,11 @@ impl AsyncRuntime for RtRuntime {
         Box::pin(rill_rt::sleep_future(until(deadline)))
     }
 
-    fn timeout<R, F: Future<Output = R> + OptionalSend>(
-        duration: Duration,
-        future: F,
-    ) -> Self::Timeout<R, F> {
-        RtTimeout {
-            inner: Box::pin(future),
-            sleep: Box::pin(rill_rt::sleep_future(duration)),
-        }
+    fn timeout<R, F: Future<Output = R> + OptionalSend>(duration: Duration, future: F) -> Self::Timeout<R, F> {
+        RtTimeout { inner: Box::pin(future), sleep: Box::pin(rill_rt::sleep_future(duration)) }
     }
 
-    fn timeout_at<R, F: Future<Output = R> + OptionalSend>(
-        deadline: Self::Instant,
-        future: F,
-    ) -> Self::Timeout<R, F> {
+    fn timeout_at<R, F: Future<Output = R> + OptionalSend>(deadline: Self::Instant, future: F) -> Self::Timeout<R, F> {
         Self::timeout(until(deadline), future)
     }
 

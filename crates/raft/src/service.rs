@@ -25,18 +25,14 @@ impl RaftService {
     }
 
     fn group(&self, id: u64) -> Result<Raft, Status> {
-        self.multi.group(id).ok_or_else(|| {
-            Status::not_found(format!(
-                "group {id} is not hosted on node {}",
-                self.multi.node_id()
-            ))
-        })
+        self.multi
+            .group(id)
+            .ok_or_else(|| Status::not_found(format!("group {id} is not hosted on node {}", self.multi.node_id())))
     }
 }
 
 fn decode<T: DeserializeOwned>(msg: &RaftMessage) -> Result<T, Status> {
-    codec::decode_message(&msg.payload)
-        .map_err(|e| Status::invalid_argument(format!("undecodable raft message: {e}")))
+    codec::decode_message(&msg.payload).map_err(|e| Status::invalid_argument(format!("undecodable raft message: {e}")))
 }
 
 fn reply<T: Serialize>(group_id: u64, answer: &T) -> Result<Response<RaftMessage>, Status> {
@@ -46,10 +42,7 @@ fn reply<T: Serialize>(group_id: u64, answer: &T) -> Result<Response<RaftMessage
 
 #[tonic::async_trait]
 impl RaftTransport for RaftService {
-    async fn append_entries(
-        &self,
-        request: Request<RaftMessage>,
-    ) -> Result<Response<RaftMessage>, Status> {
+    async fn append_entries(&self, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
         let msg = request.into_inner();
         let raft = self.group(msg.group_id)?;
         let answer = raft.append_entries(decode(&msg)?).await;
@@ -63,10 +56,7 @@ impl RaftTransport for RaftService {
         reply(msg.group_id, &answer)
     }
 
-    async fn install_snapshot(
-        &self,
-        request: Request<RaftMessage>,
-    ) -> Result<Response<RaftMessage>, Status> {
+    async fn install_snapshot(&self, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
         let msg = request.into_inner();
         let raft = self.group(msg.group_id)?;
         let answer = raft.install_snapshot(decode(&msg)?).await;

@@ -20,8 +20,7 @@ use serde::{Deserialize, Serialize};
 use crate::codec;
 use crate::keys;
 use crate::types::{
-    Entry, GroupId, LogId, Payload, Response, SnapshotMeta, StorageError, StoredMembership,
-    TypeConfig,
+    Entry, GroupId, LogId, Payload, Response, SnapshotMeta, StorageError, StoredMembership, TypeConfig,
 };
 
 /// The deterministic state machine of one group, supplied by its owner (metadata, partition).
@@ -74,11 +73,7 @@ pub struct SmStore<M> {
 
 impl<M> Clone for SmStore<M> {
     fn clone(&self) -> Self {
-        Self {
-            group: self.group,
-            engine: self.engine.clone(),
-            inner: self.inner.clone(),
-        }
+        Self { group: self.group, engine: self.engine.clone(), inner: self.inner.clone() }
     }
 }
 
@@ -103,16 +98,7 @@ impl<M: GroupStateMachine> SmStore<M> {
             }
             None => (Applied::default(), None),
         };
-        Ok(Self {
-            group,
-            engine,
-            inner: Arc::new(Mutex::new(Inner {
-                sm,
-                applied,
-                snapshot,
-                snapshot_seq: 0,
-            })),
-        })
+        Ok(Self { group, engine, inner: Arc::new(Mutex::new(Inner { sm, applied, snapshot, snapshot_seq: 0 })) })
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner<M>> {
@@ -143,10 +129,7 @@ impl<M: GroupStateMachine> SmStore<M> {
     /// The snapshot as sent to followers: the adapter's record, then the owner's state.
     fn to_openraft(s: &StoredSnapshot) -> Result<Snapshot<TypeConfig>, StorageError> {
         let wire = codec::encode_message(&(s.applied.clone(), s.data.clone())).map_err(sm_err)?;
-        Ok(Snapshot {
-            meta: s.meta.clone(),
-            snapshot: Box::new(Cursor::new(wire.to_vec())),
-        })
+        Ok(Snapshot { meta: s.meta.clone(), snapshot: Box::new(Cursor::new(wire.to_vec())) })
     }
 }
 
@@ -158,22 +141,12 @@ impl<M: GroupStateMachine> RaftSnapshotBuilder<TypeConfig> for SmStore<M> {
             inner.snapshot_seq += 1;
             let last = inner.applied.log_id;
             let snapshot_id = match last {
-                Some(l) => format!(
-                    "{}-{}-{}-{}",
-                    l.leader_id.term, l.leader_id.node_id, l.index, inner.snapshot_seq
-                ),
+                Some(l) => format!("{}-{}-{}-{}", l.leader_id.term, l.leader_id.node_id, l.index, inner.snapshot_seq),
                 None => format!("none-{}", inner.snapshot_seq),
             };
-            let meta = SnapshotMeta {
-                last_log_id: last,
-                last_membership: inner.applied.membership.clone(),
-                snapshot_id,
-            };
-            StoredSnapshot {
-                meta,
-                applied: inner.applied.clone(),
-                data: data.to_vec(),
-            }
+            let meta =
+                SnapshotMeta { last_log_id: last, last_membership: inner.applied.membership.clone(), snapshot_id };
+            StoredSnapshot { meta, applied: inner.applied.clone(), data: data.to_vec() }
         };
         self.persist(&stored)?;
         let out = Self::to_openraft(&stored)?;
@@ -231,13 +204,8 @@ impl<M: GroupStateMachine> RaftStateMachine<TypeConfig> for SmStore<M> {
     ) -> Result<(), StorageError> {
         let data = snapshot.into_inner();
         // The adapter's own record, then the owner's state (see `to_openraft`).
-        let (applied, sm_data): (Applied, Vec<u8>) =
-            codec::decode_message(&data).map_err(snap_err)?;
-        let stored = StoredSnapshot {
-            meta: meta.clone(),
-            applied: applied.clone(),
-            data: sm_data,
-        };
+        let (applied, sm_data): (Applied, Vec<u8>) = codec::decode_message(&data).map_err(snap_err)?;
+        let stored = StoredSnapshot { meta: meta.clone(), applied: applied.clone(), data: sm_data };
         {
             let mut inner = self.lock();
             inner.sm.restore(&stored.data).map_err(snap_err)?;

@@ -29,12 +29,7 @@ pub struct Payload {
 
 impl std::fmt::Display for Payload {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "payload(units={}, {} bytes)",
-            self.units,
-            self.body.len()
-        )
+        write!(f, "payload(units={}, {} bytes)", self.units, self.body.len())
     }
 }
 

@@ -66,9 +66,7 @@ impl std::error::Error for Elapsed {}
 
 /// Runs `future` until it completes or `duration` passes.
 pub async fn timeout<F: Future>(duration: Duration, future: F) -> Result<F::Output, Elapsed> {
-    tokio::time::timeout(duration, future)
-        .await
-        .map_err(|_| Elapsed)
+    tokio::time::timeout(duration, future).await.map_err(|_| Elapsed)
 }
 
 /// Runs `future` until it completes or `deadline` passes.

@@ -64,18 +64,11 @@ pub enum LogFormat {
 impl Config {
     /// This node's advertised address.
     pub fn advertised(&self) -> &str {
-        self.members
-            .get(&self.node_id)
-            .map(String::as_str)
-            .unwrap_or_default()
+        self.members.get(&self.node_id).map(String::as_str).unwrap_or_default()
     }
 
     /// A configuration for tests and the simulation: node `id` of `members`.
-    pub fn for_member(
-        node_id: NodeId,
-        members: BTreeMap<NodeId, String>,
-        data_dir: PathBuf,
-    ) -> Result<Self> {
+    pub fn for_member(node_id: NodeId, members: BTreeMap<NodeId, String>, data_dir: PathBuf) -> Result<Self> {
         let listen = members
             .get(&node_id)
             .ok_or_else(|| Error::Config(format!("node {node_id} is not in members")))?
@@ -135,9 +128,9 @@ struct FileLog {
 
 fn duration<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<Option<Duration>, D::Error> {
     let s = String::deserialize(d)?;
-    humantime::parse_duration(&s).map(Some).map_err(|e| {
-        serde::de::Error::custom(format!("{s:?} is not a duration like \"500ms\": {e}"))
-    })
+    humantime::parse_duration(&s)
+        .map(Some)
+        .map_err(|e| serde::de::Error::custom(format!("{s:?} is not a duration like \"500ms\": {e}")))
 }
 
 fn parse_file(text: &str, path: &Path) -> Result<FileConfig> {
@@ -209,48 +202,25 @@ impl Args {
         let missing = |what: &str, flag: &str, env: &str| {
             Error::Config(format!("{what} is not set (config key, --{flag} or {env})"))
         };
-        let node_id = self
-            .node_id
-            .or(file.node_id)
-            .ok_or_else(|| missing("node-id", "node-id", "RILL_NODE_ID"))?;
-        let listen = self
-            .listen
-            .clone()
-            .or(file.listen)
-            .ok_or_else(|| missing("listen", "listen", "RILL_LISTEN"))?;
-        let data_dir = self
-            .data_dir
-            .clone()
-            .or(file.data_dir)
-            .ok_or_else(|| missing("data-dir", "data-dir", "RILL_DATA_DIR"))?;
+        let node_id = self.node_id.or(file.node_id).ok_or_else(|| missing("node-id", "node-id", "RILL_NODE_ID"))?;
+        let listen = self.listen.clone().or(file.listen).ok_or_else(|| missing("listen", "listen", "RILL_LISTEN"))?;
+        let data_dir =
+            self.data_dir.clone().or(file.data_dir).ok_or_else(|| missing("data-dir", "data-dir", "RILL_DATA_DIR"))?;
         let members = self
             .cluster_members
             .clone()
             .or(file.cluster.members)
-            .ok_or_else(|| {
-                missing(
-                    "[cluster] members",
-                    "cluster-members",
-                    "RILL_CLUSTER_MEMBERS",
-                )
-            })?;
+            .ok_or_else(|| missing("[cluster] members", "cluster-members", "RILL_CLUSTER_MEMBERS"))?;
         let defaults = RaftTiming::default();
-        let ms =
-            |d: Option<Duration>, default: u64| d.map(|d| d.as_millis() as u64).unwrap_or(default);
+        let ms = |d: Option<Duration>, default: u64| d.map(|d| d.as_millis() as u64).unwrap_or(default);
         let raft = RaftTiming {
-            heartbeat_ms: ms(
-                self.raft_heartbeat_interval
-                    .or(file.raft.heartbeat_interval),
-                defaults.heartbeat_ms,
-            ),
+            heartbeat_ms: ms(self.raft_heartbeat_interval.or(file.raft.heartbeat_interval), defaults.heartbeat_ms),
             election_min_ms: ms(
-                self.raft_election_timeout_min
-                    .or(file.raft.election_timeout_min),
+                self.raft_election_timeout_min.or(file.raft.election_timeout_min),
                 defaults.election_min_ms,
             ),
             election_max_ms: ms(
-                self.raft_election_timeout_max
-                    .or(file.raft.election_timeout_max),
+                self.raft_election_timeout_max.or(file.raft.election_timeout_max),
                 defaults.election_max_ms,
             ),
         };
@@ -260,24 +230,15 @@ impl Args {
             data_dir,
             &members,
             raft,
-            self.log_level
-                .clone()
-                .or(file.log.level)
-                .unwrap_or_else(|| "info".into()),
-            self.log_format
-                .or(file.log.format)
-                .unwrap_or(LogFormat::Text),
+            self.log_level.clone().or(file.log.level).unwrap_or_else(|| "info".into()),
+            self.log_format.or(file.log.format).unwrap_or(LogFormat::Text),
         )
     }
 }
 
 /// Parses `id@host:port`.
 pub fn parse_member(s: &str) -> Result<(NodeId, String)> {
-    let bad = || {
-        Error::Config(format!(
-            "cluster member {s:?} must look like 1@127.0.0.1:7001"
-        ))
-    };
+    let bad = || Error::Config(format!("cluster member {s:?} must look like 1@127.0.0.1:7001"));
     let (id, addr) = s.trim().split_once('@').ok_or_else(bad)?;
     let id: NodeId = id.parse().map_err(|_| bad())?;
     let (host, port) = addr.rsplit_once(':').ok_or_else(bad)?;
@@ -299,16 +260,13 @@ fn build(
     if node_id == 0 {
         return Err(Error::Config("node-id must be at least 1".into()));
     }
-    let listen: SocketAddr = listen
-        .parse()
-        .map_err(|e| Error::Config(format!("listen {listen:?} is not host:port: {e}")))?;
+    let listen: SocketAddr =
+        listen.parse().map_err(|e| Error::Config(format!("listen {listen:?} is not host:port: {e}")))?;
     let mut parsed = BTreeMap::new();
     for m in members {
         let (id, addr) = parse_member(m)?;
         if parsed.insert(id, addr).is_some() {
-            return Err(Error::Config(format!(
-                "cluster member id {id} is listed twice"
-            )));
+            return Err(Error::Config(format!("cluster member id {id} is listed twice")));
         }
     }
     if !parsed.contains_key(&node_id) {
@@ -326,15 +284,7 @@ fn build(
             raft.heartbeat_ms, raft.election_min_ms, raft.election_max_ms
         )));
     }
-    Ok(Config {
-        node_id,
-        listen,
-        data_dir,
-        members: parsed,
-        raft,
-        log_level,
-        log_format,
-    })
+    Ok(Config { node_id, listen, data_dir, members: parsed, raft, log_level, log_format })
 }
 
 #[cfg(test)]
@@ -363,13 +313,7 @@ heartbeat-interval = "50ms"
     fn file_then_flags() {
         let dir = tempfile::tempdir().unwrap();
         let path = write(dir.path(), GOOD);
-        let args = Args::parse_from([
-            "rill-server",
-            "--config",
-            path.to_str().unwrap(),
-            "--data-dir",
-            "/elsewhere",
-        ]);
+        let args = Args::parse_from(["rill-server", "--config", path.to_str().unwrap(), "--data-dir", "/elsewhere"]);
         let c = args.load().unwrap();
         assert_eq!(c.node_id, 2);
         assert_eq!(c.data_dir, PathBuf::from("/elsewhere"));
@@ -381,21 +325,9 @@ heartbeat-interval = "50ms"
     #[test]
     fn unknown_keys_are_named() {
         let dir = tempfile::tempdir().unwrap();
-        let path = write(
-            dir.path(),
-            &format!("{GOOD}\nlisten-addr = \"x\"\n[raft.extra]\nfoo = 1\n"),
-        );
-        let err = Args {
-            config: Some(path),
-            ..Default::default()
-        }
-        .load()
-        .unwrap_err()
-        .to_string();
-        assert!(
-            err.contains("listen-addr") && err.contains("raft.extra"),
-            "{err}"
-        );
+        let path = write(dir.path(), &format!("{GOOD}\nlisten-addr = \"x\"\n[raft.extra]\nfoo = 1\n"));
+        let err = Args { config: Some(path), ..Default::default() }.load().unwrap_err().to_string();
+        assert!(err.contains("listen-addr") && err.contains("raft.extra"), "{err}");
     }
 
     #[test]
@@ -407,11 +339,7 @@ heartbeat-interval = "50ms"
             cluster_members: Some(vec!["1@127.0.0.1:7001".into()]),
             ..Default::default()
         };
-        assert!(base
-            .load()
-            .unwrap_err()
-            .to_string()
-            .contains("not one of the cluster members"));
+        assert!(base.load().unwrap_err().to_string().contains("not one of the cluster members"));
         let mut a = base.clone();
         a.cluster_members = Some(vec!["4@nohost".into()]);
         assert!(a.load().unwrap_err().to_string().contains("must look like"));

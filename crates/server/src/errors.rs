@@ -21,11 +21,7 @@ pub struct WireError {
 impl WireError {
     /// An error without a leader hint.
     pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
-        Self {
-            code,
-            message: message.into(),
-            leader: None,
-        }
+        Self { code, message: message.into(), leader: None }
     }
 }
 
@@ -36,28 +32,19 @@ pub fn partition(e: &PartitionError) -> WireError {
         PartitionError::NotLeader { leader, addr, .. } => WireError {
             code: ErrorCode::NotLeaderOrFollower,
             message,
-            leader: leader.map(|id| LeaderHint {
-                node_id: id,
-                address: addr.clone().unwrap_or_default(),
-            }),
+            leader: leader.map(|id| LeaderHint { node_id: id, address: addr.clone().unwrap_or_default() }),
         },
-        PartitionError::NotEnoughReplicas { .. } => {
-            WireError::new(ErrorCode::NotEnoughReplicas, message)
-        }
+        PartitionError::NotEnoughReplicas { .. } => WireError::new(ErrorCode::NotEnoughReplicas, message),
         PartitionError::NotEnoughReplicasAfterAppend { .. } => {
             WireError::new(ErrorCode::NotEnoughReplicasAfterAppend, message)
         }
         PartitionError::Timeout { .. } => WireError::new(ErrorCode::RequestTimedOut, message),
-        PartitionError::MessageTooLarge { .. } => {
-            WireError::new(ErrorCode::MessageTooLarge, message)
-        }
+        PartitionError::MessageTooLarge { .. } => WireError::new(ErrorCode::MessageTooLarge, message),
         PartitionError::InvalidBatch(BatchError::UnsupportedCompression(_)) => {
             WireError::new(ErrorCode::UnsupportedCompressionType, message)
         }
         PartitionError::InvalidBatch(_) => WireError::new(ErrorCode::CorruptMessage, message),
-        PartitionError::OffsetOutOfRange { .. } => {
-            WireError::new(ErrorCode::OffsetOutOfRange, message)
-        }
+        PartitionError::OffsetOutOfRange { .. } => WireError::new(ErrorCode::OffsetOutOfRange, message),
         PartitionError::InvalidRequest(_) => WireError::new(ErrorCode::InvalidRequest, message),
         PartitionError::Storage(_) => WireError::new(ErrorCode::StorageError, message),
         PartitionError::ShuttingDown => WireError::new(ErrorCode::NodeShuttingDown, message),
@@ -99,7 +86,10 @@ pub fn unknown_topic(topic: &str) -> WireError {
 pub fn unknown_partition(topic: &str, partition: u32, count: usize) -> WireError {
     WireError::new(
         ErrorCode::UnknownTopicOrPartition,
-        format!("partition {partition} does not exist: topic {topic:?} has {count} partition(s), numbered 0 to {}", count.saturating_sub(1)),
+        format!(
+            "partition {partition} does not exist: topic {topic:?} has {count} partition(s), numbered 0 to {}",
+            count.saturating_sub(1)
+        ),
     )
 }
 
@@ -109,19 +99,9 @@ mod tests {
 
     #[test]
     fn not_leader_carries_the_hint() {
-        let e = partition(&PartitionError::NotLeader {
-            node: 1,
-            leader: Some(2),
-            addr: Some("h:2".into()),
-        });
+        let e = partition(&PartitionError::NotLeader { node: 1, leader: Some(2), addr: Some("h:2".into()) });
         assert_eq!(e.code, ErrorCode::NotLeaderOrFollower);
-        assert_eq!(
-            e.leader,
-            Some(LeaderHint {
-                node_id: 2,
-                address: "h:2".into()
-            })
-        );
+        assert_eq!(e.leader, Some(LeaderHint { node_id: 2, address: "h:2".into() }));
         assert!(e.message.contains("node 2 at h:2"));
     }
 
@@ -133,9 +113,6 @@ mod tests {
         assert_eq!(ErrorCode::MessageTooLarge as i32, 10);
         assert_eq!(ErrorCode::NotEnoughReplicas as i32, 19);
         assert_eq!(ErrorCode::NotEnoughReplicasAfterAppend as i32, 20);
-        assert_eq!(
-            partition(&PartitionError::InvalidBatch(BatchError::Empty)).code,
-            ErrorCode::CorruptMessage
-        );
+        assert_eq!(partition(&PartitionError::InvalidBatch(BatchError::Empty)).code, ErrorCode::CorruptMessage);
     }
 }

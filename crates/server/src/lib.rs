@@ -51,12 +51,8 @@ pub async fn start(
 /// Opens the node's RocksDB engine in `config.data_dir`.
 #[cfg(not(madsim))]
 pub fn open_engine(config: &Config) -> Result<Arc<dyn Engine>> {
-    std::fs::create_dir_all(&config.data_dir).map_err(|e| {
-        Error::Config(format!(
-            "cannot create data-dir {}: {e}",
-            config.data_dir.display()
-        ))
-    })?;
+    std::fs::create_dir_all(&config.data_dir)
+        .map_err(|e| Error::Config(format!("cannot create data-dir {}: {e}", config.data_dir.display())))?;
     let engine = rill_storage_rocks::RocksEngine::open(config.data_dir.join("db"))?;
     Ok(Arc::new(engine))
 }

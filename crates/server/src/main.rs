@@ -9,11 +9,9 @@ use tracing_subscriber::EnvFilter;
 
 fn init_logging(config: &Config) {
     // openraft logs every vote at info; keep it to warnings unless asked.
-    let filter = EnvFilter::try_new(format!("openraft=warn,{}", config.log_level))
-        .unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+    let filter =
+        EnvFilter::try_new(format!("openraft=warn,{}", config.log_level)).unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     match config.log_format {
         LogFormat::Json => builder.json().init(),
         LogFormat::Text => builder.init(),
@@ -53,10 +51,7 @@ fn main() -> ExitCode {
         }
     };
     init_logging(&config);
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(r) => r,
         Err(e) => {
             eprintln!("rill-server: cannot start the runtime: {e}");

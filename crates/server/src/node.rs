@@ -9,9 +9,7 @@ use openraft::error::{ClientWriteError, RaftError};
 use openraft::{BasicNode, ServerState};
 use rill_broker::{Partition, PartitionStateMachine};
 use rill_meta::machine::{decode_result, encode_command};
-use rill_meta::{
-    MetaCommand, MetaResult, MetaState, MetaStateMachine, NodeInfo, TopicMeta, META_GROUP,
-};
+use rill_meta::{MetaCommand, MetaResult, MetaState, MetaStateMachine, NodeInfo, TopicMeta, META_GROUP};
 use rill_proto::internal::cluster_client::ClusterClient;
 use rill_proto::internal::ProposeMetaRequest;
 use rill_raft::multi::StartedGroup;
@@ -55,31 +53,13 @@ impl Node {
     /// Opens the node's groups on `engine` and starts its background tasks.
     pub async fn start(config: Config, engine: Arc<dyn Engine>) -> Result<Arc<Self>> {
         let syncer = Syncer::start(engine.clone());
-        let multi = MultiRaft::new(
-            config.node_id,
-            engine,
-            syncer,
-            Transport::new(),
-            config.raft,
-        );
+        let multi = MultiRaft::new(config.node_id, engine, syncer, Transport::new(), config.raft);
         let (meta_sm, meta_rx) = MetaStateMachine::new();
-        let members: BTreeMap<NodeId, BasicNode> = config
-            .members
-            .iter()
-            .map(|(id, addr)| (*id, BasicNode::new(addr)))
-            .collect();
-        let StartedGroup {
-            raft: meta_raft, ..
-        } = multi
-            .start_group(META_GROUP, meta_sm, members, GroupOptions::default())
-            .await?;
-        let node = Arc::new(Self {
-            config,
-            multi,
-            meta_raft,
-            meta: meta_rx,
-            partitions: RwLock::new(HashMap::new()),
-        });
+        let members: BTreeMap<NodeId, BasicNode> =
+            config.members.iter().map(|(id, addr)| (*id, BasicNode::new(addr))).collect();
+        let StartedGroup { raft: meta_raft, .. } =
+            multi.start_group(META_GROUP, meta_sm, members, GroupOptions::default()).await?;
+        let node = Arc::new(Self { config, multi, meta_raft, meta: meta_rx, partitions: RwLock::new(HashMap::new()) });
         rill_rt::spawn(reconcile(Arc::downgrade(&node), node.meta.clone()));
         rill_rt::spawn(register_members(Arc::downgrade(&node)));
         tracing::info!(node = node.config.node_id, listen = %node.config.listen, "node started");
@@ -118,33 +98,19 @@ impl Node {
 
     /// The replica of group `group` hosted here.
     pub fn partition_by_group(&self, group: GroupId) -> Option<Arc<Partition>> {
-        self.partitions
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&group)
-            .cloned()
+        self.partitions.read().unwrap_or_else(|p| p.into_inner()).get(&group).cloned()
     }
 
     /// Every replica hosted here.
     pub fn partitions(&self) -> Vec<Arc<Partition>> {
-        let mut all: Vec<_> = self
-            .partitions
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .values()
-            .cloned()
-            .collect();
+        let mut all: Vec<_> = self.partitions.read().unwrap_or_else(|p| p.into_inner()).values().cloned().collect();
         all.sort_by_key(|p| p.group());
         all
     }
 
     /// Address of node `id` (from metadata, else the configured members).
     pub fn node_addr(&self, id: NodeId) -> Option<String> {
-        self.meta()
-            .nodes
-            .get(&id)
-            .map(|n| n.addr.clone())
-            .or_else(|| self.config.members.get(&id).cloned())
+        self.meta().nodes.get(&id).map(|n| n.addr.clone()).or_else(|| self.config.members.get(&id).cloned())
     }
 
     /// Every known node: id → address.
@@ -182,12 +148,8 @@ impl Node {
                 Err(LocalPropose::NotLeader(Some(leader))) if leader != self.id() => {
                     match self.forward_meta(leader, body.clone()).await {
                         Ok(Some(result)) => return Ok(result),
-                        Ok(None) => {
-                            last_problem = format!("node {leader} is no longer the metadata leader")
-                        }
-                        Err(e) => {
-                            last_problem = format!("metadata leader node {leader} unreachable: {e}")
-                        }
+                        Ok(None) => last_problem = format!("node {leader} is no longer the metadata leader"),
+                        Err(e) => last_problem = format!("metadata leader node {leader} unreachable: {e}"),
                     }
                 }
                 Err(LocalPropose::NotLeader(_)) => {}
@@ -201,22 +163,10 @@ impl Node {
 
     /// Proposes on this node's group-0 replica; fails with the leader hint when not leader.
     pub async fn propose_meta_local(&self, body: bytes::Bytes) -> Result<MetaResult, LocalPropose> {
-        match self
-            .meta_raft
-            .client_write(Payload {
-                units: 0,
-                body,
-                proposal: 0,
-            })
-            .await
-        {
+        match self.meta_raft.client_write(Payload { units: 0, body, proposal: 0 }).await {
             Ok(resp) => decode_result(&resp.data.0).map_err(|_| LocalPropose::Stopped),
-            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
-                Err(LocalPropose::NotLeader(f.leader_id))
-            }
-            Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(_))) => {
-                Err(LocalPropose::NotLeader(None))
-            }
+            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => Err(LocalPropose::NotLeader(f.leader_id)),
+            Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(_))) => Err(LocalPropose::NotLeader(None)),
             Err(RaftError::Fatal(_)) => Err(LocalPropose::Stopped),
         }
     }
@@ -226,17 +176,12 @@ impl Node {
         leader: NodeId,
         command: bytes::Bytes,
     ) -> std::result::Result<Option<MetaResult>, String> {
-        let mut client = self
-            .cluster_client(leader)
-            .ok_or_else(|| format!("no address for node {leader}"))?;
-        let resp = rill_rt::timeout(
-            META_PROPOSE_TIMEOUT,
-            client.propose_meta(ProposeMetaRequest { command }),
-        )
-        .await
-        .map_err(|_| "timed out".to_string())?
-        .map_err(|s| s.message().to_string())?
-        .into_inner();
+        let mut client = self.cluster_client(leader).ok_or_else(|| format!("no address for node {leader}"))?;
+        let resp = rill_rt::timeout(META_PROPOSE_TIMEOUT, client.propose_meta(ProposeMetaRequest { command }))
+            .await
+            .map_err(|_| "timed out".to_string())?
+            .map_err(|s| s.message().to_string())?
+            .into_inner();
         if resp.not_leader {
             return Ok(None);
         }
@@ -244,11 +189,7 @@ impl Node {
     }
 
     /// Waits until this node has applied metadata in which `pred` holds.
-    pub async fn wait_for_meta(
-        &self,
-        timeout: Duration,
-        pred: impl Fn(&MetaState) -> bool,
-    ) -> bool {
+    pub async fn wait_for_meta(&self, timeout: Duration, pred: impl Fn(&MetaState) -> bool) -> bool {
         let mut rx = self.meta.clone();
         let wait = async {
             loop {
@@ -271,10 +212,7 @@ impl Node {
     /// Stops every Raft group. Data stays on disk.
     pub async fn stop(&self) {
         self.multi.shutdown().await;
-        self.partitions
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .clear();
+        self.partitions.write().unwrap_or_else(|p| p.into_inner()).clear();
     }
 
     /// True when this node leads group 0.
@@ -305,24 +243,12 @@ impl Node {
         let (hw_tx, _) = watch::channel(0u64);
         let hw_tx = Arc::new(hw_tx);
         let sm = PartitionStateMachine::new(hw_tx.clone());
-        let started = self
-            .multi
-            .start_group(group, sm, members, GroupOptions::default())
-            .await?;
+        let started = self.multi.start_group(group, sm, members, GroupOptions::default()).await?;
         let fresh = started.initialized_now;
         let raft = started.raft.clone();
-        let p = Partition::new(
-            topic.name.clone(),
-            partition,
-            self.id(),
-            started,
-            hw_tx,
-            topic.config.clone(),
-        );
-        self.partitions
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(group, p);
+        let transport = self.multi.transport().clone();
+        let p = Partition::new(topic.name.clone(), partition, self.id(), started, hw_tx, topic.config.clone(), transport);
+        self.partitions.write().unwrap_or_else(|p| p.into_inner()).insert(group, p);
         // The first replica is the preferred leader: on a fresh group it stands for election at
         // once, so leaders spread as placement intended instead of going to the fastest timer.
         if fresh && replicas.first() == Some(&self.id()) {
@@ -353,10 +279,7 @@ async fn reconcile(node: std::sync::Weak<Node>, mut meta: watch::Receiver<Arc<Me
             if n.partition_by_group(assignment.group).is_some() {
                 continue;
             }
-            if let Err(e) = n
-                .start_partition(topic, partition, assignment.group, &assignment.replicas)
-                .await
-            {
+            if let Err(e) = n.start_partition(topic, partition, assignment.group, &assignment.replicas).await {
                 tracing::error!(topic = %topic.name, partition, error = %e, "failed to start partition replica");
             }
         }
@@ -372,24 +295,12 @@ async fn register_members(node: std::sync::Weak<Node>) {
     loop {
         let Some(n) = node.upgrade() else { return };
         let meta = n.meta();
-        let missing = n
-            .config
-            .members
-            .iter()
-            .any(|(id, addr)| meta.nodes.get(id).map(|i| &i.addr) != Some(addr));
+        let missing = n.config.members.iter().any(|(id, addr)| meta.nodes.get(id).map(|i| &i.addr) != Some(addr));
         if !missing {
             return;
         }
         if n.is_meta_leader() {
-            let nodes = n
-                .config
-                .members
-                .iter()
-                .map(|(id, addr)| NodeInfo {
-                    id: *id,
-                    addr: addr.clone(),
-                })
-                .collect();
+            let nodes = n.config.members.iter().map(|(id, addr)| NodeInfo { id: *id, addr: addr.clone() }).collect();
             if let Err(e) = n.propose_meta(&MetaCommand::RegisterNodes { nodes }).await {
                 tracing::debug!(error = %e, "registering members failed; will retry");
             }

@@ -16,8 +16,8 @@ use std::path::{Path, PathBuf};
 use bytes::Bytes;
 use rill_storage::{Engine, Error, KeyValue, Keyspace, Result, WriteBatch, WriteOp};
 use rocksdb::{
-    ColumnFamily, ColumnFamilyDescriptor, DBCompressionType, Direction, IteratorMode, Options,
-    ReadOptions, WriteOptions, DB,
+    ColumnFamily, ColumnFamilyDescriptor, DBCompressionType, Direction, IteratorMode, Options, ReadOptions,
+    WriteOptions, DB,
 };
 
 /// Background compaction and flush threads. Two cores are common on small nodes; RocksDB's
@@ -32,9 +32,7 @@ pub struct RocksEngine {
 
 impl std::fmt::Debug for RocksEngine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RocksEngine")
-            .field("path", &self.path)
-            .finish()
+        f.debug_struct("RocksEngine").field("path", &self.path).finish()
     }
 }
 
@@ -67,9 +65,7 @@ impl RocksEngine {
     }
 
     fn cf(&self, ks: Keyspace) -> Result<&ColumnFamily> {
-        self.db
-            .cf_handle(ks.name())
-            .ok_or_else(|| Error::Corruption(format!("column family {} missing", ks.name())))
+        self.db.cf_handle(ks.name()).ok_or_else(|| Error::Corruption(format!("column family {} missing", ks.name())))
     }
 
     fn bounded(start: &[u8], end: &[u8]) -> ReadOptions {
@@ -112,17 +108,9 @@ impl Engine for RocksEngine {
         let mut wb = rocksdb::WriteBatch::default();
         for op in batch.into_ops() {
             match op {
-                WriteOp::Put {
-                    keyspace,
-                    key,
-                    value,
-                } => wb.put_cf(self.cf(keyspace)?, key, value),
+                WriteOp::Put { keyspace, key, value } => wb.put_cf(self.cf(keyspace)?, key, value),
                 WriteOp::Delete { keyspace, key } => wb.delete_cf(self.cf(keyspace)?, key),
-                WriteOp::DeleteRange {
-                    keyspace,
-                    start,
-                    end,
-                } => {
+                WriteOp::DeleteRange { keyspace, start, end } => {
                     // RocksDB rejects inverted ranges; an empty range deletes nothing.
                     if start < end {
                         wb.delete_range_cf(self.cf(keyspace)?, start, end)
@@ -144,23 +132,11 @@ impl Engine for RocksEngine {
         Ok(v.map(|v| Bytes::copy_from_slice(&v)))
     }
 
-    fn scan(
-        &self,
-        keyspace: Keyspace,
-        start: &[u8],
-        end: &[u8],
-        limit: usize,
-    ) -> Result<Vec<KeyValue>> {
+    fn scan(&self, keyspace: Keyspace, start: &[u8], end: &[u8], limit: usize) -> Result<Vec<KeyValue>> {
         self.collect(keyspace, start, end, limit, Direction::Forward)
     }
 
-    fn scan_rev(
-        &self,
-        keyspace: Keyspace,
-        start: &[u8],
-        end: &[u8],
-        limit: usize,
-    ) -> Result<Vec<KeyValue>> {
+    fn scan_rev(&self, keyspace: Keyspace, start: &[u8], end: &[u8], limit: usize) -> Result<Vec<KeyValue>> {
         self.collect(keyspace, start, end, limit, Direction::Reverse)
     }
 }
@@ -186,11 +162,7 @@ mod tests {
         }
         fn reopen(&mut self) {
             let old = self.engine.take().unwrap();
-            assert_eq!(
-                Arc::strong_count(&old),
-                1,
-                "the suite kept an engine handle across a restart"
-            );
+            assert_eq!(Arc::strong_count(&old), 1, "the suite kept an engine handle across a restart");
             drop(old);
             self.engine = Some(Arc::new(RocksEngine::open(self.dir.path()).unwrap()));
         }

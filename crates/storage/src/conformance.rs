@@ -34,31 +34,13 @@ pub fn run_all<H: Harness>(new: impl Fn() -> H) {
         ("keyspaces_are_isolated", keyspaces_are_isolated),
         ("batch_ops_apply_in_order", batch_ops_apply_in_order),
         ("scan_bounds_order_and_limit", scan_bounds_order_and_limit),
-        (
-            "scan_rev_bounds_order_and_limit",
-            scan_rev_bounds_order_and_limit,
-        ),
-        (
-            "delete_range_removes_half_open_range",
-            delete_range_removes_half_open_range,
-        ),
+        ("scan_rev_bounds_order_and_limit", scan_rev_bounds_order_and_limit),
+        ("delete_range_removes_half_open_range", delete_range_removes_half_open_range),
         ("empty_and_inverted_ranges", empty_and_inverted_ranges),
-        (
-            "restart_keeps_every_returned_write",
-            restart_keeps_every_returned_write,
-        ),
-        (
-            "power_failure_keeps_synced_writes",
-            power_failure_keeps_synced_writes,
-        ),
-        (
-            "power_failure_keeps_sync_flag_writes",
-            power_failure_keeps_sync_flag_writes,
-        ),
-        (
-            "power_failure_loses_only_a_suffix",
-            power_failure_loses_only_a_suffix,
-        ),
+        ("restart_keeps_every_returned_write", restart_keeps_every_returned_write),
+        ("power_failure_keeps_synced_writes", power_failure_keeps_synced_writes),
+        ("power_failure_keeps_sync_flag_writes", power_failure_keeps_sync_flag_writes),
+        ("power_failure_loses_only_a_suffix", power_failure_loses_only_a_suffix),
         ("large_values_round_trip", large_values_round_trip),
     ];
     for (name, case) in cases {
@@ -82,15 +64,9 @@ fn put_get_delete<H: Harness>(h: &mut H) {
     let e = h.engine();
     assert_eq!(e.get(Keyspace::State, b"k").unwrap(), None);
     put(&*e, Keyspace::State, b"k", b"v1");
-    assert_eq!(
-        e.get(Keyspace::State, b"k").unwrap().as_deref(),
-        Some(&b"v1"[..])
-    );
+    assert_eq!(e.get(Keyspace::State, b"k").unwrap().as_deref(), Some(&b"v1"[..]));
     put(&*e, Keyspace::State, b"k", b"v2");
-    assert_eq!(
-        e.get(Keyspace::State, b"k").unwrap().as_deref(),
-        Some(&b"v2"[..])
-    );
+    assert_eq!(e.get(Keyspace::State, b"k").unwrap().as_deref(), Some(&b"v2"[..]));
     let mut b = WriteBatch::new();
     b.delete(Keyspace::State, b"k".to_vec());
     b.delete(Keyspace::State, b"never-existed".to_vec());
@@ -104,10 +80,7 @@ fn keyspaces_are_isolated<H: Harness>(h: &mut H) {
         put(&*e, *ks, b"same-key", &[i as u8]);
     }
     for (i, ks) in Keyspace::ALL.iter().enumerate() {
-        assert_eq!(
-            e.get(*ks, b"same-key").unwrap().as_deref(),
-            Some(&[i as u8][..])
-        );
+        assert_eq!(e.get(*ks, b"same-key").unwrap().as_deref(), Some(&[i as u8][..]));
         assert_eq!(e.scan(*ks, b"", b"\xff", 10).unwrap().len(), 1);
     }
 }
@@ -123,24 +96,14 @@ fn batch_ops_apply_in_order<H: Harness>(h: &mut H) {
     b.put(Keyspace::RaftLog, b"b".to_vec(), b"2".to_vec());
     e.write(b, false).unwrap();
     assert_eq!(e.get(Keyspace::RaftLog, b"a").unwrap(), None);
-    assert_eq!(
-        e.get(Keyspace::RaftLog, b"b").unwrap().as_deref(),
-        Some(&b"2"[..])
-    );
-    assert_eq!(
-        e.get(Keyspace::RaftLog, b"c").unwrap().as_deref(),
-        Some(&b"1"[..])
-    );
+    assert_eq!(e.get(Keyspace::RaftLog, b"b").unwrap().as_deref(), Some(&b"2"[..]));
+    assert_eq!(e.get(Keyspace::RaftLog, b"c").unwrap().as_deref(), Some(&b"1"[..]));
 }
 
 fn fill_numbers(e: &impl Engine, n: u64) {
     let mut b = WriteBatch::new();
     for i in 0..n {
-        b.put(
-            Keyspace::LogIndex,
-            i.to_be_bytes().to_vec(),
-            i.to_le_bytes().to_vec(),
-        );
+        b.put(Keyspace::LogIndex, i.to_be_bytes().to_vec(), i.to_le_bytes().to_vec());
     }
     e.write(b, false).unwrap();
 }
@@ -148,82 +111,23 @@ fn fill_numbers(e: &impl Engine, n: u64) {
 fn scan_bounds_order_and_limit<H: Harness>(h: &mut H) {
     let e = h.engine();
     fill_numbers(&*e, 100);
-    let got = e
-        .scan(
-            Keyspace::LogIndex,
-            &10u64.to_be_bytes(),
-            &20u64.to_be_bytes(),
-            1000,
-        )
-        .unwrap();
-    assert_eq!(
-        keys(got.clone()),
-        (10u64..20)
-            .map(|i| i.to_be_bytes().to_vec())
-            .collect::<Vec<_>>()
-    );
+    let got = e.scan(Keyspace::LogIndex, &10u64.to_be_bytes(), &20u64.to_be_bytes(), 1000).unwrap();
+    assert_eq!(keys(got.clone()), (10u64..20).map(|i| i.to_be_bytes().to_vec()).collect::<Vec<_>>());
     assert_eq!(got[0].1.as_ref(), &10u64.to_le_bytes()[..]);
-    let limited = e
-        .scan(
-            Keyspace::LogIndex,
-            &10u64.to_be_bytes(),
-            &20u64.to_be_bytes(),
-            3,
-        )
-        .unwrap();
-    assert_eq!(
-        keys(limited),
-        (10u64..13)
-            .map(|i| i.to_be_bytes().to_vec())
-            .collect::<Vec<_>>()
-    );
-    assert!(e
-        .scan(
-            Keyspace::LogIndex,
-            &200u64.to_be_bytes(),
-            &300u64.to_be_bytes(),
-            10
-        )
-        .unwrap()
-        .is_empty());
+    let limited = e.scan(Keyspace::LogIndex, &10u64.to_be_bytes(), &20u64.to_be_bytes(), 3).unwrap();
+    assert_eq!(keys(limited), (10u64..13).map(|i| i.to_be_bytes().to_vec()).collect::<Vec<_>>());
+    assert!(e.scan(Keyspace::LogIndex, &200u64.to_be_bytes(), &300u64.to_be_bytes(), 10).unwrap().is_empty());
 }
 
 fn scan_rev_bounds_order_and_limit<H: Harness>(h: &mut H) {
     let e = h.engine();
     fill_numbers(&*e, 100);
-    let got = e
-        .scan_rev(
-            Keyspace::LogIndex,
-            &10u64.to_be_bytes(),
-            &20u64.to_be_bytes(),
-            1000,
-        )
-        .unwrap();
-    assert_eq!(
-        keys(got),
-        (10u64..20)
-            .rev()
-            .map(|i| i.to_be_bytes().to_vec())
-            .collect::<Vec<_>>()
-    );
-    let last = e
-        .scan_rev(
-            Keyspace::LogIndex,
-            &0u64.to_be_bytes(),
-            &u64::MAX.to_be_bytes(),
-            1,
-        )
-        .unwrap();
+    let got = e.scan_rev(Keyspace::LogIndex, &10u64.to_be_bytes(), &20u64.to_be_bytes(), 1000).unwrap();
+    assert_eq!(keys(got), (10u64..20).rev().map(|i| i.to_be_bytes().to_vec()).collect::<Vec<_>>());
+    let last = e.scan_rev(Keyspace::LogIndex, &0u64.to_be_bytes(), &u64::MAX.to_be_bytes(), 1).unwrap();
     assert_eq!(keys(last), vec![99u64.to_be_bytes().to_vec()]);
     // "the last key <= 55": the seek-for-prev pattern the offset index relies on.
-    let prev = e
-        .scan_rev(
-            Keyspace::LogIndex,
-            &0u64.to_be_bytes(),
-            &56u64.to_be_bytes(),
-            1,
-        )
-        .unwrap();
+    let prev = e.scan_rev(Keyspace::LogIndex, &0u64.to_be_bytes(), &56u64.to_be_bytes(), 1).unwrap();
     assert_eq!(keys(prev), vec![55u64.to_be_bytes().to_vec()]);
 }
 
@@ -231,93 +135,27 @@ fn delete_range_removes_half_open_range<H: Harness>(h: &mut H) {
     let e = h.engine();
     fill_numbers(&*e, 50);
     let mut b = WriteBatch::new();
-    b.delete_range(
-        Keyspace::LogIndex,
-        10u64.to_be_bytes().to_vec(),
-        40u64.to_be_bytes().to_vec(),
-    );
+    b.delete_range(Keyspace::LogIndex, 10u64.to_be_bytes().to_vec(), 40u64.to_be_bytes().to_vec());
     e.write(b, false).unwrap();
-    let left = keys(
-        e.scan(
-            Keyspace::LogIndex,
-            &0u64.to_be_bytes(),
-            &u64::MAX.to_be_bytes(),
-            1000,
-        )
-        .unwrap(),
-    );
-    let want: Vec<Vec<u8>> = (0u64..10)
-        .chain(40..50)
-        .map(|i| i.to_be_bytes().to_vec())
-        .collect();
+    let left = keys(e.scan(Keyspace::LogIndex, &0u64.to_be_bytes(), &u64::MAX.to_be_bytes(), 1000).unwrap());
+    let want: Vec<Vec<u8>> = (0u64..10).chain(40..50).map(|i| i.to_be_bytes().to_vec()).collect();
     assert_eq!(left, want);
     // Writes after a range delete are visible again.
     put(&*e, Keyspace::LogIndex, &20u64.to_be_bytes(), b"back");
-    assert_eq!(
-        e.get(Keyspace::LogIndex, &20u64.to_be_bytes())
-            .unwrap()
-            .as_deref(),
-        Some(&b"back"[..])
-    );
+    assert_eq!(e.get(Keyspace::LogIndex, &20u64.to_be_bytes()).unwrap().as_deref(), Some(&b"back"[..]));
 }
 
 fn empty_and_inverted_ranges<H: Harness>(h: &mut H) {
     let e = h.engine();
     fill_numbers(&*e, 10);
-    assert!(e
-        .scan(
-            Keyspace::LogIndex,
-            &5u64.to_be_bytes(),
-            &5u64.to_be_bytes(),
-            10
-        )
-        .unwrap()
-        .is_empty());
-    assert!(e
-        .scan(
-            Keyspace::LogIndex,
-            &7u64.to_be_bytes(),
-            &3u64.to_be_bytes(),
-            10
-        )
-        .unwrap()
-        .is_empty());
-    assert!(e
-        .scan_rev(
-            Keyspace::LogIndex,
-            &7u64.to_be_bytes(),
-            &3u64.to_be_bytes(),
-            10
-        )
-        .unwrap()
-        .is_empty());
-    assert!(e
-        .scan(
-            Keyspace::LogIndex,
-            &0u64.to_be_bytes(),
-            &10u64.to_be_bytes(),
-            0
-        )
-        .unwrap()
-        .is_empty());
+    assert!(e.scan(Keyspace::LogIndex, &5u64.to_be_bytes(), &5u64.to_be_bytes(), 10).unwrap().is_empty());
+    assert!(e.scan(Keyspace::LogIndex, &7u64.to_be_bytes(), &3u64.to_be_bytes(), 10).unwrap().is_empty());
+    assert!(e.scan_rev(Keyspace::LogIndex, &7u64.to_be_bytes(), &3u64.to_be_bytes(), 10).unwrap().is_empty());
+    assert!(e.scan(Keyspace::LogIndex, &0u64.to_be_bytes(), &10u64.to_be_bytes(), 0).unwrap().is_empty());
     let mut b = WriteBatch::new();
-    b.delete_range(
-        Keyspace::LogIndex,
-        7u64.to_be_bytes().to_vec(),
-        3u64.to_be_bytes().to_vec(),
-    );
+    b.delete_range(Keyspace::LogIndex, 7u64.to_be_bytes().to_vec(), 3u64.to_be_bytes().to_vec());
     e.write(b, false).unwrap();
-    assert_eq!(
-        e.scan(
-            Keyspace::LogIndex,
-            &0u64.to_be_bytes(),
-            &10u64.to_be_bytes(),
-            100
-        )
-        .unwrap()
-        .len(),
-        10
-    );
+    assert_eq!(e.scan(Keyspace::LogIndex, &0u64.to_be_bytes(), &10u64.to_be_bytes(), 100).unwrap().len(), 10);
 }
 
 fn restart_keeps_every_returned_write<H: Harness>(h: &mut H) {
@@ -329,14 +167,8 @@ fn restart_keeps_every_returned_write<H: Harness>(h: &mut H) {
     }
     h.restart();
     let e = h.engine();
-    assert_eq!(
-        e.get(Keyspace::RaftLog, b"synced").unwrap().as_deref(),
-        Some(&b"1"[..])
-    );
-    assert_eq!(
-        e.get(Keyspace::RaftLog, b"unsynced").unwrap().as_deref(),
-        Some(&b"2"[..])
-    );
+    assert_eq!(e.get(Keyspace::RaftLog, b"synced").unwrap().as_deref(), Some(&b"1"[..]));
+    assert_eq!(e.get(Keyspace::RaftLog, b"unsynced").unwrap().as_deref(), Some(&b"2"[..]));
 }
 
 fn power_failure_keeps_synced_writes<H: Harness>(h: &mut H) {
@@ -350,12 +182,7 @@ fn power_failure_keeps_synced_writes<H: Harness>(h: &mut H) {
     h.power_fail();
     let e = h.engine();
     for i in 0u64..20 {
-        assert!(
-            e.get(Keyspace::RaftLog, &i.to_be_bytes())
-                .unwrap()
-                .is_some(),
-            "synced key {i} lost"
-        );
+        assert!(e.get(Keyspace::RaftLog, &i.to_be_bytes()).unwrap().is_some(), "synced key {i} lost");
     }
     // The engine keeps working after recovery.
     put(&*e, Keyspace::RaftLog, b"after", b"y");
@@ -371,13 +198,7 @@ fn power_failure_keeps_sync_flag_writes<H: Harness>(h: &mut H) {
         e.write(b, true).unwrap();
     }
     h.power_fail();
-    assert_eq!(
-        h.engine()
-            .get(Keyspace::RaftMeta, b"vote")
-            .unwrap()
-            .as_deref(),
-        Some(&b"term-7"[..])
-    );
+    assert_eq!(h.engine().get(Keyspace::RaftMeta, b"vote").unwrap().as_deref(), Some(&b"term-7"[..]));
 }
 
 fn power_failure_loses_only_a_suffix<H: Harness>(h: &mut H) {
@@ -398,22 +219,13 @@ fn power_failure_loses_only_a_suffix<H: Harness>(h: &mut H) {
     assert!(e.get(Keyspace::RaftLog, b"base").unwrap().is_some());
     let mut survived = Vec::new();
     for i in 0u64..30 {
-        let a = e
-            .get(Keyspace::RaftLog, &i.to_be_bytes())
-            .unwrap()
-            .is_some();
-        let b = e
-            .get(Keyspace::LogIndex, &i.to_be_bytes())
-            .unwrap()
-            .is_some();
+        let a = e.get(Keyspace::RaftLog, &i.to_be_bytes()).unwrap().is_some();
+        let b = e.get(Keyspace::LogIndex, &i.to_be_bytes()).unwrap().is_some();
         assert_eq!(a, b, "batch {i} survived only in part");
         survived.push(a);
     }
     let first_lost = survived.iter().position(|s| !s).unwrap_or(survived.len());
-    assert!(
-        survived[first_lost..].iter().all(|s| !s),
-        "a later batch survived an earlier lost one"
-    );
+    assert!(survived[first_lost..].iter().all(|s| !s), "a later batch survived an earlier lost one");
 }
 
 fn large_values_round_trip<H: Harness>(h: &mut H) {
@@ -424,11 +236,5 @@ fn large_values_round_trip<H: Harness>(h: &mut H) {
         e.sync().unwrap();
     }
     h.restart();
-    assert_eq!(
-        h.engine()
-            .get(Keyspace::RaftLog, b"big")
-            .unwrap()
-            .as_deref(),
-        Some(&value[..])
-    );
+    assert_eq!(h.engine().get(Keyspace::RaftLog, b"big").unwrap().as_deref(), Some(&value[..]));
 }

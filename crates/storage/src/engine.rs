@@ -32,12 +32,7 @@ pub enum Keyspace {
 
 impl Keyspace {
     /// Every keyspace, in a stable order.
-    pub const ALL: [Keyspace; 4] = [
-        Keyspace::RaftLog,
-        Keyspace::RaftMeta,
-        Keyspace::LogIndex,
-        Keyspace::State,
-    ];
+    pub const ALL: [Keyspace; 4] = [Keyspace::RaftLog, Keyspace::RaftMeta, Keyspace::LogIndex, Keyspace::State];
 
     /// A stable name (the RocksDB column family name).
     pub fn name(self) -> &'static str {
@@ -64,19 +59,11 @@ impl Keyspace {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WriteOp {
     /// Set `key` to `value`.
-    Put {
-        keyspace: Keyspace,
-        key: Vec<u8>,
-        value: Bytes,
-    },
+    Put { keyspace: Keyspace, key: Vec<u8>, value: Bytes },
     /// Remove `key` (no error if absent).
     Delete { keyspace: Keyspace, key: Vec<u8> },
     /// Remove every key `k` with `start <= k < end`.
-    DeleteRange {
-        keyspace: Keyspace,
-        start: Vec<u8>,
-        end: Vec<u8>,
-    },
+    DeleteRange { keyspace: Keyspace, start: Vec<u8>, end: Vec<u8> },
 }
 
 /// A group of writes applied atomically, in order.
@@ -93,33 +80,17 @@ impl WriteBatch {
 
     /// Adds a put.
     pub fn put(&mut self, keyspace: Keyspace, key: impl Into<Vec<u8>>, value: impl Into<Bytes>) {
-        self.ops.push(WriteOp::Put {
-            keyspace,
-            key: key.into(),
-            value: value.into(),
-        });
+        self.ops.push(WriteOp::Put { keyspace, key: key.into(), value: value.into() });
     }
 
     /// Adds a delete.
     pub fn delete(&mut self, keyspace: Keyspace, key: impl Into<Vec<u8>>) {
-        self.ops.push(WriteOp::Delete {
-            keyspace,
-            key: key.into(),
-        });
+        self.ops.push(WriteOp::Delete { keyspace, key: key.into() });
     }
 
     /// Adds a range delete of `start <= k < end`.
-    pub fn delete_range(
-        &mut self,
-        keyspace: Keyspace,
-        start: impl Into<Vec<u8>>,
-        end: impl Into<Vec<u8>>,
-    ) {
-        self.ops.push(WriteOp::DeleteRange {
-            keyspace,
-            start: start.into(),
-            end: end.into(),
-        });
+    pub fn delete_range(&mut self, keyspace: Keyspace, start: impl Into<Vec<u8>>, end: impl Into<Vec<u8>>) {
+        self.ops.push(WriteOp::DeleteRange { keyspace, start: start.into(), end: end.into() });
     }
 
     /// Appends every operation of `other` after the ones already here.
@@ -175,20 +146,8 @@ pub trait Engine: Send + Sync + 'static {
     fn get(&self, keyspace: Keyspace, key: &[u8]) -> Result<Option<Bytes>>;
 
     /// Up to `limit` entries with `start <= key < end`, in ascending key order.
-    fn scan(
-        &self,
-        keyspace: Keyspace,
-        start: &[u8],
-        end: &[u8],
-        limit: usize,
-    ) -> Result<Vec<KeyValue>>;
+    fn scan(&self, keyspace: Keyspace, start: &[u8], end: &[u8], limit: usize) -> Result<Vec<KeyValue>>;
 
     /// Up to `limit` entries with `start <= key < end`, in descending key order.
-    fn scan_rev(
-        &self,
-        keyspace: Keyspace,
-        start: &[u8],
-        end: &[u8],
-        limit: usize,
-    ) -> Result<Vec<KeyValue>>;
+    fn scan_rev(&self, keyspace: Keyspace, start: &[u8], end: &[u8], limit: usize) -> Result<Vec<KeyValue>>;
 }

@@ -33,28 +33,17 @@ impl State {
     fn apply(&mut self, batch: &WriteBatch) {
         for op in batch.ops() {
             match op {
-                WriteOp::Put {
-                    keyspace,
-                    key,
-                    value,
-                } => {
+                WriteOp::Put { keyspace, key, value } => {
                     self.trees[keyspace.ordinal()].insert(key.clone(), value.clone());
                 }
                 WriteOp::Delete { keyspace, key } => {
                     self.trees[keyspace.ordinal()].remove(key);
                 }
-                WriteOp::DeleteRange {
-                    keyspace,
-                    start,
-                    end,
-                } => {
+                WriteOp::DeleteRange { keyspace, start, end } => {
                     if start < end {
                         let tree = &mut self.trees[keyspace.ordinal()];
                         let doomed: Vec<Vec<u8>> = tree
-                            .range::<[u8], _>((
-                                Bound::Included(&start[..]),
-                                Bound::Excluded(&end[..]),
-                            ))
+                            .range::<[u8], _>((Bound::Included(&start[..]), Bound::Excluded(&end[..])))
                             .map(|(k, _)| k.clone())
                             .collect();
                         for k in doomed {
@@ -99,9 +88,7 @@ pub struct MemEngine {
 
 impl std::fmt::Debug for MemEngine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MemEngine")
-            .field("stats", &self.stats())
-            .finish()
+        f.debug_struct("MemEngine").field("stats", &self.stats()).finish()
     }
 }
 
@@ -114,9 +101,7 @@ impl MemEngine {
     fn lock(&self) -> MutexGuard<'_, Inner> {
         // A panic while holding the lock leaves consistent state (every mutation is one call),
         // so a poisoned lock is still safe to use.
-        self.inner
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Simulates a power failure: everything not yet synced is lost, except that the first
@@ -151,9 +136,7 @@ impl MemEngine {
 
     /// The durable value of `key`: what would survive a power failure right now.
     pub fn durable_get(&self, keyspace: Keyspace, key: &[u8]) -> Option<Bytes> {
-        self.lock().durable.trees[keyspace.ordinal()]
-            .get(key)
-            .cloned()
+        self.lock().durable.trees[keyspace.ordinal()].get(key).cloned()
     }
 
     fn range_of<'a>(
@@ -200,33 +183,16 @@ impl Engine for MemEngine {
     }
 
     fn get(&self, keyspace: Keyspace, key: &[u8]) -> Result<Option<Bytes>> {
-        Ok(self.lock().visible.trees[keyspace.ordinal()]
-            .get(key)
-            .cloned())
+        Ok(self.lock().visible.trees[keyspace.ordinal()].get(key).cloned())
     }
 
-    fn scan(
-        &self,
-        keyspace: Keyspace,
-        start: &[u8],
-        end: &[u8],
-        limit: usize,
-    ) -> Result<Vec<KeyValue>> {
+    fn scan(&self, keyspace: Keyspace, start: &[u8], end: &[u8], limit: usize) -> Result<Vec<KeyValue>> {
         let inner = self.lock();
         let tree = &inner.visible.trees[keyspace.ordinal()];
-        Ok(Self::range_of(tree, start, end)
-            .take(limit)
-            .map(|(k, v)| (Bytes::copy_from_slice(k), v.clone()))
-            .collect())
+        Ok(Self::range_of(tree, start, end).take(limit).map(|(k, v)| (Bytes::copy_from_slice(k), v.clone())).collect())
     }
 
-    fn scan_rev(
-        &self,
-        keyspace: Keyspace,
-        start: &[u8],
-        end: &[u8],
-        limit: usize,
-    ) -> Result<Vec<KeyValue>> {
+    fn scan_rev(&self, keyspace: Keyspace, start: &[u8], end: &[u8], limit: usize) -> Result<Vec<KeyValue>> {
         let inner = self.lock();
         let tree = &inner.visible.trees[keyspace.ordinal()];
         Ok(Self::range_of(tree, start, end)
@@ -261,9 +227,7 @@ mod tests {
 
     #[test]
     fn conformance_suite() {
-        conformance::run_all(|| MemHarness {
-            engine: MemEngine::new(),
-        });
+        conformance::run_all(|| MemHarness { engine: MemEngine::new() });
     }
 
     #[test]
@@ -275,9 +239,7 @@ mod tests {
             e.write(b, false).unwrap();
         }
         e.power_fail(2);
-        let present: Vec<u8> = (0u8..4)
-            .filter(|i| e.get(Keyspace::State, &[*i]).unwrap().is_some())
-            .collect();
+        let present: Vec<u8> = (0u8..4).filter(|i| e.get(Keyspace::State, &[*i]).unwrap().is_some()).collect();
         assert_eq!(present, vec![0, 1]);
         assert_eq!(e.stats().batches_lost, 2);
     }

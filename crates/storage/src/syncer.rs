@@ -45,11 +45,8 @@ impl Syncer {
     /// Returns once every write that returned before this call is durable.
     pub async fn sync(&self) -> Result<()> {
         let (tx, rx) = oneshot::channel();
-        self.tx
-            .send(tx)
-            .map_err(|_| Error::Unavailable("sync task stopped".into()))?;
-        rx.await
-            .map_err(|_| Error::Unavailable("sync task stopped".into()))?
+        self.tx.send(tx).map_err(|_| Error::Unavailable("sync task stopped".into()))?;
+        rx.await.map_err(|_| Error::Unavailable("sync task stopped".into()))?
     }
 
     /// Counters so far.
@@ -58,11 +55,7 @@ impl Syncer {
     }
 }
 
-async fn run(
-    engine: Arc<dyn Engine>,
-    mut rx: mpsc::UnboundedReceiver<Waiter>,
-    stats: Arc<SyncStats>,
-) {
+async fn run(engine: Arc<dyn Engine>, mut rx: mpsc::UnboundedReceiver<Waiter>, stats: Arc<SyncStats>) {
     while let Some(first) = rx.recv().await {
         let mut waiters = vec![first];
         while let Ok(more) = rx.try_recv() {
@@ -74,9 +67,7 @@ async fn run(
             tracing::error!(error = %e, "storage sync failed");
         }
         stats.syncs.fetch_add(1, Ordering::Relaxed);
-        stats
-            .requests
-            .fetch_add(waiters.len() as u64, Ordering::Relaxed);
+        stats.requests.fetch_add(waiters.len() as u64, Ordering::Relaxed);
         for w in waiters {
             // The caller may have given up; that is fine.
             let _ = w.send(result.clone());
@@ -98,10 +89,7 @@ mod tests {
         mem.write(b, false).unwrap();
         assert_eq!(mem.durable_get(Keyspace::RaftLog, b"a"), None);
         syncer.sync().await.unwrap();
-        assert_eq!(
-            mem.durable_get(Keyspace::RaftLog, b"a").as_deref(),
-            Some(&b"1"[..])
-        );
+        assert_eq!(mem.durable_get(Keyspace::RaftLog, b"a").as_deref(), Some(&b"1"[..]));
     }
 
     #[tokio::test]

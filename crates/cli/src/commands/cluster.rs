@@ -23,27 +23,21 @@ pub async fn run(bootstrap: &[String], cmd: ClusterCommand) -> anyhow::Result<()
     let client = connect(bootstrap).await?;
     match cmd {
         ClusterCommand::Status { output } => {
-            let c = client
-                .describe_cluster()
-                .await
-                .context("cannot describe the cluster")?;
+            let c = client.describe_cluster().await.context("cannot describe the cluster")?;
             match output {
                 Output::Json => {
-                    let nodes: Vec<_> = c.nodes.iter().map(|n| json!({"node_id": n.node_id, "address": n.address, "alive": n.alive})).collect();
-                    println!(
-                        "{}",
-                        json!({"nodes": nodes, "metadata_leader": c.metadata_leader})
-                    );
+                    let nodes: Vec<_> = c
+                        .nodes
+                        .iter()
+                        .map(|n| json!({"node_id": n.node_id, "address": n.address, "alive": n.alive}))
+                        .collect();
+                    println!("{}", json!({"nodes": nodes, "metadata_leader": c.metadata_leader}));
                 }
                 Output::Table => {
                     let mut t = Table::new();
                     t.set_header(vec!["NODE", "ADDRESS", "ALIVE", "METADATA LEADER"]);
                     for n in &c.nodes {
-                        let leader = if c.metadata_leader == Some(n.node_id) {
-                            "yes"
-                        } else {
-                            ""
-                        };
+                        let leader = if c.metadata_leader == Some(n.node_id) { "yes" } else { "" };
                         t.add_row(vec![
                             n.node_id.to_string(),
                             n.address.clone(),

@@ -42,15 +42,10 @@ pub struct ConsumeArgs {
 pub async fn run(bootstrap: &[String], args: ConsumeArgs) -> anyhow::Result<()> {
     let format = Format::parse(&args.format).map_err(anyhow::Error::msg)?;
     let client = connect(bootstrap).await?;
-    let count = client
-        .partition_count(&args.topic)
-        .await
-        .with_context(|| format!("cannot consume {:?}", args.topic))?;
+    let count =
+        client.partition_count(&args.topic).await.with_context(|| format!("cannot consume {:?}", args.topic))?;
     let partitions: Vec<u32> = match args.partition {
-        Some(p) if p >= count => bail!(
-            "partition {p} does not exist: topic {:?} has {count} partition(s)",
-            args.topic
-        ),
+        Some(p) if p >= count => bail!("partition {p} does not exist: topic {:?} has {count} partition(s)", args.topic),
         Some(p) => vec![p],
         None => (0..count).collect(),
     };
@@ -58,16 +53,8 @@ pub async fn run(bootstrap: &[String], args: ConsumeArgs) -> anyhow::Result<()> 
     for p in &partitions {
         let start = match (args.offset, args.from_beginning) {
             (Some(o), _) => o,
-            (None, true) => {
-                client
-                    .list_offset(&args.topic, *p, OffsetSpec::Earliest)
-                    .await?
-            }
-            (None, false) => {
-                client
-                    .list_offset(&args.topic, *p, OffsetSpec::Latest)
-                    .await?
-            }
+            (None, true) => client.list_offset(&args.topic, *p, OffsetSpec::Earliest).await?,
+            (None, false) => client.list_offset(&args.topic, *p, OffsetSpec::Latest).await?,
         };
         positions.push(start);
     }
@@ -85,8 +72,7 @@ pub async fn run(bootstrap: &[String], args: ConsumeArgs) -> anyhow::Result<()> 
         let results = join_all(fetches).await;
         let mut out = stdout.lock();
         for (i, r) in results.into_iter().enumerate() {
-            let fetched =
-                r.with_context(|| format!("cannot fetch {}/{}", args.topic, partitions[i]))?;
+            let fetched = r.with_context(|| format!("cannot fetch {}/{}", args.topic, partitions[i]))?;
             positions[i] = fetched.next_offset.max(positions[i]);
             for rec in fetched.records {
                 let line = format.render(&Fields {

@@ -11,7 +11,10 @@ use rill_client::Client;
 /// Connects, with an error that says what to check.
 pub async fn connect(bootstrap: &[String]) -> anyhow::Result<Client> {
     Client::connect(bootstrap).await.with_context(|| {
-        format!("cannot reach the cluster at {} (check --bootstrap / RILL_BOOTSTRAP and that the nodes are running)", bootstrap.join(","))
+        format!(
+            "cannot reach the cluster at {} (check --bootstrap / RILL_BOOTSTRAP and that the nodes are running)",
+            bootstrap.join(",")
+        )
     })
 }
 

@@ -48,13 +48,15 @@ struct Failure {
 /// Runs `rill produce`.
 pub async fn run(bootstrap: &[String], args: ProduceArgs) -> anyhow::Result<()> {
     let client = connect(bootstrap).await?;
-    let partitions = client
-        .partition_count(&args.topic)
-        .await
-        .with_context(|| format!("cannot produce to {:?}", args.topic))?;
+    let partitions =
+        client.partition_count(&args.topic).await.with_context(|| format!("cannot produce to {:?}", args.topic))?;
     if let Some(p) = args.partition {
         if p >= partitions {
-            bail!("partition {p} does not exist: topic {:?} has {partitions} partition(s), numbered 0 to {}", args.topic, partitions - 1);
+            bail!(
+                "partition {p} does not exist: topic {:?} has {partitions} partition(s), numbered 0 to {}",
+                args.topic,
+                partitions - 1
+            );
         }
     }
     let stdin = std::io::stdin();
@@ -70,9 +72,7 @@ pub async fn run(bootstrap: &[String], args: ProduceArgs) -> anyhow::Result<()> 
             line_no += 1;
             let record = match &args.key_separator {
                 Some(sep) => match line.split_once(sep.as_str()) {
-                    Some((k, v)) => {
-                        Record::keyed(Bytes::from(k.to_string()), Bytes::from(v.to_string()))
-                    }
+                    Some((k, v)) => Record::keyed(Bytes::from(k.to_string()), Bytes::from(v.to_string())),
                     None => bail!("line {line_no} has no key separator {sep:?}: {line:?}"),
                 },
                 None => Record::new(Bytes::from(line)),
@@ -105,26 +105,17 @@ pub async fn run(bootstrap: &[String], args: ProduceArgs) -> anyhow::Result<()> 
         for (count, result) in join_all(sends).await {
             match result {
                 Ok(_) => acked += count,
-                Err(error) => failures.push(Failure {
-                    records: count,
-                    error,
-                }),
+                Err(error) => failures.push(Failure { records: count, error }),
             }
         }
     }
     match args.acks {
-        Acks::None => println!(
-            "sent {sent} record(s) to {} (acks=0: not acknowledged)",
-            args.topic
-        ),
+        Acks::None => println!("sent {sent} record(s) to {} (acks=0: not acknowledged)", args.topic),
         _ => println!("{acked} of {sent} record(s) acknowledged by {}", args.topic),
     }
     if let Some(first) = failures.first() {
         let failed: usize = failures.iter().map(|f| f.records).sum();
-        bail!(
-            "{failed} record(s) not acknowledged; first error: {}",
-            first.error
-        );
+        bail!("{failed} record(s) not acknowledged; first error: {}", first.error);
     }
     Ok(())
 }

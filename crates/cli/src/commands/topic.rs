@@ -68,16 +68,7 @@ pub fn description_json(d: &TopicDescription) -> serde_json::Value {
 
 fn print_description(d: &TopicDescription) {
     let mut t = Table::new();
-    t.set_header(vec![
-        "PARTITION",
-        "LEADER",
-        "REPLICAS",
-        "ISR",
-        "LOG START",
-        "HIGH WATERMARK",
-        "LOG END",
-        "PROBLEM",
-    ]);
+    t.set_header(vec!["PARTITION", "LEADER", "REPLICAS", "ISR", "LOG START", "HIGH WATERMARK", "LOG END", "PROBLEM"]);
     for p in &d.partitions {
         let list = |v: &[u64]| v.iter().map(u64::to_string).collect::<Vec<_>>().join(",");
         let num = |n: i64| {
@@ -100,11 +91,7 @@ fn print_description(d: &TopicDescription) {
     }
     println!("topic {}", d.name);
     println!("{t}");
-    let configs: Vec<String> = d
-        .configs
-        .iter()
-        .map(|c| format!("{}={}", c.key, c.value))
-        .collect();
+    let configs: Vec<String> = d.configs.iter().map(|c| format!("{}={}", c.key, c.value)).collect();
     println!("config: {}", configs.join(" "));
 }
 
@@ -112,16 +99,8 @@ fn print_description(d: &TopicDescription) {
 pub async fn run(bootstrap: &[String], cmd: TopicCommand) -> anyhow::Result<()> {
     let client = connect(bootstrap).await?;
     match cmd {
-        TopicCommand::Create {
-            name,
-            partitions,
-            replication_factor,
-            configs,
-        } => {
-            let configs = configs
-                .iter()
-                .map(|c| parse_config(c))
-                .collect::<anyhow::Result<Vec<_>>>()?;
+        TopicCommand::Create { name, partitions, replication_factor, configs } => {
+            let configs = configs.iter().map(|c| parse_config(c)).collect::<anyhow::Result<Vec<_>>>()?;
             let d = client
                 .create_topic(&name, partitions, replication_factor, &configs)
                 .await
@@ -133,10 +112,7 @@ pub async fn run(bootstrap: &[String], cmd: TopicCommand) -> anyhow::Result<()> 
             );
         }
         TopicCommand::Describe { name, output } => {
-            let d = client
-                .describe_topic(&name)
-                .await
-                .with_context(|| format!("cannot describe topic {name:?}"))?;
+            let d = client.describe_topic(&name).await.with_context(|| format!("cannot describe topic {name:?}"))?;
             match output {
                 Output::Json => println!("{}", description_json(&d)),
                 Output::Table => print_description(&d),
@@ -156,11 +132,7 @@ pub async fn run(bootstrap: &[String], cmd: TopicCommand) -> anyhow::Result<()> 
                     let mut t = Table::new();
                     t.set_header(vec!["TOPIC", "PARTITIONS", "REPLICATION FACTOR"]);
                     for topic in topics {
-                        t.add_row(vec![
-                            topic.name,
-                            topic.partitions.to_string(),
-                            topic.replication_factor.to_string(),
-                        ]);
+                        t.add_row(vec![topic.name, topic.partitions.to_string(), topic.replication_factor.to_string()]);
                     }
                     println!("{t}");
                 }

@@ -7,10 +7,9 @@ use futures::future::join_all;
 use rill_meta::{MetaCommand, MetaResult, MetaState, TopicMeta};
 use rill_proto::admin::admin_server::Admin;
 use rill_proto::admin::{
-    CreateTopicRequest, CreateTopicResponse, DescribeClusterRequest, DescribeClusterResponse,
-    DescribeTopicRequest, DescribeTopicResponse, ListTopicsRequest, ListTopicsResponse,
-    MetadataRequest, MetadataResponse, NodeDescription, PartitionDescription, PartitionMetadata,
-    TopicConfigEntry, TopicDescription, TopicMetadata, TopicSummary,
+    CreateTopicRequest, CreateTopicResponse, DescribeClusterRequest, DescribeClusterResponse, DescribeTopicRequest,
+    DescribeTopicResponse, ListTopicsRequest, ListTopicsResponse, MetadataRequest, MetadataResponse, NodeDescription,
+    PartitionDescription, PartitionMetadata, TopicConfigEntry, TopicDescription, TopicMetadata, TopicSummary,
 };
 use rill_proto::common::ErrorCode;
 use rill_proto::internal::PingRequest;
@@ -50,12 +49,7 @@ impl AdminApi {
         TopicDescription {
             name: topic.name.clone(),
             partitions,
-            configs: topic
-                .config
-                .entries()
-                .into_iter()
-                .map(|(key, value)| TopicConfigEntry { key, value })
-                .collect(),
+            configs: topic.config.entries().into_iter().map(|(key, value)| TopicConfigEntry { key, value }).collect(),
         }
     }
 
@@ -63,11 +57,7 @@ impl AdminApi {
     async fn probe_nodes(&self) -> Vec<NodeDescription> {
         let nodes = self.node.nodes();
         let probes = nodes.iter().map(|(id, addr)| async move {
-            NodeDescription {
-                node_id: *id,
-                address: addr.clone(),
-                alive: self.alive(*id).await,
-            }
+            NodeDescription { node_id: *id, address: addr.clone(), alive: self.alive(*id).await }
         });
         join_all(probes).await
     }
@@ -80,24 +70,13 @@ impl AdminApi {
             return false;
         };
         matches!(
-            rill_rt::timeout(
-                PING_TIMEOUT,
-                client.ping(PingRequest {
-                    from_node: self.node.id()
-                })
-            )
-            .await,
+            rill_rt::timeout(PING_TIMEOUT, client.ping(PingRequest { from_node: self.node.id() })).await,
             Ok(Ok(_))
         )
     }
 }
 
-fn describe_partition(
-    topic: &str,
-    partition: u32,
-    replicas: &[u64],
-    live: &PartitionLive,
-) -> PartitionDescription {
+fn describe_partition(topic: &str, partition: u32, replicas: &[u64], live: &PartitionLive) -> PartitionDescription {
     match &live.leader {
         Some(l) => PartitionDescription {
             partition,
@@ -134,11 +113,7 @@ fn describe_partition(
 }
 
 fn create_error(e: WireError) -> CreateTopicResponse {
-    CreateTopicResponse {
-        error_code: e.code as i32,
-        error_message: e.message,
-        topic: None,
-    }
+    CreateTopicResponse { error_code: e.code as i32, error_message: e.message, topic: None }
 }
 
 #[tonic::async_trait]
@@ -148,26 +123,16 @@ impl Admin for AdminApi {
         request: Request<CreateTopicRequest>,
     ) -> Result<Response<CreateTopicResponse>, Status> {
         let req = request.into_inner();
-        let configs: Vec<(String, String)> =
-            req.configs.into_iter().map(|c| (c.key, c.value)).collect();
+        let configs: Vec<(String, String)> = req.configs.into_iter().map(|c| (c.key, c.value)).collect();
         // The members register themselves right after the first election.
-        if !self
-            .node
-            .wait_for_meta(META_WAIT, |m: &MetaState| !m.nodes.is_empty())
-            .await
-        {
+        if !self.node.wait_for_meta(META_WAIT, |m: &MetaState| !m.nodes.is_empty()).await {
             return Ok(Response::new(create_error(WireError::new(
                 ErrorCode::LeaderNotAvailable,
                 "the cluster metadata is not ready yet (no nodes registered); is a majority of nodes up?",
             ))));
         }
         // Fail fast on what this node can already see; the leader checks again when applying.
-        if let Err(e) = self.node.meta().check_create(
-            &req.name,
-            req.partitions,
-            req.replication_factor,
-            &configs,
-        ) {
+        if let Err(e) = self.node.meta().check_create(&req.name, req.partitions, req.replication_factor, &configs) {
             return Ok(Response::new(create_error(errors::meta(&e))));
         }
         let cmd = MetaCommand::CreateTopic {
@@ -180,17 +145,11 @@ impl Admin for AdminApi {
             Err(e) => return Ok(Response::new(create_error(errors::propose(&e)))),
             Ok(MetaResult::Refused(e)) => return Ok(Response::new(create_error(errors::meta(&e)))),
             Ok(MetaResult::TopicCreated(t)) => t,
-            Ok(other) => {
-                return Err(Status::internal(format!(
-                    "unexpected metadata answer {other:?}"
-                )))
-            }
+            Ok(other) => return Err(Status::internal(format!("unexpected metadata answer {other:?}"))),
         };
         // Make the topic visible on this node before answering, so a follow-up request here sees it.
         let name = topic.name.clone();
-        self.node
-            .wait_for_meta(META_WAIT, |m| m.topics.contains_key(&name))
-            .await;
+        self.node.wait_for_meta(META_WAIT, |m| m.topics.contains_key(&name)).await;
         let description = self.describe(&topic).await;
         Ok(Response::new(CreateTopicResponse {
             error_code: ErrorCode::None as i32,
@@ -199,10 +158,7 @@ impl Admin for AdminApi {
         }))
     }
 
-    async fn list_topics(
-        &self,
-        _request: Request<ListTopicsRequest>,
-    ) -> Result<Response<ListTopicsResponse>, Status> {
+    async fn list_topics(&self, _request: Request<ListTopicsRequest>) -> Result<Response<ListTopicsResponse>, Status> {
         let topics = self
             .node
             .meta()
@@ -243,23 +199,13 @@ impl Admin for AdminApi {
         _request: Request<DescribeClusterRequest>,
     ) -> Result<Response<DescribeClusterResponse>, Status> {
         let nodes = self.probe_nodes().await;
-        Ok(Response::new(DescribeClusterResponse {
-            nodes,
-            metadata_leader: self.node.meta_leader(),
-        }))
+        Ok(Response::new(DescribeClusterResponse { nodes, metadata_leader: self.node.meta_leader() }))
     }
 
-    async fn metadata(
-        &self,
-        request: Request<MetadataRequest>,
-    ) -> Result<Response<MetadataResponse>, Status> {
+    async fn metadata(&self, request: Request<MetadataRequest>) -> Result<Response<MetadataResponse>, Status> {
         let req = request.into_inner();
         let meta = self.node.meta();
-        let names: Vec<String> = if req.topics.is_empty() {
-            meta.topics.keys().cloned().collect()
-        } else {
-            req.topics
-        };
+        let names: Vec<String> = if req.topics.is_empty() { meta.topics.keys().cloned().collect() } else { req.topics };
         let known: Vec<&TopicMeta> = names.iter().filter_map(|n| meta.topics.get(n)).collect();
         let live = gather(&self.node, &known).await;
         let topics = names
@@ -284,19 +230,13 @@ impl Admin for AdminApi {
                         .enumerate()
                         .map(|(i, p)| PartitionMetadata {
                             partition: i as u32,
-                            leader: live
-                                .get(&p.group)
-                                .and_then(|l| l.leader.as_ref())
-                                .and_then(|l| l.leader),
+                            leader: live.get(&p.group).and_then(|l| l.leader.as_ref()).and_then(|l| l.leader),
                             replicas: p.replicas.clone(),
                         })
                         .collect(),
                 },
             })
             .collect();
-        Ok(Response::new(MetadataResponse {
-            nodes: self.probe_nodes().await,
-            topics,
-        }))
+        Ok(Response::new(MetadataResponse { nodes: self.probe_nodes().await, topics }))
     }
 }

@@ -5,8 +5,7 @@ use std::sync::Arc;
 use rill_meta::machine::encode_result;
 use rill_proto::internal::cluster_server::Cluster;
 use rill_proto::internal::{
-    PingRequest, PingResponse, ProposeMetaRequest, ProposeMetaResponse, ReplicaStatusRequest,
-    ReplicaStatusResponse,
+    PingRequest, PingResponse, ProposeMetaRequest, ProposeMetaResponse, ReplicaStatusRequest, ReplicaStatusResponse,
 };
 use tonic::{Request, Response, Status};
 
@@ -28,9 +27,7 @@ impl ClusterApi {
 #[tonic::async_trait]
 impl Cluster for ClusterApi {
     async fn ping(&self, _request: Request<PingRequest>) -> Result<Response<PingResponse>, Status> {
-        Ok(Response::new(PingResponse {
-            node_id: self.node.id(),
-        }))
+        Ok(Response::new(PingResponse { node_id: self.node.id() }))
     }
 
     async fn propose_meta(
@@ -44,11 +41,9 @@ impl Cluster for ClusterApi {
                 not_leader: false,
                 leader: None,
             })),
-            Err(LocalPropose::NotLeader(leader)) => Ok(Response::new(ProposeMetaResponse {
-                result: Default::default(),
-                not_leader: true,
-                leader,
-            })),
+            Err(LocalPropose::NotLeader(leader)) => {
+                Ok(Response::new(ProposeMetaResponse { result: Default::default(), not_leader: true, leader }))
+            }
             Err(LocalPropose::Stopped) => Err(Status::unavailable("node is shutting down")),
         }
     }
@@ -57,12 +52,7 @@ impl Cluster for ClusterApi {
         &self,
         request: Request<ReplicaStatusRequest>,
     ) -> Result<Response<ReplicaStatusResponse>, Status> {
-        let replicas = request
-            .into_inner()
-            .group_ids
-            .into_iter()
-            .map(|g| local_status(&self.node, g))
-            .collect();
+        let replicas = request.into_inner().group_ids.into_iter().map(|g| local_status(&self.node, g)).collect();
         Ok(Response::new(ReplicaStatusResponse { replicas }))
     }
 }

@@ -24,10 +24,7 @@ use crate::node::Node;
 
 /// Serves every service on the node's listen address until `shutdown` completes, then stops
 /// accepting and lets in-flight requests finish.
-pub async fn serve(
-    node: Arc<Node>,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> Result<()> {
+pub async fn serve(node: Arc<Node>, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<()> {
     let addr = node.config().listen;
     let stream = StreamServer::new(stream::StreamApi::new(node.clone()))
         .max_decoding_message_size(MAX_GRPC_MESSAGE_BYTES)

@@ -9,21 +9,13 @@ use crate::errors::{self, WireError};
 use crate::node::Node;
 
 /// The replica of `topic`/`partition` hosted on this node, or the error to answer with.
-pub fn local_replica(
-    node: &Node,
-    topic: &str,
-    partition: u32,
-) -> Result<Arc<Partition>, WireError> {
+pub fn local_replica(node: &Node, topic: &str, partition: u32) -> Result<Arc<Partition>, WireError> {
     let meta = node.meta();
     let Some(t) = meta.topics.get(topic) else {
         return Err(errors::unknown_topic(topic));
     };
     let Some(assignment) = t.partitions.get(partition as usize) else {
-        return Err(errors::unknown_partition(
-            topic,
-            partition,
-            t.partitions.len(),
-        ));
+        return Err(errors::unknown_partition(topic, partition, t.partitions.len()));
     };
     match node.partition_by_group(assignment.group) {
         Some(p) => Ok(p),

@@ -27,11 +27,7 @@ pub struct PartitionLive {
 /// This node's own report for `group`.
 pub fn local_status(node: &Node, group: GroupId) -> ReplicaStatus {
     match node.partition_by_group(group) {
-        None => ReplicaStatus {
-            group_id: group,
-            hosted: false,
-            ..Default::default()
-        },
+        None => ReplicaStatus { group_id: group, hosted: false, ..Default::default() },
         Some(p) => {
             let s = p.state();
             ReplicaStatus {
@@ -62,23 +58,12 @@ pub async fn gather(node: &Node, topics: &[&TopicMeta]) -> HashMap<GroupId, Part
     }
     let asks = by_node.into_iter().map(|(id, groups)| async move {
         if id == node.id() {
-            return (
-                id,
-                groups.clone(),
-                Some(
-                    groups
-                        .iter()
-                        .map(|g| local_status(node, *g))
-                        .collect::<Vec<_>>(),
-                ),
-            );
+            return (id, groups.clone(), Some(groups.iter().map(|g| local_status(node, *g)).collect::<Vec<_>>()));
         }
         let Some(mut client) = node.cluster_client(id) else {
             return (id, groups, None);
         };
-        let req = ReplicaStatusRequest {
-            group_ids: groups.clone(),
-        };
+        let req = ReplicaStatusRequest { group_ids: groups.clone() };
         let answer = match rill_rt::timeout(STATUS_TIMEOUT, client.replica_status(req)).await {
             Ok(Ok(r)) => Some(r.into_inner().replicas),
             _ => None,
@@ -97,10 +82,7 @@ pub async fn gather(node: &Node, topics: &[&TopicMeta]) -> HashMap<GroupId, Part
                 for s in statuses {
                     let entry = live.entry(s.group_id).or_default();
                     entry.answered.insert(id);
-                    if s.hosted
-                        && s.is_leader
-                        && entry.leader.as_ref().is_none_or(|l| l.term < s.term)
-                    {
+                    if s.hosted && s.is_leader && entry.leader.as_ref().is_none_or(|l| l.term < s.term) {
                         entry.leader = Some(s);
                     }
                 }

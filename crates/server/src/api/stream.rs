@@ -9,9 +9,9 @@ use rill_broker::Acks;
 use rill_proto::common::ErrorCode;
 use rill_proto::stream::stream_server::Stream;
 use rill_proto::stream::{
-    self as pb, FetchPartitionResult, FetchRequest, FetchResponse, FetchTopicResult,
-    ListOffsetsPartitionResult, ListOffsetsRequest, ListOffsetsResponse, ListOffsetsTopicResult,
-    OffsetSpec, PartitionProduceResult, ProduceRequest, ProduceResponse, TopicProduceResult,
+    self as pb, FetchPartitionResult, FetchRequest, FetchResponse, FetchTopicResult, ListOffsetsPartitionResult,
+    ListOffsetsRequest, ListOffsetsResponse, ListOffsetsTopicResult, OffsetSpec, PartitionProduceResult,
+    ProduceRequest, ProduceResponse, TopicProduceResult,
 };
 use tonic::{Request, Response, Status};
 
@@ -90,10 +90,7 @@ impl StreamApi {
         let Some(batch) = p.batch else {
             return produce_error(
                 p.partition,
-                WireError::new(
-                    ErrorCode::InvalidRequest,
-                    format!("partition {} has no record batch", p.partition),
-                ),
+                WireError::new(ErrorCode::InvalidRequest, format!("partition {} has no record batch", p.partition)),
             );
         };
         let replica = match local_replica(&self.node, topic, p.partition) {
@@ -128,10 +125,7 @@ fn parse_acks(raw: i32) -> Result<Acks, WireError> {
 
 #[tonic::async_trait]
 impl Stream for StreamApi {
-    async fn produce(
-        &self,
-        request: Request<ProduceRequest>,
-    ) -> Result<Response<ProduceResponse>, Status> {
+    async fn produce(&self, request: Request<ProduceRequest>) -> Result<Response<ProduceResponse>, Status> {
         let req = request.into_inner();
         let acks = parse_acks(req.acks);
         let timeout = match req.timeout_ms {
@@ -148,31 +142,19 @@ impl Stream for StreamApi {
                     let acks = acks.clone();
                     async move {
                         if duplicate {
-                            let msg =
-                                format!("partition {} appears twice in one request", p.partition);
-                            return produce_error(
-                                p.partition,
-                                WireError::new(ErrorCode::InvalidRequest, msg),
-                            );
+                            let msg = format!("partition {} appears twice in one request", p.partition);
+                            return produce_error(p.partition, WireError::new(ErrorCode::InvalidRequest, msg));
                         }
                         self.produce_one(&topic, p, acks, timeout).await
                     }
                 });
-                TopicProduceResult {
-                    partitions: join_all(parts).await,
-                    topic: t.topic,
-                }
+                TopicProduceResult { partitions: join_all(parts).await, topic: t.topic }
             }
         });
-        Ok(Response::new(ProduceResponse {
-            topics: join_all(topics).await,
-        }))
+        Ok(Response::new(ProduceResponse { topics: join_all(topics).await }))
     }
 
-    async fn fetch(
-        &self,
-        request: Request<FetchRequest>,
-    ) -> Result<Response<FetchResponse>, Status> {
+    async fn fetch(&self, request: Request<FetchRequest>) -> Result<Response<FetchResponse>, Status> {
         let req = request.into_inner();
         let max_wait = Duration::from_millis(u64::from(req.max_wait_ms)).min(MAX_FETCH_WAIT);
         let response_budget = match req.max_bytes {
@@ -190,10 +172,7 @@ impl Stream for StreamApi {
         let mut targets = Vec::new();
         let mut results: Vec<FetchTopicResult> = Vec::new();
         for (ti, t) in req.topics.iter().enumerate() {
-            results.push(FetchTopicResult {
-                topic: t.topic.clone(),
-                partitions: Vec::new(),
-            });
+            results.push(FetchTopicResult { topic: t.topic.clone(), partitions: Vec::new() });
             for p in &t.partitions {
                 let max_bytes = match p.max_bytes {
                     0 => DEFAULT_PARTITION_MAX_BYTES,
@@ -221,9 +200,7 @@ impl Stream for StreamApi {
             let waits: Vec<_> = targets
                 .iter()
                 .filter_map(|t| match (&t.replica, u64::try_from(t.offset)) {
-                    (Ok(r), Ok(o)) => {
-                        Some(Box::pin(async move { r.wait_for_data(o, deadline).await }))
-                    }
+                    (Ok(r), Ok(o)) => Some(Box::pin(async move { r.wait_for_data(o, deadline).await })),
                     _ => None,
                 })
                 .collect();
@@ -236,11 +213,7 @@ impl Stream for StreamApi {
             let result = match t.replica {
                 Err(e) => fetch_error(t.partition, e),
                 Ok(r) => {
-                    let budget = if used >= response_budget {
-                        0
-                    } else {
-                        t.max_bytes.min(response_budget - used)
-                    };
+                    let budget = if used >= response_budget { 0 } else { t.max_bytes.min(response_budget - used) };
                     if budget == 0 {
                         // Over the response budget: answer the partition empty; the consumer
                         // fetches it next time.
@@ -311,10 +284,7 @@ impl Stream for StreamApi {
                         }
                     })
                     .collect();
-                ListOffsetsTopicResult {
-                    topic: t.topic,
-                    partitions,
-                }
+                ListOffsetsTopicResult { topic: t.topic, partitions }
             })
             .collect();
         Ok(Response::new(ListOffsetsResponse { topics }))
