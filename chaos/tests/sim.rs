@@ -32,14 +32,30 @@ where
 
 /// Produces `n` single-record batches `"{prefix}-{i}"` with acks=all; returns value → offset for
 /// the acknowledged ones (others have an unknown outcome).
-async fn produce(client: Client, topic: &'static str, prefix: &'static str, n: usize) -> Vec<(String, Option<u64>)> {
+async fn produce(
+    client: Client,
+    trace: Trace,
+    topic: &'static str,
+    prefix: &'static str,
+    n: usize,
+) -> Vec<(String, Option<u64>)> {
     let mut out = Vec::new();
     for i in 0..n {
         let v = format!("{prefix}-{i}");
         let r = client.produce(topic, 0, vec![Record::new(v.clone())], Acks::All).await;
+        trace.record(format!(
+            "send {v} -> {:?} at {:?}",
+            r.as_ref().map(|a| a.base_offset).map_err(|e| e.code()),
+            elapsed()
+        ));
         out.push((v, r.ok().and_then(|a| a.base_offset)));
     }
     out
+}
+
+/// Simulated time since the simulation started (part of the trace: any divergence shifts it).
+fn elapsed() -> Duration {
+    madsim::time::TimeHandle::current().elapsed()
 }
 
 /// Smoke: 3 nodes elect, commit, lose their leader to a crash with power failure, elect a new
@@ -64,7 +80,8 @@ async fn smoke_leader_power_failure_and_rejoin() {
     trace.record(format!("first leader {leader}"));
 
     // --- commit writes
-    let mut acked: Vec<(String, Option<u64>)> = cluster.on_client(produce(client.clone(), "smoke", "a", 20)).await;
+    let mut acked: Vec<(String, Option<u64>)> =
+        cluster.on_client(produce(client.clone(), trace.clone(), "smoke", "a", 20)).await;
     assert!(acked.iter().all(|(_, o)| o.is_some()), "a healthy cluster acknowledges every write");
 
     // --- crash and power-fail the leader, losing some of its unsynced writes
@@ -84,7 +101,7 @@ async fn smoke_leader_power_failure_and_rejoin() {
         })
         .await;
     trace.record(format!("new leader {new_leader}"));
-    acked.extend(cluster.on_client(produce(client.clone(), "smoke", "b", 20)).await);
+    acked.extend(cluster.on_client(produce(client.clone(), trace.clone(), "smoke", "b", 20)).await);
 
     // --- the old leader rejoins and converges
     cluster.restart(leader);
@@ -99,7 +116,7 @@ async fn smoke_leader_power_failure_and_rejoin() {
         }
     })
     .await;
-    trace.record(format!("converged at {hw}"));
+    trace.record(format!("converged at {hw} at {:?}", elapsed()));
 
     // Replicas agree byte for byte on every committed entry.
     let logs: BTreeMap<u64, Vec<(u64, u64, bytes::Bytes)>> = ids

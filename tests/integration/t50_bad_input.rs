@@ -4,8 +4,8 @@ use bytes::Bytes;
 use rill_client::{Acks, ErrorCode, Record};
 use rill_proto::batch;
 use rill_proto::common::{Compression, RecordBatch};
-use rill_proto::stream::stream_client::StreamClient;
-use rill_proto::stream::{
+use rill_proto::records::records_client::RecordsClient;
+use rill_proto::records::{
     FetchPartition, FetchRequest, FetchTopic, PartitionProduce, PartitionProduceResult, ProduceRequest, TopicProduce,
 };
 
@@ -31,7 +31,7 @@ async fn raw_produce(
     acks: i32,
     batch: Option<RecordBatch>,
 ) -> anyhow::Result<PartitionProduceResult> {
-    let mut c = StreamClient::connect(format!("http://{addr}")).await?;
+    let mut c = RecordsClient::connect(format!("http://{addr}")).await?;
     let req = ProduceRequest {
         acks,
         timeout_ms: 10_000,
@@ -95,7 +95,7 @@ async fn bad_requests_get_clear_errors_and_data_is_intact() -> anyhow::Result<()
     assert_eq!(code(&r), ErrorCode::UnsupportedCompressionType, "{}", r.error_message);
 
     tracing::info!("--- fetch out of range");
-    let mut c = StreamClient::connect(format!("http://{addr}")).await?;
+    let mut c = RecordsClient::connect(format!("http://{addr}")).await?;
     for offset in [-5, 1_000_000] {
         let resp = c
             .fetch(FetchRequest {

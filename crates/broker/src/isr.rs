@@ -157,7 +157,15 @@ pub async fn run(
                 .unwrap_or_default();
             let contacts: BTreeMap<NodeId, Instant> =
                 voters.iter().filter_map(|n| transport.last_contact(group_id, *n).map(|t| (*n, t))).collect();
-            tracker.evaluate(rill_rt::now(), leader_term, m.last_log_index.unwrap_or(0), &voters, &matched, &contacts, lag_max())
+            tracker.evaluate(
+                rill_rt::now(),
+                leader_term,
+                m.last_log_index.unwrap_or(0),
+                &voters,
+                &matched,
+                &contacts,
+                lag_max(),
+            )
         };
         tx.send_if_modified(|old| {
             if *old != view {
@@ -216,7 +224,8 @@ mod tests {
         for _ in 0..40 {
             now += Duration::from_millis(50);
             end += 10;
-            view = t.evaluate(now, Some(1), end, &voters(), &[(2, end - 10), (3, 100)].into(), &heard(now, &[2, 3]), lag);
+            view =
+                t.evaluate(now, Some(1), end, &voters(), &[(2, end - 10), (3, 100)].into(), &heard(now, &[2, 3]), lag);
         }
         assert_eq!(view.isr, [1, 2].into(), "3 has been behind for 2s > lag 1s");
     }

@@ -5,6 +5,7 @@
 //!                                  produce TOPIC …   (records from stdin, one per line)
 //!                                  consume TOPIC …
 //!                                  cluster status
+//!      rill dev [--nodes 3]       a local cluster until Ctrl-C
 //! ```
 
 mod commands;
@@ -37,6 +38,8 @@ enum Command {
     /// Cluster state.
     #[command(subcommand)]
     Cluster(commands::cluster::ClusterCommand),
+    /// Run a local cluster of rill-server processes until Ctrl-C.
+    Dev(commands::dev::DevArgs),
 }
 
 fn main() -> ExitCode {
@@ -54,6 +57,7 @@ fn main() -> ExitCode {
             Command::Produce(a) => commands::produce::run(&cli.bootstrap, a).await,
             Command::Consume(a) => commands::consume::run(&cli.bootstrap, a).await,
             Command::Cluster(c) => commands::cluster::run(&cli.bootstrap, c).await,
+            Command::Dev(a) => commands::dev::run(a).await,
         }
     });
     match result {

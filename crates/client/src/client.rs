@@ -19,8 +19,8 @@ use rill_proto::admin::{
 };
 use rill_proto::batch;
 use rill_proto::common::{Compression, ErrorCode, Header, RecordBatch};
-use rill_proto::stream::stream_client::StreamClient;
-use rill_proto::stream::{
+use rill_proto::records::records_client::RecordsClient;
+use rill_proto::records::{
     self as pb, FetchPartition, FetchRequest, FetchTopic, ListOffsetsRequest, ListOffsetsTopic, PartitionProduce,
     ProduceRequest, TopicProduce,
 };
@@ -181,8 +181,8 @@ impl Client {
         Ok(AdminClient::new(self.channel(addr)?).max_decoding_message_size(MAX_MESSAGE_BYTES))
     }
 
-    fn stream(&self, addr: &str) -> Result<StreamClient<Channel>> {
-        Ok(StreamClient::new(self.channel(addr)?)
+    fn records(&self, addr: &str) -> Result<RecordsClient<Channel>> {
+        Ok(RecordsClient::new(self.channel(addr)?)
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES))
     }
@@ -455,7 +455,7 @@ impl Client {
                 }],
             };
             async move {
-                let mut client = self.stream(&addr)?;
+                let mut client = self.records(&addr)?;
                 let resp = match rill_rt::timeout(timeout + REQUEST_SLACK, client.produce(req)).await {
                     Err(_) => {
                         return Err(Error::Transport(format!(
@@ -501,7 +501,7 @@ impl Client {
                 }],
             };
             async move {
-                let mut client = self.stream(&addr)?;
+                let mut client = self.records(&addr)?;
                 let resp = match rill_rt::timeout(max_wait + REQUEST_SLACK, client.fetch(req)).await {
                     Err(_) => return Err(Error::Transport(format!("no answer from {addr}"))),
                     Ok(r) => r.map_err(error::status)?.into_inner(),
@@ -556,7 +556,7 @@ impl Client {
                 topics: vec![ListOffsetsTopic { topic: topic.to_string(), partitions: vec![partition] }],
             };
             async move {
-                let mut client = self.stream(&addr)?;
+                let mut client = self.records(&addr)?;
                 let resp = match rill_rt::timeout(REQUEST_SLACK, client.list_offsets(req)).await {
                     Err(_) => return Err(Error::Transport(format!("no answer from {addr}"))),
                     Ok(r) => r.map_err(error::status)?.into_inner(),

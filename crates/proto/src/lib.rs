@@ -4,7 +4,7 @@
 //! record-batch codec both producers and the server use.
 //!
 //! * [`common`]: error codes, records and record batches.
-//! * [`stream`]: the `Stream` service — Produce, Fetch, ListOffsets.
+//! * [`records`]: the `Records` service — Produce, Fetch, ListOffsets.
 //! * [`admin`]: the `Admin` service — topics, cluster, client metadata.
 //! * [`internal`]: node-to-node services (Raft transport, forwarding, replica status).
 //! * [`batch`]: building, checksumming and decoding [`common::RecordBatch`].
@@ -15,8 +15,8 @@
 pub mod common {
     tonic::include_proto!("rill.common");
 }
-pub mod stream {
-    tonic::include_proto!("rill.stream");
+pub mod records {
+    tonic::include_proto!("rill.records");
 }
 pub mod admin {
     tonic::include_proto!("rill.admin");

@@ -134,6 +134,17 @@ impl LogStore {
         })
     }
 
+    /// True when nothing was ever stored for this group (no entry, no purge, no vote).
+    pub fn is_pristine(&self) -> crate::Result<bool> {
+        let m = lock(&self.shared.meta);
+        if m.last_log_id.is_some() || m.last_purged.is_some() {
+            return Ok(false);
+        }
+        drop(m);
+        let vote = self.shared.engine.get(Keyspace::RaftMeta, &keys::group_tag(self.shared.group, keys::VOTE))?;
+        Ok(vote.is_none())
+    }
+
     /// The group this log belongs to.
     pub fn group(&self) -> GroupId {
         self.shared.group

@@ -142,16 +142,23 @@ impl MultiRaft {
             });
         }
         let log = LogStore::open(group, self.engine.clone(), self.syncer.clone())?;
+        let pristine = log.is_pristine()?;
         let sm = SmStore::open(group, self.engine.clone(), sm)?;
         let config = Arc::new(self.config(group, opts)?);
         let network = GroupNetworkFactory::new(group, self.transport.clone());
         let raft = Raft::new(self.node_id, config, network, log.clone(), sm.clone())
             .await
             .map_err(|e| Error::Raft { group, reason: e.to_string() })?;
-        let initialized_now = match raft.initialize(members).await {
-            Ok(()) => true,
-            Err(RaftError::APIError(InitializeError::NotAllowed(_))) => false,
-            Err(e) => return Err(Error::Raft { group, reason: e.to_string() }),
+        // Only a replica that never stored anything takes the initial membership; one that has a
+        // log or a vote rejoins with what it has.
+        let initialized_now = if pristine {
+            match raft.initialize(members).await {
+                Ok(()) => true,
+                Err(RaftError::APIError(InitializeError::NotAllowed(_))) => false,
+                Err(e) => return Err(Error::Raft { group, reason: e.to_string() }),
+            }
+        } else {
+            false
         };
         self.groups.write().unwrap_or_else(|p| p.into_inner()).insert(group, raft.clone());
         tracing::debug!(node = self.node_id, group, initialized_now, "raft group started");

@@ -4,7 +4,7 @@
 //!   main.rs ──► Args::load ──► open RocksDB ──► start(config, engine, shutdown)
 //!   chaos/  ──────────────────► MemEngine  ──┘        │
 //!                                                     ├─ Node::start: group 0 + reconciler
-//!                                                     └─ api::serve: Stream, Admin (public)
+//!                                                     └─ api::serve: Records, Admin (public)
 //!                                                                    RaftTransport, Cluster (internal)
 //! ```
 //!

@@ -247,7 +247,8 @@ impl Node {
         let fresh = started.initialized_now;
         let raft = started.raft.clone();
         let transport = self.multi.transport().clone();
-        let p = Partition::new(topic.name.clone(), partition, self.id(), started, hw_tx, topic.config.clone(), transport);
+        let p =
+            Partition::new(topic.name.clone(), partition, self.id(), started, hw_tx, topic.config.clone(), transport);
         self.partitions.write().unwrap_or_else(|p| p.into_inner()).insert(group, p);
         // The first replica is the preferred leader: on a fresh group it stands for election at
         // once, so leaders spread as placement intended instead of going to the fastest timer.
@@ -292,7 +293,10 @@ async fn reconcile(node: std::sync::Weak<Node>, mut meta: watch::Receiver<Arc<Me
 
 /// Records the configured members in the metadata once a leader exists (idempotent).
 async fn register_members(node: std::sync::Weak<Node>) {
+    let Some(mut raft_metrics) = node.upgrade().map(|n| n.meta_raft.metrics()) else { return };
     loop {
+        // Mark the current metrics as seen, so the wait below sleeps until something changes.
+        raft_metrics.borrow_and_update();
         let Some(n) = node.upgrade() else { return };
         let meta = n.meta();
         let missing = n.config.members.iter().any(|(id, addr)| meta.nodes.get(id).map(|i| &i.addr) != Some(addr));
@@ -305,8 +309,8 @@ async fn register_members(node: std::sync::Weak<Node>) {
                 tracing::debug!(error = %e, "registering members failed; will retry");
             }
         }
-        let mut rx = n.meta_raft.metrics();
         drop(n);
-        let _ = rill_rt::timeout(Duration::from_millis(500), rx.changed()).await;
+        // Wake on leadership changes, and re-check now and then in any case.
+        let _ = rill_rt::timeout(Duration::from_millis(500), raft_metrics.changed()).await;
     }
 }

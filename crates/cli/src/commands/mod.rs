@@ -2,6 +2,7 @@
 
 pub mod cluster;
 pub mod consume;
+pub mod dev;
 pub mod produce;
 pub mod topic;
 

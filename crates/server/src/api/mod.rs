@@ -1,13 +1,13 @@
 //! The gRPC services a node serves, all on one listener:
 //!
-//! * public: [`stream::StreamApi`] (Produce, Fetch, ListOffsets), [`admin::AdminApi`];
+//! * public: [`records::RecordsApi`] (Produce, Fetch, ListOffsets), [`admin::AdminApi`];
 //! * internal: `RaftTransport` (from `rill-raft`) and [`cluster::ClusterApi`].
 
 pub mod admin;
 pub mod cluster;
+pub mod records;
 pub mod routing;
 pub mod status;
-pub mod stream;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -15,7 +15,7 @@ use std::sync::Arc;
 use rill_proto::admin::admin_server::AdminServer;
 use rill_proto::internal::cluster_server::ClusterServer;
 use rill_proto::internal::raft_transport_server::RaftTransportServer;
-use rill_proto::stream::stream_server::StreamServer;
+use rill_proto::records::records_server::RecordsServer;
 use rill_proto::MAX_GRPC_MESSAGE_BYTES;
 use rill_raft::service::RaftService;
 
@@ -26,7 +26,7 @@ use crate::node::Node;
 /// accepting and lets in-flight requests finish.
 pub async fn serve(node: Arc<Node>, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<()> {
     let addr = node.config().listen;
-    let stream = StreamServer::new(stream::StreamApi::new(node.clone()))
+    let records = RecordsServer::new(records::RecordsApi::new(node.clone()))
         .max_decoding_message_size(MAX_GRPC_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_GRPC_MESSAGE_BYTES);
     let admin = AdminServer::new(admin::AdminApi::new(node.clone()));
@@ -35,7 +35,7 @@ pub async fn serve(node: Arc<Node>, shutdown: impl Future<Output = ()> + Send + 
         .max_encoding_message_size(MAX_GRPC_MESSAGE_BYTES);
     let cluster = ClusterServer::new(cluster::ClusterApi::new(node.clone()));
     tonic::transport::Server::builder()
-        .add_service(stream)
+        .add_service(records)
         .add_service(admin)
         .add_service(raft)
         .add_service(cluster)

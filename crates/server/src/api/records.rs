@@ -1,4 +1,4 @@
-//! The public `Stream` service: Produce, Fetch, ListOffsets. Answers per partition.
+//! The public `Records` service: Produce, Fetch, ListOffsets. Answers per partition.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -7,8 +7,8 @@ use std::time::Duration;
 use futures::future::{join_all, select_all};
 use rill_broker::Acks;
 use rill_proto::common::ErrorCode;
-use rill_proto::stream::stream_server::Stream;
-use rill_proto::stream::{
+use rill_proto::records::records_server::Records;
+use rill_proto::records::{
     self as pb, FetchPartitionResult, FetchRequest, FetchResponse, FetchTopicResult, ListOffsetsPartitionResult,
     ListOffsetsRequest, ListOffsetsResponse, ListOffsetsTopicResult, OffsetSpec, PartitionProduceResult,
     ProduceRequest, ProduceResponse, TopicProduceResult,
@@ -30,12 +30,12 @@ const DEFAULT_FETCH_MAX_BYTES: usize = 8 << 20;
 /// Per-partition fetch budget when the request gives none.
 const DEFAULT_PARTITION_MAX_BYTES: usize = 1 << 20;
 
-/// The `Stream` service.
-pub struct StreamApi {
+/// The `Records` service.
+pub struct RecordsApi {
     node: Arc<Node>,
 }
 
-impl StreamApi {
+impl RecordsApi {
     /// The service for `node`.
     pub fn new(node: Arc<Node>) -> Self {
         Self { node }
@@ -75,7 +75,7 @@ fn list_error(partition: u32, e: WireError) -> ListOffsetsPartitionResult {
     }
 }
 
-impl StreamApi {
+impl RecordsApi {
     async fn produce_one(
         &self,
         topic: &str,
@@ -124,7 +124,7 @@ fn parse_acks(raw: i32) -> Result<Acks, WireError> {
 }
 
 #[tonic::async_trait]
-impl Stream for StreamApi {
+impl Records for RecordsApi {
     async fn produce(&self, request: Request<ProduceRequest>) -> Result<Response<ProduceResponse>, Status> {
         let req = request.into_inner();
         let acks = parse_acks(req.acks);
