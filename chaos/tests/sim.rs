@@ -4,6 +4,8 @@
 //! printed trace hash must match.
 
 #![cfg(madsim)]
+// Test code: a failed expectation is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
@@ -20,12 +22,12 @@ where
     F: Fn() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
 {
-    let deadline = madsim::time::Instant::now() + SETTLE;
+    let deadline = rill_rt::now() + SETTLE;
     loop {
         if let Some(v) = f().await {
             return v;
         }
-        assert!(madsim::time::Instant::now() < deadline, "timed out (simulated {SETTLE:?}) waiting for {what}");
+        assert!(rill_rt::now() < deadline, "timed out (simulated {SETTLE:?}) waiting for {what}");
         madsim::time::sleep(Duration::from_millis(50)).await;
     }
 }

@@ -5,6 +5,8 @@
 
 // Black-box tests drive real processes on the real clock; the determinism seam is for node code.
 #![allow(clippy::disallowed_methods)]
+// Test code: a failed expectation is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod harness;
 

@@ -26,7 +26,10 @@ enum Outcome {
 
 /// Sends `TOTAL / PARTITIONS` records to `partition` in batches, one batch at a time. Every
 /// value is unique (`p{partition}-b{batch}-r{i}`), so a value identifies its send.
-async fn producer(client: Client, partition: u32, log: Arc<Mutex<Vec<(u32, usize, Vec<String>, Outcome)>>>) {
+/// Every send: partition, batch number, values, outcome.
+type SendLog = Arc<Mutex<Vec<(u32, usize, Vec<String>, Outcome)>>>;
+
+async fn producer(client: Client, partition: u32, log: SendLog) {
     let batches = TOTAL / BATCH / PARTITIONS as usize + 1;
     for b in 0..batches {
         let values: Vec<String> = (0..BATCH).map(|i| format!("p{partition}-b{b}-r{i}")).collect();

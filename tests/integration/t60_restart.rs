@@ -11,7 +11,7 @@ async fn full_cluster_restarts_keep_acknowledged_data() -> anyhow::Result<()> {
     let mut cluster = TestCluster::start(3).await?;
     let client = cluster.client().await?;
     cluster.create_topic(&client, "durable", 2, 3, &[]).await?;
-    let mut expected = vec![Vec::new(), Vec::new()];
+    let mut expected = [Vec::new(), Vec::new()];
     for round in 0..3 {
         for p in 0..2u32 {
             let values: Vec<String> = (0..20).map(|i| format!("r{round}-p{p}-{i}")).collect();

@@ -177,9 +177,8 @@ pub async fn run(
         });
         let tick = lag_max().min(MAX_TICK) / 2;
         // Wake on any Raft progress, or after a tick so followers age out of the ISR.
-        match rill_rt::timeout(tick, metrics.changed()).await {
-            Ok(Err(_)) => break, // the group shut down
-            Ok(Ok(())) | Err(_) => {}
+        if let Ok(Err(_)) = rill_rt::timeout(tick, metrics.changed()).await {
+            break; // the group shut down
         }
     }
     tx.send_replace(IsrView::default());

@@ -11,6 +11,7 @@ use prost::Message;
 use rill_meta::TopicConfig;
 use rill_proto::batch;
 use rill_proto::common::RecordBatch;
+use rill_raft::log_store::Placement;
 use rill_raft::multi::StartedGroup;
 use rill_raft::state_machine::SmStore;
 use rill_raft::{GroupId, LogStore, NodeId, Payload, Raft, Transport};
@@ -21,6 +22,9 @@ use crate::command;
 use crate::error::{PartitionError, Result};
 use crate::isr::{self, IsrView};
 use crate::machine::{decode_base_offset, PartitionStateMachine};
+
+/// Why openraft refused a proposal.
+type WriteError = RaftError<NodeId, ClientWriteError<NodeId, openraft::BasicNode>>;
 
 /// Log entries read per storage scan while serving a fetch.
 const FETCH_SCAN_ENTRIES: usize = 32;
@@ -259,7 +263,7 @@ impl Partition {
         }
     }
 
-    fn write_error(&self, e: RaftError<NodeId, ClientWriteError<NodeId, openraft::BasicNode>>) -> PartitionError {
+    fn write_error(&self, e: WriteError) -> PartitionError {
         match e {
             RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => PartitionError::NotLeader {
                 node: self.node_id,
@@ -326,7 +330,7 @@ impl Partition {
         let durable = self.log.watch_proposal(proposal);
         let raft = self.raft.clone();
         let write = rill_rt::spawn(async move { raft.client_write(payload).await.map(|_| ()) });
-        let outcome = rill_rt::timeout_at(deadline, async { tokio_select_durable(durable, write).await }).await;
+        let outcome = rill_rt::timeout_at(deadline, async { wait_durable_or_refused(durable, write).await }).await;
         self.log.forget_proposal(proposal);
         match outcome {
             Err(_) => Err(PartitionError::Timeout {
@@ -448,15 +452,10 @@ impl Partition {
 
 /// Waits for the proposal to become durable on the leader, or for the write to fail first.
 /// `Err(Some(e))`: the write was refused; `Err(None)`: the group stopped.
-async fn tokio_select_durable(
-    durable: rill_rt::sync::oneshot::Receiver<rill_raft::log_store::Placement>,
-    write: rill_rt::JoinHandle<
-        std::result::Result<(), RaftError<NodeId, ClientWriteError<NodeId, openraft::BasicNode>>>,
-    >,
-) -> std::result::Result<
-    rill_raft::log_store::Placement,
-    Option<RaftError<NodeId, ClientWriteError<NodeId, openraft::BasicNode>>>,
-> {
+async fn wait_durable_or_refused(
+    durable: rill_rt::sync::oneshot::Receiver<Placement>,
+    write: rill_rt::JoinHandle<std::result::Result<(), WriteError>>,
+) -> std::result::Result<Placement, Option<WriteError>> {
     tokio::pin!(durable);
     tokio::pin!(write);
     let mut write_done = false;

@@ -12,15 +12,19 @@
 #![allow(clippy::all)] // generated code below is not ours to lint
 #![allow(missing_docs)]
 
+#[allow(clippy::unwrap_used, clippy::expect_used)] // generated code
 pub mod common {
     tonic::include_proto!("rill.common");
 }
+#[allow(clippy::unwrap_used, clippy::expect_used)] // generated code
 pub mod records {
     tonic::include_proto!("rill.records");
 }
+#[allow(clippy::unwrap_used, clippy::expect_used)] // generated code
 pub mod admin {
     tonic::include_proto!("rill.admin");
 }
+#[allow(clippy::unwrap_used, clippy::expect_used)] // generated code
 pub mod internal {
     tonic::include_proto!("rill.internal");
 }

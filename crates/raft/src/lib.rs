@@ -26,6 +26,9 @@
 //! declares how many *positions* it occupies (a partition uses one position per record, which
 //! is how offsets stay dense and identical on every replica).
 
+// openraft's StorageError is large, and its storage traits return it by value.
+#![allow(clippy::result_large_err)]
+
 pub mod codec;
 pub mod error;
 pub mod keys;

@@ -434,7 +434,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         self.write(b)?;
         meta.last_purged = Some(log_id);
         meta.start_position = end;
-        if meta.last_log_id.map_or(true, |l| l.index < log_id.index) {
+        if meta.last_log_id.is_none_or(|l| l.index < log_id.index) {
             meta.last_log_id = Some(log_id);
             meta.end_position = end;
         }

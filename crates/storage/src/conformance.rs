@@ -27,9 +27,12 @@ pub trait Harness {
     fn power_fail(&mut self);
 }
 
+/// A named case of the suite.
+type Case<H> = (&'static str, fn(&mut H));
+
 /// Runs every case, each on a fresh harness from `new`.
 pub fn run_all<H: Harness>(new: impl Fn() -> H) {
-    let cases: &[(&str, fn(&mut H))] = &[
+    let cases: &[Case<H>] = &[
         ("put_get_delete", put_get_delete),
         ("keyspaces_are_isolated", keyspaces_are_isolated),
         ("batch_ops_apply_in_order", batch_ops_apply_in_order),
