@@ -95,6 +95,16 @@ fn spawn(bin: &Path, id: u64, addr: &str, members: &str, dir: &Path) -> anyhow::
         })
 }
 
+/// Waits for Ctrl-C (SIGINT) or SIGTERM.
+async fn wait_for_stop_signal() -> anyhow::Result<()> {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).context("installing a SIGTERM handler")?;
+    tokio::select! {
+        r = tokio::signal::ctrl_c() => r.context("waiting for Ctrl-C")?,
+        _ = term.recv() => {}
+    }
+    Ok(())
+}
+
 /// Runs `rill dev` until Ctrl-C.
 pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     if args.nodes == 0 || args.nodes > 9 {
@@ -138,7 +148,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     println!("bootstrap: {}", bootstrap.join(","));
     println!("try: rill --bootstrap {} topic create demo --partitions 3", bootstrap[0]);
     println!("press Ctrl-C to stop");
-    tokio::signal::ctrl_c().await.context("waiting for Ctrl-C")?;
+    wait_for_stop_signal().await?;
     eprintln!("stopping...");
     nodes.stop();
     Ok(())

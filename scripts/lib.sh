@@ -1,0 +1,30 @@
+# Shared helpers for Rill's scripts. Source it; do not run it.
+
+# Where compiled artifacts live. Outside the checkout so clean clones (CI) reuse the cache:
+# RocksDB's C++ alone takes 10-20 minutes to build.
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/tmp/rill-target}"
+# The simulation (--cfg madsim) is a different build of the same code; it gets its own cache.
+RILL_SIM_TARGET_DIR="${RILL_SIM_TARGET_DIR:-/var/tmp/rill-sim-target}"
+export RILL_SIM_TARGET_DIR
+
+step() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
+
+# Installs what the build needs on a fresh Debian/Ubuntu machine with only Rust:
+# a C++ compiler for RocksDB and libclang for its bindings. protoc is vendored by the build.
+ensure_build_deps() {
+  local missing=()
+  command -v c++ >/dev/null 2>&1 || missing+=(g++)
+  if ! ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 && ! ldconfig -p 2>/dev/null | grep -q 'libclang[-.0-9]*\.so'; then
+    missing+=(libclang-dev)
+  fi
+  if [ ${#missing[@]} -gt 0 ]; then
+    step "installing build dependencies: ${missing[*]}"
+    local sudo=""
+    [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1 && sudo="sudo"
+    if ! command -v apt-get >/dev/null 2>&1; then
+      echo "error: please install ${missing[*]} (a C++ compiler and libclang) with your package manager" >&2
+      return 1
+    fi
+    $sudo apt-get install -y "${missing[@]}" || { $sudo apt-get update && $sudo apt-get install -y "${missing[@]}"; }
+  fi
+}

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Runs every test tier, exactly as CI does (.ci/run calls this):
+#   format and lints, unit and storage-conformance tests, integration tests against real
+#   rill-server processes on 127.0.0.1, and the deterministic simulation (fixed seeds plus a
+#   same-seed-same-trace check).
+# Works on a fresh Debian machine with only Rust installed: it installs what the build needs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/lib.sh
+
+ensure_build_deps
+
+step "format"
+cargo fmt --all -- --check
+
+step "lints"
+cargo clippy --workspace --all-targets -- -D warnings
+
+step "build (binaries and tests)"
+cargo build --workspace --bins --tests
+
+step "unit and storage-conformance tests"
+cargo test --workspace --exclude rill-tests
+
+step "integration tests (real 3-node clusters on 127.0.0.1)"
+cargo test -p rill-tests -- --test-threads=1
+
+step "simulation lints"
+RUSTFLAGS="--cfg madsim" CARGO_TARGET_DIR="$RILL_SIM_TARGET_DIR" cargo clippy -p rill-chaos --all-targets -- -D warnings
+
+step "deterministic simulation"
+chaos/run --seeds "${RILL_SIM_SEEDS:-50}"
+chaos/run --seed "${RILL_DETERMINISM_SEED:-7}" --check-determinism
+
+step "all tests passed"
