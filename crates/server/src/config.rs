@@ -323,6 +323,13 @@ heartbeat-interval = "50ms"
     }
 
     #[test]
+    fn the_deploy_template_is_valid() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/rill.toml");
+        let c = Args { config: Some(path), ..Default::default() }.load().unwrap();
+        assert_eq!((c.node_id, c.members.len(), c.raft), (1, 3, RaftTiming::default()));
+    }
+
+    #[test]
     fn unknown_keys_are_named() {
         let dir = tempfile::tempdir().unwrap();
         let path = write(dir.path(), &format!("{GOOD}\nlisten-addr = \"x\"\n[raft.extra]\nfoo = 1\n"));
