@@ -97,7 +97,8 @@ fn spawn(bin: &Path, id: u64, addr: &str, members: &str, dir: &Path) -> anyhow::
 
 /// Waits for Ctrl-C (SIGINT) or SIGTERM.
 async fn wait_for_stop_signal() -> anyhow::Result<()> {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).context("installing a SIGTERM handler")?;
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("installing a SIGTERM handler")?;
     tokio::select! {
         r = tokio::signal::ctrl_c() => r.context("waiting for Ctrl-C")?,
         _ = term.recv() => {}
