@@ -28,8 +28,21 @@ cargo test -p rill-tests -- --test-threads=1
 step "simulation lints"
 RUSTFLAGS="--cfg madsim" CARGO_TARGET_DIR="$RILL_SIM_TARGET_DIR" cargo clippy -p rill-chaos --all-targets -- -D warnings
 
-step "deterministic simulation"
+step "deterministic simulation: default scenarios x ${RILL_SIM_SEEDS:-50} seeds"
 chaos/run --seeds "${RILL_SIM_SEEDS:-50}"
+
+step "simulation determinism: the same seed twice gives the same trace"
 chaos/run --seed "${RILL_DETERMINISM_SEED:-7}" --check-determinism
+
+step "the checkers catch deliberate bugs (each mutation must produce violations)"
+for m in ack-before-sync read-above-hw skip-truncate; do
+  if chaos/run --mutation "$m" --scenario acks_all_3 --seeds 50 --stop-at-first >"${TMPDIR:-/tmp}/rill-mutation-$m.log" 2>&1; then
+    cat "${TMPDIR:-/tmp}/rill-mutation-$m.log"
+    echo "error: mutation $m ran 50 seeds without a single violation: the checkers missed it" >&2
+    exit 1
+  fi
+  echo "mutation $m caught: $(grep -m1 -E '^  (violation|thread)' "${TMPDIR:-/tmp}/rill-mutation-$m.log" | sed 's/^ *//')"
+  grep -m1 'replay:' "${TMPDIR:-/tmp}/rill-mutation-$m.log"
+done
 
 step "all tests passed"

@@ -1,10 +1,12 @@
-//! [`SimCluster`]: a simulated Rill cluster under madsim.
+//! [`SimCluster`]: a simulated Rill cluster under madsim — nodes, their disks, client hosts, and
+//! the levers faults pull.
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use madsim::net::NetSim;
 use madsim::runtime::{Handle, NodeHandle};
 use rill_client::Client;
 use rill_raft::NodeId;
@@ -14,47 +16,70 @@ use rill_storage::MemEngine;
 /// The gRPC port every simulated node listens on (each node has its own IP).
 pub const PORT: u16 = 7001;
 
-fn ip_of(id: NodeId) -> IpAddr {
+fn server_ip(id: NodeId) -> IpAddr {
     IpAddr::V4(Ipv4Addr::new(10, 0, 0, id as u8))
 }
 
 type LiveNodes = Arc<Mutex<BTreeMap<NodeId, Arc<Node>>>>;
 
-/// A simulated cluster: nodes 1..=n at 10.0.0.<id>:7001 and a client host at 10.0.1.1.
+/// Options for [`SimCluster::start_with`].
+#[derive(Debug, Clone, Copy)]
+pub struct SimOptions {
+    /// Nodes 1..=n.
+    pub nodes: u64,
+    /// Client hosts (workload processes each get their own).
+    pub client_hosts: u32,
+    /// Simulated fsync time of every disk.
+    pub sync_latency: Duration,
+}
+
+/// A simulated cluster: nodes at 10.0.0.<id>:7001, client hosts at 10.0.1.<n>.
 pub struct SimCluster {
     handle: Handle,
     nodes: BTreeMap<NodeId, NodeHandle>,
     disks: BTreeMap<NodeId, MemEngine>,
     live: LiveNodes,
-    client_host: NodeHandle,
+    incarnations: Arc<Mutex<BTreeMap<NodeId, u32>>>,
+    clients: Vec<NodeHandle>,
 }
 
 impl SimCluster {
-    /// Boots `n` nodes through `rill_server::start`.
+    /// Boots `n` nodes with one client host and instant disks.
     pub fn start(n: u64) -> Self {
+        Self::start_with(SimOptions { nodes: n, client_hosts: 1, sync_latency: Duration::ZERO })
+    }
+
+    /// Boots a cluster through `rill_server::start`, as the binary does.
+    pub fn start_with(opts: SimOptions) -> Self {
         let handle = Handle::current();
-        let members: BTreeMap<NodeId, String> = (1..=n).map(|id| (id, format!("{}:{PORT}", ip_of(id)))).collect();
+        let members: BTreeMap<NodeId, String> =
+            (1..=opts.nodes).map(|id| (id, format!("{}:{PORT}", server_ip(id)))).collect();
         let live: LiveNodes = Arc::default();
+        let incarnations: Arc<Mutex<BTreeMap<NodeId, u32>>> = Arc::default();
         let mut nodes = BTreeMap::new();
         let mut disks = BTreeMap::new();
-        for id in 1..=n {
+        for id in 1..=opts.nodes {
             let disk = MemEngine::new();
             disks.insert(id, disk.clone());
             let members = members.clone();
             let live = live.clone();
+            let incarnations = incarnations.clone();
+            let sync_latency = opts.sync_latency;
             let node = handle
                 .create_node()
                 .name(format!("node-{id}"))
-                .ip(ip_of(id))
+                .ip(server_ip(id))
                 .init(move || {
                     let disk = disk.clone();
                     let members = members.clone();
                     let live = live.clone();
+                    *incarnations.lock().unwrap_or_else(|p| p.into_inner()).entry(id).or_insert(0) += 1;
                     async move {
-                        let config = match Config::for_member(id, members, format!("/sim/node-{id}").into()) {
+                        let mut config = match Config::for_member(id, members, format!("/sim/node-{id}").into()) {
                             Ok(c) => c,
                             Err(e) => panic!("bad simulated config: {e}"),
                         };
+                        config.sync_latency = sync_latency;
                         let on_ready = move |node: Arc<Node>| {
                             live.lock().unwrap_or_else(|p| p.into_inner()).insert(id, node);
                         };
@@ -68,13 +93,21 @@ impl SimCluster {
                 .build();
             nodes.insert(id, node);
         }
-        let client_host = handle.create_node().name("client").ip(IpAddr::V4(Ipv4Addr::new(10, 0, 1, 1))).build();
-        Self { handle, nodes, disks, live, client_host }
+        let clients = (1..=opts.client_hosts.max(1))
+            .map(|n| {
+                handle
+                    .create_node()
+                    .name(format!("client-{n}"))
+                    .ip(IpAddr::V4(Ipv4Addr::new(10, 0, 1, n as u8)))
+                    .build()
+            })
+            .collect();
+        Self { handle, nodes, disks, live, incarnations, clients }
     }
 
     /// Bootstrap addresses of every node.
     pub fn bootstrap(&self) -> Vec<String> {
-        self.nodes.keys().map(|id| format!("{}:{PORT}", ip_of(*id))).collect()
+        self.nodes.keys().map(|id| format!("{}:{PORT}", server_ip(*id))).collect()
     }
 
     /// Node ids.
@@ -82,35 +115,42 @@ impl SimCluster {
         self.nodes.keys().copied().collect()
     }
 
-    /// Runs `f` on the client host (simulated RPCs must come from a node with an address).
+    /// Client host `n` (0-based), for running workload processes.
+    pub fn client_host(&self, n: usize) -> &NodeHandle {
+        &self.clients[n % self.clients.len()]
+    }
+
+    /// Runs `f` on the first client host (simulated RPCs must come from a node with an address).
     pub async fn on_client<F, T>(&self, f: F) -> T
     where
         F: std::future::Future<Output = T> + Send + 'static,
         T: Send + 'static,
     {
-        match self.client_host.spawn(f).await {
+        match self.clients[0].spawn(f).await {
             Ok(v) => v,
             Err(e) => panic!("client task failed: {e}"),
         }
     }
 
-    /// A connected client (retries until the cluster answers).
+    /// A connected client, made on the first client host (retries until the cluster answers).
     pub async fn client(&self) -> Client {
         let bootstrap = self.bootstrap();
-        self.on_client(async move {
-            loop {
-                match Client::connect(&bootstrap).await {
-                    Ok(c) => return c,
-                    Err(_) => madsim::time::sleep(Duration::from_millis(100)).await,
-                }
-            }
-        })
-        .await
+        self.on_client(connect(bootstrap)).await
     }
 
     /// The running node `id`, if it is up and serving.
     pub fn node(&self, id: NodeId) -> Option<Arc<Node>> {
         self.live.lock().unwrap_or_else(|p| p.into_inner()).get(&id).cloned()
+    }
+
+    /// How many times node `id` has been started.
+    pub fn incarnation(&self, id: NodeId) -> u32 {
+        self.incarnations.lock().unwrap_or_else(|p| p.into_inner()).get(&id).copied().unwrap_or(0)
+    }
+
+    /// Node `id`'s disk.
+    pub fn disk(&self, id: NodeId) -> Option<&MemEngine> {
+        self.disks.get(&id)
     }
 
     /// Crashes node `id` (its process dies; the OS keeps its unsynced writes).
@@ -139,6 +179,73 @@ impl SimCluster {
     pub fn restart(&self, id: NodeId) {
         if let Some(n) = self.nodes.get(&id) {
             self.handle.restart(n.id());
+        }
+    }
+
+    /// Freezes node `id` (no task of it runs) until [`SimCluster::resume`].
+    pub fn pause(&self, id: NodeId) {
+        if let Some(n) = self.nodes.get(&id) {
+            self.handle.pause(n.id());
+        }
+    }
+
+    /// Unfreezes node `id`.
+    pub fn resume(&self, id: NodeId) {
+        if let Some(n) = self.nodes.get(&id) {
+            self.handle.resume(n.id());
+        }
+    }
+
+    /// Drops every message from server `from` to server `to`.
+    pub fn cut_link(&self, from: NodeId, to: NodeId) {
+        if let (Some(a), Some(b)) = (self.nodes.get(&from), self.nodes.get(&to)) {
+            NetSim::current().clog_link(a.id(), b.id());
+        }
+    }
+
+    /// Drops every message between every client host and server `id`, both ways.
+    pub fn cut_clients(&self, id: NodeId) {
+        if let Some(n) = self.nodes.get(&id) {
+            let net = NetSim::current();
+            for c in &self.clients {
+                net.clog_link(c.id(), n.id());
+                net.clog_link(n.id(), c.id());
+            }
+        }
+    }
+
+    /// Sets the share of messages dropped.
+    pub fn set_packet_loss(&self, rate: f64) {
+        NetSim::current().update_config(|c| c.packet_loss_rate = rate);
+    }
+
+    /// Sets the range of message latency.
+    pub fn set_latency(&self, range: std::ops::Range<Duration>) {
+        NetSim::current().update_config(|c| c.send_latency = range);
+    }
+
+    /// Removes every network fault: all links open, no loss, default latency.
+    pub fn heal_network(&self) {
+        let net = NetSim::current();
+        let hosts: Vec<_> = self.nodes.values().chain(self.clients.iter()).map(|h| h.id()).collect();
+        for a in &hosts {
+            for b in &hosts {
+                net.unclog_link(*a, *b);
+            }
+        }
+        net.update_config(|c| {
+            c.packet_loss_rate = 0.0;
+            c.send_latency = Duration::from_millis(1)..Duration::from_millis(10);
+        });
+    }
+}
+
+/// Connects a client, retrying until the cluster answers.
+pub async fn connect(bootstrap: Vec<String>) -> Client {
+    loop {
+        match Client::connect(&bootstrap).await {
+            Ok(c) => return c,
+            Err(_) => madsim::time::sleep(Duration::from_millis(100)).await,
         }
     }
 }

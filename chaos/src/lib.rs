@@ -5,11 +5,36 @@
 //! ([`rill_storage::MemEngine`]) that outlives crashes, so a restarted node reopens its "disk"
 //! and a power failure loses exactly what was not synced.
 //!
-//! * [`cluster`]: [`cluster::SimCluster`] — boot, kill, power-fail, restart nodes; run clients.
-//! * [`trace`]: [`trace::Trace`] — the event record whose hash proves a seed replays exactly.
+//! ```text
+//!  scenario ─┬─ SimCluster (nodes, disks, network)      ── faults: crash, power, pause, partitions,
+//!            │                                             loss, delay (drawn from the seed)
+//!            ├─ workload: producers + consumers ──► Recorder (invoke / ok | fail | info)
+//!            ├─ oracles: watermark samples, durable copies at each ack, replica logs
+//!            └─ heal ─► liveness ─► final reads ─► checkers ─► violations, trace hash
+//! ```
 //!
-//! Outside a madsim build this crate is empty.
+//! * [`history`] and [`checkers`]: the record of a run and one checker per invariant (plain
+//!   code, unit-tested in every build).
+//! * [`scenarios`]: the named scenarios and what they enable.
+//! * [`cluster`], [`faults`], [`workload`], [`oracle`], [`run`]: the simulation itself (madsim
+//!   builds only).
+//! * [`trace`]: the event record whose hash proves a seed replays exactly.
+
+// A test harness: a broken precondition (no node up, no topic) is a failed run, said loudly.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+pub mod checkers;
+pub mod history;
+pub mod scenarios;
+pub mod trace;
 
 #[cfg(madsim)]
 pub mod cluster;
-pub mod trace;
+#[cfg(madsim)]
+pub mod faults;
+#[cfg(madsim)]
+pub mod oracle;
+#[cfg(madsim)]
+pub mod run;
+#[cfg(madsim)]
+pub mod workload;

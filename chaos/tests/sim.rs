@@ -1,7 +1,8 @@
 //! Simulation scenarios (one test binary). Build with `--cfg madsim`; see `chaos/run`.
 //!
 //! Every scenario prints its seed first; `MADSIM_TEST_SEED=<seed>` replays it exactly and the
-//! printed trace hash must match.
+//! printed trace hash must match. The generated scenarios live in `rill_chaos::scenarios`; each
+//! has a test of the same name here. `smoke_leader_power_failure_and_rejoin` is scripted.
 
 #![cfg(madsim)]
 // Test code: a failed expectation is a failed test.
@@ -11,6 +12,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use rill_chaos::cluster::{init_logs, SimCluster};
+use rill_chaos::scenarios;
 use rill_chaos::trace::Trace;
 use rill_client::{Acks, Client, Record};
 
@@ -162,4 +164,37 @@ async fn smoke_leader_power_failure_and_rejoin() {
         }
     }
     println!("trace-hash: {:016x} events={}", trace.hash(), trace.len());
+}
+
+/// Runs a generated scenario and fails on any violation.
+async fn scenario(name: &str) {
+    init_logs();
+    let sc = scenarios::find(name).expect("scenario exists");
+    let report = rill_chaos::run::run(sc).await;
+    report.print();
+    assert!(report.violations.is_empty(), "{} violation(s); first: {}", report.violations.len(), report.violations[0]);
+}
+
+#[madsim::test]
+async fn acks_all_3() {
+    scenario("acks_all_3").await;
+}
+
+#[madsim::test]
+async fn acks_all_5() {
+    scenario("acks_all_5").await;
+}
+
+#[madsim::test]
+async fn acks_leader_3() {
+    scenario("acks_leader_3").await;
+}
+
+/// Not a scenario: prints every scenario with its description (`chaos/run --list`).
+#[madsim::test]
+async fn list_scenarios() {
+    println!("smoke_leader_power_failure_and_rejoin\tscripted: crash and power-fail the leader, fail over, rejoin, converge (default)");
+    for s in scenarios::SCENARIOS {
+        println!("{}\t{}{}", s.name, s.description, if s.default { " (default)" } else { "" });
+    }
 }

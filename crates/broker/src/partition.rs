@@ -178,6 +178,15 @@ impl Partition {
         *self.hw.borrow()
     }
 
+    /// The end of what fetches may serve: the high watermark.
+    fn visible_end(&self) -> u64 {
+        if rill_rt::mutation::active(rill_rt::mutation::Mutation::ReadAboveHw) {
+            // Deliberate bug (simulation only): treat the whole log as committed.
+            return self.log.end_position().max(self.high_watermark());
+        }
+        self.high_watermark()
+    }
+
     fn not_leader(&self) -> PartitionError {
         let m = self.raft.metrics();
         let m = m.borrow();
@@ -368,7 +377,7 @@ impl Partition {
                 }
             }
         }
-        let hw = self.high_watermark();
+        let hw = self.visible_end();
         let mut out = FetchOutcome { batches: Vec::new(), high_watermark: hw, log_start_offset: start };
         if offset >= hw {
             return Ok(out);

@@ -25,6 +25,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use bytes::Bytes;
 use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
 use openraft::{AnyError, EntryPayload, OptionalSend, RaftLogReader, StorageIOError};
+use rill_rt::mutation::Mutation;
 use rill_rt::sync::{mpsc, oneshot};
 use rill_storage::{Engine, Keyspace, Syncer, WriteBatch};
 
@@ -64,7 +65,8 @@ struct LogMeta {
 }
 
 struct FlushJob {
-    callback: LogFlushed<TypeConfig>,
+    /// openraft's completion callback; `None` when it was already (wrongly) called early.
+    callback: Option<LogFlushed<TypeConfig>>,
     proposals: Vec<(oneshot::Sender<Placement>, Placement)>,
 }
 
@@ -253,14 +255,18 @@ async fn run_flusher(group: GroupId, syncer: Syncer, mut rx: mpsc::UnboundedRece
         for job in jobs {
             match &result {
                 Ok(()) => {
-                    job.callback.log_io_completed(Ok(()));
+                    if let Some(callback) = job.callback {
+                        callback.log_io_completed(Ok(()));
+                    }
                     for (tx, placement) in job.proposals {
                         let _ = tx.send(placement);
                     }
                 }
                 Err(e) => {
                     tracing::error!(group, error = %e, "log flush failed");
-                    job.callback.log_io_completed(Err(std::io::Error::other(e.to_string())));
+                    if let Some(callback) = job.callback {
+                        callback.log_io_completed(Err(std::io::Error::other(e.to_string())));
+                    }
                 }
             }
         }
@@ -358,7 +364,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     {
         let g = self.shared.group;
         let mut batch = WriteBatch::new();
-        let mut proposals = Vec::new();
+        let mut proposals: Vec<(oneshot::Sender<Placement>, Placement)> = Vec::new();
         {
             let mut meta = lock(&self.shared.meta);
             let mut end = meta.end_position;
@@ -384,11 +390,25 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             meta.end_position = end;
             meta.last_log_id = last;
         }
+        let callback = if rill_rt::mutation::active(Mutation::AckBeforeSync) {
+            // Deliberate bug (simulation only): report the entries durable before the sync.
+            callback.log_io_completed(Ok(()));
+            for (tx, placement) in proposals.drain(..) {
+                let _ = tx.send(placement);
+            }
+            None
+        } else {
+            Some(callback)
+        };
         self.shared.flush_tx.send(FlushJob { callback, proposals }).map_err(|_| write_err("log flusher stopped"))?;
         Ok(())
     }
 
     async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {
+        if rill_rt::mutation::active(Mutation::SkipTruncate) {
+            // Deliberate bug (simulation only): keep the divergent tail and its positions.
+            return Ok(());
+        }
         let g = self.shared.group;
         let Some(first_removed) = self.get_entry(log_id.index)? else {
             return Ok(());

@@ -14,6 +14,8 @@
 //!
 //! This is the only crate (besides the simulation harness) that says `cfg(madsim)`.
 
+pub mod mutation;
+
 use std::future::Future;
 use std::time::Duration;
 

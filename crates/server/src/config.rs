@@ -49,6 +49,9 @@ pub struct Config {
     pub log_level: String,
     /// Log format.
     pub log_format: LogFormat,
+    /// Artificial delay before every storage sync. Zero in real deployments; the simulation
+    /// sets it to model a disk's fsync time. Not settable from the file or flags.
+    pub sync_latency: Duration,
 }
 
 /// Log output format.
@@ -82,6 +85,7 @@ impl Config {
             raft: RaftTiming::default(),
             log_level: "info".into(),
             log_format: LogFormat::Text,
+            sync_latency: Duration::ZERO,
         })
     }
 }
@@ -284,7 +288,7 @@ fn build(
             raft.heartbeat_ms, raft.election_min_ms, raft.election_max_ms
         )));
     }
-    Ok(Config { node_id, listen, data_dir, members: parsed, raft, log_level, log_format })
+    Ok(Config { node_id, listen, data_dir, members: parsed, raft, log_level, log_format, sync_latency: Duration::ZERO })
 }
 
 #[cfg(test)]

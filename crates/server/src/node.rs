@@ -52,7 +52,7 @@ pub struct Node {
 impl Node {
     /// Opens the node's groups on `engine` and starts its background tasks.
     pub async fn start(config: Config, engine: Arc<dyn Engine>) -> Result<Arc<Self>> {
-        let syncer = Syncer::start(engine.clone());
+        let syncer = Syncer::start_with_latency(engine.clone(), config.sync_latency);
         let multi = MultiRaft::new(config.node_id, engine, syncer, Transport::new(), config.raft);
         let (meta_sm, meta_rx) = MetaStateMachine::new();
         let members: BTreeMap<NodeId, BasicNode> =

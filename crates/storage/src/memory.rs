@@ -139,6 +139,18 @@ impl MemEngine {
         self.lock().durable.trees[keyspace.ordinal()].get(key).cloned()
     }
 
+    /// Up to `limit` *durable* entries with `start <= key < end`, descending: what a power
+    /// failure right now would leave.
+    pub fn durable_scan_rev(&self, keyspace: Keyspace, start: &[u8], end: &[u8], limit: usize) -> Vec<KeyValue> {
+        let inner = self.lock();
+        let tree = &inner.durable.trees[keyspace.ordinal()];
+        Self::range_of(tree, start, end)
+            .rev()
+            .take(limit)
+            .map(|(k, v)| (Bytes::copy_from_slice(k), v.clone()))
+            .collect()
+    }
+
     fn range_of<'a>(
         tree: &'a Tree,
         start: &'a [u8],

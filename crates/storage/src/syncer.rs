@@ -10,6 +10,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use rill_rt::sync::{mpsc, oneshot};
 
@@ -36,9 +37,16 @@ pub struct Syncer {
 impl Syncer {
     /// Spawns the sync task for `engine` on the current runtime.
     pub fn start(engine: Arc<dyn Engine>) -> Self {
+        Self::start_with_latency(engine, Duration::ZERO)
+    }
+
+    /// Like [`Syncer::start`], but every sync first waits `latency`. The simulation uses this
+    /// to give its in-memory disk a realistic fsync time, so acknowledging before a sync has a
+    /// window in which a power failure can catch it.
+    pub fn start_with_latency(engine: Arc<dyn Engine>, latency: Duration) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
         let stats = Arc::new(SyncStats::default());
-        rill_rt::spawn(run(engine, rx, stats.clone()));
+        rill_rt::spawn(run(engine, rx, stats.clone(), latency));
         Self { tx, stats }
     }
 
@@ -55,8 +63,16 @@ impl Syncer {
     }
 }
 
-async fn run(engine: Arc<dyn Engine>, mut rx: mpsc::UnboundedReceiver<Waiter>, stats: Arc<SyncStats>) {
+async fn run(
+    engine: Arc<dyn Engine>,
+    mut rx: mpsc::UnboundedReceiver<Waiter>,
+    stats: Arc<SyncStats>,
+    latency: Duration,
+) {
     while let Some(first) = rx.recv().await {
+        if !latency.is_zero() {
+            rill_rt::sleep(latency).await;
+        }
         let mut waiters = vec![first];
         while let Ok(more) = rx.try_recv() {
             waiters.push(more);

@@ -1,0 +1,46 @@
+//! History checkers, one invariant per file. Each returns the violations it finds; an empty list
+//! means the history is consistent with the guarantee.
+//!
+//! Client-visible (from the [`History`]): [`lost_write`], [`inconsistent_offsets`],
+//! [`duplicates`], [`poll_order`], [`send_order`].
+//! White-box (from replica state only the simulator can see): [`replicas_agree`],
+//! [`watermarks`], [`ack_durability`].
+
+pub mod ack_durability;
+pub mod duplicates;
+pub mod inconsistent_offsets;
+pub mod lost_write;
+pub mod poll_order;
+pub mod replicas_agree;
+pub mod send_order;
+pub mod watermarks;
+
+use crate::history::History;
+
+/// One broken guarantee, with enough detail to start debugging.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation {
+    /// The checker that found it.
+    pub checker: &'static str,
+    /// What is wrong.
+    pub detail: String,
+}
+
+impl std::fmt::Display for Violation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "[{}] {}", self.checker, self.detail)
+    }
+}
+
+/// Runs every client-visible checker that applies to `history`.
+pub fn check_history(history: &History) -> Vec<Violation> {
+    let mut out = Vec::new();
+    if history.acks_promise_offsets {
+        out.extend(lost_write::check(history));
+        out.extend(send_order::check(history));
+    }
+    out.extend(inconsistent_offsets::check(history));
+    out.extend(duplicates::check(history));
+    out.extend(poll_order::check(history));
+    out
+}

@@ -1,0 +1,305 @@
+//! One simulation run of a scenario: boot, workload under faults, heal, liveness, checks.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rand::Rng;
+use rill_client::Acks;
+use rill_raft::GroupId;
+
+use crate::checkers::{self, Violation};
+use crate::cluster::{connect, SimCluster, SimOptions};
+use crate::faults::{self, FaultCounts};
+use crate::history::{History, Recorder};
+use crate::oracle::{self, AckOracle};
+use crate::scenarios::{AcksLevel, Scenario};
+use crate::trace::Trace;
+use crate::workload::{self, Workload};
+
+/// Simulated time allowed for elections, catch-up and final reads once faults stop.
+pub const LIVENESS_BOUND: Duration = Duration::from_secs(60);
+/// How often replica watermarks are sampled.
+const SAMPLE_EVERY: Duration = Duration::from_millis(25);
+/// The workload topic.
+const TOPIC: &str = "chaos";
+
+/// What a run found.
+#[derive(Debug, Clone, Default)]
+pub struct Report {
+    /// Operations recorded.
+    pub ops: usize,
+    /// Acknowledged sends.
+    pub acked: usize,
+    /// Faults applied.
+    pub faults: FaultCounts,
+    /// Broken guarantees.
+    pub violations: Vec<Violation>,
+    /// Hash of the run's trace.
+    pub trace_hash: u64,
+    /// Events in the trace.
+    pub events: usize,
+}
+
+impl Report {
+    /// Prints the report in the form `chaos/run` parses.
+    pub fn print(&self) {
+        for v in &self.violations {
+            println!("violation: {v}");
+        }
+        println!(
+            "stats: ops={} acked={} crash={} power={} partition={} pause={} loss={} delay={} violations={}",
+            self.ops,
+            self.acked,
+            self.faults.get("crash"),
+            self.faults.get("power"),
+            self.faults.get("partition"),
+            self.faults.get("pause"),
+            self.faults.get("loss"),
+            self.faults.get("delay"),
+            self.violations.len()
+        );
+        println!("trace-hash: {:016x} events={}", self.trace_hash, self.events);
+    }
+}
+
+fn elapsed() -> Duration {
+    madsim::time::TimeHandle::current().elapsed()
+}
+
+/// Switches on the mutation named in `RILL_MUTATION`, if any. Returns its name.
+fn arm_mutation() -> Option<&'static str> {
+    let name = std::env::var("RILL_MUTATION").ok().filter(|n| !n.is_empty())?;
+    let Some(m) = rill_rt::mutation::Mutation::from_name(&name) else {
+        panic!("RILL_MUTATION={name} is not a known mutation");
+    };
+    rill_rt::mutation::set(&[m]);
+    Some(m.name())
+}
+
+/// Runs `scenario` on the current simulation seed.
+pub async fn run(scenario: &Scenario) -> Report {
+    let seed = madsim::runtime::Handle::current().seed();
+    println!("seed: {seed}");
+    let trace = Trace::new();
+    trace.record(format!("scenario {} seed {seed}", scenario.name));
+    if let Some(m) = arm_mutation() {
+        println!("mutation: {m}");
+        trace.record(format!("mutation {m}"));
+    }
+    let sync_latency = Duration::from_micros(rill_rt::rng().gen_range(500..8000));
+    trace.record(format!("disk sync latency {sync_latency:?}"));
+    let processes = scenario.producers + scenario.consumers;
+    let cluster = Arc::new(SimCluster::start_with(SimOptions {
+        nodes: scenario.nodes,
+        client_hosts: processes + 1,
+        sync_latency,
+    }));
+    let mut violations = Vec::new();
+
+    // --- setup: the workload topic, with every partition led
+    let admin = cluster.client().await;
+    let rf = scenario.replication_factor;
+    let parts = scenario.partitions;
+    let c = admin.clone();
+    let created = cluster
+        .on_client(async move {
+            let configs = vec![("replica.lag.time.max.ms".to_string(), "3000".to_string())];
+            loop {
+                match c.create_topic(TOPIC, parts, rf, &configs).await {
+                    Ok(_) => return Ok(()),
+                    Err(e) if e.code() == Some(rill_client::ErrorCode::TopicAlreadyExists) => return Ok(()),
+                    Err(e) if e.is_retriable_without_effect() || e.code().is_none() => {
+                        rill_rt::sleep(Duration::from_millis(200)).await
+                    }
+                    Err(e) => return Err(e.to_string()),
+                }
+            }
+        })
+        .await;
+    if let Err(e) = created {
+        panic!("cannot create the workload topic: {e}");
+    }
+    if let Err(e) = wait_for_leaders(&cluster, &admin, LIVENESS_BOUND).await {
+        panic!("setup: {e}");
+    }
+    let groups: Vec<GroupId> = {
+        let node = cluster.ids().into_iter().find_map(|id| cluster.node(id)).expect("a node is up");
+        let meta = node.meta();
+        meta.topics.get(TOPIC).expect("topic exists").partitions.iter().map(|p| p.group).collect()
+    };
+    trace.record(format!("setup done at {:?}, groups {groups:?}", elapsed()));
+
+    // --- fault phase: workload, watermark sampling, faults
+    let (acks, required) = match scenario.acks {
+        AcksLevel::All => (Acks::All, rf as usize / 2 + 1),
+        AcksLevel::Leader => (Acks::Leader, 1),
+    };
+    let recorder = Recorder::new(scenario.acks == AcksLevel::All);
+    let oracle = AckOracle::new(&cluster, groups.clone());
+    let w = Workload {
+        topic: TOPIC.into(),
+        partitions: parts,
+        acks,
+        required_copies: required,
+        produce_timeout: Duration::from_secs(2),
+        deadline: rill_rt::now() + scenario.fault_phase,
+        recorder: recorder.clone(),
+        oracle: oracle.clone(),
+    };
+    let mut workers = Vec::new();
+    for i in 0..processes {
+        let host = cluster.client_host(i as usize + 1).clone();
+        let bootstrap = cluster.bootstrap();
+        let w = w.clone();
+        let is_producer = i < scenario.producers;
+        workers.push(host.spawn(async move {
+            let client = connect(bootstrap).await;
+            if is_producer {
+                workload::producer(i, client, w).await
+            } else {
+                workload::consumer(i, client, w).await
+            }
+        }));
+    }
+    let samples = Arc::new(Mutex::new(Vec::new()));
+    let sampling = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let sampler = {
+        let cluster = cluster.clone();
+        let samples = samples.clone();
+        let sampling = sampling.clone();
+        madsim::task::spawn(async move {
+            while sampling.load(std::sync::atomic::Ordering::Relaxed) {
+                oracle::sample_watermarks(&cluster, &mut samples.lock().unwrap_or_else(|p| p.into_inner()));
+                rill_rt::sleep(SAMPLE_EVERY).await;
+            }
+        })
+    };
+    let enabled = faults::enabled_faults(scenario.faults);
+    trace.record(format!("enabled faults {enabled:?}"));
+    let fault_counts = faults::inject(&cluster, &enabled, scenario.fault_phase, &trace).await;
+    for worker in workers {
+        let _ = worker.await;
+    }
+    trace.record(format!("fault phase over at {:?}", elapsed()));
+
+    // --- liveness: leaders, convergence, every acknowledged write readable
+    if let Err(e) = wait_for_leaders(&cluster, &admin, LIVENESS_BOUND).await {
+        violations.push(Violation { checker: "liveness", detail: e });
+    }
+    if let Err(e) = wait_for_convergence(&cluster, &groups, LIVENESS_BOUND).await {
+        violations.push(Violation { checker: "liveness", detail: e });
+    }
+    sampling.store(false, std::sync::atomic::Ordering::Relaxed);
+    let _ = sampler.await;
+    let history_so_far = recorder.snapshot();
+    let mut must_reach: BTreeMap<u32, u64> = BTreeMap::new();
+    if history_so_far.acks_promise_offsets {
+        for (_, p, _, o) in history_so_far.acked_sends() {
+            let e = must_reach.entry(p).or_insert(0);
+            *e = (*e).max(o + 1);
+        }
+    }
+    let reader = cluster.client().await;
+    let w2 = w.clone();
+    if let Err(e) = cluster.on_client(workload::final_reads(reader, w2, must_reach, LIVENESS_BOUND)).await {
+        violations.push(Violation { checker: "liveness", detail: e });
+    }
+    trace.record(format!("final reads done at {:?}", elapsed()));
+
+    // --- checkers
+    let history: History = recorder.snapshot();
+    violations.extend(checkers::check_history(&history));
+    violations.extend(checkers::ack_durability::check(&oracle.checks()));
+    violations.extend(checkers::watermarks::check(&samples.lock().unwrap_or_else(|p| p.into_inner())));
+    match oracle::replica_logs(&cluster) {
+        Ok(logs) => {
+            for l in &logs {
+                trace.record(format!(
+                    "replica node {} group {} hw {} entries {}",
+                    l.node,
+                    l.group,
+                    l.high_watermark,
+                    l.entries.len()
+                ));
+            }
+            violations.extend(checkers::replicas_agree::check(&logs));
+        }
+        Err(e) => {
+            violations.push(Violation { checker: "replicas-agree", detail: format!("cannot read a replica log: {e}") })
+        }
+    }
+    for op in &history.ops {
+        trace.record(format!("op {} p{} {:?} -> {:?}", op.id, op.process, op.kind, op.outcome));
+    }
+    for (p, r) in &history.final_reads {
+        trace.record(format!("final {p}: {r:?}"));
+    }
+    trace.record(format!("end at {:?}", elapsed()));
+    Report {
+        ops: history.ops.len(),
+        acked: history.acked_sends().count(),
+        faults: fault_counts,
+        violations,
+        trace_hash: trace.hash(),
+        events: trace.len(),
+    }
+}
+
+/// Waits until every partition of the workload topic reports a leader.
+async fn wait_for_leaders(cluster: &SimCluster, admin: &rill_client::Client, bound: Duration) -> Result<(), String> {
+    let c = admin.clone();
+    cluster
+        .on_client(async move {
+            let deadline = rill_rt::now() + bound;
+            loop {
+                if let Ok(d) = c.describe_topic(TOPIC).await {
+                    if d.partitions.iter().all(|p| p.leader.is_some()) {
+                        return Ok(());
+                    }
+                }
+                if rill_rt::now() > deadline {
+                    return Err(format!("some partition of {TOPIC} had no leader {bound:?} after the faults stopped"));
+                }
+                rill_rt::sleep(Duration::from_millis(100)).await;
+            }
+        })
+        .await
+}
+
+/// Waits until every replica of every group is up, caught up and at one high watermark.
+async fn wait_for_convergence(cluster: &SimCluster, groups: &[GroupId], bound: Duration) -> Result<(), String> {
+    let deadline = rill_rt::now() + bound;
+    loop {
+        let mut pending = Vec::new();
+        for g in groups {
+            let states: Vec<_> = cluster
+                .ids()
+                .into_iter()
+                .filter_map(|id| cluster.node(id))
+                .filter_map(|n| n.partition_by_group(*g))
+                .map(|p| p.state())
+                .collect();
+            let expected = cluster
+                .node(cluster.ids()[0])
+                .and_then(|n| n.meta().topics.get(TOPIC).map(|t| t.replication_factor as usize));
+            let converged = Some(states.len()) == expected
+                && states
+                    .iter()
+                    .all(|s| s.high_watermark == s.log_end_offset && s.high_watermark == states[0].high_watermark);
+            if !converged {
+                pending.push(format!(
+                    "group {g}: {:?}",
+                    states.iter().map(|s| (s.high_watermark, s.log_end_offset)).collect::<Vec<_>>()
+                ));
+            }
+        }
+        if pending.is_empty() {
+            return Ok(());
+        }
+        if rill_rt::now() > deadline {
+            return Err(format!("replicas did not converge within {bound:?}: {}", pending.join("; ")));
+        }
+        rill_rt::sleep(Duration::from_millis(100)).await;
+    }
+}

@@ -1,0 +1,127 @@
+//! The named simulation scenarios (`chaos/run --list`).
+
+use std::time::Duration;
+
+/// A kind of fault the injector can apply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum FaultKind {
+    /// A node's process dies and restarts later; the OS keeps its unsynced writes.
+    Crash,
+    /// One or several nodes lose power: unsynced writes are lost (a seed-chosen prefix survives).
+    PowerFail,
+    /// A node stops running for longer than the election timeout, then resumes believing
+    /// nothing happened.
+    Pause,
+    /// One node cannot reach the other servers (clients still reach it).
+    IsolateNode,
+    /// The servers split into a minority and a majority.
+    MajoritySplit,
+    /// Two halves that cannot talk, except through one bridge node that sees both.
+    Bridge,
+    /// Messages from one node to another are dropped; the reverse direction works.
+    OneWay,
+    /// Clients cannot reach one node; the servers still can.
+    ClientCut,
+    /// A share of all messages is dropped.
+    PacketLoss,
+    /// Messages take up to seconds: requests arrive after their senders gave up.
+    Delay,
+}
+
+/// Every fault kind.
+pub const ALL_FAULTS: &[FaultKind] = &[
+    FaultKind::Crash,
+    FaultKind::PowerFail,
+    FaultKind::Pause,
+    FaultKind::IsolateNode,
+    FaultKind::MajoritySplit,
+    FaultKind::Bridge,
+    FaultKind::OneWay,
+    FaultKind::ClientCut,
+    FaultKind::PacketLoss,
+    FaultKind::Delay,
+];
+
+/// What producers wait for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AcksLevel {
+    /// acks=all: an acknowledged offset is a promise.
+    All,
+    /// acks=1: an acknowledged write may be lost and its offset reused.
+    Leader,
+}
+
+/// A named scenario.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Scenario {
+    /// Name (the madsim test of the same name runs it).
+    pub name: &'static str,
+    /// One line for `chaos/run --list`.
+    pub description: &'static str,
+    /// Cluster size.
+    pub nodes: u64,
+    /// Partitions of the workload topic.
+    pub partitions: u32,
+    /// Replication factor of the workload topic.
+    pub replication_factor: u32,
+    /// Producer acknowledgement level.
+    pub acks: AcksLevel,
+    /// Producer processes.
+    pub producers: u32,
+    /// Consumer processes (each reads every partition).
+    pub consumers: u32,
+    /// How long faults are injected (simulated time).
+    pub fault_phase: Duration,
+    /// Fault kinds a seed may enable.
+    pub faults: &'static [FaultKind],
+    /// Part of the default set CI runs.
+    pub default: bool,
+}
+
+/// Every scenario.
+pub const SCENARIOS: &[Scenario] = &[
+    Scenario {
+        name: "acks_all_3",
+        description: "3 nodes, 3 partitions RF 3, acks=all producers and assign-mode consumers under every fault kind",
+        nodes: 3,
+        partitions: 3,
+        replication_factor: 3,
+        acks: AcksLevel::All,
+        producers: 3,
+        consumers: 2,
+        fault_phase: Duration::from_secs(20),
+        faults: ALL_FAULTS,
+        default: true,
+    },
+    Scenario {
+        name: "acks_all_5",
+        description: "5 nodes, 4 partitions RF 3, acks=all under every fault kind (splits and bridges with more shapes)",
+        nodes: 5,
+        partitions: 4,
+        replication_factor: 3,
+        acks: AcksLevel::All,
+        producers: 3,
+        consumers: 2,
+        fault_phase: Duration::from_secs(20),
+        faults: ALL_FAULTS,
+        default: true,
+    },
+    Scenario {
+        name: "acks_leader_3",
+        description: "3 nodes, acks=1: checks only what acks=1 promises (synced on the leader; reads consistent, no duplicates, no skips)",
+        nodes: 3,
+        partitions: 2,
+        replication_factor: 3,
+        acks: AcksLevel::Leader,
+        producers: 2,
+        consumers: 2,
+        fault_phase: Duration::from_secs(15),
+        faults: ALL_FAULTS,
+        default: true,
+    },
+];
+
+/// The scenario called `name`.
+pub fn find(name: &str) -> Option<&'static Scenario> {
+    SCENARIOS.iter().find(|s| s.name == name)
+}

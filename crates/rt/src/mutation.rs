@@ -1,0 +1,65 @@
+//! Deliberate bugs, for proving the simulation's checkers can fail.
+//!
+//! Each [`Mutation`] breaks one guarantee at one site in node code. The simulation switches one
+//! on for a run and expects its checkers to report violations. In a normal build
+//! [`active`] is a constant `false`, so the mutated branches are compiled out of the real
+//! server.
+
+/// A deliberately broken guarantee.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mutation {
+    /// Report log appends as flushed before the sync (acknowledge before durable).
+    AckBeforeSync,
+    /// Serve fetches up to the log end instead of the high watermark.
+    ReadAboveHw,
+    /// A follower keeps its divergent log tail instead of truncating it.
+    SkipTruncate,
+}
+
+impl Mutation {
+    /// Every mutation.
+    pub const ALL: [Mutation; 3] = [Mutation::AckBeforeSync, Mutation::ReadAboveHw, Mutation::SkipTruncate];
+
+    /// The name used on the command line (`chaos/run --mutation NAME`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Mutation::AckBeforeSync => "ack-before-sync",
+            Mutation::ReadAboveHw => "read-above-hw",
+            Mutation::SkipTruncate => "skip-truncate",
+        }
+    }
+
+    /// Parses a command-line name.
+    pub fn from_name(name: &str) -> Option<Mutation> {
+        Self::ALL.into_iter().find(|m| m.name() == name)
+    }
+
+    #[cfg_attr(not(madsim), allow(dead_code))]
+    fn bit(self) -> u8 {
+        1 << (self as u8)
+    }
+}
+
+#[cfg(madsim)]
+static ACTIVE: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+/// Switches the mutations of this simulation run (simulation builds only).
+#[cfg(madsim)]
+pub fn set(mutations: &[Mutation]) {
+    let bits = mutations.iter().fold(0u8, |acc, m| acc | m.bit());
+    ACTIVE.store(bits, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// True when `m` is switched on. Always `false` outside the simulation.
+#[inline(always)]
+pub fn active(m: Mutation) -> bool {
+    #[cfg(madsim)]
+    {
+        ACTIVE.load(std::sync::atomic::Ordering::Relaxed) & m.bit() != 0
+    }
+    #[cfg(not(madsim))]
+    {
+        let _ = m;
+        false
+    }
+}
