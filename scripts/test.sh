@@ -25,6 +25,9 @@ cargo test --workspace --exclude rill-tests
 step "integration tests (real 3-node clusters on 127.0.0.1)"
 cargo test -p rill-tests -- --test-threads=1
 
+step "the Python example against a local cluster (grpcio, no Rust client)"
+examples/python/check.sh
+
 step "simulation lints"
 RUSTFLAGS="--cfg madsim" CARGO_TARGET_DIR="$RILL_SIM_TARGET_DIR" cargo clippy -p rill-chaos --all-targets -- -D warnings
 

@@ -11,9 +11,12 @@
 mod harness;
 
 mod t10_produce_consume;
+mod t15_client_api;
 mod t20_leader_kill;
 mod t30_min_insync;
 mod t40_majority_down;
 mod t50_bad_input;
 mod t60_restart;
 mod t70_cli;
+mod t75_rill_dev;
+mod t80_topic_admin;

@@ -1,8 +1,9 @@
 //! The body of a partition's Raft entry.
 //!
-//! `version ‖ kind ‖ count ‖ (length ‖ RecordBatch)*`, little-endian. An entry carries one or more
-//! record batches, each exactly as the producer encoded it (plus the leader's append time); its
-//! records occupy consecutive offsets in batch order.
+//! `version ‖ kind ‖ append time (i64) ‖ count ‖ (length ‖ RecordBatch)*`, little-endian. An
+//! entry carries one or more record batches, each exactly as the producer encoded it (plus the
+//! leader's append time); its records occupy consecutive offsets in batch order. The append time
+//! sits in the fixed header so the state machine can index it without decoding batches.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use prost::Message;
@@ -10,13 +11,15 @@ use rill_proto::common::RecordBatch;
 
 const VERSION: u8 = 1;
 const KIND_APPEND: u8 = 1;
+const HEADER_LEN: usize = 1 + 1 + 8 + 4;
 
-/// Encodes an append of `batches`.
-pub fn encode_append(batches: &[RecordBatch]) -> Bytes {
+/// Encodes an append of `batches`, appended by the leader at `append_time_ms`.
+pub fn encode_append(append_time_ms: i64, batches: &[RecordBatch]) -> Bytes {
     let size: usize = batches.iter().map(|b| 4 + b.encoded_len()).sum();
-    let mut out = BytesMut::with_capacity(2 + 4 + size);
+    let mut out = BytesMut::with_capacity(HEADER_LEN + size);
     out.put_u8(VERSION);
     out.put_u8(KIND_APPEND);
+    out.put_i64_le(append_time_ms);
     out.put_u32_le(batches.len() as u32);
     for b in batches {
         out.put_u32_le(b.encoded_len() as u32);
@@ -26,9 +29,17 @@ pub fn encode_append(batches: &[RecordBatch]) -> Bytes {
     out.freeze()
 }
 
+/// The append time in an entry's header, without decoding its batches.
+pub fn append_time(body: &[u8]) -> Option<i64> {
+    if body.len() < HEADER_LEN || body[0] != VERSION || body[1] != KIND_APPEND {
+        return None;
+    }
+    Some(i64::from_le_bytes(body[2..10].try_into().ok()?))
+}
+
 /// Decodes the batches of an append entry. Record bytes are zero-copy slices of `body`.
 pub fn decode_append(mut body: Bytes) -> Result<Vec<RecordBatch>, String> {
-    if body.len() < 6 {
+    if body.len() < HEADER_LEN {
         return Err("partition entry shorter than its header".into());
     }
     let version = body.get_u8();
@@ -36,6 +47,7 @@ pub fn decode_append(mut body: Bytes) -> Result<Vec<RecordBatch>, String> {
     if version != VERSION || kind != KIND_APPEND {
         return Err(format!("unknown partition entry version {version} kind {kind}"));
     }
+    let _append_time = body.get_i64_le();
     let n = body.get_u32_le() as usize;
     let mut out = Vec::with_capacity(n.min(1024));
     for _ in 0..n {
@@ -60,7 +72,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn round_trips_batches() {
+    fn round_trips_batches_and_time() {
         let mk = |v: &'static str| {
             batch::build(
                 vec![Record { timestamp_ms: 5, key: None, value: Bytes::from_static(v.as_bytes()), headers: vec![] }],
@@ -69,9 +81,11 @@ mod tests {
             .unwrap()
         };
         let batches = vec![mk("a"), mk("b")];
-        let decoded = decode_append(encode_append(&batches)).unwrap();
-        assert_eq!(decoded, batches);
-        assert!(decode_append(encode_append(&batches).slice(..9)).is_err());
-        assert!(decode_append(Bytes::from_static(&[9, 9, 0, 0, 0, 0])).is_err());
+        let body = encode_append(1234, &batches);
+        assert_eq!(append_time(&body), Some(1234));
+        assert_eq!(decode_append(body.clone()).unwrap(), batches);
+        assert!(decode_append(body.slice(..13)).is_err());
+        assert!(decode_append(Bytes::from_static(&[9, 9, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0])).is_err());
+        assert_eq!(append_time(&[9, 9]), None);
     }
 }

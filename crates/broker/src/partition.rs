@@ -1,7 +1,7 @@
 //! [`Partition`]: one partition replica on this node — produce, fetch, list offsets, status.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -21,7 +21,7 @@ use rill_rt::Instant;
 use crate::command;
 use crate::error::{PartitionError, Result};
 use crate::isr::{self, IsrView};
-use crate::machine::{decode_base_offset, PartitionStateMachine};
+use crate::machine::{decode_base_offset, PartitionStateMachine, SharedState, TimeIndex};
 
 /// Why openraft refused a proposal.
 type WriteError = RaftError<NodeId, ClientWriteError<NodeId, openraft::BasicNode>>;
@@ -91,6 +91,7 @@ pub struct Partition {
     hw: watch::Receiver<u64>,
     isr: watch::Receiver<IsrView>,
     config: Arc<RwLock<TopicConfig>>,
+    times: Arc<Mutex<TimeIndex>>,
     next_proposal: AtomicU64,
 }
 
@@ -102,19 +103,19 @@ impl std::fmt::Debug for Partition {
 
 impl Partition {
     /// Wraps a started Raft group as a partition replica and starts its ISR tracker.
-    /// `hw` must be the sender given to the group's [`PartitionStateMachine`].
+    /// `shared` must be the state the group's [`PartitionStateMachine`] was made from.
     pub fn new(
         topic: String,
         partition: u32,
         node_id: NodeId,
         started: StartedGroup<PartitionStateMachine>,
-        hw: Arc<watch::Sender<u64>>,
+        shared: SharedState,
         config: TopicConfig,
         transport: Arc<Transport>,
     ) -> Arc<Self> {
         let StartedGroup { raft, log, sm, .. } = started;
         // The state machine may have been restored from a snapshot before anything was applied.
-        hw.send_replace(sm.applied().position);
+        shared.hw.send_replace(sm.applied().position);
         let config = Arc::new(RwLock::new(config));
         let (isr_tx, isr_rx) = watch::channel(IsrView::default());
         let lag_config = config.clone();
@@ -128,9 +129,10 @@ impl Partition {
             raft,
             log,
             sm,
-            hw: hw.subscribe(),
+            hw: shared.hw.subscribe(),
             isr: isr_rx,
             config,
+            times: shared.times,
             next_proposal: AtomicU64::new(1),
         })
     }
@@ -254,7 +256,7 @@ impl Partition {
         batch.base_offset = 0;
         batch.append_time_ms = append_time_ms;
         let units = batch.record_count;
-        let body = command::encode_append(std::slice::from_ref(&batch));
+        let body = command::encode_append(append_time_ms, std::slice::from_ref(&batch));
         let proposal = self.next_proposal.fetch_add(1, Ordering::Relaxed);
         let payload = Payload { units, body, proposal };
         match acks {
@@ -428,6 +430,35 @@ impl Partition {
             match rill_rt::timeout_at(deadline, hw.changed()).await {
                 Ok(Ok(())) => {}
                 Ok(Err(_)) | Err(_) => return *hw.borrow() > offset,
+            }
+        }
+    }
+
+    /// The first offset whose entry the leader appended at or after `time_ms` (ms since the
+    /// epoch), or the high watermark when there is none. Starts from the sparse time index and
+    /// scans at most about one index interval of entries.
+    pub fn offset_for_time(&self, time_ms: i64) -> Result<u64> {
+        if self.leader_term().is_none() {
+            return Err(self.not_leader());
+        }
+        let hw = self.high_watermark();
+        let start =
+            self.times.lock().unwrap_or_else(|p| p.into_inner()).scan_start(time_ms).max(self.log.start_position());
+        let storage = |e: rill_raft::Error| PartitionError::Storage(e.to_string());
+        let Some(mut index) = self.log.index_of_position(start).map_err(storage)? else { return Ok(hw) };
+        loop {
+            let entries = self.log.read_positioned(index, u64::MAX, FETCH_SCAN_ENTRIES).map_err(storage)?;
+            if entries.is_empty() {
+                return Ok(hw);
+            }
+            for e in entries {
+                if e.base >= hw {
+                    return Ok(hw);
+                }
+                if command::append_time(&e.body).is_some_and(|t| t >= time_ms) {
+                    return Ok(e.base);
+                }
+                index = e.index + 1;
             }
         }
     }

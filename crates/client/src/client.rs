@@ -1,24 +1,21 @@
-//! [`Client`]: one handle for admin, produce and fetch.
+//! [`Client`]: connections, metadata, and per-partition requests routed to leaders.
 //!
 //! Requests for a partition go to its leader, found through a metadata cache. When a node
 //! answers `NOT_LEADER_OR_FOLLOWER`, the client follows the leader hint (or refreshes the
-//! metadata) and retries — but only for errors that prove the request had no effect, so a retry
-//! can never write a batch twice. A transport failure during a produce has an unknown outcome and
-//! is returned to the caller as such.
+//! metadata) and retries with exponential backoff and jitter — but only for errors that prove the
+//! request had no effect, so a retry can never write a batch twice, and only within the
+//! configured retry budget. A transport failure during a produce has an unknown outcome and is
+//! returned to the caller as such.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bytes::Bytes;
 use rand::Rng;
 use rill_proto::admin::admin_client::AdminClient;
-use rill_proto::admin::{
-    CreateTopicRequest, DescribeClusterRequest, DescribeClusterResponse, DescribeTopicRequest, ListTopicsRequest,
-    MetadataRequest, TopicConfigEntry, TopicDescription, TopicSummary,
-};
+use rill_proto::admin::MetadataRequest;
 use rill_proto::batch;
-use rill_proto::common::{Compression, ErrorCode, Header, RecordBatch};
+use rill_proto::common::{Compression, ErrorCode, Header, LeaderHint, RecordBatch};
 use rill_proto::records::records_client::RecordsClient;
 use rill_proto::records::{
     self as pb, FetchPartition, FetchRequest, FetchTopic, ListOffsetsRequest, ListOffsetsTopic, PartitionProduce,
@@ -27,106 +24,36 @@ use rill_proto::records::{
 use tonic::transport::{Channel, Endpoint};
 
 use crate::error::{self, Error, Result};
+use crate::record::{Acks, FetchedPartition, OffsetSpec, ProduceAck, ReceivedRecord, Record};
 
-/// How long to wait for a TCP connection.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
-/// Per-request deadline on top of the server-side timeout (covers a dead connection).
-const REQUEST_SLACK: Duration = Duration::from_secs(5);
-/// Attempts for requests that are safe to retry.
-const MAX_ATTEMPTS: u32 = 12;
+/// Largest gRPC message the client accepts.
+const MAX_MESSAGE_BYTES: usize = 64 << 20;
 /// First retry backoff; doubles up to [`MAX_BACKOFF`], with jitter.
 const BASE_BACKOFF: Duration = Duration::from_millis(50);
 /// Largest retry backoff.
 const MAX_BACKOFF: Duration = Duration::from_millis(1000);
-/// Largest gRPC message the client accepts.
-const MAX_MESSAGE_BYTES: usize = 64 << 20;
 
-/// Acknowledgement level for produce.
+/// Client tuning.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Acks {
-    /// Committed by a Raft majority and present on every in-sync replica (default).
-    All,
-    /// Synced in the leader's log.
-    Leader,
-    /// Not waited for.
-    None,
+pub struct ClientOptions {
+    /// How long to wait for a TCP connection.
+    pub connect_timeout: Duration,
+    /// Extra time a request may take beyond its server-side timeout before the client gives up
+    /// on the connection (the outcome is then unknown).
+    pub request_slack: Duration,
+    /// How long a request keeps being retried after errors that prove it had no effect
+    /// (no leader yet, leader moved, ISR too small).
+    pub retry_budget: Duration,
 }
 
-impl Acks {
-    fn wire(self) -> i32 {
-        match self {
-            Acks::All => pb::Acks::All as i32,
-            Acks::Leader => pb::Acks::Leader as i32,
-            Acks::None => pb::Acks::None as i32,
+impl Default for ClientOptions {
+    fn default() -> Self {
+        Self {
+            connect_timeout: Duration::from_secs(3),
+            request_slack: Duration::from_secs(5),
+            retry_budget: Duration::from_secs(30),
         }
     }
-}
-
-/// Which offset [`Client::list_offset`] returns.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OffsetSpec {
-    /// The first stored offset.
-    Earliest,
-    /// The high watermark: where the next committed record will go.
-    Latest,
-}
-
-/// A record to produce.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Record {
-    /// Optional key.
-    pub key: Option<Bytes>,
-    /// Value.
-    pub value: Bytes,
-    /// Headers.
-    pub headers: Vec<(String, Bytes)>,
-    /// Create time in ms since the epoch; 0 means "now".
-    pub timestamp_ms: i64,
-}
-
-impl Record {
-    /// An unkeyed record.
-    pub fn new(value: impl Into<Bytes>) -> Self {
-        Self { value: value.into(), ..Default::default() }
-    }
-
-    /// A keyed record.
-    pub fn keyed(key: impl Into<Bytes>, value: impl Into<Bytes>) -> Self {
-        Self { key: Some(key.into()), value: value.into(), ..Default::default() }
-    }
-}
-
-/// A record read back.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ReceivedRecord {
-    /// Its offset.
-    pub offset: u64,
-    /// Create time.
-    pub timestamp_ms: i64,
-    /// Key.
-    pub key: Option<Bytes>,
-    /// Value.
-    pub value: Bytes,
-    /// Headers.
-    pub headers: Vec<(String, Bytes)>,
-}
-
-/// A successful produce.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ProduceAck {
-    /// Offset of the first record (`None` with [`Acks::None`]).
-    pub base_offset: Option<u64>,
-}
-
-/// What a fetch returned for one partition.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct FetchedPartition {
-    /// Records at or after the requested offset, in order.
-    pub records: Vec<ReceivedRecord>,
-    /// The partition's high watermark.
-    pub high_watermark: u64,
-    /// The offset to fetch next.
-    pub next_offset: u64,
 }
 
 #[derive(Default)]
@@ -136,10 +63,11 @@ struct Metadata {
     leaders: HashMap<String, Vec<Option<u64>>>,
 }
 
-/// A connection to a Rill cluster. Cheap to clone.
+/// A connection to a Rill cluster. Cheap to clone; clones share connections and metadata.
 #[derive(Clone)]
 pub struct Client {
     bootstrap: Arc<Vec<String>>,
+    options: ClientOptions,
     channels: Arc<Mutex<HashMap<String, Channel>>>,
     metadata: Arc<Mutex<Metadata>>,
 }
@@ -150,17 +78,67 @@ fn backoff(attempt: u32) -> Duration {
     exp.mul_f64(jitter)
 }
 
+/// A per-partition answer: the fields every produce, fetch and list-offsets result carries.
+pub(crate) trait PartitionAnswer {
+    fn partition(&self) -> u32;
+    fn failure(&self) -> Option<(Error, Option<LeaderHint>)>;
+}
+
+macro_rules! partition_answer {
+    ($($t:ty),*) => {$(
+        impl PartitionAnswer for $t {
+            fn partition(&self) -> u32 {
+                self.partition
+            }
+            fn failure(&self) -> Option<(Error, Option<LeaderHint>)> {
+                (self.error_code != ErrorCode::None as i32)
+                    .then(|| (error::server(self.error_code, self.error_message.clone()), self.leader.clone()))
+            }
+        }
+    )*};
+}
+partition_answer!(pb::PartitionProduceResult, pb::FetchPartitionResult, pb::ListOffsetsPartitionResult);
+
+/// Finds `partition`'s answer in a response; `Ok(Err(..))` carries a server error and hint.
+fn answer_for<P: PartitionAnswer>(
+    all: impl IntoIterator<Item = P>,
+    partition: u32,
+) -> Result<std::result::Result<P, (Error, Option<LeaderHint>)>> {
+    let p = all
+        .into_iter()
+        .find(|p| p.partition() == partition)
+        .ok_or_else(|| Error::Transport("the answer lacks the partition".into()))?;
+    Ok(match p.failure() {
+        Some(f) => Err(f),
+        None => Ok(p),
+    })
+}
+
 impl Client {
     /// Connects to the cluster through any of `bootstrap` (`host:port`), loading metadata.
     pub async fn connect(bootstrap: &[String]) -> Result<Self> {
+        Self::connect_with(bootstrap, ClientOptions::default()).await
+    }
+
+    /// [`Client::connect`] with options.
+    pub async fn connect_with(bootstrap: &[String], options: ClientOptions) -> Result<Self> {
         let bootstrap: Vec<String> = bootstrap.iter().map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect();
         if bootstrap.is_empty() {
             return Err(Error::InvalidArgument("no bootstrap address given (host:port)".into()));
         }
-        let client =
-            Self { bootstrap: Arc::new(bootstrap), channels: Default::default(), metadata: Default::default() };
+        let client = Self {
+            bootstrap: Arc::new(bootstrap),
+            options,
+            channels: Default::default(),
+            metadata: Default::default(),
+        };
         client.refresh_metadata(&[]).await?;
         Ok(client)
+    }
+
+    /// The options in force.
+    pub fn options(&self) -> ClientOptions {
+        self.options
     }
 
     fn channel(&self, addr: &str) -> Result<Channel> {
@@ -170,18 +148,18 @@ impl Client {
         }
         let endpoint = Endpoint::from_shared(format!("http://{addr}"))
             .map_err(|e| Error::InvalidArgument(format!("bad address {addr:?}: {e}")))?
-            .connect_timeout(CONNECT_TIMEOUT)
+            .connect_timeout(self.options.connect_timeout)
             .tcp_nodelay(true);
         let c = endpoint.connect_lazy();
         channels.insert(addr.to_string(), c.clone());
         Ok(c)
     }
 
-    fn admin(&self, addr: &str) -> Result<AdminClient<Channel>> {
+    pub(crate) fn admin_stub(&self, addr: &str) -> Result<AdminClient<Channel>> {
         Ok(AdminClient::new(self.channel(addr)?).max_decoding_message_size(MAX_MESSAGE_BYTES))
     }
 
-    fn records(&self, addr: &str) -> Result<RecordsClient<Channel>> {
+    fn records_stub(&self, addr: &str) -> Result<RecordsClient<Channel>> {
         Ok(RecordsClient::new(self.channel(addr)?)
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES))
@@ -201,18 +179,19 @@ impl Client {
     }
 
     /// Runs an admin call against the first node that answers.
-    async fn on_any_node<T, F, Fut>(&self, call: F) -> Result<T>
+    pub(crate) async fn on_any_node<T, F, Fut>(&self, call: F) -> Result<T>
     where
         F: Fn(AdminClient<Channel>) -> Fut,
         Fut: std::future::Future<Output = std::result::Result<tonic::Response<T>, tonic::Status>>,
     {
         let mut last = Error::Transport("no node reachable".into());
+        let wait = self.options.request_slack * 3;
         for addr in self.admin_addrs() {
-            let client = self.admin(&addr)?;
-            match rill_rt::timeout(REQUEST_SLACK * 3, call(client)).await {
+            let client = self.admin_stub(&addr)?;
+            match rill_rt::timeout(wait, call(client)).await {
                 Ok(Ok(r)) => return Ok(r.into_inner()),
                 Ok(Err(s)) => last = Error::Transport(format!("{addr}: {}: {}", s.code(), s.message())),
-                Err(_) => last = Error::Transport(format!("{addr}: no answer")),
+                Err(_) => last = Error::Transport(format!("{addr}: no answer within {wait:?}")),
             }
         }
         Err(last)
@@ -270,7 +249,7 @@ impl Client {
         }
     }
 
-    fn learn_leader(&self, topic: &str, partition: u32, hint: Option<&rill_proto::common::LeaderHint>) -> bool {
+    fn learn_leader(&self, topic: &str, partition: u32, hint: Option<&LeaderHint>) -> bool {
         let Some(h) = hint.filter(|h| !h.address.is_empty()) else {
             return false;
         };
@@ -283,14 +262,27 @@ impl Client {
         false
     }
 
-    /// Runs a per-partition request against the partition's leader, following leader changes.
-    /// `call` returns `Ok(Ok(v))` on success, `Ok(Err((error, hint)))` for a server error.
+    /// Runs a per-partition request against the partition's leader, following leader changes,
+    /// retrying errors that prove it had no effect until the retry budget is spent.
     async fn with_leader<T, F, Fut>(&self, topic: &str, partition: u32, call: F) -> Result<T>
     where
         F: Fn(String) -> Fut,
-        Fut: std::future::Future<
-            Output = Result<std::result::Result<T, (Error, Option<rill_proto::common::LeaderHint>)>>,
-        >,
+        Fut: std::future::Future<Output = Result<std::result::Result<T, (Error, Option<LeaderHint>)>>>,
+    {
+        self.with_leader_until(rill_rt::now() + self.options.retry_budget, topic, partition, call).await
+    }
+
+    /// [`Client::with_leader`] with an explicit retry deadline.
+    async fn with_leader_until<T, F, Fut>(
+        &self,
+        deadline: rill_rt::Instant,
+        topic: &str,
+        partition: u32,
+        call: F,
+    ) -> Result<T>
+    where
+        F: Fn(String) -> Fut,
+        Fut: std::future::Future<Output = Result<std::result::Result<T, (Error, Option<LeaderHint>)>>>,
     {
         let mut attempt = 0;
         loop {
@@ -298,23 +290,25 @@ impl Client {
                 Some(a) => a,
                 None => {
                     self.refresh_metadata(&[topic.to_string()]).await?;
-                    match self.leader_addr(topic, partition) {
-                        Some(a) => a,
-                        None if self.cached_partitions(topic).is_none() => {
+                    match (self.leader_addr(topic, partition), self.cached_partitions(topic)) {
+                        (Some(a), _) => a,
+                        (None, None) => {
                             return Err(Error::Server {
                                 code: ErrorCode::UnknownTopicOrPartition,
                                 message: format!("unknown topic {topic:?}"),
                             })
                         }
-                        None if self.cached_partitions(topic).is_some_and(|n| partition >= n) => {
+                        (None, Some(n)) if partition >= n => {
                             return Err(Error::Server {
                                 code: ErrorCode::UnknownTopicOrPartition,
-                                message: format!("partition {partition} does not exist in topic {topic:?}"),
+                                message: format!(
+                                    "partition {partition} does not exist: topic {topic:?} has {n} partition(s)"
+                                ),
                             })
                         }
-                        None => {
+                        (None, Some(_)) => {
                             attempt += 1;
-                            if attempt >= MAX_ATTEMPTS {
+                            if rill_rt::now() >= deadline {
                                 return Err(Error::Server {
                                     code: ErrorCode::LeaderNotAvailable,
                                     message: format!(
@@ -338,7 +332,7 @@ impl Client {
             };
             match answer {
                 Ok(v) => return Ok(v),
-                Err((e, hint)) if e.is_retriable_without_effect() && attempt + 1 < MAX_ATTEMPTS => {
+                Err((e, hint)) if e.is_retriable_without_effect() && rill_rt::now() < deadline => {
                     attempt += 1;
                     if !self.learn_leader(topic, partition, hint.as_ref()) {
                         rill_rt::sleep(backoff(attempt)).await;
@@ -348,60 +342,6 @@ impl Client {
                 Err((e, _)) => return Err(e),
             }
         }
-    }
-
-    // ------------------------------------------------------------------ admin ---------------
-
-    /// Creates a topic.
-    pub async fn create_topic(
-        &self,
-        name: &str,
-        partitions: u32,
-        replication_factor: u32,
-        configs: &[(String, String)],
-    ) -> Result<TopicDescription> {
-        let req = CreateTopicRequest {
-            name: name.to_string(),
-            partitions,
-            replication_factor,
-            configs: configs.iter().map(|(k, v)| TopicConfigEntry { key: k.clone(), value: v.clone() }).collect(),
-        };
-        let resp = self
-            .on_any_node(|mut c| {
-                let req = req.clone();
-                async move { c.create_topic(req).await }
-            })
-            .await?;
-        if resp.error_code != ErrorCode::None as i32 {
-            return Err(error::server(resp.error_code, resp.error_message));
-        }
-        let _ = self.refresh_metadata(&[name.to_string()]).await;
-        resp.topic.ok_or_else(|| Error::Transport("server sent no topic description".into()))
-    }
-
-    /// Describes a topic: per partition leader, replicas, ISR and offsets.
-    pub async fn describe_topic(&self, name: &str) -> Result<TopicDescription> {
-        let req = DescribeTopicRequest { name: name.to_string() };
-        let resp = self
-            .on_any_node(|mut c| {
-                let req = req.clone();
-                async move { c.describe_topic(req).await }
-            })
-            .await?;
-        if resp.error_code != ErrorCode::None as i32 {
-            return Err(error::server(resp.error_code, resp.error_message));
-        }
-        resp.topic.ok_or_else(|| Error::Transport("server sent no topic description".into()))
-    }
-
-    /// Lists topics.
-    pub async fn list_topics(&self) -> Result<Vec<TopicSummary>> {
-        Ok(self.on_any_node(|mut c| async move { c.list_topics(ListTopicsRequest {}).await }).await?.topics)
-    }
-
-    /// Describes the cluster's nodes and their liveness.
-    pub async fn describe_cluster(&self) -> Result<DescribeClusterResponse> {
-        self.on_any_node(|mut c| async move { c.describe_cluster(DescribeClusterRequest {}).await }).await
     }
 
     // ------------------------------------------------------------------ data ----------------
@@ -421,17 +361,7 @@ impl Client {
         compression: Compression,
         timeout: Duration,
     ) -> Result<ProduceAck> {
-        let now = rill_rt::wall_clock_ms();
-        let wire: Vec<rill_proto::common::Record> = records
-            .into_iter()
-            .map(|r| rill_proto::common::Record {
-                timestamp_ms: if r.timestamp_ms == 0 { now } else { r.timestamp_ms },
-                key: r.key,
-                value: r.value,
-                headers: r.headers.into_iter().map(|(key, value)| Header { key, value }).collect(),
-            })
-            .collect();
-        let batch = batch::build(wire, compression).map_err(|e| Error::InvalidArgument(e.to_string()))?;
+        let batch = build_batch(records, compression)?;
         self.produce_batch(topic, partition, batch, acks, timeout).await
     }
 
@@ -444,8 +374,23 @@ impl Client {
         acks: Acks,
         timeout: Duration,
     ) -> Result<ProduceAck> {
+        let deadline = rill_rt::now() + self.options.retry_budget;
+        self.produce_batch_until(deadline, topic, partition, batch, acks, timeout).await
+    }
+
+    /// Produces a batch, retrying errors that prove it was not appended until `deadline`.
+    pub(crate) async fn produce_batch_until(
+        &self,
+        deadline: rill_rt::Instant,
+        topic: &str,
+        partition: u32,
+        batch: RecordBatch,
+        acks: Acks,
+        timeout: Duration,
+    ) -> Result<ProduceAck> {
         let timeout_ms = u32::try_from(timeout.as_millis()).unwrap_or(u32::MAX);
-        self.with_leader(topic, partition, |addr| {
+        let wait = timeout + self.options.request_slack;
+        self.with_leader_until(deadline, topic, partition, |addr| {
             let req = ProduceRequest {
                 acks: acks.wire(),
                 timeout_ms,
@@ -455,26 +400,17 @@ impl Client {
                 }],
             };
             async move {
-                let mut client = self.records(&addr)?;
-                let resp = match rill_rt::timeout(timeout + REQUEST_SLACK, client.produce(req)).await {
+                let mut client = self.records_stub(&addr)?;
+                let resp = match rill_rt::timeout(wait, client.produce(req)).await {
                     Err(_) => {
                         return Err(Error::Transport(format!(
-                            "no answer from {addr} within {:?}; the outcome is unknown",
-                            timeout + REQUEST_SLACK
+                            "no answer from {addr} within {wait:?}; the outcome is unknown"
                         )))
                     }
                     Ok(r) => r.map_err(error::status)?.into_inner(),
                 };
-                let p = resp
-                    .topics
-                    .into_iter()
-                    .flat_map(|t| t.partitions)
-                    .find(|p| p.partition == partition)
-                    .ok_or_else(|| Error::Transport("produce answer lacks the partition".into()))?;
-                if p.error_code != ErrorCode::None as i32 {
-                    return Ok(Err((error::server(p.error_code, p.error_message), p.leader)));
-                }
-                Ok(Ok(ProduceAck { base_offset: u64::try_from(p.base_offset).ok() }))
+                Ok(answer_for(resp.topics.into_iter().flat_map(|t| t.partitions), partition)?
+                    .map(|p| ProduceAck { base_offset: u64::try_from(p.base_offset).ok() }))
             }
         })
         .await
@@ -489,90 +425,108 @@ impl Client {
         offset: Option<u64>,
         max_wait: Duration,
     ) -> Result<FetchedPartition> {
-        let offset = offset.unwrap_or(0);
+        self.fetch_with(topic, partition, offset.unwrap_or(0), max_wait, 0).await
+    }
+
+    /// [`Client::fetch`] with a per-partition byte budget (0 = the server default, 1 MiB).
+    pub async fn fetch_with(
+        &self,
+        topic: &str,
+        partition: u32,
+        offset: u64,
+        max_wait: Duration,
+        max_bytes: u32,
+    ) -> Result<FetchedPartition> {
         let max_wait_ms = u32::try_from(max_wait.as_millis()).unwrap_or(u32::MAX);
+        let wait = max_wait + self.options.request_slack;
         self.with_leader(topic, partition, |addr| {
             let req = FetchRequest {
                 max_wait_ms,
                 max_bytes: 0,
                 topics: vec![FetchTopic {
                     topic: topic.to_string(),
-                    partitions: vec![FetchPartition { partition, fetch_offset: offset as i64, max_bytes: 0 }],
+                    partitions: vec![FetchPartition { partition, fetch_offset: offset as i64, max_bytes }],
                 }],
             };
             async move {
-                let mut client = self.records(&addr)?;
-                let resp = match rill_rt::timeout(max_wait + REQUEST_SLACK, client.fetch(req)).await {
-                    Err(_) => return Err(Error::Transport(format!("no answer from {addr}"))),
+                let mut client = self.records_stub(&addr)?;
+                let resp = match rill_rt::timeout(wait, client.fetch(req)).await {
+                    Err(_) => return Err(Error::Transport(format!("no answer from {addr} within {wait:?}"))),
                     Ok(r) => r.map_err(error::status)?.into_inner(),
                 };
-                let p = resp
-                    .topics
-                    .into_iter()
-                    .flat_map(|t| t.partitions)
-                    .find(|p| p.partition == partition)
-                    .ok_or_else(|| Error::Transport("fetch answer lacks the partition".into()))?;
-                if p.error_code != ErrorCode::None as i32 {
-                    return Ok(Err((error::server(p.error_code, p.error_message), p.leader)));
+                match answer_for(resp.topics.into_iter().flat_map(|t| t.partitions), partition)? {
+                    Err(f) => Ok(Err(f)),
+                    Ok(p) => decode_fetch(&p, offset).map(Ok),
                 }
-                let mut out = FetchedPartition {
-                    records: Vec::new(),
-                    high_watermark: p.high_watermark.max(0) as u64,
-                    next_offset: offset,
-                };
-                for b in &p.batches {
-                    let records = batch::decode(b)
-                        .map_err(|e| Error::Server { code: ErrorCode::CorruptMessage, message: e.to_string() })?;
-                    for (i, r) in records.into_iter().enumerate() {
-                        let o = b.base_offset as u64 + i as u64;
-                        if o < offset || o >= out.high_watermark {
-                            continue;
-                        }
-                        out.records.push(ReceivedRecord {
-                            offset: o,
-                            timestamp_ms: r.timestamp_ms,
-                            key: r.key,
-                            value: r.value,
-                            headers: r.headers.into_iter().map(|h| (h.key, h.value)).collect(),
-                        });
-                        out.next_offset = o + 1;
-                    }
-                }
-                Ok(Ok(out))
             }
         })
         .await
     }
 
-    /// The earliest or latest offset of `topic`/`partition`.
+    /// An offset of `topic`/`partition` (earliest, latest, or by time).
     pub async fn list_offset(&self, topic: &str, partition: u32, spec: OffsetSpec) -> Result<u64> {
-        let spec = match spec {
-            OffsetSpec::Earliest => pb::OffsetSpec::Earliest,
-            OffsetSpec::Latest => pb::OffsetSpec::Latest,
-        } as i32;
+        let (spec, timestamp_ms) = match spec {
+            OffsetSpec::Earliest => (pb::OffsetSpec::Earliest, 0),
+            OffsetSpec::Latest => (pb::OffsetSpec::Latest, 0),
+            OffsetSpec::Timestamp(t) => (pb::OffsetSpec::Timestamp, t),
+        };
+        let wait = self.options.request_slack;
         self.with_leader(topic, partition, |addr| {
             let req = ListOffsetsRequest {
-                spec,
+                spec: spec as i32,
+                timestamp_ms,
                 topics: vec![ListOffsetsTopic { topic: topic.to_string(), partitions: vec![partition] }],
             };
             async move {
-                let mut client = self.records(&addr)?;
-                let resp = match rill_rt::timeout(REQUEST_SLACK, client.list_offsets(req)).await {
-                    Err(_) => return Err(Error::Transport(format!("no answer from {addr}"))),
+                let mut client = self.records_stub(&addr)?;
+                let resp = match rill_rt::timeout(wait, client.list_offsets(req)).await {
+                    Err(_) => return Err(Error::Transport(format!("no answer from {addr} within {wait:?}"))),
                     Ok(r) => r.map_err(error::status)?.into_inner(),
                 };
-                let p = resp
-                    .topics
-                    .into_iter()
-                    .flat_map(|t| t.partitions)
-                    .find(|p| p.partition == partition)
-                    .ok_or_else(|| Error::Transport("answer lacks the partition".into()))?;
-                if p.error_code != ErrorCode::None as i32 {
-                    return Ok(Err((error::server(p.error_code, p.error_message), p.leader)));
-                }
-                Ok(Ok(p.offset.max(0) as u64))
+                Ok(answer_for(resp.topics.into_iter().flat_map(|t| t.partitions), partition)?
+                    .map(|p| p.offset.max(0) as u64))
             }
         })
         .await
     }
+}
+
+/// Builds a checksummed batch, stamping records without a time with "now".
+pub(crate) fn build_batch(records: Vec<Record>, compression: Compression) -> Result<RecordBatch> {
+    let now = rill_rt::wall_clock_ms();
+    let wire: Vec<rill_proto::common::Record> = records
+        .into_iter()
+        .map(|r| rill_proto::common::Record {
+            timestamp_ms: if r.timestamp_ms == 0 { now } else { r.timestamp_ms },
+            key: r.key,
+            value: r.value,
+            headers: r.headers.into_iter().map(|(key, value)| Header { key, value }).collect(),
+        })
+        .collect();
+    batch::build(wire, compression).map_err(|e| Error::InvalidArgument(e.to_string()))
+}
+
+/// Checks and decodes a fetched partition's batches; keeps records at or after `offset`.
+fn decode_fetch(p: &pb::FetchPartitionResult, offset: u64) -> Result<FetchedPartition> {
+    let mut out =
+        FetchedPartition { records: Vec::new(), high_watermark: p.high_watermark.max(0) as u64, next_offset: offset };
+    for b in &p.batches {
+        let records =
+            batch::decode(b).map_err(|e| Error::Server { code: ErrorCode::CorruptMessage, message: e.to_string() })?;
+        for (i, r) in records.into_iter().enumerate() {
+            let o = b.base_offset as u64 + i as u64;
+            if o < offset {
+                continue;
+            }
+            out.records.push(ReceivedRecord {
+                offset: o,
+                timestamp_ms: r.timestamp_ms,
+                key: r.key,
+                value: r.value,
+                headers: r.headers.into_iter().map(|h| (h.key, h.value)).collect(),
+            });
+            out.next_offset = o + 1;
+        }
+    }
+    Ok(out)
 }

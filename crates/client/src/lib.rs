@@ -2,27 +2,48 @@
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), rill_client::Error> {
-//! use rill_client::{Acks, Client, Record};
+//! use std::time::Duration;
+//! use rill_client::{Client, Consumer, ConsumerConfig, Producer, ProducerConfig, Record, TopicPartition};
+//!
 //! let client = Client::connect(&["127.0.0.1:7001".to_string()]).await?;
 //! client.create_topic("orders", 3, 3, &[]).await?;
-//! let ack = client.produce("orders", 0, vec![Record::new("hello")], Acks::All).await?;
-//! let fetched = client.fetch("orders", 0, ack.base_offset, std::time::Duration::from_millis(500)).await?;
+//!
+//! let producer = Producer::new(client.clone(), ProducerConfig::default());
+//! let delivery = producer.send("orders", Record::keyed("customer-7", "placed")).await?;
+//! let landed = delivery.await?; // partition and offset, once acknowledged (acks=all by default)
+//! producer.close().await;
+//!
+//! let mut consumer = Consumer::new(client, ConsumerConfig::default());
+//! consumer.assign([TopicPartition::new("orders", landed.partition)]);
+//! let records = consumer.poll(Duration::from_secs(1)).await?;
 //! # Ok(()) }
 //! ```
 //!
-//! * [`client`]: [`Client`] — metadata cache, leader routing, retries of requests that were
-//!   certainly not applied.
-//! * [`partitioner`]: Kafka's default partitioner (murmur2), bit for bit.
-//! * [`error`]: [`Error`], with the server's error code and message.
+//! * [`Client`] — connections, metadata cache, leader routing, safe retries with backoff and
+//!   jitter; one-batch `produce`, `fetch`, `list_offset`; admin operations ([`admin`]).
+//! * [`Producer`] — batching (`batch_size`, `linger`), compression, Kafka's partitioners, a
+//!   future per record, `flush`, `close`.
+//! * [`Consumer`] — assign, seek (offset, beginning, end, time), pipelined `poll`, pause/resume.
+//! * [`partitioner`] — Kafka's default partitioner (murmur2), bit for bit.
+//! * [`Error`] — the server's error code and message, or a transport failure.
 //!
 //! This crate depends only on the wire format (`rill-proto`) and the runtime seam (`rill-rt`,
 //! so the deterministic simulation can drive it), never on server crates.
 
+#![warn(missing_docs)]
+
+pub mod admin;
 pub mod client;
+pub mod consumer;
 pub mod error;
 pub mod partitioner;
+pub mod producer;
+pub mod record;
 
-pub use client::{Acks, Client, FetchedPartition, OffsetSpec, ProduceAck, ReceivedRecord, Record};
+pub use client::{Client, ClientOptions};
+pub use consumer::{Consumer, ConsumerConfig, ConsumerRecord, TopicPartition};
 pub use error::{Error, Result};
+pub use producer::{DeliveryFuture, Producer, ProducerConfig};
+pub use record::{Acks, FetchedPartition, OffsetSpec, ProduceAck, ReceivedRecord, Record, RecordMetadata};
 pub use rill_proto::admin::{NodeDescription, PartitionDescription, TopicDescription};
-pub use rill_proto::common::ErrorCode;
+pub use rill_proto::common::{Compression, ErrorCode};

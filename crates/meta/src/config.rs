@@ -45,22 +45,40 @@ impl TopicConfig {
     /// Defaults overridden by `entries` (`key=value` pairs), validated against the replication
     /// factor. Unknown keys and bad values are refused with a message naming them.
     pub fn from_entries(replication_factor: u32, entries: &[(String, String)]) -> Result<Self, MetaError> {
-        let mut config = Self::defaults(replication_factor);
+        Self::defaults(replication_factor).altered(replication_factor, entries, &[])
+    }
+
+    /// This configuration with `set` applied and the `reset` keys back at their defaults,
+    /// validated as a whole.
+    pub fn altered(
+        &self,
+        replication_factor: u32,
+        set: &[(String, String)],
+        reset: &[String],
+    ) -> Result<Self, MetaError> {
+        let defaults = Self::defaults(replication_factor);
+        let mut config = self.clone();
         let mut seen = BTreeMap::new();
-        for (key, value) in entries {
+        for key in reset {
+            check_key(key)?;
+            if seen.insert(key.as_str(), ()).is_some() {
+                return Err(invalid(format!("config key {key} is given twice")));
+            }
+            match key.as_str() {
+                "min.insync.replicas" => config.min_insync_replicas = defaults.min_insync_replicas,
+                "max.message.bytes" => config.max_message_bytes = defaults.max_message_bytes,
+                _ => config.replica_lag_time_max_ms = defaults.replica_lag_time_max_ms,
+            }
+        }
+        for (key, value) in set {
+            check_key(key)?;
             if seen.insert(key.as_str(), ()).is_some() {
                 return Err(invalid(format!("config key {key} is given twice")));
             }
             match key.as_str() {
                 "min.insync.replicas" => config.min_insync_replicas = parse_u32(key, value)?,
                 "max.message.bytes" => config.max_message_bytes = parse_u32(key, value)?,
-                "replica.lag.time.max.ms" => config.replica_lag_time_max_ms = parse_ms(key, value)?,
-                other => {
-                    return Err(invalid(format!(
-                        "unknown topic config key {other:?}; known keys: {}",
-                        KEYS.join(", ")
-                    )));
-                }
+                _ => config.replica_lag_time_max_ms = parse_ms(key, value)?,
             }
         }
         config.validate(replication_factor)?;
@@ -104,6 +122,30 @@ impl TopicConfig {
     pub fn replica_lag_time_max(&self) -> Duration {
         Duration::from_millis(self.replica_lag_time_max_ms)
     }
+}
+
+/// Keys Kafka users expect that belong to retention and compaction, which Rill does not
+/// enforce yet: refused by name rather than accepted and silently ignored.
+pub const RESERVED_KEYS: [&str; 7] = [
+    "retention.ms",
+    "retention.bytes",
+    "cleanup.policy",
+    "segment.bytes",
+    "segment.ms",
+    "delete.retention.ms",
+    "min.compaction.lag.ms",
+];
+
+fn check_key(key: &str) -> Result<(), MetaError> {
+    if KEYS.contains(&key) {
+        return Ok(());
+    }
+    if RESERVED_KEYS.contains(&key) {
+        return Err(invalid(format!(
+            "{key} is reserved for retention and compaction, which this version does not enforce yet; it is refused rather than ignored"
+        )));
+    }
+    Err(invalid(format!("unknown topic config key {key:?}; known keys: {}", KEYS.join(", "))))
 }
 
 fn invalid(message: String) -> MetaError {

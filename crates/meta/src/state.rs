@@ -1,6 +1,6 @@
 //! The metadata state and the commands that change it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
@@ -62,6 +62,9 @@ pub struct MetaState {
     pub next_group_id: GroupId,
     /// Count of applied commands (changes whenever the state does).
     pub version: u64,
+    /// Raft groups of deleted topics. Every node removes their data, including nodes that were
+    /// down when the topic was deleted. Group ids are never reused.
+    pub deleted_groups: BTreeSet<GroupId>,
 }
 
 /// A change to the metadata.
@@ -71,6 +74,12 @@ pub enum MetaCommand {
     RegisterNodes { nodes: Vec<NodeInfo> },
     /// Creates a topic.
     CreateTopic { name: String, partitions: u32, replication_factor: u32, configs: Vec<(String, String)> },
+    /// Deletes a topic: its replicas stop and their data is removed; the name becomes free.
+    DeleteTopic { name: String },
+    /// Changes topic settings: `set` overrides keys, `reset` returns keys to their defaults.
+    AlterTopicConfig { name: String, set: Vec<(String, String)>, reset: Vec<String> },
+    /// Grows a topic to `total` partitions (never shrinks).
+    CreatePartitions { name: String, total: u32 },
 }
 
 /// The outcome of a command.
@@ -80,8 +89,16 @@ pub enum MetaResult {
     NodesRegistered,
     /// The topic as created.
     TopicCreated(TopicMeta),
+    /// The topic as it was when deleted.
+    TopicDeleted(TopicMeta),
+    /// The topic after the change (config altered or partitions added).
+    TopicUpdated(TopicMeta),
     /// Refused; the state did not change.
     Refused(MetaError),
+}
+
+fn unknown_topic(name: &str) -> MetaError {
+    MetaError::new(MetaErrorKind::UnknownTopic, format!("unknown topic {name:?}"))
 }
 
 /// Checks a topic name: 1–249 characters from `[a-zA-Z0-9._-]`, not `.` or `..`.
@@ -119,6 +136,21 @@ impl MetaState {
                     Err(e) => MetaResult::Refused(e),
                 }
             }
+            MetaCommand::DeleteTopic { name } => match self.topics.remove(&name) {
+                Some(t) => {
+                    self.deleted_groups.extend(t.partitions.iter().map(|p| p.group));
+                    MetaResult::TopicDeleted(t)
+                }
+                None => MetaResult::Refused(unknown_topic(&name)),
+            },
+            MetaCommand::AlterTopicConfig { name, set, reset } => match self.alter_config(&name, &set, &reset) {
+                Ok(t) => MetaResult::TopicUpdated(t),
+                Err(e) => MetaResult::Refused(e),
+            },
+            MetaCommand::CreatePartitions { name, total } => match self.create_partitions(&name, total) {
+                Ok(t) => MetaResult::TopicUpdated(t),
+                Err(e) => MetaResult::Refused(e),
+            },
         };
         if !matches!(result, MetaResult::Refused(_)) {
             self.version += 1;
@@ -183,6 +215,60 @@ impl MetaState {
         Ok(topic)
     }
 
+    /// Checks a config change against the current state without applying it.
+    pub fn check_alter_config(
+        &self,
+        name: &str,
+        set: &[(String, String)],
+        reset: &[String],
+    ) -> Result<TopicConfig, MetaError> {
+        let t = self.topics.get(name).ok_or_else(|| unknown_topic(name))?;
+        t.config.altered(t.replication_factor, set, reset)
+    }
+
+    fn alter_config(&mut self, name: &str, set: &[(String, String)], reset: &[String]) -> Result<TopicMeta, MetaError> {
+        let config = self.check_alter_config(name, set, reset)?;
+        let t = self.topics.get_mut(name).ok_or_else(|| unknown_topic(name))?;
+        t.config = config;
+        Ok(t.clone())
+    }
+
+    /// Checks a partition increase against the current state without applying it.
+    pub fn check_create_partitions(&self, name: &str, total: u32) -> Result<&TopicMeta, MetaError> {
+        let t = self.topics.get(name).ok_or_else(|| unknown_topic(name))?;
+        let now = t.partitions.len() as u32;
+        if total <= now {
+            return Err(MetaError::new(
+                MetaErrorKind::InvalidPartitions,
+                format!("topic {name:?} has {now} partition(s); the count can only grow, so ask for more than {now}"),
+            ));
+        }
+        if total > MAX_PARTITIONS_PER_TOPIC {
+            return Err(MetaError::new(
+                MetaErrorKind::InvalidPartitions,
+                format!("partitions must be at most {MAX_PARTITIONS_PER_TOPIC}, got {total}"),
+            ));
+        }
+        Ok(t)
+    }
+
+    fn create_partitions(&mut self, name: &str, total: u32) -> Result<TopicMeta, MetaError> {
+        let t = self.check_create_partitions(name, total)?;
+        let (id, rf, now) = (t.id, t.replication_factor, t.partitions.len());
+        let node_ids: Vec<NodeId> = self.nodes.keys().copied().collect();
+        let first_group = self.next_group_id.max(1);
+        let added: Vec<PartitionAssignment> = placement::place(id, total, rf, &node_ids)
+            .into_iter()
+            .skip(now)
+            .enumerate()
+            .map(|(i, replicas)| PartitionAssignment { group: first_group + i as u64, replicas })
+            .collect();
+        self.next_group_id = first_group + added.len() as u64;
+        let t = self.topics.get_mut(name).ok_or_else(|| unknown_topic(name))?;
+        t.partitions.extend(added);
+        Ok(t.clone())
+    }
+
     /// Partitions (topic, partition number, assignment) that include `node`.
     pub fn replicas_of(&self, node: NodeId) -> Vec<(&TopicMeta, u32, &PartitionAssignment)> {
         self.topics
@@ -238,6 +324,62 @@ mod tests {
             }
         }
         assert_eq!(s, before);
+    }
+
+    #[test]
+    fn delete_frees_the_name_and_remembers_the_groups() {
+        let mut s = three_nodes();
+        let MetaResult::TopicCreated(a) = create(&mut s, "a", 2, 3) else { panic!() };
+        assert!(matches!(s.apply(MetaCommand::DeleteTopic { name: "a".into() }), MetaResult::TopicDeleted(_)));
+        assert!(s.deleted_groups.contains(&a.partitions[0].group) && s.deleted_groups.contains(&a.partitions[1].group));
+        let MetaResult::TopicCreated(again) = create(&mut s, "a", 1, 3) else { panic!() };
+        assert!(again.id > a.id && again.partitions[0].group > a.partitions[1].group, "ids are never reused");
+        assert!(matches!(s.apply(MetaCommand::DeleteTopic { name: "nope".into() }), MetaResult::Refused(_)));
+    }
+
+    #[test]
+    fn partitions_only_grow_and_new_ones_get_fresh_groups() {
+        let mut s = three_nodes();
+        let MetaResult::TopicCreated(t) = create(&mut s, "g", 2, 3) else { panic!() };
+        let MetaResult::TopicUpdated(u) = s.apply(MetaCommand::CreatePartitions { name: "g".into(), total: 5 }) else {
+            panic!()
+        };
+        assert_eq!(u.partitions.len(), 5);
+        assert_eq!(&u.partitions[..2], &t.partitions[..], "existing partitions keep their groups and replicas");
+        let leaders: BTreeSet<NodeId> = u.partitions.iter().map(|p| p.replicas[0]).collect();
+        assert_eq!(leaders.len(), 3);
+        for total in [5, 3] {
+            match s.apply(MetaCommand::CreatePartitions { name: "g".into(), total }) {
+                MetaResult::Refused(e) => assert_eq!(e.kind, MetaErrorKind::InvalidPartitions),
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn alter_config_validates_against_the_topic() {
+        let mut s = three_nodes();
+        create(&mut s, "c", 1, 3);
+        let set = vec![("min.insync.replicas".to_string(), "3".to_string())];
+        let MetaResult::TopicUpdated(t) =
+            s.apply(MetaCommand::AlterTopicConfig { name: "c".into(), set, reset: vec![] })
+        else {
+            panic!()
+        };
+        assert_eq!(t.config.min_insync_replicas, 3);
+        let MetaResult::TopicUpdated(t) = s.apply(MetaCommand::AlterTopicConfig {
+            name: "c".into(),
+            set: vec![],
+            reset: vec!["min.insync.replicas".into()],
+        }) else {
+            panic!()
+        };
+        assert_eq!(t.config.min_insync_replicas, 2);
+        let bad = vec![("min.insync.replicas".to_string(), "4".to_string())];
+        assert!(matches!(
+            s.apply(MetaCommand::AlterTopicConfig { name: "c".into(), set: bad, reset: vec![] }),
+            MetaResult::Refused(_)
+        ));
     }
 
     #[test]

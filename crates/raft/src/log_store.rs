@@ -223,15 +223,24 @@ impl LogStore {
             .collect()
     }
 
-    /// Removes every key of this group (log, hard state, indexes, snapshots). Used when a
-    /// replica is deleted; the caller must have stopped the group.
-    pub fn destroy(engine: &dyn Engine, group: GroupId) -> crate::Result<()> {
+    /// Removes every key of `group` (log, hard state, indexes, snapshots), durably. Used when a
+    /// replica is deleted; the caller must have stopped the group. Returns whether there was
+    /// anything to remove (so repeated calls write nothing).
+    pub fn destroy(engine: &dyn Engine, group: GroupId) -> crate::Result<bool> {
+        let (start, end) = (keys::group_start(group), keys::group_end(group));
+        let mut present = false;
+        for ks in Keyspace::ALL {
+            present |= !engine.scan(ks, &start, &end, 1)?.is_empty();
+        }
+        if !present {
+            return Ok(false);
+        }
         let mut b = WriteBatch::new();
         for ks in Keyspace::ALL {
-            b.delete_range(ks, keys::group_start(group).to_vec(), keys::group_end(group).to_vec());
+            b.delete_range(ks, start.to_vec(), end.to_vec());
         }
         engine.write(b, true)?;
-        Ok(())
+        Ok(true)
     }
 
     fn get_entry(&self, index: u64) -> Result<Option<StoredEntry>, StorageError> {

@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::{BasicNode, ServerState};
-use rill_broker::{Partition, PartitionStateMachine};
+use rill_broker::machine::SharedState;
+use rill_broker::Partition;
 use rill_meta::machine::{decode_result, encode_command};
 use rill_meta::{MetaCommand, MetaResult, MetaState, MetaStateMachine, NodeInfo, TopicMeta, META_GROUP};
 use rill_proto::internal::cluster_client::ClusterClient;
@@ -220,6 +221,13 @@ impl Node {
         self.meta_raft.metrics().borrow().state == ServerState::Leader
     }
 
+    /// Stops the replica of `group` hosted here (its data stays until the group is deleted).
+    async fn stop_partition(&self, group: GroupId) {
+        self.partitions.write().unwrap_or_else(|p| p.into_inner()).remove(&group);
+        self.multi.stop_group(group).await;
+        tracing::info!(node = self.id(), group, "stopped partition replica");
+    }
+
     async fn start_partition(
         &self,
         topic: &TopicMeta,
@@ -240,15 +248,14 @@ impl Node {
                 (*id, BasicNode::new(addr))
             })
             .collect();
-        let (hw_tx, _) = watch::channel(0u64);
-        let hw_tx = Arc::new(hw_tx);
-        let sm = PartitionStateMachine::new(hw_tx.clone());
+        let shared = SharedState::new();
+        let sm = shared.state_machine();
         let started = self.multi.start_group(group, sm, members, GroupOptions::default()).await?;
         let fresh = started.initialized_now;
         let raft = started.raft.clone();
         let transport = self.multi.transport().clone();
         let p =
-            Partition::new(topic.name.clone(), partition, self.id(), started, hw_tx, topic.config.clone(), transport);
+            Partition::new(topic.name.clone(), partition, self.id(), started, shared, topic.config.clone(), transport);
         self.partitions.write().unwrap_or_else(|p| p.into_inner()).insert(group, p);
         // The first replica is the preferred leader: on a fresh group it stands for election at
         // once, so leaders spread as placement intended instead of going to the fastest timer.
@@ -271,17 +278,47 @@ pub enum LocalPropose {
     Stopped,
 }
 
-/// Starts the replicas assigned to this node whenever the metadata changes.
+/// Keeps this node's replicas in line with the metadata, on every change: stops replicas no
+/// longer assigned here, removes the data of deleted topics (also when this node was down at the
+/// time), starts newly assigned replicas and hands config changes to running ones.
 async fn reconcile(node: std::sync::Weak<Node>, mut meta: watch::Receiver<Arc<MetaState>>) {
+    let mut cleaned: std::collections::BTreeSet<GroupId> = Default::default();
     loop {
         let state = meta.borrow_and_update().clone();
         let Some(n) = node.upgrade() else { return };
-        for (topic, partition, assignment) in state.replicas_of(n.id()) {
-            if n.partition_by_group(assignment.group).is_some() {
-                continue;
+        let assigned: BTreeMap<GroupId, (&TopicMeta, u32, &Vec<NodeId>)> =
+            state.replicas_of(n.id()).into_iter().map(|(t, i, a)| (a.group, (t, i, &a.replicas))).collect();
+        for p in n.partitions() {
+            if !assigned.contains_key(&p.group()) {
+                n.stop_partition(p.group()).await;
             }
-            if let Err(e) = n.start_partition(topic, partition, assignment.group, &assignment.replicas).await {
-                tracing::error!(topic = %topic.name, partition, error = %e, "failed to start partition replica");
+        }
+        let to_clean: Vec<GroupId> = state.deleted_groups.difference(&cleaned).copied().collect();
+        for g in &to_clean {
+            match rill_raft::LogStore::destroy(n.multi.engine().as_ref(), *g) {
+                Ok(removed) => {
+                    if removed {
+                        tracing::info!(node = n.id(), group = *g, "removed the data of a deleted partition");
+                    }
+                    cleaned.insert(*g);
+                }
+                Err(e) => {
+                    tracing::error!(group = *g, error = %e, "cannot remove a deleted partition's data; will retry")
+                }
+            }
+        }
+        for (group, (topic, partition, replicas)) in &assigned {
+            match n.partition_by_group(*group) {
+                Some(p) => {
+                    if p.config() != topic.config {
+                        p.set_config(topic.config.clone());
+                    }
+                }
+                None => {
+                    if let Err(e) = n.start_partition(topic, *partition, *group, replicas).await {
+                        tracing::error!(topic = %topic.name, partition, error = %e, "failed to start partition replica");
+                    }
+                }
             }
         }
         drop(n);

@@ -1,5 +1,7 @@
 //! `rill cluster …`
 
+use std::collections::BTreeMap;
+
 use anyhow::Context;
 use clap::Subcommand;
 use comfy_table::Table;
@@ -24,28 +26,56 @@ pub async fn run(bootstrap: &[String], cmd: ClusterCommand) -> anyhow::Result<()
     match cmd {
         ClusterCommand::Status { output } => {
             let c = client.describe_cluster().await.context("cannot describe the cluster")?;
+            let topics = client.list_topics().await.context("cannot list topics")?;
+            let mut leaders: BTreeMap<u64, u32> = BTreeMap::new();
+            let mut under_replicated = Vec::new();
+            let mut leaderless = Vec::new();
+            for t in &topics {
+                let d = client.describe_topic(&t.name).await.with_context(|| format!("cannot describe {}", t.name))?;
+                for p in &d.partitions {
+                    match p.leader {
+                        Some(l) => *leaders.entry(l).or_default() += 1,
+                        None => leaderless.push(format!("{}/{}: {}", t.name, p.partition, p.error_message)),
+                    }
+                    if p.leader.is_some() && p.isr.len() < p.replicas.len() {
+                        under_replicated
+                            .push(format!("{}/{} (isr {:?} of replicas {:?})", t.name, p.partition, p.isr, p.replicas));
+                    }
+                }
+            }
             match output {
                 Output::Json => {
                     let nodes: Vec<_> = c
                         .nodes
                         .iter()
-                        .map(|n| json!({"node_id": n.node_id, "address": n.address, "alive": n.alive}))
+                        .map(|n| json!({"node_id": n.node_id, "address": n.address, "alive": n.alive, "leaders": leaders.get(&n.node_id).copied().unwrap_or(0)}))
                         .collect();
-                    println!("{}", json!({"nodes": nodes, "metadata_leader": c.metadata_leader}));
+                    println!(
+                        "{}",
+                        json!({"nodes": nodes, "metadata_leader": c.metadata_leader, "under_replicated": under_replicated, "leaderless": leaderless})
+                    );
                 }
                 Output::Table => {
                     let mut t = Table::new();
-                    t.set_header(vec!["NODE", "ADDRESS", "ALIVE", "METADATA LEADER"]);
+                    t.set_header(vec!["NODE", "ADDRESS", "ALIVE", "PARTITION LEADERS", "METADATA LEADER"]);
                     for n in &c.nodes {
-                        let leader = if c.metadata_leader == Some(n.node_id) { "yes" } else { "" };
+                        let meta = if c.metadata_leader == Some(n.node_id) { "yes" } else { "" };
                         t.add_row(vec![
                             n.node_id.to_string(),
                             n.address.clone(),
                             if n.alive { "yes" } else { "NO" }.to_string(),
-                            leader.to_string(),
+                            leaders.get(&n.node_id).copied().unwrap_or(0).to_string(),
+                            meta.to_string(),
                         ]);
                     }
                     println!("{t}");
+                    println!("{} topic(s); under-replicated partitions: {}", topics.len(), under_replicated.len());
+                    for u in &under_replicated {
+                        println!("  under-replicated {u}");
+                    }
+                    for l in &leaderless {
+                        println!("  NO LEADER {l}");
+                    }
                 }
             }
         }

@@ -4,13 +4,13 @@ use std::io::Write;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use futures::future::join_all;
-use rill_client::OffsetSpec;
+use rill_client::{Consumer, ConsumerConfig, OffsetSpec, TopicPartition};
+use serde_json::json;
 
-use super::connect;
+use super::{connect, Output};
 use crate::format::{Fields, Format};
 
-/// Longest single long-poll; shorter than any sensible --timeout-ms so exit is prompt.
+/// Longest single poll; short so the idle timeout is honoured promptly.
 const POLL_WAIT: Duration = Duration::from_millis(500);
 
 /// `rill consume` arguments.
@@ -22,20 +22,40 @@ pub struct ConsumeArgs {
     #[arg(long)]
     partition: Option<u32>,
     /// Start at the earliest offset (default: only new records).
-    #[arg(long, conflicts_with = "offset")]
+    #[arg(long, conflicts_with_all = ["offset", "from_timestamp"])]
     from_beginning: bool,
-    /// Start at this offset (with --partition, or in every partition).
-    #[arg(long)]
+    /// Start at this offset (in the chosen partition, or in every partition).
+    #[arg(long, conflicts_with = "from_timestamp")]
     offset: Option<u64>,
+    /// Start at the first record appended at or after this time: milliseconds since the epoch,
+    /// or a duration ago such as 10m or 2h.
+    #[arg(long, value_parser = parse_time)]
+    from_timestamp: Option<i64>,
     /// Exit after this many records.
     #[arg(long)]
     max_messages: Option<u64>,
-    /// Exit when no new record arrives for this long (default: wait forever).
-    #[arg(long)]
+    /// Exit when no new record arrives for this long.
+    #[arg(long, conflicts_with = "follow")]
     timeout_ms: Option<u64>,
+    /// Keep waiting for new records until interrupted (the default without --timeout-ms).
+    #[arg(long)]
+    follow: bool,
     /// Output format: %t topic, %p partition, %o offset, %k key, %v value, %T timestamp.
     #[arg(long, default_value = "%v")]
     format: String,
+    /// `json` prints one JSON object per record instead of --format.
+    #[arg(long, value_enum, default_value_t)]
+    output: Output,
+}
+
+fn parse_time(s: &str) -> Result<i64, String> {
+    if let Ok(ms) = s.parse::<i64>() {
+        return Ok(ms);
+    }
+    let ago = humantime::parse_duration(s)
+        .map_err(|_| format!("{s:?} is neither milliseconds since the epoch nor a duration like 10m"))?;
+    let now = std::time::SystemTime::UNIX_EPOCH.elapsed().map_err(|e| e.to_string())?;
+    Ok(now.saturating_sub(ago).as_millis() as i64)
 }
 
 /// Runs `rill consume`.
@@ -49,50 +69,61 @@ pub async fn run(bootstrap: &[String], args: ConsumeArgs) -> anyhow::Result<()> 
         Some(p) => vec![p],
         None => (0..count).collect(),
     };
-    let mut positions = Vec::new();
-    for p in &partitions {
-        let start = match (args.offset, args.from_beginning) {
-            (Some(o), _) => o,
-            (None, true) => client.list_offset(&args.topic, *p, OffsetSpec::Earliest).await?,
-            (None, false) => client.list_offset(&args.topic, *p, OffsetSpec::Latest).await?,
+    let mut consumer = Consumer::new(client, ConsumerConfig { start: OffsetSpec::Latest, ..ConsumerConfig::default() });
+    let tps: Vec<TopicPartition> = partitions.iter().map(|p| TopicPartition::new(&args.topic, *p)).collect();
+    consumer.assign(tps.clone());
+    for tp in &tps {
+        let position = match (args.offset, args.from_beginning, args.from_timestamp) {
+            (Some(o), _, _) => {
+                consumer.seek(tp, o)?;
+                continue;
+            }
+            (None, true, _) => consumer.seek_to(tp, OffsetSpec::Earliest).await,
+            (None, false, Some(t)) => consumer.seek_to(tp, OffsetSpec::Timestamp(t)).await,
+            (None, false, None) => consumer.seek_to(tp, OffsetSpec::Latest).await,
         };
-        positions.push(start);
+        position.with_context(|| format!("cannot find the start of {}/{}", tp.topic, tp.partition))?;
     }
-    let idle_limit = args.timeout_ms.map(Duration::from_millis);
+    let idle_limit = if args.follow { None } else { args.timeout_ms.map(Duration::from_millis) };
     let mut printed = 0u64;
     let mut last_record = tokio::time::Instant::now();
     let stdout = std::io::stdout();
     loop {
         let wait = idle_limit.map_or(POLL_WAIT, |l| l.min(POLL_WAIT));
-        let fetches = partitions.iter().zip(&positions).map(|(p, o)| {
-            let client = &client;
-            let topic = args.topic.as_str();
-            async move { client.fetch(topic, *p, Some(*o), wait).await }
-        });
-        let results = join_all(fetches).await;
+        let records = consumer.poll(wait).await.with_context(|| format!("cannot read {}", args.topic))?;
         let mut out = stdout.lock();
-        for (i, r) in results.into_iter().enumerate() {
-            let fetched = r.with_context(|| format!("cannot fetch {}/{}", args.topic, partitions[i]))?;
-            positions[i] = fetched.next_offset.max(positions[i]);
-            for rec in fetched.records {
-                let line = format.render(&Fields {
-                    topic: &args.topic,
-                    partition: partitions[i],
+        for rec in records {
+            let line = match args.output {
+                Output::Json => json!({
+                    "topic": rec.topic,
+                    "partition": rec.partition,
+                    "offset": rec.offset,
+                    "timestamp_ms": rec.timestamp_ms,
+                    "key": rec.key.as_ref().map(|k| String::from_utf8_lossy(k).into_owned()),
+                    "value": String::from_utf8_lossy(&rec.value),
+                    "headers": rec.headers.iter().map(|(k, v)| (k.clone(), json!(String::from_utf8_lossy(v)))).collect::<serde_json::Map<_, _>>(),
+                })
+                .to_string(),
+                Output::Table => format.render(&Fields {
+                    topic: &rec.topic,
+                    partition: rec.partition,
                     offset: rec.offset,
                     key: rec.key.as_deref(),
                     value: &rec.value,
                     timestamp_ms: rec.timestamp_ms,
-                });
-                writeln!(out, "{line}").context("cannot write to stdout")?;
-                printed += 1;
-                last_record = tokio::time::Instant::now();
-                if args.max_messages.is_some_and(|m| printed >= m) {
-                    return Ok(());
-                }
+                }),
+            };
+            writeln!(out, "{line}").context("cannot write to stdout")?;
+            printed += 1;
+            last_record = tokio::time::Instant::now();
+            if args.max_messages.is_some_and(|m| printed >= m) {
+                consumer.close();
+                return Ok(());
             }
         }
         out.flush().ok();
         if idle_limit.is_some_and(|l| last_record.elapsed() >= l) {
+            consumer.close();
             return Ok(());
         }
     }

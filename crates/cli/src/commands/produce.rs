@@ -1,18 +1,21 @@
-//! `rill produce TOPIC`: one record per stdin line.
+//! `rill produce TOPIC`: one record per input line.
 
-use std::collections::BTreeMap;
-use std::io::BufRead;
+use std::collections::VecDeque;
+use std::io::{BufRead, IsTerminal};
+use std::path::PathBuf;
+use std::time::Duration;
 
 use anyhow::{bail, Context};
 use bytes::Bytes;
-use futures::future::join_all;
-use rill_client::partitioner::partition_for_key;
-use rill_client::{Acks, Client, Record};
+use rill_client::{Acks, Compression, DeliveryFuture, Producer, ProducerConfig, Record};
+use serde_json::json;
 
-use super::connect;
+use super::{connect, Output};
 
-/// Records per produce round (each round sends one batch per partition, all partitions at once).
-const LINES_PER_ROUND: usize = 1000;
+/// Deliveries awaited at most this far behind the input (bounds memory on huge inputs).
+const MAX_OUTSTANDING: usize = 20_000;
+/// Inputs at least this large get a progress line on a terminal.
+const PROGRESS_EVERY: u64 = 10_000;
 
 /// `rill produce` arguments.
 #[derive(Debug, clap::Args)]
@@ -23,12 +26,28 @@ pub struct ProduceArgs {
     /// leader) or 0 (not waited for).
     #[arg(long, default_value = "all", value_parser = parse_acks)]
     acks: Acks,
-    /// Send every record to this partition (default: by key, or spread when unkeyed).
+    /// Send every record to this partition (default: by key with Kafka's partitioner; unkeyed
+    /// records fill one batch per partition, then move on).
     #[arg(long)]
     partition: Option<u32>,
     /// Split each line at the first SEP into key and value.
     #[arg(long, value_name = "SEP")]
     key_separator: Option<String>,
+    /// Add a header `key=value` to every record (repeatable).
+    #[arg(long = "header", value_name = "KEY=VALUE")]
+    headers: Vec<String>,
+    /// Batch compression: none or lz4.
+    #[arg(long, default_value = "none", value_parser = parse_compression)]
+    compression: Compression,
+    /// How long a batch waits for more records before it is sent.
+    #[arg(long, default_value_t = 5)]
+    linger_ms: u64,
+    /// Read records from this file instead of stdin.
+    #[arg(long)]
+    file: Option<PathBuf>,
+    /// Summary format.
+    #[arg(long, value_enum, default_value_t)]
+    output: Output,
 }
 
 fn parse_acks(s: &str) -> Result<Acks, String> {
@@ -40,13 +59,44 @@ fn parse_acks(s: &str) -> Result<Acks, String> {
     }
 }
 
-struct Failure {
-    records: usize,
-    error: rill_client::Error,
+fn parse_compression(s: &str) -> Result<Compression, String> {
+    match s {
+        "none" => Ok(Compression::None),
+        "lz4" => Ok(Compression::Lz4),
+        other => Err(format!("compression must be none or lz4, not {other:?}")),
+    }
+}
+
+fn parse_headers(raw: &[String]) -> anyhow::Result<Vec<(String, Bytes)>> {
+    raw.iter()
+        .map(|h| match h.split_once('=') {
+            Some((k, v)) if !k.is_empty() => Ok((k.to_string(), Bytes::from(v.to_string()))),
+            _ => bail!("--header {h:?} must look like key=value"),
+        })
+        .collect()
+}
+
+struct Tally {
+    acked: u64,
+    failed: u64,
+    first_error: Option<rill_client::Error>,
+}
+
+impl Tally {
+    async fn settle(&mut self, d: DeliveryFuture) {
+        match d.await {
+            Ok(_) => self.acked += 1,
+            Err(e) => {
+                self.failed += 1;
+                self.first_error.get_or_insert(e);
+            }
+        }
+    }
 }
 
 /// Runs `rill produce`.
 pub async fn run(bootstrap: &[String], args: ProduceArgs) -> anyhow::Result<()> {
+    let headers = parse_headers(&args.headers)?;
     let client = connect(bootstrap).await?;
     let partitions =
         client.partition_count(&args.topic).await.with_context(|| format!("cannot produce to {:?}", args.topic))?;
@@ -59,63 +109,68 @@ pub async fn run(bootstrap: &[String], args: ProduceArgs) -> anyhow::Result<()> 
             );
         }
     }
-    let stdin = std::io::stdin();
-    let mut lines = stdin.lock().lines();
-    let (mut sent, mut acked, mut line_no) = (0usize, 0usize, 0usize);
-    let mut failures: Vec<Failure> = Vec::new();
-    let mut next_unkeyed = 0u32;
-    loop {
-        let mut round: BTreeMap<u32, Vec<Record>> = BTreeMap::new();
-        let mut n = 0;
-        for line in lines.by_ref() {
-            let line = line.context("cannot read stdin")?;
-            line_no += 1;
-            let record = match &args.key_separator {
-                Some(sep) => match line.split_once(sep.as_str()) {
-                    Some((k, v)) => Record::keyed(Bytes::from(k.to_string()), Bytes::from(v.to_string())),
-                    None => bail!("line {line_no} has no key separator {sep:?}: {line:?}"),
-                },
-                None => Record::new(Bytes::from(line)),
-            };
-            let p = match (args.partition, &record.key) {
-                (Some(p), _) => p,
-                (None, Some(k)) => partition_for_key(k, partitions),
-                // Unkeyed: fill one partition per round, then move on (sticky).
-                (None, None) => next_unkeyed,
-            };
-            round.entry(p).or_default().push(record);
-            n += 1;
-            if n == LINES_PER_ROUND {
-                break;
+    let input: Box<dyn BufRead> = match &args.file {
+        Some(path) => Box::new(std::io::BufReader::new(
+            std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?,
+        )),
+        None => Box::new(std::io::BufReader::new(std::io::stdin())),
+    };
+    let config = ProducerConfig {
+        acks: args.acks,
+        linger: Duration::from_millis(args.linger_ms),
+        compression: args.compression,
+        ..ProducerConfig::default()
+    };
+    let producer = Producer::new(client, config);
+    let show_progress = std::io::stderr().is_terminal();
+    let mut outstanding: VecDeque<DeliveryFuture> = VecDeque::new();
+    let mut tally = Tally { acked: 0, failed: 0, first_error: None };
+    let mut sent = 0u64;
+    for (i, line) in input.lines().enumerate() {
+        let line = line.context("cannot read the input")?;
+        let mut record = match &args.key_separator {
+            Some(sep) => match line.split_once(sep.as_str()) {
+                Some((k, v)) => Record::keyed(Bytes::from(k.to_string()), Bytes::from(v.to_string())),
+                None => bail!("line {} has no key separator {sep:?}: {line:?}", i + 1),
+            },
+            None => Record::new(Bytes::from(line)),
+        };
+        record.headers.clone_from(&headers);
+        let delivery = match args.partition {
+            Some(p) => producer.send_to(&args.topic, p, record).await?,
+            None => producer.send(&args.topic, record).await?,
+        };
+        outstanding.push_back(delivery);
+        sent += 1;
+        if outstanding.len() > MAX_OUTSTANDING {
+            if let Some(d) = outstanding.pop_front() {
+                tally.settle(d).await;
             }
         }
-        if n == 0 {
-            break;
-        }
-        next_unkeyed = (next_unkeyed + 1) % partitions;
-        sent += n;
-        let sends = round.into_iter().map(|(p, records)| {
-            let client: &Client = &client;
-            let topic = args.topic.as_str();
-            async move {
-                let count = records.len();
-                (count, client.produce(topic, p, records, args.acks).await)
-            }
-        });
-        for (count, result) in join_all(sends).await {
-            match result {
-                Ok(_) => acked += count,
-                Err(error) => failures.push(Failure { records: count, error }),
-            }
+        if show_progress && sent.is_multiple_of(PROGRESS_EVERY) {
+            eprint!("\rsent {sent}, acknowledged {}", tally.acked);
         }
     }
-    match args.acks {
-        Acks::None => println!("sent {sent} record(s) to {} (acks=0: not acknowledged)", args.topic),
-        _ => println!("{acked} of {sent} record(s) acknowledged by {}", args.topic),
+    producer.flush().await;
+    for d in outstanding {
+        tally.settle(d).await;
     }
-    if let Some(first) = failures.first() {
-        let failed: usize = failures.iter().map(|f| f.records).sum();
-        bail!("{failed} record(s) not acknowledged; first error: {}", first.error);
+    producer.close().await;
+    if show_progress && sent >= PROGRESS_EVERY {
+        eprintln!();
+    }
+    match args.output {
+        Output::Json => println!(
+            "{}",
+            json!({"topic": args.topic, "sent": sent, "acknowledged": tally.acked, "failed": tally.failed})
+        ),
+        Output::Table => match args.acks {
+            Acks::None => println!("sent {sent} record(s) to {} (acks=0: not acknowledged)", args.topic),
+            _ => println!("{} of {sent} record(s) acknowledged by {}", tally.acked, args.topic),
+        },
+    }
+    if let Some(e) = tally.first_error {
+        bail!("{} record(s) not acknowledged; first error: {e}", tally.failed);
     }
     Ok(())
 }

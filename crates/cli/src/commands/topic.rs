@@ -34,6 +34,29 @@ pub enum TopicCommand {
         #[arg(long, value_enum, default_value_t)]
         output: Output,
     },
+    /// Change settings or grow the partition count.
+    Alter {
+        /// Topic name.
+        name: String,
+        /// Set a topic setting `key=value` (repeatable).
+        #[arg(long = "config", value_name = "KEY=VALUE")]
+        configs: Vec<String>,
+        /// Return a setting to its default (repeatable).
+        #[arg(long = "reset-config", value_name = "KEY")]
+        resets: Vec<String>,
+        /// Grow the topic to this many partitions (it never shrinks; keys map to partitions
+        /// by murmur2(key) % count, so keyed records move to other partitions from then on).
+        #[arg(long)]
+        partitions: Option<u32>,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t)]
+        output: Output,
+    },
+    /// Delete a topic and its data; the name can be reused.
+    Delete {
+        /// Topic name.
+        name: String,
+    },
     /// List topics.
     List {
         /// Output format.
@@ -117,6 +140,42 @@ pub async fn run(bootstrap: &[String], cmd: TopicCommand) -> anyhow::Result<()> 
                 Output::Json => println!("{}", description_json(&d)),
                 Output::Table => print_description(&d),
             }
+        }
+        TopicCommand::Alter { name, configs, resets, partitions, output } => {
+            if configs.is_empty() && resets.is_empty() && partitions.is_none() {
+                bail!("nothing to change: give --config key=value, --reset-config key or --partitions N");
+            }
+            let set = configs.iter().map(|c| parse_config(c)).collect::<anyhow::Result<Vec<_>>>()?;
+            let mut description = None;
+            if !set.is_empty() || !resets.is_empty() {
+                description = Some(
+                    client
+                        .alter_topic_config(&name, &set, &resets)
+                        .await
+                        .with_context(|| format!("cannot alter topic {name:?}"))?,
+                );
+            }
+            if let Some(total) = partitions {
+                description = Some(
+                    client
+                        .create_partitions(&name, total)
+                        .await
+                        .with_context(|| format!("cannot add partitions to {name:?}"))?,
+                );
+            }
+            if let Some(d) = description {
+                match output {
+                    Output::Json => println!("{}", description_json(&d)),
+                    Output::Table => {
+                        println!("altered topic {name}");
+                        print_description(&d);
+                    }
+                }
+            }
+        }
+        TopicCommand::Delete { name } => {
+            client.delete_topic(&name).await.with_context(|| format!("cannot delete topic {name:?}"))?;
+            println!("deleted topic {name}");
         }
         TopicCommand::List { output } => {
             let topics = client.list_topics().await.context("cannot list topics")?;

@@ -7,9 +7,11 @@ use futures::future::join_all;
 use rill_meta::{MetaCommand, MetaResult, MetaState, TopicMeta};
 use rill_proto::admin::admin_server::Admin;
 use rill_proto::admin::{
-    CreateTopicRequest, CreateTopicResponse, DescribeClusterRequest, DescribeClusterResponse, DescribeTopicRequest,
-    DescribeTopicResponse, ListTopicsRequest, ListTopicsResponse, MetadataRequest, MetadataResponse, NodeDescription,
-    PartitionDescription, PartitionMetadata, TopicConfigEntry, TopicDescription, TopicMetadata, TopicSummary,
+    AlterTopicConfigRequest, AlterTopicConfigResponse, CreatePartitionsRequest, CreatePartitionsResponse,
+    CreateTopicRequest, CreateTopicResponse, DeleteTopicRequest, DeleteTopicResponse, DescribeClusterRequest,
+    DescribeClusterResponse, DescribeTopicRequest, DescribeTopicResponse, ListTopicsRequest, ListTopicsResponse,
+    MetadataRequest, MetadataResponse, NodeDescription, PartitionDescription, PartitionMetadata, TopicConfigEntry,
+    TopicDescription, TopicMetadata, TopicSummary,
 };
 use rill_proto::common::ErrorCode;
 use rill_proto::internal::PingRequest;
@@ -112,6 +114,31 @@ fn describe_partition(topic: &str, partition: u32, replicas: &[u64], live: &Part
     }
 }
 
+impl AdminApi {
+    /// Proposes a change to an existing topic and waits until this node has applied it.
+    /// `pred` tells, from the applied metadata, that the change is visible here.
+    async fn change_topic(
+        &self,
+        cmd: MetaCommand,
+        visible: impl Fn(&MetaState) -> bool,
+    ) -> Result<Option<TopicMeta>, WireError> {
+        let topic = match self.node.propose_meta(&cmd).await {
+            Err(e) => return Err(errors::propose(&e)),
+            Ok(MetaResult::Refused(e)) => return Err(errors::meta(&e)),
+            Ok(MetaResult::TopicDeleted(_)) => None,
+            Ok(MetaResult::TopicUpdated(t)) | Ok(MetaResult::TopicCreated(t)) => Some(t),
+            Ok(other) => {
+                return Err(WireError::new(
+                    ErrorCode::UnknownServerError,
+                    format!("unexpected metadata answer {other:?}"),
+                ))
+            }
+        };
+        self.node.wait_for_meta(META_WAIT, visible).await;
+        Ok(topic)
+    }
+}
+
 fn create_error(e: WireError) -> CreateTopicResponse {
     CreateTopicResponse { error_code: e.code as i32, error_message: e.message, topic: None }
 }
@@ -156,6 +183,84 @@ impl Admin for AdminApi {
             error_message: String::new(),
             topic: Some(description),
         }))
+    }
+
+    async fn delete_topic(
+        &self,
+        request: Request<DeleteTopicRequest>,
+    ) -> Result<Response<DeleteTopicResponse>, Status> {
+        let name = request.into_inner().name;
+        if self.node.topic(&name).is_none() {
+            let e = errors::unknown_topic(&name);
+            return Ok(Response::new(DeleteTopicResponse { error_code: e.code as i32, error_message: e.message }));
+        }
+        let n = name.clone();
+        let answer =
+            match self.change_topic(MetaCommand::DeleteTopic { name }, move |m| !m.topics.contains_key(&n)).await {
+                Ok(_) => DeleteTopicResponse { error_code: ErrorCode::None as i32, error_message: String::new() },
+                Err(e) => DeleteTopicResponse { error_code: e.code as i32, error_message: e.message },
+            };
+        Ok(Response::new(answer))
+    }
+
+    async fn alter_topic_config(
+        &self,
+        request: Request<AlterTopicConfigRequest>,
+    ) -> Result<Response<AlterTopicConfigResponse>, Status> {
+        let req = request.into_inner();
+        let set: Vec<(String, String)> = req.set.into_iter().map(|c| (c.key, c.value)).collect();
+        let fail = |e: WireError| AlterTopicConfigResponse {
+            error_code: e.code as i32,
+            error_message: e.message,
+            topic: None,
+        };
+        let config = match self.node.meta().check_alter_config(&req.name, &set, &req.reset) {
+            Ok(c) => c,
+            Err(e) => return Ok(Response::new(fail(errors::meta(&e)))),
+        };
+        let name = req.name.clone();
+        let cmd = MetaCommand::AlterTopicConfig { name: req.name, set, reset: req.reset };
+        let visible = move |m: &MetaState| m.topics.get(&name).is_some_and(|t| t.config == config);
+        let answer = match self.change_topic(cmd, visible).await {
+            Ok(Some(t)) => AlterTopicConfigResponse {
+                error_code: ErrorCode::None as i32,
+                error_message: String::new(),
+                topic: Some(self.describe(&t).await),
+            },
+            Ok(None) => fail(WireError::new(ErrorCode::UnknownServerError, "the topic vanished while being altered")),
+            Err(e) => fail(e),
+        };
+        Ok(Response::new(answer))
+    }
+
+    async fn create_partitions(
+        &self,
+        request: Request<CreatePartitionsRequest>,
+    ) -> Result<Response<CreatePartitionsResponse>, Status> {
+        let req = request.into_inner();
+        let fail = |e: WireError| CreatePartitionsResponse {
+            error_code: e.code as i32,
+            error_message: e.message,
+            topic: None,
+        };
+        if let Err(e) = self.node.meta().check_create_partitions(&req.name, req.total) {
+            return Ok(Response::new(fail(errors::meta(&e))));
+        }
+        let (name, total) = (req.name.clone(), req.total as usize);
+        let visible = move |m: &MetaState| m.topics.get(&name).is_some_and(|t| t.partitions.len() >= total);
+        let answer = match self
+            .change_topic(MetaCommand::CreatePartitions { name: req.name, total: req.total }, visible)
+            .await
+        {
+            Ok(Some(t)) => CreatePartitionsResponse {
+                error_code: ErrorCode::None as i32,
+                error_message: String::new(),
+                topic: Some(self.describe(&t).await),
+            },
+            Ok(None) => fail(WireError::new(ErrorCode::UnknownServerError, "the topic vanished while growing")),
+            Err(e) => fail(e),
+        };
+        Ok(Response::new(answer))
     }
 
     async fn list_topics(&self, _request: Request<ListTopicsRequest>) -> Result<Response<ListTopicsResponse>, Status> {

@@ -270,6 +270,7 @@ impl Records for RecordsApi {
                             let offset = match spec {
                                 OffsetSpec::Earliest => r.earliest_offset(),
                                 OffsetSpec::Latest => r.latest_offset(),
+                                OffsetSpec::Timestamp => r.offset_for_time(req.timestamp_ms),
                             };
                             match offset {
                                 Ok(o) => ListOffsetsPartitionResult {

@@ -1,0 +1,121 @@
+//! Admin operations on [`Client`]: topics and the cluster. Any node takes them; metadata changes
+//! are forwarded to the metadata leader by the server.
+
+use rill_proto::admin::{
+    AlterTopicConfigRequest, CreatePartitionsRequest, CreateTopicRequest, DeleteTopicRequest, DescribeClusterRequest,
+    DescribeClusterResponse, DescribeTopicRequest, ListTopicsRequest, TopicConfigEntry, TopicDescription, TopicSummary,
+};
+use rill_proto::common::ErrorCode;
+
+use crate::error::{self, Error, Result};
+use crate::Client;
+
+fn check(code: i32, message: String) -> Result<()> {
+    if code == ErrorCode::None as i32 {
+        Ok(())
+    } else {
+        Err(error::server(code, message))
+    }
+}
+
+fn entries(configs: &[(String, String)]) -> Vec<TopicConfigEntry> {
+    configs.iter().map(|(k, v)| TopicConfigEntry { key: k.clone(), value: v.clone() }).collect()
+}
+
+fn described(topic: Option<TopicDescription>) -> Result<TopicDescription> {
+    topic.ok_or_else(|| Error::Transport("the server sent no topic description".into()))
+}
+
+impl Client {
+    /// Creates a topic. `configs` are `key=value` topic settings (`min.insync.replicas`,
+    /// `max.message.bytes`, `replica.lag.time.max.ms`).
+    pub async fn create_topic(
+        &self,
+        name: &str,
+        partitions: u32,
+        replication_factor: u32,
+        configs: &[(String, String)],
+    ) -> Result<TopicDescription> {
+        let req =
+            CreateTopicRequest { name: name.to_string(), partitions, replication_factor, configs: entries(configs) };
+        let resp = self
+            .on_any_node(|mut c| {
+                let req = req.clone();
+                async move { c.create_topic(req).await }
+            })
+            .await?;
+        check(resp.error_code, resp.error_message)?;
+        let _ = self.refresh_metadata(&[name.to_string()]).await;
+        described(resp.topic)
+    }
+
+    /// Deletes a topic: its data is removed and the name can be reused.
+    pub async fn delete_topic(&self, name: &str) -> Result<()> {
+        let req = DeleteTopicRequest { name: name.to_string() };
+        let resp = self
+            .on_any_node(|mut c| {
+                let req = req.clone();
+                async move { c.delete_topic(req).await }
+            })
+            .await?;
+        check(resp.error_code, resp.error_message)?;
+        let _ = self.refresh_metadata(&[name.to_string()]).await;
+        Ok(())
+    }
+
+    /// Sets (`set`) or resets to defaults (`reset`) topic settings.
+    pub async fn alter_topic_config(
+        &self,
+        name: &str,
+        set: &[(String, String)],
+        reset: &[String],
+    ) -> Result<TopicDescription> {
+        let req = AlterTopicConfigRequest { name: name.to_string(), set: entries(set), reset: reset.to_vec() };
+        let resp = self
+            .on_any_node(|mut c| {
+                let req = req.clone();
+                async move { c.alter_topic_config(req).await }
+            })
+            .await?;
+        check(resp.error_code, resp.error_message)?;
+        described(resp.topic)
+    }
+
+    /// Grows `name` to `total` partitions. Keyed records map to partitions by
+    /// `murmur2(key) % count`, so growing a topic moves keys to other partitions from then on.
+    pub async fn create_partitions(&self, name: &str, total: u32) -> Result<TopicDescription> {
+        let req = CreatePartitionsRequest { name: name.to_string(), total };
+        let resp = self
+            .on_any_node(|mut c| {
+                let req = req.clone();
+                async move { c.create_partitions(req).await }
+            })
+            .await?;
+        check(resp.error_code, resp.error_message)?;
+        let _ = self.refresh_metadata(&[name.to_string()]).await;
+        described(resp.topic)
+    }
+
+    /// Describes a topic: per partition leader, replicas, ISR and offsets.
+    pub async fn describe_topic(&self, name: &str) -> Result<TopicDescription> {
+        let req = DescribeTopicRequest { name: name.to_string() };
+        let resp = self
+            .on_any_node(|mut c| {
+                let req = req.clone();
+                async move { c.describe_topic(req).await }
+            })
+            .await?;
+        check(resp.error_code, resp.error_message)?;
+        described(resp.topic)
+    }
+
+    /// Lists topics.
+    pub async fn list_topics(&self) -> Result<Vec<TopicSummary>> {
+        Ok(self.on_any_node(|mut c| async move { c.list_topics(ListTopicsRequest {}).await }).await?.topics)
+    }
+
+    /// Describes the cluster's nodes, their liveness and the metadata leader.
+    pub async fn describe_cluster(&self) -> Result<DescribeClusterResponse> {
+        self.on_any_node(|mut c| async move { c.describe_cluster(DescribeClusterRequest {}).await }).await
+    }
+}

@@ -1,0 +1,311 @@
+//! [`Consumer`]: reads assigned partitions in order, with fetches pipelined in the background.
+//!
+//! ```text
+//!  assign / seek ──► per-partition position
+//!  poll ──► returns buffered records (round-robin over partitions)
+//!        └► keeps one fetch in flight per unpaused partition while its buffer has room
+//! ```
+//!
+//! Group membership and committed offsets come with consumer groups; this is assign mode.
+//! Records of a partition are returned in offset order, each once, without gaps (offsets are
+//! dense), unless the application seeks.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::time::Duration;
+
+use bytes::Bytes;
+use rill_rt::sync::mpsc;
+use rill_rt::JoinHandle;
+
+use crate::error::{Error, Result};
+use crate::record::{FetchedPartition, OffsetSpec};
+use crate::Client;
+
+/// A topic partition.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct TopicPartition {
+    /// Topic.
+    pub topic: String,
+    /// Partition number.
+    pub partition: u32,
+}
+
+impl TopicPartition {
+    /// `topic`/`partition`.
+    pub fn new(topic: impl Into<String>, partition: u32) -> Self {
+        Self { topic: topic.into(), partition }
+    }
+}
+
+/// A record as the consumer returns it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsumerRecord {
+    /// Topic.
+    pub topic: String,
+    /// Partition.
+    pub partition: u32,
+    /// Offset.
+    pub offset: u64,
+    /// Create time (ms since the epoch).
+    pub timestamp_ms: i64,
+    /// Key.
+    pub key: Option<Bytes>,
+    /// Value.
+    pub value: Bytes,
+    /// Headers.
+    pub headers: Vec<(String, Bytes)>,
+}
+
+/// Consumer settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConsumerConfig {
+    /// Where a partition without a position starts.
+    pub start: OffsetSpec,
+    /// Long-poll time of each background fetch.
+    pub fetch_max_wait: Duration,
+    /// Bytes one fetch may return per partition.
+    pub partition_max_bytes: u32,
+    /// Stop fetching a partition while this many bytes of it are buffered.
+    pub max_buffered_bytes_per_partition: usize,
+    /// Most records one `poll` returns.
+    pub max_poll_records: usize,
+}
+
+impl Default for ConsumerConfig {
+    fn default() -> Self {
+        Self {
+            start: OffsetSpec::Earliest,
+            fetch_max_wait: Duration::from_millis(500),
+            partition_max_bytes: 1 << 20,
+            max_buffered_bytes_per_partition: 4 << 20,
+            max_poll_records: 500,
+        }
+    }
+}
+
+#[derive(Default)]
+struct PartitionState {
+    /// Next offset `poll` returns.
+    position: Option<u64>,
+    /// Next offset to fetch (past what is buffered).
+    fetch_position: u64,
+    buffer: VecDeque<ConsumerRecord>,
+    buffered_bytes: usize,
+    paused: bool,
+    in_flight: Option<JoinHandle<()>>,
+    /// Bumped on seek; fetch results of an older epoch are dropped.
+    epoch: u64,
+}
+
+struct Fetched {
+    tp: TopicPartition,
+    epoch: u64,
+    result: Result<FetchedPartition>,
+}
+
+/// An assign-mode consumer.
+pub struct Consumer {
+    client: Client,
+    config: ConsumerConfig,
+    partitions: BTreeMap<TopicPartition, PartitionState>,
+    results_tx: mpsc::UnboundedSender<Fetched>,
+    results_rx: mpsc::UnboundedReceiver<Fetched>,
+    next_turn: usize,
+}
+
+impl Consumer {
+    /// A consumer over `client` with nothing assigned.
+    pub fn new(client: Client, config: ConsumerConfig) -> Self {
+        let (results_tx, results_rx) = mpsc::unbounded_channel();
+        Self { client, config, partitions: BTreeMap::new(), results_tx, results_rx, next_turn: 0 }
+    }
+
+    /// Replaces the assignment. Partitions kept keep their positions.
+    pub fn assign(&mut self, partitions: impl IntoIterator<Item = TopicPartition>) {
+        let wanted: Vec<TopicPartition> = partitions.into_iter().collect();
+        let dropped: Vec<TopicPartition> = self.partitions.keys().filter(|tp| !wanted.contains(tp)).cloned().collect();
+        for tp in dropped {
+            if let Some(st) = self.partitions.remove(&tp) {
+                if let Some(h) = st.in_flight {
+                    h.abort();
+                }
+            }
+        }
+        for tp in wanted {
+            self.partitions.entry(tp).or_default();
+        }
+    }
+
+    /// The assigned partitions.
+    pub fn assignment(&self) -> Vec<TopicPartition> {
+        self.partitions.keys().cloned().collect()
+    }
+
+    /// The next offset `poll` returns for `tp`, once known.
+    pub fn position(&self, tp: &TopicPartition) -> Option<u64> {
+        self.partitions.get(tp).and_then(|s| s.position)
+    }
+
+    /// Moves `tp` to `offset`, dropping anything buffered.
+    pub fn seek(&mut self, tp: &TopicPartition, offset: u64) -> Result<()> {
+        let st = self
+            .partitions
+            .get_mut(tp)
+            .ok_or_else(|| Error::InvalidArgument(format!("{}/{} is not assigned", tp.topic, tp.partition)))?;
+        if let Some(h) = st.in_flight.take() {
+            h.abort();
+        }
+        st.epoch += 1;
+        st.position = Some(offset);
+        st.fetch_position = offset;
+        st.buffer.clear();
+        st.buffered_bytes = 0;
+        Ok(())
+    }
+
+    /// Moves `tp` to the earliest or latest offset, or the first offset at or after a time.
+    pub async fn seek_to(&mut self, tp: &TopicPartition, spec: OffsetSpec) -> Result<u64> {
+        let offset = self.client.list_offset(&tp.topic, tp.partition, spec).await?;
+        self.seek(tp, offset)?;
+        Ok(offset)
+    }
+
+    /// Stops returning and fetching `tps` until resumed (what is buffered is kept).
+    pub fn pause(&mut self, tps: &[TopicPartition]) {
+        for tp in tps {
+            if let Some(st) = self.partitions.get_mut(tp) {
+                st.paused = true;
+            }
+        }
+    }
+
+    /// Resumes paused partitions.
+    pub fn resume(&mut self, tps: &[TopicPartition]) {
+        for tp in tps {
+            if let Some(st) = self.partitions.get_mut(tp) {
+                st.paused = false;
+            }
+        }
+    }
+
+    /// Returns available records (at most `max_poll_records`), waiting up to `timeout` for some.
+    /// Errors that a retry can fix (a leader moving, a lost connection) are retried in the
+    /// background; others (an offset out of range, a deleted topic) are returned.
+    pub async fn poll(&mut self, timeout: Duration) -> Result<Vec<ConsumerRecord>> {
+        self.resolve_positions().await?;
+        let deadline = rill_rt::now() + timeout;
+        loop {
+            self.start_fetches();
+            let out = self.drain();
+            if !out.is_empty() {
+                return Ok(out);
+            }
+            let left = deadline.saturating_duration_since(rill_rt::now());
+            if left.is_zero() {
+                return Ok(Vec::new());
+            }
+            match rill_rt::timeout(left, self.results_rx.recv()).await {
+                Ok(Some(f)) => self.apply(f)?,
+                Ok(None) | Err(_) => return Ok(Vec::new()),
+            }
+            while let Ok(f) = self.results_rx.try_recv() {
+                self.apply(f)?;
+            }
+        }
+    }
+
+    /// Stops background fetches.
+    pub fn close(mut self) {
+        for st in self.partitions.values_mut() {
+            if let Some(h) = st.in_flight.take() {
+                h.abort();
+            }
+        }
+    }
+
+    async fn resolve_positions(&mut self) -> Result<()> {
+        let missing: Vec<TopicPartition> =
+            self.partitions.iter().filter(|(_, s)| s.position.is_none()).map(|(tp, _)| tp.clone()).collect();
+        for tp in missing {
+            let offset = self.client.list_offset(&tp.topic, tp.partition, self.config.start).await?;
+            self.seek(&tp, offset)?;
+        }
+        Ok(())
+    }
+
+    fn start_fetches(&mut self) {
+        for (tp, st) in self.partitions.iter_mut() {
+            if st.paused || st.in_flight.is_some() || st.buffered_bytes >= self.config.max_buffered_bytes_per_partition
+            {
+                continue;
+            }
+            let client = self.client.clone();
+            let tx = self.results_tx.clone();
+            let (tp, epoch, offset) = (tp.clone(), st.epoch, st.fetch_position);
+            let (wait, max_bytes) = (self.config.fetch_max_wait, self.config.partition_max_bytes);
+            st.in_flight = Some(rill_rt::spawn(async move {
+                let result = client.fetch_with(&tp.topic, tp.partition, offset, wait, max_bytes).await;
+                let _ = tx.send(Fetched { tp, epoch, result });
+            }));
+        }
+    }
+
+    fn apply(&mut self, f: Fetched) -> Result<()> {
+        let Some(st) = self.partitions.get_mut(&f.tp) else { return Ok(()) };
+        if st.epoch != f.epoch {
+            return Ok(());
+        }
+        st.in_flight = None;
+        match f.result {
+            Ok(fetched) => {
+                for r in fetched.records {
+                    if r.offset < st.fetch_position {
+                        continue;
+                    }
+                    st.fetch_position = r.offset + 1;
+                    st.buffered_bytes += r.value.len() + r.key.as_ref().map_or(0, Bytes::len);
+                    st.buffer.push_back(ConsumerRecord {
+                        topic: f.tp.topic.clone(),
+                        partition: f.tp.partition,
+                        offset: r.offset,
+                        timestamp_ms: r.timestamp_ms,
+                        key: r.key,
+                        value: r.value,
+                        headers: r.headers,
+                    });
+                }
+                Ok(())
+            }
+            Err(e) if e.code().is_none() || e.is_retriable_without_effect() => {
+                tracing::debug!(topic = %f.tp.topic, partition = f.tp.partition, error = %e, "fetch failed; retrying");
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Takes buffered records from unpaused partitions, round-robin, up to `max_poll_records`.
+    fn drain(&mut self) -> Vec<ConsumerRecord> {
+        let mut out = Vec::new();
+        let keys: Vec<TopicPartition> = self.partitions.keys().cloned().collect();
+        if keys.is_empty() {
+            return out;
+        }
+        for i in 0..keys.len() {
+            let tp = &keys[(self.next_turn + i) % keys.len()];
+            let Some(st) = self.partitions.get_mut(tp) else { continue };
+            if st.paused {
+                continue;
+            }
+            while out.len() < self.config.max_poll_records {
+                let Some(r) = st.buffer.pop_front() else { break };
+                st.buffered_bytes =
+                    st.buffered_bytes.saturating_sub(r.value.len() + r.key.as_ref().map_or(0, Bytes::len));
+                st.position = Some(r.offset + 1);
+                out.push(r);
+            }
+        }
+        self.next_turn = self.next_turn.wrapping_add(1);
+        out
+    }
+}

@@ -1,0 +1,118 @@
+//! The plain data types of the client API.
+
+use bytes::Bytes;
+use rill_proto::records as pb;
+
+/// Acknowledgement level for produce.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Acks {
+    /// Committed by a Raft majority (synced on disk) and present on every in-sync replica.
+    #[default]
+    All,
+    /// Synced in the leader's log; lost if the leader dies before replicating it.
+    Leader,
+    /// Not waited for.
+    None,
+}
+
+impl Acks {
+    pub(crate) fn wire(self) -> i32 {
+        match self {
+            Acks::All => pb::Acks::All as i32,
+            Acks::Leader => pb::Acks::Leader as i32,
+            Acks::None => pb::Acks::None as i32,
+        }
+    }
+}
+
+/// Which offset to look up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OffsetSpec {
+    /// The first stored offset.
+    Earliest,
+    /// The high watermark: where the next committed record will go.
+    Latest,
+    /// The first offset whose batch was appended at or after this time (ms since the epoch);
+    /// the high watermark when there is none.
+    Timestamp(i64),
+}
+
+/// A record to produce.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Record {
+    /// Optional key. Keyed records go to Kafka's default partition for the key.
+    pub key: Option<Bytes>,
+    /// Value.
+    pub value: Bytes,
+    /// Headers.
+    pub headers: Vec<(String, Bytes)>,
+    /// Create time in ms since the epoch; 0 means "now".
+    pub timestamp_ms: i64,
+}
+
+impl Record {
+    /// An unkeyed record.
+    pub fn new(value: impl Into<Bytes>) -> Self {
+        Self { value: value.into(), ..Default::default() }
+    }
+
+    /// A keyed record.
+    pub fn keyed(key: impl Into<Bytes>, value: impl Into<Bytes>) -> Self {
+        Self { key: Some(key.into()), value: value.into(), ..Default::default() }
+    }
+
+    /// Adds a header.
+    pub fn with_header(mut self, key: impl Into<String>, value: impl Into<Bytes>) -> Self {
+        self.headers.push((key.into(), value.into()));
+        self
+    }
+
+    /// Approximate encoded size, for batching decisions.
+    pub fn size_bytes(&self) -> usize {
+        16 + self.key.as_ref().map_or(0, Bytes::len)
+            + self.value.len()
+            + self.headers.iter().map(|(k, v)| 4 + k.len() + v.len()).sum::<usize>()
+    }
+}
+
+/// A record read back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReceivedRecord {
+    /// Its offset.
+    pub offset: u64,
+    /// Create time.
+    pub timestamp_ms: i64,
+    /// Key.
+    pub key: Option<Bytes>,
+    /// Value.
+    pub value: Bytes,
+    /// Headers.
+    pub headers: Vec<(String, Bytes)>,
+}
+
+/// A successful produce of one batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProduceAck {
+    /// Offset of the first record (`None` with [`Acks::None`]).
+    pub base_offset: Option<u64>,
+}
+
+/// Where a produced record landed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordMetadata {
+    /// Partition.
+    pub partition: u32,
+    /// Offset (`None` with [`Acks::None`]).
+    pub offset: Option<u64>,
+}
+
+/// What a fetch returned for one partition.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FetchedPartition {
+    /// Records at or after the requested offset, in order.
+    pub records: Vec<ReceivedRecord>,
+    /// The partition's high watermark.
+    pub high_watermark: u64,
+    /// The offset to fetch next.
+    pub next_offset: u64,
+}

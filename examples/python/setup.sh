@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Creates examples/python/.venv with grpcio, and generates the Python gRPC stubs for Rill's
+# public API from proto/ into examples/python/gen/. Safe to rerun.
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+if [ ! -x "$here/.venv/bin/python" ]; then
+  python3 -m venv "$here/.venv" 2>/dev/null || {
+    # Debian splits venv out of the base python package.
+    command -v apt-get >/dev/null && { apt-get install -y python3-venv >/dev/null || sudo apt-get install -y python3-venv >/dev/null; }
+    python3 -m venv "$here/.venv"
+  }
+fi
+"$here/.venv/bin/pip" install --quiet --disable-pip-version-check "grpcio>=1.60" "grpcio-tools>=1.60"
+mkdir -p "$here/gen"
+"$here/.venv/bin/python" -m grpc_tools.protoc -I "$root/proto/rill" \
+  --python_out="$here/gen" --grpc_python_out="$here/gen" \
+  common.proto records.proto admin.proto
+echo "ready: $here/.venv/bin/python $here/producer.py TOPIC VALUE... ; $here/.venv/bin/python $here/consumer.py TOPIC"

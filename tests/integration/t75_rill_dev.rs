@@ -1,0 +1,169 @@
+//! The README path: `rill dev` starts a 3-node cluster; the CLI creates, alters, produces (file,
+//! headers, lz4), consumes (from a time, JSON), reports cluster status and deletes; Ctrl-C
+//! (SIGTERM here) stops every node cleanly.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+
+use crate::harness::{bin, init_logs};
+
+fn rill(bootstrap: &str, args: &[&str], stdin: Option<&str>) -> anyhow::Result<(bool, String, String)> {
+    let mut child = Command::new(bin("rill"))
+        .args(["--bootstrap", bootstrap])
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    if let Some(input) = stdin {
+        child.stdin.take().context("stdin")?.write_all(input.as_bytes())?;
+    }
+    drop(child.stdin.take());
+    let out = child.wait_with_output()?;
+    Ok((
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    ))
+}
+
+fn free_base_port() -> u16 {
+    // Three consecutive free ports: probe until a run of three binds.
+    for _ in 0..100 {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let base = l.local_addr().expect("addr").port();
+        if base > 60000 {
+            continue;
+        }
+        if (1..3).all(|i| std::net::TcpListener::bind(("127.0.0.1", base + i)).is_ok()) {
+            return base;
+        }
+    }
+    panic!("no three consecutive free ports");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rill_dev_and_the_cli_end_to_end() -> anyhow::Result<()> {
+    init_logs();
+    let dir = tempfile::tempdir()?;
+    let base = free_base_port();
+    let mut dev = Command::new(bin("rill"))
+        .args(["dev", "--nodes", "3", "--base-port", &base.to_string(), "--data-dir"])
+        .arg(dir.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()?;
+    let stdout = dev.stdout.take().context("stdout")?;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let mut bootstrap = None;
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    while bootstrap.is_none() {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(line) => bootstrap = line.strip_prefix("bootstrap: ").map(str::to_string),
+            Err(_) => bail!("rill dev did not print its bootstrap address within 90 s"),
+        }
+    }
+    let b = bootstrap.context("bootstrap")?;
+    let b = b.as_str();
+
+    let (ok, out, err) = rill(b, &["topic", "create", "dev", "--partitions", "2", "--replication-factor", "3"], None)?;
+    assert!(ok, "create: {err}");
+    assert!(out.contains("created topic dev"));
+    let (ok, _, err) = rill(b, &["topic", "alter", "dev", "--config", "replica.lag.time.max.ms=5s"], None)?;
+    assert!(ok, "alter: {err}");
+
+    let file = dir.path().join("input.txt");
+    std::fs::write(&file, (0..50).map(|i| format!("k{i}|v{i}\n")).collect::<String>())?;
+    let before = std::time::SystemTime::UNIX_EPOCH.elapsed()?.as_millis() as i64;
+    let (ok, out, err) = rill(
+        b,
+        &[
+            "produce",
+            "dev",
+            "--file",
+            file.to_str().context("path")?,
+            "--key-separator",
+            "|",
+            "--header",
+            "origin=file",
+            "--compression",
+            "lz4",
+            "--output",
+            "json",
+        ],
+        None,
+    )?;
+    assert!(ok, "produce: {err}");
+    let summary: serde_json::Value = serde_json::from_str(out.trim())?;
+    assert_eq!((summary["sent"].as_u64(), summary["acknowledged"].as_u64()), (Some(50), Some(50)), "{out}");
+
+    let (ok, out, err) = rill(
+        b,
+        &[
+            "consume",
+            "dev",
+            "--from-timestamp",
+            &before.to_string(),
+            "--max-messages",
+            "50",
+            "--timeout-ms",
+            "10000",
+            "--output",
+            "json",
+        ],
+        None,
+    )?;
+    assert!(ok, "consume: {err}");
+    let lines: Vec<serde_json::Value> = out.lines().map(serde_json::from_str).collect::<Result<_, _>>()?;
+    assert_eq!(lines.len(), 50);
+    for l in &lines {
+        assert_eq!(l["headers"]["origin"], "file");
+        let key = l["key"].as_str().context("key")?;
+        assert_eq!(l["value"].as_str(), Some(key.replace('k', "v").as_str()));
+        assert_eq!(
+            l["partition"].as_u64(),
+            Some(u64::from(rill_client::partitioner::partition_for_key(key.as_bytes(), 2)))
+        );
+    }
+
+    let (ok, out, err) = rill(b, &["cluster", "status", "--output", "json"], None)?;
+    assert!(ok, "status: {err}");
+    let status: serde_json::Value = serde_json::from_str(out.trim())?;
+    assert_eq!(status["nodes"].as_array().map(Vec::len), Some(3));
+    let leaders: u64 = status["nodes"].as_array().context("nodes")?.iter().filter_map(|n| n["leaders"].as_u64()).sum();
+    assert_eq!(leaders, 2, "{out}");
+
+    let (ok, _, err) = rill(b, &["topic", "delete", "dev"], None)?;
+    assert!(ok, "delete: {err}");
+    let (ok, _, err) = rill(b, &["topic", "describe", "dev"], None)?;
+    assert!(!ok && err.contains("UNKNOWN_TOPIC_OR_PARTITION"), "{err}");
+
+    tracing::info!("--- SIGTERM rill dev: every node stops cleanly");
+    Command::new("kill").args(["-TERM", &dev.id().to_string()]).status()?;
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(status) = dev.try_wait()? {
+            assert!(status.success(), "rill dev exited with {status}");
+            break;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = dev.kill();
+            bail!("rill dev did not stop within 60 s of SIGTERM");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    for id in 1..=3 {
+        let log = std::fs::read_to_string(dir.path().join(format!("node-{id}.log")))?;
+        assert!(log.contains("stopped serving"), "node {id} did not shut down gracefully:\n{log}");
+    }
+    Ok(())
+}

@@ -1,0 +1,53 @@
+//! Topic administration: alter config (takes effect), grow partitions, delete (data gone, name
+//! reusable, producers told).
+
+use rill_client::{Acks, ErrorCode, Record};
+
+use crate::harness::{init_logs, read_all, TestCluster};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn alter_grow_and_delete_topics() -> anyhow::Result<()> {
+    init_logs();
+    let cluster = TestCluster::start(3).await?;
+    let client = cluster.client().await?;
+    cluster.create_topic(&client, "admin", 2, 3, &[]).await?;
+    client.produce("admin", 0, vec![Record::new("x".repeat(500))], Acks::All).await?;
+
+    tracing::info!("--- alter: a smaller max.message.bytes applies to the next produce");
+    let d = client.alter_topic_config("admin", &[("max.message.bytes".into(), "200".into())], &[]).await?;
+    assert!(d.configs.iter().any(|c| c.key == "max.message.bytes" && c.value == "200"));
+    let err =
+        client.produce("admin", 0, vec![Record::new("x".repeat(500))], Acks::All).await.expect_err("too large now");
+    assert_eq!(err.code(), Some(ErrorCode::MessageTooLarge), "{err}");
+    let d = client.alter_topic_config("admin", &[], &["max.message.bytes".into()]).await?;
+    assert!(d.configs.iter().any(|c| c.key == "max.message.bytes" && c.value == "1048588"));
+    client.produce("admin", 0, vec![Record::new("x".repeat(500))], Acks::All).await?;
+    let err = client
+        .alter_topic_config("admin", &[("min.insync.replicas".into(), "5".into())], &[])
+        .await
+        .expect_err("invalid");
+    assert_eq!(err.code(), Some(ErrorCode::InvalidConfig));
+
+    tracing::info!("--- grow to 4 partitions; never shrink");
+    let d = client.create_partitions("admin", 4).await?;
+    assert_eq!(d.partitions.len(), 4);
+    cluster.wait_for_leaders(&client, "admin").await?;
+    client.refresh_metadata(&["admin".into()]).await?;
+    let ack = client.produce("admin", 3, vec![Record::new("in the new partition")], Acks::All).await?;
+    assert_eq!(ack.base_offset, Some(0));
+    let err = client.create_partitions("admin", 2).await.expect_err("cannot shrink");
+    assert_eq!(err.code(), Some(ErrorCode::InvalidPartitions), "{err}");
+
+    tracing::info!("--- delete: producers get UNKNOWN_TOPIC_OR_PARTITION, the name is reusable and empty");
+    client.delete_topic("admin").await?;
+    let err = client.produce("admin", 0, vec![Record::new("gone")], Acks::All).await.expect_err("deleted");
+    assert_eq!(err.code(), Some(ErrorCode::UnknownTopicOrPartition), "{err}");
+    let err = client.delete_topic("admin").await.expect_err("already deleted");
+    assert_eq!(err.code(), Some(ErrorCode::UnknownTopicOrPartition));
+    cluster.create_topic(&client, "admin", 1, 3, &[]).await?;
+    client.refresh_metadata(&["admin".into()]).await?;
+    assert!(read_all(&client, "admin", 0).await?.is_empty(), "a recreated topic starts empty");
+    client.produce("admin", 0, vec![Record::new("fresh")], Acks::All).await?;
+    assert_eq!(read_all(&client, "admin", 0).await?.len(), 1);
+    Ok(())
+}
