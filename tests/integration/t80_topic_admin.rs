@@ -51,3 +51,20 @@ async fn alter_grow_and_delete_topics() -> anyhow::Result<()> {
     assert_eq!(read_all(&client, "admin", 0).await?.len(), 1);
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_are_placed_on_live_nodes_only() -> anyhow::Result<()> {
+    init_logs();
+    let mut cluster = TestCluster::start(3).await?;
+    let client = cluster.client().await?;
+    tracing::info!("--- node 3 down: RF 3 is refused, RF 2 avoids node 3");
+    cluster.kill(3)?;
+    let err = client.create_topic("wide", 1, 3, &[]).await.expect_err("only 2 live nodes");
+    assert_eq!(err.code(), Some(ErrorCode::InvalidReplicationFactor), "{err}");
+    assert!(err.to_string().contains("only 2 of 3 are reachable"), "{err}");
+    let d = cluster.create_topic(&client, "narrow", 4, 2, &[]).await?;
+    for p in &d.partitions {
+        assert!(!p.replicas.contains(&3), "partition {} placed on the dead node: {:?}", p.partition, p.replicas);
+    }
+    Ok(())
+}

@@ -72,14 +72,22 @@ pub struct MetaState {
 pub enum MetaCommand {
     /// Records the cluster's nodes (idempotent; the bootstrap members register themselves).
     RegisterNodes { nodes: Vec<NodeInfo> },
-    /// Creates a topic.
-    CreateTopic { name: String, partitions: u32, replication_factor: u32, configs: Vec<(String, String)> },
+    /// Creates a topic. Replicas go to `live_nodes` (the nodes the proposer found reachable);
+    /// empty means every registered node.
+    CreateTopic {
+        name: String,
+        partitions: u32,
+        replication_factor: u32,
+        configs: Vec<(String, String)>,
+        live_nodes: Vec<NodeId>,
+    },
     /// Deletes a topic: its replicas stop and their data is removed; the name becomes free.
     DeleteTopic { name: String },
     /// Changes topic settings: `set` overrides keys, `reset` returns keys to their defaults.
     AlterTopicConfig { name: String, set: Vec<(String, String)>, reset: Vec<String> },
-    /// Grows a topic to `total` partitions (never shrinks).
-    CreatePartitions { name: String, total: u32 },
+    /// Grows a topic to `total` partitions (never shrinks), placing the new replicas on
+    /// `live_nodes` (empty means every registered node).
+    CreatePartitions { name: String, total: u32, live_nodes: Vec<NodeId> },
 }
 
 /// The outcome of a command.
@@ -130,8 +138,8 @@ impl MetaState {
                 }
                 MetaResult::NodesRegistered
             }
-            MetaCommand::CreateTopic { name, partitions, replication_factor, configs } => {
-                match self.create_topic(name, partitions, replication_factor, &configs) {
+            MetaCommand::CreateTopic { name, partitions, replication_factor, configs, live_nodes } => {
+                match self.create_topic(name, partitions, replication_factor, &configs, &live_nodes) {
                     Ok(t) => MetaResult::TopicCreated(t),
                     Err(e) => MetaResult::Refused(e),
                 }
@@ -147,10 +155,12 @@ impl MetaState {
                 Ok(t) => MetaResult::TopicUpdated(t),
                 Err(e) => MetaResult::Refused(e),
             },
-            MetaCommand::CreatePartitions { name, total } => match self.create_partitions(&name, total) {
-                Ok(t) => MetaResult::TopicUpdated(t),
-                Err(e) => MetaResult::Refused(e),
-            },
+            MetaCommand::CreatePartitions { name, total, live_nodes } => {
+                match self.create_partitions(&name, total, &live_nodes) {
+                    Ok(t) => MetaResult::TopicUpdated(t),
+                    Err(e) => MetaResult::Refused(e),
+                }
+            }
         };
         if !matches!(result, MetaResult::Refused(_)) {
             self.version += 1;
@@ -165,6 +175,7 @@ impl MetaState {
         partitions: u32,
         replication_factor: u32,
         configs: &[(String, String)],
+        live_nodes: &[NodeId],
     ) -> Result<TopicConfig, MetaError> {
         validate_topic_name(name)?;
         if self.topics.contains_key(name) {
@@ -176,20 +187,48 @@ impl MetaState {
                 format!("partitions must be between 1 and {MAX_PARTITIONS_PER_TOPIC}, got {partitions}"),
             ));
         }
-        let nodes = self.nodes.len() as u32;
         if replication_factor == 0 {
             return Err(MetaError::new(
                 MetaErrorKind::InvalidReplicationFactor,
                 "replication factor must be at least 1",
             ));
         }
-        if replication_factor > nodes {
+        self.check_placeable(replication_factor, live_nodes)?;
+        TopicConfig::from_entries(replication_factor, configs)
+    }
+
+    /// The nodes new replicas may go to: the live ones that are registered (all registered nodes
+    /// when no liveness view is given).
+    pub fn placement_nodes(&self, live_nodes: &[NodeId]) -> Vec<NodeId> {
+        if live_nodes.is_empty() {
+            return self.nodes.keys().copied().collect();
+        }
+        let mut ids: Vec<NodeId> = live_nodes.iter().copied().filter(|n| self.nodes.contains_key(n)).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        ids
+    }
+
+    fn check_placeable(&self, replication_factor: u32, live_nodes: &[NodeId]) -> Result<(), MetaError> {
+        let registered = self.nodes.len() as u32;
+        let usable = self.placement_nodes(live_nodes);
+        if replication_factor > registered {
             return Err(MetaError::new(
                 MetaErrorKind::InvalidReplicationFactor,
-                format!("replication factor {replication_factor} is larger than the {nodes} node(s) in the cluster; use at most {nodes}"),
+                format!("replication factor {replication_factor} is larger than the {registered} node(s) in the cluster; use at most {registered}"),
             ));
         }
-        TopicConfig::from_entries(replication_factor, configs)
+        if replication_factor as usize > usable.len() {
+            let down: Vec<NodeId> = self.nodes.keys().copied().filter(|n| !usable.contains(n)).collect();
+            return Err(MetaError::new(
+                MetaErrorKind::InvalidReplicationFactor,
+                format!(
+                    "replication factor {replication_factor} needs {replication_factor} live nodes, but only {} of {registered} are reachable (down: {down:?}); bring them back or use a smaller factor",
+                    usable.len()
+                ),
+            ));
+        }
+        Ok(())
     }
 
     fn create_topic(
@@ -198,10 +237,11 @@ impl MetaState {
         partitions: u32,
         replication_factor: u32,
         configs: &[(String, String)],
+        live_nodes: &[NodeId],
     ) -> Result<TopicMeta, MetaError> {
-        let config = self.check_create(&name, partitions, replication_factor, configs)?;
+        let config = self.check_create(&name, partitions, replication_factor, configs, live_nodes)?;
         let id = self.next_topic_id;
-        let node_ids: Vec<NodeId> = self.nodes.keys().copied().collect();
+        let node_ids = self.placement_nodes(live_nodes);
         let first_group = self.next_group_id.max(1);
         let parts = placement::place(id, partitions, replication_factor, &node_ids)
             .into_iter()
@@ -234,7 +274,12 @@ impl MetaState {
     }
 
     /// Checks a partition increase against the current state without applying it.
-    pub fn check_create_partitions(&self, name: &str, total: u32) -> Result<&TopicMeta, MetaError> {
+    pub fn check_create_partitions(
+        &self,
+        name: &str,
+        total: u32,
+        live_nodes: &[NodeId],
+    ) -> Result<&TopicMeta, MetaError> {
         let t = self.topics.get(name).ok_or_else(|| unknown_topic(name))?;
         let now = t.partitions.len() as u32;
         if total <= now {
@@ -249,13 +294,14 @@ impl MetaState {
                 format!("partitions must be at most {MAX_PARTITIONS_PER_TOPIC}, got {total}"),
             ));
         }
+        self.check_placeable(t.replication_factor, live_nodes)?;
         Ok(t)
     }
 
-    fn create_partitions(&mut self, name: &str, total: u32) -> Result<TopicMeta, MetaError> {
-        let t = self.check_create_partitions(name, total)?;
+    fn create_partitions(&mut self, name: &str, total: u32, live_nodes: &[NodeId]) -> Result<TopicMeta, MetaError> {
+        let t = self.check_create_partitions(name, total, live_nodes)?;
         let (id, rf, now) = (t.id, t.replication_factor, t.partitions.len());
-        let node_ids: Vec<NodeId> = self.nodes.keys().copied().collect();
+        let node_ids = self.placement_nodes(live_nodes);
         let first_group = self.next_group_id.max(1);
         let added: Vec<PartitionAssignment> = placement::place(id, total, rf, &node_ids)
             .into_iter()
@@ -291,7 +337,13 @@ mod tests {
     }
 
     fn create(s: &mut MetaState, name: &str, p: u32, rf: u32) -> MetaResult {
-        s.apply(MetaCommand::CreateTopic { name: name.into(), partitions: p, replication_factor: rf, configs: vec![] })
+        s.apply(MetaCommand::CreateTopic {
+            name: name.into(),
+            partitions: p,
+            replication_factor: rf,
+            configs: vec![],
+            live_nodes: vec![],
+        })
     }
 
     #[test]
@@ -341,7 +393,9 @@ mod tests {
     fn partitions_only_grow_and_new_ones_get_fresh_groups() {
         let mut s = three_nodes();
         let MetaResult::TopicCreated(t) = create(&mut s, "g", 2, 3) else { panic!() };
-        let MetaResult::TopicUpdated(u) = s.apply(MetaCommand::CreatePartitions { name: "g".into(), total: 5 }) else {
+        let MetaResult::TopicUpdated(u) =
+            s.apply(MetaCommand::CreatePartitions { name: "g".into(), total: 5, live_nodes: vec![] })
+        else {
             panic!()
         };
         assert_eq!(u.partitions.len(), 5);
@@ -349,7 +403,7 @@ mod tests {
         let leaders: BTreeSet<NodeId> = u.partitions.iter().map(|p| p.replicas[0]).collect();
         assert_eq!(leaders.len(), 3);
         for total in [5, 3] {
-            match s.apply(MetaCommand::CreatePartitions { name: "g".into(), total }) {
+            match s.apply(MetaCommand::CreatePartitions { name: "g".into(), total, live_nodes: vec![] }) {
                 MetaResult::Refused(e) => assert_eq!(e.kind, MetaErrorKind::InvalidPartitions),
                 other => panic!("{other:?}"),
             }
@@ -380,6 +434,27 @@ mod tests {
             s.apply(MetaCommand::AlterTopicConfig { name: "c".into(), set: bad, reset: vec![] }),
             MetaResult::Refused(_)
         ));
+    }
+
+    #[test]
+    fn replicas_go_to_live_nodes_and_rf_beyond_them_is_refused() {
+        let mut s = three_nodes();
+        let cmd = |rf: u32, live: Vec<NodeId>| MetaCommand::CreateTopic {
+            name: format!("t{rf}{}", live.len()),
+            partitions: 4,
+            replication_factor: rf,
+            configs: vec![],
+            live_nodes: live,
+        };
+        let MetaResult::TopicCreated(t) = s.apply(cmd(2, vec![1, 3])) else { panic!() };
+        assert!(t.partitions.iter().all(|p| !p.replicas.contains(&2)), "node 2 was down: {t:?}");
+        match s.apply(cmd(3, vec![1, 3])) {
+            MetaResult::Refused(e) => {
+                assert_eq!(e.kind, MetaErrorKind::InvalidReplicationFactor);
+                assert!(e.message.contains("only 2 of 3 are reachable") && e.message.contains("[2]"), "{e}");
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

@@ -64,6 +64,11 @@ impl AdminApi {
         join_all(probes).await
     }
 
+    /// Ids of the nodes that answer a probe now.
+    async fn live_nodes(&self) -> Vec<u64> {
+        self.probe_nodes().await.into_iter().filter(|n| n.alive).map(|n| n.node_id).collect()
+    }
+
     async fn alive(&self, id: u64) -> bool {
         if id == self.node.id() {
             return true;
@@ -159,10 +164,14 @@ impl Admin for AdminApi {
             ))));
         }
         // Fail fast on what this node can already see; the leader checks again when applying.
-        if let Err(e) = self.node.meta().check_create(&req.name, req.partitions, req.replication_factor, &configs) {
+        let live_nodes = self.live_nodes().await;
+        if let Err(e) =
+            self.node.meta().check_create(&req.name, req.partitions, req.replication_factor, &configs, &live_nodes)
+        {
             return Ok(Response::new(create_error(errors::meta(&e))));
         }
         let cmd = MetaCommand::CreateTopic {
+            live_nodes,
             name: req.name.clone(),
             partitions: req.partitions,
             replication_factor: req.replication_factor,
@@ -243,13 +252,14 @@ impl Admin for AdminApi {
             error_message: e.message,
             topic: None,
         };
-        if let Err(e) = self.node.meta().check_create_partitions(&req.name, req.total) {
+        let live_nodes = self.live_nodes().await;
+        if let Err(e) = self.node.meta().check_create_partitions(&req.name, req.total, &live_nodes) {
             return Ok(Response::new(fail(errors::meta(&e))));
         }
         let (name, total) = (req.name.clone(), req.total as usize);
         let visible = move |m: &MetaState| m.topics.get(&name).is_some_and(|t| t.partitions.len() >= total);
         let answer = match self
-            .change_topic(MetaCommand::CreatePartitions { name: req.name, total: req.total }, visible)
+            .change_topic(MetaCommand::CreatePartitions { name: req.name, total: req.total, live_nodes }, visible)
             .await
         {
             Ok(Some(t)) => CreatePartitionsResponse {
