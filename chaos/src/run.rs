@@ -144,6 +144,7 @@ pub async fn run(scenario: &Scenario) -> Report {
         required_copies: required,
         produce_timeout: Duration::from_secs(2),
         deadline: rill_rt::now() + scenario.fault_phase,
+        retry_grace: Duration::from_secs(30),
         recorder: recorder.clone(),
         oracle: oracle.clone(),
     };
@@ -153,12 +154,13 @@ pub async fn run(scenario: &Scenario) -> Report {
         let bootstrap = cluster.bootstrap();
         let w = w.clone();
         let is_producer = i < scenario.producers;
+        let idempotent = scenario.idempotent;
         workers.push(host.spawn(async move {
             let client = connect(bootstrap).await;
-            if is_producer {
-                workload::producer(i, client, w).await
-            } else {
-                workload::consumer(i, client, w).await
+            match (is_producer, idempotent) {
+                (true, true) => workload::idempotent_producer(i, client, w).await,
+                (true, false) => workload::producer(i, client, w).await,
+                (false, _) => workload::consumer(i, client, w).await,
             }
         }));
     }

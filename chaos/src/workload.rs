@@ -26,6 +26,8 @@ pub struct Workload {
     pub produce_timeout: Duration,
     /// When processes stop starting new operations.
     pub deadline: Instant,
+    /// How long after `deadline` an idempotent producer keeps retrying its last batch.
+    pub retry_grace: Duration,
     /// The history.
     pub recorder: Recorder,
     /// Synced-copy oracle.
@@ -77,6 +79,81 @@ pub async fn producer(process: u32, client: Client, w: Workload) {
             Err(e) => send_failure(&e),
         };
         w.recorder.complete(id, outcome);
+        let pause = Duration::from_millis(rill_rt::rng().gen_range(0..30));
+        rill_rt::sleep(pause).await;
+    }
+}
+
+/// An idempotent producer: numbers its records per partition and retries every batch whose
+/// outcome is unknown with the same producer id and sequence numbers until it is acknowledged —
+/// the partition must store it once.
+pub async fn idempotent_producer(process: u32, client: Client, w: Workload) {
+    let give_up = w.deadline + w.retry_grace;
+    let mut identity: Option<(i64, i32)> = None;
+    let mut seqs: BTreeMap<u32, i32> = BTreeMap::new();
+    let mut n = 0u64;
+    while rill_rt::now() < w.deadline {
+        let (pid, epoch) = match identity {
+            Some(i) => i,
+            None => match client.init_producer_id().await {
+                Ok(i) => {
+                    identity = Some(i);
+                    seqs.clear();
+                    i
+                }
+                Err(_) => {
+                    rill_rt::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+        };
+        let partition = rill_rt::rng().gen_range(0..w.partitions);
+        let seq = seqs.get(&partition).copied().unwrap_or(0);
+        let value = format!("v{process}-{n}");
+        n += 1;
+        let id = w.recorder.invoke(process, OpKind::Send { partition, value: value.clone() });
+        let mut wire = match rill_client::client::build_batch_for(vec![Record::new(value.clone())], Compression::None) {
+            Ok(b) => b,
+            Err(e) => {
+                w.recorder.complete(id, Outcome::Fail(e.to_string()));
+                continue;
+            }
+        };
+        rill_proto::batch::set_producer(&mut wire, pid, epoch, seq);
+        let outcome = loop {
+            match client.produce_batch(&w.topic, partition, wire.clone(), w.acks, w.produce_timeout).await {
+                Ok(ack) => {
+                    seqs.insert(partition, seq + 1);
+                    match ack.base_offset {
+                        Some(offset) => {
+                            w.oracle.on_ack(partition, offset, &value, w.required_copies);
+                            break Outcome::SendOk { offset };
+                        }
+                        None => break Outcome::Info("acknowledged without an offset".into()),
+                    }
+                }
+                Err(e) if e.code() == Some(ErrorCode::DuplicateSequenceNumber) => {
+                    seqs.insert(partition, seq + 1);
+                    break Outcome::Info(e.to_string());
+                }
+                Err(e) if e.is_retriable_idempotent() && rill_rt::now() < give_up => {
+                    rill_rt::sleep(Duration::from_millis(50)).await;
+                }
+                Err(e) if e.is_retriable_idempotent() => break Outcome::Info(e.to_string()),
+                Err(e) => {
+                    // Refused (a gap, an unknown producer): this batch was not stored. The
+                    // sequence is broken; continue under a new producer id.
+                    identity = None;
+                    break Outcome::Fail(e.to_string());
+                }
+            }
+        };
+        let broken = matches!(outcome, Outcome::Info(_));
+        w.recorder.complete(id, outcome);
+        if broken {
+            // Unknown whether stored: the next sequence cannot be chosen safely. Stop.
+            return;
+        }
         let pause = Duration::from_millis(rill_rt::rng().gen_range(0..30));
         rill_rt::sleep(pause).await;
     }

@@ -190,6 +190,11 @@ async fn acks_leader_3() {
     scenario("acks_leader_3").await;
 }
 
+#[madsim::test]
+async fn idempotence() {
+    scenario("idempotence").await;
+}
+
 /// Not a scenario: prints every scenario with its description (`chaos/run --list`).
 #[madsim::test]
 async fn list_scenarios() {

@@ -1,7 +1,8 @@
 """A small helper over Rill's generated gRPC stubs: metadata, leader routing, record batches.
 
 Everything here follows docs/api.md: a RecordBatch carries a protobuf-encoded RecordList and a
-CRC-32C over record_count (u32 LE) + compression (u32 LE) + the records bytes.
+CRC-32C over record_count (u32 LE) + compression (u32 LE) + producer_id (i64 LE) +
+producer_epoch (i32 LE) + base_sequence (i32 LE) + the records bytes.
 """
 import os
 import struct
@@ -42,13 +43,18 @@ def build_batch(records):
     payload = rl.SerializeToString()
     count = len(records)
     compression = common_pb2.COMPRESSION_NONE
-    crc = crc32c(struct.pack("<I", count) + struct.pack("<i", compression) + payload)
+    crc = crc32c(_checked_header(count, compression, 0, 0, 0) + payload)
     return common_pb2.RecordBatch(record_count=count, compression=compression, crc32c=crc, records=payload)
+
+
+def _checked_header(count, compression, producer_id, producer_epoch, base_sequence):
+    return struct.pack("<IiqiI", count, compression, producer_id, producer_epoch, base_sequence & 0xFFFFFFFF)
 
 
 def decode_batch(batch):
     """(offset, key, value) for every record, after checking the checksum."""
-    expected = crc32c(struct.pack("<I", batch.record_count) + struct.pack("<i", batch.compression) + batch.records)
+    header = _checked_header(batch.record_count, batch.compression, batch.producer_id, batch.producer_epoch, batch.base_sequence)
+    expected = crc32c(header + batch.records)
     if expected != batch.crc32c:
         raise ValueError(f"batch at offset {batch.base_offset} fails its checksum")
     if batch.compression != common_pb2.COMPRESSION_NONE:

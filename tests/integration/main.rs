@@ -20,3 +20,4 @@ mod t60_restart;
 mod t70_cli;
 mod t75_rill_dev;
 mod t80_topic_admin;
+mod t90_idempotence;

@@ -80,17 +80,17 @@ async fn bad_requests_get_clear_errors_and_data_is_intact() -> anyhow::Result<()
     assert_eq!(code(&r), ErrorCode::CorruptMessage, "{}", r.error_message);
     let mut lying = batch_of(&["one"]);
     lying.record_count = 5;
-    lying.crc32c = batch::checksum(5, lying.compression, &lying.records);
+    lying.crc32c = batch::checksum(&lying);
     let r = raw_produce(&addr, "guarded", 0, 0, Some(lying)).await?;
     assert_eq!(code(&r), ErrorCode::CorruptMessage, "{}", r.error_message);
     let mut garbage = batch_of(&["x"]);
     garbage.records = Bytes::from_static(&[0xff, 0xff, 0xff]);
-    garbage.crc32c = batch::checksum(garbage.record_count, garbage.compression, &garbage.records);
+    garbage.crc32c = batch::checksum(&garbage);
     let r = raw_produce(&addr, "guarded", 0, 0, Some(garbage)).await?;
     assert_eq!(code(&r), ErrorCode::CorruptMessage, "{}", r.error_message);
     let mut codec = batch_of(&["x"]);
     codec.compression = 42;
-    codec.crc32c = batch::checksum(codec.record_count, 42, &codec.records);
+    codec.crc32c = batch::checksum(&codec);
     let r = raw_produce(&addr, "guarded", 0, 0, Some(codec)).await?;
     assert_eq!(code(&r), ErrorCode::UnsupportedCompressionType, "{}", r.error_message);
 

@@ -1,9 +1,11 @@
 //! The body of a partition's Raft entry.
 //!
-//! `version ‖ kind ‖ append time (i64) ‖ count ‖ (length ‖ RecordBatch)*`, little-endian. An
-//! entry carries one or more record batches, each exactly as the producer encoded it (plus the
-//! leader's append time); its records occupy consecutive offsets in batch order. The append time
-//! sits in the fixed header so the state machine can index it without decoding batches.
+//! * append: `version ‖ 1 ‖ append time (i64) ‖ count ‖ (length ‖ RecordBatch)*`, little-endian.
+//!   One or more record batches, each exactly as the producer encoded it (plus the leader's
+//!   append time); its records occupy consecutive offsets in batch order. The append time sits in
+//!   the fixed header so the state machine can index it without decoding batches.
+//! * expire producers: `version ‖ 2 ‖ older than (i64 ms)`. Occupies no offsets. The leader
+//!   proposes it so that every replica forgets idle producers at the same point of the log.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use prost::Message;
@@ -11,6 +13,7 @@ use rill_proto::common::RecordBatch;
 
 const VERSION: u8 = 1;
 const KIND_APPEND: u8 = 1;
+const KIND_EXPIRE_PRODUCERS: u8 = 2;
 const HEADER_LEN: usize = 1 + 1 + 8 + 4;
 
 /// Encodes an append of `batches`, appended by the leader at `append_time_ms`.
@@ -27,6 +30,23 @@ pub fn encode_append(append_time_ms: i64, batches: &[RecordBatch]) -> Bytes {
         let _ = b.encode(&mut out);
     }
     out.freeze()
+}
+
+/// Encodes "forget producers whose last batch was appended before `older_than_ms`".
+pub fn encode_expire_producers(older_than_ms: i64) -> Bytes {
+    let mut out = BytesMut::with_capacity(10);
+    out.put_u8(VERSION);
+    out.put_u8(KIND_EXPIRE_PRODUCERS);
+    out.put_i64_le(older_than_ms);
+    out.freeze()
+}
+
+/// The `older_than_ms` of an expire-producers entry, if `body` is one.
+pub fn expire_producers(body: &[u8]) -> Option<i64> {
+    if body.len() < 10 || body[0] != VERSION || body[1] != KIND_EXPIRE_PRODUCERS {
+        return None;
+    }
+    Some(i64::from_le_bytes(body[2..10].try_into().ok()?))
 }
 
 /// The append time in an entry's header, without decoding its batches.
@@ -87,5 +107,9 @@ mod tests {
         assert!(decode_append(body.slice(..13)).is_err());
         assert!(decode_append(Bytes::from_static(&[9, 9, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0])).is_err());
         assert_eq!(append_time(&[9, 9]), None);
+        let expire = encode_expire_producers(77);
+        assert_eq!(expire_producers(&expire), Some(77));
+        assert_eq!(append_time(&expire), None);
+        assert_eq!(expire_producers(&body), None);
     }
 }

@@ -36,6 +36,27 @@ pub enum PartitionError {
     /// The replica is stopping.
     #[error("the partition replica is shutting down")]
     ShuttingDown,
+    /// A new leader has not yet applied its whole log; idempotent batches must wait for it.
+    #[error("the new leader is still applying its log; retry shortly")]
+    CatchingUp,
+    /// An idempotent batch skipped sequence numbers.
+    #[error(
+        "producer {producer_id}: batch starts at sequence {got}, expected {expected}; an earlier batch is missing"
+    )]
+    OutOfOrderSequence { producer_id: i64, expected: i32, got: i32 },
+    /// An idempotent batch was stored too long ago for its offsets to be remembered.
+    #[error("producer {producer_id}: the batch at sequence {first_seq} was already stored")]
+    DuplicateSequence { producer_id: i64, first_seq: i32 },
+    /// An idempotent batch carries an older epoch than the partition has seen.
+    #[error("producer {producer_id}: epoch {got} is older than the current epoch {current}; a newer instance of this producer exists")]
+    InvalidProducerEpoch { producer_id: i64, current: i32, got: i32 },
+    /// The partition does not know this producer (its state expired) and the batch does not
+    /// start a sequence.
+    #[error("producer {producer_id} is unknown to this partition (its state may have expired); get a new producer id")]
+    UnknownProducerId { producer_id: i64 },
+    /// The partition tracks as many producers as it may.
+    #[error("the partition already tracks {max} idempotent producers; a new one must wait until idle ones expire")]
+    TooManyProducers { max: usize },
 }
 
 fn leader_text(leader: Option<NodeId>, addr: &Option<String>) -> String {

@@ -12,6 +12,7 @@
 //! * [`machine`]: [`PartitionStateMachine`] — offsets and the high watermark.
 //! * [`isr`]: [`IsrTracker`] — which followers are in sync, from Raft replication progress.
 //! * [`partition`]: [`Partition`] — produce, fetch, list offsets, status.
+//! * [`producers`]: idempotent producer state (last five batches per producer id).
 //!
 //! Offsets are Raft *positions*: an entry holding `n` records occupies `n` positions, assigned
 //! when it is appended and identical on every replica (see `rill_raft::log_store`). The high
@@ -19,9 +20,12 @@
 
 pub mod command;
 pub mod error;
+pub mod idempotence;
 pub mod isr;
 pub mod machine;
 pub mod partition;
+pub mod produce;
+pub mod producers;
 
 pub use error::{PartitionError, Result};
 pub use isr::{IsrTracker, IsrView};

@@ -14,8 +14,9 @@ use rill_raft::{GroupStateMachine, Payload};
 use rill_rt::sync::watch;
 
 use crate::command;
+use crate::producers::ProducerStates;
 
-const SNAPSHOT_VERSION: u8 = 2;
+const SNAPSHOT_VERSION: u8 = 3;
 /// One time-index point per this much append time.
 pub const TIME_INDEX_INTERVAL_MS: i64 = 1000;
 
@@ -66,17 +67,19 @@ pub struct SharedState {
     pub hw: Arc<watch::Sender<u64>>,
     /// The time index.
     pub times: Arc<Mutex<TimeIndex>>,
+    /// Idempotent producers' last batches.
+    pub producers: Arc<Mutex<ProducerStates>>,
 }
 
 impl SharedState {
-    /// Fresh shared state (high watermark 0, empty index).
+    /// Fresh shared state (high watermark 0, empty index, no producers).
     pub fn new() -> Self {
-        Self { hw: Arc::new(watch::channel(0).0), times: Arc::default() }
+        Self { hw: Arc::new(watch::channel(0).0), times: Arc::default(), producers: Arc::default() }
     }
 
     /// A state machine writing into this shared state.
     pub fn state_machine(&self) -> PartitionStateMachine {
-        PartitionStateMachine::new(self.hw.clone(), self.times.clone())
+        PartitionStateMachine { shared: self.clone() }
     }
 }
 
@@ -88,28 +91,55 @@ impl Default for SharedState {
 
 /// A partition's state machine.
 pub struct PartitionStateMachine {
-    hw: Arc<watch::Sender<u64>>,
-    times: Arc<Mutex<TimeIndex>>,
+    shared: SharedState,
 }
 
 impl PartitionStateMachine {
-    /// A state machine publishing the high watermark on `hw` and its time index in `times`.
-    pub fn new(hw: Arc<watch::Sender<u64>>, times: Arc<Mutex<TimeIndex>>) -> Self {
-        Self { hw, times }
+    /// Remembers the idempotent batches of an append entry starting at offset `base`.
+    fn record_producers(&self, log_id: &LogId, base: u64, append_ms: i64, body: &Bytes) {
+        let batches = match command::decode_append(body.clone()) {
+            Ok(b) => b,
+            Err(e) => {
+                // The leader validated the entry; every replica sees the same bytes and skips alike.
+                tracing::error!(index = log_id.index, error = %e, "undecodable partition entry");
+                return;
+            }
+        };
+        let mut producers = self.shared.producers.lock().unwrap_or_else(|p| p.into_inner());
+        let mut offset = base;
+        for b in batches {
+            if b.producer_id > 0 {
+                producers.apply_batch(
+                    b.producer_id,
+                    b.producer_epoch,
+                    b.base_sequence,
+                    b.record_count,
+                    offset,
+                    append_ms,
+                );
+            }
+            offset += u64::from(b.record_count);
+        }
     }
 }
 
 impl GroupStateMachine for PartitionStateMachine {
-    fn apply(&mut self, _log_id: &LogId, base: u64, payload: &Payload) -> Bytes {
+    fn apply(&mut self, log_id: &LogId, base: u64, payload: &Payload) -> Bytes {
         if let Some(t) = command::append_time(&payload.body) {
-            self.times.lock().unwrap_or_else(|p| p.into_inner()).observe(t, base);
+            self.shared.times.lock().unwrap_or_else(|p| p.into_inner()).observe(t, base);
+            self.record_producers(log_id, base, t, &payload.body);
+        } else if let Some(older_than) = command::expire_producers(&payload.body) {
+            let gone = self.shared.producers.lock().unwrap_or_else(|p| p.into_inner()).expire(older_than);
+            tracing::debug!(index = log_id.index, gone, "expired idle producers");
         }
-        self.hw.send_replace(base + u64::from(payload.units));
+        if payload.units > 0 {
+            self.shared.hw.send_replace(base + u64::from(payload.units));
+        }
         Bytes::copy_from_slice(&base.to_le_bytes())
     }
 
     fn snapshot(&self) -> Result<Bytes, String> {
-        let times = self.times.lock().unwrap_or_else(|p| p.into_inner());
+        let times = self.shared.times.lock().unwrap_or_else(|p| p.into_inner());
         let mut out = BytesMut::with_capacity(1 + 12 + times.points.len() * 16);
         out.put_u8(SNAPSHOT_VERSION);
         out.put_i64_le(times.max_time);
@@ -118,6 +148,7 @@ impl GroupStateMachine for PartitionStateMachine {
             out.put_i64_le(*t);
             out.put_u64_le(*o);
         }
+        self.shared.producers.lock().unwrap_or_else(|p| p.into_inner()).encode(&mut out);
         Ok(out.freeze())
     }
 
@@ -136,7 +167,9 @@ impl GroupStateMachine for PartitionStateMachine {
             return Err("partition snapshot time index truncated".into());
         }
         let points = (0..n).map(|_| (data.get_i64_le(), data.get_u64_le())).collect();
-        *self.times.lock().unwrap_or_else(|p| p.into_inner()) = TimeIndex { points, max_time };
+        let producers = ProducerStates::decode(&mut data)?;
+        *self.shared.times.lock().unwrap_or_else(|p| p.into_inner()) = TimeIndex { points, max_time };
+        *self.shared.producers.lock().unwrap_or_else(|p| p.into_inner()) = producers;
         Ok(())
     }
 }
@@ -165,15 +198,17 @@ mod tests {
     }
 
     #[test]
-    fn snapshot_round_trips_the_index() {
-        let (hw, _) = watch::channel(0);
-        let times = Arc::new(Mutex::new(TimeIndex::default()));
-        let mut sm = PartitionStateMachine::new(Arc::new(hw), times.clone());
-        times.lock().unwrap().observe(7_000, 3);
+    fn snapshot_round_trips_the_index_and_producers() {
+        let shared = SharedState::new();
+        let mut sm = shared.state_machine();
+        shared.times.lock().unwrap().observe(7_000, 3);
+        shared.producers.lock().unwrap().apply_batch(5, 1, 0, 2, 3, 7_000);
         let snap = sm.snapshot().unwrap();
-        *times.lock().unwrap() = TimeIndex::default();
+        *shared.times.lock().unwrap() = TimeIndex::default();
+        *shared.producers.lock().unwrap() = ProducerStates::default();
         sm.restore(&snap).unwrap();
-        assert_eq!(times.lock().unwrap().points, vec![(7_000, 3)]);
+        assert_eq!(shared.times.lock().unwrap().points, vec![(7_000, 3)]);
+        assert_eq!(shared.producers.lock().unwrap().get(5).map(|e| e.epoch), Some(1));
         assert!(sm.restore(&[1]).is_err());
     }
 }

@@ -1,30 +1,25 @@
 //! [`Partition`]: one partition replica on this node — produce, fetch, list offsets, status.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use bytes::Bytes;
-use openraft::error::{ClientWriteError, RaftError};
 use openraft::ServerState;
-use prost::Message;
 use rill_meta::TopicConfig;
-use rill_proto::batch;
 use rill_proto::common::RecordBatch;
-use rill_raft::log_store::Placement;
 use rill_raft::multi::StartedGroup;
 use rill_raft::state_machine::SmStore;
-use rill_raft::{GroupId, LogStore, NodeId, Payload, Raft, Transport};
+use rill_raft::{GroupId, LogStore, NodeId, Raft, Transport};
 use rill_rt::sync::watch;
 use rill_rt::Instant;
 
 use crate::command;
 use crate::error::{PartitionError, Result};
+use crate::idempotence::Gate;
 use crate::isr::{self, IsrView};
-use crate::machine::{decode_base_offset, PartitionStateMachine, SharedState, TimeIndex};
-
-/// Why openraft refused a proposal.
-type WriteError = RaftError<NodeId, ClientWriteError<NodeId, openraft::BasicNode>>;
+use crate::machine::{PartitionStateMachine, SharedState, TimeIndex};
+use crate::producers::ProducerStates;
 
 /// Log entries read per storage scan while serving a fetch.
 const FETCH_SCAN_ENTRIES: usize = 32;
@@ -81,18 +76,22 @@ pub struct ReplicaState {
 
 /// One partition replica hosted on this node.
 pub struct Partition {
-    topic: String,
-    partition: u32,
-    group: GroupId,
-    node_id: NodeId,
-    raft: Raft,
-    log: LogStore,
-    sm: SmStore<PartitionStateMachine>,
-    hw: watch::Receiver<u64>,
-    isr: watch::Receiver<IsrView>,
-    config: Arc<RwLock<TopicConfig>>,
-    times: Arc<Mutex<TimeIndex>>,
-    next_proposal: AtomicU64,
+    pub(crate) topic: String,
+    pub(crate) partition: u32,
+    pub(crate) group: GroupId,
+    pub(crate) node_id: NodeId,
+    pub(crate) raft: Raft,
+    pub(crate) log: LogStore,
+    pub(crate) sm: SmStore<PartitionStateMachine>,
+    pub(crate) hw: watch::Receiver<u64>,
+    pub(crate) isr: watch::Receiver<IsrView>,
+    pub(crate) config: Arc<RwLock<TopicConfig>>,
+    pub(crate) times: Arc<Mutex<TimeIndex>>,
+    pub(crate) producers: Arc<Mutex<ProducerStates>>,
+    pub(crate) gate: Arc<rill_rt::sync::Mutex<Gate>>,
+    /// Signalled whenever a batch enters the gate (for batches waiting on a predecessor).
+    pub(crate) gate_changed: rill_rt::sync::Notify,
+    pub(crate) next_proposal: AtomicU64,
 }
 
 impl std::fmt::Debug for Partition {
@@ -121,7 +120,7 @@ impl Partition {
         let lag_config = config.clone();
         let lag = move || lag_config.read().map(|c| c.replica_lag_time_max()).unwrap_or(Duration::from_secs(30));
         rill_rt::spawn(isr::run(raft.clone(), log.group(), node_id, transport, lag, Arc::new(isr_tx)));
-        Arc::new(Self {
+        let partition = Arc::new(Self {
             topic,
             partition,
             group: log.group(),
@@ -133,8 +132,13 @@ impl Partition {
             isr: isr_rx,
             config,
             times: shared.times,
+            producers: shared.producers,
+            gate: Arc::default(),
+            gate_changed: rill_rt::sync::Notify::new(),
             next_proposal: AtomicU64::new(1),
-        })
+        });
+        rill_rt::spawn(expire_idle_producers(Arc::downgrade(&partition)));
+        partition
     }
 
     /// Topic name.
@@ -189,7 +193,7 @@ impl Partition {
         self.high_watermark()
     }
 
-    fn not_leader(&self) -> PartitionError {
+    pub(crate) fn not_leader(&self) -> PartitionError {
         let m = self.raft.metrics();
         let m = m.borrow();
         let leader = m.current_leader.filter(|l| *l != self.node_id);
@@ -197,7 +201,7 @@ impl Partition {
         PartitionError::NotLeader { node: self.node_id, leader, addr }
     }
 
-    fn leader_term(&self) -> Option<u64> {
+    pub(crate) fn leader_term(&self) -> Option<u64> {
         let m = self.raft.metrics();
         let m = m.borrow();
         (m.state == ServerState::Leader).then_some(m.current_term)
@@ -219,138 +223,6 @@ impl Partition {
             log_start_offset: self.log.start_position(),
             high_watermark: self.high_watermark(),
             log_end_offset: self.log.end_position(),
-        }
-    }
-
-    /// Appends `batch` with acknowledgement level `acks`, waiting at most `timeout`.
-    pub async fn produce(&self, mut batch: RecordBatch, acks: Acks, timeout: Duration) -> Result<ProduceOutcome> {
-        let deadline = rill_rt::now() + timeout;
-        let config = self.config();
-        let size = batch.encoded_len();
-        if size > config.max_message_bytes as usize {
-            return Err(PartitionError::MessageTooLarge { size, max: config.max_message_bytes });
-        }
-        batch::validate(&batch).map_err(PartitionError::InvalidBatch)?;
-        let Some(term) = self.leader_term() else {
-            return Err(self.not_leader());
-        };
-        if acks == Acks::All {
-            let view = self.isr.borrow().clone();
-            if view.leader_term == Some(term) && view.isr.len() < config.min_insync_replicas as usize {
-                return Err(PartitionError::NotEnoughReplicas {
-                    isr: view.isr.into_iter().collect(),
-                    min: config.min_insync_replicas,
-                });
-            }
-            if view.leader_term != Some(term) {
-                // The tracker has not yet seen this term: the ISR is just this node.
-                if config.min_insync_replicas > 1 {
-                    return Err(PartitionError::NotEnoughReplicas {
-                        isr: vec![self.node_id],
-                        min: config.min_insync_replicas,
-                    });
-                }
-            }
-        }
-        let append_time_ms = rill_rt::wall_clock_ms();
-        batch.base_offset = 0;
-        batch.append_time_ms = append_time_ms;
-        let units = batch.record_count;
-        let body = command::encode_append(append_time_ms, std::slice::from_ref(&batch));
-        let proposal = self.next_proposal.fetch_add(1, Ordering::Relaxed);
-        let payload = Payload { units, body, proposal };
-        match acks {
-            Acks::All => self.produce_all(payload, config, append_time_ms, deadline).await,
-            Acks::Leader => self.produce_leader(payload, append_time_ms, deadline).await,
-            Acks::None => {
-                let raft = self.raft.clone();
-                rill_rt::spawn(async move {
-                    if let Err(e) = raft.client_write(payload).await {
-                        tracing::debug!(error = %e, "acks=none write failed");
-                    }
-                });
-                Ok(ProduceOutcome { base_offset: None, append_time_ms })
-            }
-        }
-    }
-
-    fn write_error(&self, e: WriteError) -> PartitionError {
-        match e {
-            RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => PartitionError::NotLeader {
-                node: self.node_id,
-                leader: f.leader_id,
-                addr: f.leader_node.map(|n| n.addr),
-            },
-            RaftError::APIError(ClientWriteError::ChangeMembershipError(e)) => PartitionError::Storage(e.to_string()),
-            RaftError::Fatal(_) => PartitionError::ShuttingDown,
-        }
-    }
-
-    async fn produce_all(
-        &self,
-        payload: Payload,
-        config: TopicConfig,
-        append_time_ms: i64,
-        deadline: Instant,
-    ) -> Result<ProduceOutcome> {
-        let started = rill_rt::now();
-        let timed_out = |what| PartitionError::Timeout {
-            waited_ms: rill_rt::now().saturating_duration_since(started).as_millis() as u64,
-            what,
-        };
-        let written = match rill_rt::timeout_at(deadline, self.raft.client_write(payload)).await {
-            Err(_) => return Err(timed_out("the batch to commit")),
-            Ok(Err(e)) => return Err(self.write_error(e)),
-            Ok(Ok(w)) => w,
-        };
-        let base = decode_base_offset(&written.data.0)
-            .ok_or_else(|| PartitionError::Storage("state machine gave no base offset".into()))?;
-        let index = written.log_id.index;
-        let term = written.log_id.leader_id.term;
-        // Committed: a majority has it synced. Now every in-sync replica must have it too.
-        let mut isr = self.isr.clone();
-        loop {
-            let view = isr.borrow_and_update().clone();
-            if view.leader_term != Some(term) {
-                return Err(PartitionError::NotEnoughReplicasAfterAppend {
-                    reason: "leadership changed before every in-sync replica confirmed it".into(),
-                });
-            }
-            if view.all_have(index) {
-                if view.isr.len() < config.min_insync_replicas as usize {
-                    return Err(PartitionError::NotEnoughReplicasAfterAppend {
-                        reason: format!(
-                            "the in-sync replicas {:?} shrank below min.insync.replicas={}",
-                            view.isr, config.min_insync_replicas
-                        ),
-                    });
-                }
-                return Ok(ProduceOutcome { base_offset: Some(base), append_time_ms });
-            }
-            match rill_rt::timeout_at(deadline, isr.changed()).await {
-                Err(_) => return Err(timed_out("every in-sync replica to replicate the batch")),
-                Ok(Err(_)) => return Err(PartitionError::ShuttingDown),
-                Ok(Ok(())) => {}
-            }
-        }
-    }
-
-    async fn produce_leader(&self, payload: Payload, append_time_ms: i64, deadline: Instant) -> Result<ProduceOutcome> {
-        let started = rill_rt::now();
-        let proposal = payload.proposal;
-        let durable = self.log.watch_proposal(proposal);
-        let raft = self.raft.clone();
-        let write = rill_rt::spawn(async move { raft.client_write(payload).await.map(|_| ()) });
-        let outcome = rill_rt::timeout_at(deadline, async { wait_durable_or_refused(durable, write).await }).await;
-        self.log.forget_proposal(proposal);
-        match outcome {
-            Err(_) => Err(PartitionError::Timeout {
-                waited_ms: rill_rt::now().saturating_duration_since(started).as_millis() as u64,
-                what: "the leader to sync the batch",
-            }),
-            Ok(Ok(placement)) => Ok(ProduceOutcome { base_offset: Some(placement.base), append_time_ms }),
-            Ok(Err(Some(e))) => Err(self.write_error(e)),
-            Ok(Err(None)) => Err(PartitionError::ShuttingDown),
         }
     }
 
@@ -490,28 +362,28 @@ impl Partition {
     }
 }
 
-/// Waits for the proposal to become durable on the leader, or for the write to fail first.
-/// `Err(Some(e))`: the write was refused; `Err(None)`: the group stopped.
-async fn wait_durable_or_refused(
-    durable: rill_rt::sync::oneshot::Receiver<Placement>,
-    write: rill_rt::JoinHandle<std::result::Result<(), WriteError>>,
-) -> std::result::Result<Placement, Option<WriteError>> {
-    tokio::pin!(durable);
-    tokio::pin!(write);
-    let mut write_done = false;
+/// While this replica leads, proposes forgetting producers idle longer than
+/// `producer.id.expiration.ms`, so every replica forgets them at the same point of the log.
+async fn expire_idle_producers(partition: std::sync::Weak<Partition>) {
     loop {
-        tokio::select! {
-            biased;
-            placement = &mut durable => return placement.map_err(|_| None),
-            res = &mut write, if !write_done => {
-                write_done = true;
-                match res {
-                    Ok(Err(e)) => return Err(Some(e)),
-                    // Applied already: the durable notice is on its way (it fires before apply).
-                    Ok(Ok(())) => {}
-                    Err(_) => return Err(None),
+        let Some(p) = partition.upgrade() else { return };
+        let expiration = p.config().producer_id_expiration_ms;
+        let check_every =
+            crate::produce::EXPIRY_CHECK_EVERY.min(Duration::from_millis(expiration / 2).max(Duration::from_secs(1)));
+        if p.leader_term().is_some() {
+            let older_than = rill_rt::wall_clock_ms().saturating_sub(i64::try_from(expiration).unwrap_or(i64::MAX));
+            let oldest = p.producers.lock().unwrap_or_else(|e| e.into_inner()).oldest_append_ms();
+            if oldest.is_some_and(|o| o < older_than) {
+                if let Err(e) = p.expire_producers(older_than).await {
+                    tracing::debug!(group = p.group, error = %e, "could not expire idle producers");
                 }
             }
         }
+        let raft = p.raft.clone();
+        drop(p);
+        if raft.metrics().borrow().running_state.is_err() {
+            return;
+        }
+        rill_rt::sleep(check_every).await;
     }
 }

@@ -346,6 +346,29 @@ impl Client {
 
     // ------------------------------------------------------------------ data ----------------
 
+    /// A fresh producer id and epoch for an idempotent producer. Any node hands them out; ids
+    /// are reserved through the cluster metadata and never reused.
+    pub async fn init_producer_id(&self) -> Result<(i64, i32)> {
+        let mut last = Error::Transport("no node reachable".into());
+        for addr in self.admin_addrs() {
+            let mut stub = self.records_stub(&addr)?;
+            match rill_rt::timeout(self.options.request_slack * 3, stub.init_producer_id(pb::InitProducerIdRequest {}))
+                .await
+            {
+                Ok(Ok(r)) => {
+                    let r = r.into_inner();
+                    if r.error_code != ErrorCode::None as i32 {
+                        return Err(error::server(r.error_code, r.error_message));
+                    }
+                    return Ok((r.producer_id, r.producer_epoch));
+                }
+                Ok(Err(s)) => last = error::status(s),
+                Err(_) => last = Error::Transport(format!("{addr}: no answer")),
+            }
+        }
+        Err(last)
+    }
+
     /// Produces `records` as one batch to `topic`/`partition` and waits for `acks`.
     pub async fn produce(&self, topic: &str, partition: u32, records: Vec<Record>, acks: Acks) -> Result<ProduceAck> {
         self.produce_with(topic, partition, records, acks, Compression::None, Duration::from_secs(30)).await
@@ -489,6 +512,12 @@ impl Client {
         })
         .await
     }
+}
+
+/// Builds a checksummed batch of `records` (for callers that send raw batches, e.g. with their
+/// own producer ids; see `rill_proto::batch::set_producer`).
+pub fn build_batch_for(records: Vec<Record>, compression: Compression) -> Result<RecordBatch> {
+    build_batch(records, compression)
 }
 
 /// Builds a checksummed batch, stamping records without a time with "now".

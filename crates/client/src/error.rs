@@ -41,6 +41,29 @@ impl Error {
     }
 }
 
+impl Error {
+    /// True when resending the *same idempotent batch* (same producer id, epoch and sequence)
+    /// is safe and may succeed: the partition deduplicates it if the first attempt was stored.
+    pub fn is_retriable_idempotent(&self) -> bool {
+        match self {
+            Error::Transport(_) => true,
+            Error::InvalidArgument(_) => false,
+            Error::Server { code, .. } => matches!(
+                code,
+                ErrorCode::NotLeaderOrFollower
+                    | ErrorCode::LeaderNotAvailable
+                    | ErrorCode::NotEnoughReplicas
+                    | ErrorCode::NotEnoughReplicasAfterAppend
+                    | ErrorCode::RequestTimedOut
+                    | ErrorCode::NodeShuttingDown
+                    | ErrorCode::StorageError
+                    | ErrorCode::TooManyProducers
+                    | ErrorCode::UnknownServerError
+            ),
+        }
+    }
+}
+
 /// Result alias.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 

@@ -1,4 +1,4 @@
-//! [`Producer`]: batching, lingering, compressing, partitioning producer.
+//! [`Producer`]: batching, lingering, compressing, partitioning — and idempotent by default.
 //!
 //! ```text
 //!  send(topic, record) ──► partitioner (murmur2 for keys, sticky for unkeyed)
@@ -6,16 +6,25 @@
 //!        ▼                                              ▼
 //!  per-partition accumulator ──(batch.size reached, or linger elapsed, or flush)──► sender task
 //!        ▲                                                                              │
-//!        └────────── one batch in flight per partition (keeps order) ◄── produce, retries
+//!        └─── up to 5 batches in flight per partition (1 without idempotence) ◄── produce
 //! ```
 //!
-//! Every record gets a [`DeliveryFuture`] that resolves to where it landed, or to the error.
-//! Retries happen only for errors that prove the batch was not appended, until the delivery
-//! timeout; an unknown outcome (timeout, lost connection) is reported, never retried, so a
-//! record is never written twice. (Producer ids and sequence numbers — idempotence — will allow
-//! retrying those safely too.)
+//! **Idempotence** (on by default, with `acks=all`): the producer gets a producer id from the
+//! cluster and numbers the records of every partition 0, 1, 2, … Each batch carries its producer
+//! id, epoch and first sequence number, and keeps them on every retry, so the partition stores it
+//! once however often it is sent: a retry after a timeout or a leader change is answered with
+//! the original offsets. That makes every error whose outcome is unknown safe to retry, and the
+//! producer retries them until the delivery timeout.
+//!
+//! **Order**: batches of a partition enter the log in send order. When a batch fails with a
+//! retriable error, the partition stops sending new batches, waits for the ones in flight, and
+//! resends the failed ones one by one in sequence order before pipelining again.
+//!
+//! Every record gets a [`DeliveryFuture`] resolving to where it landed, or to the error.
+//! Without idempotence (or with acks other than all) only errors proving the batch was not
+//! appended are retried; an unknown outcome is reported, never retried.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -23,7 +32,8 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use rand::Rng;
-use rill_proto::common::Compression;
+use rill_proto::batch;
+use rill_proto::common::{Compression, ErrorCode, RecordBatch};
 use rill_rt::sync::{oneshot, Notify, OwnedSemaphorePermit, Semaphore};
 use rill_rt::Instant;
 
@@ -33,11 +43,19 @@ use crate::partitioner::partition_for_key;
 use crate::record::{Acks, Record, RecordMetadata};
 use crate::Client;
 
+/// Batches in flight per partition with idempotence (Kafka's limit for idempotent producers:
+/// the partition remembers this many batches per producer).
+const MAX_IN_FLIGHT_IDEMPOTENT: usize = 5;
+/// Pause before resending a batch that failed with a retriable error.
+const RETRY_BACKOFF: Duration = Duration::from_millis(100);
+
 /// Producer settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ProducerConfig {
     /// Acknowledgement level.
     pub acks: Acks,
+    /// Deduplicate retries with a producer id and sequence numbers (applies with `acks=all`).
+    pub idempotence: bool,
     /// A batch is sent once it holds this many bytes (`batch.size`).
     pub batch_size: usize,
     /// A batch that is not full is sent this long after its first record (`linger.ms`).
@@ -56,6 +74,7 @@ impl Default for ProducerConfig {
     fn default() -> Self {
         Self {
             acks: Acks::All,
+            idempotence: true,
             batch_size: 64 * 1024,
             linger: Duration::from_millis(5),
             compression: Compression::None,
@@ -88,18 +107,38 @@ struct Pending {
     _memory: OwnedSemaphorePermit,
 }
 
+/// A batch taken off an accumulator. Its identity (producer id, epoch, first sequence) is fixed
+/// at first send and kept across retries, unless the producer id is replaced.
+struct Batch {
+    records: Vec<Pending>,
+    /// Position in this partition's send order (stable across producer id resets).
+    order: u64,
+    identity: Option<(i64, i32, i32)>,
+}
+
 #[derive(Default)]
 struct Accumulator {
     records: Vec<Pending>,
     bytes: usize,
     first_at: Option<Instant>,
-    in_flight: bool,
+    in_flight: usize,
+    /// The producer id the batches in flight carry: batches under a new id wait until those are
+    /// done, so a partition never has two ids racing (order).
+    in_flight_pid: Option<i64>,
+    /// Next sequence number under the current producer id.
+    next_seq: i32,
+    /// Next send-order number.
+    next_order: u64,
+    /// Failed batches waiting to be resent, by send order.
+    retry: BTreeMap<u64, Batch>,
 }
 
 #[derive(Default)]
 struct State {
     partitions: HashMap<(String, u32), Accumulator>,
     sticky: HashMap<String, u32>,
+    /// Producer id and epoch (idempotence), once obtained.
+    identity: Option<(i64, i32)>,
     flushing: bool,
     closed: bool,
 }
@@ -107,6 +146,7 @@ struct State {
 struct Inner {
     client: Client,
     config: ProducerConfig,
+    idempotent: bool,
     state: Mutex<State>,
     memory: Arc<Semaphore>,
     /// Wakes the sender task (new data, a batch finished, flush, close).
@@ -121,7 +161,7 @@ impl Inner {
     }
 }
 
-/// A batching producer. Cheap to clone; clones share buffers.
+/// A batching, idempotent producer. Cheap to clone; clones share buffers.
 #[derive(Clone)]
 pub struct Producer {
     inner: Arc<Inner>,
@@ -134,6 +174,7 @@ impl Producer {
         let inner = Arc::new(Inner {
             client,
             config,
+            idempotent: config.idempotence && config.acks == Acks::All,
             state: Mutex::new(State::default()),
             memory: Arc::new(Semaphore::new(permits)),
             wake: Notify::new(),
@@ -141,6 +182,16 @@ impl Producer {
         });
         rill_rt::spawn(sender(inner.clone()));
         Self { inner }
+    }
+
+    /// True when retries are deduplicated (idempotence on and acks=all).
+    pub fn is_idempotent(&self) -> bool {
+        self.inner.idempotent
+    }
+
+    /// The producer id in use (idempotence), once one was obtained.
+    pub fn producer_id(&self) -> Option<i64> {
+        self.inner.lock().identity.map(|(id, _)| id)
     }
 
     /// Queues `record` for `topic`, choosing the partition: Kafka's murmur2 partitioner for keyed
@@ -176,7 +227,7 @@ impl Producer {
             .map_err(|_| Error::InvalidArgument("the producer is closed".into()))?;
         let (tx, rx) = oneshot::channel();
         let deadline = rill_rt::now() + self.inner.config.delivery_timeout;
-        let full = {
+        {
             let mut st = self.inner.lock();
             if st.closed {
                 return Err(Error::InvalidArgument("the producer is closed".into()));
@@ -185,10 +236,8 @@ impl Producer {
             acc.first_at.get_or_insert_with(rill_rt::now);
             acc.bytes += size;
             acc.records.push(Pending { record, tx, deadline, _memory: permit });
-            acc.bytes >= self.inner.config.batch_size
-        };
+        }
         // Wake the sender: a full batch goes now; otherwise it re-plans its linger deadline.
-        let _ = full;
         self.inner.wake.notify_one();
         Ok(DeliveryFuture { rx })
     }
@@ -200,7 +249,7 @@ impl Producer {
             let progressed = self.inner.progress.notified();
             {
                 let mut st = self.inner.lock();
-                if st.partitions.values().all(|a| a.records.is_empty() && !a.in_flight) {
+                if st.partitions.values().all(idle) {
                     st.flushing = false;
                     return;
                 }
@@ -220,28 +269,74 @@ impl Producer {
     }
 }
 
-/// The sender task: dispatches ready batches, one in flight per partition.
+fn idle(acc: &Accumulator) -> bool {
+    acc.records.is_empty() && acc.in_flight == 0 && acc.retry.is_empty()
+}
+
+/// The sender task: dispatches ready batches within the in-flight limit of each partition.
 async fn sender(inner: Arc<Inner>) {
     loop {
+        if inner.idempotent && inner.lock().identity.is_none() && inner.lock().partitions.values().any(|a| !idle(a)) {
+            match inner.client.init_producer_id().await {
+                Ok(identity) => {
+                    let mut st = inner.lock();
+                    st.identity = Some(identity);
+                    for acc in st.partitions.values_mut() {
+                        acc.next_seq = 0;
+                    }
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "cannot get a producer id yet; retrying");
+                    fail_expired(&inner, &e);
+                    rill_rt::sleep(RETRY_BACKOFF).await;
+                    continue;
+                }
+            }
+        }
         let woken = inner.wake.notified();
         let next_wake = {
             let mut st = inner.lock();
-            if st.closed && st.partitions.values().all(|a| a.records.is_empty() && !a.in_flight) {
+            if st.closed && st.partitions.values().all(idle) {
                 return;
             }
             let now = rill_rt::now();
             let flushing = st.flushing || st.closed;
+            let identity = st.identity;
+            let max_in_flight = if inner.idempotent { MAX_IN_FLIGHT_IDEMPOTENT } else { 1 };
             let mut next: Option<Instant> = None;
             let mut dispatch = Vec::new();
             for ((topic, partition), acc) in st.partitions.iter_mut() {
-                if acc.in_flight || acc.records.is_empty() {
+                if inner.idempotent && identity.is_none() {
+                    break;
+                }
+                let current_pid = identity.map(|(p, _)| p);
+                if inner.idempotent && acc.in_flight > 0 && acc.in_flight_pid != current_pid {
                     continue;
                 }
-                let due = acc.first_at.map_or(now, |t| t + inner.config.linger);
-                if flushing || acc.bytes >= inner.config.batch_size || due <= now {
-                    dispatch.push((topic.clone(), *partition, take_batch(acc, inner.config.batch_size)));
-                } else {
-                    next = Some(next.map_or(due, |n: Instant| n.min(due)));
+                if !acc.retry.is_empty() {
+                    // Recovering: resend failed batches one at a time, in order, once nothing
+                    // else of this partition is in flight.
+                    if acc.in_flight == 0 {
+                        if let Some((_, mut b)) = acc.retry.pop_first() {
+                            assign_identity(&mut b, acc, identity, inner.idempotent);
+                            acc.in_flight += 1;
+                            acc.in_flight_pid = current_pid;
+                            dispatch.push((topic.clone(), *partition, b));
+                        }
+                    }
+                    continue;
+                }
+                while acc.in_flight < max_in_flight && !acc.records.is_empty() {
+                    let due = acc.first_at.map_or(now, |t| t + inner.config.linger);
+                    if !(flushing || acc.bytes >= inner.config.batch_size || due <= now) {
+                        next = Some(next.map_or(due, |n: Instant| n.min(due)));
+                        break;
+                    }
+                    let mut b = take_batch(acc, inner.config.batch_size);
+                    assign_identity(&mut b, acc, identity, inner.idempotent);
+                    acc.in_flight += 1;
+                    acc.in_flight_pid = current_pid;
+                    dispatch.push((topic.clone(), *partition, b));
                 }
             }
             for (topic, partition, _) in &dispatch {
@@ -250,8 +345,8 @@ async fn sender(inner: Arc<Inner>) {
                     st.sticky.remove(topic);
                 }
             }
-            for (topic, partition, batch) in dispatch {
-                rill_rt::spawn(send_batch(inner.clone(), topic, partition, batch));
+            for (topic, partition, b) in dispatch {
+                rill_rt::spawn(send_batch(inner.clone(), topic, partition, b));
             }
             next
         };
@@ -264,8 +359,22 @@ async fn sender(inner: Arc<Inner>) {
     }
 }
 
-/// Takes up to `batch_size` bytes (at least one record) off `acc` and marks it in flight.
-fn take_batch(acc: &mut Accumulator, batch_size: usize) -> Vec<Pending> {
+/// Gives `b` its producer id, epoch and sequence numbers (once per producer id).
+fn assign_identity(b: &mut Batch, acc: &mut Accumulator, identity: Option<(i64, i32)>, idempotent: bool) {
+    if !idempotent {
+        return;
+    }
+    let Some((pid, epoch)) = identity else { return };
+    if b.identity.is_some_and(|(p, e, _)| p == pid && e == epoch) {
+        return;
+    }
+    let count = b.records.len() as i64;
+    b.identity = Some((pid, epoch, acc.next_seq));
+    acc.next_seq = ((i64::from(acc.next_seq) + count) % (i64::from(i32::MAX) + 1)) as i32;
+}
+
+/// Takes up to `batch_size` bytes (at least one record) off `acc`.
+fn take_batch(acc: &mut Accumulator, batch_size: usize) -> Batch {
     let mut bytes = 0;
     let mut n = 0;
     for p in &acc.records {
@@ -276,35 +385,127 @@ fn take_batch(acc: &mut Accumulator, batch_size: usize) -> Vec<Pending> {
         bytes += size;
         n += 1;
     }
-    let batch: Vec<Pending> = acc.records.drain(..n).collect();
+    let records: Vec<Pending> = acc.records.drain(..n).collect();
     acc.bytes = acc.bytes.saturating_sub(bytes);
     acc.first_at = if acc.records.is_empty() { None } else { Some(rill_rt::now()) };
-    acc.in_flight = true;
-    batch
+    let order = acc.next_order;
+    acc.next_order += 1;
+    Batch { records, order, identity: None }
 }
 
-async fn send_batch(inner: Arc<Inner>, topic: String, partition: u32, batch: Vec<Pending>) {
-    let deadline = batch.iter().map(|p| p.deadline).min().unwrap_or_else(rill_rt::now);
-    let records: Vec<Record> = batch.iter().map(|p| p.record.clone()).collect();
-    let result = match build_batch(records, inner.config.compression) {
-        Ok(b) => {
-            inner
-                .client
-                .produce_batch_until(deadline, &topic, partition, b, inner.config.acks, inner.config.request_timeout)
-                .await
+/// Resolves, with `e`, every queued record whose delivery deadline passed.
+fn fail_expired(inner: &Inner, e: &Error) {
+    let now = rill_rt::now();
+    let mut st = inner.lock();
+    for acc in st.partitions.values_mut() {
+        let (expired, kept): (Vec<Pending>, Vec<Pending>) = acc.records.drain(..).partition(|p| p.deadline <= now);
+        acc.records = kept;
+        for p in expired {
+            acc.bytes = acc.bytes.saturating_sub(p.record.size_bytes());
+            let _ = p.tx.send(Err(e.clone()));
         }
-        Err(e) => Err(e),
+    }
+}
+
+enum Outcome {
+    Delivered(Option<u64>),
+    Retry,
+    /// Refused as out of order: fine if an earlier batch is still on its way, otherwise a gap.
+    OutOfOrder,
+    /// The producer id is unknown or the sequence broke: get a new id, then resend.
+    NewProducerId,
+    Failed(Error),
+}
+
+async fn send_batch(inner: Arc<Inner>, topic: String, partition: u32, mut b: Batch) {
+    let deadline = b.records.iter().map(|p| p.deadline).min().unwrap_or_else(rill_rt::now);
+    let records: Vec<Record> = b.records.iter().map(|p| p.record.clone()).collect();
+    let outcome = match build_batch(records, inner.config.compression) {
+        Err(e) => Outcome::Failed(e),
+        Ok(mut wire) => {
+            if let Some((pid, epoch, seq)) = b.identity {
+                batch::set_producer(&mut wire, pid, epoch, seq);
+            }
+            attempt(&inner, &topic, partition, wire, deadline).await
+        }
     };
-    for (i, p) in batch.into_iter().enumerate() {
-        let outcome = match &result {
-            Ok(ack) => Ok(RecordMetadata { partition, offset: ack.base_offset.map(|b| b + i as u64) }),
-            Err(e) => Err(e.clone()),
-        };
-        let _ = p.tx.send(outcome);
+    let mut st = inner.lock();
+    match outcome {
+        Outcome::Delivered(base) => {
+            for (i, p) in b.records.into_iter().enumerate() {
+                let _ = p.tx.send(Ok(RecordMetadata { partition, offset: base.map(|o| o + i as u64) }));
+            }
+        }
+        Outcome::Failed(e) => {
+            for p in b.records {
+                let _ = p.tx.send(Err(e.clone()));
+            }
+            if inner.idempotent && b.identity.is_some() {
+                // Its sequence numbers are spent without a stored batch: later batches under
+                // this producer id would be refused as out of order. Start a new one.
+                reset_identity(&mut st);
+            }
+        }
+        Outcome::Retry | Outcome::NewProducerId | Outcome::OutOfOrder => {
+            // Out of order is expected while an earlier batch of this partition is still in
+            // flight or queued for resending (resend after it); with nothing earlier pending it
+            // means a gap the partition will never fill, so start a new producer id.
+            let earlier_pending = st
+                .partitions
+                .get(&(topic.clone(), partition))
+                .is_some_and(|acc| acc.in_flight > 1 || acc.retry.keys().any(|o| *o < b.order));
+            if matches!(outcome, Outcome::NewProducerId) || (matches!(outcome, Outcome::OutOfOrder) && !earlier_pending)
+            {
+                reset_identity(&mut st);
+                b.identity = None;
+            }
+            if let Some(acc) = st.partitions.get_mut(&(topic.clone(), partition)) {
+                acc.retry.insert(b.order, b);
+            }
+        }
     }
-    if let Some(acc) = inner.lock().partitions.get_mut(&(topic, partition)) {
-        acc.in_flight = false;
+    if let Some(acc) = st.partitions.get_mut(&(topic, partition)) {
+        acc.in_flight = acc.in_flight.saturating_sub(1);
+        if acc.in_flight == 0 {
+            acc.in_flight_pid = None;
+        }
     }
+    drop(st);
     inner.wake.notify_one();
     inner.progress.notify_waiters();
+}
+
+fn reset_identity(st: &mut State) {
+    st.identity = None;
+    for acc in st.partitions.values_mut() {
+        acc.next_seq = 0;
+    }
+}
+
+/// Sends one batch; classifies the result. Idempotent batches are retried here for a while on
+/// retriable errors before the partition falls back to ordered recovery.
+async fn attempt(inner: &Inner, topic: &str, partition: u32, wire: RecordBatch, deadline: Instant) -> Outcome {
+    let idempotent = wire.producer_id > 0;
+    let result = inner
+        .client
+        .produce_batch_until(deadline, topic, partition, wire, inner.config.acks, inner.config.request_timeout)
+        .await;
+    match result {
+        Ok(ack) => Outcome::Delivered(ack.base_offset),
+        Err(e) if e.code() == Some(ErrorCode::DuplicateSequenceNumber) => Outcome::Delivered(None),
+        Err(e) if !idempotent => Outcome::Failed(e),
+        Err(e) if rill_rt::now() >= deadline => Outcome::Failed(e),
+        Err(e) if e.code() == Some(ErrorCode::UnknownProducerId) => Outcome::NewProducerId,
+        Err(e) if e.code() == Some(ErrorCode::OutOfOrderSequenceNumber) => {
+            tracing::debug!(topic, partition, error = %e, "out of order");
+            rill_rt::sleep(RETRY_BACKOFF).await;
+            Outcome::OutOfOrder
+        }
+        Err(e) if e.is_retriable_idempotent() => {
+            tracing::debug!(topic, partition, error = %e, "retrying an idempotent batch");
+            rill_rt::sleep(RETRY_BACKOFF).await;
+            Outcome::Retry
+        }
+        Err(e) => Outcome::Failed(e),
+    }
 }

@@ -26,10 +26,20 @@ pub struct TopicConfig {
     /// `replica.lag.time.max.ms`: a follower that has not caught up with the leader's log end
     /// for this long leaves the ISR.
     pub replica_lag_time_max_ms: u64,
+    /// `producer.id.expiration.ms`: an idempotent producer that sent nothing to a partition for
+    /// this long is forgotten there (a later retry of its old batches is then refused).
+    pub producer_id_expiration_ms: u64,
 }
 
 /// The configuration keys a topic accepts.
-pub const KEYS: [&str; 3] = ["min.insync.replicas", "max.message.bytes", "replica.lag.time.max.ms"];
+pub const KEYS: [&str; 4] =
+    ["min.insync.replicas", "max.message.bytes", "replica.lag.time.max.ms", "producer.id.expiration.ms"];
+
+/// Default `producer.id.expiration.ms`: one day, as Kafka.
+pub const DEFAULT_PRODUCER_ID_EXPIRATION: Duration = Duration::from_secs(24 * 3600);
+/// Smallest `producer.id.expiration.ms`: shorter than a client's delivery timeout would forget
+/// producers between their retries.
+pub const MIN_PRODUCER_ID_EXPIRATION: Duration = Duration::from_secs(60);
 
 impl TopicConfig {
     /// Defaults for a topic with `replication_factor` replicas: `min.insync.replicas` is a
@@ -39,6 +49,7 @@ impl TopicConfig {
             min_insync_replicas: replication_factor / 2 + 1,
             max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
             replica_lag_time_max_ms: DEFAULT_REPLICA_LAG_TIME_MAX.as_millis() as u64,
+            producer_id_expiration_ms: DEFAULT_PRODUCER_ID_EXPIRATION.as_millis() as u64,
         }
     }
 
@@ -67,6 +78,7 @@ impl TopicConfig {
             match key.as_str() {
                 "min.insync.replicas" => config.min_insync_replicas = defaults.min_insync_replicas,
                 "max.message.bytes" => config.max_message_bytes = defaults.max_message_bytes,
+                "producer.id.expiration.ms" => config.producer_id_expiration_ms = defaults.producer_id_expiration_ms,
                 _ => config.replica_lag_time_max_ms = defaults.replica_lag_time_max_ms,
             }
         }
@@ -78,6 +90,7 @@ impl TopicConfig {
             match key.as_str() {
                 "min.insync.replicas" => config.min_insync_replicas = parse_u32(key, value)?,
                 "max.message.bytes" => config.max_message_bytes = parse_u32(key, value)?,
+                "producer.id.expiration.ms" => config.producer_id_expiration_ms = parse_ms(key, value)?,
                 _ => config.replica_lag_time_max_ms = parse_ms(key, value)?,
             }
         }
@@ -106,6 +119,13 @@ impl TopicConfig {
                 self.replica_lag_time_max_ms
             )));
         }
+        if self.producer_id_expiration_ms < MIN_PRODUCER_ID_EXPIRATION.as_millis() as u64 {
+            return Err(invalid(format!(
+                "producer.id.expiration.ms must be at least {}, got {}",
+                MIN_PRODUCER_ID_EXPIRATION.as_millis(),
+                self.producer_id_expiration_ms
+            )));
+        }
         Ok(())
     }
 
@@ -115,6 +135,7 @@ impl TopicConfig {
             ("min.insync.replicas".into(), self.min_insync_replicas.to_string()),
             ("max.message.bytes".into(), self.max_message_bytes.to_string()),
             ("replica.lag.time.max.ms".into(), self.replica_lag_time_max_ms.to_string()),
+            ("producer.id.expiration.ms".into(), self.producer_id_expiration_ms.to_string()),
         ]
     }
 

@@ -62,6 +62,8 @@ pub struct MetaState {
     pub next_group_id: GroupId,
     /// Count of applied commands (changes whenever the state does).
     pub version: u64,
+    /// The next producer id to hand out (ids start at 1 and are never reused).
+    pub next_producer_id: i64,
     /// Raft groups of deleted topics. Every node removes their data, including nodes that were
     /// down when the topic was deleted. Group ids are never reused.
     pub deleted_groups: BTreeSet<GroupId>,
@@ -85,6 +87,8 @@ pub enum MetaCommand {
     DeleteTopic { name: String },
     /// Changes topic settings: `set` overrides keys, `reset` returns keys to their defaults.
     AlterTopicConfig { name: String, set: Vec<(String, String)>, reset: Vec<String> },
+    /// Reserves `count` producer ids for one node to hand out.
+    AllocateProducerIds { count: u32 },
     /// Grows a topic to `total` partitions (never shrinks), placing the new replicas on
     /// `live_nodes` (empty means every registered node).
     CreatePartitions { name: String, total: u32, live_nodes: Vec<NodeId> },
@@ -101,6 +105,8 @@ pub enum MetaResult {
     TopicDeleted(TopicMeta),
     /// The topic after the change (config altered or partitions added).
     TopicUpdated(TopicMeta),
+    /// Producer ids `first .. first + count` are reserved for the proposer.
+    ProducerIds { first: i64, count: u32 },
     /// Refused; the state did not change.
     Refused(MetaError),
 }
@@ -155,6 +161,11 @@ impl MetaState {
                 Ok(t) => MetaResult::TopicUpdated(t),
                 Err(e) => MetaResult::Refused(e),
             },
+            MetaCommand::AllocateProducerIds { count } => {
+                let first = self.next_producer_id.max(1);
+                self.next_producer_id = first + i64::from(count);
+                MetaResult::ProducerIds { first, count }
+            }
             MetaCommand::CreatePartitions { name, total, live_nodes } => {
                 match self.create_partitions(&name, total, &live_nodes) {
                     Ok(t) => MetaResult::TopicUpdated(t),
@@ -455,6 +466,19 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn producer_id_blocks_never_overlap() {
+        let mut s = MetaState::default();
+        let MetaResult::ProducerIds { first: a, count: 10 } = s.apply(MetaCommand::AllocateProducerIds { count: 10 })
+        else {
+            panic!()
+        };
+        let MetaResult::ProducerIds { first: b, .. } = s.apply(MetaCommand::AllocateProducerIds { count: 5 }) else {
+            panic!()
+        };
+        assert_eq!((a, b), (1, 11));
     }
 
     #[test]

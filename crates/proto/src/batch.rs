@@ -30,11 +30,24 @@ pub enum BatchError {
     TooLargeDecompressed,
 }
 
-/// CRC-32C over `record_count ‖ compression ‖ records` (little-endian integers).
-pub fn checksum(record_count: u32, compression: i32, records: &[u8]) -> u32 {
-    let mut crc = crc32c::crc32c(&record_count.to_le_bytes());
-    crc = crc32c::crc32c_append(crc, &compression.to_le_bytes());
-    crc32c::crc32c_append(crc, records)
+/// CRC-32C over `record_count ‖ compression ‖ producer_id ‖ producer_epoch ‖ base_sequence ‖
+/// records` (little-endian integers): everything a batch carries except the fields the server
+/// fills in (base offset, append time).
+pub fn checksum(batch: &RecordBatch) -> u32 {
+    let mut crc = crc32c::crc32c(&batch.record_count.to_le_bytes());
+    crc = crc32c::crc32c_append(crc, &batch.compression.to_le_bytes());
+    crc = crc32c::crc32c_append(crc, &batch.producer_id.to_le_bytes());
+    crc = crc32c::crc32c_append(crc, &batch.producer_epoch.to_le_bytes());
+    crc = crc32c::crc32c_append(crc, &batch.base_sequence.to_le_bytes());
+    crc32c::crc32c_append(crc, &batch.records)
+}
+
+/// Stamps `batch` as idempotent (`producer_id` > 0) and recomputes its checksum.
+pub fn set_producer(batch: &mut RecordBatch, producer_id: i64, producer_epoch: i32, base_sequence: i32) {
+    batch.producer_id = producer_id;
+    batch.producer_epoch = producer_epoch;
+    batch.base_sequence = base_sequence;
+    batch.crc32c = checksum(batch);
 }
 
 /// Builds a checksummed batch from `records`, compressed with `compression`.
@@ -46,19 +59,24 @@ pub fn build(records: Vec<Record>, compression: Compression) -> Result<RecordBat
         Compression::Lz4 => lz4_flex::compress_prepend_size(&encoded).into(),
         Compression::Zstd => return Err(BatchError::UnsupportedCompression(compression as i32)),
     };
-    Ok(RecordBatch {
+    let mut batch = RecordBatch {
         base_offset: 0,
         record_count,
         compression: compression as i32,
-        crc32c: checksum(record_count, compression as i32, &payload),
+        crc32c: 0,
         records: payload,
         append_time_ms: 0,
-    })
+        producer_id: 0,
+        producer_epoch: 0,
+        base_sequence: 0,
+    };
+    batch.crc32c = checksum(&batch);
+    Ok(batch)
 }
 
 /// Checks the checksum, decompresses and decodes the records, and checks the declared count.
 pub fn decode(batch: &RecordBatch) -> Result<Vec<Record>, BatchError> {
-    let actual = checksum(batch.record_count, batch.compression, &batch.records);
+    let actual = checksum(batch);
     if actual != batch.crc32c {
         return Err(BatchError::Checksum { expected: batch.crc32c, actual });
     }
@@ -125,13 +143,19 @@ mod tests {
         let mut b = build(vec![rec("hello")], Compression::None).unwrap();
         b.record_count = 2;
         assert!(matches!(decode(&b), Err(BatchError::Checksum { .. })));
+
+        let mut b = build(vec![rec("hello")], Compression::None).unwrap();
+        set_producer(&mut b, 7, 0, 3);
+        assert!(decode(&b).is_ok());
+        b.base_sequence = 4;
+        assert!(matches!(decode(&b), Err(BatchError::Checksum { .. })), "producer fields are covered");
     }
 
     #[test]
     fn rejects_lying_count_with_valid_checksum() {
         let mut b = build(vec![rec("x"), rec("y")], Compression::None).unwrap();
         b.record_count = 3;
-        b.crc32c = checksum(3, b.compression, &b.records);
+        b.crc32c = checksum(&b);
         assert_eq!(decode(&b), Err(BatchError::CountMismatch { declared: 3, actual: 2 }));
     }
 
@@ -141,7 +165,7 @@ mod tests {
         assert_eq!(decode(&b), Err(BatchError::Empty));
         let mut b = build(vec![rec("x")], Compression::None).unwrap();
         b.compression = 9;
-        b.crc32c = checksum(b.record_count, 9, &b.records);
+        b.crc32c = checksum(&b);
         assert_eq!(decode(&b), Err(BatchError::UnsupportedCompression(9)));
     }
 
@@ -149,14 +173,18 @@ mod tests {
     fn refuses_lz4_bomb_header() {
         let mut payload = (u32::MAX).to_le_bytes().to_vec();
         payload.extend_from_slice(b"junk");
-        let b = RecordBatch {
+        let mut b = RecordBatch {
             base_offset: 0,
             record_count: 1,
             compression: Compression::Lz4 as i32,
-            crc32c: checksum(1, Compression::Lz4 as i32, &payload),
+            crc32c: 0,
             records: payload.into(),
             append_time_ms: 0,
+            producer_id: 0,
+            producer_epoch: 0,
+            base_sequence: 0,
         };
+        b.crc32c = checksum(&b);
         assert_eq!(decode(&b), Err(BatchError::TooLargeDecompressed));
     }
 }

@@ -14,11 +14,14 @@ pub enum Mutation {
     ReadAboveHw,
     /// A follower keeps its divergent log tail instead of truncating it.
     SkipTruncate,
+    /// Idempotent producer deduplication is off (a retried batch is appended again).
+    NoDedupe,
 }
 
 impl Mutation {
     /// Every mutation.
-    pub const ALL: [Mutation; 3] = [Mutation::AckBeforeSync, Mutation::ReadAboveHw, Mutation::SkipTruncate];
+    pub const ALL: [Mutation; 4] =
+        [Mutation::AckBeforeSync, Mutation::ReadAboveHw, Mutation::SkipTruncate, Mutation::NoDedupe];
 
     /// The name used on the command line (`chaos/run --mutation NAME`).
     pub fn name(self) -> &'static str {
@@ -26,6 +29,7 @@ impl Mutation {
             Mutation::AckBeforeSync => "ack-before-sync",
             Mutation::ReadAboveHw => "read-above-hw",
             Mutation::SkipTruncate => "skip-truncate",
+            Mutation::NoDedupe => "no-dedupe",
         }
     }
 

@@ -48,6 +48,12 @@ pub fn partition(e: &PartitionError) -> WireError {
         PartitionError::InvalidRequest(_) => WireError::new(ErrorCode::InvalidRequest, message),
         PartitionError::Storage(_) => WireError::new(ErrorCode::StorageError, message),
         PartitionError::ShuttingDown => WireError::new(ErrorCode::NodeShuttingDown, message),
+        PartitionError::CatchingUp => WireError::new(ErrorCode::LeaderNotAvailable, message),
+        PartitionError::OutOfOrderSequence { .. } => WireError::new(ErrorCode::OutOfOrderSequenceNumber, message),
+        PartitionError::DuplicateSequence { .. } => WireError::new(ErrorCode::DuplicateSequenceNumber, message),
+        PartitionError::InvalidProducerEpoch { .. } => WireError::new(ErrorCode::InvalidProducerEpoch, message),
+        PartitionError::UnknownProducerId { .. } => WireError::new(ErrorCode::UnknownProducerId, message),
+        PartitionError::TooManyProducers { .. } => WireError::new(ErrorCode::TooManyProducers, message),
     }
 }
 
@@ -113,6 +119,10 @@ mod tests {
         assert_eq!(ErrorCode::MessageTooLarge as i32, 10);
         assert_eq!(ErrorCode::NotEnoughReplicas as i32, 19);
         assert_eq!(ErrorCode::NotEnoughReplicasAfterAppend as i32, 20);
+        assert_eq!(ErrorCode::OutOfOrderSequenceNumber as i32, 45);
+        assert_eq!(ErrorCode::DuplicateSequenceNumber as i32, 46);
+        assert_eq!(ErrorCode::InvalidProducerEpoch as i32, 47);
+        assert_eq!(ErrorCode::UnknownProducerId as i32, 59);
         assert_eq!(partition(&PartitionError::InvalidBatch(BatchError::Empty)).code, ErrorCode::CorruptMessage);
     }
 }

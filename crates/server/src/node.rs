@@ -22,6 +22,10 @@ use tonic::transport::Channel;
 use crate::config::Config;
 use crate::error::Result;
 
+/// Producer ids a node reserves from the metadata at a time. Unused ids of a block are lost
+/// when the node restarts; ids are 63-bit, so that costs nothing.
+const PRODUCER_ID_BLOCK: u32 = 1000;
+
 /// How long metadata proposals keep retrying while the metadata group has no leader.
 const META_PROPOSE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Pause between attempts to reach the metadata leader.
@@ -48,6 +52,8 @@ pub struct Node {
     meta_raft: Raft,
     meta: watch::Receiver<Arc<MetaState>>,
     partitions: RwLock<HashMap<GroupId, Arc<Partition>>>,
+    /// The block of producer ids this node hands out: `next .. end`.
+    producer_ids: rill_rt::sync::Mutex<(i64, i64)>,
 }
 
 impl Node {
@@ -60,7 +66,14 @@ impl Node {
             config.members.iter().map(|(id, addr)| (*id, BasicNode::new(addr))).collect();
         let StartedGroup { raft: meta_raft, .. } =
             multi.start_group(META_GROUP, meta_sm, members, GroupOptions::default()).await?;
-        let node = Arc::new(Self { config, multi, meta_raft, meta: meta_rx, partitions: RwLock::new(HashMap::new()) });
+        let node = Arc::new(Self {
+            config,
+            multi,
+            meta_raft,
+            meta: meta_rx,
+            partitions: RwLock::new(HashMap::new()),
+            producer_ids: rill_rt::sync::Mutex::new((0, 0)),
+        });
         rill_rt::spawn(reconcile(Arc::downgrade(&node), node.meta.clone()));
         rill_rt::spawn(register_members(Arc::downgrade(&node)));
         tracing::info!(node = node.config.node_id, listen = %node.config.listen, "node started");
@@ -203,6 +216,25 @@ impl Node {
             }
         };
         rill_rt::timeout(timeout, wait).await.is_ok() && pred(&self.meta())
+    }
+
+    /// A producer id no other producer has or will have: from this node's reserved block, which
+    /// is refilled through the metadata group when empty.
+    pub async fn next_producer_id(&self) -> Result<i64, ProposeError> {
+        let mut block = self.producer_ids.lock().await;
+        if block.0 >= block.1 {
+            match self.propose_meta(&MetaCommand::AllocateProducerIds { count: PRODUCER_ID_BLOCK }).await? {
+                MetaResult::ProducerIds { first, count } => *block = (first, first + i64::from(count)),
+                other => {
+                    return Err(ProposeError::Internal(format!(
+                        "unexpected answer to a producer id request: {other:?}"
+                    )))
+                }
+            }
+        }
+        let id = block.0;
+        block.0 += 1;
+        Ok(id)
     }
 
     /// Looks up `topic`.

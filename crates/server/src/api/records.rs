@@ -9,9 +9,9 @@ use rill_broker::Acks;
 use rill_proto::common::ErrorCode;
 use rill_proto::records::records_server::Records;
 use rill_proto::records::{
-    self as pb, FetchPartitionResult, FetchRequest, FetchResponse, FetchTopicResult, ListOffsetsPartitionResult,
-    ListOffsetsRequest, ListOffsetsResponse, ListOffsetsTopicResult, OffsetSpec, PartitionProduceResult,
-    ProduceRequest, ProduceResponse, TopicProduceResult,
+    self as pb, FetchPartitionResult, FetchRequest, FetchResponse, FetchTopicResult, InitProducerIdRequest,
+    InitProducerIdResponse, ListOffsetsPartitionResult, ListOffsetsRequest, ListOffsetsResponse,
+    ListOffsetsTopicResult, OffsetSpec, PartitionProduceResult, ProduceRequest, ProduceResponse, TopicProduceResult,
 };
 use tonic::{Request, Response, Status};
 
@@ -248,6 +248,30 @@ impl Records for RecordsApi {
             results[t.topic_idx].partitions.push(result);
         }
         Ok(Response::new(FetchResponse { topics: results }))
+    }
+
+    async fn init_producer_id(
+        &self,
+        _request: Request<InitProducerIdRequest>,
+    ) -> Result<Response<InitProducerIdResponse>, Status> {
+        let answer = match self.node.next_producer_id().await {
+            Ok(id) => InitProducerIdResponse {
+                error_code: ErrorCode::None as i32,
+                error_message: String::new(),
+                producer_id: id,
+                producer_epoch: 0,
+            },
+            Err(e) => {
+                let w = errors::propose(&e);
+                InitProducerIdResponse {
+                    error_code: w.code as i32,
+                    error_message: w.message,
+                    producer_id: -1,
+                    producer_epoch: -1,
+                }
+            }
+        };
+        Ok(Response::new(answer))
     }
 
     async fn list_offsets(

@@ -1,0 +1,232 @@
+//! The leader's idempotence gate: decides, one batch at a time per partition, whether an
+//! idempotent batch is new, a retry, or out of order — counting batches already proposed to
+//! Raft but not yet applied.
+//!
+//! Why the gate is needed on top of [`crate::producers::ProducerStates`]: the replicated state
+//! only learns a batch when it is applied (committed), but a retry can arrive while the first
+//! attempt is still on its way through Raft. The gate remembers those in-flight batches; a retry
+//! of one waits for the first attempt's outcome and gets the same answer, so a batch is never
+//! proposed twice by one leader. A new leader accepts idempotent batches only after it has
+//! applied its whole log (see `Partition::produce`), so the replicated state is complete when
+//! the gate starts from it.
+
+use std::collections::{HashMap, VecDeque};
+
+use rill_rt::sync::watch;
+
+use crate::error::PartitionError;
+use crate::producers::{check_against, last_seq, BatchMeta, ProducerStates, SeqCheck};
+
+/// The outcome of a committed batch: (base offset, log index, term) or why it failed.
+pub type Committed = Result<(u64, u64, u64), PartitionError>;
+
+struct InFlight {
+    meta: BatchMeta,
+    result: watch::Receiver<Option<Committed>>,
+}
+
+struct InFlightProducer {
+    epoch: i32,
+    batches: VecDeque<InFlight>,
+}
+
+/// The gate of one partition while this node leads it.
+#[derive(Default)]
+pub struct Gate {
+    term: u64,
+    producers: HashMap<i64, InFlightProducer>,
+}
+
+/// Who sent a batch and which sequence numbers it carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchId {
+    /// Producer id.
+    pub pid: i64,
+    /// Producer epoch.
+    pub epoch: i32,
+    /// First sequence number.
+    pub first_seq: i32,
+    /// Records in the batch.
+    pub count: u32,
+}
+
+/// What to do with an incoming idempotent batch.
+pub enum Decision {
+    /// Propose it, then call [`Gate::register`].
+    Append,
+    /// Stored already: answer with this base offset.
+    Stored { base_offset: u64 },
+    /// The same batch is in flight: wait for its outcome.
+    Wait(watch::Receiver<Option<Committed>>),
+}
+
+impl Gate {
+    /// Forgets in-flight batches of an older term (they resolve on their own; this leader never
+    /// proposed them).
+    pub fn enter_term(&mut self, term: u64) {
+        if self.term != term {
+            self.term = term;
+            self.producers.clear();
+        }
+    }
+
+    /// Decides what to do with a batch of `count` records from `pid`/`epoch` at `first_seq`.
+    /// `applied` is the replicated producer state; `max_producers` bounds how many producers a
+    /// partition tracks; `skip_checks` is the no-dedupe mutation (simulation only).
+    pub fn decide(
+        &self,
+        applied: &ProducerStates,
+        batch: BatchId,
+        max_producers: usize,
+        skip_checks: bool,
+    ) -> Result<Decision, PartitionError> {
+        let BatchId { pid, epoch, first_seq, count } = batch;
+        if skip_checks {
+            return Ok(Decision::Append);
+        }
+        let last = last_seq(first_seq, count);
+        let in_flight = self.producers.get(&pid);
+        if let Some(p) = in_flight {
+            if p.epoch == epoch {
+                if let Some(b) = p.batches.iter().find(|b| b.meta.first_seq == first_seq && b.meta.last_seq == last) {
+                    return Ok(Decision::Wait(b.result.clone()));
+                }
+            }
+        }
+        // The producer as it will be once everything in flight is applied.
+        let stored = applied.get(pid);
+        let (stored_epoch, mut batches) = match stored {
+            Some(e) => (e.epoch, e.batches.clone()),
+            None => (epoch, VecDeque::new()),
+        };
+        let check = match in_flight {
+            Some(p) if p.epoch > stored_epoch || stored.is_none() => {
+                check_against(p.epoch, &p.batches.iter().map(|b| b.meta).collect(), epoch, first_seq, count)
+            }
+            Some(p) => {
+                batches.extend(p.batches.iter().map(|b| b.meta));
+                check_against(stored_epoch, &batches, epoch, first_seq, count)
+            }
+            None if stored.is_none() => {
+                if first_seq != 0 {
+                    return Err(PartitionError::UnknownProducerId { producer_id: pid });
+                }
+                if applied.len() >= max_producers {
+                    return Err(PartitionError::TooManyProducers { max: max_producers });
+                }
+                SeqCheck::Append
+            }
+            None => check_against(stored_epoch, &batches, epoch, first_seq, count),
+        };
+        match check {
+            SeqCheck::Append => Ok(Decision::Append),
+            SeqCheck::Duplicate { base_offset } => Ok(Decision::Stored { base_offset }),
+            SeqCheck::DuplicateUnknownOffset => Err(PartitionError::DuplicateSequence { producer_id: pid, first_seq }),
+            SeqCheck::OutOfOrder { expected } => {
+                Err(PartitionError::OutOfOrderSequence { producer_id: pid, expected, got: first_seq })
+            }
+            SeqCheck::StaleEpoch { current } => {
+                Err(PartitionError::InvalidProducerEpoch { producer_id: pid, current, got: epoch })
+            }
+            SeqCheck::UnknownProducer => Err(PartitionError::UnknownProducerId { producer_id: pid }),
+        }
+    }
+
+    /// Remembers a batch just proposed; its outcome arrives through `result`.
+    pub fn register(
+        &mut self,
+        pid: i64,
+        epoch: i32,
+        first_seq: i32,
+        count: u32,
+        result: watch::Receiver<Option<Committed>>,
+    ) {
+        let p = self.producers.entry(pid).or_insert_with(|| InFlightProducer { epoch, batches: VecDeque::new() });
+        if epoch > p.epoch {
+            p.epoch = epoch;
+            p.batches.clear();
+        }
+        p.batches.push_back(InFlight {
+            meta: BatchMeta { first_seq, last_seq: last_seq(first_seq, count), base_offset: 0 },
+            result,
+        });
+    }
+
+    /// Forgets a batch whose outcome is known (and, on success, applied).
+    pub fn resolve(&mut self, term: u64, pid: i64, first_seq: i32) {
+        if term != self.term {
+            return;
+        }
+        if let Some(p) = self.producers.get_mut(&pid) {
+            p.batches.retain(|b| b.meta.first_seq != first_seq);
+            if p.batches.is_empty() {
+                self.producers.remove(&pid);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(pid: i64, first_seq: i32, count: u32) -> BatchId {
+        BatchId { pid, epoch: 0, first_seq, count }
+    }
+
+    fn decide(g: &Gate, s: &ProducerStates, pid: i64, seq: i32, count: u32) -> Result<Decision, PartitionError> {
+        g.decide(s, id(pid, seq, count), 10, false)
+    }
+
+    #[test]
+    fn a_retry_of_an_in_flight_batch_waits_for_it() {
+        let mut g = Gate::default();
+        g.enter_term(1);
+        let s = ProducerStates::default();
+        assert!(matches!(decide(&g, &s, 1, 0, 5), Ok(Decision::Append)));
+        let (_tx, rx) = watch::channel(None);
+        g.register(1, 0, 0, 5, rx);
+        assert!(matches!(decide(&g, &s, 1, 0, 5), Ok(Decision::Wait(_))));
+        assert!(matches!(decide(&g, &s, 1, 5, 5), Ok(Decision::Append)), "the next batch may follow in flight");
+        assert!(matches!(decide(&g, &s, 1, 7, 1), Err(PartitionError::OutOfOrderSequence { expected: 5, .. })));
+    }
+
+    #[test]
+    fn applied_batches_answer_with_their_offsets() {
+        let g = Gate::default();
+        let mut s = ProducerStates::default();
+        s.apply_batch(1, 0, 0, 5, 40, 1);
+        assert!(matches!(decide(&g, &s, 1, 0, 5), Ok(Decision::Stored { base_offset: 40 })));
+        assert!(matches!(decide(&g, &s, 2, 3, 1), Err(PartitionError::UnknownProducerId { .. })));
+    }
+
+    #[test]
+    fn in_flight_after_applied_and_term_reset() {
+        let mut g = Gate::default();
+        g.enter_term(1);
+        let mut s = ProducerStates::default();
+        s.apply_batch(1, 0, 0, 5, 0, 1);
+        let (_tx, rx) = watch::channel(None);
+        g.register(1, 0, 5, 5, rx);
+        assert!(matches!(decide(&g, &s, 1, 0, 5), Ok(Decision::Stored { base_offset: 0 })));
+        assert!(matches!(decide(&g, &s, 1, 10, 1), Ok(Decision::Append)));
+        g.enter_term(2);
+        assert!(matches!(decide(&g, &s, 1, 10, 1), Err(PartitionError::OutOfOrderSequence { expected: 5, .. })));
+        g.resolve(2, 1, 5);
+    }
+
+    #[test]
+    fn the_producer_limit_applies_to_new_producers_only() {
+        let g = Gate::default();
+        let mut s = ProducerStates::default();
+        for pid in 1..=10 {
+            s.apply_batch(pid, 0, 0, 1, 0, 1);
+        }
+        assert!(matches!(decide(&g, &s, 11, 0, 1), Err(PartitionError::TooManyProducers { max: 10 })));
+        assert!(matches!(decide(&g, &s, 3, 1, 1), Ok(Decision::Append)));
+        assert!(
+            matches!(g.decide(&s, id(11, 5, 1), 10, true), Ok(Decision::Append)),
+            "the no-dedupe mutation skips every check"
+        );
+    }
+}

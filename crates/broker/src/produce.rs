@@ -1,0 +1,323 @@
+//! The produce path of a [`Partition`]: checks, proposal, and waiting for the acknowledgement
+//! level (DESIGN §1).
+//!
+//! ```text
+//!  produce ─► leader? size? CRC? ─► acks=all: ISR ≥ min.insync.replicas? ─┬─ plain batch ─────► propose
+//!                                                                          └─ idempotent batch ► gate ─► propose
+//!  propose ─► queued in Raft ─► acks=0: answer now
+//!                            ─► acks=1: answer when synced in the leader's log
+//!                            ─► acks=all: answer when committed and every ISR member has it
+//! ```
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use openraft::error::ClientWriteError;
+use openraft::raft::ClientWriteResult;
+use prost::Message;
+use rill_proto::batch;
+use rill_proto::common::RecordBatch;
+use rill_raft::log_store::Placement;
+use rill_raft::{NodeId, Payload, TypeConfig};
+use rill_rt::mutation::Mutation;
+use rill_rt::sync::{oneshot, watch};
+use rill_rt::Instant;
+
+use crate::command;
+use crate::error::{PartitionError, Result};
+use crate::idempotence::{BatchId, Committed, Decision};
+use crate::machine::decode_base_offset;
+use crate::partition::{Acks, Partition, ProduceOutcome};
+use crate::producers::MAX_PRODUCERS_PER_PARTITION;
+
+/// How long an idempotent batch that arrived ahead of its predecessor waits for it.
+const REORDER_WAIT: Duration = Duration::from_millis(200);
+
+/// How often the leader checks for idle producers to expire (at most).
+pub const EXPIRY_CHECK_EVERY: Duration = Duration::from_secs(60);
+
+type CommitRx = oneshot::Receiver<ClientWriteResult<TypeConfig>>;
+
+/// A batch handed to Raft.
+struct Proposal {
+    commit: CommitRx,
+    durable: Option<oneshot::Receiver<Placement>>,
+}
+
+fn elapsed_ms(since: Instant) -> u64 {
+    rill_rt::now().saturating_duration_since(since).as_millis() as u64
+}
+
+impl Partition {
+    /// Appends `batch` with acknowledgement level `acks`, waiting at most `timeout`.
+    pub async fn produce(&self, mut batch: RecordBatch, acks: Acks, timeout: Duration) -> Result<ProduceOutcome> {
+        let started = rill_rt::now();
+        let deadline = started + timeout;
+        let config = self.config();
+        let size = batch.encoded_len();
+        if size > config.max_message_bytes as usize {
+            return Err(PartitionError::MessageTooLarge { size, max: config.max_message_bytes });
+        }
+        batch::validate(&batch).map_err(PartitionError::InvalidBatch)?;
+        if batch.producer_id < 0 {
+            return Err(PartitionError::InvalidRequest(format!("producer id {} is negative", batch.producer_id)));
+        }
+        let idempotent = batch.producer_id > 0;
+        if idempotent && acks != Acks::All {
+            return Err(PartitionError::InvalidRequest("idempotent batches (producer id set) need acks=all".into()));
+        }
+        let Some(term) = self.leader_term() else {
+            return Err(self.not_leader());
+        };
+        if acks == Acks::All {
+            self.check_isr(term, config.min_insync_replicas)?;
+        }
+        let append_time_ms = rill_rt::wall_clock_ms();
+        batch.base_offset = 0;
+        batch.append_time_ms = append_time_ms;
+        if idempotent {
+            let (base, index, entry_term) =
+                self.produce_idempotent(batch, term, append_time_ms, deadline, started).await?;
+            if let Some(index) = index {
+                self.wait_for_isr(index, entry_term, config.min_insync_replicas, deadline, started).await?;
+            }
+            return Ok(ProduceOutcome { base_offset: Some(base), append_time_ms });
+        }
+        let proposal = self.propose(&batch, append_time_ms, acks == Acks::Leader).await?;
+        match acks {
+            Acks::None => Ok(ProduceOutcome { base_offset: None, append_time_ms }),
+            Acks::Leader => {
+                let base = self.wait_durable(proposal, deadline, started).await?;
+                Ok(ProduceOutcome { base_offset: Some(base), append_time_ms })
+            }
+            Acks::All => {
+                let (base, index, entry_term) =
+                    wait_committed(proposal.commit, deadline, started, self.node_id).await?;
+                self.wait_for_isr(index, entry_term, config.min_insync_replicas, deadline, started).await?;
+                Ok(ProduceOutcome { base_offset: Some(base), append_time_ms })
+            }
+        }
+    }
+
+    /// Refuses acks=all before appending when the ISR is smaller than `min`.
+    fn check_isr(&self, term: u64, min: u32) -> Result<()> {
+        let view = self.isr.borrow().clone();
+        // Until the tracker has seen this term, the ISR is this node alone.
+        let isr: Vec<NodeId> =
+            if view.leader_term == Some(term) { view.isr.into_iter().collect() } else { vec![self.node_id] };
+        if isr.len() < min as usize {
+            return Err(PartitionError::NotEnoughReplicas { isr, min });
+        }
+        Ok(())
+    }
+
+    /// Hands `batch` to Raft. Returns once it is queued (entries keep the order of calls).
+    async fn propose(&self, batch: &RecordBatch, append_time_ms: i64, want_durable: bool) -> Result<Proposal> {
+        let tag = self.next_proposal.fetch_add(1, Ordering::Relaxed);
+        let durable = want_durable.then(|| self.log.watch_proposal(tag));
+        let payload = Payload {
+            units: batch.record_count,
+            body: command::encode_append(append_time_ms, std::slice::from_ref(batch)),
+            proposal: tag,
+        };
+        match self.raft.client_write_ff(payload).await {
+            Ok(commit) => Ok(Proposal { commit, durable }),
+            Err(_) => {
+                self.log.forget_proposal(tag);
+                Err(PartitionError::ShuttingDown)
+            }
+        }
+    }
+
+    /// acks=1: waits until the entry is synced in this node's log (or is refused first).
+    async fn wait_durable(&self, proposal: Proposal, deadline: Instant, started: Instant) -> Result<u64> {
+        let Proposal { commit, durable } = proposal;
+        let Some(durable) = durable else { return Err(PartitionError::InvalidRequest("no durability watch".into())) };
+        let node = self.node_id;
+        let outcome = rill_rt::timeout_at(deadline, async move {
+            tokio::pin!(durable);
+            tokio::pin!(commit);
+            let mut commit_done = false;
+            loop {
+                tokio::select! {
+                    biased;
+                    placement = &mut durable => return placement.map(|p| p.base).map_err(|_| PartitionError::ShuttingDown),
+                    res = &mut commit, if !commit_done => {
+                        commit_done = true;
+                        match res {
+                            Ok(Err(e)) => return Err(write_error(e, node)),
+                            Err(_) => return Err(PartitionError::ShuttingDown),
+                            // Applied already: the durable notice fired before apply; take it.
+                            Ok(Ok(_)) => {}
+                        }
+                    }
+                }
+            }
+        })
+        .await;
+        match outcome {
+            Ok(r) => r,
+            Err(_) => {
+                Err(PartitionError::Timeout { waited_ms: elapsed_ms(started), what: "the leader to sync the batch" })
+            }
+        }
+    }
+
+    /// acks=all, after commit: waits until every in-sync replica has log index `index`.
+    async fn wait_for_isr(&self, index: u64, term: u64, min: u32, deadline: Instant, started: Instant) -> Result<()> {
+        let mut isr = self.isr.clone();
+        loop {
+            let view = isr.borrow_and_update().clone();
+            if view.leader_term != Some(term) {
+                return Err(PartitionError::NotEnoughReplicasAfterAppend {
+                    reason: "leadership changed before every in-sync replica confirmed it".into(),
+                });
+            }
+            if view.all_have(index) {
+                if view.isr.len() < min as usize {
+                    return Err(PartitionError::NotEnoughReplicasAfterAppend {
+                        reason: format!("the in-sync replicas {:?} shrank below min.insync.replicas={min}", view.isr),
+                    });
+                }
+                return Ok(());
+            }
+            match rill_rt::timeout_at(deadline, isr.changed()).await {
+                Err(_) => {
+                    return Err(PartitionError::Timeout {
+                        waited_ms: elapsed_ms(started),
+                        what: "every in-sync replica to replicate the batch",
+                    })
+                }
+                Ok(Err(_)) => return Err(PartitionError::ShuttingDown),
+                Ok(Ok(())) => {}
+            }
+        }
+    }
+
+    /// True when this leader has applied an entry of its own term, so everything before it in
+    /// the log is applied and the producer state is complete.
+    fn caught_up(&self, term: u64) -> bool {
+        self.raft.metrics().borrow().last_applied.is_some_and(|l| l.leader_id.term == term)
+    }
+
+    /// Idempotent batches: deduplicate retries, refuse gaps, then propose. Returns the base
+    /// offset and, when this call's proposal committed it, the log index and term (for the ISR
+    /// wait); a batch found stored already has none.
+    async fn produce_idempotent(
+        &self,
+        batch: RecordBatch,
+        term: u64,
+        append_time_ms: i64,
+        deadline: Instant,
+        started: Instant,
+    ) -> Result<(u64, Option<u64>, u64)> {
+        if !self.caught_up(term) {
+            return Err(PartitionError::CatchingUp);
+        }
+        let (pid, epoch, first_seq, count) =
+            (batch.producer_id, batch.producer_epoch, batch.base_sequence, batch.record_count);
+        // Requests of one producer may overtake each other on the way here; a batch that arrives
+        // just ahead of its predecessor waits briefly for it instead of being refused.
+        let reorder_deadline = rill_rt::now() + REORDER_WAIT;
+        let mut result = loop {
+            let registered = self.gate_changed.notified();
+            let mut gate = self.gate.lock().await;
+            gate.enter_term(term);
+            let decision = {
+                let applied = self.producers.lock().unwrap_or_else(|p| p.into_inner());
+                let id = BatchId { pid, epoch, first_seq, count };
+                gate.decide(&applied, id, MAX_PRODUCERS_PER_PARTITION, rill_rt::mutation::active(Mutation::NoDedupe))
+            };
+            let decision = match decision {
+                Err(PartitionError::OutOfOrderSequence { expected, got, .. })
+                    if got > expected && rill_rt::now() < reorder_deadline.min(deadline) =>
+                {
+                    drop(gate);
+                    let _ = rill_rt::timeout_at(reorder_deadline.min(deadline), registered).await;
+                    continue;
+                }
+                other => other?,
+            };
+            break match decision {
+                Decision::Stored { base_offset } => return Ok((base_offset, None, term)),
+                Decision::Wait(rx) => rx,
+                Decision::Append => {
+                    // Proposed while holding the gate: Raft gets batches in decision order.
+                    let proposal = self.propose(&batch, append_time_ms, false).await?;
+                    let (tx, rx) = watch::channel(None);
+                    gate.register(pid, epoch, first_seq, count, rx.clone());
+                    self.gate_changed.notify_waiters();
+                    let gate_handle = self.gate.clone();
+                    let node = self.node_id;
+                    // The outcome resolves the in-flight entry whether or not this caller is
+                    // still waiting: a retry must never race a first attempt still in Raft.
+                    rill_rt::spawn(async move {
+                        let outcome: Committed = match proposal.commit.await {
+                            Ok(Ok(w)) => match decode_base_offset(&w.data.0) {
+                                Some(base) => Ok((base, w.log_id.index, w.log_id.leader_id.term)),
+                                None => Err(PartitionError::Storage("state machine gave no base offset".into())),
+                            },
+                            Ok(Err(e)) => Err(write_error(e, node)),
+                            Err(_) => Err(PartitionError::ShuttingDown),
+                        };
+                        tx.send_replace(Some(outcome));
+                        gate_handle.lock().await.resolve(term, pid, first_seq);
+                    });
+                    rx
+                }
+            };
+        };
+        loop {
+            if let Some(outcome) = result.borrow_and_update().clone() {
+                return outcome.map(|(base, index, t)| (base, Some(index), t));
+            }
+            match rill_rt::timeout_at(deadline, result.changed()).await {
+                Err(_) => {
+                    return Err(PartitionError::Timeout { waited_ms: elapsed_ms(started), what: "the batch to commit" })
+                }
+                Ok(Err(_)) => return Err(PartitionError::ShuttingDown),
+                Ok(Ok(())) => {}
+            }
+        }
+    }
+
+    /// Proposes forgetting producers idle since before `older_than_ms` (leader only).
+    pub async fn expire_producers(&self, older_than_ms: i64) -> Result<()> {
+        if self.leader_term().is_none() {
+            return Err(self.not_leader());
+        }
+        let payload = Payload { units: 0, body: command::encode_expire_producers(older_than_ms), proposal: 0 };
+        self.raft.client_write(payload).await.map(|_| ()).map_err(|e| match e {
+            openraft::error::RaftError::APIError(e) => write_error(e, self.node_id),
+            openraft::error::RaftError::Fatal(_) => PartitionError::ShuttingDown,
+        })
+    }
+}
+
+/// Waits for a proposal to commit: (base offset, log index, term).
+async fn wait_committed(
+    commit: CommitRx,
+    deadline: Instant,
+    started: Instant,
+    node: NodeId,
+) -> Result<(u64, u64, u64)> {
+    match rill_rt::timeout_at(deadline, commit).await {
+        Err(_) => Err(PartitionError::Timeout { waited_ms: elapsed_ms(started), what: "the batch to commit" }),
+        Ok(Err(_)) => Err(PartitionError::ShuttingDown),
+        Ok(Ok(Err(e))) => Err(write_error(e, node)),
+        Ok(Ok(Ok(w))) => {
+            let base = decode_base_offset(&w.data.0)
+                .ok_or_else(|| PartitionError::Storage("state machine gave no base offset".into()))?;
+            Ok((base, w.log_id.index, w.log_id.leader_id.term))
+        }
+    }
+}
+
+fn write_error(e: ClientWriteError<NodeId, openraft::BasicNode>, node: NodeId) -> PartitionError {
+    match e {
+        ClientWriteError::ForwardToLeader(f) => {
+            PartitionError::NotLeader { node, leader: f.leader_id, addr: f.leader_node.map(|n| n.addr) }
+        }
+        ClientWriteError::ChangeMembershipError(e) => PartitionError::Storage(e.to_string()),
+    }
+}

@@ -1,0 +1,282 @@
+//! Idempotent producer state: per producer id, its epoch and its last five batches.
+//!
+//! This is part of the replicated state machine: every replica applies the same batches in the
+//! same order, so every replica — and so every future leader — knows the same last batches of
+//! every producer. A leader consults it to answer a retried batch with its original offsets
+//! instead of appending it again, and to refuse batches that skip a sequence number.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use bytes::{Buf, BufMut, BytesMut};
+
+/// How many batches per producer are remembered (Kafka's `max.in.flight` bound for
+/// idempotence): a retry of any of them is answered with its original offsets.
+pub const CACHED_BATCHES: usize = 5;
+
+/// Most producers one partition tracks. Each costs a few hundred bytes; a new producer beyond
+/// this is refused (`TOO_MANY_PRODUCERS`) until idle ones expire.
+pub const MAX_PRODUCERS_PER_PARTITION: usize = 10_000;
+
+/// One stored batch of a producer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchMeta {
+    /// First sequence number.
+    pub first_seq: i32,
+    /// Last sequence number.
+    pub last_seq: i32,
+    /// Offset of the first record.
+    pub base_offset: u64,
+}
+
+/// What a partition remembers of one producer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProducerEntry {
+    /// Latest epoch seen.
+    pub epoch: i32,
+    /// Last batches, oldest first.
+    pub batches: VecDeque<BatchMeta>,
+    /// Append time of its latest batch (drives expiry).
+    pub last_append_ms: i64,
+}
+
+/// The last sequence of a batch starting at `first` with `count` records (sequences wrap at
+/// `i32::MAX` to 0, as Kafka's do).
+pub fn last_seq(first: i32, count: u32) -> i32 {
+    let span = i64::from(count.max(1)) - 1;
+    ((i64::from(first) + span) % (i64::from(i32::MAX) + 1)) as i32
+}
+
+/// The sequence after `seq`.
+pub fn next_seq(seq: i32) -> i32 {
+    if seq == i32::MAX {
+        0
+    } else {
+        seq + 1
+    }
+}
+
+/// How an incoming idempotent batch relates to what is stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SeqCheck {
+    /// The next batch: append it.
+    Append,
+    /// Already stored at this offset: answer it, do not append.
+    Duplicate { base_offset: u64 },
+    /// Stored, but too long ago to remember where: answer success without offsets.
+    DuplicateUnknownOffset,
+    /// A sequence was skipped (an earlier batch is missing).
+    OutOfOrder { expected: i32 },
+    /// An older epoch than the partition has seen.
+    StaleEpoch { current: i32 },
+    /// Not known here, and the batch does not start a sequence.
+    UnknownProducer,
+}
+
+/// Every producer a partition remembers.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProducerStates {
+    producers: BTreeMap<i64, ProducerEntry>,
+}
+
+impl ProducerStates {
+    /// Number of producers remembered.
+    pub fn len(&self) -> usize {
+        self.producers.len()
+    }
+
+    /// True when none is remembered.
+    pub fn is_empty(&self) -> bool {
+        self.producers.is_empty()
+    }
+
+    /// The entry of `pid`.
+    pub fn get(&self, pid: i64) -> Option<&ProducerEntry> {
+        self.producers.get(&pid)
+    }
+
+    /// Classifies a batch of `count` records from `pid`/`epoch` starting at `first_seq`.
+    pub fn check(&self, pid: i64, epoch: i32, first_seq: i32, count: u32) -> SeqCheck {
+        let Some(entry) = self.producers.get(&pid) else {
+            return if first_seq == 0 { SeqCheck::Append } else { SeqCheck::UnknownProducer };
+        };
+        check_against(entry.epoch, &entry.batches, epoch, first_seq, count)
+    }
+
+    /// Records a stored batch. Deterministic: every replica calls it for the same entries.
+    pub fn apply_batch(&mut self, pid: i64, epoch: i32, first_seq: i32, count: u32, base_offset: u64, append_ms: i64) {
+        let entry = self.producers.entry(pid).or_insert_with(|| ProducerEntry {
+            epoch,
+            batches: VecDeque::new(),
+            last_append_ms: append_ms,
+        });
+        if epoch > entry.epoch {
+            entry.epoch = epoch;
+            entry.batches.clear();
+        }
+        entry.batches.push_back(BatchMeta { first_seq, last_seq: last_seq(first_seq, count), base_offset });
+        while entry.batches.len() > CACHED_BATCHES {
+            entry.batches.pop_front();
+        }
+        entry.last_append_ms = entry.last_append_ms.max(append_ms);
+    }
+
+    /// Forgets producers whose latest batch was appended before `older_than_ms`.
+    pub fn expire(&mut self, older_than_ms: i64) -> usize {
+        let before = self.producers.len();
+        self.producers.retain(|_, e| e.last_append_ms >= older_than_ms);
+        before - self.producers.len()
+    }
+
+    /// The oldest latest-append time of any producer.
+    pub fn oldest_append_ms(&self) -> Option<i64> {
+        self.producers.values().map(|e| e.last_append_ms).min()
+    }
+
+    /// Serializes (for snapshots).
+    pub fn encode(&self, out: &mut BytesMut) {
+        out.put_u32_le(self.producers.len() as u32);
+        for (pid, e) in &self.producers {
+            out.put_i64_le(*pid);
+            out.put_i32_le(e.epoch);
+            out.put_i64_le(e.last_append_ms);
+            out.put_u8(e.batches.len() as u8);
+            for b in &e.batches {
+                out.put_i32_le(b.first_seq);
+                out.put_i32_le(b.last_seq);
+                out.put_u64_le(b.base_offset);
+            }
+        }
+    }
+
+    /// Deserializes what [`ProducerStates::encode`] wrote.
+    pub fn decode(data: &mut &[u8]) -> Result<Self, String> {
+        let short = || "producer state truncated".to_string();
+        if data.len() < 4 {
+            return Err(short());
+        }
+        let n = data.get_u32_le() as usize;
+        let mut producers = BTreeMap::new();
+        for _ in 0..n {
+            if data.len() < 21 {
+                return Err(short());
+            }
+            let pid = data.get_i64_le();
+            let epoch = data.get_i32_le();
+            let last_append_ms = data.get_i64_le();
+            let k = data.get_u8() as usize;
+            if data.len() < k * 16 {
+                return Err(short());
+            }
+            let batches = (0..k)
+                .map(|_| BatchMeta {
+                    first_seq: data.get_i32_le(),
+                    last_seq: data.get_i32_le(),
+                    base_offset: data.get_u64_le(),
+                })
+                .collect();
+            producers.insert(pid, ProducerEntry { epoch, batches, last_append_ms });
+        }
+        Ok(Self { producers })
+    }
+}
+
+/// Classifies a batch against a producer's `epoch` and last `batches` (oldest first).
+pub fn check_against(
+    stored_epoch: i32,
+    batches: &VecDeque<BatchMeta>,
+    epoch: i32,
+    first_seq: i32,
+    count: u32,
+) -> SeqCheck {
+    if epoch < stored_epoch {
+        return SeqCheck::StaleEpoch { current: stored_epoch };
+    }
+    if epoch > stored_epoch {
+        return if first_seq == 0 { SeqCheck::Append } else { SeqCheck::OutOfOrder { expected: 0 } };
+    }
+    let last = last_seq(first_seq, count);
+    if let Some(b) = batches.iter().find(|b| b.first_seq == first_seq && b.last_seq == last) {
+        return SeqCheck::Duplicate { base_offset: b.base_offset };
+    }
+    let Some(newest) = batches.back() else {
+        return if first_seq == 0 { SeqCheck::Append } else { SeqCheck::OutOfOrder { expected: 0 } };
+    };
+    let expected = next_seq(newest.last_seq);
+    if first_seq == expected {
+        return SeqCheck::Append;
+    }
+    // Behind the oldest remembered batch (and not wrapped around): an old retry.
+    let oldest = batches.front().map_or(newest.first_seq, |b| b.first_seq);
+    if first_seq < oldest && oldest - first_seq < i32::MAX / 2 {
+        return SeqCheck::DuplicateUnknownOffset;
+    }
+    SeqCheck::OutOfOrder { expected }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sequences_append_deduplicate_and_refuse_gaps() {
+        let mut s = ProducerStates::default();
+        assert_eq!(s.check(7, 0, 0, 3), SeqCheck::Append);
+        assert_eq!(s.check(7, 0, 5, 3), SeqCheck::UnknownProducer);
+        s.apply_batch(7, 0, 0, 3, 100, 1);
+        assert_eq!(s.check(7, 0, 0, 3), SeqCheck::Duplicate { base_offset: 100 });
+        assert_eq!(s.check(7, 0, 3, 2), SeqCheck::Append);
+        assert_eq!(s.check(7, 0, 4, 2), SeqCheck::OutOfOrder { expected: 3 });
+        assert_eq!(s.check(7, 0, 1, 2), SeqCheck::OutOfOrder { expected: 3 }, "partial overlap is not a retry");
+    }
+
+    #[test]
+    fn only_five_batches_are_remembered() {
+        let mut s = ProducerStates::default();
+        for i in 0..7 {
+            s.apply_batch(1, 0, i * 10, 10, u64::from(i as u32) * 10, 1);
+        }
+        assert_eq!(s.get(1).map(|e| e.batches.len()), Some(CACHED_BATCHES));
+        assert_eq!(s.check(1, 0, 60, 10), SeqCheck::Duplicate { base_offset: 60 });
+        assert_eq!(s.check(1, 0, 20, 10), SeqCheck::Duplicate { base_offset: 20 });
+        assert_eq!(s.check(1, 0, 0, 10), SeqCheck::DuplicateUnknownOffset);
+        assert_eq!(s.check(1, 0, 70, 1), SeqCheck::Append);
+    }
+
+    #[test]
+    fn epochs_fence_and_restart_sequences() {
+        let mut s = ProducerStates::default();
+        s.apply_batch(3, 1, 0, 1, 0, 1);
+        assert_eq!(s.check(3, 0, 1, 1), SeqCheck::StaleEpoch { current: 1 });
+        assert_eq!(s.check(3, 2, 5, 1), SeqCheck::OutOfOrder { expected: 0 });
+        assert_eq!(s.check(3, 2, 0, 1), SeqCheck::Append);
+        s.apply_batch(3, 2, 0, 1, 1, 2);
+        assert_eq!(s.get(3).map(|e| (e.epoch, e.batches.len())), Some((2, 1)));
+    }
+
+    #[test]
+    fn sequences_wrap_like_kafka() {
+        assert_eq!(last_seq(i32::MAX - 1, 3), 0);
+        assert_eq!(next_seq(i32::MAX), 0);
+        let mut s = ProducerStates::default();
+        s.apply_batch(9, 0, 0, 1, 0, 1);
+        let mut st = s.get(9).cloned().unwrap();
+        st.batches = [BatchMeta { first_seq: i32::MAX - 1, last_seq: i32::MAX, base_offset: 5 }].into();
+        assert_eq!(check_against(0, &st.batches, 0, 0, 1), SeqCheck::Append);
+    }
+
+    #[test]
+    fn expiry_and_encoding() {
+        let mut s = ProducerStates::default();
+        s.apply_batch(1, 0, 0, 1, 0, 1_000);
+        s.apply_batch(2, 0, 0, 1, 1, 5_000);
+        assert_eq!(s.oldest_append_ms(), Some(1_000));
+        let mut buf = BytesMut::new();
+        s.encode(&mut buf);
+        let decoded = ProducerStates::decode(&mut &buf[..]).unwrap();
+        assert_eq!(decoded, s);
+        assert!(ProducerStates::decode(&mut &buf[..buf.len() - 1]).is_err());
+        assert_eq!(s.expire(2_000), 1);
+        assert_eq!(s.len(), 1);
+        assert_eq!(s.check(1, 0, 1, 1), SeqCheck::UnknownProducer);
+    }
+}
