@@ -199,6 +199,7 @@ pub async fn inject(cluster: &SimCluster, enabled: &[FaultKind], phase: Duration
         }
         rill_rt::sleep(quiet).await;
         let kind = enabled[rng.gen_range(0..enabled.len())];
+        trace.record(format!("at {:?}:", madsim::time::TimeHandle::current().elapsed()));
         let applied = apply(cluster, kind, &mut rng, trace);
         counts.add(column(kind));
         // Pauses must outlast the election timeout (1 s by default) to matter.

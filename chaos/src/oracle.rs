@@ -23,21 +23,37 @@ pub struct AckOracle {
 
 impl AckOracle {
     /// An oracle over `cluster`'s disks; `groups[p]` is partition `p`'s Raft group.
+    /// An oracle over `cluster`'s disks; `groups[p]` is partition `p`'s Raft group.
     pub fn new(cluster: &SimCluster, groups: Vec<GroupId>) -> Self {
         let disks = cluster.ids().into_iter().filter_map(|id| cluster.disk(id).map(|d| (id, d.clone()))).collect();
         Self { disks, groups, checks: Arc::default() }
     }
 
-    /// Records how many disks hold `value` at `partition`/`offset` in their synced state.
+    /// Watches every acks=1 answer at the moment the leader gives it: its entry must be in the
+    /// leader's synced state then (later, a new leader may truncate it — acks=1 allows that).
+    pub fn watch_leader_acks(&self) {
+        let disks = self.disks.clone();
+        let groups = self.groups.clone();
+        let checks = self.checks.clone();
+        rill_rt::probe::set_hook(move |probe| {
+            let rill_rt::probe::Probe::LeaderAck { node, group, offset, .. } = *probe;
+            let Some(partition) = groups.iter().position(|g| *g == group) else { return };
+            let durable = disks.get(&node).is_some_and(|d| durable_at(d, group, offset, None) == Durable::Holds);
+            let check =
+                AckCheck { partition: partition as u32, offset, durable_copies: usize::from(durable), required: 1 };
+            checks.lock().unwrap_or_else(|p| p.into_inner()).push(check);
+        });
+    }
+
+    /// Records how many disks hold `value` at `partition`/`offset` in their synced state when
+    /// the client receives an acks=all acknowledgement (committed entries only gain copies, so
+    /// this is as strict as checking at the server).
     pub fn on_ack(&self, partition: u32, offset: u64, value: &str, required: usize) {
         let Some(group) = self.groups.get(partition as usize).copied() else { return };
-        let durable_copies = self.disks.values().filter(|d| durably_holds(d, group, offset, value)).count();
-        self.checks.lock().unwrap_or_else(|p| p.into_inner()).push(AckCheck {
-            partition,
-            offset,
-            durable_copies,
-            required,
-        });
+        let durable_copies =
+            self.disks.values().filter(|d| durable_at(d, group, offset, Some(value)) == Durable::Holds).count();
+        let check = AckCheck { partition, offset, durable_copies, required };
+        self.checks.lock().unwrap_or_else(|p| p.into_inner()).push(check);
     }
 
     /// Every check so far.
@@ -46,30 +62,45 @@ impl AckOracle {
     }
 }
 
-/// True when `disk`'s synced state has `value` at `offset` of `group`.
-fn durably_holds(disk: &MemEngine, group: GroupId, offset: u64, value: &str) -> bool {
+/// What a disk's synced state has at an offset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Durable {
+    /// The expected value (or, when none is expected, any record).
+    Holds,
+    /// Another value.
+    Other,
+    /// Nothing.
+    Nothing,
+}
+
+/// What `disk`'s synced state has at `offset` of `group`, compared with `value` (any record
+/// counts when `value` is `None`).
+fn durable_at(disk: &MemEngine, group: GroupId, offset: u64, value: Option<&str>) -> Durable {
     let found =
         disk.durable_scan_rev(Keyspace::LogIndex, &keys::group_u64(group, 0), &keys::group_u64(group, offset + 1), 1);
-    let Some((_, index)) = found.first() else { return false };
-    let Ok(index) = <[u8; 8]>::try_from(&index[..]) else { return false };
+    let Some((_, index)) = found.first() else { return Durable::Nothing };
+    let Ok(index) = <[u8; 8]>::try_from(&index[..]) else { return Durable::Nothing };
     let Some(stored) = disk.durable_get(Keyspace::RaftLog, &keys::group_u64(group, u64::from_be_bytes(index))) else {
-        return false;
+        return Durable::Nothing;
     };
-    let Ok(entry) = codec::decode_entry(stored) else { return false };
-    let openraft::EntryPayload::Normal(payload) = entry.entry.payload else { return false };
-    let Ok(batches) = rill_broker::command::decode_append(payload.body) else { return false };
+    let Ok(entry) = codec::decode_entry(stored) else { return Durable::Nothing };
+    let openraft::EntryPayload::Normal(payload) = entry.entry.payload else { return Durable::Nothing };
+    let Ok(batches) = rill_broker::command::decode_append(payload.body) else { return Durable::Nothing };
     let mut base = entry.base;
     for b in batches {
         if let Ok(records) = rill_proto::batch::decode(&b) {
             for (i, r) in records.iter().enumerate() {
                 if base + i as u64 == offset {
-                    return r.value.as_ref() == value.as_bytes();
+                    return match value {
+                        Some(v) if r.value.as_ref() != v.as_bytes() => Durable::Other,
+                        _ => Durable::Holds,
+                    };
                 }
             }
         }
         base += u64::from(b.record_count);
     }
-    false
+    Durable::Nothing
 }
 
 /// Samples every live replica's high watermark and log end.

@@ -137,6 +137,9 @@ pub async fn run(scenario: &Scenario) -> Report {
     };
     let recorder = Recorder::new(scenario.acks == AcksLevel::All);
     let oracle = AckOracle::new(&cluster, groups.clone());
+    if scenario.acks == AcksLevel::Leader {
+        oracle.watch_leader_acks();
+    }
     let w = Workload {
         topic: TOPIC.into(),
         partitions: parts,
@@ -238,6 +241,11 @@ pub async fn run(scenario: &Scenario) -> Report {
         trace.record(format!("final {p}: {r:?}"));
     }
     trace.record(format!("end at {:?}", elapsed()));
+    if std::env::var_os("RILL_PRINT_TRACE").is_some() {
+        for e in trace.events() {
+            println!("trace: {e}");
+        }
+    }
     Report {
         ops: history.ops.len(),
         acked: history.acked_sends().count(),

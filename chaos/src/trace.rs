@@ -21,6 +21,11 @@ impl Trace {
         self.events.lock().unwrap_or_else(|p| p.into_inner()).push(event.into());
     }
 
+    /// Every observation, in order.
+    pub fn events(&self) -> Vec<String> {
+        self.events.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
     /// Number of observations.
     pub fn len(&self) -> usize {
         self.events.lock().unwrap_or_else(|p| p.into_inner()).len()

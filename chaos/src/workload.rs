@@ -71,7 +71,9 @@ pub async fn producer(process: u32, client: Client, w: Workload) {
         let outcome = match result {
             Ok(ack) => match ack.base_offset {
                 Some(offset) => {
-                    w.oracle.on_ack(partition, offset, &value, w.required_copies);
+                    if w.acks == Acks::All {
+                        w.oracle.on_ack(partition, offset, &value, w.required_copies);
+                    }
                     Outcome::SendOk { offset }
                 }
                 None => Outcome::Info("acknowledged without an offset".into()),

@@ -1,6 +1,11 @@
 //! Acknowledged means durable (white-box): when a client receives an acknowledgement, the
 //! record's entry is already in the *synced* state of enough replicas — a majority for
 //! `acks=all`, the leader for `acks=1`. Checked against what a power failure would leave.
+//!
+//! acks=all is checked when the acknowledgement *arrives* at the client: a committed entry only
+//! gains copies after it was acknowledged, so that is as strict as checking at the server. acks=1
+//! is checked at the leader at the moment it answers (a probe in node code): later a new leader
+//! may legitimately truncate the entry.
 
 use super::Violation;
 

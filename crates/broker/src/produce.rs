@@ -88,6 +88,12 @@ impl Partition {
             Acks::None => Ok(ProduceOutcome { base_offset: None, append_time_ms }),
             Acks::Leader => {
                 let base = self.wait_durable(proposal, deadline, started).await?;
+                rill_rt::probe::emit(rill_rt::probe::Probe::LeaderAck {
+                    node: self.node_id,
+                    group: self.group,
+                    offset: base,
+                    count: batch.record_count,
+                });
                 Ok(ProduceOutcome { base_offset: Some(base), append_time_ms })
             }
             Acks::All => {

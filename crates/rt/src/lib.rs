@@ -15,6 +15,7 @@
 //! This is the only crate (besides the simulation harness) that says `cfg(madsim)`.
 
 pub mod mutation;
+pub mod probe;
 
 use std::future::Future;
 use std::time::Duration;
