@@ -16,8 +16,14 @@ async fn produce_with_each_acks_level_and_read_back() -> anyhow::Result<()> {
     for p in &d.partitions {
         assert_eq!(p.replicas.len(), 3);
     }
+    tracing::info!("--- each partition is led by its preferred (first) replica: leaders spread over nodes");
+    let d = wait_for(READY_TIMEOUT, "preferred leaders", || async {
+        let d = client.describe_topic("basic").await.ok()?;
+        d.partitions.iter().all(|p| p.leader == p.replicas.first().copied()).then_some(d)
+    })
+    .await?;
     let leaders: std::collections::BTreeSet<u64> = d.partitions.iter().filter_map(|p| p.leader).collect();
-    tracing::info!(?leaders, "--- leaders spread over nodes");
+    assert_eq!(leaders.len(), 3, "{d:?}");
 
     tracing::info!("--- acks=all, acks=1, acks=0 on partition 0");
     let a = client.produce("basic", 0, vec![Record::new("a1"), Record::new("a2")], Acks::All).await?;

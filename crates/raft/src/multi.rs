@@ -57,7 +57,9 @@ pub struct StartedGroup<M> {
     pub log: LogStore,
     /// The group's state machine.
     pub sm: SmStore<M>,
-    /// True when this call initialized a fresh log with the given membership.
+    /// True when the group had never stored anything on this node before this call.
+    pub pristine: bool,
+    /// True when this call initialized the fresh log with the given membership.
     pub initialized_now: bool,
 }
 
@@ -127,12 +129,14 @@ impl MultiRaft {
     }
 
     /// Starts group `group` with state machine `sm`. When the group has no log yet, it is
-    /// initialized with `members` (every member does the same, which openraft allows).
+    /// initialized with `members` when given (several members may do so, which openraft allows;
+    /// openraft then stands for election at once). With `None` a fresh replica waits to hear
+    /// from one that initialized (see [`MultiRaft::initialize_group`]).
     pub async fn start_group<M: GroupStateMachine>(
         &self,
         group: GroupId,
         sm: M,
-        members: BTreeMap<NodeId, BasicNode>,
+        members: Option<BTreeMap<NodeId, BasicNode>>,
         opts: GroupOptions,
     ) -> Result<StartedGroup<M>> {
         if let Some(raft) = self.group(group) {
@@ -151,18 +155,30 @@ impl MultiRaft {
             .map_err(|e| Error::Raft { group, reason: e.to_string() })?;
         // Only a replica that never stored anything takes the initial membership; one that has a
         // log or a vote rejoins with what it has.
-        let initialized_now = if pristine {
-            match raft.initialize(members).await {
+        let initialized_now = match (pristine, members) {
+            (true, Some(members)) => match raft.initialize(members).await {
                 Ok(()) => true,
                 Err(RaftError::APIError(InitializeError::NotAllowed(_))) => false,
                 Err(e) => return Err(Error::Raft { group, reason: e.to_string() }),
-            }
-        } else {
-            false
+            },
+            _ => false,
         };
         self.groups.write().unwrap_or_else(|p| p.into_inner()).insert(group, raft.clone());
         tracing::debug!(node = self.node_id, group, initialized_now, "raft group started");
-        Ok(StartedGroup { raft, log, sm, initialized_now })
+        Ok(StartedGroup { raft, log, sm, pristine, initialized_now })
+    }
+
+    /// Initializes a running group that has no log yet with `members` (openraft then stands for
+    /// election). Returns false when the group already had a log, a vote or a leader.
+    pub async fn initialize_group(raft: &Raft, members: BTreeMap<NodeId, BasicNode>) -> bool {
+        {
+            let m = raft.metrics();
+            let m = m.borrow();
+            if m.last_log_index.is_some() || m.current_leader.is_some() || m.vote.leader_id().term > 0 {
+                return false;
+            }
+        }
+        raft.initialize(members).await.is_ok()
     }
 
     /// Stops group `group` (if running) and forgets it. Its data stays on disk.

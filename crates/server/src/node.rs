@@ -65,7 +65,7 @@ impl Node {
         let members: BTreeMap<NodeId, BasicNode> =
             config.members.iter().map(|(id, addr)| (*id, BasicNode::new(addr))).collect();
         let StartedGroup { raft: meta_raft, .. } =
-            multi.start_group(META_GROUP, meta_sm, members, GroupOptions::default()).await?;
+            multi.start_group(META_GROUP, meta_sm, Some(members), GroupOptions::default()).await?;
         let node = Arc::new(Self {
             config,
             multi,
@@ -282,20 +282,27 @@ impl Node {
             .collect();
         let shared = SharedState::new();
         let sm = shared.state_machine();
-        let started = self.multi.start_group(group, sm, members, GroupOptions::default()).await?;
-        let fresh = started.initialized_now;
-        let raft = started.raft.clone();
+        // The first replica is the preferred leader. On a fresh partition only it initializes
+        // the group — and so stands for election — while the others wait to hear from it, so
+        // leaders spread as placement intended. If it does not show up (down, or slow), the others
+        // initialize too after a while and elect among themselves.
+        let preferred = replicas.first() == Some(&self.id());
+        let initial = preferred.then(|| members.clone());
+        let started = self.multi.start_group(group, sm, initial, GroupOptions::default()).await?;
+        if started.pristine && !preferred {
+            let raft = started.raft.clone();
+            let wait = Duration::from_millis(self.config.raft.election_max_ms * 2);
+            rill_rt::spawn(async move {
+                rill_rt::sleep(wait).await;
+                if MultiRaft::initialize_group(&raft, members).await {
+                    tracing::info!(group, "preferred leader did not start the partition; initialized it here");
+                }
+            });
+        }
         let transport = self.multi.transport().clone();
         let p =
             Partition::new(topic.name.clone(), partition, self.id(), started, shared, topic.config.clone(), transport);
         self.partitions.write().unwrap_or_else(|p| p.into_inner()).insert(group, p);
-        // The first replica is the preferred leader: on a fresh group it stands for election at
-        // once, so leaders spread as placement intended instead of going to the fastest timer.
-        if fresh && replicas.first() == Some(&self.id()) {
-            if let Err(e) = raft.trigger().elect().await {
-                tracing::debug!(group, error = %e, "could not trigger the first election");
-            }
-        }
         tracing::info!(node = self.id(), topic = %topic.name, partition, group, "started partition replica");
         Ok(())
     }
