@@ -25,6 +25,11 @@ cargo test --workspace --exclude rill-tests
 step "integration tests (real 3-node clusters on 127.0.0.1)"
 cargo test -p rill-tests -- --test-threads=1
 
+step "benchmark smoke: 10 s of one workload against Rill (no timing assertions)"
+"$CARGO_TARGET_DIR/debug/rill" bench -w smoke --systems rill-acks-all-rf3 --duration 10s --warmup 2s \
+  --data-dir "${TMPDIR:-/var/tmp}/rill-bench-smoke" --base-port 17400
+rm -rf "${TMPDIR:-/var/tmp}/rill-bench-smoke"
+
 step "the Python example against a local cluster (grpcio, no Rust client)"
 examples/python/check.sh
 

@@ -6,6 +6,7 @@
 //!                                  consume TOPIC …
 //!                                  cluster status
 //!      rill dev [--nodes 3]       a local cluster until Ctrl-C
+//!      rill bench [--peers …]     workloads against Rill and its peers
 //! ```
 
 mod commands;
@@ -40,6 +41,8 @@ enum Command {
     Cluster(commands::cluster::ClusterCommand),
     /// Run a local cluster of rill-server processes until Ctrl-C.
     Dev(commands::dev::DevArgs),
+    /// Benchmark Rill (and, with --peers, NATS JetStream, RabbitMQ, Redis) on this machine.
+    Bench(Box<commands::bench::BenchArgs>),
 }
 
 fn main() -> ExitCode {
@@ -58,6 +61,7 @@ fn main() -> ExitCode {
             Command::Consume(a) => commands::consume::run(&cli.bootstrap, a).await,
             Command::Cluster(c) => commands::cluster::run(&cli.bootstrap, c).await,
             Command::Dev(a) => commands::dev::run(a).await,
+            Command::Bench(a) => commands::bench::run(*a).await,
         }
     });
     match result {

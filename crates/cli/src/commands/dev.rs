@@ -28,14 +28,7 @@ pub struct DevArgs {
 }
 
 fn server_binary(explicit: Option<PathBuf>) -> PathBuf {
-    if let Some(p) = explicit {
-        return p;
-    }
-    let beside = std::env::current_exe().ok().and_then(|p| p.parent().map(|d| d.join("rill-server")));
-    match beside {
-        Some(p) if p.exists() => p,
-        _ => PathBuf::from("rill-server"),
-    }
+    explicit.unwrap_or_else(rill_bench::systems::rill::server_binary)
 }
 
 struct Nodes(Vec<(u64, Child)>);

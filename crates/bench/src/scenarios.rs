@@ -1,0 +1,251 @@
+//! Rill-only measurements beyond throughput: CPU of idle partitions, leader failover under
+//! load, and restart time with a large log.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use bytes::Bytes;
+use rill_client::{Acks, Client, ClientOptions, OffsetSpec, Producer, ProducerConfig, Record};
+use serde::Serialize;
+
+use crate::systems::rill::{spawn_node, start, wait_for_leaders, wait_for_leaders_within, wait_ready};
+use crate::systems::Env;
+
+/// CPU use of a cluster holding many idle partitions.
+#[derive(Debug, Clone, Serialize)]
+pub struct IdleResult {
+    /// Partitions (each replicated 3 ways).
+    pub partitions: u32,
+    /// Seconds from the create request to a leader for every partition.
+    pub leaders_after_seconds: f64,
+    /// Seconds measured.
+    pub seconds: f64,
+    /// Percent of one core used by each node while idle.
+    pub cpu_percent_per_node: Vec<f64>,
+}
+
+/// `partitions` RF-3 partitions on 3 nodes, no traffic: CPU per node over `measure`.
+pub async fn idle_partitions(env: &Env, partitions: u32, measure: Duration) -> anyhow::Result<IdleResult> {
+    let mut deployment = start(env, "rill-idle", 3).await?;
+    let client = Client::connect(&deployment.endpoints).await?;
+    let configs = [("min.insync.replicas".to_string(), "2".to_string())];
+    eprintln!("creating {partitions} partitions (RF 3)…");
+    let created = Instant::now();
+    client.create_topic("idle", partitions, 3, &configs).await?;
+    wait_for_leaders_within(&client, "idle", Duration::from_secs(600)).await?;
+    let leaders_after_seconds = created.elapsed().as_secs_f64();
+    eprintln!("every partition has a leader after {leaders_after_seconds:.0} s");
+    // Let elections, ISR expansion and first snapshots settle before measuring.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    deployment.check_running()?;
+    let before = deployment.cpu_seconds();
+    let t0 = Instant::now();
+    tokio::time::sleep(measure).await;
+    let seconds = t0.elapsed().as_secs_f64();
+    let after = deployment.cpu_seconds();
+    deployment.check_running()?;
+    let cpu_percent_per_node = before.iter().zip(after).map(|((_, b), (_, a))| (a - b) / seconds * 100.0).collect();
+    Ok(IdleResult { partitions, leaders_after_seconds, seconds, cpu_percent_per_node })
+}
+
+/// Leader failover times.
+#[derive(Debug, Clone, Serialize)]
+pub struct FailoverResult {
+    /// Milliseconds from SIGKILL of the leader to the first acknowledged `acks=all` write
+    /// (sent after the kill) on the partition it led, one per kill.
+    pub failover_ms: Vec<f64>,
+    /// Background load during the kills, msgs/s (acks=all).
+    pub load_msgs_per_sec: u64,
+    /// Background sends that failed (delivery timeouts; retries are not failures).
+    pub load_errors: u64,
+}
+
+/// Kills the leader of partition 0 `kills` times under load and times the first acknowledged
+/// write after each kill. The killed node is restarted and back in the ISR before the next kill.
+pub async fn failover(env: &Env, kills: u32, load_rate: u64) -> anyhow::Result<FailoverResult> {
+    let mut deployment = start(env, "rill-failover", 3).await?;
+    let client = Client::connect(&deployment.endpoints).await?;
+    let configs = [("min.insync.replicas".to_string(), "2".to_string())];
+    client.create_topic("failover", 3, 3, &configs).await?;
+    wait_for_leaders(&client, "failover").await?;
+
+    // Background load over every partition.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let load = tokio::spawn(background_load(client.clone(), load_rate, stop.clone()));
+
+    // The probe retries by itself, so the measurement is not the client's backoff schedule.
+    let options = ClientOptions { retry_budget: Duration::ZERO, ..ClientOptions::default() };
+    let probe = Client::connect_with(&deployment.endpoints, options).await?;
+    let mut failover_ms = Vec::new();
+    for k in 0..kills {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let leader = client
+            .describe_topic("failover")
+            .await?
+            .partitions
+            .first()
+            .and_then(|p| p.leader)
+            .context("partition 0 has no leader")?;
+        probe.produce("failover", 0, vec![Record::new("before")], Acks::All).await.context("write before the kill")?;
+        let index = (leader - 1) as usize;
+        deployment.processes[index].kill();
+        let killed_at = Instant::now();
+        let deadline = killed_at + Duration::from_secs(60);
+        loop {
+            let r = probe
+                .produce_with(
+                    "failover",
+                    0,
+                    vec![Record::new("after")],
+                    Acks::All,
+                    rill_client::Compression::None,
+                    Duration::from_secs(2),
+                )
+                .await;
+            if r.is_ok() {
+                break;
+            }
+            if Instant::now() > deadline {
+                bail!("no acks=all write succeeded within 60 s of killing node {leader}");
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let ms = killed_at.elapsed().as_secs_f64() * 1000.0;
+        eprintln!("  kill {} of {kills}: node {leader} killed; first acks=all write after {ms:.0} ms", k + 1);
+        failover_ms.push(ms);
+        // Bring the node back and wait until it is in sync again.
+        deployment.processes[index] = spawn_node(env, &deployment.dir, leader, 3)?;
+        wait_ready(&mut deployment).await?;
+        wait_full_isr(&client, "failover").await?;
+    }
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let (sent, errors) = load.await.context("background load task")?;
+    Ok(FailoverResult { failover_ms, load_msgs_per_sec: sent, load_errors: errors })
+}
+
+/// Sends at `rate` msg/s until `stop`; returns (rate achieved, failures).
+async fn background_load(client: Client, rate: u64, stop: std::sync::Arc<std::sync::atomic::AtomicBool>) -> (u64, u64) {
+    let producer = Producer::new(client, ProducerConfig::default());
+    let start = tokio::time::Instant::now();
+    let mut n = 0u64;
+    let mut deliveries = Vec::new();
+    while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+        tokio::time::sleep_until(start + Duration::from_secs_f64(n as f64 / rate.max(1) as f64)).await;
+        if let Ok(d) = producer.send("failover", Record::new(Bytes::from(vec![b'x'; 1024]))).await {
+            deliveries.push(d);
+        }
+        n += 1;
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    let mut errors = 0;
+    for d in deliveries {
+        if d.await.is_err() {
+            errors += 1;
+        }
+    }
+    producer.close().await;
+    ((n as f64 / elapsed) as u64, errors)
+}
+
+async fn wait_full_isr(client: &Client, topic: &str) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        if let Ok(d) = client.describe_topic(topic).await {
+            if d.partitions.iter().all(|p| p.leader.is_some() && p.isr.len() == p.replicas.len()) {
+                return Ok(());
+            }
+        }
+        if Instant::now() > deadline {
+            bail!("{topic} did not get its full ISR back within 120 s");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Restart time of a cluster holding a large log.
+#[derive(Debug, Clone, Serialize)]
+pub struct RestartResult {
+    /// Bytes of record payload written before the restart.
+    pub payload_bytes: u64,
+    /// Bytes in the nodes' data directories.
+    pub disk_bytes: u64,
+    /// From starting the processes to every partition taking an `acks=all` write and serving
+    /// its old high watermark.
+    pub restart_ms: f64,
+}
+
+/// Writes `payload_mb` MB to an 8-partition RF-3 topic, stops all three nodes (SIGTERM), starts
+/// them again and times the way back to full service.
+pub async fn restart(env: &Env, payload_mb: u64) -> anyhow::Result<RestartResult> {
+    let mut deployment = start(env, "rill-restart", 3).await?;
+    let client = Client::connect(&deployment.endpoints).await?;
+    let partitions = 8;
+    let configs = [("min.insync.replicas".to_string(), "2".to_string())];
+    client.create_topic("restart", partitions, 3, &configs).await?;
+    wait_for_leaders(&client, "restart").await?;
+    let payload_bytes = payload_mb * 1_000_000;
+    eprintln!("writing {payload_mb} MB (acks=all)…");
+    let config = ProducerConfig { linger: Duration::from_millis(1), batch_size: 1 << 20, ..ProducerConfig::default() };
+    let producer = Producer::new(client.clone(), config);
+    let value = Bytes::from(vec![b'r'; 1024]);
+    let mut written = 0u64;
+    let mut pending = std::collections::VecDeque::new();
+    while written < payload_bytes {
+        pending.push_back(producer.send("restart", Record::new(value.clone())).await?);
+        written += value.len() as u64;
+        if pending.len() >= 4096 {
+            if let Some(d) = pending.pop_front() {
+                d.await?;
+            }
+        }
+    }
+    for d in pending {
+        d.await?;
+    }
+    producer.close().await;
+    let mut high_watermarks = Vec::new();
+    for p in 0..partitions {
+        high_watermarks.push(client.list_offset("restart", p, OffsetSpec::Latest).await?);
+    }
+    drop(client);
+    for p in &mut deployment.processes {
+        p.stop(Duration::from_secs(60));
+    }
+    let disk_bytes = dir_size(&deployment.dir);
+    let started = Instant::now();
+    let nodes = deployment.processes.len() as u64;
+    for id in 1..=nodes {
+        deployment.processes[(id - 1) as usize] = spawn_node(env, &deployment.dir, id, nodes)?;
+    }
+    wait_ready(&mut deployment).await?;
+    let client = Client::connect(&deployment.endpoints).await?;
+    wait_for_leaders(&client, "restart").await?;
+    for (p, hw) in high_watermarks.iter().enumerate() {
+        let p = p as u32;
+        client.produce("restart", p, vec![Record::new("after restart")], Acks::All).await?;
+        let now = client.list_offset("restart", p, OffsetSpec::Latest).await?;
+        if now <= *hw {
+            bail!("partition {p} came back with high watermark {now}, below the {hw} it had before the restart");
+        }
+    }
+    let restart_ms = started.elapsed().as_secs_f64() * 1000.0;
+    deployment.check_running()?;
+    Ok(RestartResult { payload_bytes, disk_bytes, restart_ms })
+}
+
+fn dir_size(dir: &std::path::Path) -> u64 {
+    let mut total = 0;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        if let Ok(entries) = std::fs::read_dir(&d) {
+            for e in entries.flatten() {
+                match e.metadata() {
+                    Ok(m) if m.is_dir() => stack.push(e.path()),
+                    Ok(m) => total += m.len(),
+                    Err(_) => {}
+                }
+            }
+        }
+    }
+    total
+}

@@ -1,0 +1,218 @@
+//! `rill bench`: workloads against Rill and its peers in one run (see `docs/benchmarks.md`).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use rill_bench::runner::RunSettings;
+use rill_bench::systems::{Env, Variant};
+use rill_bench::workload::Workload;
+use rill_bench::{report, scenarios, BenchPlan};
+use serde_json::json;
+
+use super::Output;
+
+/// `rill bench` arguments.
+#[derive(Debug, clap::Args)]
+pub struct BenchArgs {
+    /// Workload files, or names of files in --workloads-dir (repeatable).
+    #[arg(long = "workload", short = 'w')]
+    workloads: Vec<String>,
+    /// Where workload names are looked up.
+    #[arg(long, default_value = "bench/workloads")]
+    workloads_dir: PathBuf,
+    /// Peers to run the same workloads against: nats, rabbitmq, redis (comma-separated).
+    #[arg(long, value_delimiter = ',')]
+    peers: Vec<String>,
+    /// Exact system variants to run instead of Rill's three plus --peers (comma-separated;
+    /// e.g. rill-acks-all-rf3,nats-r3-lazy).
+    #[arg(long, value_delimiter = ',')]
+    systems: Vec<String>,
+    /// Produce-phase length per run (overrides testDurationMinutes).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    duration: Option<Duration>,
+    /// Excluded from measurement at the start of each run.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "5s")]
+    warmup: Duration,
+    /// Repeat every (system, workload) this many times, alternating systems; the table shows
+    /// the median run by throughput.
+    #[arg(long, default_value_t = 1)]
+    rounds: u32,
+    /// Also run each max-rate workload at 50% of the first system's measured maximum.
+    #[arg(long)]
+    half_rate: bool,
+    /// Override messageSize of every workload.
+    #[arg(long)]
+    message_size: Option<usize>,
+    /// Override producerRate (msg/s, 0 = max) of every workload.
+    #[arg(long)]
+    rate: Option<u64>,
+    /// Override partitionsPerTopic of every workload.
+    #[arg(long)]
+    partitions: Option<u32>,
+    /// Override maxInFlight (messages awaiting acknowledgement per producer).
+    #[arg(long)]
+    in_flight: Option<usize>,
+    /// Also run Rill-only scenarios: idle, failover, restart (comma-separated), or skip the
+    /// throughput runs with --scenarios-only.
+    #[arg(long, value_delimiter = ',')]
+    scenario: Vec<String>,
+    /// Run only the scenarios, no workloads.
+    #[arg(long)]
+    scenarios_only: bool,
+    /// Partitions for the idle scenario.
+    #[arg(long, default_value_t = 1000)]
+    idle_partitions: u32,
+    /// Payload megabytes written before the restart scenario's restart.
+    #[arg(long, default_value_t = 1000)]
+    restart_mb: u64,
+    /// Leader kills in the failover scenario.
+    #[arg(long, default_value_t = 5)]
+    failover_kills: u32,
+    /// Data directory for every system (on disk, not tmpfs).
+    #[arg(long, default_value = "/var/tmp/rill-bench")]
+    data_dir: PathBuf,
+    /// First loopback port the bench may use (it takes about 80 from here).
+    #[arg(long, default_value_t = 17000)]
+    base_port: u16,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Output::Table)]
+    output: Output,
+}
+
+fn load_workloads(args: &BenchArgs) -> anyhow::Result<Vec<Workload>> {
+    let names = if args.workloads.is_empty() {
+        vec!["max-rate-1-topic-16-partitions-1kb".to_string()]
+    } else {
+        args.workloads.clone()
+    };
+    let mut out = Vec::new();
+    for name in names {
+        let path = if Path::new(&name).is_file() {
+            PathBuf::from(&name)
+        } else {
+            args.workloads_dir.join(format!("{name}.yaml"))
+        };
+        if !path.is_file() {
+            bail!("no workload {name} ({} does not exist)", path.display());
+        }
+        let mut w = Workload::load(&path)?;
+        if let Some(s) = args.message_size {
+            w.message_size = s;
+        }
+        if let Some(r) = args.rate {
+            w.producer_rate = r;
+        }
+        if let Some(p) = args.partitions {
+            w.partitions_per_topic = p;
+        }
+        if let Some(f) = args.in_flight {
+            w.max_in_flight = f;
+        }
+        w.validate().with_context(|| format!("workload {} after overrides", w.name))?;
+        out.push(w);
+    }
+    Ok(out)
+}
+
+fn variants(args: &BenchArgs) -> anyhow::Result<Vec<Variant>> {
+    if !args.systems.is_empty() {
+        return args.systems.iter().map(|s| Variant::parse(s)).collect();
+    }
+    let mut v = Variant::RILL.to_vec();
+    v.extend(Variant::of_peers(&args.peers)?);
+    Ok(v)
+}
+
+/// Runs `rill bench`.
+pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
+    let env = Env {
+        data_dir: args.data_dir.clone(),
+        base_port: args.base_port,
+        rill_server: rill_bench::systems::rill::server_binary(),
+    };
+    for s in &args.scenario {
+        if !["idle", "failover", "restart"].contains(&s.as_str()) {
+            bail!("unknown scenario {s}; known: idle, failover, restart");
+        }
+    }
+    let json_out = args.output == Output::Json;
+    let mut results = Vec::new();
+    if !args.scenarios_only {
+        let plan = BenchPlan {
+            workloads: load_workloads(&args)?,
+            variants: variants(&args)?,
+            half_rate: args.half_rate,
+            rounds: args.rounds,
+            env: env.clone(),
+            settings: RunSettings { duration: args.duration, warmup: args.warmup, progress: !json_out },
+        };
+        eprintln!(
+            "systems: {}\nworkloads: {}",
+            plan.variants.iter().map(|v| v.name()).collect::<Vec<_>>().join(", "),
+            plan.workloads.iter().map(|w| format!("{} ({})", w.name, w.shape())).collect::<Vec<_>>().join("; ")
+        );
+        results = report::medians(rill_bench::run_plan(&plan).await?);
+    }
+    let ratios = report::ratios(&results);
+
+    let mut idle = None;
+    let mut failover = None;
+    let mut restart = None;
+    for s in &args.scenario {
+        match s.as_str() {
+            "idle" => {
+                idle = Some(scenarios::idle_partitions(&env, args.idle_partitions, Duration::from_secs(30)).await?)
+            }
+            "failover" => failover = Some(scenarios::failover(&env, args.failover_kills, 2000).await?),
+            _ => restart = Some(scenarios::restart(&env, args.restart_mb).await?),
+        }
+    }
+
+    if json_out {
+        let doc = json!({
+            "results": results,
+            "ratios": ratios,
+            "idle": idle,
+            "failover": failover,
+            "restart": restart,
+        });
+        println!("{}", serde_json::to_string_pretty(&doc)?);
+        return Ok(());
+    }
+    if !results.is_empty() {
+        println!("{}", report::table(&results));
+        println!("{}", report::legend(&results));
+        let r = report::ratio_table(&ratios);
+        if !r.is_empty() {
+            println!("{r}");
+        }
+    }
+    if let Some(i) = idle {
+        let per_node: Vec<String> = i.cpu_percent_per_node.iter().map(|c| format!("{c:.1}%")).collect();
+        println!(
+            "idle: {} partitions (RF 3), CPU per node over {:.0} s: {}",
+            i.partitions,
+            i.seconds,
+            per_node.join(", ")
+        );
+    }
+    if let Some(f) = failover {
+        let ms: Vec<String> = f.failover_ms.iter().map(|m| format!("{m:.0}")).collect();
+        println!(
+            "failover: SIGKILL leader → first acks=all write: {} ms (load {} msg/s, {} failed sends)",
+            ms.join(", "),
+            f.load_msgs_per_sec,
+            f.load_errors
+        );
+    }
+    if let Some(r) = restart {
+        println!(
+            "restart: {:.0} MB payload ({:.0} MB on disk), start → every partition writable at its old HW: {:.0} ms",
+            r.payload_bytes as f64 / 1e6,
+            r.disk_bytes as f64 / 1e6,
+            r.restart_ms
+        );
+    }
+    Ok(())
+}
