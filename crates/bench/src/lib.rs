@@ -68,7 +68,7 @@ pub async fn run_plan(plan: &BenchPlan) -> anyhow::Result<Vec<RunResult>> {
                 .await
                 .with_context(|| format!("cannot start the {} deployment", group[0].family()))?;
             for variant in group {
-                let driver = variant.connect(&deployment).await?;
+                let driver = variant.connect(&deployment, &plan.env).await?;
                 let mut workloads = plan.workloads.clone();
                 workloads.extend(derived.iter().cloned());
                 let mut j = 0;

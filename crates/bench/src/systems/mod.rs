@@ -152,11 +152,12 @@ impl Variant {
     }
 
     /// Connects a driver for this variant to a running deployment of its kind.
-    pub async fn connect(self, deployment: &Deployment) -> anyhow::Result<Box<dyn Driver>> {
+    pub async fn connect(self, deployment: &Deployment, env: &Env) -> anyhow::Result<Box<dyn Driver>> {
+        let idem = env.rill_idempotence;
         Ok(match self {
-            Variant::RillAcksAllRf3 => Box::new(rill::RillDriver::connect(deployment, Acks::All, 3).await?),
-            Variant::RillAcksLeaderRf3 => Box::new(rill::RillDriver::connect(deployment, Acks::Leader, 3).await?),
-            Variant::RillRf1 => Box::new(rill::RillDriver::connect(deployment, Acks::All, 1).await?),
+            Variant::RillAcksAllRf3 => Box::new(rill::RillDriver::connect(deployment, Acks::All, 3, idem).await?),
+            Variant::RillAcksLeaderRf3 => Box::new(rill::RillDriver::connect(deployment, Acks::Leader, 3, idem).await?),
+            Variant::RillRf1 => Box::new(rill::RillDriver::connect(deployment, Acks::All, 1, idem).await?),
             Variant::NatsR3Lazy | Variant::NatsR3SyncAlways => Box::new(nats::NatsDriver::connect(deployment).await?),
             Variant::RabbitMqQuorum => Box::new(rabbitmq::RabbitDriver::connect(deployment, "quorum").await?),
             Variant::RabbitMqStream => Box::new(rabbitmq::RabbitDriver::connect(deployment, "stream").await?),
@@ -174,6 +175,8 @@ pub struct Env {
     pub base_port: u16,
     /// The `rill-server` binary.
     pub rill_server: PathBuf,
+    /// Rill producers deduplicate retries (the client's default; applies with acks=all).
+    pub rill_idempotence: bool,
 }
 
 impl Env {

@@ -91,13 +91,19 @@ pub struct RillDriver {
     client: Client,
     acks: Acks,
     replication_factor: u32,
+    idempotence: bool,
 }
 
 impl RillDriver {
     /// Connects to `deployment`.
-    pub async fn connect(deployment: &Deployment, acks: Acks, replication_factor: u32) -> anyhow::Result<Self> {
+    pub async fn connect(
+        deployment: &Deployment,
+        acks: Acks,
+        replication_factor: u32,
+        idempotence: bool,
+    ) -> anyhow::Result<Self> {
         let client = Client::connect(&deployment.endpoints).await.context("cannot connect to Rill")?;
-        Ok(Self { client, acks, replication_factor })
+        Ok(Self { client, acks, replication_factor, idempotence })
     }
 }
 
@@ -138,6 +144,7 @@ impl Driver for RillDriver {
         async move {
             let config = ProducerConfig {
                 acks: self.acks,
+                idempotence: self.idempotence,
                 // Kafka's benchmark settings: linger 1 ms, batches up to 1 MiB.
                 linger: Duration::from_millis(1),
                 batch_size: 1 << 20,

@@ -69,6 +69,9 @@ pub struct BenchArgs {
     /// Leader kills in the failover scenario.
     #[arg(long, default_value_t = 5)]
     failover_kills: u32,
+    /// Rill producers without idempotence (plain retries; shows what deduplication costs).
+    #[arg(long)]
+    no_idempotence: bool,
     /// Data directory for every system (on disk, not tmpfs).
     #[arg(long, default_value = "/var/tmp/rill-bench")]
     data_dir: PathBuf,
@@ -130,6 +133,7 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
         data_dir: args.data_dir.clone(),
         base_port: args.base_port,
         rill_server: rill_bench::systems::rill::server_binary(),
+        rill_idempotence: !args.no_idempotence,
     };
     for s in &args.scenario {
         if !["idle", "failover", "restart"].contains(&s.as_str()) {
