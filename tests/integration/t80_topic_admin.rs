@@ -3,7 +3,9 @@
 
 use rill_client::{Acks, ErrorCode, Record};
 
-use crate::harness::{init_logs, read_all, TestCluster};
+use std::time::Duration;
+
+use crate::harness::{init_logs, read_all, wait_for, TestCluster};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn alter_grow_and_delete_topics() -> anyhow::Result<()> {
@@ -13,15 +15,27 @@ async fn alter_grow_and_delete_topics() -> anyhow::Result<()> {
     cluster.create_topic(&client, "admin", 2, 3, &[]).await?;
     client.produce("admin", 0, vec![Record::new("x".repeat(500))], Acks::All).await?;
 
-    tracing::info!("--- alter: a smaller max.message.bytes applies to the next produce");
+    // A config change is committed in the metadata group before the call returns; each partition
+    // leader applies it when its node applies that metadata entry (moments later, as in Kafka).
+    tracing::info!("--- alter: a smaller max.message.bytes takes effect on the partition leader");
     let d = client.alter_topic_config("admin", &[("max.message.bytes".into(), "200".into())], &[]).await?;
     assert!(d.configs.iter().any(|c| c.key == "max.message.bytes" && c.value == "200"));
-    let err =
-        client.produce("admin", 0, vec![Record::new("x".repeat(500))], Acks::All).await.expect_err("too large now");
-    assert_eq!(err.code(), Some(ErrorCode::MessageTooLarge), "{err}");
+    let refused = wait_for(Duration::from_secs(10), "max.message.bytes=200 to refuse 500 bytes", || async {
+        client.produce("admin", 0, vec![Record::new("x".repeat(500))], Acks::All).await.err()
+    })
+    .await?;
+    assert_eq!(refused.code(), Some(ErrorCode::MessageTooLarge), "{refused}");
     let d = client.alter_topic_config("admin", &[], &["max.message.bytes".into()]).await?;
     assert!(d.configs.iter().any(|c| c.key == "max.message.bytes" && c.value == "1048588"));
-    client.produce("admin", 0, vec![Record::new("x".repeat(500))], Acks::All).await?;
+    let accepted =
+        wait_for(Duration::from_secs(10), "the default max.message.bytes to take 500 bytes again", || async {
+            match client.produce("admin", 0, vec![Record::new("x".repeat(500))], Acks::All).await {
+                Err(e) if e.code() == Some(ErrorCode::MessageTooLarge) => None,
+                other => Some(other),
+            }
+        })
+        .await?;
+    accepted?;
     let err = client
         .alter_topic_config("admin", &[("min.insync.replicas".into(), "5".into())], &[])
         .await
