@@ -15,7 +15,7 @@ use std::collections::{HashMap, VecDeque};
 use rill_rt::sync::watch;
 
 use crate::error::PartitionError;
-use crate::producers::{check_against, last_seq, BatchMeta, ProducerStates, SeqCheck};
+use crate::producers::{check_against, follows, last_seq, BatchMeta, ProducerStates, SeqCheck};
 
 /// The outcome of a committed batch: (base offset, log index, term) or why it failed.
 pub type Committed = Result<(u64, u64, u64), PartitionError>;
@@ -104,7 +104,12 @@ impl Gate {
                 check_against(p.epoch, &p.batches.iter().map(|b| b.meta).collect(), epoch, first_seq, count)
             }
             Some(p) => {
-                batches.extend(p.batches.iter().map(|b| b.meta));
+                // A batch stays in flight until its proposer hears the outcome, which is after
+                // it is applied: the ones the applied state holds already must not count twice.
+                let newest_applied = batches.back().map(|b| b.last_seq);
+                batches.extend(
+                    p.batches.iter().map(|b| b.meta).filter(|m| newest_applied.is_none_or(|n| follows(m.first_seq, n))),
+                );
                 check_against(stored_epoch, &batches, epoch, first_seq, count)
             }
             None if stored.is_none() => {
@@ -189,6 +194,23 @@ mod tests {
         assert!(matches!(decide(&g, &s, 1, 0, 5), Ok(Decision::Wait(_))));
         assert!(matches!(decide(&g, &s, 1, 5, 5), Ok(Decision::Append)), "the next batch may follow in flight");
         assert!(matches!(decide(&g, &s, 1, 7, 1), Err(PartitionError::OutOfOrderSequence { expected: 5, .. })));
+    }
+
+    #[test]
+    fn a_batch_applied_but_not_yet_resolved_counts_once() {
+        let mut g = Gate::default();
+        g.enter_term(1);
+        let mut s = ProducerStates::default();
+        s.apply_batch(1, 0, 0, 4, 0, 1);
+        let (_tx, rx) = watch::channel(None);
+        g.register(1, 0, 4, 4, rx);
+        // Batch 4..7 is applied before its proposer resolves it in the gate.
+        s.apply_batch(1, 0, 4, 4, 4, 1);
+        s.apply_batch(1, 0, 8, 1, 8, 1);
+        assert!(matches!(decide(&g, &s, 1, 9, 2), Ok(Decision::Append)), "9 follows 8, the newest applied");
+        assert!(matches!(decide(&g, &s, 1, 8, 1), Ok(Decision::Stored { base_offset: 8 })));
+        assert!(matches!(decide(&g, &s, 1, 4, 4), Ok(Decision::Wait(_))), "a retry still waits for the first attempt");
+        assert!(matches!(decide(&g, &s, 1, 10, 1), Err(PartitionError::OutOfOrderSequence { expected: 9, .. })));
     }
 
     #[test]

@@ -55,6 +55,13 @@ pub fn next_seq(seq: i32) -> i32 {
     }
 }
 
+/// True when sequence `seq` comes after `after` (within half the sequence space, so a
+/// wrap from `i32::MAX` to 0 still counts as after).
+pub fn follows(seq: i32, after: i32) -> bool {
+    let distance = (i64::from(seq) - i64::from(after)).rem_euclid(i64::from(i32::MAX) + 1);
+    distance > 0 && distance < i64::from(i32::MAX / 2)
+}
+
 /// How an incoming idempotent batch relates to what is stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SeqCheck {
@@ -227,6 +234,16 @@ mod tests {
         assert_eq!(s.check(7, 0, 3, 2), SeqCheck::Append);
         assert_eq!(s.check(7, 0, 4, 2), SeqCheck::OutOfOrder { expected: 3 });
         assert_eq!(s.check(7, 0, 1, 2), SeqCheck::OutOfOrder { expected: 3 }, "partial overlap is not a retry");
+    }
+
+    #[test]
+    fn follows_is_wrap_aware() {
+        assert!(follows(5, 4));
+        assert!(!follows(4, 4));
+        assert!(!follows(3, 4));
+        assert!(follows(0, i32::MAX), "sequences wrap to 0");
+        assert!(follows(2, i32::MAX - 1));
+        assert!(!follows(i32::MAX, 0));
     }
 
     #[test]

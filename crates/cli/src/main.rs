@@ -47,6 +47,7 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    init_logging();
     let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
         Ok(r) => r,
         Err(e) => {
@@ -79,4 +80,15 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Client-side logs (retries, metadata refreshes) go to stderr when `RILL_LOG` is set, in
+/// `RUST_LOG` syntax (e.g. `RILL_LOG=rill_client=debug`). Silent otherwise: stdout carries data.
+fn init_logging() {
+    let Ok(filter) = std::env::var("RILL_LOG") else { return };
+    let filter = tracing_subscriber::EnvFilter::try_new(&filter).unwrap_or_else(|e| {
+        eprintln!("warning: RILL_LOG={filter:?} is not a valid filter ({e}); logging warnings only");
+        tracing_subscriber::EnvFilter::new("warn")
+    });
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
 }

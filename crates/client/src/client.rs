@@ -334,6 +334,7 @@ impl Client {
                 Ok(v) => return Ok(v),
                 Err((e, hint)) if e.is_retriable_without_effect() && rill_rt::now() < deadline => {
                     attempt += 1;
+                    tracing::debug!(topic, partition, attempt, error = %e, "retrying");
                     if !self.learn_leader(topic, partition, hint.as_ref()) {
                         rill_rt::sleep(backoff(attempt)).await;
                         let _ = self.refresh_metadata(&[topic.to_string()]).await;
