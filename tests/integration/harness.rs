@@ -36,6 +36,8 @@ fn free_port() -> u16 {
 pub struct NodeProc {
     pub id: u64,
     pub addr: String,
+    /// Started with `--join` (not a founding member).
+    join: bool,
     data_dir: PathBuf,
     log: PathBuf,
     child: Option<Child>,
@@ -58,7 +60,7 @@ impl TestCluster {
         for (id, addr) in &addrs {
             let data_dir = dir.path().join(format!("node-{id}"));
             let log = dir.path().join(format!("node-{id}.log"));
-            nodes.insert(*id, NodeProc { id: *id, addr: addr.clone(), data_dir, log, child: None });
+            nodes.insert(*id, NodeProc { id: *id, addr: addr.clone(), join: false, data_dir, log, child: None });
         }
         let mut cluster = Self { nodes, members, _dir: dir };
         for id in 1..=n {
@@ -78,29 +80,52 @@ impl TestCluster {
         self.bootstrap().join(",")
     }
 
-    /// Starts (or restarts) node `id` on its data directory.
-    pub fn start_node(&mut self, id: u64) -> Result<()> {
-        let members = self.members.clone();
-        let node = self.nodes.get_mut(&id).context("no such node")?;
-        if node.child.is_some() {
-            bail!("node {id} is already running");
+    /// Adds node `id` (not a founding member) and starts it with `--join`.
+    pub fn add_joining_node(&mut self, id: u64) -> Result<()> {
+        if self.nodes.contains_key(&id) {
+            bail!("node {id} exists already");
         }
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(&node.log)?;
-        let child = Command::new(bin("rill-server"))
-            .arg("--node-id")
+        let addr = format!("127.0.0.1:{}", free_port());
+        let data_dir = self._dir.path().join(format!("node-{id}"));
+        let log = self._dir.path().join(format!("node-{id}.log"));
+        self.nodes.insert(id, NodeProc { id, addr, join: true, data_dir, log, child: None });
+        self.start_node(id)
+    }
+
+    /// `--cluster-members` of this cluster.
+    pub fn members_arg(&self) -> &str {
+        &self.members
+    }
+
+    /// The command that starts node `id` (without spawning it).
+    fn node_command(&self, id: u64) -> Result<Command> {
+        let node = self.nodes.get(&id).context("no such node")?;
+        let mut cmd = Command::new(bin("rill-server"));
+        cmd.arg("--node-id")
             .arg(id.to_string())
             .arg("--listen")
             .arg(&node.addr)
             .arg("--data-dir")
             .arg(&node.data_dir)
             .arg("--cluster-members")
-            .arg(&members)
+            .arg(&self.members)
             .env("RILL_LOG_LEVEL", "info")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()
-            .context("spawn rill-server")?;
+            .stdin(Stdio::null());
+        if node.join {
+            cmd.arg("--join");
+        }
+        Ok(cmd)
+    }
+
+    /// Starts (or restarts) node `id` on its data directory.
+    pub fn start_node(&mut self, id: u64) -> Result<()> {
+        let mut cmd = self.node_command(id)?;
+        let node = self.nodes.get_mut(&id).context("no such node")?;
+        if node.child.is_some() {
+            bail!("node {id} is already running");
+        }
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(&node.log)?;
+        let child = cmd.stdout(log.try_clone()?).stderr(log).spawn().context("spawn rill-server")?;
         node.child = Some(child);
         Ok(())
     }

@@ -21,3 +21,4 @@ mod t70_cli;
 mod t75_rill_dev;
 mod t80_topic_admin;
 mod t90_idempotence;
+mod t95_node_join;

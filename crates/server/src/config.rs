@@ -7,6 +7,8 @@
 //!
 //! [cluster]
 //! members = ["1@127.0.0.1:7001", "2@127.0.0.1:7002", "3@127.0.0.1:7003"]
+//! # join = true             # this node is not in `members`: join the running cluster
+//! # advertise = "10.0.0.4:7001"  # a joining node's address for the others (default: listen)
 //!
 //! [raft]
 //! heartbeat-interval = "100ms"
@@ -35,7 +37,7 @@ use crate::error::{Error, Result};
 /// A validated node configuration.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
-    /// This node's id (≥ 1, listed in `members`).
+    /// This node's id (≥ 1; listed in `members`, unless `join` is set).
     pub node_id: NodeId,
     /// Address the gRPC server binds.
     pub listen: SocketAddr,
@@ -43,6 +45,11 @@ pub struct Config {
     pub data_dir: PathBuf,
     /// Every voter of the cluster metadata group: id → advertised `host:port`.
     pub members: BTreeMap<NodeId, String>,
+    /// True for a node that is not one of `members`: it joins the running cluster through
+    /// them (see `docs/architecture.md`, "Adding a node").
+    pub join: bool,
+    /// The address the other nodes and clients reach this node at.
+    pub advertise: String,
     /// Raft timing.
     pub raft: RaftTiming,
     /// Log filter (`RUST_LOG` syntax).
@@ -67,21 +74,21 @@ pub enum LogFormat {
 impl Config {
     /// This node's advertised address.
     pub fn advertised(&self) -> &str {
-        self.members.get(&self.node_id).map(String::as_str).unwrap_or_default()
+        &self.advertise
     }
 
     /// A configuration for tests and the simulation: node `id` of `members`.
     pub fn for_member(node_id: NodeId, members: BTreeMap<NodeId, String>, data_dir: PathBuf) -> Result<Self> {
-        let listen = members
-            .get(&node_id)
-            .ok_or_else(|| Error::Config(format!("node {node_id} is not in members")))?
-            .parse()
-            .map_err(|e| Error::Config(format!("member address: {e}")))?;
+        let advertise =
+            members.get(&node_id).ok_or_else(|| Error::Config(format!("node {node_id} is not in members")))?.clone();
+        let listen = advertise.parse().map_err(|e| Error::Config(format!("member address: {e}")))?;
         Ok(Self {
             node_id,
             listen,
             data_dir,
             members,
+            join: false,
+            advertise,
             raft: RaftTiming::default(),
             log_level: "info".into(),
             log_format: LogFormat::Text,
@@ -110,6 +117,8 @@ struct FileConfig {
 #[serde(rename_all = "kebab-case")]
 struct FileCluster {
     members: Option<Vec<String>>,
+    join: Option<bool>,
+    advertise: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -144,7 +153,7 @@ fn parse_file(text: &str, path: &Path) -> Result<FileConfig> {
         .map_err(|e| Error::Config(format!("{}: {e}", path.display())))?;
     if !unknown.is_empty() {
         return Err(Error::Config(format!(
-            "{}: unknown key(s) {}; known keys: node-id, listen, data-dir, [cluster] members, [raft] heartbeat-interval, \
+            "{}: unknown key(s) {}; known keys: node-id, listen, data-dir, [cluster] members, [cluster] join, [cluster] advertise, [raft] heartbeat-interval, \
              election-timeout-min, election-timeout-max, [log] level, format",
             path.display(),
             unknown.join(", ")
@@ -175,6 +184,12 @@ pub struct Args {
     /// Cluster members, comma-separated `id@host:port`.
     #[arg(long, env = "RILL_CLUSTER_MEMBERS", value_delimiter = ',')]
     pub cluster_members: Option<Vec<String>>,
+    /// Join the running cluster of `--cluster-members` as a new node (its id is not a member).
+    #[arg(long, env = "RILL_JOIN")]
+    pub join: bool,
+    /// The address others reach a joining node at (default: `--listen`).
+    #[arg(long, env = "RILL_ADVERTISE")]
+    pub advertise: Option<String>,
     /// Raft heartbeat interval (e.g. 100ms).
     #[arg(long, env = "RILL_RAFT_HEARTBEAT_INTERVAL", value_parser = humantime::parse_duration)]
     pub raft_heartbeat_interval: Option<Duration>,
@@ -228,11 +243,16 @@ impl Args {
                 defaults.election_max_ms,
             ),
         };
+        let cluster = ClusterArgs {
+            members,
+            join: self.join || file.cluster.join.unwrap_or(false),
+            advertise: self.advertise.clone().or(file.cluster.advertise),
+        };
         build(
             node_id,
             &listen,
             data_dir,
-            &members,
+            cluster,
             raft,
             self.log_level.clone().or(file.log.level).unwrap_or_else(|| "info".into()),
             self.log_format.or(file.log.format).unwrap_or(LogFormat::Text),
@@ -252,11 +272,20 @@ pub fn parse_member(s: &str) -> Result<(NodeId, String)> {
     Ok((id, addr.to_string()))
 }
 
+/// The `[cluster]` settings as given.
+struct ClusterArgs {
+    members: Vec<String>,
+    /// Join a running cluster (this node is not one of `members`).
+    join: bool,
+    /// A joining node's address for the others.
+    advertise: Option<String>,
+}
+
 fn build(
     node_id: NodeId,
     listen: &str,
     data_dir: PathBuf,
-    members: &[String],
+    cluster: ClusterArgs,
     raft: RaftTiming,
     log_level: String,
     log_format: LogFormat,
@@ -267,18 +296,46 @@ fn build(
     let listen: SocketAddr =
         listen.parse().map_err(|e| Error::Config(format!("listen {listen:?} is not host:port: {e}")))?;
     let mut parsed = BTreeMap::new();
-    for m in members {
+    let ClusterArgs { members, join, advertise } = cluster;
+    for m in &members {
         let (id, addr) = parse_member(m)?;
         if parsed.insert(id, addr).is_some() {
             return Err(Error::Config(format!("cluster member id {id} is listed twice")));
         }
     }
-    if !parsed.contains_key(&node_id) {
-        return Err(Error::Config(format!(
-            "node-id {node_id} is not one of the cluster members {:?}",
-            parsed.keys().collect::<Vec<_>>()
-        )));
-    }
+    let advertise = match (parsed.get(&node_id), join) {
+        (Some(addr), false) => {
+            if advertise.as_ref().is_some_and(|a| a != addr) {
+                return Err(Error::Config(format!(
+                    "advertise is for joining nodes; node {node_id} is a member and is reached at {addr}"
+                )));
+            }
+            addr.clone()
+        }
+        (None, false) => {
+            return Err(Error::Config(format!(
+                "node-id {node_id} is not one of the cluster members {:?}; to add it to a running cluster, start it with --join",
+                parsed.keys().collect::<Vec<_>>()
+            )))
+        }
+        (Some(_), true) => {
+            return Err(Error::Config(format!(
+                "node-id {node_id} is a founding member; --join is for new nodes (ids not in members)"
+            )))
+        }
+        (None, true) => {
+            let advertise = advertise.unwrap_or_else(|| listen.to_string());
+            let addr: SocketAddr = advertise.parse().map_err(|e| {
+                Error::Config(format!("advertise {advertise:?} is not host:port: {e}"))
+            })?;
+            if addr.ip().is_unspecified() {
+                return Err(Error::Config(format!(
+                    "a joining node must advertise an address the others can reach, not {addr}; set --advertise"
+                )));
+            }
+            advertise
+        }
+    };
     if raft.heartbeat_ms == 0
         || raft.election_min_ms <= raft.heartbeat_ms
         || raft.election_max_ms <= raft.election_min_ms
@@ -288,7 +345,18 @@ fn build(
             raft.heartbeat_ms, raft.election_min_ms, raft.election_max_ms
         )));
     }
-    Ok(Config { node_id, listen, data_dir, members: parsed, raft, log_level, log_format, sync_latency: Duration::ZERO })
+    Ok(Config {
+        node_id,
+        listen,
+        data_dir,
+        members: parsed,
+        join,
+        advertise,
+        raft,
+        log_level,
+        log_format,
+        sync_latency: Duration::ZERO,
+    })
 }
 
 #[cfg(test)]
@@ -339,6 +407,32 @@ heartbeat-interval = "50ms"
         let path = write(dir.path(), &format!("{GOOD}\nlisten-addr = \"x\"\n[raft.extra]\nfoo = 1\n"));
         let err = Args { config: Some(path), ..Default::default() }.load().unwrap_err().to_string();
         assert!(err.contains("listen-addr") && err.contains("raft.extra"), "{err}");
+    }
+
+    #[test]
+    fn a_new_node_joins_with_its_listen_or_advertised_address() {
+        let base = Args {
+            node_id: Some(4),
+            listen: Some("127.0.0.1:7004".into()),
+            data_dir: Some("/d".into()),
+            cluster_members: Some(vec!["1@127.0.0.1:7001".into()]),
+            join: true,
+            ..Default::default()
+        };
+        let c = base.load().unwrap();
+        assert!(c.join);
+        assert_eq!(c.advertised(), "127.0.0.1:7004");
+        let mut a = base.clone();
+        a.listen = Some("0.0.0.0:7004".into());
+        assert!(a.load().unwrap_err().to_string().contains("set --advertise"));
+        a.advertise = Some("10.0.0.4:7004".into());
+        assert_eq!(a.load().unwrap().advertised(), "10.0.0.4:7004");
+        let mut a = base.clone();
+        a.node_id = Some(1);
+        assert!(a.load().unwrap_err().to_string().contains("founding member"));
+        let mut a = base;
+        a.join = false;
+        assert!(a.load().unwrap_err().to_string().contains("start it with --join"));
     }
 
     #[test]

@@ -13,6 +13,9 @@ pub enum Error {
     /// Raft failed.
     #[error(transparent)]
     Raft(#[from] rill_raft::Error),
+    /// The cluster refused to add this node (`--join`).
+    #[error("the cluster refused to add this node: {0}")]
+    JoinRefused(String),
     /// The gRPC server failed.
     #[error("gRPC server failed: {0}")]
     Serve(String),

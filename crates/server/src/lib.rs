@@ -10,6 +10,7 @@
 //!
 //! * [`config`]: the typed configuration (TOML, `RILL_*` environment, flags).
 //! * [`node`]: [`Node`] — metadata group, partition replicas, reconciler, metadata proposals.
+//! * [`join`]: adding a node to a running cluster (`--join`).
 //! * [`api`]: the gRPC services.
 //! * [`errors`]: the one mapping from internal errors to wire error codes.
 //!
@@ -19,6 +20,7 @@ pub mod api;
 pub mod config;
 pub mod error;
 pub mod errors;
+pub mod join;
 pub mod node;
 
 use std::future::Future;
@@ -42,10 +44,31 @@ pub async fn start(
 ) -> Result<()> {
     let node = Node::start(config, engine).await?;
     on_ready(node.clone());
-    let served = api::serve(node.clone(), shutdown).await;
+    // A joining node stops again when the cluster refuses it for good.
+    let refused = Arc::new(std::sync::Mutex::new(None::<String>));
+    let stop = {
+        let join = node.config().join.then(|| join::join_cluster(Arc::downgrade(&node)));
+        let refused = refused.clone();
+        async move {
+            let Some(join) = join else { return shutdown.await };
+            tokio::pin!(shutdown);
+            tokio::select! {
+                _ = &mut shutdown => {}
+                outcome = join => match outcome {
+                    Ok(()) => shutdown.await,
+                    Err(reason) => *refused.lock().unwrap_or_else(|p| p.into_inner()) = Some(reason),
+                },
+            }
+        }
+    };
+    let served = api::serve(node.clone(), stop).await;
     tracing::info!(node = node.id(), "stopped serving; stopping raft groups");
     node.stop().await;
-    served
+    let refused = refused.lock().unwrap_or_else(|p| p.into_inner()).take();
+    match refused {
+        Some(reason) => Err(Error::JoinRefused(reason)),
+        None => served,
+    }
 }
 
 /// Opens the node's RocksDB engine in `config.data_dir`.

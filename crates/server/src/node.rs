@@ -62,10 +62,11 @@ impl Node {
         let syncer = Syncer::start_with_latency(engine.clone(), config.sync_latency);
         let multi = MultiRaft::new(config.node_id, engine, syncer, Transport::new(), config.raft);
         let (meta_sm, meta_rx) = MetaStateMachine::new();
-        let members: BTreeMap<NodeId, BasicNode> =
-            config.members.iter().map(|(id, addr)| (*id, BasicNode::new(addr))).collect();
+        // Founding members initialize the metadata group; a joining node waits to be added.
+        let members: Option<BTreeMap<NodeId, BasicNode>> =
+            (!config.join).then(|| config.members.iter().map(|(id, addr)| (*id, BasicNode::new(addr))).collect());
         let StartedGroup { raft: meta_raft, .. } =
-            multi.start_group(META_GROUP, meta_sm, Some(members), GroupOptions::default()).await?;
+            multi.start_group(META_GROUP, meta_sm, members, GroupOptions::default()).await?;
         let node = Arc::new(Self {
             config,
             multi,
@@ -142,6 +143,11 @@ impl Node {
         let addr = self.node_addr(id)?;
         let channel = self.multi.transport().channel(id, &addr).ok()?;
         Some(ClusterClient::new(channel))
+    }
+
+    /// The voters of the metadata group (the founding members).
+    pub fn meta_voters(&self) -> std::collections::BTreeSet<NodeId> {
+        self.meta_raft.metrics().borrow().membership_config.membership().voter_ids().collect()
     }
 
     /// The metadata leader as this node knows it.

@@ -48,7 +48,7 @@ pub async fn run(bootstrap: &[String], cmd: ClusterCommand) -> anyhow::Result<()
                     let nodes: Vec<_> = c
                         .nodes
                         .iter()
-                        .map(|n| json!({"node_id": n.node_id, "address": n.address, "alive": n.alive, "leaders": leaders.get(&n.node_id).copied().unwrap_or(0)}))
+                        .map(|n| json!({"node_id": n.node_id, "address": n.address, "alive": n.alive, "metadata_voter": n.metadata_voter, "leaders": leaders.get(&n.node_id).copied().unwrap_or(0)}))
                         .collect();
                     println!(
                         "{}",
@@ -57,13 +57,14 @@ pub async fn run(bootstrap: &[String], cmd: ClusterCommand) -> anyhow::Result<()
                 }
                 Output::Table => {
                     let mut t = Table::new();
-                    t.set_header(vec!["NODE", "ADDRESS", "ALIVE", "PARTITION LEADERS", "METADATA LEADER"]);
+                    t.set_header(vec!["NODE", "ADDRESS", "ALIVE", "ROLE", "PARTITION LEADERS", "METADATA LEADER"]);
                     for n in &c.nodes {
                         let meta = if c.metadata_leader == Some(n.node_id) { "yes" } else { "" };
                         t.add_row(vec![
                             n.node_id.to_string(),
                             n.address.clone(),
                             if n.alive { "yes" } else { "NO" }.to_string(),
+                            if n.metadata_voter { "voter" } else { "broker" }.to_string(),
                             leaders.get(&n.node_id).copied().unwrap_or(0).to_string(),
                             meta.to_string(),
                         ]);

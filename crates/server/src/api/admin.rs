@@ -58,8 +58,12 @@ impl AdminApi {
     /// Every known node with a fresh liveness probe.
     async fn probe_nodes(&self) -> Vec<NodeDescription> {
         let nodes = self.node.nodes();
-        let probes = nodes.iter().map(|(id, addr)| async move {
-            NodeDescription { node_id: *id, address: addr.clone(), alive: self.alive(*id).await }
+        let voters = self.node.meta_voters();
+        let probes = nodes.iter().map(|(id, addr)| {
+            let metadata_voter = voters.contains(id);
+            async move {
+                NodeDescription { node_id: *id, address: addr.clone(), alive: self.alive(*id).await, metadata_voter }
+            }
         });
         join_all(probes).await
     }

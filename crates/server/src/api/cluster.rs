@@ -1,15 +1,18 @@
-//! The internal `Cluster` service: liveness, forwarded metadata proposals, replica status.
+//! The internal `Cluster` service: liveness, forwarded metadata proposals, replica status,
+//! adding nodes.
 
 use std::sync::Arc;
 
 use rill_meta::machine::encode_result;
 use rill_proto::internal::cluster_server::Cluster;
 use rill_proto::internal::{
-    PingRequest, PingResponse, ProposeMetaRequest, ProposeMetaResponse, ReplicaStatusRequest, ReplicaStatusResponse,
+    AddNodeRequest, AddNodeResponse, PingRequest, PingResponse, ProposeMetaRequest, ProposeMetaResponse,
+    ReplicaStatusRequest, ReplicaStatusResponse,
 };
 use tonic::{Request, Response, Status};
 
 use crate::api::status::local_status;
+use crate::join::{add_node, AddNodeError};
 use crate::node::{LocalPropose, Node};
 
 /// The `Cluster` service.
@@ -54,5 +57,16 @@ impl Cluster for ClusterApi {
     ) -> Result<Response<ReplicaStatusResponse>, Status> {
         let replicas = request.into_inner().group_ids.into_iter().map(|g| local_status(&self.node, g)).collect();
         Ok(Response::new(ReplicaStatusResponse { replicas }))
+    }
+
+    async fn add_node(&self, request: Request<AddNodeRequest>) -> Result<Response<AddNodeResponse>, Status> {
+        let req = request.into_inner();
+        let answer = |not_leader, leader, refused| Ok(Response::new(AddNodeResponse { not_leader, leader, refused }));
+        match add_node(&self.node, req.node_id, &req.address).await {
+            Ok(()) => answer(false, None, String::new()),
+            Err(AddNodeError::NotLeader(leader)) => answer(true, leader, String::new()),
+            Err(AddNodeError::Refused(reason)) => answer(false, None, reason),
+            Err(AddNodeError::Retry(problem)) => Err(Status::unavailable(problem)),
+        }
     }
 }
