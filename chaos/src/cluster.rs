@@ -10,6 +10,7 @@ use madsim::net::NetSim;
 use madsim::runtime::{Handle, NodeHandle};
 use rill_client::Client;
 use rill_raft::NodeId;
+use rill_server::config::RebalanceTiming;
 use rill_server::{Config, Node};
 use rill_storage::MemEngine;
 
@@ -80,6 +81,12 @@ impl SimCluster {
                             Err(e) => panic!("bad simulated config: {e}"),
                         };
                         config.sync_latency = sync_latency;
+                        // Fault phases last 15-20 s: balance leaders often enough to hand over
+                        // under faults.
+                        config.rebalance_timing = RebalanceTiming {
+                            check_every: Duration::from_secs(1),
+                            min_leadership: Duration::from_secs(2),
+                        };
                         let on_ready = move |node: Arc<Node>| {
                             live.lock().unwrap_or_else(|p| p.into_inner()).insert(id, node);
                         };

@@ -22,3 +22,4 @@ mod t75_rill_dev;
 mod t80_topic_admin;
 mod t90_idempotence;
 mod t95_node_join;
+mod t96_leader_balance;

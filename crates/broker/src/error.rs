@@ -36,6 +36,9 @@ pub enum PartitionError {
     /// The replica is stopping.
     #[error("the partition replica is shutting down")]
     ShuttingDown,
+    /// Leadership is being handed to another replica (preferred-leader balancing).
+    #[error("leadership of this partition is moving to node {to}; retry shortly")]
+    LeaderMoving { to: NodeId },
     /// A new leader has not yet applied its whole log; idempotent batches must wait for it.
     #[error("the new leader is still applying its log; retry shortly")]
     CatchingUp,

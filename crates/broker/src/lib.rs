@@ -10,6 +10,7 @@
 //!
 //! * [`command`]: the partition's Raft entry body (record batches, stored as produced).
 //! * [`machine`]: [`PartitionStateMachine`] — offsets and the high watermark.
+//! * [`handover`]: moving leadership to another replica (preferred-leader balancing).
 //! * [`isr`]: [`IsrTracker`] — which followers are in sync, from Raft replication progress.
 //! * [`partition`]: [`Partition`] — produce, fetch, list offsets, status.
 //! * [`producers`]: idempotent producer state (last five batches per producer id).
@@ -20,6 +21,7 @@
 
 pub mod command;
 pub mod error;
+pub mod handover;
 pub mod idempotence;
 pub mod isr;
 pub mod machine;

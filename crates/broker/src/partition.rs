@@ -1,6 +1,6 @@
 //! [`Partition`]: one partition replica on this node — produce, fetch, list offsets, status.
 
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, AtomicUsize};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
@@ -92,6 +92,10 @@ pub struct Partition {
     /// Signalled whenever a batch enters the gate (for batches waiting on a predecessor).
     pub(crate) gate_changed: rill_rt::sync::Notify,
     pub(crate) next_proposal: AtomicU64,
+    /// Node id leadership is being handed to (0: none); new writes are refused meanwhile.
+    pub(crate) moving_to: AtomicU64,
+    /// Produce requests past the leader check and not yet answered.
+    pub(crate) produces_in_flight: AtomicUsize,
 }
 
 impl std::fmt::Debug for Partition {
@@ -136,6 +140,8 @@ impl Partition {
             gate: Arc::default(),
             gate_changed: rill_rt::sync::Notify::new(),
             next_proposal: AtomicU64::new(1),
+            moving_to: AtomicU64::new(0),
+            produces_in_flight: AtomicUsize::new(0),
         });
         rill_rt::spawn(expire_idle_producers(Arc::downgrade(&partition)));
         partition

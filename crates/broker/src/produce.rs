@@ -25,6 +25,7 @@ use rill_rt::Instant;
 
 use crate::command;
 use crate::error::{PartitionError, Result};
+use crate::handover::InFlight;
 use crate::idempotence::{BatchId, Committed, Decision};
 use crate::machine::decode_base_offset;
 use crate::partition::{Acks, Partition, ProduceOutcome};
@@ -66,9 +67,13 @@ impl Partition {
         if idempotent && acks != Acks::All {
             return Err(PartitionError::InvalidRequest("idempotent batches (producer id set) need acks=all".into()));
         }
+        let _in_flight = InFlight::enter(self);
         let Some(term) = self.leader_term() else {
             return Err(self.not_leader());
         };
+        if let Some(to) = self.moving_to() {
+            return Err(PartitionError::LeaderMoving { to });
+        }
         if acks == Acks::All {
             self.check_isr(term, config.min_insync_replicas)?;
         }

@@ -9,6 +9,7 @@
 //! members = ["1@127.0.0.1:7001", "2@127.0.0.1:7002", "3@127.0.0.1:7003"]
 //! # join = true             # this node is not in `members`: join the running cluster
 //! # advertise = "10.0.0.4:7001"  # a joining node's address for the others (default: listen)
+//! auto-leader-rebalance = true    # hand leadership back to preferred replicas
 //!
 //! [raft]
 //! heartbeat-interval = "100ms"
@@ -50,6 +51,11 @@ pub struct Config {
     pub join: bool,
     /// The address the other nodes and clients reach this node at.
     pub advertise: String,
+    /// Hand leadership back to each partition's preferred replica once it is in sync again.
+    pub auto_leader_rebalance: bool,
+    /// Pace of preferred-leader balancing. Not settable from the file or flags; the simulation
+    /// shortens it so its fault phases see hand-overs.
+    pub rebalance_timing: RebalanceTiming,
     /// Raft timing.
     pub raft: RaftTiming,
     /// Log filter (`RUST_LOG` syntax).
@@ -59,6 +65,22 @@ pub struct Config {
     /// Artificial delay before every storage sync. Zero in real deployments; the simulation
     /// sets it to model a disk's fsync time. Not settable from the file or flags.
     pub sync_latency: Duration,
+}
+
+/// How often preferred-leader balancing looks, and how long a leadership must last before it is
+/// handed over (never less than twice the election timeout, see `crate::balance`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RebalanceTiming {
+    /// Interval between checks.
+    pub check_every: Duration,
+    /// Shortest leadership handed over.
+    pub min_leadership: Duration,
+}
+
+impl Default for RebalanceTiming {
+    fn default() -> Self {
+        Self { check_every: Duration::from_secs(5), min_leadership: Duration::from_secs(10) }
+    }
 }
 
 /// Log output format.
@@ -89,6 +111,8 @@ impl Config {
             members,
             join: false,
             advertise,
+            auto_leader_rebalance: true,
+            rebalance_timing: RebalanceTiming::default(),
             raft: RaftTiming::default(),
             log_level: "info".into(),
             log_format: LogFormat::Text,
@@ -119,6 +143,7 @@ struct FileCluster {
     members: Option<Vec<String>>,
     join: Option<bool>,
     advertise: Option<String>,
+    auto_leader_rebalance: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -153,7 +178,7 @@ fn parse_file(text: &str, path: &Path) -> Result<FileConfig> {
         .map_err(|e| Error::Config(format!("{}: {e}", path.display())))?;
     if !unknown.is_empty() {
         return Err(Error::Config(format!(
-            "{}: unknown key(s) {}; known keys: node-id, listen, data-dir, [cluster] members, [cluster] join, [cluster] advertise, [raft] heartbeat-interval, \
+            "{}: unknown key(s) {}; known keys: node-id, listen, data-dir, [cluster] members, [cluster] join, [cluster] advertise, [cluster] auto-leader-rebalance, [raft] heartbeat-interval, \
              election-timeout-min, election-timeout-max, [log] level, format",
             path.display(),
             unknown.join(", ")
@@ -190,6 +215,9 @@ pub struct Args {
     /// The address others reach a joining node at (default: `--listen`).
     #[arg(long, env = "RILL_ADVERTISE")]
     pub advertise: Option<String>,
+    /// Hand leadership back to preferred replicas once they are in sync (default: true).
+    #[arg(long, env = "RILL_AUTO_LEADER_REBALANCE")]
+    pub auto_leader_rebalance: Option<bool>,
     /// Raft heartbeat interval (e.g. 100ms).
     #[arg(long, env = "RILL_RAFT_HEARTBEAT_INTERVAL", value_parser = humantime::parse_duration)]
     pub raft_heartbeat_interval: Option<Duration>,
@@ -247,6 +275,7 @@ impl Args {
             members,
             join: self.join || file.cluster.join.unwrap_or(false),
             advertise: self.advertise.clone().or(file.cluster.advertise),
+            auto_leader_rebalance: self.auto_leader_rebalance.or(file.cluster.auto_leader_rebalance).unwrap_or(true),
         };
         build(
             node_id,
@@ -279,6 +308,7 @@ struct ClusterArgs {
     join: bool,
     /// A joining node's address for the others.
     advertise: Option<String>,
+    auto_leader_rebalance: bool,
 }
 
 fn build(
@@ -296,7 +326,7 @@ fn build(
     let listen: SocketAddr =
         listen.parse().map_err(|e| Error::Config(format!("listen {listen:?} is not host:port: {e}")))?;
     let mut parsed = BTreeMap::new();
-    let ClusterArgs { members, join, advertise } = cluster;
+    let ClusterArgs { members, join, advertise, auto_leader_rebalance } = cluster;
     for m in &members {
         let (id, addr) = parse_member(m)?;
         if parsed.insert(id, addr).is_some() {
@@ -352,6 +382,8 @@ fn build(
         members: parsed,
         join,
         advertise,
+        auto_leader_rebalance,
+        rebalance_timing: RebalanceTiming::default(),
         raft,
         log_level,
         log_format,

@@ -48,7 +48,9 @@ pub fn partition(e: &PartitionError) -> WireError {
         PartitionError::InvalidRequest(_) => WireError::new(ErrorCode::InvalidRequest, message),
         PartitionError::Storage(_) => WireError::new(ErrorCode::StorageError, message),
         PartitionError::ShuttingDown => WireError::new(ErrorCode::NodeShuttingDown, message),
-        PartitionError::CatchingUp => WireError::new(ErrorCode::LeaderNotAvailable, message),
+        PartitionError::CatchingUp | PartitionError::LeaderMoving { .. } => {
+            WireError::new(ErrorCode::LeaderNotAvailable, message)
+        }
         PartitionError::OutOfOrderSequence { .. } => WireError::new(ErrorCode::OutOfOrderSequenceNumber, message),
         PartitionError::DuplicateSequence { .. } => WireError::new(ErrorCode::DuplicateSequenceNumber, message),
         PartitionError::InvalidProducerEpoch { .. } => WireError::new(ErrorCode::InvalidProducerEpoch, message),

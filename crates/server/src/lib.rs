@@ -11,12 +11,14 @@
 //! * [`config`]: the typed configuration (TOML, `RILL_*` environment, flags).
 //! * [`node`]: [`Node`] — metadata group, partition replicas, reconciler, metadata proposals.
 //! * [`join`]: adding a node to a running cluster (`--join`).
+//! * [`balance`]: preferred-leader balancing.
 //! * [`api`]: the gRPC services.
 //! * [`errors`]: the one mapping from internal errors to wire error codes.
 //!
 //! The simulation boots nodes through the same [`start`] the binary uses; only the engine differs.
 
 pub mod api;
+pub mod balance;
 pub mod config;
 pub mod error;
 pub mod errors;
@@ -47,7 +49,8 @@ pub async fn start(
     // A joining node stops again when the cluster refuses it for good.
     let refused = Arc::new(std::sync::Mutex::new(None::<String>));
     let stop = {
-        let join = node.config().join.then(|| join::join_cluster(Arc::downgrade(&node)));
+        // Boxed: the join future is large, and this one is polled inside the server's future.
+        let join = node.config().join.then(|| Box::pin(join::join_cluster(Arc::downgrade(&node))));
         let refused = refused.clone();
         async move {
             let Some(join) = join else { return shutdown.await };

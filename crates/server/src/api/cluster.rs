@@ -6,8 +6,8 @@ use std::sync::Arc;
 use rill_meta::machine::encode_result;
 use rill_proto::internal::cluster_server::Cluster;
 use rill_proto::internal::{
-    AddNodeRequest, AddNodeResponse, PingRequest, PingResponse, ProposeMetaRequest, ProposeMetaResponse,
-    ReplicaStatusRequest, ReplicaStatusResponse,
+    AddNodeRequest, AddNodeResponse, ElectLeaderRequest, ElectLeaderResponse, PingRequest, PingResponse,
+    ProposeMetaRequest, ProposeMetaResponse, ReplicaStatusRequest, ReplicaStatusResponse,
 };
 use tonic::{Request, Response, Status};
 
@@ -57,6 +57,18 @@ impl Cluster for ClusterApi {
     ) -> Result<Response<ReplicaStatusResponse>, Status> {
         let replicas = request.into_inner().group_ids.into_iter().map(|g| local_status(&self.node, g)).collect();
         Ok(Response::new(ReplicaStatusResponse { replicas }))
+    }
+
+    async fn elect_leader(
+        &self,
+        request: Request<ElectLeaderRequest>,
+    ) -> Result<Response<ElectLeaderResponse>, Status> {
+        let group = request.into_inner().group_id;
+        let Some(partition) = self.node.partition_by_group(group) else {
+            return Err(Status::not_found(format!("group {group} is not hosted on node {}", self.node.id())));
+        };
+        let elected = partition.stand_for_election(crate::balance::ELECTION_TIMEOUT).await;
+        Ok(Response::new(ElectLeaderResponse { elected }))
     }
 
     async fn add_node(&self, request: Request<AddNodeRequest>) -> Result<Response<AddNodeResponse>, Status> {

@@ -1,0 +1,107 @@
+//! Preferred-leader balancing: leadership returns to each partition's preferred replica (the
+//! first in its replica list, which placement spreads evenly) once that replica is back in sync.
+//!
+//! Without it, every failover piles leaders onto the survivors for good: after a rolling restart
+//! one node would lead everything. Kafka calls this `auto.leader.rebalance.enable`.
+//!
+//! Every node checks, every 5 s, the partitions it leads. It hands one over when the preferred
+//! replica is in the ISR and this node has led the partition for longer than [`settled_for`]
+//! (10 s, and longer than the leader lease, so this node's vote goes to the preferred replica;
+//! see `rill_broker::handover`). Both are [`crate::config::RebalanceTiming`]. Handover: stop new writes, wait until every produce in
+//! progress is answered and the preferred replica has the whole log, then ask it to stand for
+//! election (`Cluster.ElectLeader`). Writes resume on failure. At most [`MAX_MOVES_AT_ONCE`]
+//! partitions move at a time per node; each is unavailable for writes for about one election
+//! round trip, and producers retry (`LEADER_NOT_AVAILABLE`).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use futures::future::join_all;
+use rill_broker::Partition;
+use rill_proto::internal::ElectLeaderRequest;
+use rill_raft::{GroupId, NodeId};
+use rill_rt::Instant;
+
+use crate::node::Node;
+
+/// How long the preferred replica may take to win its election.
+pub const ELECTION_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long the preferred replica may take to replicate the last writes before the handover.
+const CATCH_UP_TIMEOUT: Duration = Duration::from_secs(2);
+/// Partitions handed over concurrently by one node.
+const MAX_MOVES_AT_ONCE: usize = 4;
+/// Largest replication factor moved: with more replicas, the old leader's and the preferred
+/// replica's votes are not a majority (see `rill_broker::handover`).
+const MAX_REPLICATION_FACTOR: usize = 3;
+
+/// How long a node must have led a partition before handing it over: comfortably longer than
+/// the leader lease (openraft's election-timeout-max), and long enough that a flapping replica
+/// is not handed leadership.
+fn settled_for(node: &Node) -> Duration {
+    Duration::from_millis(node.config().raft.election_max_ms * 2).max(node.config().rebalance_timing.min_leadership)
+}
+
+/// Runs until the node is dropped.
+pub async fn run(node: Weak<Node>) {
+    // Per led group: the term and when this node was first seen leading it in that term.
+    let mut led_since: HashMap<GroupId, (u64, Instant)> = HashMap::new();
+    loop {
+        let Some(every) = node.upgrade().map(|n| n.config().rebalance_timing.check_every) else { return };
+        rill_rt::sleep(every).await;
+        let Some(n) = node.upgrade() else { return };
+        let now = rill_rt::now();
+        let settled = settled_for(&n);
+        let meta = n.meta();
+        let mut still_led = HashMap::new();
+        let mut moves = Vec::new();
+        for (topic, index, assignment) in meta.replicas_of(n.id()) {
+            let Some(p) = n.partition_by_group(assignment.group) else { continue };
+            let state = p.state();
+            if !state.is_leader {
+                continue;
+            }
+            let since = match led_since.get(&assignment.group) {
+                Some((term, at)) if *term == state.term => *at,
+                _ => now,
+            };
+            still_led.insert(assignment.group, (state.term, since));
+            let Some(&preferred) = assignment.replicas.first() else { continue };
+            if preferred == n.id()
+                || assignment.replicas.len() > MAX_REPLICATION_FACTOR
+                || now.saturating_duration_since(since) < settled
+                || !state.isr.contains(&preferred)
+            {
+                continue;
+            }
+            moves.push((p, preferred, format!("{}/{index}", topic.name)));
+        }
+        led_since = still_led;
+        for batch in moves.chunks(MAX_MOVES_AT_ONCE) {
+            join_all(batch.iter().map(|(p, to, name)| hand_over(&n, p, *to, name))).await;
+        }
+    }
+}
+
+/// Hands leadership of `p` to `to`; logs the outcome.
+async fn hand_over(n: &Arc<Node>, p: &Partition, to: NodeId, name: &str) {
+    let Some(handover) = p.prepare_handover(to, CATCH_UP_TIMEOUT).await else {
+        tracing::debug!(partition = name, to, "preferred replica did not catch up; leadership stays");
+        return;
+    };
+    let Some(mut client) = n.cluster_client(to) else { return };
+    let asked = rill_rt::timeout(
+        ELECTION_TIMEOUT + Duration::from_secs(1),
+        client.elect_leader(ElectLeaderRequest { group_id: p.group() }),
+    )
+    .await;
+    drop(handover);
+    match asked {
+        Ok(Ok(r)) if r.get_ref().elected => {
+            tracing::info!(partition = name, from = n.id(), to, "leadership moved back to the preferred replica")
+        }
+        Ok(Ok(_)) => tracing::info!(partition = name, to, "the preferred replica did not win its election"),
+        Ok(Err(e)) => tracing::debug!(partition = name, to, error = %e, "cannot ask the preferred replica to lead"),
+        Err(_) => tracing::debug!(partition = name, to, "the preferred replica did not answer in time"),
+    }
+}
