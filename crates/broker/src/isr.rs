@@ -142,7 +142,11 @@ pub async fn run(
 ) {
     let mut tracker = IsrTracker::new(me);
     let mut metrics = raft.metrics();
+    // Server metrics change only with the role, leader or membership, unlike the full metrics,
+    // which openraft republishes on every heartbeat: followers wait on these.
+    let mut server = raft.server_metrics();
     loop {
+        server.borrow_and_update();
         let view = {
             let m = metrics.borrow_and_update();
             if m.running_state.is_err() {
@@ -167,6 +171,7 @@ pub async fn run(
                 lag_max(),
             )
         };
+        let leading = view.leader_term.is_some();
         tx.send_if_modified(|old| {
             if *old != view {
                 *old = view;
@@ -175,6 +180,13 @@ pub async fn run(
                 false
             }
         });
+        if !leading {
+            // Only a leader tracks its followers; wake when this replica's role changes.
+            if server.changed().await.is_err() {
+                break; // the group shut down
+            }
+            continue;
+        }
         let tick = lag_max().min(MAX_TICK) / 2;
         // Wake on any Raft progress, or after a tick so followers age out of the ISR.
         if let Ok(Err(_)) = rill_rt::timeout(tick, metrics.changed()).await {

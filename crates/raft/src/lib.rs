@@ -12,6 +12,7 @@
 //!          Engine (one RocksDB / MemEngine) + Syncer (group commit)
 //!
 //!   outgoing: GroupNetwork ──► Transport (one gRPC channel per peer) ──► peer's RaftService
+//!             (heartbeats: per-peer queue ──► one Heartbeats call for many groups)
 //!   incoming: RaftService ──► MultiRaft::group(id) ──► openraft
 //! ```
 //!
@@ -20,6 +21,7 @@
 //! * [`log_store`]: [`LogStore`] — the Raft log, votes and a dense *position* index over it.
 //! * [`state_machine`]: [`GroupStateMachine`], what a group's owner implements, and its adapter.
 //! * [`network`] and [`service`]: the shared transport, client and server side.
+//! * [`heartbeat`]: heartbeats of every group to one peer coalesced into one call.
 //! * [`multi`]: [`MultiRaft`], the registry of the groups running on this node.
 //!
 //! This crate knows nothing about records, offsets or topics: an entry carries opaque bytes and
@@ -31,6 +33,7 @@
 
 pub mod codec;
 pub mod error;
+pub mod heartbeat;
 pub mod keys;
 pub mod log_store;
 pub mod multi;

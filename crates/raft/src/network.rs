@@ -19,6 +19,7 @@ use serde::Serialize;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::codec;
+use crate::heartbeat::{HeartbeatError, Heartbeats};
 use crate::types::{GroupId, NodeId, TypeConfig};
 
 /// How long to wait for a TCP connection to a peer.
@@ -40,6 +41,7 @@ pub struct TransportError(pub String);
 pub struct Transport {
     channels: Mutex<HashMap<(NodeId, String), Channel>>,
     contacts: Mutex<HashMap<(GroupId, NodeId), rill_rt::Instant>>,
+    heartbeats: Heartbeats,
 }
 
 impl Transport {
@@ -68,11 +70,15 @@ impl Transport {
         self.contacts.lock().unwrap_or_else(|p| p.into_inner()).get(&(group, node)).copied()
     }
 
+    pub(crate) fn heartbeats(&self) -> &Heartbeats {
+        &self.heartbeats
+    }
+
     fn record_contact(&self, group: GroupId, node: NodeId) {
         self.contacts.lock().unwrap_or_else(|p| p.into_inner()).insert((group, node), rill_rt::now());
     }
 
-    fn client(&self, node: NodeId, addr: &str) -> Result<RaftTransportClient<Channel>, TransportError> {
+    pub(crate) fn client(&self, node: NodeId, addr: &str) -> Result<RaftTransportClient<Channel>, TransportError> {
         Ok(RaftTransportClient::new(self.channel(node, addr)?)
             .max_decoding_message_size(rill_proto::MAX_GRPC_MESSAGE_BYTES)
             .max_encoding_message_size(rill_proto::MAX_GRPC_MESSAGE_BYTES))
@@ -131,7 +137,7 @@ impl GroupNetwork {
         let network = |e: String| RPCError::Network(NetworkError::new(&TransportError(e)));
         let payload = codec::encode_message(req).map_err(network)?;
         let mut client = self.transport.client(self.target, &self.addr).map_err(|e| unreachable(e.0))?;
-        let msg = RaftMessage { group_id: self.group, payload };
+        let msg = RaftMessage { group_id: self.group, payload, error: String::new() };
         let call = async {
             match rpc {
                 Rpc::Append => client.append_entries(msg).await,
@@ -152,10 +158,39 @@ impl GroupNetwork {
             }
             Ok(Ok(r)) => r.into_inner(),
         };
-        let answer: Result<Resp, E> = codec::decode_message(&reply.payload).map_err(network)?;
+        self.answer(&reply.payload)
+    }
+
+    /// A heartbeat: coalesced with the other groups' heartbeats to the same peer.
+    async fn heartbeat(
+        &self,
+        req: &AppendEntriesRequest<TypeConfig>,
+        option: &RPCOption,
+    ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
+        let payload = codec::encode_message(req).map_err(network_error)?;
+        let sent = self.transport.heartbeat(self.target, &self.addr, self.group, payload);
+        match rill_rt::timeout(option.hard_ttl(), sent).await {
+            Err(_) => Err(network_error(format!("no answer from node {} within {:?}", self.target, option.hard_ttl()))),
+            Ok(Err(HeartbeatError::Unreachable(e))) => Err(RPCError::Unreachable(Unreachable::new(&TransportError(e)))),
+            Ok(Err(HeartbeatError::Network(e))) => Err(network_error(e)),
+            Ok(Ok(reply)) => self.answer(&reply.payload),
+        }
+    }
+
+    /// Decodes the peer's answer and records the contact.
+    fn answer<Resp, E>(&self, payload: &[u8]) -> Result<Resp, RPCError<NodeId, BasicNode, E>>
+    where
+        Resp: DeserializeOwned,
+        E: std::error::Error + DeserializeOwned,
+    {
+        let answer: Result<Resp, E> = codec::decode_message(payload).map_err(network_error)?;
         self.transport.record_contact(self.group, self.target);
         answer.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
     }
+}
+
+fn network_error<E: std::error::Error>(e: String) -> RPCError<NodeId, BasicNode, E> {
+    RPCError::Network(NetworkError::new(&TransportError(e)))
 }
 
 impl RaftNetwork<TypeConfig> for GroupNetwork {
@@ -164,6 +199,9 @@ impl RaftNetwork<TypeConfig> for GroupNetwork {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
+        if rpc.entries.is_empty() {
+            return self.heartbeat(&rpc, &option).await;
+        }
         self.call(Rpc::Append, &rpc, &option).await
     }
 

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use rill_proto::internal::raft_transport_server::RaftTransport;
-use rill_proto::internal::RaftMessage;
+use rill_proto::internal::{RaftBatch, RaftMessage};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tonic::{Request, Response, Status};
@@ -37,7 +37,7 @@ fn decode<T: DeserializeOwned>(msg: &RaftMessage) -> Result<T, Status> {
 
 fn reply<T: Serialize>(group_id: u64, answer: &T) -> Result<Response<RaftMessage>, Status> {
     let payload = codec::encode_message(answer).map_err(Status::internal)?;
-    Ok(Response::new(RaftMessage { group_id, payload }))
+    Ok(Response::new(RaftMessage { group_id, payload, error: String::new() }))
 }
 
 #[tonic::async_trait]
@@ -54,6 +54,30 @@ impl RaftTransport for RaftService {
         let raft = self.group(msg.group_id)?;
         let answer = raft.vote(decode(&msg)?).await;
         reply(msg.group_id, &answer)
+    }
+
+    async fn heartbeats(&self, request: Request<RaftBatch>) -> Result<Response<RaftBatch>, Status> {
+        // Every group's heartbeat is handled concurrently: one busy group does not hold up the
+        // others beyond the answer to this batch.
+        let answers = request.into_inner().messages.into_iter().map(|msg| async move {
+            let group_id = msg.group_id;
+            let failed =
+                |s: Status| RaftMessage { group_id, payload: Default::default(), error: s.message().to_string() };
+            let raft = match self.group(group_id) {
+                Ok(r) => r,
+                Err(s) => return failed(s),
+            };
+            let req = match decode(&msg) {
+                Ok(r) => r,
+                Err(s) => return failed(s),
+            };
+            let answer = raft.append_entries(req).await;
+            match reply(group_id, &answer) {
+                Ok(r) => r.into_inner(),
+                Err(s) => failed(s),
+            }
+        });
+        Ok(Response::new(RaftBatch { messages: futures::future::join_all(answers).await }))
     }
 
     async fn install_snapshot(&self, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
