@@ -202,7 +202,7 @@ pub async fn inject(cluster: &SimCluster, enabled: &[FaultKind], phase: Duration
         trace.record(format!("at {:?}:", madsim::time::TimeHandle::current().elapsed()));
         let applied = apply(cluster, kind, &mut rng, trace);
         counts.add(column(kind));
-        // Pauses must outlast the election timeout (1 s by default) to matter.
+        // Pauses must outlast the lease plus election timeout (0.9-1.2 s by default) to matter.
         let hold = match kind {
             FaultKind::Pause => ms(&mut rng, 1500, 4000),
             _ => ms(&mut rng, 500, 4000),

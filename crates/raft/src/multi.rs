@@ -27,9 +27,11 @@ pub struct RaftTiming {
 
 impl Default for RaftTiming {
     fn default() -> Self {
-        // Failover in well under a second on a healthy network, with room for scheduling
-        // hiccups on busy machines before a follower gives up on its leader.
-        Self { heartbeat_ms: 100, election_min_ms: 500, election_max_ms: 1000 }
+        // openraft 0.9 makes a follower wait the leader lease (= election_max) plus the election
+        // timeout before it stands: 0.9-1.2 s of silence here, so 9+ heartbeats must go missing
+        // for a needless election. With `rill_server::failover` a designated follower stands
+        // after lease + one heartbeat, so a dead leader is replaced in well under a second.
+        Self { heartbeat_ms: 100, election_min_ms: 300, election_max_ms: 600 }
     }
 }
 

@@ -41,6 +41,8 @@ pub struct TransportError(pub String);
 pub struct Transport {
     channels: Mutex<HashMap<(NodeId, String), Channel>>,
     contacts: Mutex<HashMap<(GroupId, NodeId), rill_rt::Instant>>,
+    /// When each group's leader last reached this node (an append whose vote was accepted).
+    leader_contacts: Mutex<HashMap<GroupId, rill_rt::Instant>>,
     heartbeats: Heartbeats,
 }
 
@@ -68,6 +70,15 @@ impl Transport {
     /// When `node` last answered a Raft message of `group` sent from here.
     pub fn last_contact(&self, group: GroupId, node: NodeId) -> Option<rill_rt::Instant> {
         self.contacts.lock().unwrap_or_else(|p| p.into_inner()).get(&(group, node)).copied()
+    }
+
+    /// When the leader of `group` last reached this node, as its follower.
+    pub fn last_leader_contact(&self, group: GroupId) -> Option<rill_rt::Instant> {
+        self.leader_contacts.lock().unwrap_or_else(|p| p.into_inner()).get(&group).copied()
+    }
+
+    pub(crate) fn record_leader_contact(&self, group: GroupId) {
+        self.leader_contacts.lock().unwrap_or_else(|p| p.into_inner()).insert(group, rill_rt::now());
     }
 
     pub(crate) fn heartbeats(&self) -> &Heartbeats {

@@ -8,9 +8,12 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tonic::{Request, Response, Status};
 
+use openraft::error::RaftError;
+use openraft::raft::AppendEntriesResponse;
+
 use crate::codec;
 use crate::multi::MultiRaft;
-use crate::types::Raft;
+use crate::types::{GroupId, NodeId, Raft};
 
 /// Serves Raft RPCs for every group hosted by a [`MultiRaft`].
 #[derive(Clone)]
@@ -22,6 +25,14 @@ impl RaftService {
     /// A service over `multi`.
     pub fn new(multi: Arc<MultiRaft>) -> Self {
         Self { multi }
+    }
+
+    /// Remembers that the group's leader reached this replica (an append it accepted the vote
+    /// of), which is what openraft's leader lease counts from.
+    fn note_leader_contact(&self, group: GroupId, answer: &Result<AppendEntriesResponse<NodeId>, RaftError<NodeId>>) {
+        if matches!(answer, Ok(r) if !matches!(r, AppendEntriesResponse::HigherVote(_))) {
+            self.multi.transport().record_leader_contact(group);
+        }
     }
 
     fn group(&self, id: u64) -> Result<Raft, Status> {
@@ -46,6 +57,7 @@ impl RaftTransport for RaftService {
         let msg = request.into_inner();
         let raft = self.group(msg.group_id)?;
         let answer = raft.append_entries(decode(&msg)?).await;
+        self.note_leader_contact(msg.group_id, &answer);
         reply(msg.group_id, &answer)
     }
 
@@ -72,6 +84,7 @@ impl RaftTransport for RaftService {
                 Err(s) => return failed(s),
             };
             let answer = raft.append_entries(req).await;
+            self.note_leader_contact(group_id, &answer);
             match reply(group_id, &answer) {
                 Ok(r) => r.into_inner(),
                 Err(s) => failed(s),

@@ -13,8 +13,8 @@
 //!
 //! [raft]
 //! heartbeat-interval = "100ms"
-//! election-timeout-min = "500ms"
-//! election-timeout-max = "1s"
+//! election-timeout-min = "300ms"
+//! election-timeout-max = "600ms"
 //!
 //! [log]
 //! level = "info"      # tracing filter, e.g. "info,rill_raft=debug"

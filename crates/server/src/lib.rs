@@ -12,6 +12,8 @@
 //! * [`node`]: [`Node`] — metadata group, partition replicas, reconciler, metadata proposals.
 //! * [`join`]: adding a node to a running cluster (`--join`).
 //! * [`balance`]: preferred-leader balancing.
+//! * [`failover`]: a designated follower stands for election as soon as a silent leader's lease
+//!   has run out.
 //! * [`api`]: the gRPC services.
 //! * [`errors`]: the one mapping from internal errors to wire error codes.
 //!
@@ -22,6 +24,7 @@ pub mod balance;
 pub mod config;
 pub mod error;
 pub mod errors;
+pub mod failover;
 pub mod join;
 pub mod node;
 

@@ -77,6 +77,7 @@ impl Node {
         });
         rill_rt::spawn(reconcile(Arc::downgrade(&node), node.meta.clone()));
         rill_rt::spawn(register_members(Arc::downgrade(&node)));
+        rill_rt::spawn(crate::failover::run(Arc::downgrade(&node)));
         if node.config.auto_leader_rebalance {
             rill_rt::spawn(crate::balance::run(Arc::downgrade(&node)));
         }
