@@ -167,6 +167,11 @@ impl TestCluster {
         Ok(())
     }
 
+    /// Node `id`'s whole log.
+    pub fn log_text(&self, id: u64) -> String {
+        self.nodes.get(&id).and_then(|n| std::fs::read_to_string(&n.log).ok()).unwrap_or_default()
+    }
+
     /// The last lines of node `id`'s log (for failure messages).
     pub fn log_tail(&self, id: u64) -> String {
         let Some(n) = self.nodes.get(&id) else {

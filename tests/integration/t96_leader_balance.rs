@@ -1,5 +1,6 @@
 //! Preferred-leader balancing: after a failover, leadership returns to the preferred replica
-//! once it is back in sync, and no acknowledged record is lost or duplicated on the way.
+//! once it is back in sync; a gracefully stopped leader hands its partitions over before it
+//! exits; no acknowledged record is lost or duplicated on the way.
 
 use std::collections::BTreeMap;
 
@@ -66,6 +67,20 @@ async fn leadership_returns_to_the_preferred_replica_after_a_restart() -> anyhow
     assert_eq!(per_node, BTreeMap::from([(1, 1), (2, 1), (3, 1)]), "one leader per node");
 
     produce(2, cluster.client().await?).await?;
+
+    tracing::info!("--- SIGTERM node 2: it hands the partition it leads over before exiting");
+    cluster.terminate(2)?;
+    let log = cluster.log_text(2);
+    assert!(
+        log.contains("handing led partitions over before stopping") && log.contains("leadership handed over"),
+        "node 2 did not hand over its partition:\n{}",
+        cluster.log_tail(2)
+    );
+    wait_for(READY_TIMEOUT, "a leader other than node 2 everywhere", || async {
+        leaders(&client).await?.iter().all(|(l, _)| *l != 2).then_some(())
+    })
+    .await?;
+    produce(3, cluster.client().await?).await?;
     for p in 0..3u32 {
         let got: Vec<String> =
             read_all(&client, TOPIC, p).await?.iter().map(|r| String::from_utf8_lossy(&r.value).into_owned()).collect();

@@ -83,7 +83,54 @@ pub async fn run(node: Weak<Node>) {
     }
 }
 
-/// Hands leadership of `p` to `to`; logs the outcome.
+/// Partitions handed over concurrently during a graceful shutdown.
+const SHUTDOWN_MOVES_AT_ONCE: usize = 32;
+/// Longest a graceful shutdown spends handing partitions over.
+const SHUTDOWN_HANDOVER_LIMIT: Duration = Duration::from_secs(10);
+/// A follower that has not answered for this long is not handed a partition on shutdown.
+const RECENTLY_HEARD: Duration = Duration::from_secs(1);
+
+/// On graceful shutdown: hands every partition this node leads to an in-sync replica that
+/// answered within the last second (the preferred replica first), so producers are not left
+/// waiting for a failover (Kafka's controlled shutdown). Bounded by [`SHUTDOWN_HANDOVER_LIMIT`];
+/// a partition that cannot be handed over fails over as after a crash.
+pub async fn hand_over_all(node: &Arc<Node>) {
+    let meta = node.meta();
+    let transport = node.multi().transport().clone();
+    let now = rill_rt::now();
+    let mut moves = Vec::new();
+    for (topic, index, assignment) in meta.replicas_of(node.id()) {
+        let Some(p) = node.partition_by_group(assignment.group) else { continue };
+        let state = p.state();
+        if !state.is_leader || assignment.replicas.len() > MAX_REPLICATION_FACTOR {
+            continue;
+        }
+        let heard = |r: NodeId| {
+            transport
+                .last_contact(assignment.group, r)
+                .is_some_and(|t| now.saturating_duration_since(t) < RECENTLY_HEARD)
+        };
+        let target =
+            assignment.replicas.iter().copied().find(|r| *r != node.id() && state.isr.contains(r) && heard(*r));
+        if let Some(to) = target {
+            moves.push((p, to, format!("{}/{index}", topic.name)));
+        }
+    }
+    if moves.is_empty() {
+        return;
+    }
+    tracing::info!(node = node.id(), partitions = moves.len(), "handing led partitions over before stopping");
+    let all = async {
+        for batch in moves.chunks(SHUTDOWN_MOVES_AT_ONCE) {
+            join_all(batch.iter().map(|(p, to, name)| hand_over(node, p, *to, name))).await;
+        }
+    };
+    if rill_rt::timeout(SHUTDOWN_HANDOVER_LIMIT, all).await.is_err() {
+        tracing::warn!(node = node.id(), "stopping before every led partition was handed over");
+    }
+}
+
+/// Hands leadership of `p` to `to` (which must be in sync); logs the outcome.
 async fn hand_over(n: &Arc<Node>, p: &Partition, to: NodeId, name: &str) {
     let Some(handover) = p.prepare_handover(to, CATCH_UP_TIMEOUT).await else {
         tracing::debug!(partition = name, to, "preferred replica did not catch up; leadership stays");
@@ -98,10 +145,10 @@ async fn hand_over(n: &Arc<Node>, p: &Partition, to: NodeId, name: &str) {
     drop(handover);
     match asked {
         Ok(Ok(r)) if r.get_ref().elected => {
-            tracing::info!(partition = name, from = n.id(), to, "leadership moved back to the preferred replica")
+            tracing::info!(partition = name, from = n.id(), to, "leadership handed over")
         }
-        Ok(Ok(_)) => tracing::info!(partition = name, to, "the preferred replica did not win its election"),
-        Ok(Err(e)) => tracing::debug!(partition = name, to, error = %e, "cannot ask the preferred replica to lead"),
-        Err(_) => tracing::debug!(partition = name, to, "the preferred replica did not answer in time"),
+        Ok(Ok(_)) => tracing::info!(partition = name, to, "the replica handed leadership did not win its election"),
+        Ok(Err(e)) => tracing::debug!(partition = name, to, error = %e, "cannot ask the replica to lead"),
+        Err(_) => tracing::debug!(partition = name, to, "the replica handed leadership did not answer in time"),
     }
 }

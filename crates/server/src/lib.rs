@@ -36,8 +36,9 @@ pub use error::{Error, Result};
 pub use node::Node;
 use rill_storage::Engine;
 
-/// Runs a node until `shutdown` completes: starts its Raft groups, serves gRPC, then stops
-/// accepting requests, lets in-flight ones finish and stops the groups.
+/// Runs a node until `shutdown` completes: starts its Raft groups, serves gRPC, then hands the
+/// partitions it leads to in-sync replicas (while still serving, so they can win their
+/// elections), stops accepting requests, lets in-flight ones finish and stops the groups.
 ///
 /// `on_ready` receives the node once it is serving (tests and the simulation use it to look
 /// inside); pass `|_| {}` otherwise.
@@ -55,16 +56,25 @@ pub async fn start(
         // Boxed: the join future is large, and this one is polled inside the server's future.
         let join = node.config().join.then(|| Box::pin(join::join_cluster(Arc::downgrade(&node))));
         let refused = refused.clone();
+        let node = node.clone();
         async move {
-            let Some(join) = join else { return shutdown.await };
-            tokio::pin!(shutdown);
-            tokio::select! {
-                _ = &mut shutdown => {}
-                outcome = join => match outcome {
-                    Ok(()) => shutdown.await,
-                    Err(reason) => *refused.lock().unwrap_or_else(|p| p.into_inner()) = Some(reason),
-                },
+            match join {
+                None => shutdown.await,
+                Some(join) => {
+                    tokio::pin!(shutdown);
+                    tokio::select! {
+                        _ = &mut shutdown => {}
+                        outcome = join => match outcome {
+                            Ok(()) => shutdown.await,
+                            Err(reason) => {
+                                *refused.lock().unwrap_or_else(|p| p.into_inner()) = Some(reason);
+                                return;
+                            }
+                        },
+                    }
+                }
             }
+            balance::hand_over_all(&node).await;
         }
     };
     let served = api::serve(node.clone(), stop).await;
