@@ -21,7 +21,7 @@ use bytes::Bytes;
 use rill_proto::internal::{RaftBatch, RaftMessage};
 use rill_rt::sync::oneshot;
 
-use crate::network::Transport;
+use crate::network::{PeerError, Transport};
 use crate::types::{GroupId, NodeId};
 
 /// How long a flusher collects heartbeats before sending. Small next to the heartbeat interval.
@@ -29,16 +29,7 @@ const LINGER: Duration = Duration::from_millis(10);
 /// How long one batch call may take. Each heartbeat also has openraft's own deadline.
 const BATCH_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// Why a heartbeat got no answer.
-#[derive(Debug, Clone)]
-pub enum HeartbeatError {
-    /// The peer is not reachable or does not host the group (yet): back off.
-    Unreachable(String),
-    /// The call failed otherwise.
-    Network(String),
-}
-
-type Answer = Result<RaftMessage, HeartbeatError>;
+type Answer = Result<RaftMessage, PeerError>;
 
 struct Waiting {
     group: GroupId,
@@ -77,7 +68,7 @@ impl Transport {
         addr: &str,
         group: GroupId,
         payload: Bytes,
-    ) -> Result<RaftMessage, HeartbeatError> {
+    ) -> Result<RaftMessage, PeerError> {
         let (tx, rx) = oneshot::channel();
         let queue = self.heartbeats().queue(target, addr);
         let start_flusher = {
@@ -88,7 +79,7 @@ impl Transport {
         if start_flusher {
             rill_rt::spawn(flush(self.clone(), target, addr.to_string(), queue));
         }
-        rx.await.unwrap_or_else(|_| Err(HeartbeatError::Network("the heartbeat flusher stopped".into())))
+        rx.await.unwrap_or_else(|_| Err(PeerError::Network("the heartbeat flusher stopped".into())))
     }
 }
 
@@ -113,14 +104,14 @@ async fn flush(transport: Arc<Transport>, target: NodeId, addr: String, queue: S
             Ok(replies) if replies.len() == sent => {
                 for (answer, reply) in answers.into_iter().zip(replies) {
                     let result =
-                        if reply.error.is_empty() { Ok(reply) } else { Err(HeartbeatError::Unreachable(reply.error)) };
+                        if reply.error.is_empty() { Ok(reply) } else { Err(PeerError::Unreachable(reply.error)) };
                     let _ = answer.send(result);
                 }
             }
             Ok(replies) => {
                 let e = format!("node {target} answered {} of {sent} heartbeats", replies.len());
                 for answer in answers {
-                    let _ = answer.send(Err(HeartbeatError::Network(e.clone())));
+                    let _ = answer.send(Err(PeerError::Network(e.clone())));
                 }
             }
             Err(e) => {
@@ -137,16 +128,11 @@ async fn send(
     target: NodeId,
     addr: &str,
     messages: Vec<RaftMessage>,
-) -> Result<Vec<RaftMessage>, HeartbeatError> {
-    let mut client = transport.client(target, addr).map_err(|e| HeartbeatError::Unreachable(e.0))?;
+) -> Result<Vec<RaftMessage>, PeerError> {
+    let mut client = transport.client(target, addr).map_err(|e| PeerError::Unreachable(e.0))?;
     match rill_rt::timeout(BATCH_TIMEOUT, client.heartbeats(RaftBatch { messages })).await {
-        Err(_) => Err(HeartbeatError::Network(format!("no answer from node {target} within {BATCH_TIMEOUT:?}"))),
-        Ok(Err(status)) => Err(match status.code() {
-            tonic::Code::NotFound | tonic::Code::Unavailable => {
-                HeartbeatError::Unreachable(status.message().to_string())
-            }
-            _ => HeartbeatError::Network(format!("{}: {}", status.code(), status.message())),
-        }),
+        Err(_) => Err(PeerError::Network(format!("no answer from node {target} within {BATCH_TIMEOUT:?}"))),
+        Ok(Err(status)) => Err(PeerError::from_status(&status)),
         Ok(Ok(r)) => Ok(r.into_inner().messages),
     }
 }

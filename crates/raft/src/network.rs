@@ -19,7 +19,7 @@ use serde::Serialize;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::codec;
-use crate::heartbeat::{HeartbeatError, Heartbeats};
+use crate::heartbeat::Heartbeats;
 use crate::types::{GroupId, NodeId, TypeConfig};
 
 /// How long to wait for a TCP connection to a peer.
@@ -27,6 +27,32 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 /// How long to back off after a peer was unreachable (or did not host the group yet). Short,
 /// because a new partition's replicas start within milliseconds of each other.
 const UNREACHABLE_BACKOFF: Duration = Duration::from_millis(200);
+
+/// Why a call to a peer got no answer.
+#[derive(Debug, Clone)]
+pub enum PeerError {
+    /// The peer is not reachable or does not host the group (yet): back off and retry.
+    Unreachable(String),
+    /// The call failed otherwise.
+    Network(String),
+}
+
+impl PeerError {
+    /// Classifies a failed gRPC call.
+    pub(crate) fn from_status(status: &tonic::Status) -> Self {
+        match status.code() {
+            tonic::Code::NotFound | tonic::Code::Unavailable => Self::Unreachable(status.message().to_string()),
+            _ => Self::Network(format!("{}: {}", status.code(), status.message())),
+        }
+    }
+
+    fn into_rpc<E: std::error::Error>(self) -> RPCError<NodeId, BasicNode, E> {
+        match self {
+            Self::Unreachable(e) => RPCError::Unreachable(Unreachable::new(&TransportError(e))),
+            Self::Network(e) => network_error(e),
+        }
+    }
+}
 
 /// A transport failure, as an error type openraft can wrap.
 #[derive(Debug, thiserror::Error)]
@@ -144,10 +170,9 @@ impl GroupNetwork {
         Resp: DeserializeOwned,
         E: std::error::Error + DeserializeOwned,
     {
-        let unreachable = |e: String| RPCError::Unreachable(Unreachable::new(&TransportError(e)));
-        let network = |e: String| RPCError::Network(NetworkError::new(&TransportError(e)));
-        let payload = codec::encode_message(req).map_err(network)?;
-        let mut client = self.transport.client(self.target, &self.addr).map_err(|e| unreachable(e.0))?;
+        let payload = codec::encode_message(req).map_err(network_error)?;
+        let mut client =
+            self.transport.client(self.target, &self.addr).map_err(|e| PeerError::Unreachable(e.0).into_rpc())?;
         let msg = RaftMessage { group_id: self.group, payload, error: String::new() };
         let call = async {
             match rpc {
@@ -158,15 +183,13 @@ impl GroupNetwork {
         };
         let reply = match rill_rt::timeout(option.hard_ttl(), call).await {
             Err(_) => {
-                return Err(network(format!("no answer from node {} within {:?}", self.target, option.hard_ttl())))
+                return Err(network_error(format!(
+                    "no answer from node {} within {:?}",
+                    self.target,
+                    option.hard_ttl()
+                )))
             }
-            Ok(Err(status)) => {
-                return Err(match status.code() {
-                    // Not hosting the group (yet) or not reachable: back off and retry.
-                    tonic::Code::NotFound | tonic::Code::Unavailable => unreachable(status.message().to_string()),
-                    _ => network(format!("{}: {}", status.code(), status.message())),
-                });
-            }
+            Ok(Err(status)) => return Err(PeerError::from_status(&status).into_rpc()),
             Ok(Ok(r)) => r.into_inner(),
         };
         self.answer(&reply.payload)
@@ -182,8 +205,7 @@ impl GroupNetwork {
         let sent = self.transport.heartbeat(self.target, &self.addr, self.group, payload);
         match rill_rt::timeout(option.hard_ttl(), sent).await {
             Err(_) => Err(network_error(format!("no answer from node {} within {:?}", self.target, option.hard_ttl()))),
-            Ok(Err(HeartbeatError::Unreachable(e))) => Err(RPCError::Unreachable(Unreachable::new(&TransportError(e)))),
-            Ok(Err(HeartbeatError::Network(e))) => Err(network_error(e)),
+            Ok(Err(e)) => Err(e.into_rpc()),
             Ok(Ok(reply)) => self.answer(&reply.payload),
         }
     }

@@ -35,6 +35,14 @@ impl RaftService {
         }
     }
 
+    /// One append-entries, alone or from a heartbeat batch.
+    async fn append(&self, msg: RaftMessage) -> Result<RaftMessage, Status> {
+        let raft = self.group(msg.group_id)?;
+        let answer = raft.append_entries(decode(&msg)?).await;
+        self.note_leader_contact(msg.group_id, &answer);
+        reply(msg.group_id, &answer).map(Response::into_inner)
+    }
+
     fn group(&self, id: u64) -> Result<Raft, Status> {
         self.multi
             .group(id)
@@ -54,11 +62,7 @@ fn reply<T: Serialize>(group_id: u64, answer: &T) -> Result<Response<RaftMessage
 #[tonic::async_trait]
 impl RaftTransport for RaftService {
     async fn append_entries(&self, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
-        let msg = request.into_inner();
-        let raft = self.group(msg.group_id)?;
-        let answer = raft.append_entries(decode(&msg)?).await;
-        self.note_leader_contact(msg.group_id, &answer);
-        reply(msg.group_id, &answer)
+        self.append(request.into_inner()).await.map(Response::new)
     }
 
     async fn vote(&self, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
@@ -73,22 +77,11 @@ impl RaftTransport for RaftService {
         // others beyond the answer to this batch.
         let answers = request.into_inner().messages.into_iter().map(|msg| async move {
             let group_id = msg.group_id;
-            let failed =
-                |s: Status| RaftMessage { group_id, payload: Default::default(), error: s.message().to_string() };
-            let raft = match self.group(group_id) {
-                Ok(r) => r,
-                Err(s) => return failed(s),
-            };
-            let req = match decode(&msg) {
-                Ok(r) => r,
-                Err(s) => return failed(s),
-            };
-            let answer = raft.append_entries(req).await;
-            self.note_leader_contact(group_id, &answer);
-            match reply(group_id, &answer) {
-                Ok(r) => r.into_inner(),
-                Err(s) => failed(s),
-            }
+            self.append(msg).await.unwrap_or_else(|s| RaftMessage {
+                group_id,
+                payload: Default::default(),
+                error: s.message().to_string(),
+            })
         });
         Ok(Response::new(RaftBatch { messages: futures::future::join_all(answers).await }))
     }

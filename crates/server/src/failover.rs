@@ -40,8 +40,8 @@ pub async fn run(node: Weak<Node>) {
         let silent_for = Duration::from_millis(raft.election_max_ms + raft.heartbeat_ms) + MARGIN;
         let now = rill_rt::now();
         let transport = n.multi().transport().clone();
-        let replicas: HashMap<GroupId, Vec<u64>> =
-            n.meta().replicas_of(n.id()).into_iter().map(|(_, _, a)| (a.group, a.replicas.clone())).collect();
+        // Built only when some leader is silent: most ticks find none.
+        let mut replicas: Option<HashMap<GroupId, Vec<u64>>> = None;
         for p in n.partitions() {
             let group = p.group();
             let (state, leader, term) = {
@@ -57,6 +57,9 @@ pub async fn run(node: Weak<Node>) {
             if now.saturating_duration_since(last) < silent_for {
                 continue;
             }
+            let replicas = replicas.get_or_insert_with(|| {
+                n.meta().replicas_of(n.id()).into_iter().map(|(_, _, a)| (a.group, a.replicas.clone())).collect()
+            });
             let designated = replicas.get(&group).and_then(|r| r.iter().copied().find(|r| *r != leader));
             if designated != Some(n.id()) {
                 continue;
