@@ -87,6 +87,10 @@ impl SimCluster {
                             check_every: Duration::from_secs(1),
                             min_leadership: Duration::from_secs(2),
                         };
+                        // Workloads pause between operations for well under a second: quiesce
+                        // idle partitions after 500 ms so the fault phase exercises quiescence,
+                        // waking and failover from it.
+                        config.raft.quiesce_after_ms = 500;
                         let on_ready = move |node: Arc<Node>| {
                             live.lock().unwrap_or_else(|p| p.into_inner()).insert(id, node);
                         };

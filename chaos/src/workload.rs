@@ -81,8 +81,26 @@ pub async fn producer(process: u32, client: Client, w: Workload) {
             Err(e) => send_failure(&e),
         };
         w.recorder.complete(id, outcome);
-        let pause = Duration::from_millis(rill_rt::rng().gen_range(0..30));
-        rill_rt::sleep(pause).await;
+        rill_rt::sleep(think_time(w.deadline)).await;
+    }
+}
+
+/// Producers fall silent together for [`QUIET_MS`] out of every [`QUIET_EVERY_MS`] (counted
+/// back from the deadline, so every producer agrees), long enough for partitions to quiesce
+/// (the simulated cluster's `quiesce-after` is 500 ms): faults then hit quiescent groups, and the
+/// next writes must wake them.
+const QUIET_EVERY_MS: u64 = 4_000;
+const QUIET_MS: u64 = 1_500;
+
+/// The pause before a producer's next send: 0-30 ms, stretched to the end of a quiet window.
+fn think_time(deadline: Instant) -> Duration {
+    let pause = Duration::from_millis(rill_rt::rng().gen_range(0..30));
+    let left = deadline.saturating_duration_since(rill_rt::now() + pause).as_millis() as u64;
+    let phase = left % QUIET_EVERY_MS;
+    if phase < QUIET_MS {
+        pause + Duration::from_millis(phase + 1)
+    } else {
+        pause
     }
 }
 
@@ -156,8 +174,7 @@ pub async fn idempotent_producer(process: u32, client: Client, w: Workload) {
             // Unknown whether stored: the next sequence cannot be chosen safely. Stop.
             return;
         }
-        let pause = Duration::from_millis(rill_rt::rng().gen_range(0..30));
-        rill_rt::sleep(pause).await;
+        rill_rt::sleep(think_time(w.deadline)).await;
     }
 }
 

@@ -23,3 +23,4 @@ mod t80_topic_admin;
 mod t90_idempotence;
 mod t95_node_join;
 mod t96_leader_balance;
+mod t97_quiescence;

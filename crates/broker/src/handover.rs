@@ -98,6 +98,8 @@ impl Partition {
         }
         let mut metrics = self.raft.metrics();
         let start_term = metrics.borrow_and_update().current_term;
+        // A quiescent follower has no election timer running; the new leader needs its ticks.
+        self.quiescence.wake();
         if self.raft.trigger().elect().await.is_err() {
             return false;
         }

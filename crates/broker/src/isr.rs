@@ -8,8 +8,9 @@
 //! below it.
 //!
 //! A follower must also be *alive*: it must have answered the leader (a heartbeat or an append)
-//! within the same window. Without that, a follower that was caught up when it died would stay
-//! in sync forever on an idle partition.
+//! within the same window — or, while the group is quiescent and sends neither, its node must
+//! have answered a node-level ping (`rill_raft::quiesce`). Without that, a follower that was
+//! caught up when it died would stay in sync forever on an idle partition.
 //!
 //! A new leader starts with an ISR of itself alone and adds followers as they prove they are
 //! caught up (within one heartbeat when healthy). It never assumes a follower is in sync: a dead
@@ -20,7 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use openraft::ServerState;
-use rill_raft::{GroupId, NodeId, Raft, Transport};
+use rill_raft::{NodeId, Quiescence, Raft};
 use rill_rt::sync::watch;
 use rill_rt::Instant;
 
@@ -134,9 +135,8 @@ impl IsrTracker {
 /// `lag_max` is read on every evaluation so a topic config change takes effect at once.
 pub async fn run(
     raft: Raft,
-    group_id: GroupId,
     me: NodeId,
-    transport: Arc<Transport>,
+    quiescence: Arc<Quiescence>,
     lag_max: impl Fn() -> Duration + Send + 'static,
     tx: Arc<watch::Sender<IsrView>>,
 ) {
@@ -160,7 +160,7 @@ pub async fn run(
                 .map(|r| r.iter().filter_map(|(n, l)| l.map(|l| (*n, l.index))).collect())
                 .unwrap_or_default();
             let contacts: BTreeMap<NodeId, Instant> =
-                voters.iter().filter_map(|n| transport.last_contact(group_id, *n).map(|t| (*n, t))).collect();
+                voters.iter().filter_map(|n| quiescence.last_contact(*n).map(|t| (*n, t))).collect();
             tracker.evaluate(
                 rill_rt::now(),
                 leader_term,

@@ -10,7 +10,7 @@ use rill_meta::TopicConfig;
 use rill_proto::common::RecordBatch;
 use rill_raft::multi::StartedGroup;
 use rill_raft::state_machine::SmStore;
-use rill_raft::{GroupId, LogStore, NodeId, Raft, Transport};
+use rill_raft::{GroupId, LogStore, NodeId, Quiescence, Raft};
 use rill_rt::sync::watch;
 use rill_rt::Instant;
 
@@ -72,6 +72,8 @@ pub struct ReplicaState {
     pub high_watermark: u64,
     /// Offset after the last stored record, committed or not.
     pub log_end_offset: u64,
+    /// The partition's Raft group is quiescent here (idle: no heartbeats).
+    pub quiescent: bool,
 }
 
 /// One partition replica hosted on this node.
@@ -81,6 +83,8 @@ pub struct Partition {
     pub(crate) group: GroupId,
     pub(crate) node_id: NodeId,
     pub(crate) raft: Raft,
+    /// Woken by every write; see `rill_raft::quiesce`.
+    pub(crate) quiescence: Arc<Quiescence>,
     pub(crate) log: LogStore,
     pub(crate) sm: SmStore<PartitionStateMachine>,
     pub(crate) hw: watch::Receiver<u64>,
@@ -114,22 +118,22 @@ impl Partition {
         started: StartedGroup<PartitionStateMachine>,
         shared: SharedState,
         config: TopicConfig,
-        transport: Arc<Transport>,
     ) -> Arc<Self> {
-        let StartedGroup { raft, log, sm, .. } = started;
+        let StartedGroup { raft, log, sm, quiescence, .. } = started;
         // The state machine may have been restored from a snapshot before anything was applied.
         shared.hw.send_replace(sm.applied().position);
         let config = Arc::new(RwLock::new(config));
         let (isr_tx, isr_rx) = watch::channel(IsrView::default());
         let lag_config = config.clone();
         let lag = move || lag_config.read().map(|c| c.replica_lag_time_max()).unwrap_or(Duration::from_secs(30));
-        rill_rt::spawn(isr::run(raft.clone(), log.group(), node_id, transport, lag, Arc::new(isr_tx)));
+        rill_rt::spawn(isr::run(raft.clone(), node_id, quiescence.clone(), lag, Arc::new(isr_tx)));
         let partition = Arc::new(Self {
             topic,
             partition,
             group: log.group(),
             node_id,
             raft,
+            quiescence,
             log,
             sm,
             hw: shared.hw.subscribe(),
@@ -165,6 +169,11 @@ impl Partition {
     /// The Raft handle.
     pub fn raft(&self) -> &Raft {
         &self.raft
+    }
+
+    /// The group's quiescence on this node (wake it before triggering an election).
+    pub fn quiescence(&self) -> &Arc<Quiescence> {
+        &self.quiescence
     }
 
     /// The log (for oracles and tests comparing replicas).
@@ -229,6 +238,7 @@ impl Partition {
             log_start_offset: self.log.start_position(),
             high_watermark: self.high_watermark(),
             log_end_offset: self.log.end_position(),
+            quiescent: self.quiescence.is_quiescent(),
         }
     }
 

@@ -131,7 +131,12 @@ impl Partition {
             body: command::encode_append(append_time_ms, std::slice::from_ref(batch)),
             proposal: tag,
         };
-        match self.raft.client_write_ff(payload).await {
+        // Wake a quiescent group before the entry reaches Raft and again once it has: an attempt
+        // to quiesce that raced with the first is then undone by the second.
+        self.quiescence.wake();
+        let queued = self.raft.client_write_ff(payload).await;
+        self.quiescence.wake();
+        match queued {
             Ok(commit) => Ok(Proposal { commit, durable }),
             Err(_) => {
                 self.log.forget_proposal(tag);
@@ -298,6 +303,7 @@ impl Partition {
             return Err(self.not_leader());
         }
         let payload = Payload { units: 0, body: command::encode_expire_producers(older_than_ms), proposal: 0 };
+        self.quiescence.wake();
         self.raft.client_write(payload).await.map(|_| ()).map_err(|e| match e {
             openraft::error::RaftError::APIError(e) => write_error(e, self.node_id),
             openraft::error::RaftError::Fatal(_) => PartitionError::ShuttingDown,

@@ -123,6 +123,7 @@ async fn flush(transport: Arc<Transport>, target: NodeId, addr: String, queue: S
     }
 }
 
+/// Sends one batch (empty: a ping) and records the peer as heard from when it answers.
 async fn send(
     transport: &Transport,
     target: NodeId,
@@ -130,9 +131,24 @@ async fn send(
     messages: Vec<RaftMessage>,
 ) -> Result<Vec<RaftMessage>, PeerError> {
     let mut client = transport.client(target, addr).map_err(|e| PeerError::Unreachable(e.0))?;
-    match rill_rt::timeout(BATCH_TIMEOUT, client.heartbeats(RaftBatch { messages })).await {
+    let batch = RaftBatch { messages, from_node: transport.node_id(), incarnation: transport.liveness().incarnation() };
+    match rill_rt::timeout(BATCH_TIMEOUT, client.heartbeats(batch)).await {
         Err(_) => Err(PeerError::Network(format!("no answer from node {target} within {BATCH_TIMEOUT:?}"))),
         Ok(Err(status)) => Err(PeerError::from_status(&status)),
-        Ok(Ok(r)) => Ok(r.into_inner().messages),
+        Ok(Ok(r)) => {
+            let answer = r.into_inner();
+            if answer.from_node == target {
+                transport.liveness().heard(target, answer.incarnation);
+            }
+            Ok(answer.messages)
+        }
+    }
+}
+
+impl Transport {
+    /// Pings `target` (an empty heartbeat batch), proving this node alive to it and, by its
+    /// answer, it alive to this node. See [`crate::liveness`].
+    pub async fn ping(&self, target: NodeId, addr: &str) -> Result<(), PeerError> {
+        send(self, target, addr, Vec::new()).await.map(|_| ())
     }
 }

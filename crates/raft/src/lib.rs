@@ -12,7 +12,8 @@
 //!          Engine (one RocksDB / MemEngine) + Syncer (group commit)
 //!
 //!   outgoing: GroupNetwork ──► Transport (one gRPC channel per peer) ──► peer's RaftService
-//!             (heartbeats: per-peer queue ──► one Heartbeats call for many groups)
+//!             (heartbeats: per-peer queue ──► one Heartbeats call for many groups;
+//!              idle groups quiesce: no heartbeats, one ping per peer instead)
 //!   incoming: RaftService ──► MultiRaft::group(id) ──► openraft
 //! ```
 //!
@@ -22,6 +23,8 @@
 //! * [`state_machine`]: [`GroupStateMachine`], what a group's owner implements, and its adapter.
 //! * [`network`] and [`service`]: the shared transport, client and server side.
 //! * [`heartbeat`]: heartbeats of every group to one peer coalesced into one call.
+//! * [`liveness`]: node-level liveness from pings, with restart detection.
+//! * [`quiesce`]: idle groups stop heartbeating and rely on node liveness.
 //! * [`multi`]: [`MultiRaft`], the registry of the groups running on this node.
 //!
 //! This crate knows nothing about records, offsets or topics: an entry carries opaque bytes and
@@ -35,9 +38,11 @@ pub mod codec;
 pub mod error;
 pub mod heartbeat;
 pub mod keys;
+pub mod liveness;
 pub mod log_store;
 pub mod multi;
 pub mod network;
+pub mod quiesce;
 pub mod runtime;
 pub mod service;
 pub mod state_machine;
@@ -47,5 +52,6 @@ pub use error::{Error, Result};
 pub use log_store::{LogStore, PositionedEntry};
 pub use multi::{GroupOptions, MultiRaft, RaftTiming};
 pub use network::Transport;
+pub use quiesce::Quiescence;
 pub use state_machine::GroupStateMachine;
 pub use types::{GroupId, NodeId, Payload, Raft, TypeConfig};

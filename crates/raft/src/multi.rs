@@ -1,14 +1,18 @@
 //! [`MultiRaft`]: the registry of every Raft group running on this node.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, RwLock, Weak};
+use std::time::Duration;
 
 use openraft::error::{InitializeError, RaftError};
+use openraft::storage::RaftLogStorage;
 use openraft::{BasicNode, Config, SnapshotPolicy};
 use rill_storage::{Engine, Syncer};
 
+use crate::liveness::PING_EVERY;
 use crate::log_store::LogStore;
 use crate::network::{GroupNetworkFactory, Transport};
+use crate::quiesce::{self, Quiescence};
 use crate::state_machine::{GroupStateMachine, SmStore};
 use crate::types::{GroupId, NodeId, Raft};
 use crate::{Error, Result};
@@ -23,6 +27,9 @@ pub struct RaftTiming {
     pub election_min_ms: u64,
     /// Election timeout upper bound.
     pub election_max_ms: u64,
+    /// How long a partition's log must stay unchanged before its group quiesces (stops
+    /// heartbeating, see [`crate::quiesce`]); 0 never quiesces.
+    pub quiesce_after_ms: u64,
 }
 
 impl Default for RaftTiming {
@@ -31,7 +38,7 @@ impl Default for RaftTiming {
         // timeout before it stands: 0.9-1.2 s of silence here, so 9+ heartbeats must go missing
         // for a needless election. With `rill_server::failover` a designated follower stands
         // after lease + one heartbeat, so a dead leader is replaced in well under a second.
-        Self { heartbeat_ms: 100, election_min_ms: 300, election_max_ms: 600 }
+        Self { heartbeat_ms: 100, election_min_ms: 300, election_max_ms: 600, quiesce_after_ms: 3_000 }
     }
 }
 
@@ -43,11 +50,13 @@ pub struct GroupOptions {
     pub snapshot_every_entries: u64,
     /// Most entries in one AppendEntries message.
     pub max_entries_per_append: u64,
+    /// Stop heartbeats while the group is idle (see [`crate::quiesce`]).
+    pub quiesce: bool,
 }
 
 impl Default for GroupOptions {
     fn default() -> Self {
-        Self { snapshot_every_entries: 10_000, max_entries_per_append: 64 }
+        Self { snapshot_every_entries: 10_000, max_entries_per_append: 64, quiesce: false }
     }
 }
 
@@ -63,6 +72,15 @@ pub struct StartedGroup<M> {
     pub pristine: bool,
     /// True when this call initialized the fresh log with the given membership.
     pub initialized_now: bool,
+    /// The group's quiescence on this node; writes must [`Quiescence::wake`] it.
+    pub quiescence: Arc<Quiescence>,
+}
+
+/// A group running on this node.
+#[derive(Clone)]
+struct Hosted {
+    raft: Raft,
+    quiescence: Arc<Quiescence>,
 }
 
 /// Every group hosted by one node, sharing its engine, syncer and transport.
@@ -72,7 +90,7 @@ pub struct MultiRaft {
     syncer: Syncer,
     transport: Arc<Transport>,
     timing: RaftTiming,
-    groups: RwLock<HashMap<GroupId, Raft>>,
+    groups: RwLock<HashMap<GroupId, Hosted>>,
 }
 
 impl MultiRaft {
@@ -104,7 +122,39 @@ impl MultiRaft {
 
     /// The running group `id`, if hosted here.
     pub fn group(&self, id: GroupId) -> Option<Raft> {
-        self.groups.read().unwrap_or_else(|p| p.into_inner()).get(&id).cloned()
+        self.groups.read().unwrap_or_else(|p| p.into_inner()).get(&id).map(|h| h.raft.clone())
+    }
+
+    /// The quiescence of group `id`, if hosted here.
+    pub fn quiescence(&self, id: GroupId) -> Option<Arc<Quiescence>> {
+        self.groups.read().unwrap_or_else(|p| p.into_inner()).get(&id).map(|h| h.quiescence.clone())
+    }
+
+    /// Every hosted group's quiescence.
+    pub(crate) fn hosted(&self) -> Vec<(GroupId, Arc<Quiescence>)> {
+        let groups = self.groups.read().unwrap_or_else(|p| p.into_inner());
+        groups.iter().map(|(id, h)| (*id, h.quiescence.clone())).collect()
+    }
+
+    /// How long a group's log must stay unchanged before it quiesces.
+    pub(crate) fn quiesce_after(&self) -> Duration {
+        Duration::from_millis(self.timing.quiesce_after_ms)
+    }
+
+    /// How long a quiescent follower waits for its leader's silent node before it wakes and
+    /// lets openraft elect: the leader lease, a heartbeat, an election timeout and a margin.
+    /// (`rill_server::failover` makes the designated follower stand one election timeout
+    /// sooner.)
+    pub fn orphan_after(&self) -> Duration {
+        let t = self.timing;
+        Duration::from_millis(2 * t.election_max_ms + t.heartbeat_ms + 50)
+    }
+
+    /// Starts the node-wide background work: pings to every peer and quiescence of idle groups.
+    /// Both stop when the registry is dropped.
+    pub fn start_background(self: &Arc<Self>) {
+        rill_rt::spawn(ping_peers(Arc::downgrade(self)));
+        rill_rt::spawn(quiesce::run(Arc::downgrade(self)));
     }
 
     /// Ids of every hosted group.
@@ -150,7 +200,14 @@ impl MultiRaft {
         let log = LogStore::open(group, self.engine.clone(), self.syncer.clone())?;
         let pristine = log.is_pristine()?;
         let sm = SmStore::open(group, self.engine.clone(), sm)?;
-        let config = Arc::new(self.config(group, opts)?);
+        // A replica with a log that did not lead starts quiescent: see `crate::quiesce`.
+        let vote = log.clone().read_vote().await.map_err(|e| Error::Raft { group, reason: e.to_string() })?;
+        let was_leader = vote.is_some_and(|v| v.committed && v.leader_id.node_id == self.node_id);
+        let quiesce = opts.quiesce && self.timing.quiesce_after_ms > 0;
+        let start_quiescent = quiesce && !pristine && !was_leader;
+        let mut config = self.config(group, opts)?;
+        config.enable_tick = !start_quiescent;
+        let config = Arc::new(config);
         let network = GroupNetworkFactory::new(group, self.transport.clone());
         let raft = Raft::new(self.node_id, config, network, log.clone(), sm.clone())
             .await
@@ -165,9 +222,11 @@ impl MultiRaft {
             },
             _ => false,
         };
-        self.groups.write().unwrap_or_else(|p| p.into_inner()).insert(group, raft.clone());
-        tracing::debug!(node = self.node_id, group, initialized_now, "raft group started");
-        Ok(StartedGroup { raft, log, sm, pristine, initialized_now })
+        let quiescence = Quiescence::new(group, raft.clone(), self.transport.clone(), quiesce, start_quiescent);
+        let hosted = Hosted { raft: raft.clone(), quiescence: quiescence.clone() };
+        self.groups.write().unwrap_or_else(|p| p.into_inner()).insert(group, hosted);
+        tracing::debug!(node = self.node_id, group, initialized_now, start_quiescent, "raft group started");
+        Ok(StartedGroup { raft, log, sm, pristine, initialized_now, quiescence })
     }
 
     /// Initializes a running group that has no log yet with `members` (openraft then stands for
@@ -185,8 +244,8 @@ impl MultiRaft {
 
     /// Stops group `group` (if running) and forgets it. Its data stays on disk.
     pub async fn stop_group(&self, group: GroupId) {
-        let raft = self.groups.write().unwrap_or_else(|p| p.into_inner()).remove(&group);
-        if let Some(raft) = raft {
+        let hosted = self.groups.write().unwrap_or_else(|p| p.into_inner()).remove(&group);
+        if let Some(Hosted { raft, .. }) = hosted {
             if let Err(e) = raft.shutdown().await {
                 tracing::warn!(group, error = %e, "raft group did not shut down cleanly");
             }
@@ -198,5 +257,37 @@ impl MultiRaft {
         for group in self.group_ids() {
             self.stop_group(group).await;
         }
+    }
+}
+
+/// Keeps one pinger running per peer this node has a channel to, and wakes the quiescent groups
+/// of peers seen restarting. Runs until `multi` is dropped.
+async fn ping_peers(multi: Weak<MultiRaft>) {
+    let mut pinging: std::collections::HashSet<(NodeId, String)> = std::collections::HashSet::new();
+    loop {
+        rill_rt::sleep(PING_EVERY).await;
+        let Some(m) = multi.upgrade() else { return };
+        for peer in m.transport.peers() {
+            if pinging.insert(peer.clone()) {
+                rill_rt::spawn(ping(Arc::downgrade(&m.transport), peer));
+            }
+        }
+        for node in m.transport.liveness().take_restarts() {
+            quiesce::wake_groups_with(&m, node);
+        }
+    }
+}
+
+/// Pings one peer every [`PING_EVERY`] (each ping waits for the previous one, so a dead peer
+/// costs one call in flight, not a pile of them).
+async fn ping(transport: Weak<Transport>, (node, addr): (NodeId, String)) {
+    loop {
+        let next = rill_rt::now() + PING_EVERY;
+        let Some(t) = transport.upgrade() else { return };
+        if let Err(e) = t.ping(node, &addr).await {
+            tracing::trace!(node, error = ?e, "ping failed");
+        }
+        drop(t);
+        rill_rt::sleep_until(next).await;
     }
 }

@@ -20,6 +20,7 @@ use tonic::transport::{Channel, Endpoint};
 
 use crate::codec;
 use crate::heartbeat::Heartbeats;
+use crate::liveness::Liveness;
 use crate::types::{GroupId, NodeId, TypeConfig};
 
 /// How long to wait for a TCP connection to a peer.
@@ -62,9 +63,11 @@ pub struct TransportError(pub String);
 /// The node's connections to its peers. One lazily connected channel per peer address.
 ///
 /// It also remembers when each peer last answered a Raft message of each group, so a leader
-/// can tell a live follower from one that merely *was* caught up when it died.
-#[derive(Default)]
+/// can tell a live follower from one that merely *was* caught up when it died, and when each
+/// peer node was last heard from at all ([`Liveness`], for quiescent groups).
 pub struct Transport {
+    node_id: NodeId,
+    liveness: Liveness,
     channels: Mutex<HashMap<(NodeId, String), Channel>>,
     contacts: Mutex<HashMap<(GroupId, NodeId), rill_rt::Instant>>,
     /// When each group's leader last reached this node (an append whose vote was accepted).
@@ -73,9 +76,32 @@ pub struct Transport {
 }
 
 impl Transport {
-    /// A transport with no connections yet.
-    pub fn new() -> Arc<Self> {
-        Arc::new(Self::default())
+    /// The transport of node `node_id`, with no connections yet.
+    pub fn new(node_id: NodeId) -> Arc<Self> {
+        Arc::new(Self {
+            node_id,
+            liveness: Liveness::new(),
+            channels: Mutex::default(),
+            contacts: Mutex::default(),
+            leader_contacts: Mutex::default(),
+            heartbeats: Heartbeats::default(),
+        })
+    }
+
+    /// The node this transport sends from.
+    pub fn node_id(&self) -> NodeId {
+        self.node_id
+    }
+
+    /// What this node knows of its peers' liveness.
+    pub fn liveness(&self) -> &Liveness {
+        &self.liveness
+    }
+
+    /// Every peer this node has a channel to (node, address).
+    pub fn peers(&self) -> Vec<(NodeId, String)> {
+        let channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
+        channels.keys().filter(|(n, _)| *n != self.node_id).cloned().collect()
     }
 
     /// The channel to `node` at `addr` (`host:port`), created on first use.
@@ -112,7 +138,14 @@ impl Transport {
     }
 
     fn record_contact(&self, group: GroupId, node: NodeId) {
-        self.contacts.lock().unwrap_or_else(|p| p.into_inner()).insert((group, node), rill_rt::now());
+        self.record_contact_at(group, node, rill_rt::now());
+    }
+
+    /// Records that `node` answered `group` at `at`, unless a later answer is known.
+    pub(crate) fn record_contact_at(&self, group: GroupId, node: NodeId, at: rill_rt::Instant) {
+        let mut contacts = self.contacts.lock().unwrap_or_else(|p| p.into_inner());
+        let slot = contacts.entry((group, node)).or_insert(at);
+        *slot = (*slot).max(at);
     }
 
     pub(crate) fn client(&self, node: NodeId, addr: &str) -> Result<RaftTransportClient<Channel>, TransportError> {

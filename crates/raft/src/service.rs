@@ -3,17 +3,17 @@
 use std::sync::Arc;
 
 use rill_proto::internal::raft_transport_server::RaftTransport;
-use rill_proto::internal::{RaftBatch, RaftMessage};
+use rill_proto::internal::{QuiesceRequest, QuiesceResponse, RaftBatch, RaftMessage};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tonic::{Request, Response, Status};
 
 use openraft::error::RaftError;
-use openraft::raft::AppendEntriesResponse;
+use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse};
 
 use crate::codec;
 use crate::multi::MultiRaft;
-use crate::types::{GroupId, NodeId, Raft};
+use crate::types::{GroupId, NodeId, Raft, TypeConfig};
 
 /// Serves Raft RPCs for every group hosted by a [`MultiRaft`].
 #[derive(Clone)]
@@ -38,9 +38,20 @@ impl RaftService {
     /// One append-entries, alone or from a heartbeat batch.
     async fn append(&self, msg: RaftMessage) -> Result<RaftMessage, Status> {
         let raft = self.group(msg.group_id)?;
-        let answer = raft.append_entries(decode(&msg)?).await;
+        let req: AppendEntriesRequest<TypeConfig> = decode(&msg)?;
+        if let Some(q) = self.multi.quiescence(msg.group_id) {
+            q.on_append(&req);
+        }
+        let answer = raft.append_entries(req).await;
         self.note_leader_contact(msg.group_id, &answer);
         reply(msg.group_id, &answer).map(Response::into_inner)
+    }
+
+    /// Wakes group `id` if it is quiescent here: a vote or a snapshot means something changes.
+    fn wake(&self, id: GroupId) {
+        if let Some(q) = self.multi.quiescence(id) {
+            q.wake();
+        }
     }
 
     fn group(&self, id: u64) -> Result<Raft, Status> {
@@ -68,14 +79,21 @@ impl RaftTransport for RaftService {
     async fn vote(&self, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
         let msg = request.into_inner();
         let raft = self.group(msg.group_id)?;
+        self.wake(msg.group_id);
         let answer = raft.vote(decode(&msg)?).await;
         reply(msg.group_id, &answer)
     }
 
     async fn heartbeats(&self, request: Request<RaftBatch>) -> Result<Response<RaftBatch>, Status> {
+        let batch = request.into_inner();
+        let transport = self.multi.transport();
+        // Any batch, an empty one (a ping) included, proves the sender's node alive.
+        if batch.from_node != 0 {
+            transport.liveness().heard(batch.from_node, batch.incarnation);
+        }
         // Every group's heartbeat is handled concurrently: one busy group does not hold up the
         // others beyond the answer to this batch.
-        let answers = request.into_inner().messages.into_iter().map(|msg| async move {
+        let answers = batch.messages.into_iter().map(|msg| async move {
             let group_id = msg.group_id;
             self.append(msg).await.unwrap_or_else(|s| RaftMessage {
                 group_id,
@@ -83,12 +101,29 @@ impl RaftTransport for RaftService {
                 error: s.message().to_string(),
             })
         });
-        Ok(Response::new(RaftBatch { messages: futures::future::join_all(answers).await }))
+        let messages = futures::future::join_all(answers).await;
+        Ok(Response::new(RaftBatch {
+            messages,
+            from_node: transport.node_id(),
+            incarnation: transport.liveness().incarnation(),
+        }))
+    }
+
+    async fn quiesce(&self, request: Request<QuiesceRequest>) -> Result<Response<QuiesceResponse>, Status> {
+        let request = request.into_inner();
+        let accepted = request
+            .groups
+            .iter()
+            .filter(|ask| self.multi.quiescence(ask.group_id).is_some_and(|q| q.follow(request.from_node, ask)))
+            .map(|ask| ask.group_id)
+            .collect();
+        Ok(Response::new(QuiesceResponse { accepted }))
     }
 
     async fn install_snapshot(&self, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
         let msg = request.into_inner();
         let raft = self.group(msg.group_id)?;
+        self.wake(msg.group_id);
         let answer = raft.install_snapshot(decode(&msg)?).await;
         reply(msg.group_id, &answer)
     }

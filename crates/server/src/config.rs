@@ -15,6 +15,7 @@
 //! heartbeat-interval = "100ms"
 //! election-timeout-min = "300ms"
 //! election-timeout-max = "600ms"
+//! quiesce-after = "3s"  # idle partitions stop heartbeating; "0s": never
 //!
 //! [log]
 //! level = "info"      # tracing filter, e.g. "info,rill_raft=debug"
@@ -155,6 +156,8 @@ struct FileRaft {
     election_timeout_min: Option<Duration>,
     #[serde(default, deserialize_with = "duration")]
     election_timeout_max: Option<Duration>,
+    #[serde(default, deserialize_with = "duration")]
+    quiesce_after: Option<Duration>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -179,7 +182,7 @@ fn parse_file(text: &str, path: &Path) -> Result<FileConfig> {
     if !unknown.is_empty() {
         return Err(Error::Config(format!(
             "{}: unknown key(s) {}; known keys: node-id, listen, data-dir, [cluster] members, [cluster] join, [cluster] advertise, [cluster] auto-leader-rebalance, [raft] heartbeat-interval, \
-             election-timeout-min, election-timeout-max, [log] level, format",
+             election-timeout-min, election-timeout-max, quiesce-after, [log] level, format",
             path.display(),
             unknown.join(", ")
         )));
@@ -227,6 +230,9 @@ pub struct Args {
     /// Raft election timeout upper bound.
     #[arg(long, env = "RILL_RAFT_ELECTION_TIMEOUT_MAX", value_parser = humantime::parse_duration)]
     pub raft_election_timeout_max: Option<Duration>,
+    /// How long a partition must be idle before its Raft group stops heartbeating (0s: never).
+    #[arg(long, env = "RILL_RAFT_QUIESCE_AFTER", value_parser = humantime::parse_duration)]
+    pub raft_quiesce_after: Option<Duration>,
     /// Log filter, e.g. `info` or `info,rill_raft=debug`.
     #[arg(long, env = "RILL_LOG_LEVEL")]
     pub log_level: Option<String>,
@@ -270,6 +276,7 @@ impl Args {
                 self.raft_election_timeout_max.or(file.raft.election_timeout_max),
                 defaults.election_max_ms,
             ),
+            quiesce_after_ms: ms(self.raft_quiesce_after.or(file.raft.quiesce_after), defaults.quiesce_after_ms),
         };
         let cluster = ClusterArgs {
             members,

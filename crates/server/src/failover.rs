@@ -38,8 +38,6 @@ pub async fn run(node: Weak<Node>) {
         let Some(n) = node.upgrade() else { return };
         let raft = n.config().raft;
         let silent_for = Duration::from_millis(raft.election_max_ms + raft.heartbeat_ms) + MARGIN;
-        let now = rill_rt::now();
-        let transport = n.multi().transport().clone();
         // Built only when some leader is silent: most ticks find none.
         let mut replicas: Option<HashMap<GroupId, Vec<u64>>> = None;
         for p in n.partitions() {
@@ -53,8 +51,9 @@ pub async fn run(node: Weak<Node>) {
             if state != ServerState::Follower || stood.contains(&(group, term)) {
                 continue;
             }
-            let Some(last) = transport.last_leader_contact(group) else { continue };
-            if now.saturating_duration_since(last) < silent_for {
+            // A quiescent group hears no heartbeats: its leader's silence is its node's.
+            let Some(silent) = p.quiescence().leader_silent_for(leader) else { continue };
+            if silent < silent_for {
                 continue;
             }
             let replicas = replicas.get_or_insert_with(|| {
@@ -66,6 +65,7 @@ pub async fn run(node: Weak<Node>) {
             }
             stood.insert((group, term));
             tracing::info!(group, leader, term, "the leader is silent past its lease; standing for election");
+            p.quiescence().wake();
             if let Err(e) = p.raft().trigger().elect().await {
                 tracing::debug!(group, error = %e, "cannot stand for election");
             }

@@ -60,7 +60,8 @@ impl Node {
     /// Opens the node's groups on `engine` and starts its background tasks.
     pub async fn start(config: Config, engine: Arc<dyn Engine>) -> Result<Arc<Self>> {
         let syncer = Syncer::start_with_latency(engine.clone(), config.sync_latency);
-        let multi = MultiRaft::new(config.node_id, engine, syncer, Transport::new(), config.raft);
+        let multi = MultiRaft::new(config.node_id, engine, syncer, Transport::new(config.node_id), config.raft);
+        multi.start_background();
         let (meta_sm, meta_rx) = MetaStateMachine::new();
         // Founding members initialize the metadata group; a joining node waits to be added.
         let members: Option<BTreeMap<NodeId, BasicNode>> =
@@ -298,7 +299,8 @@ impl Node {
         // initialize too after a while and elect among themselves.
         let preferred = replicas.first() == Some(&self.id());
         let initial = preferred.then(|| members.clone());
-        let started = self.multi.start_group(group, sm, initial, GroupOptions::default()).await?;
+        let opts = GroupOptions { quiesce: true, ..GroupOptions::default() };
+        let started = self.multi.start_group(group, sm, initial, opts).await?;
         if started.pristine && !preferred {
             let raft = started.raft.clone();
             let wait = Duration::from_millis(self.config.raft.election_max_ms * 2);
@@ -309,9 +311,7 @@ impl Node {
                 }
             });
         }
-        let transport = self.multi.transport().clone();
-        let p =
-            Partition::new(topic.name.clone(), partition, self.id(), started, shared, topic.config.clone(), transport);
+        let p = Partition::new(topic.name.clone(), partition, self.id(), started, shared, topic.config.clone());
         self.partitions.write().unwrap_or_else(|p| p.into_inner()).insert(group, p);
         tracing::info!(node = self.id(), topic = %topic.name, partition, group, "started partition replica");
         Ok(())

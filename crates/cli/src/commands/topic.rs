@@ -84,6 +84,7 @@ pub fn description_json(d: &TopicDescription) -> serde_json::Value {
             "log_start_offset": p.log_start_offset,
             "high_watermark": p.high_watermark,
             "log_end_offset": p.log_end_offset,
+            "quiescent": p.quiescent,
         })).collect::<Vec<_>>(),
         "configs": d.configs.iter().map(|c| (c.key.clone(), json!(c.value))).collect::<serde_json::Map<_, _>>(),
     })

@@ -99,6 +99,7 @@ fn describe_partition(topic: &str, partition: u32, replicas: &[u64], live: &Part
             log_end_offset: l.log_end_offset,
             error_code: ErrorCode::None as i32,
             error_message: String::new(),
+            quiescent: l.quiescent,
         },
         None => PartitionDescription {
             partition,
@@ -119,6 +120,7 @@ fn describe_partition(topic: &str, partition: u32, replicas: &[u64], live: &Part
                     live.unreachable
                 )
             },
+            quiescent: false,
         },
     }
 }

@@ -40,6 +40,7 @@ pub fn local_status(node: &Node, group: GroupId) -> ReplicaStatus {
                 log_start_offset: s.log_start_offset as i64,
                 high_watermark: s.high_watermark as i64,
                 log_end_offset: s.log_end_offset as i64,
+                quiescent: s.quiescent,
             }
         }
     }
