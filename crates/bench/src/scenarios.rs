@@ -22,6 +22,8 @@ pub struct IdleResult {
     pub seconds: f64,
     /// Percent of one core used by each node while idle.
     pub cpu_percent_per_node: Vec<f64>,
+    /// Partitions whose Raft group was quiescent (no heartbeats) when measuring began / ended.
+    pub quiescent_partitions: (usize, usize),
 }
 
 /// `partitions` RF-3 partitions on 3 nodes, no traffic: CPU per node over `measure`.
@@ -38,14 +40,21 @@ pub async fn idle_partitions(env: &Env, partitions: u32, measure: Duration) -> a
     // Let elections, ISR expansion and first snapshots settle before measuring.
     tokio::time::sleep(Duration::from_secs(10)).await;
     deployment.check_running()?;
+    let quiescent_before = quiescent(&client).await?;
     let before = deployment.cpu_seconds();
     let t0 = Instant::now();
     tokio::time::sleep(measure).await;
     let seconds = t0.elapsed().as_secs_f64();
     let after = deployment.cpu_seconds();
     deployment.check_running()?;
+    let quiescent_partitions = (quiescent_before, quiescent(&client).await?);
     let cpu_percent_per_node = before.iter().zip(after).map(|((_, b), (_, a))| (a - b) / seconds * 100.0).collect();
-    Ok(IdleResult { partitions, leaders_after_seconds, seconds, cpu_percent_per_node })
+    Ok(IdleResult { partitions, leaders_after_seconds, seconds, cpu_percent_per_node, quiescent_partitions })
+}
+
+/// How many partitions of the idle topic are quiescent on their leader.
+async fn quiescent(client: &Client) -> anyhow::Result<usize> {
+    Ok(client.describe_topic("idle").await?.partitions.iter().filter(|p| p.quiescent).count())
 }
 
 /// Leader failover times.

@@ -30,6 +30,8 @@ use rill_rt::Instant;
 const SAMPLE_GRANULARITY: Duration = Duration::from_millis(10);
 /// Longest pause between ISR evaluations when nothing changes (ISR shrinks by time passing).
 const MAX_TICK: Duration = Duration::from_millis(250);
+/// Longest pause between ISR evaluations while the group is quiescent.
+const QUIESCENT_TICK: Duration = Duration::from_secs(1);
 
 /// The leader's current view of its followers.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -187,7 +189,10 @@ pub async fn run(
             }
             continue;
         }
-        let tick = lag_max().min(MAX_TICK) / 2;
+        // A quiescent group's ISR changes only when a follower's node falls silent; a write
+        // wakes the group, and with it this loop, at once.
+        let tick =
+            if quiescence.is_quiescent() { (lag_max() / 2).min(QUIESCENT_TICK) } else { lag_max().min(MAX_TICK) / 2 };
         // Wake on any Raft progress, or after a tick so followers age out of the ISR.
         if let Ok(Err(_)) = rill_rt::timeout(tick, metrics.changed()).await {
             break; // the group shut down

@@ -39,6 +39,7 @@
 //! election the other follower would have refused while still hearing heartbeats.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -82,6 +83,10 @@ pub struct Quiescence {
     /// False for groups that never quiesce (the metadata group).
     allowed: bool,
     state: Mutex<State>,
+    /// Mirrors of the mode for lock-free reads (the failover watcher reads every partition's
+    /// every 50 ms): quiescent at all, and the leader while quiescent (0: awake or unknown).
+    quiescent: AtomicBool,
+    quiet_leader: AtomicU64,
 }
 
 impl std::fmt::Debug for Quiescence {
@@ -101,7 +106,27 @@ impl Quiescence {
         start_quiescent: bool,
     ) -> Arc<Self> {
         let mode = if start_quiescent { Mode::Following { leader: None, since: rill_rt::now() } } else { Mode::Awake };
-        Arc::new(Self { group, raft, transport, allowed, state: Mutex::new(State { activity: 0, mode }) })
+        Arc::new(Self {
+            group,
+            raft,
+            transport,
+            allowed,
+            state: Mutex::new(State { activity: 0, mode }),
+            quiescent: AtomicBool::new(start_quiescent),
+            quiet_leader: AtomicU64::new(0),
+        })
+    }
+
+    /// Enters `mode`, keeping the lock-free mirrors in step.
+    fn set_mode(&self, state: &mut State, mode: Mode) -> Mode {
+        let leader = match &mode {
+            Mode::Awake | Mode::Following { leader: None, .. } => 0,
+            Mode::Leading { .. } => self.transport.node_id(),
+            Mode::Following { leader: Some((l, _)), .. } => *l,
+        };
+        self.quiescent.store(mode != Mode::Awake, Ordering::Release);
+        self.quiet_leader.store(leader, Ordering::Release);
+        std::mem::replace(&mut state.mode, mode)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -110,7 +135,13 @@ impl Quiescence {
 
     /// True while the group is quiescent on this node.
     pub fn is_quiescent(&self) -> bool {
-        self.lock().mode != Mode::Awake
+        self.quiescent.load(Ordering::Acquire)
+    }
+
+    /// The group's leader while it is quiescent (this node when it leads); `None` when awake,
+    /// or quiescent after a restart without a known leader.
+    pub fn quiescent_leader(&self) -> Option<NodeId> {
+        Some(self.quiet_leader.load(Ordering::Acquire)).filter(|l| *l != 0)
     }
 
     /// Wakes the group if it is quiescent. Every write calls this before and after proposing,
@@ -122,7 +153,7 @@ impl Quiescence {
 
     fn wake_locked(&self, state: &mut State) {
         state.activity = state.activity.wrapping_add(1);
-        let mode = std::mem::replace(&mut state.mode, Mode::Awake);
+        let mode = self.set_mode(state, Mode::Awake);
         if mode == Mode::Awake {
             return;
         }
@@ -193,7 +224,7 @@ impl Quiescence {
         };
         if agrees {
             self.raft.runtime_config().tick(false);
-            state.mode = Mode::Following { leader: Some((leader, ask.term)), since: rill_rt::now() };
+            self.set_mode(&mut state, Mode::Following { leader: Some((leader, ask.term)), since: rill_rt::now() });
         }
         agrees
     }
@@ -212,7 +243,7 @@ impl Quiescence {
             return false;
         }
         self.raft.runtime_config().tick(false);
-        state.mode = Mode::Leading { followers, last };
+        self.set_mode(&mut state, Mode::Leading { followers, last });
         true
     }
 

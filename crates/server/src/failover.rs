@@ -40,7 +40,17 @@ pub async fn run(node: Weak<Node>) {
         let silent_for = Duration::from_millis(raft.election_max_ms + raft.heartbeat_ms) + MARGIN;
         // Built only when some leader is silent: most ticks find none.
         let mut replicas: Option<HashMap<GroupId, Vec<u64>>> = None;
+        // Per leader node: silent past the lease? Asked once per check, not once per partition.
+        let mut node_silent: HashMap<u64, bool> = HashMap::new();
+        let liveness = n.multi().transport().liveness();
         for p in n.partitions() {
+            // A quiescent group whose leader's node is heard from (or that this node leads) has
+            // nothing to check: the common case with many idle partitions, read without locks.
+            if let Some(l) = p.quiescence().quiescent_leader() {
+                if l == n.id() || !*node_silent.entry(l).or_insert_with(|| liveness.silent_for(l) >= silent_for) {
+                    continue;
+                }
+            }
             let group = p.group();
             let (state, leader, term) = {
                 let m = p.raft().metrics();

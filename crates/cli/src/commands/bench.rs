@@ -195,10 +195,12 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     if let Some(i) = idle {
         let per_node: Vec<String> = i.cpu_percent_per_node.iter().map(|c| format!("{c:.1}%")).collect();
         println!(
-            "idle: {} partitions (RF 3), CPU per node over {:.0} s: {}",
+            "idle: {} partitions (RF 3), CPU per node over {:.0} s: {} (quiescent at start/end: {}/{})",
             i.partitions,
             i.seconds,
-            per_node.join(", ")
+            per_node.join(", "),
+            i.quiescent_partitions.0,
+            i.quiescent_partitions.1
         );
     }
     if let Some(f) = failover {
