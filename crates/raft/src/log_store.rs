@@ -17,7 +17,7 @@
 //! * `truncate`, `purge` and `save_committed` write unsynced; the next sync covers them, and the
 //!   engine's prefix guarantee means a surviving later append implies they survived too.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::fmt::Debug;
 use std::ops::{Bound, RangeBounds};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -70,11 +70,85 @@ struct FlushJob {
     proposals: Vec<(oneshot::Sender<Placement>, Placement)>,
 }
 
+/// Most bytes of entry bodies the tail cache of one group holds.
+const TAIL_CACHE_BYTES: usize = 1 << 20;
+/// Most entries the tail cache of one group holds.
+const TAIL_CACHE_ENTRIES: usize = 512;
+
+/// The most recently appended entries of a group, in memory.
+///
+/// openraft reads entries back from the log right after appending them: to apply them once
+/// committed, and to replicate them to followers. Served from storage, each read was a scan, a
+/// copy of every value and a decode — a third of a loaded node's copying. The cache mirrors the
+/// stored tail exactly (appends, truncations and purges apply to both, under the log's lock),
+/// so a read it serves returns what storage would; reads that reach below it go to storage.
+#[derive(Default)]
+struct TailCache {
+    /// Consecutive entries, oldest first.
+    entries: VecDeque<StoredEntry>,
+    bytes: usize,
+}
+
+impl TailCache {
+    fn size(e: &StoredEntry) -> usize {
+        match &e.entry.payload {
+            EntryPayload::Normal(p) => p.body.len() + 64,
+            _ => 64,
+        }
+    }
+
+    /// Adds `e`, which follows the cached entries (or restarts the cache if it does not).
+    fn push(&mut self, e: StoredEntry) {
+        if self.entries.back().is_some_and(|b| b.entry.log_id.index + 1 != e.entry.log_id.index) {
+            self.entries.clear();
+            self.bytes = 0;
+        }
+        self.bytes += Self::size(&e);
+        self.entries.push_back(e);
+        while self.entries.len() > 1 && (self.bytes > TAIL_CACHE_BYTES || self.entries.len() > TAIL_CACHE_ENTRIES) {
+            if let Some(old) = self.entries.pop_front() {
+                self.bytes -= Self::size(&old);
+            }
+        }
+    }
+
+    /// Drops entries from log index `from` on.
+    fn truncate(&mut self, from: u64) {
+        while self.entries.back().is_some_and(|b| b.entry.log_id.index >= from) {
+            if let Some(e) = self.entries.pop_back() {
+                self.bytes -= Self::size(&e);
+            }
+        }
+    }
+
+    /// Drops entries up to log index `upto`, inclusive.
+    fn purge(&mut self, upto: u64) {
+        while self.entries.front().is_some_and(|f| f.entry.log_id.index <= upto) {
+            if let Some(e) = self.entries.pop_front() {
+                self.bytes -= Self::size(&e);
+            }
+        }
+    }
+
+    /// The cached entries with log index in `[start, end)`, if the cache reaches down to
+    /// `start` (entries past the cached end do not exist, as in storage).
+    fn range(&self, start: u64, end: u64) -> Option<impl Iterator<Item = &StoredEntry>> {
+        let first = self.entries.front()?.entry.log_id.index;
+        if start < first {
+            return None;
+        }
+        let skip = usize::try_from(start - first).ok()?;
+        let take = usize::try_from(end.saturating_sub(start)).unwrap_or(usize::MAX);
+        Some(self.entries.iter().skip(skip).take(take))
+    }
+}
+
 struct Shared {
     group: GroupId,
     engine: Arc<dyn Engine>,
     syncer: Syncer,
     meta: Mutex<LogMeta>,
+    tail: Mutex<TailCache>,
     flush_tx: mpsc::UnboundedSender<FlushJob>,
     proposals: Mutex<HashMap<u64, oneshot::Sender<Placement>>>,
 }
@@ -130,6 +204,7 @@ impl LogStore {
                 engine,
                 syncer,
                 meta: Mutex::new(meta),
+                tail: Mutex::default(),
                 flush_tx,
                 proposals: Mutex::new(HashMap::new()),
             }),
@@ -193,6 +268,18 @@ impl LogStore {
     /// Up to `max_entries` normal entries (those occupying positions) from log index `from` on,
     /// stopping before log index `until`.
     pub fn read_positioned(&self, from: u64, until: u64, max_entries: usize) -> crate::Result<Vec<PositionedEntry>> {
+        let positioned = |e: &StoredEntry| match &e.entry.payload {
+            EntryPayload::Normal(p) if p.units > 0 => Some(PositionedEntry {
+                index: e.entry.log_id.index,
+                base: e.base,
+                units: p.units,
+                body: p.body.clone(),
+            }),
+            _ => None,
+        };
+        if let Some(cached) = lock(&self.shared.tail).range(from, until) {
+            return Ok(cached.take(max_entries).filter_map(positioned).collect());
+        }
         let g = self.shared.group;
         let rows = self.shared.engine.scan(
             Keyspace::RaftLog,
@@ -302,6 +389,9 @@ impl RaftLogReader<TypeConfig> for LogStore {
         range: RB,
     ) -> Result<Vec<Entry>, StorageError> {
         let (start, end) = index_range(&range);
+        if let Some(cached) = lock(&self.shared.tail).range(start, end) {
+            return Ok(cached.map(|e| e.entry.clone()).collect());
+        }
         let g = self.shared.group;
         let rows = self
             .shared
@@ -378,9 +468,11 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             let mut meta = lock(&self.shared.meta);
             let mut end = meta.end_position;
             let mut last = meta.last_log_id;
+            let mut appended = Vec::new();
             for entry in entries {
                 let index = entry.log_id.index;
                 let encoded = codec::encode_entry(end, &entry).map_err(write_err)?;
+                let base = end;
                 batch.put(Keyspace::RaftLog, keys::group_u64(g, index).to_vec(), encoded);
                 if let EntryPayload::Normal(p) = &entry.payload {
                     if p.units > 0 {
@@ -394,10 +486,20 @@ impl RaftLogStorage<TypeConfig> for LogStore {
                     end += u64::from(p.units);
                 }
                 last = Some(entry.log_id);
+                let mut entry = entry;
+                if let EntryPayload::Normal(p) = &mut entry.payload {
+                    // As stored: the proposal tag is leader-local and not persisted.
+                    p.proposal = 0;
+                }
+                appended.push(StoredEntry { base, entry });
             }
             self.shared.engine.write(batch, false).map_err(write_err)?;
             meta.end_position = end;
             meta.last_log_id = last;
+            let mut tail = lock(&self.shared.tail);
+            for e in appended {
+                tail.push(e);
+            }
         }
         let callback = if rill_rt::mutation::active(Mutation::AckBeforeSync) {
             // Deliberate bug (simulation only): report the entries durable before the sync.
@@ -435,6 +537,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         );
         let mut meta = lock(&self.shared.meta);
         self.write(b)?;
+        lock(&self.shared.tail).truncate(log_id.index);
         meta.end_position = first_removed.base;
         meta.last_log_id = previous.or(meta.last_purged);
         tracing::debug!(group = g, from = log_id.index, "truncated log");
@@ -461,6 +564,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         );
         let mut meta = lock(&self.shared.meta);
         self.write(b)?;
+        lock(&self.shared.tail).purge(log_id.index);
         meta.last_purged = Some(log_id);
         meta.start_position = end;
         if meta.last_log_id.is_none_or(|l| l.index < log_id.index) {
@@ -468,5 +572,71 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             meta.end_position = end;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use openraft::{CommittedLeaderId, EntryPayload, LogId};
+
+    use super::*;
+    use crate::types::Payload;
+
+    fn entry(index: u64, body_len: usize) -> StoredEntry {
+        let payload = Payload { units: 1, body: Bytes::from(vec![7u8; body_len]), proposal: 0 };
+        let entry =
+            Entry { log_id: LogId::new(CommittedLeaderId::new(1, 1), index), payload: EntryPayload::Normal(payload) };
+        StoredEntry { base: index * 10, entry }
+    }
+
+    fn indexes(c: &TailCache, start: u64, end: u64) -> Option<Vec<u64>> {
+        c.range(start, end).map(|it| it.map(|e| e.entry.log_id.index).collect())
+    }
+
+    #[test]
+    fn serves_ranges_it_holds_and_defers_below_its_first_entry() {
+        let mut c = TailCache::default();
+        assert_eq!(indexes(&c, 1, 5), None, "empty: storage answers");
+        for i in 3..=6 {
+            c.push(entry(i, 10));
+        }
+        assert_eq!(indexes(&c, 3, 7), Some(vec![3, 4, 5, 6]));
+        assert_eq!(indexes(&c, 4, 6), Some(vec![4, 5]));
+        assert_eq!(indexes(&c, 5, u64::MAX), Some(vec![5, 6]));
+        assert_eq!(indexes(&c, 9, 12), Some(vec![]), "past the end: nothing, as in storage");
+        assert_eq!(indexes(&c, 2, 5), None, "below the first cached entry: storage answers");
+    }
+
+    #[test]
+    fn truncate_purge_and_gaps_keep_it_a_mirror_of_the_stored_tail() {
+        let mut c = TailCache::default();
+        for i in 1..=5 {
+            c.push(entry(i, 10));
+        }
+        c.truncate(4);
+        assert_eq!(indexes(&c, 1, 10), Some(vec![1, 2, 3]));
+        c.push(entry(4, 10));
+        assert_eq!(indexes(&c, 1, 10), Some(vec![1, 2, 3, 4]));
+        c.purge(2);
+        assert_eq!(indexes(&c, 1, 10), None);
+        assert_eq!(indexes(&c, 3, 10), Some(vec![3, 4]));
+        c.push(entry(9, 10));
+        assert_eq!(indexes(&c, 3, 10), None, "a gap restarts the cache at the new entry");
+        assert_eq!(indexes(&c, 9, 10), Some(vec![9]));
+        c.truncate(1);
+        assert_eq!((c.entries.len(), c.bytes), (0, 0));
+    }
+
+    #[test]
+    fn bounded_by_bytes_and_entries_but_keeps_the_last_entry() {
+        let mut c = TailCache::default();
+        for i in 1..=(TAIL_CACHE_ENTRIES as u64 + 10) {
+            c.push(entry(i, 10));
+        }
+        assert_eq!(c.entries.len(), TAIL_CACHE_ENTRIES);
+        assert_eq!(indexes(&c, 1, 2), None);
+        c.push(entry(TAIL_CACHE_ENTRIES as u64 + 11, TAIL_CACHE_BYTES * 2));
+        assert_eq!(c.entries.len(), 1, "one oversized entry still cached alone");
+        assert!(c.bytes > TAIL_CACHE_BYTES);
     }
 }
