@@ -20,6 +20,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::fmt::Debug;
 use std::ops::{Bound, RangeBounds};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use bytes::Bytes;
@@ -72,6 +73,39 @@ struct FlushJob {
 
 /// Most bytes of entry bodies the tail cache of one group holds.
 const TAIL_CACHE_BYTES: usize = 1 << 20;
+
+/// The bytes held by the tail caches of every group of a node, against one limit: past it,
+/// each group keeps only its last entry (enough for the apply right after a commit), so memory
+/// stays bounded however many partitions are written at once.
+#[derive(Debug)]
+pub struct TailBudget {
+    used: AtomicUsize,
+    limit: usize,
+}
+
+impl TailBudget {
+    /// A budget of `limit` bytes shared by the logs opened with it.
+    pub fn new(limit: usize) -> Arc<Self> {
+        Arc::new(Self { used: AtomicUsize::new(0), limit })
+    }
+
+    /// Bytes cached now.
+    pub fn used(&self) -> usize {
+        self.used.load(Ordering::Relaxed)
+    }
+
+    fn exhausted(&self) -> bool {
+        self.used() > self.limit
+    }
+
+    fn account(&self, before: usize, after: usize) {
+        if after >= before {
+            self.used.fetch_add(after - before, Ordering::Relaxed);
+        } else {
+            self.used.fetch_sub(before - after, Ordering::Relaxed);
+        }
+    }
+}
 /// Most entries the tail cache of one group holds.
 const TAIL_CACHE_ENTRIES: usize = 512;
 
@@ -98,14 +132,17 @@ impl TailCache {
     }
 
     /// Adds `e`, which follows the cached entries (or restarts the cache if it does not).
-    fn push(&mut self, e: StoredEntry) {
+    /// `tight`: the node's budget is exhausted, keep only `e`.
+    fn push(&mut self, e: StoredEntry, tight: bool) {
         if self.entries.back().is_some_and(|b| b.entry.log_id.index + 1 != e.entry.log_id.index) {
             self.entries.clear();
             self.bytes = 0;
         }
         self.bytes += Self::size(&e);
         self.entries.push_back(e);
-        while self.entries.len() > 1 && (self.bytes > TAIL_CACHE_BYTES || self.entries.len() > TAIL_CACHE_ENTRIES) {
+        while self.entries.len() > 1
+            && (tight || self.bytes > TAIL_CACHE_BYTES || self.entries.len() > TAIL_CACHE_ENTRIES)
+        {
             if let Some(old) = self.entries.pop_front() {
                 self.bytes -= Self::size(&old);
             }
@@ -149,8 +186,27 @@ struct Shared {
     syncer: Syncer,
     meta: Mutex<LogMeta>,
     tail: Mutex<TailCache>,
+    tail_budget: Arc<TailBudget>,
     flush_tx: mpsc::UnboundedSender<FlushJob>,
     proposals: Mutex<HashMap<u64, oneshot::Sender<Placement>>>,
+}
+
+impl Shared {
+    /// Changes the tail cache, keeping the node's budget in step.
+    fn with_tail<R>(&self, f: impl FnOnce(&mut TailCache) -> R) -> R {
+        let mut tail = lock(&self.tail);
+        let before = tail.bytes;
+        let out = f(&mut tail);
+        self.tail_budget.account(before, tail.bytes);
+        out
+    }
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        let cached = lock(&self.tail).bytes;
+        self.tail_budget.account(cached, 0);
+    }
 }
 
 /// One group's log storage. Cheap to clone; clones share state.
@@ -181,7 +237,12 @@ fn write_err(e: impl ToString) -> StorageError {
 impl LogStore {
     /// Opens group `group`'s log on `engine`, recovering its end from what is stored, and spawns
     /// its flusher task on the current runtime.
-    pub fn open(group: GroupId, engine: Arc<dyn Engine>, syncer: Syncer) -> crate::Result<Self> {
+    pub fn open(
+        group: GroupId,
+        engine: Arc<dyn Engine>,
+        syncer: Syncer,
+        tail_budget: Arc<TailBudget>,
+    ) -> crate::Result<Self> {
         let corrupt = |reason: String| crate::Error::Corrupt { group, reason };
         let (last_purged, purged_end) = match engine.get(Keyspace::RaftMeta, &keys::group_tag(group, keys::PURGED))? {
             Some(b) => codec::decode_message::<(LogId, u64)>(&b).map(|(id, end)| (Some(id), end)).map_err(corrupt)?,
@@ -205,6 +266,7 @@ impl LogStore {
                 syncer,
                 meta: Mutex::new(meta),
                 tail: Mutex::default(),
+                tail_budget,
                 flush_tx,
                 proposals: Mutex::new(HashMap::new()),
             }),
@@ -496,10 +558,12 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             self.shared.engine.write(batch, false).map_err(write_err)?;
             meta.end_position = end;
             meta.last_log_id = last;
-            let mut tail = lock(&self.shared.tail);
-            for e in appended {
-                tail.push(e);
-            }
+            let tight = self.shared.tail_budget.exhausted();
+            self.shared.with_tail(|tail| {
+                for e in appended {
+                    tail.push(e, tight);
+                }
+            });
         }
         let callback = if rill_rt::mutation::active(Mutation::AckBeforeSync) {
             // Deliberate bug (simulation only): report the entries durable before the sync.
@@ -537,7 +601,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         );
         let mut meta = lock(&self.shared.meta);
         self.write(b)?;
-        lock(&self.shared.tail).truncate(log_id.index);
+        self.shared.with_tail(|tail| tail.truncate(log_id.index));
         meta.end_position = first_removed.base;
         meta.last_log_id = previous.or(meta.last_purged);
         tracing::debug!(group = g, from = log_id.index, "truncated log");
@@ -564,7 +628,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         );
         let mut meta = lock(&self.shared.meta);
         self.write(b)?;
-        lock(&self.shared.tail).purge(log_id.index);
+        self.shared.with_tail(|tail| tail.purge(log_id.index));
         meta.last_purged = Some(log_id);
         meta.start_position = end;
         if meta.last_log_id.is_none_or(|l| l.index < log_id.index) {
@@ -598,7 +662,7 @@ mod tests {
         let mut c = TailCache::default();
         assert_eq!(indexes(&c, 1, 5), None, "empty: storage answers");
         for i in 3..=6 {
-            c.push(entry(i, 10));
+            c.push(entry(i, 10), false);
         }
         assert_eq!(indexes(&c, 3, 7), Some(vec![3, 4, 5, 6]));
         assert_eq!(indexes(&c, 4, 6), Some(vec![4, 5]));
@@ -611,16 +675,16 @@ mod tests {
     fn truncate_purge_and_gaps_keep_it_a_mirror_of_the_stored_tail() {
         let mut c = TailCache::default();
         for i in 1..=5 {
-            c.push(entry(i, 10));
+            c.push(entry(i, 10), false);
         }
         c.truncate(4);
         assert_eq!(indexes(&c, 1, 10), Some(vec![1, 2, 3]));
-        c.push(entry(4, 10));
+        c.push(entry(4, 10), false);
         assert_eq!(indexes(&c, 1, 10), Some(vec![1, 2, 3, 4]));
         c.purge(2);
         assert_eq!(indexes(&c, 1, 10), None);
         assert_eq!(indexes(&c, 3, 10), Some(vec![3, 4]));
-        c.push(entry(9, 10));
+        c.push(entry(9, 10), false);
         assert_eq!(indexes(&c, 3, 10), None, "a gap restarts the cache at the new entry");
         assert_eq!(indexes(&c, 9, 10), Some(vec![9]));
         c.truncate(1);
@@ -631,12 +695,30 @@ mod tests {
     fn bounded_by_bytes_and_entries_but_keeps_the_last_entry() {
         let mut c = TailCache::default();
         for i in 1..=(TAIL_CACHE_ENTRIES as u64 + 10) {
-            c.push(entry(i, 10));
+            c.push(entry(i, 10), false);
         }
         assert_eq!(c.entries.len(), TAIL_CACHE_ENTRIES);
         assert_eq!(indexes(&c, 1, 2), None);
-        c.push(entry(TAIL_CACHE_ENTRIES as u64 + 11, TAIL_CACHE_BYTES * 2));
+        c.push(entry(TAIL_CACHE_ENTRIES as u64 + 11, TAIL_CACHE_BYTES * 2), false);
         assert_eq!(c.entries.len(), 1, "one oversized entry still cached alone");
         assert!(c.bytes > TAIL_CACHE_BYTES);
+    }
+
+    #[test]
+    fn an_exhausted_node_budget_keeps_only_the_last_entry() {
+        let mut c = TailCache::default();
+        for i in 1..=3 {
+            c.push(entry(i, 10), false);
+        }
+        c.push(entry(4, 10), true);
+        assert_eq!(indexes(&c, 4, 5), Some(vec![4]));
+        assert_eq!(indexes(&c, 3, 5), None);
+
+        let budget = TailBudget::new(100);
+        budget.account(0, 150);
+        assert!(budget.exhausted());
+        budget.account(150, 40);
+        assert_eq!(budget.used(), 40);
+        assert!(!budget.exhausted());
     }
 }

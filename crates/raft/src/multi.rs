@@ -10,12 +10,15 @@ use openraft::{BasicNode, Config, SnapshotPolicy};
 use rill_storage::{Engine, Syncer};
 
 use crate::liveness::PING_EVERY;
-use crate::log_store::LogStore;
+use crate::log_store::{LogStore, TailBudget};
 use crate::network::{GroupNetworkFactory, Transport};
 use crate::quiesce::{self, Quiescence};
 use crate::state_machine::{GroupStateMachine, SmStore};
 use crate::types::{GroupId, NodeId, Raft};
 use crate::{Error, Result};
+
+/// Memory the log tail caches of all groups on a node may hold (see `crate::log_store`).
+const TAIL_CACHE_BUDGET: usize = 256 << 20;
 
 /// Raft timing shared by every group of a node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,6 +94,8 @@ pub struct MultiRaft {
     transport: Arc<Transport>,
     timing: RaftTiming,
     groups: RwLock<HashMap<GroupId, Hosted>>,
+    /// Shared by every group's log tail cache.
+    tail_budget: Arc<TailBudget>,
 }
 
 impl MultiRaft {
@@ -102,7 +107,8 @@ impl MultiRaft {
         transport: Arc<Transport>,
         timing: RaftTiming,
     ) -> Arc<Self> {
-        Arc::new(Self { node_id, engine, syncer, transport, timing, groups: RwLock::new(HashMap::new()) })
+        let tail_budget = TailBudget::new(TAIL_CACHE_BUDGET);
+        Arc::new(Self { node_id, engine, syncer, transport, timing, groups: RwLock::new(HashMap::new()), tail_budget })
     }
 
     /// This node's id.
@@ -197,7 +203,7 @@ impl MultiRaft {
                 reason: format!("already running (leader {:?})", raft.metrics().borrow().current_leader),
             });
         }
-        let log = LogStore::open(group, self.engine.clone(), self.syncer.clone())?;
+        let log = LogStore::open(group, self.engine.clone(), self.syncer.clone(), self.tail_budget.clone())?;
         let pristine = log.is_pristine()?;
         let sm = SmStore::open(group, self.engine.clone(), sm)?;
         // A replica with a log that did not lead starts quiescent: see `crate::quiesce`.
