@@ -147,6 +147,12 @@ impl MultiRaft {
         Duration::from_millis(self.timing.quiesce_after_ms)
     }
 
+    /// openraft's leader lease (= the election timeout's upper bound): how long a follower that
+    /// heard from its leader refuses to vote for anyone else.
+    pub(crate) fn leader_lease(&self) -> Duration {
+        Duration::from_millis(self.timing.election_max_ms)
+    }
+
     /// How long a quiescent follower waits for its leader's silent node before it wakes and
     /// lets openraft elect: the leader lease, a heartbeat, an election timeout and a margin.
     /// (`rill_server::failover` makes the designated follower stand one election timeout

@@ -34,16 +34,17 @@
 //!   its first heartbeat wakes the replica.
 //!
 //! Raft's safety never depends on any of this: votes, terms and log matching are untouched.
-//! What quiescence trades is the leader lease's protection of a quiescent group: a follower
-//! that stopped hearing the leader's node (a one-way or partial network cut) can win an
-//! election the other follower would have refused while still hearing heartbeats.
+//! The leader lease keeps its meaning: a quiescent follower that still hears its leader's node
+//! within the lease refuses to vote for another candidate ([`Quiescence::refuse_vote`]), as
+//! openraft refuses while it hears heartbeats, so a follower cut from the leader alone cannot
+//! depose it.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use openraft::raft::AppendEntriesRequest;
+use openraft::raft::{AppendEntriesRequest, VoteRequest, VoteResponse};
 use openraft::ServerState;
 use rill_proto::internal::{QuiesceGroup, QuiesceRequest};
 
@@ -204,6 +205,28 @@ impl Quiescence {
         if !same_leader || !req.entries.is_empty() {
             self.wake_locked(&mut state);
         }
+    }
+
+    /// A quiescent follower's refusal of a vote for another candidate while it still hears its
+    /// leader's node within `lease` — what openraft's leader lease does for a heartbeating
+    /// group, where the follower would have heard the leader's heartbeats. Without it, a
+    /// follower cut from the leader alone could win an election the other follower should
+    /// refuse. `None`: let openraft decide (and wake the group).
+    pub(crate) fn refuse_vote(&self, req: &VoteRequest<NodeId>, lease: Duration) -> Option<VoteResponse<NodeId>> {
+        let state = self.lock();
+        let Mode::Following { leader: Some((leader, _)), .. } = state.mode else { return None };
+        if req.vote.leader_id.node_id == leader || self.transport.liveness().silent_for(leader) >= lease {
+            return None;
+        }
+        let m = self.raft.metrics();
+        let m = m.borrow();
+        tracing::debug!(
+            group = self.group,
+            candidate = req.vote.leader_id.node_id,
+            leader,
+            "vote refused: the leader is alive"
+        );
+        Some(VoteResponse::new(m.vote, m.last_applied, false))
     }
 
     /// A follower's answer to its leader's request to quiesce.

@@ -9,7 +9,7 @@ use serde::Serialize;
 use tonic::{Request, Response, Status};
 
 use openraft::error::RaftError;
-use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse};
+use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse, VoteRequest};
 
 use crate::codec;
 use crate::multi::MultiRaft;
@@ -79,8 +79,14 @@ impl RaftTransport for RaftService {
     async fn vote(&self, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
         let msg = request.into_inner();
         let raft = self.group(msg.group_id)?;
-        self.wake(msg.group_id);
-        let answer = raft.vote(decode(&msg)?).await;
+        let req: VoteRequest<NodeId> = decode(&msg)?;
+        if let Some(q) = self.multi.quiescence(msg.group_id) {
+            if let Some(refused) = q.refuse_vote(&req, self.multi.leader_lease()) {
+                return reply(msg.group_id, &Ok::<_, RaftError<NodeId>>(refused));
+            }
+            q.wake();
+        }
+        let answer = raft.vote(req).await;
         reply(msg.group_id, &answer)
     }
 
