@@ -39,7 +39,7 @@
 //! openraft refuses while it hears heartbeats, so a follower cut from the leader alone cannot
 //! depose it.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
@@ -176,7 +176,8 @@ impl Quiescence {
     /// group is quiescent, anything from its node.
     pub fn last_contact(&self, node: NodeId) -> Option<rill_rt::Instant> {
         let own = self.transport.last_contact(self.group, node);
-        if !matches!(self.lock().mode, Mode::Leading { .. }) {
+        // Read on every ISR evaluation of a busy leader: the lock-free mirror, not the lock.
+        if self.quiescent_leader() != Some(self.transport.node_id()) {
             return own;
         }
         own.max(self.transport.liveness().last_heard(node))
@@ -333,7 +334,8 @@ pub(crate) async fn run(multi: Weak<MultiRaft>) {
         let mut attempts: Vec<Attempt> = Vec::new();
         let mut asks: BTreeMap<(NodeId, String), Vec<QuiesceGroup>> = BTreeMap::new();
         let hosted = m.hosted();
-        idle.retain(|g, _| hosted.iter().any(|(id, _)| id == g));
+        let hosted_ids: HashSet<GroupId> = hosted.iter().map(|(id, _)| *id).collect();
+        idle.retain(|g, _| hosted_ids.contains(g));
         for (group, q) in hosted {
             q.check(orphan_after);
             let Some(activity) = q.begin() else { continue };
