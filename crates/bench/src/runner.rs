@@ -34,6 +34,71 @@ pub struct RunSettings {
     pub warmup: Duration,
     /// Show a progress bar (or, without a terminal, a line every few seconds).
     pub progress: bool,
+    /// What the bytes after each message's 16-byte header are.
+    pub payload: PayloadKind,
+}
+
+/// The filler bytes of the messages a run sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PayloadKind {
+    /// Every message its own random bytes: nothing a system compresses gets smaller, as with
+    /// real data that producers compress themselves.
+    #[default]
+    Distinct,
+    /// The same random bytes in every message (the OpenMessaging Benchmark's single payload
+    /// file): a system that compresses stored batches shrinks them many times over.
+    Repeated,
+}
+
+impl std::str::FromStr for PayloadKind {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "distinct" => Ok(Self::Distinct),
+            "repeated" => Ok(Self::Repeated),
+            other => Err(format!("unknown payload kind {other:?} (expected distinct or repeated)")),
+        }
+    }
+}
+
+/// Random bytes the filler of every message is cut from.
+struct Filler {
+    pool: Bytes,
+    /// Filler bytes per message.
+    len: usize,
+    kind: PayloadKind,
+}
+
+/// Distinct fillers are windows of a pool this many times larger than a message (within
+/// [`DISTINCT_POOL_MAX`]), so two messages of one batch share bytes only by rare chance.
+const DISTINCT_POOL_FACTOR: usize = 4096;
+const DISTINCT_POOL_MAX: usize = 64 << 20;
+
+impl Filler {
+    fn new(message_size: usize, kind: PayloadKind) -> Self {
+        let len = message_size.saturating_sub(16);
+        let pool_len = match kind {
+            PayloadKind::Distinct => (len * DISTINCT_POOL_FACTOR).min(DISTINCT_POOL_MAX).max(len),
+            PayloadKind::Repeated => len,
+        };
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        let pool: Vec<u8> = (0..pool_len).map(|_| rng.gen::<u8>()).collect();
+        Self { pool: pool.into(), len, kind }
+    }
+
+    /// The filler of message `seq`.
+    fn for_message(&self, seq: u64) -> &[u8] {
+        let start = match self.kind {
+            PayloadKind::Repeated => 0,
+            PayloadKind::Distinct => {
+                // A multiplicative hash spreads consecutive messages over the pool.
+                let room = (self.pool.len() - self.len + 1) as u64;
+                (seq.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 16) % room
+            }
+        } as usize;
+        &self.pool[start..start + self.len]
+    }
 }
 
 /// Microseconds since the Unix epoch.
@@ -42,11 +107,11 @@ fn wall_us() -> u64 {
 }
 
 /// Builds a payload of `size` bytes: send time, sequence, then filler.
-fn payload(filler: &Bytes, size: usize, seq: u64) -> Bytes {
+fn payload(filler: &Filler, size: usize, seq: u64) -> Bytes {
     let mut b = BytesMut::with_capacity(size);
     b.put_u64_le(wall_us());
     b.put_u64_le(seq);
-    b.put_slice(&filler[..size - 16]);
+    b.put_slice(&filler.for_message(seq)[..size - 16]);
     b.freeze()
 }
 
@@ -129,10 +194,7 @@ pub async fn run(
         }
     }
     let total_producers = producers.len() as f64;
-    let filler: Bytes = {
-        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
-        (0..workload.message_size).map(|_| rng.gen::<u8>()).collect::<Vec<u8>>().into()
-    };
+    let filler = Arc::new(Filler::new(workload.message_size, settings.payload));
     let mut producer_tasks = Vec::new();
     for (i, (_topic, producer)) in producers.into_iter().enumerate() {
         let rate = workload.producer_rate as f64 / total_producers;
@@ -315,7 +377,7 @@ async fn produce_loop(
     producer: Box<dyn BenchProducer>,
     shared: Arc<Shared>,
     workload: Workload,
-    filler: Bytes,
+    filler: Arc<Filler>,
     rate: f64,
     producer_index: u64,
 ) {
@@ -432,8 +494,21 @@ mod tests {
     use super::*;
 
     #[test]
+    fn distinct_payloads_differ_and_repeated_ones_do_not() {
+        let distinct = Filler::new(1024, PayloadKind::Distinct);
+        let fillers: std::collections::HashSet<&[u8]> = (0..1000).map(|seq| distinct.for_message(seq)).collect();
+        assert_eq!(fillers.len(), 1000);
+        assert!(fillers.iter().all(|f| f.len() == 1008));
+        let repeated = Filler::new(1024, PayloadKind::Repeated);
+        assert_eq!(repeated.for_message(1), repeated.for_message(999));
+        assert_eq!(Filler::new(16, PayloadKind::Distinct).for_message(3), b"");
+        assert_eq!("repeated".parse::<PayloadKind>(), Ok(PayloadKind::Repeated));
+        assert!("zeros".parse::<PayloadKind>().is_err());
+    }
+
+    #[test]
     fn payload_carries_send_time_and_has_the_asked_size() {
-        let filler = Bytes::from(vec![7u8; 1024]);
+        let filler = Filler::new(1024, PayloadKind::Repeated);
         let before = wall_us();
         let p = payload(&filler, 100, 42);
         assert_eq!(p.len(), 100);

@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use rill_bench::runner::RunSettings;
+use rill_bench::runner::{PayloadKind, RunSettings};
 use rill_bench::systems::{Env, Variant};
 use rill_bench::workload::Workload;
 use rill_bench::{report, scenarios, BenchPlan};
@@ -69,6 +69,11 @@ pub struct BenchArgs {
     /// Leader kills in the failover scenario.
     #[arg(long, default_value_t = 5)]
     failover_kills: u32,
+    /// Message filler: `distinct` random bytes per message (what a system's own compression
+    /// cannot shrink), or `repeated`, the same bytes in every message (the OpenMessaging
+    /// Benchmark's single payload file, which flatters systems that compress stored batches).
+    #[arg(long, default_value = "distinct")]
+    payload: PayloadKind,
     /// Rill producers without idempotence (plain retries; shows what deduplication costs).
     #[arg(long)]
     no_idempotence: bool,
@@ -149,7 +154,12 @@ pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
             half_rate: args.half_rate,
             rounds: args.rounds,
             env: env.clone(),
-            settings: RunSettings { duration: args.duration, warmup: args.warmup, progress: !json_out },
+            settings: RunSettings {
+                duration: args.duration,
+                warmup: args.warmup,
+                progress: !json_out,
+                payload: args.payload,
+            },
         };
         eprintln!(
             "systems: {}\nworkloads: {}",
