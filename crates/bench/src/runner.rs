@@ -50,6 +50,16 @@ pub enum PayloadKind {
     Repeated,
 }
 
+impl PayloadKind {
+    /// The name `--payload` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Distinct => "distinct",
+            Self::Repeated => "repeated",
+        }
+    }
+}
+
 impl std::str::FromStr for PayloadKind {
     type Err = String;
 
@@ -271,7 +281,7 @@ pub async fn run(
         system: variant.name().to_string(),
         durability: variant.durability().to_string(),
         workload: workload.name.clone(),
-        shape: workload.shape(),
+        shape: format!("{}, {} payloads", workload.shape(), settings.payload.name()),
         seconds,
         messages: stats.measured,
         msgs_per_sec,
@@ -502,7 +512,9 @@ mod tests {
         let repeated = Filler::new(1024, PayloadKind::Repeated);
         assert_eq!(repeated.for_message(1), repeated.for_message(999));
         assert_eq!(Filler::new(16, PayloadKind::Distinct).for_message(3), b"");
-        assert_eq!("repeated".parse::<PayloadKind>(), Ok(PayloadKind::Repeated));
+        for kind in [PayloadKind::Distinct, PayloadKind::Repeated] {
+            assert_eq!(kind.name().parse::<PayloadKind>(), Ok(kind));
+        }
         assert!("zeros".parse::<PayloadKind>().is_err());
     }
 

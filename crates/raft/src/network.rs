@@ -11,7 +11,7 @@ use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse, VoteRequest,
     VoteResponse,
 };
-use openraft::BasicNode;
+use openraft::{BasicNode, Entry, EntryPayload};
 use rill_proto::internal::raft_transport_client::RaftTransportClient;
 use rill_proto::internal::RaftMessage;
 use serde::de::DeserializeOwned;
@@ -28,6 +28,32 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 /// How long to back off after a peer was unreachable (or did not host the group yet). Short,
 /// because a new partition's replicas start within milliseconds of each other.
 const UNREACHABLE_BACKOFF: Duration = Duration::from_millis(200);
+
+/// Most command bytes one append-entries call carries (it always carries at least one entry).
+///
+/// openraft 0.9 gives every append-entries call one heartbeat interval (100 ms) to be answered,
+/// and the follower answers only after its sync. Unbounded, a call carried up to
+/// `max_entries_per_append` entries of up to a megabyte each: tens of megabytes that could not
+/// be sent, written and synced in 100 ms on a busy disk, so every attempt timed out, was resent
+/// whole, and the followers fell out of the ISR while the leader kept writing (seen as
+/// `NOT_ENOUGH_REPLICAS` under a producer with 1 MiB batches). The network sends a prefix that
+/// fits and reports it as a partial success, which openraft continues from.
+pub const MAX_APPEND_BYTES: usize = 1 << 20;
+
+/// How many of `entries`, from the first, fit in `max_bytes` of commands (at least one).
+pub fn entries_within(entries: &[Entry<TypeConfig>], max_bytes: usize) -> usize {
+    let mut bytes = 0usize;
+    for (i, e) in entries.iter().enumerate() {
+        bytes += match &e.payload {
+            EntryPayload::Normal(p) => p.body.len(),
+            _ => 0,
+        };
+        if bytes > max_bytes {
+            return i.max(1);
+        }
+    }
+    entries.len()
+}
 
 /// Why a call to a peer got no answer.
 #[derive(Debug, Clone)]
@@ -262,13 +288,23 @@ fn network_error<E: std::error::Error>(e: String) -> RPCError<NodeId, BasicNode,
 impl RaftNetwork<TypeConfig> for GroupNetwork {
     async fn append_entries(
         &mut self,
-        rpc: AppendEntriesRequest<TypeConfig>,
+        mut rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
         if rpc.entries.is_empty() {
             return self.heartbeat(&rpc, &option).await;
         }
-        self.call(Rpc::Append, &rpc, &option).await
+        let fits = entries_within(&rpc.entries, MAX_APPEND_BYTES);
+        if fits == rpc.entries.len() {
+            return self.call(Rpc::Append, &rpc, &option).await;
+        }
+        // Send the prefix that fits; openraft sends the rest next, from where this one ends.
+        rpc.entries.truncate(fits);
+        let last = rpc.entries.last().map(|e| e.log_id);
+        match self.call(Rpc::Append, &rpc, &option).await? {
+            AppendEntriesResponse::Success => Ok(AppendEntriesResponse::PartialSuccess(last)),
+            other => Ok(other),
+        }
     }
 
     async fn install_snapshot(
@@ -290,5 +326,33 @@ impl RaftNetwork<TypeConfig> for GroupNetwork {
 
     fn backoff(&self) -> openraft::network::Backoff {
         openraft::network::Backoff::new(std::iter::repeat(UNREACHABLE_BACKOFF))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+    use openraft::{CommittedLeaderId, LogId};
+
+    use super::*;
+    use crate::types::Payload;
+
+    fn entry(index: u64, body_len: usize) -> Entry<TypeConfig> {
+        let payload = Payload { units: 1, body: Bytes::from(vec![7u8; body_len]), proposal: 0 };
+        Entry { log_id: LogId::new(CommittedLeaderId::new(1, 1), index), payload: EntryPayload::Normal(payload) }
+    }
+
+    #[test]
+    fn append_calls_carry_a_bounded_prefix_but_at_least_one_entry() {
+        let small: Vec<_> = (1..=10).map(|i| entry(i, 100)).collect();
+        assert_eq!(entries_within(&small, 1000), 10, "exactly at the limit fits");
+        assert_eq!(entries_within(&small, 999), 9);
+        let big: Vec<_> = (1..=3).map(|i| entry(i, 5000)).collect();
+        assert_eq!(entries_within(&big, 1000), 1, "one oversized entry still goes");
+        assert_eq!(entries_within(&big, 10_000), 2);
+        let blank =
+            Entry::<TypeConfig> { log_id: LogId::new(CommittedLeaderId::new(1, 1), 1), payload: EntryPayload::Blank };
+        assert_eq!(entries_within(&[blank], 0), 1);
+        assert_eq!(entries_within(&[], 10), 0);
     }
 }
