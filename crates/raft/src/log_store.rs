@@ -73,6 +73,8 @@ struct FlushJob {
 
 /// Most bytes of entry bodies the tail cache of one group holds.
 const TAIL_CACHE_BYTES: usize = 1 << 20;
+/// Most entries the tail cache of one group holds.
+const TAIL_CACHE_ENTRIES: usize = 512;
 
 /// The bytes held by the tail caches of every group of a node, against one limit: past it,
 /// each group keeps only its last entry (enough for the apply right after a commit), so memory
@@ -106,8 +108,6 @@ impl TailBudget {
         }
     }
 }
-/// Most entries the tail cache of one group holds.
-const TAIL_CACHE_ENTRIES: usize = 512;
 
 /// The most recently appended entries of a group, in memory.
 ///
