@@ -10,7 +10,8 @@
 //!        │ real builds                 │ simulation
 //!        ▼                             ▼
 //!   rill-storage-rocks            MemEngine (visible vs durable state,
-//!   (RocksDB, WAL fsync)          power_fail() drops what was not synced)
+//!   (value log fsync,             power_fail() drops what was not synced)
+//!    RocksDB index)
 //! ```
 //!
 //! * [`engine`]: the [`Engine`] trait, [`Keyspace`]s and [`WriteBatch`].
