@@ -182,6 +182,11 @@ impl TestCluster {
         lines[lines.len().saturating_sub(40)..].join("\n")
     }
 
+    /// The last lines of every node's log, each under its node's name (for failure messages).
+    pub fn log_tails(&self) -> String {
+        self.nodes.keys().map(|id| format!("--- node {id} log (last lines):\n{}\n", self.log_tail(*id))).collect()
+    }
+
     /// A client bootstrapped with every node.
     pub async fn client(&self) -> Result<Client> {
         let deadline = tokio::time::Instant::now() + READY_TIMEOUT;
@@ -260,6 +265,26 @@ where
             bail!("timed out after {timeout:?} waiting for {what}");
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Polls the fallible `probe` until it succeeds or `timeout` passes, then fails naming `what`
+/// and the probe's last error (so a timeout says why, not only that).
+pub async fn wait_for_ok<T, E, F, Fut>(timeout: Duration, what: &str, probe: F) -> Result<T>
+where
+    E: std::fmt::Display,
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = std::result::Result<T, E>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        match probe().await {
+            Ok(v) => return Ok(v),
+            Err(e) if tokio::time::Instant::now() > deadline => {
+                bail!("timed out after {timeout:?} waiting for {what}; last error: {e}")
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
     }
 }
 

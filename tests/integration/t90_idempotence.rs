@@ -9,7 +9,7 @@ use rill_client::{Acks, Client, ErrorCode, Producer, ProducerConfig, Record};
 use rill_proto::batch;
 use rill_proto::common::{Compression, RecordBatch};
 
-use crate::harness::{init_logs, read_all, wait_for, TestCluster, READY_TIMEOUT};
+use crate::harness::{init_logs, read_all, wait_for, wait_for_ok, TestCluster, READY_TIMEOUT};
 
 fn idempotent_batch(values: &[&str], pid: i64, epoch: i32, seq: i32) -> RecordBatch {
     let records = values
@@ -74,8 +74,9 @@ async fn retries_are_stored_once_and_gaps_are_refused() -> anyhow::Result<()> {
     }
     let fresh = cluster.client().await?;
     cluster.wait_for_leaders(&fresh, "idem").await?;
-    let again =
-        wait_for(READY_TIMEOUT, "the retry to be answered", || async { send(&fresh, &newer).await.ok() }).await?;
+    let again = wait_for_ok(READY_TIMEOUT, "the retry to be answered", || send(&fresh, &newer))
+        .await
+        .map_err(|e| e.context(cluster.log_tails()))?;
     assert_eq!(again, Some(3), "deduplication state survives a full restart");
     assert_eq!(read_all(&fresh, "idem", 0).await?.len(), 4);
     Ok(())
