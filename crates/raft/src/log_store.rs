@@ -641,16 +641,11 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
 #[cfg(test)]
 mod tests {
-    use openraft::{CommittedLeaderId, EntryPayload, LogId};
-
     use super::*;
-    use crate::types::Payload;
+    use crate::types::test_entries;
 
     fn entry(index: u64, body_len: usize) -> StoredEntry {
-        let payload = Payload { units: 1, body: Bytes::from(vec![7u8; body_len]), proposal: 0 };
-        let entry =
-            Entry { log_id: LogId::new(CommittedLeaderId::new(1, 1), index), payload: EntryPayload::Normal(payload) };
-        StoredEntry { base: index * 10, entry }
+        StoredEntry { base: index * 10, entry: test_entries::normal(index, body_len) }
     }
 
     fn indexes(c: &TailCache, start: u64, end: u64) -> Option<Vec<u64>> {

@@ -331,16 +331,10 @@ impl RaftNetwork<TypeConfig> for GroupNetwork {
 
 #[cfg(test)]
 mod tests {
-    use bytes::Bytes;
     use openraft::{CommittedLeaderId, LogId};
 
     use super::*;
-    use crate::types::Payload;
-
-    fn entry(index: u64, body_len: usize) -> Entry<TypeConfig> {
-        let payload = Payload { units: 1, body: Bytes::from(vec![7u8; body_len]), proposal: 0 };
-        Entry { log_id: LogId::new(CommittedLeaderId::new(1, 1), index), payload: EntryPayload::Normal(payload) }
-    }
+    use crate::types::test_entries::normal as entry;
 
     #[test]
     fn append_calls_carry_a_bounded_prefix_but_at_least_one_entry() {

@@ -66,3 +66,18 @@ pub type StoredMembership = openraft::StoredMembership<NodeId, openraft::BasicNo
 pub type SnapshotMeta = openraft::SnapshotMeta<NodeId, openraft::BasicNode>;
 /// A storage error as openraft wants it.
 pub type StorageError = openraft::StorageError<NodeId>;
+
+/// Builders shared by this crate's unit tests.
+#[cfg(test)]
+pub(crate) mod test_entries {
+    use super::*;
+
+    /// A normal entry of term 1 at `index` whose body is `body_len` bytes, one position wide.
+    pub(crate) fn normal(index: u64, body_len: usize) -> Entry {
+        let payload = Payload { units: 1, body: Bytes::from(vec![7u8; body_len]), proposal: 0 };
+        Entry {
+            log_id: openraft::LogId::new(openraft::CommittedLeaderId::new(1, 1), index),
+            payload: openraft::EntryPayload::Normal(payload),
+        }
+    }
+}
