@@ -116,12 +116,14 @@ fn wall_us() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_micros() as u64).unwrap_or(0)
 }
 
-/// Builds a payload of `size` bytes: send time, sequence, then filler.
-fn payload(filler: &Filler, size: usize, seq: u64) -> Bytes {
-    let mut b = BytesMut::with_capacity(size);
+/// Builds the payload of message `seq`: send time, sequence, then its filler (the message size
+/// the filler was made for).
+fn payload(filler: &Filler, seq: u64) -> Bytes {
+    let fill = filler.for_message(seq);
+    let mut b = BytesMut::with_capacity(16 + fill.len());
     b.put_u64_le(wall_us());
     b.put_u64_le(seq);
-    b.put_slice(&filler.for_message(seq)[..size - 16]);
+    b.put_slice(fill);
     b.freeze()
 }
 
@@ -412,7 +414,7 @@ async fn produce_loop(
         let sent_at = wall_us();
         let measured = sent_at >= shared.measure_from_us.load(Ordering::SeqCst);
         let size = workload.message_size as u64;
-        match producer.send(key, payload(&filler, workload.message_size, seq)).await {
+        match producer.send(key, payload(&filler, seq)).await {
             Ok(ack) => {
                 let shared = shared.clone();
                 tokio::spawn(async move {
@@ -520,9 +522,9 @@ mod tests {
 
     #[test]
     fn payload_carries_send_time_and_has_the_asked_size() {
-        let filler = Filler::new(1024, PayloadKind::Repeated);
+        let filler = Filler::new(100, PayloadKind::Distinct);
         let before = wall_us();
-        let p = payload(&filler, 100, 42);
+        let p = payload(&filler, 42);
         assert_eq!(p.len(), 100);
         let sent = sent_us(&p).unwrap_or(0);
         assert!(sent >= before && sent <= wall_us());
