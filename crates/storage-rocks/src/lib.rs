@@ -402,6 +402,10 @@ impl RocksEngine {
             .filter(|id| *id < head.segment && *id != active && w.live.get(id).copied().unwrap_or(0) == 0)
             .collect();
         if !dead.is_empty() {
+            // The deletes that released these segments may still be only in memtables and in
+            // unsynced records; make the records durable first, so that after a power failure
+            // the replay repeats them before anything looks for the removed segments.
+            w.log.sync()?;
             tracing::debug!(segments = ?dead, "deleting value log segments without live values");
             w.log.remove(&dead)?;
             for id in &dead {
