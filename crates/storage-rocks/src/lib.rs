@@ -43,7 +43,7 @@ pub mod vlog;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use bytes::Bytes;
 use rill_storage::{Engine, Error, KeyValue, Keyspace, Result, WriteBatch, WriteOp};
@@ -124,7 +124,8 @@ struct Writer {
 
 /// A RocksDB-indexed, value-log-backed [`Engine`].
 pub struct RocksEngine {
-    db: DB,
+    /// Shared only so that a failed engine can leak it at drop (see `Drop`).
+    db: Arc<DB>,
     path: PathBuf,
     config: EngineConfig,
     files: SegmentFiles,
@@ -217,7 +218,7 @@ impl RocksEngine {
         opts.set_write_buffer_size(WRITE_BUFFER_BYTES);
         opts.set_arena_block_size(ARENA_BLOCK_BYTES);
         let cfs = Keyspace::ALL.iter().map(|ks| ColumnFamilyDescriptor::new(ks.name(), keyspace_options()));
-        let db = DB::open_cf_descriptors(&opts, path.join(INDEX_DIR), cfs).map_err(io)?;
+        let db = Arc::new(DB::open_cf_descriptors(&opts, path.join(INDEX_DIR), cfs).map_err(io)?);
 
         let head = db
             .get_pinned_cf(cf_of(&db, DEFAULT_COLUMN_FAMILY_NAME)?, HEAD_KEY)
@@ -300,33 +301,51 @@ impl RocksEngine {
         ro
     }
 
-    /// The Raft log values `ops` delete, as they are before the batch (each key once), with
-    /// the bytes they hold.
-    fn released_values(&self, ops: &[WriteOp]) -> Result<(BTreeMap<Vec<u8>, ValuePointer>, u64)> {
-        let mut released = BTreeMap::new();
-        for op in ops {
-            match op {
-                WriteOp::Delete { keyspace: Keyspace::RaftLog, key } => {
-                    if let Some(v) = self.db.get_pinned_cf(self.cf(Keyspace::RaftLog)?, key).map_err(io)? {
-                        released.insert(key.clone(), ValuePointer::decode(&v)?);
-                    }
+    /// The Raft log values `ops` delete, as they are before the batch, counted per segment
+    /// (each key once), with the bytes they hold.
+    ///
+    /// Counting a key twice would under-count a segment's live values and could delete it while
+    /// still referenced, so a batch with several log deletes (which may overlap) goes through a
+    /// set of keys; the common single delete (a truncation, a purge, a group's removal) streams,
+    /// keeping memory flat however long the range.
+    fn released_values(&self, ops: &[WriteOp]) -> Result<(BTreeMap<u64, u64>, u64)> {
+        let ranges: Vec<(Vec<u8>, Vec<u8>)> = ops.iter().filter_map(Self::log_delete_range).collect();
+        let mut per_segment = BTreeMap::new();
+        let mut bytes = 0;
+        let mut seen = std::collections::BTreeSet::new();
+        for (start, end) in &ranges {
+            let iter = self.db.iterator_cf_opt(
+                self.cf(Keyspace::RaftLog)?,
+                Self::bounded(start, end),
+                IteratorMode::From(start, Direction::Forward),
+            );
+            for item in iter {
+                let (k, v) = item.map_err(io)?;
+                if ranges.len() > 1 && !seen.insert(k) {
+                    continue;
                 }
-                WriteOp::DeleteRange { keyspace: Keyspace::RaftLog, start, end } if start < end => {
-                    let iter = self.db.iterator_cf_opt(
-                        self.cf(Keyspace::RaftLog)?,
-                        Self::bounded(start, end),
-                        IteratorMode::From(start, Direction::Forward),
-                    );
-                    for item in iter {
-                        let (k, v) = item.map_err(io)?;
-                        released.insert(k.into_vec(), ValuePointer::decode(&v)?);
-                    }
-                }
-                _ => {}
+                let ptr = ValuePointer::decode(&v)?;
+                *per_segment.entry(ptr.segment).or_insert(0) += 1;
+                bytes += u64::from(ptr.len);
             }
         }
-        let bytes = released.values().map(|p| u64::from(p.len)).sum();
-        Ok((released, bytes))
+        Ok((per_segment, bytes))
+    }
+
+    /// The key range a Raft log delete op removes (a point delete: `[key, key ‖ 0)`, which
+    /// holds `key` alone).
+    fn log_delete_range(op: &WriteOp) -> Option<(Vec<u8>, Vec<u8>)> {
+        match op {
+            WriteOp::Delete { keyspace: Keyspace::RaftLog, key } => {
+                let mut end = key.clone();
+                end.push(0);
+                Some((key.clone(), end))
+            }
+            WriteOp::DeleteRange { keyspace: Keyspace::RaftLog, start, end } if start < end => {
+                Some((start.clone(), end.clone()))
+            }
+            _ => None,
+        }
     }
 
     /// Appends `batch` to the value log and applies it to RocksDB, under the writer lock.
@@ -341,9 +360,9 @@ impl RocksEngine {
         if pointers > 0 {
             *w.live.entry(at.segment).or_insert(0) += pointers;
         }
-        for ptr in released.values() {
-            if let Some(n) = w.live.get_mut(&ptr.segment) {
-                *n = n.saturating_sub(1);
+        for (segment, count) in &released {
+            if let Some(n) = w.live.get_mut(segment) {
+                *n = n.saturating_sub(*count);
             }
         }
         w.log_bytes_since_flush += encoded.record.len() as u64;
@@ -467,11 +486,19 @@ impl RocksEngine {
 impl Drop for RocksEngine {
     /// Closing RocksDB flushes its memtables (its WAL is off); the value log they point into
     /// must be durable first.
+    ///
+    /// A failed engine must not flush at all: its value log may have lost writes the memtables
+    /// still point to. It leaks RocksDB instead (closing it would flush); the next open replays
+    /// the value log from the last good flush.
     fn drop(&mut self) {
-        if let Ok(w) = self.writer.get_mut() {
-            if let Err(e) = w.log.sync() {
-                tracing::error!(error = %e, "value log sync at close failed");
-            }
+        let synced = match self.writer.get_mut() {
+            Ok(w) if w.failed.is_none() => w.log.sync().map_err(|e| e.to_string()),
+            Ok(w) => Err(w.failed.clone().unwrap_or_default()),
+            Err(_) => Err("storage writer lock poisoned".into()),
+        };
+        if let Err(why) = synced {
+            tracing::error!(error = %why, "storage engine failed; closing without flushing RocksDB");
+            std::mem::forget(Arc::clone(&self.db));
         }
     }
 }
@@ -489,23 +516,22 @@ impl Engine for RocksEngine {
             }
         }
         if sync {
-            let file = w.log.active_file();
-            let id = w.log.active_segment();
+            let target = (w.log.gate(), w.log.active_file(), w.log.active_segment());
             drop(w);
-            return self.sync_segment(&file, id);
+            return self.sync_segment(target);
         }
         Ok(())
     }
 
     fn sync(&self) -> Result<()> {
-        let (file, id) = {
+        let target = {
             let w = self.lock_writer()?;
             if let Some(why) = &w.failed {
                 return Err(Error::Unavailable(format!("an earlier storage failure: {why}")));
             }
-            (w.log.active_file(), w.log.active_segment())
+            (w.log.gate(), w.log.active_file(), w.log.active_segment())
         };
-        self.sync_segment(&file, id)
+        self.sync_segment(target)
     }
 
     fn get(&self, keyspace: Keyspace, key: &[u8]) -> Result<Option<Bytes>> {
@@ -536,8 +562,8 @@ impl Engine for RocksEngine {
 impl RocksEngine {
     /// fsyncs segment `file`; a failure poisons the engine (after a failed fsync the kernel may
     /// have dropped the dirty pages, so a retry could report success for lost data).
-    fn sync_segment(&self, file: &std::fs::File, id: u64) -> Result<()> {
-        vlog::sync_file(file, id).map_err(|e| match self.lock_writer() {
+    fn sync_segment(&self, (gate, file, id): (Arc<vlog::SyncGate>, Arc<std::fs::File>, u64)) -> Result<()> {
+        gate.sync(&file, id).map_err(|e| match self.lock_writer() {
             Ok(mut w) => self.fail(&mut w, e),
             Err(_) => e,
         })

@@ -19,6 +19,9 @@ use rill_storage::{Error, Keyspace, Result, WriteBatch, WriteOp};
 /// Bytes before a record's body: its length and checksum.
 pub const HEADER_BYTES: u64 = 8;
 
+/// The shortest body `encode` writes (the op count of an empty batch).
+pub const MIN_BODY_BYTES: u64 = 4;
+
 const PUT: u8 = 1;
 const DELETE: u8 = 2;
 const DELETE_RANGE: u8 = 3;

@@ -19,7 +19,8 @@ use std::fs::{File, OpenOptions};
 use std::io::{BufReader, ErrorKind, Read};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, RwLock, RwLockReadGuard};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
 
 use bytes::Bytes;
 use rill_storage::{Error, Result};
@@ -33,6 +34,35 @@ const MAGIC_BYTES: u64 = SEGMENT_MAGIC.len() as u64;
 
 fn io_err(what: impl std::fmt::Display, e: std::io::Error) -> Error {
     Error::Io(format!("{what}: {e}"))
+}
+
+/// Every fsync of the log goes through one gate, which remembers a failure. After a failed
+/// fsync the kernel may have dropped the dirty pages and reports the error to one caller only:
+/// a concurrent or later fsync of the same file can return success for data that is gone. So
+/// fsyncs are serialised, and once one failed every later one fails too.
+#[derive(Debug, Default)]
+pub struct SyncGate {
+    lock: Mutex<()>,
+    failed: AtomicBool,
+}
+
+impl SyncGate {
+    /// fsyncs segment `file` (id `id`, for messages).
+    pub fn sync(&self, file: &File, id: u64) -> Result<()> {
+        let _one_at_a_time = self.lock.lock().map_err(|_| Error::Unavailable("value log sync lock poisoned".into()))?;
+        if self.failed() {
+            return Err(Error::Unavailable("an earlier fsync of the value log failed".into()));
+        }
+        file.sync_data().map_err(|e| {
+            self.failed.store(true, Ordering::SeqCst);
+            io_err(format_args!("syncing value log segment {id}"), e)
+        })
+    }
+
+    /// True once an fsync failed.
+    pub fn failed(&self) -> bool {
+        self.failed.load(Ordering::SeqCst)
+    }
 }
 
 /// Where a value lives in the log.
@@ -152,6 +182,7 @@ pub struct ValueLog {
     segment_bytes: u64,
     files: SegmentFiles,
     active: Active,
+    gate: Arc<SyncGate>,
 }
 
 impl std::fmt::Debug for ValueLog {
@@ -221,7 +252,10 @@ fn replay_segment(
             return Ok(SegmentEnd::TornAt(at));
         }
         let (body_len, crc) = record::parse_header(&header);
-        if len - at - record::HEADER_BYTES < u64::from(body_len) {
+        // The encoder never writes a body shorter than its op count; a zeroed tail (a file
+        // extended but not written before a power failure) would otherwise pass the checksum,
+        // since the CRC32C of nothing is zero.
+        if u64::from(body_len) < record::MIN_BODY_BYTES || len - at - record::HEADER_BYTES < u64::from(body_len) {
             return Ok(SegmentEnd::TornAt(at));
         }
         let mut body = vec![0; body_len as usize];
@@ -307,16 +341,23 @@ impl ValueLog {
                 }
             }
         }
+        let gate = Arc::new(SyncGate::default());
         let mut files = BTreeMap::new();
         for id in kept {
             let path = segment_path(dir, id);
             let f = File::open(&path).map_err(|e| io_err(format_args!("opening {}", path.display()), e))?;
+            // What was replayed may have survived a process crash only in the page cache; it is
+            // about to be treated as stored (and flushed into the index), and writes will go to
+            // a new segment, so it must be durable first.
+            if from.is_none_or(|f| id >= f.segment) {
+                gate.sync(&f, id)?;
+            }
             files.insert(id, Arc::new(f));
         }
         let next = ids.last().map_or(1, |last| last + 1);
         let active = Self::create_segment(dir, next)?;
         files.insert(next, active.file.clone());
-        let log = Self { dir: dir.to_path_buf(), segment_bytes, files: Arc::new(RwLock::new(files)), active };
+        let log = Self { dir: dir.to_path_buf(), segment_bytes, files: Arc::new(RwLock::new(files)), active, gate };
         Ok((log, stats))
     }
 
@@ -379,14 +420,20 @@ impl ValueLog {
         Ok(())
     }
 
-    /// The active segment's file (to fsync without holding the writer).
+    /// The active segment's file (to fsync through [`ValueLog::gate`] without holding the
+    /// writer).
     pub fn active_file(&self) -> Arc<File> {
         self.active.file.clone()
     }
 
+    /// The gate every fsync of this log goes through.
+    pub fn gate(&self) -> Arc<SyncGate> {
+        self.gate.clone()
+    }
+
     /// Makes every appended record durable.
     pub fn sync(&self) -> Result<()> {
-        sync_file(&self.active.file, self.active.id)
+        self.gate.sync(&self.active.file, self.active.id)
     }
 
     /// Deletes segments `ids` (none of them active).
@@ -408,11 +455,6 @@ impl ValueLog {
     pub fn segment_ids(&self) -> Result<Vec<u64>> {
         Ok(Self::read_files(&self.files)?.keys().copied().collect())
     }
-}
-
-/// fsyncs segment file `file` (id `id`, for the error message).
-pub fn sync_file(file: &File, id: u64) -> Result<()> {
-    file.sync_data().map_err(|e| io_err(format_args!("syncing value log segment {id}"), e))
 }
 
 #[cfg(test)]
@@ -473,6 +515,19 @@ mod tests {
         f.write_all_at(&[0xff], first.offset + record::HEADER_BYTES + 2).unwrap();
         let err = ValueLog::open(dir.path(), 1000, None, |_, _| Ok(())).unwrap_err();
         assert!(matches!(err, Error::Corruption(_)), "{err}");
+    }
+
+    #[test]
+    fn a_zeroed_tail_is_torn_not_a_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut log, _, _) = open(dir.path(), None);
+        let first = log.append(&batch(1)).unwrap();
+        let end = log.end();
+        log.active.file.write_all_at(&[0; 64], end.offset).unwrap();
+        drop(log);
+        let (_, seen, stats) = open(dir.path(), None);
+        assert_eq!(seen, vec![first]);
+        assert_eq!(stats.torn_bytes, 64);
     }
 
     #[test]
