@@ -707,7 +707,8 @@ mod tests {
     /// Wait until RocksDB has no flush queued or running (flushes are requested without waiting).
     fn await_flushes(e: &RocksEngine) {
         let deadline = std::time::Duration::from_secs(30);
-        let started = rill_rt_free_clock();
+        #[allow(clippy::disallowed_methods)] // a storage test outside any simulation
+        let started = std::time::Instant::now();
         loop {
             let pending = e.db.property_int_value("rocksdb.mem-table-flush-pending").unwrap().unwrap_or(0);
             let running = e.db.property_int_value("rocksdb.num-running-flushes").unwrap().unwrap_or(0);
@@ -717,11 +718,6 @@ mod tests {
             assert!(started.elapsed() < deadline, "flushes still pending after {deadline:?}");
             std::thread::yield_now();
         }
-    }
-
-    #[allow(clippy::disallowed_methods)] // a storage test outside any simulation
-    fn rill_rt_free_clock() -> std::time::Instant {
-        std::time::Instant::now()
     }
 
     /// Log values are stored once, in the value log: RocksDB holds only pointers to them.
