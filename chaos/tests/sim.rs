@@ -2,7 +2,8 @@
 //!
 //! Every scenario prints its seed first; `MADSIM_TEST_SEED=<seed>` replays it exactly and the
 //! printed trace hash must match. The generated scenarios live in `rill_chaos::scenarios`; each
-//! has a test of the same name here. `smoke_leader_power_failure_and_rejoin` is scripted.
+//! has a test of the same name here. `smoke_leader_power_failure_and_rejoin` and
+//! `woken_quiescent_group_keeps_its_leader` are scripted.
 
 #![cfg(madsim)]
 // Test code: a failed expectation is a failed test.
@@ -11,7 +12,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
-use rill_chaos::cluster::{init_logs, SimCluster};
+use rill_chaos::cluster::{init_logs, SimCluster, SimOptions};
 use rill_chaos::scenarios;
 use rill_chaos::trace::Trace;
 use rill_client::{Acks, Client, Record};
@@ -166,6 +167,61 @@ async fn smoke_leader_power_failure_and_rejoin() {
     println!("trace-hash: {:016x} events={}", trace.hash(), trace.len());
 }
 
+/// The single partition's (leader, term) when every replica agrees on them.
+fn agreed_leader(cluster: &SimCluster) -> Option<(u64, u64)> {
+    let states: Vec<_> = cluster
+        .ids()
+        .iter()
+        .map(|id| cluster.node(*id).and_then(|n| n.partitions().first().map(|p| p.state())))
+        .collect::<Option<_>>()?;
+    let leader = states.iter().find(|s| s.is_leader)?;
+    let agreed = states.iter().all(|s| s.leader == leader.leader && s.term == leader.term);
+    agreed.then_some((leader.leader?, leader.term))
+}
+
+/// Scripted: a quiescent group woken by a write keeps its leader. Disks sync slowly (150 ms), so
+/// the append that wakes a follower is answered long after the wake; meanwhile the follower
+/// must judge its leader's silence by the leader's node (heard every ping), not by the group's
+/// last heartbeat from before it quiesced — or its failover check deposes a live leader and the
+/// write in flight fails.
+#[madsim::test]
+async fn woken_quiescent_group_keeps_its_leader() {
+    init_logs();
+    let seed = madsim::runtime::Handle::current().seed();
+    println!("seed: {seed}");
+    let trace = Trace::new();
+    let cluster =
+        SimCluster::start_with(SimOptions { nodes: 3, client_hosts: 1, sync_latency: Duration::from_millis(150) });
+    let client = cluster.client().await;
+    let c = client.clone();
+    cluster
+        .on_client(async move {
+            // The metadata group elects on slow disks too: retry until the cluster takes it.
+            wait_until("the topic created", || async { c.create_topic("quiet", 1, 3, &[]).await.ok() }).await
+        })
+        .await;
+    for round in 0..3 {
+        wait_until("the group quiescent on every replica", || {
+            let quiet = cluster.ids().iter().all(|id| {
+                cluster.node(*id).and_then(|n| n.partitions().first().map(|p| p.state().quiescent)) == Some(true)
+            });
+            async move { quiet.then_some(()) }
+        })
+        .await;
+        // Quiescent well past the leader lease: the group's own last heartbeat is stale.
+        madsim::time::sleep(Duration::from_secs(3)).await;
+        let before = agreed_leader(&cluster).expect("a leader every replica agrees on");
+        let written = cluster.on_client(produce(client.clone(), trace.clone(), "quiet", "w", 1)).await;
+        assert!(written.iter().all(|(_, o)| o.is_some()), "round {round}: the write that woke the group failed");
+        // Time for every failover check to have looked at the woken group.
+        madsim::time::sleep(Duration::from_secs(2)).await;
+        let after = wait_until("a leader every replica agrees on", || async { agreed_leader(&cluster) }).await;
+        trace.record(format!("round {round}: leader/term {before:?} -> {after:?} at {:?}", elapsed()));
+        assert_eq!(after, before, "round {round}: waking the group changed its leader or term");
+    }
+    println!("trace-hash: {:016x} events={}", trace.hash(), trace.len());
+}
+
 /// Runs a generated scenario and fails on any violation.
 async fn scenario(name: &str) {
     init_logs();
@@ -199,6 +255,7 @@ async fn idempotence() {
 #[madsim::test]
 async fn list_scenarios() {
     println!("smoke_leader_power_failure_and_rejoin\tscripted: crash and power-fail the leader, fail over, rejoin, converge (default)");
+    println!("woken_quiescent_group_keeps_its_leader\tscripted: writes wake a quiescent group on slow disks; no election (default)");
     for s in scenarios::SCENARIOS {
         println!("{}\t{}{}", s.name, s.description, if s.default { " (default)" } else { "" });
     }

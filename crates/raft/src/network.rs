@@ -156,7 +156,15 @@ impl Transport {
     }
 
     pub(crate) fn record_leader_contact(&self, group: GroupId) {
-        self.leader_contacts.lock().unwrap_or_else(|p| p.into_inner()).insert(group, rill_rt::now());
+        self.record_leader_contact_at(group, rill_rt::now());
+    }
+
+    /// Records that the leader of `group` reached this node at `at`, unless a later contact is
+    /// known.
+    pub(crate) fn record_leader_contact_at(&self, group: GroupId, at: rill_rt::Instant) {
+        let mut contacts = self.leader_contacts.lock().unwrap_or_else(|p| p.into_inner());
+        let slot = contacts.entry(group).or_insert(at);
+        *slot = (*slot).max(at);
     }
 
     pub(crate) fn heartbeats(&self) -> &Heartbeats {

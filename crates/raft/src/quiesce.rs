@@ -158,15 +158,27 @@ impl Quiescence {
         if mode == Mode::Awake {
             return;
         }
-        if let Mode::Leading { followers, .. } = &mode {
-            // The ISR read the followers' liveness from their nodes while quiescent; carry
-            // that over so the first write does not find them unheard from.
-            let liveness = self.transport.liveness();
-            for f in followers {
-                if let Some(t) = liveness.last_heard(*f) {
-                    self.transport.record_contact_at(self.group, *f, t);
+        let liveness = self.transport.liveness();
+        match &mode {
+            Mode::Leading { followers, .. } => {
+                // The ISR read the followers' liveness from their nodes while quiescent; carry
+                // that over so the first write does not find them unheard from.
+                for f in followers {
+                    if let Some(t) = liveness.last_heard(*f) {
+                        self.transport.record_contact_at(self.group, *f, t);
+                    }
                 }
             }
+            Mode::Following { leader: Some((leader, _)), .. } => {
+                // Likewise the leader's silence was its node's. Without this, the group's last
+                // leader contact dates from before it quiesced until the append that woke it
+                // is answered (a sync), and a failover check in between would depose a live
+                // leader.
+                if let Some(t) = liveness.last_heard(*leader) {
+                    self.transport.record_leader_contact_at(self.group, t);
+                }
+            }
+            Mode::Following { leader: None, .. } | Mode::Awake => {}
         }
         self.raft.runtime_config().tick(true);
         tracing::debug!(group = self.group, ?mode, "group woke from quiescence");
