@@ -239,6 +239,10 @@ impl TestCluster {
     }
 }
 
+/// Set to keep every test cluster's directory (node logs and data) after the test, for
+/// investigating a failure; the path is printed.
+pub const KEEP_DIRS_ENV: &str = "RILL_KEEP_TEST_DIRS";
+
 impl Drop for TestCluster {
     fn drop(&mut self) {
         for n in self.nodes.values_mut() {
@@ -246,6 +250,10 @@ impl Drop for TestCluster {
                 let _ = c.kill();
                 let _ = c.wait();
             }
+        }
+        if std::env::var_os(KEEP_DIRS_ENV).is_some() {
+            self._dir.disable_cleanup(true);
+            eprintln!("kept the cluster's directory: {}", self._dir.path().display());
         }
     }
 }

@@ -1,6 +1,7 @@
 //! Quiescence: idle partitions stop heartbeating, yet keep an honest ISR (from node liveness),
-//! take an `acks=all` write at once, fail over when their leader's node dies, and take a
-//! restarted replica back — with no acknowledged record lost or duplicated.
+//! take an `acks=all` write at once, fail over when their leader's node dies, take a restarted
+//! replica back, and are handed over when their leader stops gracefully — with no acknowledged
+//! record lost or duplicated.
 
 use std::time::Duration;
 
@@ -71,11 +72,31 @@ async fn idle_partitions_quiesce_and_still_fail_over() -> anyhow::Result<()> {
 
     tracing::info!(victim, "--- restart it: it catches up, rejoins every ISR, and the partitions quiesce again");
     cluster.start_node(victim)?;
-    wait_for(QUIESCE_TIMEOUT * 2, "every partition quiescent with a full ISR after the restart", || {
+    let quiet = wait_for(QUIESCE_TIMEOUT * 2, "every partition quiescent with a full ISR after the restart", || {
         all_quiescent(&client)
     })
     .await
     .map_err(|e| e.context(cluster.log_tail(victim)))?;
+
+    // A quiescent group hears no heartbeats: the stopping leader must judge its followers by
+    // their nodes, or it finds no live replica to hand over to and leaves them to a failover.
+    // Quiescent for longer than the shutdown's "recently heard" window (1 s): the scenario
+    // needs the time to pass, nothing is waited for.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let stopping = quiet.partitions[0].leader.unwrap_or(1);
+    let led = quiet.partitions.iter().filter(|p| p.leader == Some(stopping)).count();
+    tracing::info!(stopping, led, "--- SIGTERM a node while everything is quiescent: it hands every partition over");
+    cluster.terminate(stopping)?;
+    let log = cluster.log_text(stopping);
+    let handed = log
+        .rsplit_once("handing led partitions over before stopping")
+        .map_or(0, |(_, shutdown)| shutdown.matches("leadership handed over").count());
+    assert_eq!(handed, led, "node {stopping} led {led} quiescent partitions:\n{}", cluster.log_tail(stopping));
+    wait_for(READY_TIMEOUT, "a live leader everywhere", || async {
+        let d = client.describe_topic(TOPIC).await.ok()?;
+        d.partitions.iter().all(|p| p.leader.is_some_and(|l| l != stopping)).then_some(())
+    })
+    .await?;
 
     for p in 0..PARTITIONS {
         let got: Vec<String> = read_all(&client, TOPIC, p)

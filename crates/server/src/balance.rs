@@ -96,7 +96,6 @@ const RECENTLY_HEARD: Duration = Duration::from_secs(1);
 /// a partition that cannot be handed over fails over as after a crash.
 pub async fn hand_over_all(node: &Arc<Node>) {
     let meta = node.meta();
-    let transport = node.multi().transport().clone();
     let now = rill_rt::now();
     let mut moves = Vec::new();
     for (topic, index, assignment) in meta.replicas_of(node.id()) {
@@ -105,15 +104,26 @@ pub async fn hand_over_all(node: &Arc<Node>) {
         if !state.is_leader || assignment.replicas.len() > MAX_REPLICATION_FACTOR {
             continue;
         }
-        let heard = |r: NodeId| {
-            transport
-                .last_contact(assignment.group, r)
-                .is_some_and(|t| now.saturating_duration_since(t) < RECENTLY_HEARD)
-        };
+        let name = format!("{}/{index}", topic.name);
+        // The contact the ISR is judged by: a quiescent group sends no heartbeats, so its
+        // followers count as heard while their nodes answer.
+        let silent_for = |r: NodeId| p.quiescence().last_contact(r).map(|t| now.saturating_duration_since(t));
         let target =
-            assignment.replicas.iter().copied().find(|r| *r != node.id() && state.isr.contains(r) && heard(*r));
-        if let Some(to) = target {
-            moves.push((p, to, format!("{}/{index}", topic.name)));
+            assignment.replicas.iter().copied().find(|r| {
+                *r != node.id() && state.isr.contains(r) && silent_for(*r).is_some_and(|s| s < RECENTLY_HEARD)
+            });
+        match target {
+            Some(to) => moves.push((p, to, name)),
+            None => {
+                let followers: Vec<(NodeId, Option<Duration>)> =
+                    assignment.replicas.iter().filter(|r| **r != node.id()).map(|r| (*r, silent_for(*r))).collect();
+                tracing::warn!(
+                    partition = name,
+                    isr = ?state.isr,
+                    silent_for = ?followers,
+                    "no in-sync replica heard from recently; the partition fails over after this node stops"
+                );
+            }
         }
     }
     if moves.is_empty() {
