@@ -12,6 +12,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
+use rill_broker::ReplicaState;
 use rill_chaos::cluster::{init_logs, SimCluster, SimOptions};
 use rill_chaos::scenarios;
 use rill_chaos::trace::Trace;
@@ -63,14 +64,23 @@ fn elapsed() -> Duration {
     madsim::time::TimeHandle::current().elapsed()
 }
 
+/// The start of every scripted scenario: logs, the seed printed first (for replay), a trace.
+fn begin_scripted() -> Trace {
+    init_logs();
+    println!("seed: {}", madsim::runtime::Handle::current().seed());
+    Trace::new()
+}
+
+/// The state of every node's replica of the cluster's single partition, when every node has one.
+fn replica_states(cluster: &SimCluster) -> Option<Vec<ReplicaState>> {
+    cluster.ids().iter().map(|id| cluster.node(*id).and_then(|n| n.partitions().first().map(|p| p.state()))).collect()
+}
+
 /// Smoke: 3 nodes elect, commit, lose their leader to a crash with power failure, elect a new
 /// one, take the old one back, and converge to identical logs with every acknowledged write.
 #[madsim::test]
 async fn smoke_leader_power_failure_and_rejoin() {
-    init_logs();
-    let seed = madsim::runtime::Handle::current().seed();
-    println!("seed: {seed}");
-    let trace = Trace::new();
+    let trace = begin_scripted();
     let cluster = SimCluster::start(3);
     let client = cluster.client().await;
 
@@ -112,10 +122,9 @@ async fn smoke_leader_power_failure_and_rejoin() {
     cluster.restart(leader);
     let ids = cluster.ids();
     let hw = wait_until("every replica at the same high watermark", || {
-        let states: Vec<_> =
-            ids.iter().map(|id| cluster.node(*id).and_then(|n| n.partitions().first().map(|p| p.state()))).collect();
+        let states = replica_states(&cluster);
         async move {
-            let states: Vec<_> = states.into_iter().collect::<Option<Vec<_>>>()?;
+            let states = states?;
             let hw = states[0].high_watermark;
             states.iter().all(|s| s.high_watermark == hw && s.log_end_offset == hw && hw > 0).then_some(hw)
         }
@@ -169,11 +178,7 @@ async fn smoke_leader_power_failure_and_rejoin() {
 
 /// The single partition's (leader, term) when every replica agrees on them.
 fn agreed_leader(cluster: &SimCluster) -> Option<(u64, u64)> {
-    let states: Vec<_> = cluster
-        .ids()
-        .iter()
-        .map(|id| cluster.node(*id).and_then(|n| n.partitions().first().map(|p| p.state())))
-        .collect::<Option<_>>()?;
+    let states = replica_states(cluster)?;
     let leader = states.iter().find(|s| s.is_leader)?;
     let agreed = states.iter().all(|s| s.leader == leader.leader && s.term == leader.term);
     agreed.then_some((leader.leader?, leader.term))
@@ -186,10 +191,7 @@ fn agreed_leader(cluster: &SimCluster) -> Option<(u64, u64)> {
 /// write in flight fails.
 #[madsim::test]
 async fn woken_quiescent_group_keeps_its_leader() {
-    init_logs();
-    let seed = madsim::runtime::Handle::current().seed();
-    println!("seed: {seed}");
-    let trace = Trace::new();
+    let trace = begin_scripted();
     let cluster =
         SimCluster::start_with(SimOptions { nodes: 3, client_hosts: 1, sync_latency: Duration::from_millis(150) });
     let client = cluster.client().await;
@@ -202,9 +204,7 @@ async fn woken_quiescent_group_keeps_its_leader() {
         .await;
     for round in 0..3 {
         wait_until("the group quiescent on every replica", || {
-            let quiet = cluster.ids().iter().all(|id| {
-                cluster.node(*id).and_then(|n| n.partitions().first().map(|p| p.state().quiescent)) == Some(true)
-            });
+            let quiet = replica_states(&cluster).is_some_and(|states| states.iter().all(|s| s.quiescent));
             async move { quiet.then_some(()) }
         })
         .await;

@@ -47,7 +47,7 @@ pub struct NodeProc {
 pub struct TestCluster {
     pub nodes: BTreeMap<u64, NodeProc>,
     members: String,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
 impl TestCluster {
@@ -62,7 +62,7 @@ impl TestCluster {
             let log = dir.path().join(format!("node-{id}.log"));
             nodes.insert(*id, NodeProc { id: *id, addr: addr.clone(), join: false, data_dir, log, child: None });
         }
-        let mut cluster = Self { nodes, members, _dir: dir };
+        let mut cluster = Self { nodes, members, dir };
         for id in 1..=n {
             cluster.start_node(id)?;
         }
@@ -86,8 +86,8 @@ impl TestCluster {
             bail!("node {id} exists already");
         }
         let addr = format!("127.0.0.1:{}", free_port());
-        let data_dir = self._dir.path().join(format!("node-{id}"));
-        let log = self._dir.path().join(format!("node-{id}.log"));
+        let data_dir = self.dir.path().join(format!("node-{id}"));
+        let log = self.dir.path().join(format!("node-{id}.log"));
         self.nodes.insert(id, NodeProc { id, addr, join: true, data_dir, log, child: None });
         self.start_node(id)
     }
@@ -252,8 +252,8 @@ impl Drop for TestCluster {
             }
         }
         if std::env::var_os(KEEP_DIRS_ENV).is_some() {
-            self._dir.disable_cleanup(true);
-            eprintln!("kept the cluster's directory: {}", self._dir.path().display());
+            self.dir.disable_cleanup(true);
+            eprintln!("kept the cluster's directory: {}", self.dir.path().display());
         }
     }
 }

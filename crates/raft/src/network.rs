@@ -162,9 +162,7 @@ impl Transport {
     /// Records that the leader of `group` reached this node at `at`, unless a later contact is
     /// known.
     pub(crate) fn record_leader_contact_at(&self, group: GroupId, at: rill_rt::Instant) {
-        let mut contacts = self.leader_contacts.lock().unwrap_or_else(|p| p.into_inner());
-        let slot = contacts.entry(group).or_insert(at);
-        *slot = (*slot).max(at);
+        keep_latest(&self.leader_contacts, group, at);
     }
 
     pub(crate) fn heartbeats(&self) -> &Heartbeats {
@@ -177,9 +175,7 @@ impl Transport {
 
     /// Records that `node` answered `group` at `at`, unless a later answer is known.
     pub(crate) fn record_contact_at(&self, group: GroupId, node: NodeId, at: rill_rt::Instant) {
-        let mut contacts = self.contacts.lock().unwrap_or_else(|p| p.into_inner());
-        let slot = contacts.entry((group, node)).or_insert(at);
-        *slot = (*slot).max(at);
+        keep_latest(&self.contacts, (group, node), at);
     }
 
     pub(crate) fn client(&self, node: NodeId, addr: &str) -> Result<RaftTransportClient<Channel>, TransportError> {
@@ -287,6 +283,14 @@ impl GroupNetwork {
         self.transport.record_contact(self.group, self.target);
         answer.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
     }
+}
+
+/// Sets `key`'s time in `times` to `at`, unless it holds a later one (answers may be recorded
+/// out of order).
+fn keep_latest<K: std::hash::Hash + Eq>(times: &Mutex<HashMap<K, rill_rt::Instant>>, key: K, at: rill_rt::Instant) {
+    let mut times = times.lock().unwrap_or_else(|p| p.into_inner());
+    let slot = times.entry(key).or_insert(at);
+    *slot = (*slot).max(at);
 }
 
 fn network_error<E: std::error::Error>(e: String) -> RPCError<NodeId, BasicNode, E> {
