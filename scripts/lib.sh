@@ -14,7 +14,10 @@ step() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
 ensure_build_deps() {
   local missing=()
   command -v c++ >/dev/null 2>&1 || missing+=(g++)
-  if ! ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 && ! ldconfig -p 2>/dev/null | grep -q 'libclang[-.0-9]*\.so'; then
+  # What bindgen's clang-sys loads: libclang.so or libclang-<version>.so (not libclang-cpp, which
+  # some images carry without libclang itself).
+  if ! ls /usr/lib/llvm-*/lib/libclang.so* /usr/lib/llvm-*/lib/libclang-[0-9]*.so* >/dev/null 2>&1 \
+    && ! ldconfig -p 2>/dev/null | grep -Eq 'libclang(-[0-9.]+)?\.so'; then
     missing+=(libclang-dev)
   fi
   if [ ${#missing[@]} -gt 0 ]; then
