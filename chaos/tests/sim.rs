@@ -2,8 +2,8 @@
 //!
 //! Every scenario prints its seed first; `MADSIM_TEST_SEED=<seed>` replays it exactly and the
 //! printed trace hash must match. The generated scenarios live in `rill_chaos::scenarios`; each
-//! has a test of the same name here. `smoke_leader_power_failure_and_rejoin` and
-//! `woken_quiescent_group_keeps_its_leader` are scripted.
+//! has a test of the same name here. `smoke_leader_power_failure_and_rejoin`,
+//! `woken_quiescent_group_keeps_its_leader` and `concurrent_batches_share_entries` are scripted.
 
 #![cfg(madsim)]
 // Test code: a failed expectation is a failed test.
@@ -176,6 +176,22 @@ async fn smoke_leader_power_failure_and_rejoin() {
     println!("trace-hash: {:016x} events={}", trace.hash(), trace.len());
 }
 
+/// Three nodes whose disks take `sync_latency` per sync, with `topic` (one partition, RF 3)
+/// created and led.
+async fn slow_disk_cluster(sync_latency: Duration, topic: &'static str) -> (SimCluster, Client) {
+    let cluster = SimCluster::start_with(SimOptions { nodes: 3, client_hosts: 1, sync_latency });
+    let client = cluster.client().await;
+    let c = client.clone();
+    cluster
+        .on_client(async move {
+            // The metadata group elects on slow disks too: retry until the cluster takes it.
+            wait_until("the topic created", || async { c.create_topic(topic, 1, 3, &[]).await.ok() }).await;
+            wait_until("a leader", || async { c.describe_topic(topic).await.ok()?.partitions[0].leader }).await
+        })
+        .await;
+    (cluster, client)
+}
+
 /// The single partition's (leader, term) when every replica agrees on them.
 fn agreed_leader(cluster: &SimCluster) -> Option<(u64, u64)> {
     let states = replica_states(cluster)?;
@@ -192,16 +208,7 @@ fn agreed_leader(cluster: &SimCluster) -> Option<(u64, u64)> {
 #[madsim::test]
 async fn woken_quiescent_group_keeps_its_leader() {
     let trace = begin_scripted();
-    let cluster =
-        SimCluster::start_with(SimOptions { nodes: 3, client_hosts: 1, sync_latency: Duration::from_millis(150) });
-    let client = cluster.client().await;
-    let c = client.clone();
-    cluster
-        .on_client(async move {
-            // The metadata group elects on slow disks too: retry until the cluster takes it.
-            wait_until("the topic created", || async { c.create_topic("quiet", 1, 3, &[]).await.ok() }).await
-        })
-        .await;
+    let (cluster, client) = slow_disk_cluster(Duration::from_millis(150), "quiet").await;
     for round in 0..3 {
         wait_until("the group quiescent on every replica", || {
             let quiet = replica_states(&cluster).is_some_and(|states| states.iter().all(|s| s.quiescent));
@@ -218,6 +225,69 @@ async fn woken_quiescent_group_keeps_its_leader() {
         let after = wait_until("a leader every replica agrees on", || async { agreed_leader(&cluster) }).await;
         trace.record(format!("round {round}: leader/term {before:?} -> {after:?} at {:?}", elapsed()));
         assert_eq!(after, before, "round {round}: waking the group changed its leader or term");
+    }
+    println!("trace-hash: {:016x} events={}", trace.hash(), trace.len());
+}
+
+/// Scripted: batches that reach a partition while its previous entry is being synced go to Raft
+/// together, as one entry, and each still lands at its own offset. Disks sync slowly (20 ms) and
+/// 48 single-record batches (acks=all and acks=1 alternating) are sent at once: the log must hold
+/// fewer entries than batches, every batch must be acknowledged at a distinct offset, and a read
+/// from the beginning must find each value exactly at the offset it was acknowledged with.
+#[madsim::test]
+async fn concurrent_batches_share_entries() {
+    const BATCHES: usize = 48;
+    let trace = begin_scripted();
+    let (cluster, client) = slow_disk_cluster(Duration::from_millis(20), "merged").await;
+    let c = client.clone();
+    let acked: Vec<(String, u64)> = cluster
+        .on_client(async move {
+            let sends: Vec<_> = (0..BATCHES)
+                .map(|i| {
+                    let c = c.clone();
+                    let acks = if i % 2 == 0 { Acks::All } else { Acks::Leader };
+                    rill_rt::spawn(async move {
+                        let v = format!("m-{i}");
+                        (v.clone(), c.produce("merged", 0, vec![Record::new(v)], acks).await)
+                    })
+                })
+                .collect();
+            let mut out = Vec::new();
+            for send in sends {
+                let (v, r) = send.await.expect("send task");
+                let offset = r.unwrap_or_else(|e| panic!("{v} was not acknowledged: {e}")).base_offset;
+                out.push((v.clone(), offset.unwrap_or_else(|| panic!("{v} acknowledged without an offset"))));
+            }
+            out
+        })
+        .await;
+    let mut offsets: Vec<u64> = acked.iter().map(|(_, o)| *o).collect();
+    offsets.sort_unstable();
+    assert_eq!(offsets, (0..BATCHES as u64).collect::<Vec<_>>(), "every batch at its own offset, densely");
+
+    let leader = agreed_leader(&cluster).expect("a leader every replica agrees on").0;
+    let entries = cluster.node(leader).expect("leader up").partitions()[0].entry_bodies().expect("read log");
+    let merged = format!("{BATCHES} batches in {} entries at {:?}", entries.len(), elapsed());
+    println!("{merged}");
+    trace.record(merged);
+    assert!(entries.len() < BATCHES, "{BATCHES} concurrent batches took {} entries: none were merged", entries.len());
+
+    let fresh = cluster.client().await;
+    let read = cluster
+        .on_client(async move {
+            let (mut out, mut offset) = (Vec::new(), 0);
+            while out.len() < BATCHES {
+                // acks=1 batches may be acknowledged before they commit: wait for them.
+                let f = fresh.fetch("merged", 0, Some(offset), Duration::from_secs(1)).await.expect("fetch");
+                offset = f.next_offset;
+                out.extend(f.records.into_iter().map(|r| (String::from_utf8_lossy(&r.value).into_owned(), r.offset)));
+            }
+            out
+        })
+        .await;
+    let read: HashMap<String, u64> = read.into_iter().collect();
+    for (v, offset) in &acked {
+        assert_eq!(read.get(v), Some(offset), "{v} was acknowledged at offset {offset}");
     }
     println!("trace-hash: {:016x} events={}", trace.hash(), trace.len());
 }
@@ -256,6 +326,7 @@ async fn idempotence() {
 async fn list_scenarios() {
     println!("smoke_leader_power_failure_and_rejoin\tscripted: crash and power-fail the leader, fail over, rejoin, converge (default)");
     println!("woken_quiescent_group_keeps_its_leader\tscripted: writes wake a quiescent group on slow disks; no election (default)");
+    println!("concurrent_batches_share_entries\tscripted: concurrent batches merge into entries, each at its own offset (default)");
     for s in scenarios::SCENARIOS {
         println!("{}\t{}{}", s.name, s.description, if s.default { " (default)" } else { "" });
     }

@@ -14,6 +14,8 @@
 //! * [`isr`]: [`IsrTracker`] — which followers are in sync, from Raft replication progress.
 //! * [`partition`]: [`Partition`] — produce, fetch, list offsets, status.
 //! * [`producers`]: idempotent producer state (last five batches per producer id).
+//! * [`propose`]: [`Proposer`] — batches that arrive while the previous entry is being written go
+//!   to Raft together, as one entry.
 //!
 //! Offsets are Raft *positions*: an entry holding `n` records occupies `n` positions, assigned
 //! when it is appended and identical on every replica (see `rill_raft::log_store`). The high
@@ -28,8 +30,10 @@ pub mod machine;
 pub mod partition;
 pub mod produce;
 pub mod producers;
+pub mod propose;
 
 pub use error::{PartitionError, Result};
 pub use isr::{IsrTracker, IsrView};
 pub use machine::PartitionStateMachine;
 pub use partition::{Acks, FetchOutcome, Partition, ProduceOutcome, ReplicaState};
+pub use propose::Proposer;

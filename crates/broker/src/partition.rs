@@ -20,6 +20,7 @@ use crate::idempotence::Gate;
 use crate::isr::{self, IsrView};
 use crate::machine::{PartitionStateMachine, SharedState, TimeIndex};
 use crate::producers::ProducerStates;
+use crate::propose::Proposer;
 
 /// Log entries read per storage scan while serving a fetch.
 const FETCH_SCAN_ENTRIES: usize = 32;
@@ -95,7 +96,8 @@ pub struct Partition {
     pub(crate) gate: Arc<rill_rt::sync::Mutex<Gate>>,
     /// Signalled whenever a batch enters the gate (for batches waiting on a predecessor).
     pub(crate) gate_changed: rill_rt::sync::Notify,
-    pub(crate) next_proposal: AtomicU64,
+    /// Merges concurrent batches into entries and hands them to Raft.
+    pub(crate) proposer: Arc<Proposer>,
     /// Node id leadership is being handed to (0: none); new writes are refused meanwhile.
     pub(crate) moving_to: AtomicU64,
     /// Produce requests past the leader check and not yet answered.
@@ -127,6 +129,7 @@ impl Partition {
         let lag_config = config.clone();
         let lag = move || lag_config.read().map(|c| c.replica_lag_time_max()).unwrap_or(Duration::from_secs(30));
         rill_rt::spawn(isr::run(raft.clone(), node_id, quiescence.clone(), lag, Arc::new(isr_tx)));
+        let proposer = Proposer::new(node_id, raft.clone(), log.clone(), quiescence.clone());
         let partition = Arc::new(Self {
             topic,
             partition,
@@ -143,7 +146,7 @@ impl Partition {
             producers: shared.producers,
             gate: Arc::default(),
             gate_changed: rill_rt::sync::Notify::new(),
-            next_proposal: AtomicU64::new(1),
+            proposer,
             moving_to: AtomicU64::new(0),
             produces_in_flight: AtomicUsize::new(0),
         });

@@ -4,46 +4,35 @@
 //! ```text
 //!  produce ─► leader? size? CRC? ─► acks=all: ISR ≥ min.insync.replicas? ─┬─ plain batch ─────► propose
 //!                                                                          └─ idempotent batch ► gate ─► propose
-//!  propose ─► queued in Raft ─► acks=0: answer now
+//!  propose (merged with concurrent batches into one entry: `propose`) ─► acks=0: answer now
 //!                            ─► acks=1: answer when synced in the leader's log
 //!                            ─► acks=all: answer when committed and every ISR member has it
 //! ```
 
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use openraft::error::ClientWriteError;
-use openraft::raft::ClientWriteResult;
 use prost::Message;
 use rill_proto::batch;
 use rill_proto::common::RecordBatch;
-use rill_raft::log_store::Placement;
-use rill_raft::{NodeId, Payload, TypeConfig};
+use rill_raft::{NodeId, Payload};
 use rill_rt::mutation::Mutation;
-use rill_rt::sync::{oneshot, watch};
+use rill_rt::sync::watch;
 use rill_rt::Instant;
 
 use crate::command;
 use crate::error::{PartitionError, Result};
 use crate::handover::InFlight;
 use crate::idempotence::{BatchId, Committed, Decision};
-use crate::machine::decode_base_offset;
 use crate::partition::{Acks, Partition, ProduceOutcome};
 use crate::producers::MAX_PRODUCERS_PER_PARTITION;
+use crate::propose::{Landed, Share};
 
 /// How long an idempotent batch that arrived ahead of its predecessor waits for it.
 const REORDER_WAIT: Duration = Duration::from_millis(200);
 
 /// How often the leader checks for idle producers to expire (at most).
 pub const EXPIRY_CHECK_EVERY: Duration = Duration::from_secs(60);
-
-type CommitRx = oneshot::Receiver<ClientWriteResult<TypeConfig>>;
-
-/// A batch handed to Raft.
-struct Proposal {
-    commit: CommitRx,
-    durable: Option<oneshot::Receiver<Placement>>,
-}
 
 fn elapsed_ms(since: Instant) -> u64 {
     rill_rt::now().saturating_duration_since(since).as_millis() as u64
@@ -81,31 +70,35 @@ impl Partition {
         batch.base_offset = 0;
         batch.append_time_ms = append_time_ms;
         if idempotent {
-            let (base, index, entry_term) =
-                self.produce_idempotent(batch, term, append_time_ms, deadline, started).await?;
-            if let Some(index) = index {
+            let (base, landed) = self.produce_idempotent(batch, term, deadline, started).await?;
+            if let Some((index, entry_term)) = landed {
                 self.wait_for_isr(index, entry_term, config.min_insync_replicas, deadline, started).await?;
             }
             return Ok(ProduceOutcome { base_offset: Some(base), append_time_ms });
         }
-        let proposal = self.propose(&batch, append_time_ms, acks == Acks::Leader).await?;
+        let count = batch.record_count;
+        let mut share = self.proposer.submit(batch);
         match acks {
             Acks::None => Ok(ProduceOutcome { base_offset: None, append_time_ms }),
             Acks::Leader => {
-                let base = self.wait_durable(proposal, deadline, started).await?;
+                let base = share.durable(Some(deadline)).await.unwrap_or_else(|| {
+                    Err(PartitionError::Timeout {
+                        waited_ms: elapsed_ms(started),
+                        what: "the leader to sync the batch",
+                    })
+                })?;
                 rill_rt::probe::emit(rill_rt::probe::Probe::LeaderAck {
                     node: self.node_id,
                     group: self.group,
                     offset: base,
-                    count: batch.record_count,
+                    count,
                 });
                 Ok(ProduceOutcome { base_offset: Some(base), append_time_ms })
             }
             Acks::All => {
-                let (base, index, entry_term) =
-                    wait_committed(proposal.commit, deadline, started, self.node_id).await?;
-                self.wait_for_isr(index, entry_term, config.min_insync_replicas, deadline, started).await?;
-                Ok(ProduceOutcome { base_offset: Some(base), append_time_ms })
+                let landed = committed_within(&mut share, deadline, started).await?;
+                self.wait_for_isr(landed.index, landed.term, config.min_insync_replicas, deadline, started).await?;
+                Ok(ProduceOutcome { base_offset: Some(landed.base), append_time_ms })
             }
         }
     }
@@ -120,63 +113,6 @@ impl Partition {
             return Err(PartitionError::NotEnoughReplicas { isr, min });
         }
         Ok(())
-    }
-
-    /// Hands `batch` to Raft. Returns once it is queued (entries keep the order of calls).
-    async fn propose(&self, batch: &RecordBatch, append_time_ms: i64, want_durable: bool) -> Result<Proposal> {
-        let tag = self.next_proposal.fetch_add(1, Ordering::Relaxed);
-        let durable = want_durable.then(|| self.log.watch_proposal(tag));
-        let payload = Payload {
-            units: batch.record_count,
-            body: command::encode_append(append_time_ms, std::slice::from_ref(batch)),
-            proposal: tag,
-        };
-        // Wake a quiescent group before the entry reaches Raft and again once it has: an attempt
-        // to quiesce that raced with the first is then undone by the second.
-        self.quiescence.wake();
-        let queued = self.raft.client_write_ff(payload).await;
-        self.quiescence.wake();
-        match queued {
-            Ok(commit) => Ok(Proposal { commit, durable }),
-            Err(_) => {
-                self.log.forget_proposal(tag);
-                Err(PartitionError::ShuttingDown)
-            }
-        }
-    }
-
-    /// acks=1: waits until the entry is synced in this node's log (or is refused first).
-    async fn wait_durable(&self, proposal: Proposal, deadline: Instant, started: Instant) -> Result<u64> {
-        let Proposal { commit, durable } = proposal;
-        let Some(durable) = durable else { return Err(PartitionError::InvalidRequest("no durability watch".into())) };
-        let node = self.node_id;
-        let outcome = rill_rt::timeout_at(deadline, async move {
-            tokio::pin!(durable);
-            tokio::pin!(commit);
-            let mut commit_done = false;
-            loop {
-                tokio::select! {
-                    biased;
-                    placement = &mut durable => return placement.map(|p| p.base).map_err(|_| PartitionError::ShuttingDown),
-                    res = &mut commit, if !commit_done => {
-                        commit_done = true;
-                        match res {
-                            Ok(Err(e)) => return Err(write_error(e, node)),
-                            Err(_) => return Err(PartitionError::ShuttingDown),
-                            // Applied already: the durable notice fired before apply; take it.
-                            Ok(Ok(_)) => {}
-                        }
-                    }
-                }
-            }
-        })
-        .await;
-        match outcome {
-            Ok(r) => r,
-            Err(_) => {
-                Err(PartitionError::Timeout { waited_ms: elapsed_ms(started), what: "the leader to sync the batch" })
-            }
-        }
     }
 
     /// acks=all, after commit: waits until every in-sync replica has log index `index`.
@@ -223,10 +159,9 @@ impl Partition {
         &self,
         batch: RecordBatch,
         term: u64,
-        append_time_ms: i64,
         deadline: Instant,
         started: Instant,
-    ) -> Result<(u64, Option<u64>, u64)> {
+    ) -> Result<(u64, Option<(u64, u64)>)> {
         if !self.caught_up(term) {
             return Err(PartitionError::CatchingUp);
         }
@@ -255,26 +190,22 @@ impl Partition {
                 other => other?,
             };
             break match decision {
-                Decision::Stored { base_offset } => return Ok((base_offset, None, term)),
+                Decision::Stored { base_offset } => return Ok((base_offset, None)),
                 Decision::Wait(rx) => rx,
                 Decision::Append => {
-                    // Proposed while holding the gate: Raft gets batches in decision order.
-                    let proposal = self.propose(&batch, append_time_ms, false).await?;
+                    // Submitted while holding the gate: batches enter the log in decision order.
+                    let mut share = self.proposer.submit(batch);
                     let (tx, rx) = watch::channel(None);
                     gate.register(pid, epoch, first_seq, count, rx.clone());
                     self.gate_changed.notify_waiters();
                     let gate_handle = self.gate.clone();
-                    let node = self.node_id;
                     // The outcome resolves the in-flight entry whether or not this caller is
                     // still waiting: a retry must never race a first attempt still in Raft.
                     rill_rt::spawn(async move {
-                        let outcome: Committed = match proposal.commit.await {
-                            Ok(Ok(w)) => match decode_base_offset(&w.data.0) {
-                                Some(base) => Ok((base, w.log_id.index, w.log_id.leader_id.term)),
-                                None => Err(PartitionError::Storage("state machine gave no base offset".into())),
-                            },
-                            Ok(Err(e)) => Err(write_error(e, node)),
-                            Err(_) => Err(PartitionError::ShuttingDown),
+                        let outcome: Committed = match share.committed(None).await {
+                            Some(Ok(landed)) => Ok((landed.base, landed.index, landed.term)),
+                            Some(Err(e)) => Err(e),
+                            None => Err(PartitionError::ShuttingDown),
                         };
                         tx.send_replace(Some(outcome));
                         gate_handle.lock().await.resolve(term, pid, first_seq);
@@ -285,7 +216,7 @@ impl Partition {
         };
         loop {
             if let Some(outcome) = result.borrow_and_update().clone() {
-                return outcome.map(|(base, index, t)| (base, Some(index), t));
+                return outcome.map(|(base, index, t)| (base, Some((index, t))));
             }
             match rill_rt::timeout_at(deadline, result.changed()).await {
                 Err(_) => {
@@ -311,26 +242,15 @@ impl Partition {
     }
 }
 
-/// Waits for a proposal to commit: (base offset, log index, term).
-async fn wait_committed(
-    commit: CommitRx,
-    deadline: Instant,
-    started: Instant,
-    node: NodeId,
-) -> Result<(u64, u64, u64)> {
-    match rill_rt::timeout_at(deadline, commit).await {
-        Err(_) => Err(PartitionError::Timeout { waited_ms: elapsed_ms(started), what: "the batch to commit" }),
-        Ok(Err(_)) => Err(PartitionError::ShuttingDown),
-        Ok(Ok(Err(e))) => Err(write_error(e, node)),
-        Ok(Ok(Ok(w))) => {
-            let base = decode_base_offset(&w.data.0)
-                .ok_or_else(|| PartitionError::Storage("state machine gave no base offset".into()))?;
-            Ok((base, w.log_id.index, w.log_id.leader_id.term))
-        }
-    }
+/// Waits for a submitted batch to commit, at most until `deadline`.
+async fn committed_within(share: &mut Share, deadline: Instant, started: Instant) -> Result<Landed> {
+    share
+        .committed(Some(deadline))
+        .await
+        .unwrap_or_else(|| Err(PartitionError::Timeout { waited_ms: elapsed_ms(started), what: "the batch to commit" }))
 }
 
-fn write_error(e: ClientWriteError<NodeId, openraft::BasicNode>, node: NodeId) -> PartitionError {
+pub(crate) fn write_error(e: ClientWriteError<NodeId, openraft::BasicNode>, node: NodeId) -> PartitionError {
     match e {
         ClientWriteError::ForwardToLeader(f) => {
             PartitionError::NotLeader { node, leader: f.leader_id, addr: f.leader_node.map(|n| n.addr) }

@@ -1,0 +1,282 @@
+//! [`Proposer`]: hands a partition's record batches to Raft, merging the batches that arrive
+//! while the previous entry is being written into one entry.
+//!
+//! openraft 0.9 writes a leader's entries one at a time: the group's Raft task appends an entry,
+//! waits for the leader's log to sync it, and only then replicates it and takes the next client
+//! write. Produce requests that reach a partition while one of its entries is being synced used
+//! to queue in front of that task and be written one after another, a sync each. Here they wait
+//! in one *open entry* instead, and go to Raft together as soon as the entry before them is
+//! durable on the leader (the moment Raft could have taken the next one anyway): N concurrent
+//! batches cost one entry, one leader sync, one round of replication and one apply, instead of
+//! N of each in a row. A lone request finds no entry being written and goes at once.
+//!
+//! ```text
+//!  submit(batch) ─► open entry (batches in arrival order) ─► driver: propose ─► durable here? ─► next entry
+//!        └─► Share { entry progress, records before this batch in the entry }
+//! ```
+//!
+//! **Order.** Entries are proposed in the order they were opened, and batches keep their order
+//! inside an entry, so batches enter the log in the order `submit` was called (the idempotence
+//! gate relies on it). **Offsets.** The state machine answers an entry's base offset; a batch's
+//! own base offset is that plus the records of the batches before it in the same entry.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use prost::Message;
+use rill_proto::common::RecordBatch;
+use rill_raft::{LogStore, NodeId, Payload, Quiescence, Raft};
+use rill_rt::sync::watch;
+use rill_rt::Instant;
+
+use crate::command;
+use crate::error::{PartitionError, Result};
+use crate::machine::decode_base_offset;
+use crate::produce::write_error;
+
+/// Most batch bytes one merged entry carries (a single larger batch still goes alone). Raft
+/// replicates at most a megabyte per append call; entries larger than that would travel alone.
+pub const MAX_ENTRY_BYTES: usize = 1 << 20;
+
+/// Longest the driver waits for an entry to be durable on the leader before proposing the next
+/// one anyway. The wait only paces merging; nothing depends on it for correctness.
+const PACE_LIMIT: Duration = Duration::from_millis(500);
+
+/// How far an entry has come.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Progress {
+    /// Waiting in the open entry, or handed to Raft and not yet durable here.
+    Pending,
+    /// Synced in the leader's log, starting at offset `base`.
+    Durable { base: u64 },
+    /// Committed and applied: base offset, log index, term.
+    Committed { base: u64, index: u64, term: u64 },
+    /// Raft refused the entry or lost it (leadership moved, the group stopped).
+    Failed(PartitionError),
+}
+
+/// One batch's part in an entry: how to learn where it landed.
+pub struct Share {
+    progress: watch::Receiver<Progress>,
+    /// Records of the batches ahead of this one in the same entry.
+    records_before: u64,
+}
+
+/// Where a committed batch landed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Landed {
+    /// Offset of the batch's first record.
+    pub base: u64,
+    /// Raft log index of the entry holding it.
+    pub index: u64,
+    /// Term of that entry.
+    pub term: u64,
+}
+
+impl Share {
+    /// Waits until the batch is synced in the leader's log (acks=1) and returns its base offset.
+    /// `None` when `deadline` passed first.
+    pub async fn durable(&mut self, deadline: Option<Instant>) -> Option<Result<u64>> {
+        let before = self.records_before;
+        self.wait(deadline, |p| match p {
+            Progress::Pending => None,
+            Progress::Durable { base } | Progress::Committed { base, .. } => Some(Ok(base + before)),
+            Progress::Failed(e) => Some(Err(e.clone())),
+        })
+        .await
+    }
+
+    /// Waits until the batch is committed or refused; `None` when `deadline` passed first.
+    pub async fn committed(&mut self, deadline: Option<Instant>) -> Option<Result<Landed>> {
+        let before = self.records_before;
+        self.wait(deadline, |p| match p {
+            Progress::Pending | Progress::Durable { .. } => None,
+            Progress::Committed { base, index, term } => {
+                Some(Ok(Landed { base: base + before, index: *index, term: *term }))
+            }
+            Progress::Failed(e) => Some(Err(e.clone())),
+        })
+        .await
+    }
+
+    async fn wait<T>(
+        &mut self,
+        deadline: Option<Instant>,
+        done: impl Fn(&Progress) -> Option<Result<T>>,
+    ) -> Option<Result<T>> {
+        loop {
+            if let Some(r) = done(&self.progress.borrow_and_update()) {
+                return Some(r);
+            }
+            let changed = match deadline {
+                Some(at) => match rill_rt::timeout_at(at, self.progress.changed()).await {
+                    Err(_) => return None,
+                    Ok(changed) => changed,
+                },
+                None => self.progress.changed().await,
+            };
+            if changed.is_err() {
+                // Every sender is gone without an outcome: the replica is stopping.
+                return Some(Err(PartitionError::ShuttingDown));
+            }
+        }
+    }
+}
+
+/// Batches gathered for one entry.
+struct OpenEntry {
+    batches: Vec<RecordBatch>,
+    records: u64,
+    bytes: usize,
+    append_time_ms: i64,
+    progress: Arc<watch::Sender<Progress>>,
+}
+
+impl OpenEntry {
+    fn new() -> Self {
+        Self {
+            batches: Vec::new(),
+            records: 0,
+            bytes: 0,
+            append_time_ms: i64::MIN,
+            progress: Arc::new(watch::channel(Progress::Pending).0),
+        }
+    }
+}
+
+#[derive(Default)]
+struct State {
+    /// Entries waiting for the driver, oldest first; batches join the newest.
+    entries: VecDeque<OpenEntry>,
+    /// A driver task is writing entries.
+    driving: bool,
+}
+
+/// Merges and proposes a partition's record batches (see the module docs).
+pub struct Proposer {
+    node_id: NodeId,
+    raft: Raft,
+    log: LogStore,
+    quiescence: Arc<Quiescence>,
+    state: Mutex<State>,
+    next_tag: AtomicU64,
+}
+
+impl Proposer {
+    /// A proposer writing into `raft`, whose log is `log`.
+    pub fn new(node_id: NodeId, raft: Raft, log: LogStore, quiescence: Arc<Quiescence>) -> Arc<Self> {
+        Arc::new(Self { node_id, raft, log, quiescence, state: Mutex::default(), next_tag: AtomicU64::new(1) })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Queues `batch` (its `append_time_ms` set by the caller) for the log. Batches enter the log
+    /// in the order of calls.
+    pub fn submit(self: &Arc<Self>, batch: RecordBatch) -> Share {
+        let size = batch.encoded_len();
+        let records = u64::from(batch.record_count);
+        let mut st = self.lock();
+        let mut entry = match st.entries.pop_back() {
+            Some(e) if e.batches.is_empty() || e.bytes + size <= MAX_ENTRY_BYTES => e,
+            Some(full) => {
+                st.entries.push_back(full);
+                OpenEntry::new()
+            }
+            None => OpenEntry::new(),
+        };
+        let share = Share { progress: entry.progress.subscribe(), records_before: entry.records };
+        entry.records += records;
+        entry.bytes += size;
+        entry.append_time_ms = entry.append_time_ms.max(batch.append_time_ms);
+        entry.batches.push(batch);
+        st.entries.push_back(entry);
+        if !st.driving {
+            st.driving = true;
+            rill_rt::spawn(self.clone().drive());
+        }
+        share
+    }
+
+    /// Writes entries until none is waiting.
+    async fn drive(self: Arc<Self>) {
+        loop {
+            let entry = {
+                let mut st = self.lock();
+                match st.entries.pop_front() {
+                    Some(e) => e,
+                    None => {
+                        st.driving = false;
+                        return;
+                    }
+                }
+            };
+            self.write(entry).await;
+        }
+    }
+
+    /// Proposes `entry` and returns once it is durable in this node's log, refused, or
+    /// [`PACE_LIMIT`] passed.
+    async fn write(&self, entry: OpenEntry) {
+        let OpenEntry { batches, records, append_time_ms, progress, .. } = entry;
+        let tag = self.next_tag.fetch_add(1, Ordering::Relaxed);
+        let durable = self.log.watch_proposal(tag);
+        let payload = Payload {
+            units: u32::try_from(records).unwrap_or(u32::MAX),
+            body: command::encode_append(append_time_ms, &batches),
+            proposal: tag,
+        };
+        // Wake a quiescent group before the entry reaches Raft and again once it has: an attempt
+        // to quiesce that raced with the first is then undone by the second.
+        self.quiescence.wake();
+        let queued = self.raft.client_write_ff(payload).await;
+        self.quiescence.wake();
+        let commit = match queued {
+            Ok(commit) => commit,
+            Err(_) => {
+                self.log.forget_proposal(tag);
+                progress.send_replace(Progress::Failed(PartitionError::ShuttingDown));
+                return;
+            }
+        };
+        let node = self.node_id;
+        let outcome = progress.clone();
+        rill_rt::spawn(async move {
+            let result = match commit.await {
+                Ok(Ok(w)) => match decode_base_offset(&w.data.0) {
+                    Some(base) => Progress::Committed { base, index: w.log_id.index, term: w.log_id.leader_id.term },
+                    None => Progress::Failed(PartitionError::Storage("state machine gave no base offset".into())),
+                },
+                Ok(Err(e)) => Progress::Failed(write_error(e, node)),
+                Err(_) => Progress::Failed(PartitionError::ShuttingDown),
+            };
+            outcome.send_replace(result);
+        });
+        let mut settled = progress.subscribe();
+        let paced = rill_rt::timeout(PACE_LIMIT, async {
+            tokio::select! {
+                biased;
+                placement = durable => match placement {
+                    Ok(p) => {
+                        progress.send_if_modified(|now| {
+                            let pending = *now == Progress::Pending;
+                            if pending {
+                                *now = Progress::Durable { base: p.base };
+                            }
+                            pending
+                        });
+                    }
+                    Err(_) => self.log.forget_proposal(tag),
+                },
+                _ = settled.wait_for(|p| *p != Progress::Pending) => self.log.forget_proposal(tag),
+            }
+        })
+        .await;
+        if paced.is_err() {
+            self.log.forget_proposal(tag);
+        }
+    }
+}
