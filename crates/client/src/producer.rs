@@ -227,7 +227,7 @@ impl Producer {
             .map_err(|_| Error::InvalidArgument("the producer is closed".into()))?;
         let (tx, rx) = oneshot::channel();
         let deadline = rill_rt::now() + self.inner.config.delivery_timeout;
-        {
+        let replan = {
             let mut st = self.inner.lock();
             if st.closed {
                 return Err(Error::InvalidArgument("the producer is closed".into()));
@@ -236,9 +236,15 @@ impl Producer {
             acc.first_at.get_or_insert_with(rill_rt::now);
             acc.bytes += size;
             acc.records.push(Pending { record, tx, deadline, _memory: permit });
+            // The sender needs waking only when this record changes its plan: a partition's
+            // first queued record starts a linger deadline, and a full batch goes at once. For
+            // any other record it already waits for this partition's deadline, or for a batch
+            // in flight to finish (which wakes it).
+            acc.records.len() == 1 || acc.bytes >= self.inner.config.batch_size
+        };
+        if replan {
+            self.inner.wake.notify_one();
         }
-        // Wake the sender: a full batch goes now; otherwise it re-plans its linger deadline.
-        self.inner.wake.notify_one();
         Ok(DeliveryFuture { rx })
     }
 
