@@ -81,12 +81,7 @@ impl Partition {
         match acks {
             Acks::None => Ok(ProduceOutcome { base_offset: None, append_time_ms }),
             Acks::Leader => {
-                let base = share.durable(Some(deadline)).await.unwrap_or_else(|| {
-                    Err(PartitionError::Timeout {
-                        waited_ms: elapsed_ms(started),
-                        what: "the leader to sync the batch",
-                    })
-                })?;
+                let base = durable_within(&mut share, deadline, started).await?;
                 rill_rt::probe::emit(rill_rt::probe::Probe::LeaderAck {
                     node: self.node_id,
                     group: self.group,
@@ -240,6 +235,13 @@ impl Partition {
             openraft::error::RaftError::Fatal(_) => PartitionError::ShuttingDown,
         })
     }
+}
+
+/// Waits for a submitted batch to be synced in the leader's log, at most until `deadline`.
+async fn durable_within(share: &mut Share, deadline: Instant, started: Instant) -> Result<u64> {
+    share.durable(Some(deadline)).await.unwrap_or_else(|| {
+        Err(PartitionError::Timeout { waited_ms: elapsed_ms(started), what: "the leader to sync the batch" })
+    })
 }
 
 /// Waits for a submitted batch to commit, at most until `deadline`.
