@@ -3,8 +3,8 @@
 //!
 //! openraft 0.9 writes a leader's entries one at a time: the group's Raft task appends an entry,
 //! waits for the leader's log to sync it, and only then replicates it and takes the next client
-//! write. Produce requests that reach a partition while one of its entries is being synced used
-//! to queue in front of that task and be written one after another, a sync each. Here they wait
+//! write. Produce requests that reach a partition while one of its entries is being synced would
+//! queue in front of that task and be written one after another, a sync each. Here they wait
 //! in one *open entry* instead, and go to Raft together as soon as the entry before them is
 //! durable on the leader (the moment Raft could have taken the next one anyway): N concurrent
 //! batches cost one entry, one leader sync, one round of replication and one apply, instead of
@@ -218,7 +218,7 @@ impl Proposer {
         }
     }
 
-    /// Proposes `entry` and returns once it is durable in this node's log, refused, or
+    /// Proposes `entry` and returns once it is durable in this node's log, settled, or
     /// [`PACE_LIMIT`] passed.
     async fn write(&self, entry: OpenEntry) {
         let OpenEntry { batches, records, append_time_ms, progress, .. } = entry;
@@ -242,41 +242,47 @@ impl Proposer {
                 return;
             }
         };
-        let node = self.node_id;
+        // One task per entry publishes its progress: durable here (acks=1 answers), then
+        // committed or failed (acks=all and the idempotence gate wait for that).
         let outcome = progress.clone();
+        let log = self.log.clone();
+        let node = self.node_id;
         rill_rt::spawn(async move {
-            let result = match commit.await {
+            tokio::pin!(durable);
+            tokio::pin!(commit);
+            let mut durable_open = true;
+            let result = loop {
+                tokio::select! {
+                    biased;
+                    placement = &mut durable, if durable_open => {
+                        durable_open = false;
+                        if let Ok(p) = placement {
+                            outcome.send_if_modified(|now| {
+                                let pending = *now == Progress::Pending;
+                                if pending {
+                                    *now = Progress::Durable { base: p.base };
+                                }
+                                pending
+                            });
+                        }
+                    }
+                    result = &mut commit => break result,
+                }
+            };
+            // An entry Raft refused never reaches the log: drop its registration.
+            log.forget_proposal(tag);
+            outcome.send_replace(match result {
                 Ok(Ok(w)) => match decode_base_offset(&w.data.0) {
                     Some(base) => Progress::Committed { base, index: w.log_id.index, term: w.log_id.leader_id.term },
                     None => Progress::Failed(PartitionError::Storage("state machine gave no base offset".into())),
                 },
                 Ok(Err(e)) => Progress::Failed(write_error(e, node)),
                 Err(_) => Progress::Failed(PartitionError::ShuttingDown),
-            };
-            outcome.send_replace(result);
+            });
         });
+        // The next entry goes once this one is durable here (when Raft takes the next client
+        // write anyway) or settled, and after PACE_LIMIT regardless.
         let mut settled = progress.subscribe();
-        let paced = rill_rt::timeout(PACE_LIMIT, async {
-            tokio::select! {
-                biased;
-                placement = durable => match placement {
-                    Ok(p) => {
-                        progress.send_if_modified(|now| {
-                            let pending = *now == Progress::Pending;
-                            if pending {
-                                *now = Progress::Durable { base: p.base };
-                            }
-                            pending
-                        });
-                    }
-                    Err(_) => self.log.forget_proposal(tag),
-                },
-                _ = settled.wait_for(|p| *p != Progress::Pending) => self.log.forget_proposal(tag),
-            }
-        })
-        .await;
-        if paced.is_err() {
-            self.log.forget_proposal(tag);
-        }
+        let _ = rill_rt::timeout(PACE_LIMIT, settled.wait_for(|p| *p != Progress::Pending)).await;
     }
 }
