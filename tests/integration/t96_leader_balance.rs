@@ -69,6 +69,9 @@ async fn leadership_returns_to_the_preferred_replica_after_a_restart() -> anyhow
     produce(2, cluster.client().await?).await?;
 
     tracing::info!("--- SIGTERM node 2: it hands the partition it leads over before exiting");
+    // The reading client learns node 2 as a leader now; once node 2 is gone its reads must
+    // follow the new leader instead of failing on the dead address.
+    client.refresh_metadata(&[TOPIC.to_string()]).await?;
     cluster.terminate(2)?;
     let log = cluster.log_text(2);
     assert!(

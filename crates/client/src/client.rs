@@ -78,6 +78,16 @@ fn backoff(attempt: u32) -> Duration {
     exp.mul_f64(jitter)
 }
 
+/// When a per-partition request may be sent again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Resend {
+    /// Only after an answer proving it had no effect (a write: after a transport error its
+    /// outcome is unknown, and the caller decides).
+    OnlyWithoutEffect,
+    /// Also after a transport error (a read).
+    AlsoAfterTransportErrors,
+}
+
 /// A per-partition answer: the fields every produce, fetch and list-offsets result carries.
 pub(crate) trait PartitionAnswer {
     fn partition(&self) -> u32;
@@ -262,22 +272,26 @@ impl Client {
         false
     }
 
-    /// Runs a per-partition request against the partition's leader, following leader changes,
-    /// retrying errors that prove it had no effect until the retry budget is spent.
-    async fn with_leader<T, F, Fut>(&self, topic: &str, partition: u32, call: F) -> Result<T>
+    /// Runs a per-partition *read* against the partition's leader, following leader changes,
+    /// until the retry budget is spent. A read has no effect, so it is also sent again after a
+    /// transport error (the leader's node may be gone: the next attempt asks who leads now).
+    async fn read_from_leader<T, F, Fut>(&self, topic: &str, partition: u32, call: F) -> Result<T>
     where
         F: Fn(String) -> Fut,
         Fut: std::future::Future<Output = Result<std::result::Result<T, (Error, Option<LeaderHint>)>>>,
     {
-        self.with_leader_until(rill_rt::now() + self.options.retry_budget, topic, partition, call).await
+        let deadline = rill_rt::now() + self.options.retry_budget;
+        self.with_leader_until(deadline, topic, partition, Resend::AlsoAfterTransportErrors, call).await
     }
 
-    /// [`Client::with_leader`] with an explicit retry deadline.
+    /// Runs a per-partition request against the partition's leader, following leader changes,
+    /// resending it as `resend` allows until `deadline`.
     async fn with_leader_until<T, F, Fut>(
         &self,
         deadline: rill_rt::Instant,
         topic: &str,
         partition: u32,
+        resend: Resend,
         call: F,
     ) -> Result<T>
     where
@@ -327,6 +341,12 @@ impl Client {
                 Err(e) => {
                     // The node may be gone: look the leader up again next time.
                     self.forget_leader(topic, partition);
+                    if resend == Resend::AlsoAfterTransportErrors && rill_rt::now() < deadline {
+                        attempt += 1;
+                        tracing::debug!(topic, partition, attempt, error = %e, "resending a read");
+                        rill_rt::sleep(backoff(attempt)).await;
+                        continue;
+                    }
                     return Err(e);
                 }
             };
@@ -414,7 +434,7 @@ impl Client {
     ) -> Result<ProduceAck> {
         let timeout_ms = u32::try_from(timeout.as_millis()).unwrap_or(u32::MAX);
         let wait = timeout + self.options.request_slack;
-        self.with_leader_until(deadline, topic, partition, |addr| {
+        self.with_leader_until(deadline, topic, partition, Resend::OnlyWithoutEffect, |addr| {
             let req = ProduceRequest {
                 acks: acks.wire(),
                 timeout_ms,
@@ -463,7 +483,7 @@ impl Client {
     ) -> Result<FetchedPartition> {
         let max_wait_ms = u32::try_from(max_wait.as_millis()).unwrap_or(u32::MAX);
         let wait = max_wait + self.options.request_slack;
-        self.with_leader(topic, partition, |addr| {
+        self.read_from_leader(topic, partition, |addr| {
             let req = FetchRequest {
                 max_wait_ms,
                 max_bytes: 0,
@@ -495,7 +515,7 @@ impl Client {
             OffsetSpec::Timestamp(t) => (pb::OffsetSpec::Timestamp, t),
         };
         let wait = self.options.request_slack;
-        self.with_leader(topic, partition, |addr| {
+        self.read_from_leader(topic, partition, |addr| {
             let req = ListOffsetsRequest {
                 spec: spec as i32,
                 timestamp_ms,
