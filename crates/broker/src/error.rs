@@ -1,5 +1,6 @@
 //! Per-partition errors. Each maps to one wire error code (in the server's `errors` module).
 
+use openraft::error::ClientWriteError;
 use rill_proto::batch::BatchError;
 use rill_raft::NodeId;
 
@@ -60,6 +61,18 @@ pub enum PartitionError {
     /// The partition tracks as many producers as it may.
     #[error("the partition already tracks {max} idempotent producers; a new one must wait until idle ones expire")]
     TooManyProducers { max: usize },
+}
+
+impl PartitionError {
+    /// Why Raft refused a proposal made on node `node`.
+    pub fn from_write(e: ClientWriteError<NodeId, openraft::BasicNode>, node: NodeId) -> Self {
+        match e {
+            ClientWriteError::ForwardToLeader(f) => {
+                Self::NotLeader { node, leader: f.leader_id, addr: f.leader_node.map(|n| n.addr) }
+            }
+            ClientWriteError::ChangeMembershipError(e) => Self::Storage(e.to_string()),
+        }
+    }
 }
 
 fn leader_text(leader: Option<NodeId>, addr: &Option<String>) -> String {

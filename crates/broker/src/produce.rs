@@ -11,7 +11,6 @@
 
 use std::time::Duration;
 
-use openraft::error::ClientWriteError;
 use prost::Message;
 use rill_proto::batch;
 use rill_proto::common::RecordBatch;
@@ -231,7 +230,7 @@ impl Partition {
         let payload = Payload { units: 0, body: command::encode_expire_producers(older_than_ms), proposal: 0 };
         self.quiescence.wake();
         self.raft.client_write(payload).await.map(|_| ()).map_err(|e| match e {
-            openraft::error::RaftError::APIError(e) => write_error(e, self.node_id),
+            openraft::error::RaftError::APIError(e) => PartitionError::from_write(e, self.node_id),
             openraft::error::RaftError::Fatal(_) => PartitionError::ShuttingDown,
         })
     }
@@ -250,13 +249,4 @@ async fn committed_within(share: &mut Share, deadline: Instant, started: Instant
         .committed(Some(deadline))
         .await
         .unwrap_or_else(|| Err(PartitionError::Timeout { waited_ms: elapsed_ms(started), what: "the batch to commit" }))
-}
-
-pub(crate) fn write_error(e: ClientWriteError<NodeId, openraft::BasicNode>, node: NodeId) -> PartitionError {
-    match e {
-        ClientWriteError::ForwardToLeader(f) => {
-            PartitionError::NotLeader { node, leader: f.leader_id, addr: f.leader_node.map(|n| n.addr) }
-        }
-        ClientWriteError::ChangeMembershipError(e) => PartitionError::Storage(e.to_string()),
-    }
 }

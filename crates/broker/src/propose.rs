@@ -34,7 +34,6 @@ use rill_rt::Instant;
 use crate::command;
 use crate::error::{PartitionError, Result};
 use crate::machine::decode_base_offset;
-use crate::produce::write_error;
 
 /// Most batch bytes one merged entry carries (a single larger batch still goes alone). Raft
 /// replicates at most a megabyte per append call; entries larger than that would travel alone.
@@ -276,7 +275,7 @@ impl Proposer {
                     Some(base) => Progress::Committed { base, index: w.log_id.index, term: w.log_id.leader_id.term },
                     None => Progress::Failed(PartitionError::Storage("state machine gave no base offset".into())),
                 },
-                Ok(Err(e)) => Progress::Failed(write_error(e, node)),
+                Ok(Err(e)) => Progress::Failed(PartitionError::from_write(e, node)),
                 Err(_) => Progress::Failed(PartitionError::ShuttingDown),
             });
         });
