@@ -130,7 +130,7 @@ struct OpenEntry {
     records: u64,
     bytes: usize,
     append_time_ms: i64,
-    progress: Arc<watch::Sender<Progress>>,
+    progress: watch::Sender<Progress>,
 }
 
 impl OpenEntry {
@@ -140,7 +140,7 @@ impl OpenEntry {
             records: 0,
             bytes: 0,
             append_time_ms: i64::MIN,
-            progress: Arc::new(watch::channel(Progress::Pending).0),
+            progress: watch::channel(Progress::Pending).0,
         }
     }
 }
@@ -243,7 +243,8 @@ impl Proposer {
         };
         // One task per entry publishes its progress: durable here (acks=1 answers), then
         // committed or failed (acks=all and the idempotence gate wait for that).
-        let outcome = progress.clone();
+        let mut settled = progress.subscribe();
+        let outcome = progress;
         let log = self.log.clone();
         let node = self.node_id;
         rill_rt::spawn(async move {
@@ -281,7 +282,6 @@ impl Proposer {
         });
         // The next entry goes once this one is durable here (when Raft takes the next client
         // write anyway) or settled, and after PACE_LIMIT regardless.
-        let mut settled = progress.subscribe();
         let _ = rill_rt::timeout(PACE_LIMIT, settled.wait_for(|p| *p != Progress::Pending)).await;
     }
 }
