@@ -61,6 +61,9 @@ pub enum PartitionError {
     /// The partition tracks as many producers as it may.
     #[error("the partition already tracks {max} idempotent producers; a new one must wait until idle ones expire")]
     TooManyProducers { max: usize },
+    /// The partition's Raft group is changing its membership and refused the proposal.
+    #[error("the partition's replica set is being reconfigured ({0}); retry shortly")]
+    Reconfiguring(String),
 }
 
 impl PartitionError {
@@ -70,7 +73,7 @@ impl PartitionError {
             ClientWriteError::ForwardToLeader(f) => {
                 Self::NotLeader { node, leader: f.leader_id, addr: f.leader_node.map(|n| n.addr) }
             }
-            ClientWriteError::ChangeMembershipError(e) => Self::Storage(e.to_string()),
+            ClientWriteError::ChangeMembershipError(e) => Self::Reconfiguring(e.to_string()),
         }
     }
 }

@@ -1,4 +1,11 @@
 //! The one place internal errors become wire error codes.
+//!
+//! Every per-partition or per-topic error a public RPC answers is built here, from an internal
+//! error ([`partition`], [`meta`], [`propose`]) or by a named constructor for a refusal the API
+//! layer makes itself (an unknown topic, a malformed request field). Whole-request failures are
+//! gRPC statuses, built here too ([`invalid_request_status`] and the internal services' statuses).
+//! [`kafka_code`] states, for every code, the Kafka error code the Kafka-protocol listener
+//! answers with.
 
 use rill_broker::PartitionError;
 use rill_meta::{MetaError, MetaErrorKind};
@@ -56,6 +63,7 @@ pub fn partition(e: &PartitionError) -> WireError {
         PartitionError::InvalidProducerEpoch { .. } => WireError::new(ErrorCode::InvalidProducerEpoch, message),
         PartitionError::UnknownProducerId { .. } => WireError::new(ErrorCode::UnknownProducerId, message),
         PartitionError::TooManyProducers { .. } => WireError::new(ErrorCode::TooManyProducers, message),
+        PartitionError::Reconfiguring(_) => WireError::new(ErrorCode::LeaderNotAvailable, message),
     }
 }
 
@@ -81,6 +89,106 @@ pub fn propose(e: &ProposeError) -> WireError {
     };
     WireError::new(code, e.to_string())
 }
+
+/// A produce request names a partition without a record batch.
+pub fn missing_batch(partition: u32) -> WireError {
+    WireError::new(ErrorCode::InvalidRequest, format!("partition {partition} has no record batch"))
+}
+
+/// A request names the same partition twice.
+pub fn duplicate_partition(partition: u32) -> WireError {
+    WireError::new(ErrorCode::InvalidRequest, format!("partition {partition} appears twice in one request"))
+}
+
+/// The produce request's acks value is not one Rill knows.
+pub fn invalid_acks(raw: i32) -> WireError {
+    WireError::new(
+        ErrorCode::InvalidRequiredAcks,
+        format!("acks value {raw} is not one of ALL (0), LEADER (1), NONE (2)"),
+    )
+}
+
+/// This node is assigned a replica of the partition but has not started it yet.
+pub fn replica_starting(topic: &str, partition: u32, node: u64) -> WireError {
+    WireError::new(
+        ErrorCode::LeaderNotAvailable,
+        format!("the replica of {topic}/{partition} on node {node} is still starting; retry shortly"),
+    )
+}
+
+/// This node holds no replica of the partition.
+pub fn not_hosted(topic: &str, partition: u32, node: u64, replicas: &[u64]) -> WireError {
+    WireError::new(
+        ErrorCode::NotLeaderOrFollower,
+        format!(
+            "node {node} does not host {topic}/{partition} (its replicas are on nodes {replicas:?}); refresh metadata"
+        ),
+    )
+}
+
+/// The metadata has no registered nodes yet (the cluster is still forming).
+pub fn metadata_not_ready() -> WireError {
+    WireError::new(
+        ErrorCode::LeaderNotAvailable,
+        "the cluster metadata is not ready yet (no nodes registered); is a majority of nodes up?",
+    )
+}
+
+/// The metadata group answered a command with a result of the wrong kind.
+pub fn unexpected_meta_answer(answer: &impl std::fmt::Debug) -> WireError {
+    WireError::new(ErrorCode::UnknownServerError, format!("unexpected metadata answer {answer:?}"))
+}
+
+/// The topic was deleted while a change to it was being applied.
+pub fn topic_vanished(topic: &str, during: &str) -> WireError {
+    WireError::new(ErrorCode::UnknownServerError, format!("topic {topic:?} vanished while {during}"))
+}
+
+/// A whole request is malformed (a field no per-partition answer can carry).
+pub fn invalid_request_status(message: impl Into<String>) -> tonic::Status {
+    tonic::Status::invalid_argument(message.into())
+}
+
+/// An internal RPC named a Raft group this node does not host (the caller backs off).
+pub fn group_not_hosted_status(group: u64, node: u64) -> tonic::Status {
+    tonic::Status::not_found(format!("group {group} is not hosted on node {node}"))
+}
+
+/// An internal RPC reached a node that is stopping.
+pub fn shutting_down_status() -> tonic::Status {
+    tonic::Status::unavailable("node is shutting down")
+}
+
+/// An internal RPC cannot be answered now; the caller retries (`problem` says why).
+pub fn retry_later_status(problem: impl Into<String>) -> tonic::Status {
+    tonic::Status::unavailable(problem.into())
+}
+
+/// An internal RPC failed in a way the caller cannot fix by retrying.
+pub fn internal_status(problem: impl Into<String>) -> tonic::Status {
+    tonic::Status::internal(problem.into())
+}
+
+/// The Kafka error code that means what `code` means, for the Kafka-protocol listener.
+///
+/// Codes below 1000 are Kafka's own numbers and map to themselves. Rill's own codes (1000 and
+/// up) have no Kafka number of their own; each maps to the Kafka code whose client behaviour
+/// fits: a stopping node is "not the leader" (Kafka clients refresh metadata and retry
+/// elsewhere), an unexpected failure is Kafka's `UNKNOWN_SERVER_ERROR` (-1), and a partition
+/// that tracks too many producers throttles, as KIP-936 proposes for too many producer ids.
+pub fn kafka_code(code: ErrorCode) -> i16 {
+    match code {
+        ErrorCode::NodeShuttingDown => ErrorCode::NotLeaderOrFollower as i16,
+        ErrorCode::UnknownServerError => KAFKA_UNKNOWN_SERVER_ERROR,
+        ErrorCode::TooManyProducers => KAFKA_THROTTLING_QUOTA_EXCEEDED,
+        other => other as i16,
+    }
+}
+
+/// Kafka's `UNKNOWN_SERVER_ERROR`.
+pub const KAFKA_UNKNOWN_SERVER_ERROR: i16 = -1;
+/// Kafka's `THROTTLING_QUOTA_EXCEEDED`.
+pub const KAFKA_THROTTLING_QUOTA_EXCEEDED: i16 = 89;
 
 /// The topic does not exist.
 pub fn unknown_topic(topic: &str) -> WireError {
@@ -126,5 +234,26 @@ mod tests {
         assert_eq!(ErrorCode::InvalidProducerEpoch as i32, 47);
         assert_eq!(ErrorCode::UnknownProducerId as i32, 59);
         assert_eq!(partition(&PartitionError::InvalidBatch(BatchError::Empty)).code, ErrorCode::CorruptMessage);
+    }
+
+    #[test]
+    fn every_code_has_a_kafka_equivalent_in_kafkas_range() {
+        let codes: Vec<ErrorCode> = (0..2000).filter_map(|n| ErrorCode::try_from(n).ok()).collect();
+        assert!(codes.len() > 20, "the code list was read: {codes:?}");
+        for code in codes {
+            let k = kafka_code(code);
+            if (code as i32) < 1000 {
+                assert_eq!(i32::from(k), code as i32, "{code:?} keeps Kafka's number");
+            } else {
+                assert!((-1..1000).contains(&k), "{code:?} maps to a Kafka code, got {k}");
+                assert_ne!(i32::from(k), code as i32);
+            }
+        }
+    }
+
+    #[test]
+    fn a_membership_change_is_not_a_storage_failure() {
+        let e = partition(&PartitionError::Reconfiguring("changing".into()));
+        assert_eq!(e.code, ErrorCode::LeaderNotAvailable);
     }
 }

@@ -170,6 +170,7 @@ impl Node {
             match self.propose_meta_local(body.clone()).await {
                 Ok(result) => return Ok(result),
                 Err(LocalPropose::Stopped) => return Err(ProposeError::ShuttingDown),
+                Err(LocalPropose::Undecodable(e)) => return Err(ProposeError::Internal(e)),
                 Err(LocalPropose::NotLeader(Some(leader))) if leader != self.id() => {
                     match self.forward_meta(leader, body.clone()).await {
                         Ok(Some(result)) => return Ok(result),
@@ -189,7 +190,7 @@ impl Node {
     /// Proposes on this node's group-0 replica; fails with the leader hint when not leader.
     pub async fn propose_meta_local(&self, body: bytes::Bytes) -> Result<MetaResult, LocalPropose> {
         match self.meta_raft.client_write(Payload { units: 0, body, proposal: 0 }).await {
-            Ok(resp) => decode_result(&resp.data.0).map_err(|_| LocalPropose::Stopped),
+            Ok(resp) => decode_result(&resp.data.0).map_err(LocalPropose::Undecodable),
             Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => Err(LocalPropose::NotLeader(f.leader_id)),
             Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(_))) => Err(LocalPropose::NotLeader(None)),
             Err(RaftError::Fatal(_)) => Err(LocalPropose::Stopped),
@@ -325,6 +326,8 @@ pub enum LocalPropose {
     NotLeader(Option<NodeId>),
     /// The group stopped.
     Stopped,
+    /// The state machine's answer could not be decoded.
+    Undecodable(String),
 }
 
 /// Keeps this node's replicas in line with the metadata, on every change: stops replicas no

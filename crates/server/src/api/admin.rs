@@ -138,12 +138,7 @@ impl AdminApi {
             Ok(MetaResult::Refused(e)) => return Err(errors::meta(&e)),
             Ok(MetaResult::TopicDeleted(_)) => None,
             Ok(MetaResult::TopicUpdated(t)) | Ok(MetaResult::TopicCreated(t)) => Some(t),
-            Ok(other) => {
-                return Err(WireError::new(
-                    ErrorCode::UnknownServerError,
-                    format!("unexpected metadata answer {other:?}"),
-                ))
-            }
+            Ok(other) => return Err(errors::unexpected_meta_answer(&other)),
         };
         self.node.wait_for_meta(META_WAIT, visible).await;
         Ok(topic)
@@ -164,10 +159,7 @@ impl Admin for AdminApi {
         let configs: Vec<(String, String)> = req.configs.into_iter().map(|c| (c.key, c.value)).collect();
         // The members register themselves right after the first election.
         if !self.node.wait_for_meta(META_WAIT, |m: &MetaState| !m.nodes.is_empty()).await {
-            return Ok(Response::new(create_error(WireError::new(
-                ErrorCode::LeaderNotAvailable,
-                "the cluster metadata is not ready yet (no nodes registered); is a majority of nodes up?",
-            ))));
+            return Ok(Response::new(create_error(errors::metadata_not_ready())));
         }
         // Fail fast on what this node can already see; the leader checks again when applying.
         let live_nodes = self.live_nodes().await;
@@ -187,7 +179,7 @@ impl Admin for AdminApi {
             Err(e) => return Ok(Response::new(create_error(errors::propose(&e)))),
             Ok(MetaResult::Refused(e)) => return Ok(Response::new(create_error(errors::meta(&e)))),
             Ok(MetaResult::TopicCreated(t)) => t,
-            Ok(other) => return Err(Status::internal(format!("unexpected metadata answer {other:?}"))),
+            Ok(other) => return Ok(Response::new(create_error(errors::unexpected_meta_answer(&other)))),
         };
         // Make the topic visible on this node before answering, so a follow-up request here sees it.
         let name = topic.name.clone();
@@ -233,7 +225,7 @@ impl Admin for AdminApi {
             Ok(c) => c,
             Err(e) => return Ok(Response::new(fail(errors::meta(&e)))),
         };
-        let name = req.name.clone();
+        let (name, topic_name) = (req.name.clone(), req.name.clone());
         let cmd = MetaCommand::AlterTopicConfig { name: req.name, set, reset: req.reset };
         let visible = move |m: &MetaState| m.topics.get(&name).is_some_and(|t| t.config == config);
         let answer = match self.change_topic(cmd, visible).await {
@@ -242,7 +234,7 @@ impl Admin for AdminApi {
                 error_message: String::new(),
                 topic: Some(self.describe(&t).await),
             },
-            Ok(None) => fail(WireError::new(ErrorCode::UnknownServerError, "the topic vanished while being altered")),
+            Ok(None) => fail(errors::topic_vanished(&topic_name, "being altered")),
             Err(e) => fail(e),
         };
         Ok(Response::new(answer))
@@ -262,7 +254,7 @@ impl Admin for AdminApi {
         if let Err(e) = self.node.meta().check_create_partitions(&req.name, req.total, &live_nodes) {
             return Ok(Response::new(fail(errors::meta(&e))));
         }
-        let (name, total) = (req.name.clone(), req.total as usize);
+        let (name, topic_name, total) = (req.name.clone(), req.name.clone(), req.total as usize);
         let visible = move |m: &MetaState| m.topics.get(&name).is_some_and(|t| t.partitions.len() >= total);
         let answer = match self
             .change_topic(MetaCommand::CreatePartitions { name: req.name, total: req.total, live_nodes }, visible)
@@ -273,7 +265,7 @@ impl Admin for AdminApi {
                 error_message: String::new(),
                 topic: Some(self.describe(&t).await),
             },
-            Ok(None) => fail(WireError::new(ErrorCode::UnknownServerError, "the topic vanished while growing")),
+            Ok(None) => fail(errors::topic_vanished(&topic_name, "growing")),
             Err(e) => fail(e),
         };
         Ok(Response::new(answer))

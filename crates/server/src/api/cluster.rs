@@ -12,6 +12,7 @@ use rill_proto::internal::{
 use tonic::{Request, Response, Status};
 
 use crate::api::status::local_status;
+use crate::errors;
 use crate::join::{add_node, AddNodeError};
 use crate::node::{LocalPropose, Node};
 
@@ -47,7 +48,10 @@ impl Cluster for ClusterApi {
             Err(LocalPropose::NotLeader(leader)) => {
                 Ok(Response::new(ProposeMetaResponse { result: Default::default(), not_leader: true, leader }))
             }
-            Err(LocalPropose::Stopped) => Err(Status::unavailable("node is shutting down")),
+            Err(LocalPropose::Stopped) => Err(errors::shutting_down_status()),
+            Err(LocalPropose::Undecodable(e)) => {
+                Err(errors::internal_status(format!("undecodable metadata answer: {e}")))
+            }
         }
     }
 
@@ -65,7 +69,7 @@ impl Cluster for ClusterApi {
     ) -> Result<Response<ElectLeaderResponse>, Status> {
         let group = request.into_inner().group_id;
         let Some(partition) = self.node.partition_by_group(group) else {
-            return Err(Status::not_found(format!("group {group} is not hosted on node {}", self.node.id())));
+            return Err(errors::group_not_hosted_status(group, self.node.id()));
         };
         let elected = partition.stand_for_election(crate::balance::ELECTION_TIMEOUT).await;
         Ok(Response::new(ElectLeaderResponse { elected }))
@@ -78,7 +82,7 @@ impl Cluster for ClusterApi {
             Ok(()) => answer(false, None, String::new()),
             Err(AddNodeError::NotLeader(leader)) => answer(true, leader, String::new()),
             Err(AddNodeError::Refused(reason)) => answer(false, None, reason),
-            Err(AddNodeError::Retry(problem)) => Err(Status::unavailable(problem)),
+            Err(AddNodeError::Retry(problem)) => Err(errors::retry_later_status(problem)),
         }
     }
 }

@@ -88,10 +88,7 @@ impl RecordsApi {
             Err(e) => return produce_error(p.partition, e),
         };
         let Some(batch) = p.batch else {
-            return produce_error(
-                p.partition,
-                WireError::new(ErrorCode::InvalidRequest, format!("partition {} has no record batch", p.partition)),
-            );
+            return produce_error(p.partition, errors::missing_batch(p.partition));
         };
         let replica = match local_replica(&self.node, topic, p.partition) {
             Ok(r) => r,
@@ -116,10 +113,7 @@ fn parse_acks(raw: i32) -> Result<Acks, WireError> {
         Ok(pb::Acks::All) => Ok(Acks::All),
         Ok(pb::Acks::Leader) => Ok(Acks::Leader),
         Ok(pb::Acks::None) => Ok(Acks::None),
-        Err(_) => Err(WireError::new(
-            ErrorCode::InvalidRequiredAcks,
-            format!("acks value {raw} is not one of ALL (0), LEADER (1), NONE (2)"),
-        )),
+        Err(_) => Err(errors::invalid_acks(raw)),
     }
 }
 
@@ -142,8 +136,7 @@ impl Records for RecordsApi {
                     let acks = acks.clone();
                     async move {
                         if duplicate {
-                            let msg = format!("partition {} appears twice in one request", p.partition);
-                            return produce_error(p.partition, WireError::new(ErrorCode::InvalidRequest, msg));
+                            return produce_error(p.partition, errors::duplicate_partition(p.partition));
                         }
                         self.produce_one(&topic, p, acks, timeout).await
                     }
@@ -280,7 +273,7 @@ impl Records for RecordsApi {
     ) -> Result<Response<ListOffsetsResponse>, Status> {
         let req = request.into_inner();
         let spec = OffsetSpec::try_from(req.spec)
-            .map_err(|_| Status::invalid_argument(format!("unknown offset spec {}", req.spec)))?;
+            .map_err(|_| errors::invalid_request_status(format!("unknown offset spec {}", req.spec)))?;
         let topics = req
             .topics
             .into_iter()

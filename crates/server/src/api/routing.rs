@@ -3,7 +3,6 @@
 use std::sync::Arc;
 
 use rill_broker::Partition;
-use rill_proto::common::ErrorCode;
 
 use crate::errors::{self, WireError};
 use crate::node::Node;
@@ -19,17 +18,7 @@ pub fn local_replica(node: &Node, topic: &str, partition: u32) -> Result<Arc<Par
     };
     match node.partition_by_group(assignment.group) {
         Some(p) => Ok(p),
-        None if assignment.replicas.contains(&node.id()) => Err(WireError::new(
-            ErrorCode::LeaderNotAvailable,
-            format!("the replica of {topic}/{partition} on node {} is still starting; retry shortly", node.id()),
-        )),
-        None => Err(WireError::new(
-            ErrorCode::NotLeaderOrFollower,
-            format!(
-                "node {} does not host {topic}/{partition} (its replicas are on nodes {:?}); refresh metadata",
-                node.id(),
-                assignment.replicas
-            ),
-        )),
+        None if assignment.replicas.contains(&node.id()) => Err(errors::replica_starting(topic, partition, node.id())),
+        None => Err(errors::not_hosted(topic, partition, node.id(), &assignment.replicas)),
     }
 }
