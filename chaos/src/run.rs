@@ -261,18 +261,10 @@ async fn wait_for_leaders(cluster: &SimCluster, admin: &rill_client::Client, bou
     let c = admin.clone();
     cluster
         .on_client(async move {
-            let deadline = rill_rt::now() + bound;
-            loop {
-                if let Ok(d) = c.describe_topic(TOPIC).await {
-                    if d.partitions.iter().all(|p| p.leader.is_some()) {
-                        return Ok(());
-                    }
-                }
-                if rill_rt::now() > deadline {
-                    return Err(format!("some partition of {TOPIC} had no leader {bound:?} after the faults stopped"));
-                }
-                rill_rt::sleep(Duration::from_millis(100)).await;
-            }
+            c.wait_for_leaders(TOPIC, bound)
+                .await
+                .map(|_| ())
+                .map_err(|e| format!("some partition of {TOPIC} had no leader {bound:?} after the faults stopped: {e}"))
         })
         .await
 }

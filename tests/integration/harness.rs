@@ -2,51 +2,31 @@
 
 #![allow(dead_code)]
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use rill_client::{Client, TopicDescription};
+use rill_launcher::{ClusterSpec, LocalCluster, Ports};
 
 /// Generous bound for a cluster to come up or a partition to elect a leader on a busy machine.
 pub const READY_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// Directory holding the workspace's built binaries (next to this test executable).
-pub fn bin_dir() -> PathBuf {
+/// Path of a workspace binary (built next to this test executable), with a clear message when
+/// it was not built.
+pub fn bin(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("test executable path");
     // target/debug/deps/integration-xxxx → target/debug
-    exe.parent().and_then(Path::parent).map(Path::to_path_buf).expect("target dir")
-}
-
-/// Path of a workspace binary, with a clear message when it was not built.
-pub fn bin(name: &str) -> PathBuf {
-    let p = bin_dir().join(name);
+    let dir = exe.parent().and_then(Path::parent).map(Path::to_path_buf).expect("target dir");
+    let p = dir.join(name);
     assert!(p.exists(), "{} is missing: run `cargo build --bins` before the integration tests", p.display());
     p
 }
 
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
-    l.local_addr().expect("local addr").port()
-}
-
-/// One node process.
-pub struct NodeProc {
-    pub id: u64,
-    pub addr: String,
-    /// Started with `--join` (not a founding member).
-    join: bool,
-    data_dir: PathBuf,
-    log: PathBuf,
-    child: Option<Child>,
-}
-
-/// A running test cluster. Kills its processes on drop.
+/// A running test cluster of real `rill-server` processes (started by `rill-launcher`, as
+/// `rill dev` and the bench start theirs) in a temporary directory. Kills its nodes on drop.
 pub struct TestCluster {
-    pub nodes: BTreeMap<u64, NodeProc>,
-    members: String,
+    cluster: LocalCluster,
     dir: tempfile::TempDir,
 }
 
@@ -54,25 +34,28 @@ impl TestCluster {
     /// Starts `n` nodes and waits until the cluster answers.
     pub async fn start(n: u64) -> Result<Self> {
         let dir = tempfile::tempdir()?;
-        let addrs: BTreeMap<u64, String> = (1..=n).map(|id| (id, format!("127.0.0.1:{}", free_port()))).collect();
-        let members = addrs.iter().map(|(id, a)| format!("{id}@{a}")).collect::<Vec<_>>().join(",");
-        let mut nodes = BTreeMap::new();
-        for (id, addr) in &addrs {
-            let data_dir = dir.path().join(format!("node-{id}"));
-            let log = dir.path().join(format!("node-{id}.log"));
-            nodes.insert(*id, NodeProc { id: *id, addr: addr.clone(), join: false, data_dir, log, child: None });
+        let mut spec = ClusterSpec::new(n, dir.path(), Ports::Free).env("RILL_LOG_LEVEL", "info");
+        spec.server_bin = bin("rill-server");
+        let mut cluster = LocalCluster::start(spec)?;
+        if let Err(e) = cluster.wait_ready(READY_TIMEOUT).await {
+            bail!("{e:#}\n{}", cluster.log_tails(40));
         }
-        let mut cluster = Self { nodes, members, dir };
-        for id in 1..=n {
-            cluster.start_node(id)?;
-        }
-        cluster.wait_ready().await?;
-        Ok(cluster)
+        Ok(Self { cluster, dir })
+    }
+
+    /// The launcher's cluster.
+    pub fn local(&mut self) -> &mut LocalCluster {
+        &mut self.cluster
+    }
+
+    /// Client address of node `id`.
+    pub fn addr(&self, id: u64) -> String {
+        self.cluster.addr(id).unwrap_or_default().to_string()
     }
 
     /// Bootstrap addresses.
     pub fn bootstrap(&self) -> Vec<String> {
-        self.nodes.values().map(|n| n.addr.clone()).collect()
+        self.cluster.bootstrap()
     }
 
     /// `host:port,…`
@@ -82,137 +65,48 @@ impl TestCluster {
 
     /// Adds node `id` (not a founding member) and starts it with `--join`.
     pub fn add_joining_node(&mut self, id: u64) -> Result<()> {
-        if self.nodes.contains_key(&id) {
-            bail!("node {id} exists already");
-        }
-        let addr = format!("127.0.0.1:{}", free_port());
-        let data_dir = self.dir.path().join(format!("node-{id}"));
-        let log = self.dir.path().join(format!("node-{id}.log"));
-        self.nodes.insert(id, NodeProc { id, addr, join: true, data_dir, log, child: None });
-        self.start_node(id)
+        self.cluster.add_joining_node(id)
     }
 
     /// `--cluster-members` of this cluster.
     pub fn members_arg(&self) -> &str {
-        &self.members
-    }
-
-    /// The command that starts node `id` (without spawning it).
-    fn node_command(&self, id: u64) -> Result<Command> {
-        let node = self.nodes.get(&id).context("no such node")?;
-        let mut cmd = Command::new(bin("rill-server"));
-        cmd.arg("--node-id")
-            .arg(id.to_string())
-            .arg("--listen")
-            .arg(&node.addr)
-            .arg("--data-dir")
-            .arg(&node.data_dir)
-            .arg("--cluster-members")
-            .arg(&self.members)
-            .env("RILL_LOG_LEVEL", "info")
-            .stdin(Stdio::null());
-        if node.join {
-            cmd.arg("--join");
-        }
-        Ok(cmd)
+        self.cluster.members_arg()
     }
 
     /// Starts (or restarts) node `id` on its data directory.
     pub fn start_node(&mut self, id: u64) -> Result<()> {
-        let mut cmd = self.node_command(id)?;
-        let node = self.nodes.get_mut(&id).context("no such node")?;
-        if node.child.is_some() {
-            bail!("node {id} is already running");
-        }
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(&node.log)?;
-        let child = cmd.stdout(log.try_clone()?).stderr(log).spawn().context("spawn rill-server")?;
-        node.child = Some(child);
-        Ok(())
+        self.cluster.start_node(id)
     }
 
     /// SIGKILLs node `id`.
     pub fn kill(&mut self, id: u64) -> Result<()> {
-        let node = self.nodes.get_mut(&id).context("no such node")?;
-        if let Some(mut c) = node.child.take() {
-            c.kill()?;
-            c.wait()?;
-        }
-        Ok(())
+        self.cluster.kill(id)
     }
 
     /// SIGTERMs node `id` and waits for it to exit (graceful shutdown).
     pub fn terminate(&mut self, id: u64) -> Result<()> {
-        let node = self.nodes.get_mut(&id).context("no such node")?;
-        if let Some(mut c) = node.child.take() {
-            let pid = c.id();
-            let status = Command::new("kill").arg("-TERM").arg(pid.to_string()).status().context("run kill")?;
-            if !status.success() {
-                bail!("kill -TERM {pid} failed");
-            }
-            let deadline = std::time::Instant::now() + Duration::from_secs(30);
-            loop {
-                if let Some(status) = c.try_wait()? {
-                    if !status.success() {
-                        bail!("node {id} exited with {status} after SIGTERM; log:\n{}", self.log_tail(id));
-                    }
-                    return Ok(());
-                }
-                if std::time::Instant::now() > deadline {
-                    c.kill()?;
-                    bail!("node {id} did not exit within 30 s of SIGTERM");
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
-        }
-        Ok(())
+        self.cluster.terminate(id, Duration::from_secs(30)).map(|_| ())
     }
 
     /// Node `id`'s whole log.
     pub fn log_text(&self, id: u64) -> String {
-        self.nodes.get(&id).and_then(|n| std::fs::read_to_string(&n.log).ok()).unwrap_or_default()
+        self.cluster.log_text(id)
     }
 
     /// The last lines of node `id`'s log (for failure messages).
     pub fn log_tail(&self, id: u64) -> String {
-        let Some(n) = self.nodes.get(&id) else {
-            return String::new();
-        };
-        let text = std::fs::read_to_string(&n.log).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(40)..].join("\n")
+        self.cluster.log_tail(id, 40)
     }
 
     /// The last lines of every node's log, each under its node's name (for failure messages).
     pub fn log_tails(&self) -> String {
-        self.nodes.keys().map(|id| format!("--- node {id} log (last lines):\n{}\n", self.log_tail(*id))).collect()
+        self.cluster.log_tails(40)
     }
 
     /// A client bootstrapped with every node.
     pub async fn client(&self) -> Result<Client> {
-        let deadline = tokio::time::Instant::now() + READY_TIMEOUT;
-        loop {
-            match Client::connect(&self.bootstrap()).await {
-                Ok(c) => return Ok(c),
-                Err(e) if tokio::time::Instant::now() > deadline => return Err(e.into()),
-                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-            }
-        }
-    }
-
-    async fn wait_ready(&self) -> Result<()> {
-        let client = self.client().await?;
-        let deadline = tokio::time::Instant::now() + READY_TIMEOUT;
-        loop {
-            if let Ok(c) = client.describe_cluster().await {
-                if c.metadata_leader.is_some() && c.nodes.iter().all(|n| n.alive) && c.nodes.len() == self.nodes.len() {
-                    return Ok(());
-                }
-            }
-            if tokio::time::Instant::now() > deadline {
-                bail!("cluster not ready within {READY_TIMEOUT:?}; node 1 log:\n{}", self.log_tail(1));
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        let bootstrap = self.cluster.bootstrap();
+        wait_for_ok(READY_TIMEOUT, "a client connection", || Client::connect(&bootstrap)).await
     }
 
     /// Creates a topic and waits until every partition has a leader.
@@ -231,11 +125,7 @@ impl TestCluster {
 
     /// Waits until every partition of `topic` reports a leader.
     pub async fn wait_for_leaders(&self, client: &Client, topic: &str) -> Result<TopicDescription> {
-        wait_for(READY_TIMEOUT, &format!("leaders for every partition of {topic}"), || async {
-            let d = client.describe_topic(topic).await.ok()?;
-            d.partitions.iter().all(|p| p.leader.is_some()).then_some(d)
-        })
-        .await
+        Ok(client.wait_for_leaders(topic, READY_TIMEOUT).await?)
     }
 }
 
@@ -245,11 +135,8 @@ pub const KEEP_DIRS_ENV: &str = "RILL_KEEP_TEST_DIRS";
 
 impl Drop for TestCluster {
     fn drop(&mut self) {
-        for n in self.nodes.values_mut() {
-            if let Some(mut c) = n.child.take() {
-                let _ = c.kill();
-                let _ = c.wait();
-            }
+        for id in self.cluster.ids() {
+            let _ = self.cluster.kill(id);
         }
         if std::env::var_os(KEEP_DIRS_ENV).is_some() {
             self.dir.disable_cleanup(true);

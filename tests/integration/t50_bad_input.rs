@@ -53,7 +53,7 @@ async fn bad_requests_get_clear_errors_and_data_is_intact() -> anyhow::Result<()
     let d = cluster.create_topic(&client, "guarded", 2, 3, &[("max.message.bytes", "1000")]).await?;
     client.produce("guarded", 0, vec![Record::new("good-1"), Record::new("good-2")], Acks::All).await?;
     let leader = d.partitions[0].leader.expect("leader");
-    let addr = cluster.nodes[&leader].addr.clone();
+    let addr = cluster.addr(leader);
 
     tracing::info!("--- oversized batch");
     let big = "x".repeat(2000);

@@ -45,14 +45,13 @@ fn free_base_port() -> u16 {
     panic!("no three consecutive free ports");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn rill_dev_and_the_cli_end_to_end() -> anyhow::Result<()> {
-    init_logs();
-    let dir = tempfile::tempdir()?;
+/// Starts `rill dev` on free ports in `dir` and returns it with its bootstrap address, once it
+/// printed that the cluster is ready.
+fn start_rill_dev(dir: &std::path::Path) -> anyhow::Result<(std::process::Child, String)> {
     let base = free_base_port();
     let mut dev = Command::new(bin("rill"))
         .args(["dev", "--nodes", "3", "--base-port", &base.to_string(), "--data-dir"])
-        .arg(dir.path())
+        .arg(dir)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()?;
@@ -63,16 +62,68 @@ async fn rill_dev_and_the_cli_end_to_end() -> anyhow::Result<()> {
             let _ = tx.send(line);
         }
     });
-    let mut bootstrap = None;
     let deadline = std::time::Instant::now() + Duration::from_secs(90);
-    while bootstrap.is_none() {
+    loop {
         let left = deadline.saturating_duration_since(std::time::Instant::now());
         match rx.recv_timeout(left) {
-            Ok(line) => bootstrap = line.strip_prefix("bootstrap: ").map(str::to_string),
-            Err(_) => bail!("rill dev did not print its bootstrap address within 90 s"),
+            Ok(line) => {
+                if let Some(b) = line.strip_prefix("bootstrap: ") {
+                    return Ok((dev, b.to_string()));
+                }
+            }
+            Err(_) => {
+                let _ = dev.kill();
+                bail!("rill dev did not print its bootstrap address within 90 s");
+            }
         }
     }
-    let b = bootstrap.context("bootstrap")?;
+}
+
+/// Process ids of the `rill-server` processes whose command line names `dir`.
+fn servers_using(dir: &std::path::Path) -> Vec<u32> {
+    let needle = dir.to_string_lossy().into_owned();
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()))
+        .filter(|pid| {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let args: Vec<String> =
+                cmdline.split(|b| *b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
+            args.first().is_some_and(|a| a.ends_with("rill-server")) && args.iter().any(|a| a.contains(&needle))
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_rill_dev_takes_its_nodes_along() -> anyhow::Result<()> {
+    init_logs();
+    let dir = tempfile::tempdir()?;
+    let (mut dev, _) = start_rill_dev(dir.path())?;
+    let servers = servers_using(dir.path());
+    assert_eq!(servers.len(), 3, "rill dev runs three nodes: {servers:?}");
+
+    tracing::info!("--- SIGKILL rill dev: it gets no chance to stop its nodes, the kernel does");
+    dev.kill()?;
+    dev.wait()?;
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let left = servers_using(dir.path());
+        if left.is_empty() {
+            return Ok(());
+        }
+        if std::time::Instant::now() > deadline {
+            bail!("nodes {left:?} outlived their SIGKILLed rill dev by 20 s");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rill_dev_and_the_cli_end_to_end() -> anyhow::Result<()> {
+    init_logs();
+    let dir = tempfile::tempdir()?;
+    let (mut dev, b) = start_rill_dev(dir.path())?;
     let b = b.as_str();
 
     let (ok, out, err) = rill(b, &["topic", "create", "dev", "--partitions", "2", "--replication-factor", "3"], None)?;
@@ -148,7 +199,8 @@ async fn rill_dev_and_the_cli_end_to_end() -> anyhow::Result<()> {
     assert!(!ok && err.contains("UNKNOWN_TOPIC_OR_PARTITION"), "{err}");
 
     tracing::info!("--- SIGTERM rill dev: every node stops cleanly");
-    Command::new("kill").args(["-TERM", &dev.id().to_string()]).status()?;
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(dev.id())?);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM)?;
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     loop {
         if let Some(status) = dev.try_wait()? {

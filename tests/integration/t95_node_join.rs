@@ -17,7 +17,7 @@ async fn a_new_node_joins_takes_replicas_and_rejoins_after_restart() -> anyhow::
     let client = cluster.client().await?;
 
     cluster.add_joining_node(4)?;
-    let addr4 = cluster.nodes[&4].addr.clone();
+    let addr4 = cluster.addr(4);
     wait_for(READY_TIMEOUT, "node 4 listed and alive", || async {
         let c = client.describe_cluster().await.ok()?;
         let voters: Vec<u64> = c.nodes.iter().filter(|n| n.metadata_voter).map(|n| n.node_id).collect();

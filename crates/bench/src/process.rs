@@ -1,101 +1,13 @@
-//! Server processes the bench starts, watches (CPU time) and stops.
+//! Helpers around the processes the bench starts (they are started and stopped by
+//! `rill-launcher`): running set-up commands, finding programs, waiting for ports, and CPU time.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::PathBuf;
+use std::process::Command;
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{bail, Context};
-
-/// A server process with its output in a log file. Stopped (SIGTERM, then SIGKILL) on drop.
-pub struct ServerProcess {
-    /// Name in reports (`rill-1`, `nats-2`, …).
-    pub name: String,
-    child: Option<Child>,
-    /// Where its stdout and stderr go.
-    pub log: PathBuf,
-}
-
-impl ServerProcess {
-    /// Starts `command` with stdout and stderr appended to `log`.
-    pub fn spawn(name: &str, mut command: Command, log: &Path) -> anyhow::Result<Self> {
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(log)
-            .with_context(|| format!("cannot open {}", log.display()))?;
-        let child = command
-            .stdin(Stdio::null())
-            .stdout(file.try_clone()?)
-            .stderr(file)
-            .spawn()
-            .with_context(|| format!("cannot start {name} ({:?})", command.get_program()))?;
-        Ok(Self { name: name.to_string(), child: Some(child), log: log.to_path_buf() })
-    }
-
-    /// Process id, while it runs.
-    pub fn pid(&self) -> Option<u32> {
-        self.child.as_ref().map(Child::id)
-    }
-
-    /// Fails with the log's tail when the process has exited.
-    pub fn check_running(&mut self) -> anyhow::Result<()> {
-        if let Some(child) = &mut self.child {
-            if let Some(status) = child.try_wait()? {
-                self.child = None;
-                bail!(
-                    "{} exited ({status}); last lines of {}:\n{}",
-                    self.name,
-                    self.log.display(),
-                    tail(&self.log, 15)
-                );
-            }
-        }
-        Ok(())
-    }
-
-    /// CPU seconds used so far by the process and its descendants.
-    pub fn cpu_seconds(&self) -> f64 {
-        self.pid().map(tree_cpu_seconds).unwrap_or(0.0)
-    }
-
-    /// SIGKILL, no chance to clean up: a crash.
-    pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-
-    /// SIGTERM, then SIGKILL after `grace`.
-    pub fn stop(&mut self, grace: Duration) {
-        let Some(mut child) = self.child.take() else { return };
-        let _ = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
-        let deadline = Instant::now() + grace;
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = child.kill();
-        let _ = child.wait();
-    }
-}
-
-impl Drop for ServerProcess {
-    fn drop(&mut self) {
-        self.stop(Duration::from_secs(10));
-    }
-}
-
-/// The last `n` lines of a log file.
-pub fn tail(path: &Path, n: usize) -> String {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(n)..].join("\n")
-}
 
 /// Runs a command to completion; fails with its output when it fails.
 pub fn run(command: &mut Command) -> anyhow::Result<String> {
@@ -200,7 +112,7 @@ mod tests {
     #[test]
     fn reads_cpu_time_of_a_process_tree() {
         // Burn some CPU in this process so the counter is above zero.
-        let start = Instant::now();
+        let start = std::time::Instant::now();
         let mut x = 0u64;
         while start.elapsed() < Duration::from_millis(200) {
             x = x.wrapping_mul(31).wrapping_add(7);

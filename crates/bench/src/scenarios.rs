@@ -8,7 +8,7 @@ use bytes::Bytes;
 use rill_client::{Acks, Client, ClientOptions, OffsetSpec, Producer, ProducerConfig, Record};
 use serde::Serialize;
 
-use crate::systems::rill::{spawn_node, start, wait_for_leaders, wait_for_leaders_within, wait_ready};
+use crate::systems::rill::{start, wait_for_leaders, READY_TIMEOUT};
 use crate::systems::Env;
 
 /// CPU use of a cluster holding many idle partitions.
@@ -34,7 +34,7 @@ pub async fn idle_partitions(env: &Env, partitions: u32, measure: Duration) -> a
     eprintln!("creating {partitions} partitions (RF 3)…");
     let created = Instant::now();
     client.create_topic("idle", partitions, 3, &configs).await?;
-    wait_for_leaders_within(&client, "idle", Duration::from_secs(600)).await?;
+    client.wait_for_leaders("idle", Duration::from_secs(600)).await?;
     let leaders_after_seconds = created.elapsed().as_secs_f64();
     eprintln!("every partition has a leader after {leaders_after_seconds:.0} s");
     // Let elections, ISR expansion and first snapshots settle before measuring.
@@ -96,8 +96,7 @@ pub async fn failover(env: &Env, kills: u32, load_rate: u64) -> anyhow::Result<F
             .and_then(|p| p.leader)
             .context("partition 0 has no leader")?;
         probe.produce("failover", 0, vec![Record::new("before")], Acks::All).await.context("write before the kill")?;
-        let index = (leader - 1) as usize;
-        deployment.processes[index].kill();
+        deployment.rill()?.kill(leader)?;
         let killed_at = Instant::now();
         let deadline = killed_at + Duration::from_secs(60);
         loop {
@@ -123,8 +122,9 @@ pub async fn failover(env: &Env, kills: u32, load_rate: u64) -> anyhow::Result<F
         eprintln!("  kill {} of {kills}: node {leader} killed; first acks=all write after {ms:.0} ms", k + 1);
         failover_ms.push(ms);
         // Bring the node back and wait until it is in sync again.
-        deployment.processes[index] = spawn_node(env, &deployment.dir, leader, 3)?;
-        wait_ready(&mut deployment).await?;
+        let cluster = deployment.rill()?;
+        cluster.start_node(leader)?;
+        cluster.wait_ready(READY_TIMEOUT).await?;
         wait_full_isr(&client, "failover").await?;
     }
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
@@ -217,16 +217,15 @@ pub async fn restart(env: &Env, payload_mb: u64) -> anyhow::Result<RestartResult
         high_watermarks.push(client.list_offset("restart", p, OffsetSpec::Latest).await?);
     }
     drop(client);
-    for p in &mut deployment.processes {
-        p.stop(Duration::from_secs(60));
-    }
-    let disk_bytes = dir_size(&deployment.dir);
+    let dir = deployment.dir.clone();
+    let cluster = deployment.rill()?;
+    cluster.stop_all(Duration::from_secs(60));
+    let disk_bytes = dir_size(&dir);
     let started = Instant::now();
-    let nodes = deployment.processes.len() as u64;
-    for id in 1..=nodes {
-        deployment.processes[(id - 1) as usize] = spawn_node(env, &deployment.dir, id, nodes)?;
+    for id in cluster.ids() {
+        cluster.start_node(id)?;
     }
-    wait_ready(&mut deployment).await?;
+    cluster.wait_ready(READY_TIMEOUT).await?;
     let client = Client::connect(&deployment.endpoints).await?;
     wait_for_leaders(&client, "restart").await?;
     for (p, hw) in high_watermarks.iter().enumerate() {

@@ -9,9 +9,8 @@
 //!      rill bench [--peers …]     workloads against Rill and its peers
 //! ```
 
-/// mimalloc rather than the system allocator: the producer, the consumer and `rill bench`'s
-/// clients (Rill's and the peers') allocate per record; glibc's malloc/free took ~18% of the
-/// bench client's CPU at max rate.
+/// mimalloc rather than the system allocator: the producer and the consumer allocate per record;
+/// glibc's malloc/free took ~18% of the bench client's CPU at max rate.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -48,11 +47,21 @@ enum Command {
     /// Run a local cluster of rill-server processes until Ctrl-C.
     Dev(commands::dev::DevArgs),
     /// Benchmark Rill (and, with --peers, NATS JetStream, RabbitMQ, Redis) on this machine.
-    Bench(Box<commands::bench::BenchArgs>),
+    /// Runs `rill-bench` (beside this executable, else from $PATH) with the same arguments;
+    /// `rill bench --help` lists them.
+    #[command(disable_help_flag = true)]
+    Bench {
+        /// Arguments for rill-bench.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<std::ffi::OsString>,
+    },
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Command::Bench { args } = &cli.command {
+        return run_bench(args);
+    }
     init_logging();
     let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
         Ok(r) => r,
@@ -68,7 +77,7 @@ fn main() -> ExitCode {
             Command::Consume(a) => commands::consume::run(&cli.bootstrap, a).await,
             Command::Cluster(c) => commands::cluster::run(&cli.bootstrap, c).await,
             Command::Dev(a) => commands::dev::run(a).await,
-            Command::Bench(a) => commands::bench::run(*a).await,
+            Command::Bench { .. } => Ok(()),
         }
     });
     match result {
@@ -86,6 +95,17 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `rill bench …` is `rill-bench …`: the bench is its own binary, so `rill` does not link the
+/// peers' client libraries. Replaces this process; returns only when that fails.
+fn run_bench(args: &[std::ffi::OsString]) -> ExitCode {
+    use std::os::unix::process::CommandExt;
+    let beside = std::env::current_exe().ok().and_then(|p| p.parent().map(|d| d.join("rill-bench")));
+    let bin = beside.filter(|p| p.is_file()).unwrap_or_else(|| "rill-bench".into());
+    let err = std::process::Command::new(&bin).args(args).exec();
+    eprintln!("error: cannot run {} ({err}); build it with `cargo build --bins`", bin.display());
+    ExitCode::FAILURE
 }
 
 /// Client-side logs (retries, metadata refreshes) go to stderr when `RILL_LOG` is set, in

@@ -5,9 +5,14 @@ use rill_proto::admin::{
     AlterTopicConfigRequest, CreatePartitionsRequest, CreateTopicRequest, DeleteTopicRequest, DescribeClusterRequest,
     DescribeClusterResponse, DescribeTopicRequest, ListTopicsRequest, TopicConfigEntry, TopicDescription, TopicSummary,
 };
+use std::time::Duration;
+
 use rill_proto::common::ErrorCode;
 
 use crate::error::{self, Error, Result};
+
+/// Pause between two looks of the waits below.
+const WAIT_POLL: Duration = Duration::from_millis(100);
 use crate::Client;
 
 fn check(code: i32, message: String) -> Result<()> {
@@ -118,4 +123,61 @@ impl Client {
     pub async fn describe_cluster(&self) -> Result<DescribeClusterResponse> {
         self.on_any_node(|mut c| async move { c.describe_cluster(DescribeClusterRequest {}).await }).await
     }
+
+    /// Waits until the cluster is usable: the metadata group has a leader, and at least `nodes`
+    /// nodes are registered and every registered node answers. Fails after `timeout`, saying
+    /// what was still missing.
+    pub async fn wait_for_cluster(&self, nodes: usize, timeout: Duration) -> Result<DescribeClusterResponse> {
+        let deadline = rill_rt::now() + timeout;
+        loop {
+            let missing = match self.describe_cluster().await {
+                Ok(c) => match cluster_missing(&c, nodes) {
+                    None => return Ok(c),
+                    Some(m) => m,
+                },
+                Err(e) => e.to_string(),
+            };
+            if rill_rt::now() >= deadline {
+                return Err(Error::TimedOut(format!("the cluster was not ready within {timeout:?}: {missing}")));
+            }
+            rill_rt::sleep(WAIT_POLL).await;
+        }
+    }
+
+    /// Waits until every partition of `topic` has a leader, then loads the leaders into this
+    /// client's metadata (so the next request goes straight to them). Fails after `timeout`,
+    /// naming the partitions still without one.
+    pub async fn wait_for_leaders(&self, topic: &str, timeout: Duration) -> Result<TopicDescription> {
+        let deadline = rill_rt::now() + timeout;
+        loop {
+            let missing = match self.describe_topic(topic).await {
+                Ok(d) => {
+                    let leaderless: Vec<u32> =
+                        d.partitions.iter().filter(|p| p.leader.is_none()).map(|p| p.partition).collect();
+                    if !d.partitions.is_empty() && leaderless.is_empty() {
+                        self.refresh_metadata(&[topic.to_string()]).await?;
+                        return Ok(d);
+                    }
+                    format!("partitions {leaderless:?} have no leader")
+                }
+                Err(e) => e.to_string(),
+            };
+            if rill_rt::now() >= deadline {
+                return Err(Error::TimedOut(format!("topic {topic}: {missing} after {timeout:?}")));
+            }
+            rill_rt::sleep(WAIT_POLL).await;
+        }
+    }
+}
+
+/// What keeps a described cluster from being ready with `nodes` nodes, if anything.
+fn cluster_missing(c: &DescribeClusterResponse, nodes: usize) -> Option<String> {
+    if c.metadata_leader.is_none() {
+        return Some("no metadata leader elected yet".into());
+    }
+    if c.nodes.len() < nodes {
+        return Some(format!("{} of {nodes} nodes registered", c.nodes.len()));
+    }
+    let down: Vec<u64> = c.nodes.iter().filter(|n| !n.alive).map(|n| n.node_id).collect();
+    (!down.is_empty()).then(|| format!("nodes {down:?} do not answer"))
 }

@@ -20,6 +20,9 @@ pub enum Error {
     /// A bad argument, caught before sending.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// A wait for a cluster condition ran out of time; the message says what was missing.
+    #[error("timed out: {0}")]
+    TimedOut(String),
 }
 
 impl Error {
@@ -47,7 +50,7 @@ impl Error {
     pub fn is_retriable_idempotent(&self) -> bool {
         match self {
             Error::Transport(_) => true,
-            Error::InvalidArgument(_) => false,
+            Error::InvalidArgument(_) | Error::TimedOut(_) => false,
             Error::Server { code, .. } => matches!(
                 code,
                 ErrorCode::NotLeaderOrFollower

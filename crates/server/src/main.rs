@@ -47,7 +47,37 @@ async fn shutdown_signal() {
     tracing::info!("shutdown requested");
 }
 
+/// Started by a launcher (`rill dev`, the test kit, the bench), which names itself in this
+/// variable: the node then dies with it (see `rill_launcher::process`).
+const PARENT_PID_ENV: &str = "RILL_PARENT_PID";
+
+/// Asks the kernel to SIGKILL this process when the launcher named in [`PARENT_PID_ENV`] dies,
+/// and exits at once if it is already gone (it may have died before the request was made).
+#[cfg(target_os = "linux")]
+fn die_with_launcher() -> Result<(), String> {
+    let Some(raw) = std::env::var_os(PARENT_PID_ENV) else { return Ok(()) };
+    let parent: i32 = raw
+        .to_str()
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| format!("{PARENT_PID_ENV}={raw:?} is not a process id"))?;
+    nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
+        .map_err(|e| format!("cannot ask to die with the launcher: {e}"))?;
+    if nix::unistd::getppid().as_raw() != parent {
+        return Err(format!("the launcher (process {parent}) is gone"));
+    }
+    Ok(())
+}
+
+#[cfg(not(target_os = "linux"))]
+fn die_with_launcher() -> Result<(), String> {
+    Ok(())
+}
+
 fn main() -> ExitCode {
+    if let Err(e) = die_with_launcher() {
+        eprintln!("rill-server: {e}");
+        return ExitCode::FAILURE;
+    }
     let args = Args::parse();
     let config = match args.load() {
         Ok(c) => c,

@@ -12,8 +12,9 @@ use std::path::PathBuf;
 use anyhow::{bail, Context};
 use rill_client::Acks;
 
+use rill_launcher::{ChildProcess, LocalCluster};
+
 use crate::driver::Driver;
-use crate::process::ServerProcess;
 
 /// One system set-up, as reported.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -191,10 +192,18 @@ impl Env {
     }
 }
 
+/// The processes of a deployment.
+pub enum Nodes {
+    /// A Rill cluster, started by the launcher.
+    Rill(LocalCluster),
+    /// A peer's server processes, in node order (stopped when dropped).
+    Processes(Vec<ChildProcess>),
+}
+
 /// Running server processes and where clients reach them.
 pub struct Deployment {
-    /// The processes, in node order (stopped when dropped).
-    pub processes: Vec<ServerProcess>,
+    /// The processes.
+    pub nodes: Nodes,
     /// Client endpoints (`host:port`), in node order.
     pub endpoints: Vec<String>,
     /// Data and logs.
@@ -212,14 +221,29 @@ impl Deployment {
         }
     }
 
-    /// CPU seconds used so far, per process.
+    /// CPU seconds used so far by each process (and its children), in node order.
     pub fn cpu_seconds(&self) -> Vec<(String, f64)> {
-        self.processes.iter().map(|p| (p.name.clone(), p.cpu_seconds())).collect()
+        let cpu = |p: &ChildProcess| (p.name().to_string(), p.pid().map_or(0.0, crate::process::tree_cpu_seconds));
+        match &self.nodes {
+            Nodes::Rill(cluster) => cluster.processes().map(|(_, p)| cpu(p)).collect(),
+            Nodes::Processes(processes) => processes.iter().map(cpu).collect(),
+        }
     }
 
     /// Fails when a process has exited.
     pub fn check_running(&mut self) -> anyhow::Result<()> {
-        self.processes.iter_mut().try_for_each(ServerProcess::check_running)
+        match &mut self.nodes {
+            Nodes::Rill(cluster) => cluster.check_running(),
+            Nodes::Processes(processes) => processes.iter_mut().try_for_each(ChildProcess::check_running),
+        }
+    }
+
+    /// The Rill cluster of a Rill deployment.
+    pub fn rill(&mut self) -> anyhow::Result<&mut LocalCluster> {
+        match &mut self.nodes {
+            Nodes::Rill(cluster) => Ok(cluster),
+            Nodes::Processes(_) => bail!("not a Rill deployment"),
+        }
     }
 }
 

@@ -12,9 +12,10 @@ use bytes::Bytes;
 use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
 
-use super::{Deployment, Env};
+use super::{Deployment, Env, Nodes};
 use crate::driver::{AckFuture, BenchConsumer, BenchProducer, Driver};
-use crate::process::{find_program, run, wait_for_port, ServerProcess};
+use crate::process::{find_program, run, wait_for_port};
+use rill_launcher::ChildProcess;
 
 /// Client ports are `base_port + CLIENT_OFFSET + i`; cluster ports `base_port + ROUTE_OFFSET + i`.
 const CLIENT_OFFSET: u16 = 10;
@@ -74,13 +75,13 @@ pub async fn start(env: &Env, sync_always: bool) -> anyhow::Result<Deployment> {
         std::fs::write(&conf_path, config)?;
         let mut cmd = Command::new(&bin);
         cmd.arg("-c").arg(&conf_path);
-        processes.push(ServerProcess::spawn(&format!("nats-{}", i + 1), cmd, &dir.join(format!("n{i}.log")))?);
+        processes.push(ChildProcess::spawn(&format!("nats-{}", i + 1), cmd, &dir.join(format!("n{i}.log")))?);
         endpoints.push(format!("127.0.0.1:{client_port}"));
     }
     for i in 0..NODES {
         wait_for_port(env.base_port + CLIENT_OFFSET + i, Duration::from_secs(30), "nats-server").await?;
     }
-    Ok(Deployment { processes, endpoints, dir })
+    Ok(Deployment { nodes: Nodes::Processes(processes), endpoints, dir })
 }
 
 /// NATS JetStream.

@@ -16,9 +16,10 @@ use lapin::options::{
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
 
-use super::{Deployment, Env};
+use super::{Deployment, Env, Nodes};
 use crate::driver::{AckFuture, BenchConsumer, BenchProducer, Driver};
-use crate::process::{run, wait_for_port, ServerProcess};
+use crate::process::{run, wait_for_port};
+use rill_launcher::ChildProcess;
 
 const AMQP_OFFSET: u16 = 40;
 const DIST_OFFSET: u16 = 50;
@@ -78,10 +79,10 @@ pub async fn start(env: &Env) -> anyhow::Result<Deployment> {
         std::fs::write(dir.join(format!("r{i}.conf")), "loopback_users = none\n")?;
         let mut cmd = Command::new(&server);
         node_env(&mut cmd, env, &dir, i);
-        processes.push(ServerProcess::spawn(&format!("rabbitmq-{i}"), cmd, &dir.join(format!("r{i}.out")))?);
+        processes.push(ChildProcess::spawn(&format!("rabbitmq-{i}"), cmd, &dir.join(format!("r{i}.out")))?);
         endpoints.push(format!("127.0.0.1:{}", env.base_port + AMQP_OFFSET + i));
     }
-    let mut deployment = Deployment { processes, endpoints, dir: dir.clone() };
+    let mut deployment = Deployment { nodes: Nodes::Processes(processes), endpoints, dir: dir.clone() };
     for i in 1..=NODES {
         wait_for_port(env.base_port + AMQP_OFFSET + i, Duration::from_secs(120), "rabbitmq-server").await.inspect_err(
             |_| {

@@ -13,9 +13,10 @@ use redis::aio::MultiplexedConnection;
 use redis::streams::StreamReadReply;
 use redis::Value;
 
-use super::{Deployment, Env};
+use super::{Deployment, Env, Nodes};
 use crate::driver::{AckFuture, BenchConsumer, BenchProducer, Driver};
-use crate::process::{find_program, wait_for_port, ServerProcess};
+use crate::process::{find_program, wait_for_port};
+use rill_launcher::ChildProcess;
 
 /// Port offset from `Env::base_port`.
 const PORT_OFFSET: u16 = 30;
@@ -31,9 +32,9 @@ pub async fn start(env: &Env, always: bool) -> anyhow::Result<Deployment> {
         .args(["--appendonly", "yes", "--appendfsync", policy, "--save", ""])
         .arg("--dir")
         .arg(&dir);
-    let process = ServerProcess::spawn("redis", cmd, &dir.join("redis.log"))?;
+    let process = ChildProcess::spawn("redis", cmd, &dir.join("redis.log"))?;
     wait_for_port(port, Duration::from_secs(30), "redis-server").await?;
-    Ok(Deployment { processes: vec![process], endpoints: vec![format!("127.0.0.1:{port}")], dir })
+    Ok(Deployment { nodes: Nodes::Processes(vec![process]), endpoints: vec![format!("127.0.0.1:{port}")], dir })
 }
 
 /// Redis Streams.

@@ -1,6 +1,5 @@
 //! One module per top-level command.
 
-pub mod bench;
 pub mod cluster;
 pub mod consume;
 pub mod dev;
