@@ -340,23 +340,34 @@ impl LogStore {
             _ => None,
         };
         if let Some(cached) = lock(&self.shared.tail).range(from, until) {
-            return Ok(cached.take(max_entries).filter_map(positioned).collect());
+            return Ok(cached.filter_map(positioned).take(max_entries).collect());
         }
         let g = self.shared.group;
-        let rows = self.shared.engine.scan(
-            Keyspace::RaftLog,
-            &keys::group_u64(g, from),
-            &keys::group_u64(g, until),
-            max_entries,
-        )?;
-        let mut out = Vec::with_capacity(rows.len());
-        for (k, v) in rows {
-            let e = codec::decode_entry(v).map_err(|reason| crate::Error::Corrupt { group: g, reason })?;
-            let index = keys::suffix_u64(&k).unwrap_or(e.entry.log_id.index);
-            if let EntryPayload::Normal(p) = e.entry.payload {
-                if p.units > 0 {
-                    out.push(PositionedEntry { index, base: e.base, units: p.units, body: p.body });
+        let mut out = Vec::with_capacity(max_entries.min(1024));
+        let mut next = from;
+        // Entries that occupy no positions (blank, membership, bookkeeping) are skipped without
+        // counting, so a run of them never ends a read early.
+        while out.len() < max_entries && next < until {
+            let chunk = (max_entries - out.len()).max(1);
+            let rows = self.shared.engine.scan(
+                Keyspace::RaftLog,
+                &keys::group_u64(g, next),
+                &keys::group_u64(g, until),
+                chunk,
+            )?;
+            let scanned = rows.len();
+            for (k, v) in rows {
+                let e = codec::decode_entry(v).map_err(|reason| crate::Error::Corrupt { group: g, reason })?;
+                let index = keys::suffix_u64(&k).unwrap_or(e.entry.log_id.index);
+                next = index.saturating_add(1);
+                if let EntryPayload::Normal(p) = e.entry.payload {
+                    if p.units > 0 {
+                        out.push(PositionedEntry { index, base: e.base, units: p.units, body: p.body });
+                    }
                 }
+            }
+            if scanned < chunk {
+                break;
             }
         }
         Ok(out)
