@@ -143,6 +143,20 @@ impl SimCluster {
         }
     }
 
+    /// Runs `f` on node `id`'s simulated host, as node code (for work a test does inside a node,
+    /// such as appending what only the cluster writes).
+    pub async fn on_node<F, T>(&self, id: NodeId, f: F) -> T
+    where
+        F: std::future::Future<Output = T> + Send + 'static,
+        T: Send + 'static,
+    {
+        let Some(node) = self.nodes.get(&id) else { panic!("no node {id}") };
+        match node.spawn(f).await {
+            Ok(v) => v,
+            Err(e) => panic!("task on node {id} failed: {e}"),
+        }
+    }
+
     /// A connected client, made on the first client host (retries until the cluster answers).
     pub async fn client(&self) -> Client {
         let bootstrap = self.bootstrap();

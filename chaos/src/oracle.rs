@@ -88,17 +88,18 @@ fn durable_at(disk: &MemEngine, group: GroupId, offset: u64, value: Option<&str>
     let Ok(batches) = rill_broker::command::decode_append(payload.body) else { return Durable::Nothing };
     let mut base = entry.base;
     for b in batches {
-        if let Ok(records) = rill_proto::batch::decode(&b) {
-            for (i, r) in records.iter().enumerate() {
-                if base + i as u64 == offset {
-                    return match value {
-                        Some(v) if r.value.as_ref() != v.as_bytes() => Durable::Other,
-                        _ => Durable::Holds,
-                    };
-                }
+        let Ok(batch) = rill_records::decode(&b, rill_records::MAX_DECOMPRESSED_BATCH_BYTES) else {
+            return Durable::Nothing;
+        };
+        for r in &batch.records {
+            if base + u64::try_from(r.offset_delta).unwrap_or(0) == offset {
+                return match value {
+                    Some(v) if r.value.as_deref() != Some(v.as_bytes()) => Durable::Other,
+                    _ => Durable::Holds,
+                };
             }
         }
-        base += u64::from(b.record_count);
+        base += u64::try_from(batch.info.record_count).unwrap_or(0);
     }
     Durable::Nothing
 }

@@ -4,8 +4,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use rand::Rng;
+use rill_client::Compression;
 use rill_client::{Acks, Client, ErrorCode, Record};
-use rill_proto::common::Compression;
 use rill_rt::Instant;
 
 use crate::history::{OpKind, Outcome, Recorder};
@@ -109,7 +109,7 @@ fn think_time(deadline: Instant) -> Duration {
 /// the partition must store it once.
 pub async fn idempotent_producer(process: u32, client: Client, w: Workload) {
     let give_up = w.deadline + w.retry_grace;
-    let mut identity: Option<(i64, i32)> = None;
+    let mut identity: Option<(i64, i16)> = None;
     let mut seqs: BTreeMap<u32, i32> = BTreeMap::new();
     let mut n = 0u64;
     while rill_rt::now() < w.deadline {
@@ -132,14 +132,17 @@ pub async fn idempotent_producer(process: u32, client: Client, w: Workload) {
         let value = format!("v{process}-{n}");
         n += 1;
         let id = w.recorder.invoke(process, OpKind::Send { partition, value: value.clone() });
-        let mut wire = match rill_client::client::build_batch_for(vec![Record::new(value.clone())], Compression::None) {
+        let wire = match rill_client::client::build_batch_for(
+            vec![Record::new(value.clone())],
+            Compression::None,
+            Some((pid, epoch, seq)),
+        ) {
             Ok(b) => b,
             Err(e) => {
                 w.recorder.complete(id, Outcome::Fail(e.to_string()));
                 continue;
             }
         };
-        rill_proto::batch::set_producer(&mut wire, pid, epoch, seq);
         let outcome = loop {
             match client.produce_batch(&w.topic, partition, wire.clone(), w.acks, w.produce_timeout).await {
                 Ok(ack) => {
@@ -188,8 +191,11 @@ pub async fn consumer(process: u32, client: Client, w: Workload) {
         let id = w.recorder.invoke(process, OpKind::Poll { partition: p, offset });
         match client.fetch(&w.topic, p, Some(offset), Duration::from_millis(200)).await {
             Ok(f) => {
-                let records: Vec<(u64, String)> =
-                    f.records.iter().map(|r| (r.offset, String::from_utf8_lossy(&r.value).into_owned())).collect();
+                let records: Vec<(u64, String)> = f
+                    .records
+                    .iter()
+                    .map(|r| (r.offset, String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).into_owned()))
+                    .collect();
                 if let Some((last, _)) = records.last() {
                     positions.insert(p, last + 1);
                 }
@@ -238,9 +244,9 @@ pub async fn final_reads(
                     }
                     Ok(f) => {
                         offset = f.next_offset;
-                        records.extend(
-                            f.records.iter().map(|r| (r.offset, String::from_utf8_lossy(&r.value).into_owned())),
-                        );
+                        records.extend(f.records.iter().map(|r| {
+                            (r.offset, String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).into_owned())
+                        }));
                     }
                 }
             }

@@ -3,7 +3,8 @@
 //! Every scenario prints its seed first; `MADSIM_TEST_SEED=<seed>` replays it exactly and the
 //! printed trace hash must match. The generated scenarios live in `rill_chaos::scenarios`; each
 //! has a test of the same name here. `smoke_leader_power_failure_and_rejoin`,
-//! `woken_quiescent_group_keeps_its_leader` and `concurrent_batches_share_entries` are scripted.
+//! `woken_quiescent_group_keeps_its_leader`, `concurrent_batches_share_entries` and
+//! `control_batches_take_offsets_and_are_skipped` are scripted.
 
 #![cfg(madsim)]
 // Test code: a failed expectation is a failed test.
@@ -164,8 +165,10 @@ async fn smoke_leader_power_failure_and_rejoin() {
         .await;
     let mut at: HashMap<String, Vec<u64>> = HashMap::new();
     for r in &read {
-        at.entry(String::from_utf8_lossy(&r.value).into_owned()).or_default().push(r.offset);
-        trace.record(format!("read {}@{}", String::from_utf8_lossy(&r.value), r.offset));
+        at.entry(String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).into_owned())
+            .or_default()
+            .push(r.offset);
+        trace.record(format!("read {}@{}", String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()), r.offset));
     }
     for (v, offset) in &acked {
         match offset {
@@ -273,22 +276,96 @@ async fn concurrent_batches_share_entries() {
     assert!(entries.len() < BATCHES, "{BATCHES} concurrent batches took {} entries: none were merged", entries.len());
 
     let fresh = cluster.client().await;
-    let read = cluster
-        .on_client(async move {
-            let (mut out, mut offset) = (Vec::new(), 0);
-            while out.len() < BATCHES {
-                // acks=1 batches may be acknowledged before they commit: wait for them.
-                let f = fresh.fetch("merged", 0, Some(offset), Duration::from_secs(1)).await.expect("fetch");
-                offset = f.next_offset;
-                out.extend(f.records.into_iter().map(|r| (String::from_utf8_lossy(&r.value).into_owned(), r.offset)));
-            }
-            out
-        })
-        .await;
+    let read =
+        cluster
+            .on_client(async move {
+                let (mut out, mut offset) = (Vec::new(), 0);
+                while out.len() < BATCHES {
+                    // acks=1 batches may be acknowledged before they commit: wait for them.
+                    let f = fresh.fetch("merged", 0, Some(offset), Duration::from_secs(1)).await.expect("fetch");
+                    offset = f.next_offset;
+                    out.extend(f.records.into_iter().map(|r| {
+                        (String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).into_owned(), r.offset)
+                    }));
+                }
+                out
+            })
+            .await;
     let read: HashMap<String, u64> = read.into_iter().collect();
     for (v, offset) in &acked {
         assert_eq!(read.get(v), Some(offset), "{v} was acknowledged at offset {offset}");
     }
+    println!("trace-hash: {:016x} events={}", trace.hash(), trace.len());
+}
+
+/// Appends a transaction marker of `kind` for producer `pid` at `epoch` to the single partition,
+/// on its leader (as the transaction coordinator will); returns the marker's offset.
+async fn append_marker(cluster: &SimCluster, kind: rill_records::ControlKind, pid: i64, epoch: i16) -> u64 {
+    let (leader, _) = agreed_leader(cluster).expect("a leader every replica agrees on");
+    let partition = cluster.node(leader).expect("leader up").partitions()[0].clone();
+    let marker = rill_records::ControlMarker { kind, coordinator_epoch: 7 };
+    cluster
+        .on_node(leader, async move { partition.append_control(marker, pid, epoch, Duration::from_secs(10)).await })
+        .await
+        .expect("the marker is appended")
+}
+
+/// Scripted: a control batch (a transaction marker) is stored in the partition's log and takes
+/// an offset like any batch; fetches return it, consumers skip it and move past it, and the
+/// replicas agree on it. Three records, a commit marker, two records, an abort marker: offsets
+/// 0-2 and 4-5 are records, 3 and 6 are markers, and a consumer from the beginning gets the five
+/// records and ends at position 7 (past the trailing marker, which returned nothing).
+#[madsim::test]
+async fn control_batches_take_offsets_and_are_skipped() {
+    let trace = begin_scripted();
+    let (cluster, client) = slow_disk_cluster(Duration::from_millis(1), "ctl").await;
+    let c = client.clone();
+    let first = cluster
+        .on_client(async move {
+            c.produce("ctl", 0, vec![Record::new("r0"), Record::new("r1"), Record::new("r2")], Acks::All).await
+        })
+        .await
+        .expect("first records");
+    assert_eq!(first.base_offset, Some(0));
+    let at = append_marker(&cluster, rill_records::ControlKind::Commit, 42, 3).await;
+    assert_eq!(at, 3, "the marker takes the next offset");
+    let c = client.clone();
+    let last = cluster
+        .on_client(async move { c.produce("ctl", 0, vec![Record::new("r4"), Record::new("r5")], Acks::All).await })
+        .await
+        .expect("later records");
+    assert_eq!(last.base_offset, Some(4), "records after the marker continue the numbering");
+    let trailing = append_marker(&cluster, rill_records::ControlKind::Abort, 43, 0).await;
+    assert_eq!(trailing, 6);
+
+    let fresh = cluster.client().await;
+    let (offsets, next, position) = cluster
+        .on_client(async move {
+            let f = fresh.fetch("ctl", 0, Some(0), Duration::ZERO).await.expect("fetch");
+            let offsets: Vec<u64> = f.records.iter().map(|r| r.offset).collect();
+            let mut consumer = rill_client::Consumer::new(fresh.clone(), rill_client::ConsumerConfig::default());
+            let tp = rill_client::TopicPartition::new("ctl", 0);
+            consumer.assign([tp.clone()]);
+            let mut seen = 0;
+            let deadline = rill_rt::now() + SETTLE;
+            while seen < 5 || consumer.position(&tp) != Some(7) {
+                assert!(rill_rt::now() < deadline, "the consumer did not get past the trailing marker");
+                seen += consumer.poll(Duration::from_secs(1)).await.expect("poll").len();
+            }
+            assert_eq!(seen, 5, "five records, no markers");
+            (offsets, f.next_offset, consumer.position(&tp))
+        })
+        .await;
+    assert_eq!(offsets, vec![0, 1, 2, 4, 5], "the marker is not delivered");
+    assert_eq!(next, 7, "the next fetch starts past the trailing marker");
+    assert_eq!(position, Some(7));
+    let bodies: Vec<_> = cluster
+        .ids()
+        .iter()
+        .filter_map(|id| cluster.node(*id).map(|n| n.partitions()[0].entry_bodies().expect("read log")))
+        .collect();
+    assert!(bodies.windows(2).all(|w| w[0] == w[1]), "replicas hold the same entries, marker included");
+    trace.record(format!("markers at {at} and {trailing}, records {offsets:?}"));
     println!("trace-hash: {:016x} events={}", trace.hash(), trace.len());
 }
 
@@ -327,6 +404,7 @@ async fn list_scenarios() {
     println!("smoke_leader_power_failure_and_rejoin\tscripted: crash and power-fail the leader, fail over, rejoin, converge (default)");
     println!("woken_quiescent_group_keeps_its_leader\tscripted: writes wake a quiescent group on slow disks; no election (default)");
     println!("concurrent_batches_share_entries\tscripted: concurrent batches merge into entries, each at its own offset (default)");
+    println!("control_batches_take_offsets_and_are_skipped\tscripted: a transaction marker takes an offset; consumers skip it (default)");
     for s in scenarios::SCENARIOS {
         println!("{}\t{}{}", s.name, s.description, if s.default { " (default)" } else { "" });
     }

@@ -43,7 +43,8 @@ def main():
             for o, key, value in decode_batch(batch):
                 if o < offset:
                     continue  # a batch may start before the requested offset
-                print(f"{o} {key.decode() if key is not None else '-'} {value.decode(errors='replace')}", flush=True)
+                text = value.decode(errors="replace") if value is not None else "<null>"
+                print(f"{o} {key.decode() if key is not None else '-'} {text}", flush=True)
                 offset, read, last = o + 1, read + 1, time.time()
                 if args.max_messages is not None and read >= args.max_messages:
                     return

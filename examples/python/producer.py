@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
 """Produce records to Rill over gRPC, without the Rust client.
 
-    producer.py TOPIC VALUE [VALUE...] [--partition N] [--key KEY] [--bootstrap host:port,...]
+    producer.py TOPIC VALUE [VALUE...] [--partition N] [--key KEY] [--compression CODEC]
+                [--bootstrap host:port,...]
 
-Sends the values as one batch with acks=all and prints where they landed.
+Sends the values as one batch (Kafka's record batch format, built by kafka-python; CODEC is
+none, gzip, snappy, lz4 or zstd) with acks=all and prints where they landed.
 """
 import argparse
 import os
 
-from rill_api import Cluster, build_batch, common_pb2, records_pb2
+from rill_api import CODECS, Cluster, build_batch, common_pb2, records_pb2
 
 RETRIABLE = {common_pb2.NOT_LEADER_OR_FOLLOWER, common_pb2.LEADER_NOT_AVAILABLE, common_pb2.NOT_ENOUGH_REPLICAS}
 
@@ -19,6 +21,7 @@ def main():
     ap.add_argument("values", nargs="+")
     ap.add_argument("--partition", type=int, default=0)
     ap.add_argument("--key")
+    ap.add_argument("--compression", choices=sorted(CODECS), default="none")
     ap.add_argument("--bootstrap", default=os.environ.get("RILL_BOOTSTRAP", "127.0.0.1:7001"))
     args = ap.parse_args()
 
@@ -26,7 +29,7 @@ def main():
     if args.partition >= cluster.partitions(args.topic):
         raise SystemExit(f"partition {args.partition} does not exist in {args.topic}")
     key = args.key.encode() if args.key is not None else None
-    batch = build_batch([(key, v.encode()) for v in args.values])
+    batch = build_batch([(key, v.encode()) for v in args.values], args.compression)
     request = records_pb2.ProduceRequest(
         acks=records_pb2.ACKS_ALL,
         timeout_ms=10_000,

@@ -183,6 +183,11 @@ where
     }
 }
 
+/// A nullable value (or key) as text: what the test wrote, or `<null>`.
+pub fn text(field: &Option<bytes::Bytes>) -> String {
+    field.as_ref().map_or_else(|| "<null>".to_string(), |b| String::from_utf8_lossy(b).into_owned())
+}
+
 /// Installs a test log subscriber once.
 pub fn init_logs() {
     let _ = tracing_subscriber::fmt().with_env_filter("info").with_test_writer().try_init();

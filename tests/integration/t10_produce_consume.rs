@@ -2,9 +2,10 @@
 
 use std::time::Duration;
 
-use rill_client::{Acks, OffsetSpec, Record};
+use bytes::Bytes;
+use rill_client::{Acks, Compression, OffsetSpec, Record};
 
-use crate::harness::{init_logs, read_all, wait_for, TestCluster, READY_TIMEOUT};
+use crate::harness::{init_logs, read_all, text, wait_for, TestCluster, READY_TIMEOUT};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn produce_with_each_acks_level_and_read_back() -> anyhow::Result<()> {
@@ -39,8 +40,8 @@ async fn produce_with_each_acks_level_and_read_back() -> anyhow::Result<()> {
         (r.len() == 4).then_some(r)
     })
     .await?;
-    let values: Vec<&[u8]> = records.iter().map(|r| r.value.as_ref()).collect();
-    assert_eq!(values, vec![&b"a1"[..], b"a2", b"b1", b"c1"]);
+    let values: Vec<String> = records.iter().map(|r| text(&r.value)).collect();
+    assert_eq!(values, vec!["a1", "a2", "b1", "c1"]);
     assert_eq!(records.iter().map(|r| r.offset).collect::<Vec<_>>(), vec![0, 1, 2, 3]);
     assert_eq!(records[2].key.as_deref(), Some(&b"k"[..]));
 
@@ -60,6 +61,29 @@ async fn produce_with_each_acks_level_and_read_back() -> anyhow::Result<()> {
     client.produce("basic", 1, vec![Record::new("late")], Acks::All).await?;
     let fetched = waiter.await??;
     assert_eq!(fetched.records.len(), 1);
-    assert_eq!(fetched.records[0].value.as_ref(), b"late");
+    assert_eq!(text(&fetched.records[0].value), "late");
+
+    tracing::info!("--- nulls survive the trip: a tombstone, a null key, a null header value, repeated header keys");
+    let mut odd = Record::new("v");
+    odd.headers = vec![("h".into(), None), ("h".into(), Some(Bytes::from_static(b"2")))];
+    let nulls = vec![Record::tombstone("gone"), Record { key: None, value: None, ..Record::default() }, odd];
+    let at = client.produce("basic", 2, nulls.clone(), Acks::All).await?.base_offset.expect("offset");
+    let back = client.fetch("basic", 2, Some(at), Duration::ZERO).await?.records;
+    assert_eq!(back.len(), 3);
+    assert_eq!((back[0].key.as_deref(), back[0].value.as_deref()), (Some(&b"gone"[..]), None));
+    assert_eq!((back[1].key.as_deref(), back[1].value.as_deref()), (None, None));
+    assert_eq!(back[2].headers, nulls[2].headers);
+
+    tracing::info!("--- every codec Kafka clients send is stored and read back");
+    for codec in [Compression::Gzip, Compression::Snappy, Compression::Lz4, Compression::Zstd] {
+        let values: Vec<Record> =
+            (0..50).map(|i| Record::keyed(format!("k{i}"), format!("{}-{i}", codec.name()))).collect();
+        let ack = client.produce_with("basic", 2, values, Acks::All, codec, Duration::from_secs(10)).await?;
+        let from = ack.base_offset.expect("offset");
+        let got = client.fetch("basic", 2, Some(from), Duration::ZERO).await?.records;
+        let got: Vec<String> = got.iter().take(50).map(|r| text(&r.value)).collect();
+        let want: Vec<String> = (0..50).map(|i| format!("{}-{i}", codec.name())).collect();
+        assert_eq!(got, want, "{codec:?}");
+    }
     Ok(())
 }

@@ -10,7 +10,7 @@ use rill_client::{
     Acks, Compression, Consumer, ConsumerConfig, OffsetSpec, Producer, ProducerConfig, Record, TopicPartition,
 };
 
-use crate::harness::{init_logs, TestCluster};
+use crate::harness::{init_logs, text, TestCluster};
 
 const TOPIC: &str = "api";
 const PARTITIONS: u32 = 3;
@@ -71,10 +71,10 @@ async fn producer_and_consumer_round_trip() -> anyhow::Result<()> {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     while seen.len() < 610 && tokio::time::Instant::now() < deadline {
         for r in consumer.poll(Duration::from_millis(500)).await? {
-            let v = String::from_utf8_lossy(&r.value).into_owned();
+            let v = text(&r.value);
             if let Some(n) = v.strip_prefix("event-") {
                 let n: usize = n.parse()?;
-                assert_eq!(r.headers, vec![("n".to_string(), bytes::Bytes::from(n.to_string()))]);
+                assert_eq!(r.headers, vec![("n".to_string(), Some(bytes::Bytes::from(n.to_string())))]);
             }
             assert!(seen.insert((r.partition, r.offset), v).is_none(), "record returned twice");
         }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use rill_client::{Acks, Client, Record};
 use tokio::sync::Mutex;
 
-use crate::harness::{init_logs, read_all, wait_for, TestCluster, READY_TIMEOUT};
+use crate::harness::{init_logs, read_all, text, wait_for, TestCluster, READY_TIMEOUT};
 
 const TOPIC: &str = "kill";
 const PARTITIONS: u32 = 3;
@@ -88,7 +88,7 @@ async fn acked_records_survive_leader_sigkill_exactly_once_in_order() -> anyhow:
         let records = read_all(&fresh, TOPIC, p).await?;
         let mut seen: HashMap<String, Vec<u64>> = HashMap::new();
         for r in &records {
-            seen.entry(String::from_utf8_lossy(&r.value).into_owned()).or_default().push(r.offset);
+            seen.entry(text(&r.value)).or_default().push(r.offset);
         }
         let mut order: BTreeMap<u64, usize> = BTreeMap::new();
         for (part, b, values, outcome) in log.iter().filter(|e| e.0 == p) {

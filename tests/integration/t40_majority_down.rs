@@ -2,10 +2,10 @@
 
 use std::time::Duration;
 
+use rill_client::Compression;
 use rill_client::{Acks, Record};
-use rill_proto::common::Compression;
 
-use crate::harness::{init_logs, read_all, wait_for, TestCluster, READY_TIMEOUT};
+use crate::harness::{init_logs, read_all, text, wait_for, TestCluster, READY_TIMEOUT};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acks_all_never_succeeds_without_a_majority() -> anyhow::Result<()> {
@@ -46,6 +46,6 @@ async fn acks_all_never_succeeds_without_a_majority() -> anyhow::Result<()> {
     let records =
         wait_for(READY_TIMEOUT, "the committed record", || async { read_all(&fresh, "majority", 0).await.ok() })
             .await?;
-    assert_eq!(records.first().map(|r| r.value.as_ref()), Some(&b"committed"[..]));
+    assert_eq!(records.first().map(|r| text(&r.value)).as_deref(), Some("committed"));
     Ok(())
 }

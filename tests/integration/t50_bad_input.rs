@@ -1,41 +1,57 @@
 //! Bad input gets a clear per-partition error and never damages what is stored.
 
 use bytes::Bytes;
-use rill_client::{Acks, ErrorCode, Record};
-use rill_proto::batch;
-use rill_proto::common::{Compression, RecordBatch};
+use rill_client::client::build_batch_for;
+use rill_client::{Acks, Compression, ErrorCode, Record};
 use rill_proto::records::records_client::RecordsClient;
 use rill_proto::records::{
     FetchPartition, FetchRequest, FetchTopic, PartitionProduce, PartitionProduceResult, ProduceRequest, TopicProduce,
 };
 
-use crate::harness::{init_logs, read_all, TestCluster};
+use crate::harness::{init_logs, read_all, text, TestCluster};
 
-fn batch_of(values: &[&str]) -> RecordBatch {
-    let records = values
-        .iter()
-        .map(|v| rill_proto::common::Record {
-            timestamp_ms: 1,
-            key: None,
-            value: Bytes::copy_from_slice(v.as_bytes()),
-            headers: vec![],
-        })
-        .collect();
-    batch::build(records, Compression::None).expect("build")
+fn batch_of(values: &[&str]) -> Bytes {
+    build_batch_for(values.iter().map(|v| Record::new(v.to_string())).collect(), Compression::None, None)
+        .expect("build")
 }
+
+/// `batch` with `bytes` written at `at`, its length field and CRC-32C made consistent again (as
+/// a careful liar would).
+fn rewritten(batch: &Bytes, at: usize, bytes: &[u8]) -> Bytes {
+    let mut v = batch.to_vec();
+    if at + bytes.len() > v.len() {
+        v.resize(at + bytes.len(), 0);
+    }
+    v[at..at + bytes.len()].copy_from_slice(bytes);
+    let len = (v.len() - 12) as i32;
+    v[8..12].copy_from_slice(&len.to_be_bytes());
+    let crc = crc32c::crc32c(&v[21..]);
+    v[17..21].copy_from_slice(&crc.to_be_bytes());
+    v.into()
+}
+
+/// Offsets of fields in Kafka's batch header.
+const ATTRIBUTES: usize = 21;
+const LAST_OFFSET_DELTA: usize = 23;
+const RECORD_COUNT: usize = 57;
+const RECORDS: usize = 61;
 
 async fn raw_produce(
     addr: &str,
     topic: &str,
     partition: u32,
     acks: i32,
-    batch: Option<RecordBatch>,
+    batch: Bytes,
 ) -> anyhow::Result<PartitionProduceResult> {
     let mut c = RecordsClient::connect(format!("http://{addr}")).await?;
     let req = ProduceRequest {
         acks,
         timeout_ms: 10_000,
-        topics: vec![TopicProduce { topic: topic.into(), partitions: vec![PartitionProduce { partition, batch }] }],
+        topics: vec![TopicProduce {
+            topic: topic.into(),
+            partitions: vec![PartitionProduce { partition, batch }],
+            topic_id: Bytes::new(),
+        }],
     };
     let resp = c.produce(req).await?.into_inner();
     Ok(resp.topics[0].partitions[0].clone())
@@ -57,42 +73,57 @@ async fn bad_requests_get_clear_errors_and_data_is_intact() -> anyhow::Result<()
 
     tracing::info!("--- oversized batch");
     let big = "x".repeat(2000);
-    let r = raw_produce(&addr, "guarded", 0, 0, Some(batch_of(&[&big]))).await?;
+    let r = raw_produce(&addr, "guarded", 0, 0, batch_of(&[&big])).await?;
     assert_eq!(code(&r), ErrorCode::MessageTooLarge, "{}", r.error_message);
     assert!(r.error_message.contains("max.message.bytes=1000"), "{}", r.error_message);
 
     tracing::info!("--- unknown topic, partition out of range");
-    let r = raw_produce(&addr, "nope", 0, 0, Some(batch_of(&["v"]))).await?;
+    let r = raw_produce(&addr, "nope", 0, 0, batch_of(&["v"])).await?;
     assert_eq!(code(&r), ErrorCode::UnknownTopicOrPartition);
     assert!(r.error_message.contains("unknown topic"), "{}", r.error_message);
-    let r = raw_produce(&addr, "guarded", 7, 0, Some(batch_of(&["v"]))).await?;
+    let r = raw_produce(&addr, "guarded", 7, 0, batch_of(&["v"])).await?;
     assert_eq!(code(&r), ErrorCode::UnknownTopicOrPartition);
     assert!(r.error_message.contains("has 2 partition(s)"), "{}", r.error_message);
 
     tracing::info!("--- malformed fields");
-    let r = raw_produce(&addr, "guarded", 0, 0, None).await?;
+    let r = raw_produce(&addr, "guarded", 0, 0, Bytes::new()).await?;
     assert_eq!(code(&r), ErrorCode::InvalidRequest, "{}", r.error_message);
-    let r = raw_produce(&addr, "guarded", 0, 99, Some(batch_of(&["v"]))).await?;
+    let r = raw_produce(&addr, "guarded", 0, 99, batch_of(&["v"])).await?;
     assert_eq!(code(&r), ErrorCode::InvalidRequiredAcks, "{}", r.error_message);
-    let mut corrupt = batch_of(&["tampered"]);
-    corrupt.crc32c ^= 1;
-    let r = raw_produce(&addr, "guarded", 0, 0, Some(corrupt)).await?;
+
+    tracing::info!("--- damaged and lying batches");
+    let good = batch_of(&["one"]);
+    let mut flipped = good.to_vec();
+    let last = flipped.len() - 1;
+    flipped[last] ^= 1;
+    let r = raw_produce(&addr, "guarded", 0, 0, flipped.into()).await?;
     assert_eq!(code(&r), ErrorCode::CorruptMessage, "{}", r.error_message);
-    let mut lying = batch_of(&["one"]);
-    lying.record_count = 5;
-    lying.crc32c = batch::checksum(&lying);
-    let r = raw_produce(&addr, "guarded", 0, 0, Some(lying)).await?;
-    assert_eq!(code(&r), ErrorCode::CorruptMessage, "{}", r.error_message);
-    let mut garbage = batch_of(&["x"]);
-    garbage.records = Bytes::from_static(&[0xff, 0xff, 0xff]);
-    garbage.crc32c = batch::checksum(&garbage);
-    let r = raw_produce(&addr, "guarded", 0, 0, Some(garbage)).await?;
-    assert_eq!(code(&r), ErrorCode::CorruptMessage, "{}", r.error_message);
-    let mut codec = batch_of(&["x"]);
-    codec.compression = 42;
-    codec.crc32c = batch::checksum(&codec);
-    let r = raw_produce(&addr, "guarded", 0, 0, Some(codec)).await?;
+    assert!(r.error_message.contains("checksum"), "{}", r.error_message);
+    let r = raw_produce(&addr, "guarded", 0, 0, rewritten(&good, RECORD_COUNT, &5i32.to_be_bytes())).await?;
+    assert_eq!(code(&r), ErrorCode::CorruptMessage, "lying count: {}", r.error_message);
+    let garbage = rewritten(&good.slice(..RECORDS), RECORDS, &[0xff, 0xff, 0xff]);
+    let r = raw_produce(&addr, "guarded", 0, 0, garbage).await?;
+    assert_eq!(code(&r), ErrorCode::CorruptMessage, "garbage records: {}", r.error_message);
+    let r = raw_produce(&addr, "guarded", 0, 0, rewritten(&good, ATTRIBUTES, &7i16.to_be_bytes())).await?;
     assert_eq!(code(&r), ErrorCode::UnsupportedCompressionType, "{}", r.error_message);
+    let mut twice = good.to_vec();
+    twice.extend_from_slice(&good);
+    let r = raw_produce(&addr, "guarded", 0, 0, twice.into()).await?;
+    assert_eq!(code(&r), ErrorCode::CorruptMessage, "two batches in one: {}", r.error_message);
+    let two = batch_of(&["a", "b"]);
+    let r = raw_produce(&addr, "guarded", 0, 0, rewritten(&two, LAST_OFFSET_DELTA, &5i32.to_be_bytes())).await?;
+    assert_eq!(code(&r), ErrorCode::InvalidRecord, "offsets not dense: {}", r.error_message);
+
+    tracing::info!("--- what only the cluster may write, and producer fields out of range");
+    let control = rewritten(&good, ATTRIBUTES, &0x30i16.to_be_bytes());
+    let r = raw_produce(&addr, "guarded", 0, 0, control).await?;
+    assert_eq!(code(&r), ErrorCode::InvalidRecord, "control batch: {}", r.error_message);
+    let transactional = rewritten(&good, ATTRIBUTES, &0x10i16.to_be_bytes());
+    let r = raw_produce(&addr, "guarded", 0, 0, transactional).await?;
+    assert_eq!(code(&r), ErrorCode::InvalidTxnState, "transactional batch: {}", r.error_message);
+    let negative_seq = build_batch_for(vec![Record::new("n")], Compression::None, Some((1, 0, -5)))?;
+    let r = raw_produce(&addr, "guarded", 0, 0, negative_seq).await?;
+    assert_eq!(code(&r), ErrorCode::InvalidRecord, "negative sequence: {}", r.error_message);
 
     tracing::info!("--- fetch out of range");
     let mut c = RecordsClient::connect(format!("http://{addr}")).await?;
@@ -104,6 +135,7 @@ async fn bad_requests_get_clear_errors_and_data_is_intact() -> anyhow::Result<()
                 topics: vec![FetchTopic {
                     topic: "guarded".into(),
                     partitions: vec![FetchPartition { partition: 0, fetch_offset: offset, max_bytes: 0 }],
+                    topic_id: Bytes::new(),
                 }],
             })
             .await?
@@ -129,7 +161,7 @@ async fn bad_requests_get_clear_errors_and_data_is_intact() -> anyhow::Result<()
     tracing::info!("--- nothing stored was damaged, and the partition still takes writes");
     let ack = client.produce("guarded", 0, vec![Record::new("good-3")], Acks::All).await?;
     assert_eq!(ack.base_offset, Some(2));
-    let values: Vec<Bytes> = read_all(&client, "guarded", 0).await?.into_iter().map(|r| r.value).collect();
-    assert_eq!(values, vec![Bytes::from("good-1"), Bytes::from("good-2"), Bytes::from("good-3")]);
+    let values: Vec<String> = read_all(&client, "guarded", 0).await?.iter().map(|r| text(&r.value)).collect();
+    assert_eq!(values, vec!["good-1", "good-2", "good-3"]);
     Ok(())
 }

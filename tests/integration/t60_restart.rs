@@ -3,7 +3,7 @@
 
 use rill_client::{Acks, Record};
 
-use crate::harness::{init_logs, read_all, wait_for, TestCluster, READY_TIMEOUT};
+use crate::harness::{init_logs, read_all, text, wait_for, TestCluster, READY_TIMEOUT};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn full_cluster_restarts_keep_acknowledged_data() -> anyhow::Result<()> {
@@ -43,7 +43,7 @@ async fn full_cluster_restarts_keep_acknowledged_data() -> anyhow::Result<()> {
                 (r.len() >= want.len()).then_some(r)
             })
             .await?;
-            let got: Vec<String> = got.iter().map(|r| String::from_utf8_lossy(&r.value).into_owned()).collect();
+            let got: Vec<String> = got.iter().map(|r| text(&r.value)).collect();
             assert_eq!(got, want, "partition {p} after restart {round}");
         }
     }

@@ -5,28 +5,18 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rill_client::{Acks, Client, ErrorCode, Producer, ProducerConfig, Record};
-use rill_proto::batch;
-use rill_proto::common::{Compression, RecordBatch};
+use bytes::Bytes;
+use rill_client::client::build_batch_for;
+use rill_client::{Acks, Client, Compression, ErrorCode, Producer, ProducerConfig, Record};
 
-use crate::harness::{init_logs, read_all, wait_for, wait_for_ok, TestCluster, READY_TIMEOUT};
+use crate::harness::{init_logs, read_all, text, wait_for, wait_for_ok, TestCluster, READY_TIMEOUT};
 
-fn idempotent_batch(values: &[&str], pid: i64, epoch: i32, seq: i32) -> RecordBatch {
-    let records = values
-        .iter()
-        .map(|v| rill_proto::common::Record {
-            timestamp_ms: 1,
-            key: None,
-            value: bytes::Bytes::copy_from_slice(v.as_bytes()),
-            headers: vec![],
-        })
-        .collect();
-    let mut b = batch::build(records, Compression::None).expect("build");
-    batch::set_producer(&mut b, pid, epoch, seq);
-    b
+fn idempotent_batch(values: &[&str], pid: i64, epoch: i16, seq: i32) -> Bytes {
+    let records = values.iter().map(|v| Record::new(v.to_string())).collect();
+    build_batch_for(records, Compression::None, Some((pid, epoch, seq))).expect("build")
 }
 
-async fn send(client: &Client, b: &RecordBatch) -> Result<Option<u64>, rill_client::Error> {
+async fn send(client: &Client, b: &Bytes) -> Result<Option<u64>, rill_client::Error> {
     client.produce_batch("idem", 0, b.clone(), Acks::All, Duration::from_secs(10)).await.map(|a| a.base_offset)
 }
 
@@ -61,8 +51,7 @@ async fn retries_are_stored_once_and_gaps_are_refused() -> anyhow::Result<()> {
         .produce_batch("idem", 0, idempotent_batch(&["x"], pid, epoch + 1, 1), Acks::Leader, Duration::from_secs(5))
         .await;
     assert_eq!(acks_one.expect_err("needs acks=all").code(), Some(ErrorCode::InvalidRequest));
-    let values: Vec<String> =
-        read_all(&client, "idem", 0).await?.iter().map(|r| String::from_utf8_lossy(&r.value).into_owned()).collect();
+    let values: Vec<String> = read_all(&client, "idem", 0).await?.iter().map(|r| text(&r.value)).collect();
     assert_eq!(values, vec!["a", "b", "c", "new epoch"]);
 
     tracing::info!("--- SIGKILL every node; after restart a retry is still recognized");
@@ -140,7 +129,7 @@ async fn producer_retries_through_leader_kills_without_duplicates() -> anyhow::R
         assert_eq!(records.len(), 1500, "partition {p}: exactly one copy of each record, no duplicates");
         let mut last_i = None;
         for r in &records {
-            let v = String::from_utf8_lossy(&r.value).into_owned();
+            let v = text(&r.value);
             assert_eq!(acked.get(&v), Some(&(p, r.offset)), "{v} is where its acknowledgement said");
             let i: usize = v[1..].parse()?;
             assert!(last_i.is_none_or(|l| l < i), "partition {p}: send order kept ({v} after m{last_i:?})");

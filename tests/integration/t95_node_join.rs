@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use rill_client::{Acks, Record};
 
-use crate::harness::{bin, init_logs, read_all, wait_for, TestCluster, READY_TIMEOUT};
+use crate::harness::{bin, init_logs, read_all, text, wait_for, TestCluster, READY_TIMEOUT};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_node_joins_takes_replicas_and_rejoins_after_restart() -> anyhow::Result<()> {
@@ -84,11 +84,7 @@ async fn a_new_node_joins_takes_replicas_and_rejoins_after_restart() -> anyhow::
     .map_err(|e| e.context(cluster.log_tail(4)))?;
     produce_round(1).await?;
     for p in 0..4u32 {
-        let got: Vec<String> = read_all(&client, "joined", p)
-            .await?
-            .iter()
-            .map(|r| String::from_utf8_lossy(&r.value).into_owned())
-            .collect();
+        let got: Vec<String> = read_all(&client, "joined", p).await?.iter().map(|r| text(&r.value)).collect();
         assert_eq!(got, expected[p as usize], "partition {p}");
     }
 

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use rill_client::{Acks, Client, Record};
 
-use crate::harness::{init_logs, read_all, wait_for, TestCluster, READY_TIMEOUT};
+use crate::harness::{init_logs, read_all, text, wait_for, TestCluster, READY_TIMEOUT};
 
 const TOPIC: &str = "balanced";
 
@@ -85,8 +85,7 @@ async fn leadership_returns_to_the_preferred_replica_after_a_restart() -> anyhow
     .await?;
     produce(3, cluster.client().await?).await?;
     for p in 0..3u32 {
-        let got: Vec<String> =
-            read_all(&client, TOPIC, p).await?.iter().map(|r| String::from_utf8_lossy(&r.value).into_owned()).collect();
+        let got: Vec<String> = read_all(&client, TOPIC, p).await?.iter().map(|r| text(&r.value)).collect();
         assert_eq!(got, expected[p as usize], "partition {p}: every acknowledged record, once, in order");
     }
     Ok(())

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use rill_client::{Acks, Client, Record, TopicDescription};
 
-use crate::harness::{init_logs, read_all, wait_for, TestCluster, READY_TIMEOUT};
+use crate::harness::{init_logs, read_all, text, wait_for, TestCluster, READY_TIMEOUT};
 
 const TOPIC: &str = "quiet";
 const PARTITIONS: u32 = 6;
@@ -102,11 +102,7 @@ async fn idle_partitions_quiesce_and_still_fail_over() -> anyhow::Result<()> {
     .await?;
 
     for p in 0..PARTITIONS {
-        let got: Vec<String> = read_all(&client, TOPIC, p)
-            .await?
-            .into_iter()
-            .map(|r| String::from_utf8_lossy(&r.value).into_owned())
-            .collect();
+        let got: Vec<String> = read_all(&client, TOPIC, p).await?.into_iter().map(|r| text(&r.value)).collect();
         assert_eq!(got, expected[p as usize], "partition {p}: every acknowledged record, once, in order");
     }
     Ok(())

@@ -1,33 +1,34 @@
 //! The body of a partition's Raft entry.
 //!
-//! * append: `version ‖ 1 ‖ append time (i64) ‖ count ‖ (length ‖ RecordBatch)*`, little-endian.
-//!   One or more record batches, each exactly as the producer encoded it (plus the leader's
-//!   append time); its records occupy consecutive offsets in batch order. The append time sits in
-//!   the fixed header so the state machine can index it without decoding batches.
+//! * append: `version (2) ‖ 1 ‖ append time (i64) ‖ count (u32) ‖ (length (u32) ‖ batch)*`,
+//!   little-endian. One or more record batches in Kafka's format, each exactly as the producer
+//!   encoded it; its records occupy consecutive offsets in batch order. The append time (the
+//!   leader's clock when it accepted the batches) sits in the fixed header so the state machine
+//!   can index it without reading the batches.
 //! * expire producers: `version ‖ 2 ‖ older than (i64 ms)`. Occupies no offsets. The leader
 //!   proposes it so that every replica forgets idle producers at the same point of the log.
+//!
+//! Version 1 held protobuf-encoded batches; entries of that version are refused (data
+//! directories from before the move to Kafka's format do not open, see `docs/storage.md`).
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
-use prost::Message;
-use rill_proto::common::RecordBatch;
 
-const VERSION: u8 = 1;
+const VERSION: u8 = 2;
 const KIND_APPEND: u8 = 1;
 const KIND_EXPIRE_PRODUCERS: u8 = 2;
 const HEADER_LEN: usize = 1 + 1 + 8 + 4;
 
 /// Encodes an append of `batches`, appended by the leader at `append_time_ms`.
-pub fn encode_append(append_time_ms: i64, batches: &[RecordBatch]) -> Bytes {
-    let size: usize = batches.iter().map(|b| 4 + b.encoded_len()).sum();
+pub fn encode_append(append_time_ms: i64, batches: &[Bytes]) -> Bytes {
+    let size: usize = batches.iter().map(|b| 4 + b.len()).sum();
     let mut out = BytesMut::with_capacity(HEADER_LEN + size);
     out.put_u8(VERSION);
     out.put_u8(KIND_APPEND);
     out.put_i64_le(append_time_ms);
     out.put_u32_le(batches.len() as u32);
     for b in batches {
-        out.put_u32_le(b.encoded_len() as u32);
-        // Encoding into a buffer with enough capacity cannot fail.
-        let _ = b.encode(&mut out);
+        out.put_u32_le(b.len() as u32);
+        out.put_slice(b);
     }
     out.freeze()
 }
@@ -49,7 +50,7 @@ pub fn expire_producers(body: &[u8]) -> Option<i64> {
     Some(i64::from_le_bytes(body[2..10].try_into().ok()?))
 }
 
-/// The append time in an entry's header, without decoding its batches.
+/// The append time in an entry's header, without reading its batches.
 pub fn append_time(body: &[u8]) -> Option<i64> {
     if body.len() < HEADER_LEN || body[0] != VERSION || body[1] != KIND_APPEND {
         return None;
@@ -57,8 +58,8 @@ pub fn append_time(body: &[u8]) -> Option<i64> {
     Some(i64::from_le_bytes(body[2..10].try_into().ok()?))
 }
 
-/// Decodes the batches of an append entry. Record bytes are zero-copy slices of `body`.
-pub fn decode_append(mut body: Bytes) -> Result<Vec<RecordBatch>, String> {
+/// The batches of an append entry, as zero-copy slices of `body`.
+pub fn decode_append(mut body: Bytes) -> Result<Vec<Bytes>, String> {
     if body.len() < HEADER_LEN {
         return Err("partition entry shorter than its header".into());
     }
@@ -69,7 +70,8 @@ pub fn decode_append(mut body: Bytes) -> Result<Vec<RecordBatch>, String> {
     }
     let _append_time = body.get_i64_le();
     let n = body.get_u32_le() as usize;
-    let mut out = Vec::with_capacity(n.min(1024));
+    // Every batch takes at least its four length bytes: bound the count by what is there.
+    let mut out = Vec::with_capacity(n.min(body.len() / 4));
     for _ in 0..n {
         if body.len() < 4 {
             return Err("partition entry truncated".into());
@@ -78,34 +80,35 @@ pub fn decode_append(mut body: Bytes) -> Result<Vec<RecordBatch>, String> {
         if body.len() < len {
             return Err("partition entry batch runs past the end".into());
         }
-        let batch = RecordBatch::decode(body.split_to(len)).map_err(|e| e.to_string())?;
-        out.push(batch);
+        out.push(body.split_to(len));
     }
     Ok(out)
 }
 
 #[cfg(test)]
 mod tests {
-    use rill_proto::batch;
-    use rill_proto::common::{Compression, Record};
+    use rill_records::{BatchBuilder, Compression, Record};
 
     use super::*;
 
     #[test]
     fn round_trips_batches_and_time() {
         let mk = |v: &'static str| {
-            batch::build(
-                vec![Record { timestamp_ms: 5, key: None, value: Bytes::from_static(v.as_bytes()), headers: vec![] }],
-                Compression::None,
-            )
-            .unwrap()
+            let mut b = BatchBuilder::new(Compression::None);
+            b.push(Record { timestamp_ms: 5, value: Some(Bytes::from_static(v.as_bytes())), ..Record::default() })
+                .unwrap();
+            b.build().unwrap()
         };
         let batches = vec![mk("a"), mk("b")];
         let body = encode_append(1234, &batches);
         assert_eq!(append_time(&body), Some(1234));
         assert_eq!(decode_append(body.clone()).unwrap(), batches);
         assert!(decode_append(body.slice(..13)).is_err());
+        assert!(decode_append(body.slice(..body.len() - 1)).is_err());
         assert!(decode_append(Bytes::from_static(&[9, 9, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0])).is_err());
+        let mut v1 = body.to_vec();
+        v1[0] = 1;
+        assert!(decode_append(v1.into()).is_err(), "version 1 entries are not read");
         assert_eq!(append_time(&[9, 9]), None);
         let expire = encode_expire_producers(77);
         assert_eq!(expire_producers(&expire), Some(77));

@@ -1,8 +1,8 @@
 //! Per-partition errors. Each maps to one wire error code (in the server's `errors` module).
 
 use openraft::error::ClientWriteError;
-use rill_proto::batch::BatchError;
 use rill_raft::NodeId;
+use rill_records::BatchError;
 
 /// Why a partition operation failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -53,7 +53,13 @@ pub enum PartitionError {
     DuplicateSequence { producer_id: i64, first_seq: i32 },
     /// An idempotent batch carries an older epoch than the partition has seen.
     #[error("producer {producer_id}: epoch {got} is older than the current epoch {current}; a newer instance of this producer exists")]
-    InvalidProducerEpoch { producer_id: i64, current: i32, got: i32 },
+    InvalidProducerEpoch { producer_id: i64, current: i16, got: i16 },
+    /// An intact batch whose content is not acceptable (a control batch from a client, ...).
+    #[error("invalid record batch: {0}")]
+    InvalidRecord(String),
+    /// A transactional batch for a partition that is in no ongoing transaction of its producer.
+    #[error("{0}")]
+    InvalidTxnState(String),
     /// The partition does not know this producer (its state expired) and the batch does not
     /// start a sequence.
     #[error("producer {producer_id} is unknown to this partition (its state may have expired); get a new producer id")]

@@ -26,7 +26,7 @@ struct InFlight {
 }
 
 struct InFlightProducer {
-    epoch: i32,
+    epoch: i16,
     batches: VecDeque<InFlight>,
 }
 
@@ -43,7 +43,7 @@ pub struct BatchId {
     /// Producer id.
     pub pid: i64,
     /// Producer epoch.
-    pub epoch: i32,
+    pub epoch: i16,
     /// First sequence number.
     pub first_seq: i32,
     /// Records in the batch.
@@ -141,7 +141,7 @@ impl Gate {
     pub fn register(
         &mut self,
         pid: i64,
-        epoch: i32,
+        epoch: i16,
         first_seq: i32,
         count: u32,
         result: watch::Receiver<Option<Committed>>,

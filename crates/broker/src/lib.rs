@@ -35,5 +35,5 @@ pub mod propose;
 pub use error::{PartitionError, Result};
 pub use isr::{IsrTracker, IsrView};
 pub use machine::PartitionStateMachine;
-pub use partition::{Acks, FetchOutcome, Partition, ProduceOutcome, ReplicaState};
+pub use partition::{Acks, FetchOutcome, Partition, ProduceOutcome, ReplicaState, StoredBatch};
 pub use propose::Proposer;

@@ -13,10 +13,13 @@ use rill_raft::types::LogId;
 use rill_raft::{GroupStateMachine, Payload};
 use rill_rt::sync::watch;
 
+use rill_records::BatchInfo;
+
 use crate::command;
 use crate::producers::ProducerStates;
 
-const SNAPSHOT_VERSION: u8 = 3;
+/// Version 4: producer epochs are Kafka's 16 bits.
+const SNAPSHOT_VERSION: u8 = 4;
 /// One time-index point per this much append time.
 pub const TIME_INDEX_INTERVAL_MS: i64 = 1000;
 
@@ -107,18 +110,20 @@ impl PartitionStateMachine {
         };
         let mut producers = self.shared.producers.lock().unwrap_or_else(|p| p.into_inner());
         let mut offset = base;
-        for b in batches {
-            if b.producer_id > 0 {
-                producers.apply_batch(
-                    b.producer_id,
-                    b.producer_epoch,
-                    b.base_sequence,
-                    b.record_count,
-                    offset,
-                    append_ms,
-                );
+        for bytes in batches {
+            let b = match BatchInfo::parse_stored(&bytes) {
+                Ok(b) => b,
+                Err(e) => {
+                    tracing::error!(index = log_id.index, error = %e, "undecodable batch in a partition entry");
+                    return;
+                }
+            };
+            let count = u32::try_from(b.record_count).unwrap_or(0);
+            // Control batches (transaction markers) advance no producer's sequence.
+            if b.has_producer() && !b.is_control() {
+                producers.apply_batch(b.producer_id, b.producer_epoch, b.base_sequence, count, offset, append_ms);
             }
-            offset += u64::from(b.record_count);
+            offset += u64::from(count);
         }
     }
 }

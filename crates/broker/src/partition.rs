@@ -7,12 +7,13 @@ use std::time::Duration;
 use bytes::Bytes;
 use openraft::ServerState;
 use rill_meta::TopicConfig;
-use rill_proto::common::RecordBatch;
 use rill_raft::multi::StartedGroup;
 use rill_raft::state_machine::SmStore;
 use rill_raft::{GroupId, LogStore, NodeId, Quiescence, Raft};
 use rill_rt::sync::watch;
 use rill_rt::Instant;
+
+use rill_records::BatchInfo;
 
 use crate::command;
 use crate::error::{PartitionError, Result};
@@ -45,11 +46,22 @@ pub struct ProduceOutcome {
     pub append_time_ms: i64,
 }
 
+/// A stored record batch, as a fetch returns it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredBatch {
+    /// Offset of its first record.
+    pub base_offset: u64,
+    /// The batch, exactly as produced (Kafka's format).
+    pub data: Bytes,
+    /// When the leader appended it.
+    pub append_time_ms: i64,
+}
+
 /// A fetch answer.
 #[derive(Debug, Clone, Default)]
 pub struct FetchOutcome {
     /// Batches, the first possibly starting before the requested offset.
-    pub batches: Vec<RecordBatch>,
+    pub batches: Vec<StoredBatch>,
     /// High watermark when the answer was built.
     pub high_watermark: u64,
     /// First offset still stored.
@@ -245,9 +257,10 @@ impl Partition {
         }
     }
 
-    /// Reads committed batches from `offset`, up to about `max_bytes`, waiting up to `max_wait`
-    /// for data when none is committed at `offset` yet.
-    pub async fn fetch(&self, offset: i64, max_bytes: usize, max_wait: Duration) -> Result<FetchOutcome> {
+    /// Reads committed batches from `offset`, up to about `max_bytes` (at least one batch when
+    /// any is committed there). Does not wait: the long poll is the caller's (see
+    /// [`Partition::wait_for_data`]).
+    pub fn fetch(&self, offset: i64, max_bytes: usize) -> Result<FetchOutcome> {
         if self.leader_term().is_none() {
             return Err(self.not_leader());
         }
@@ -258,17 +271,6 @@ impl Partition {
         };
         if offset < start || offset > end.max(self.high_watermark()) {
             return Err(PartitionError::OffsetOutOfRange { offset: offset as i64, start, end });
-        }
-        let mut hw_rx = self.hw.clone();
-        if *hw_rx.borrow_and_update() <= offset && !max_wait.is_zero() {
-            let deadline = rill_rt::now() + max_wait;
-            while *hw_rx.borrow_and_update() <= offset {
-                match rill_rt::timeout_at(deadline, hw_rx.changed()).await {
-                    Ok(Ok(())) => {}
-                    Ok(Err(_)) => return Err(PartitionError::ShuttingDown),
-                    Err(_) => break,
-                }
-            }
         }
         let hw = self.visible_end();
         let mut out = FetchOutcome { batches: Vec::new(), high_watermark: hw, log_start_offset: start };
@@ -291,14 +293,16 @@ impl Partition {
                 if e.base >= hw {
                     break 'scan;
                 }
+                let Some(append_time_ms) = command::append_time(&e.body) else { continue };
                 let batches = command::decode_append(e.body.clone()).map_err(PartitionError::Storage)?;
                 let mut base = e.base;
-                for mut b in batches {
-                    let count = u64::from(b.record_count);
+                for data in batches {
+                    let info = BatchInfo::parse_stored(&data)
+                        .map_err(|err| PartitionError::Storage(format!("stored batch at offset {base}: {err}")))?;
+                    let count = u64::try_from(info.record_count).unwrap_or(0);
                     if base + count > offset {
-                        b.base_offset = base as i64;
-                        bytes += b.records.len();
-                        out.batches.push(b);
+                        bytes += data.len();
+                        out.batches.push(StoredBatch { base_offset: base, data, append_time_ms });
                     }
                     base += count;
                 }

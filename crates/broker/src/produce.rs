@@ -11,10 +11,9 @@
 
 use std::time::Duration;
 
-use prost::Message;
-use rill_proto::batch;
-use rill_proto::common::RecordBatch;
+use bytes::Bytes;
 use rill_raft::{NodeId, Payload};
+use rill_records::{BatchInfo, MAX_DECOMPRESSED_BATCH_BYTES, NO_PRODUCER_ID};
 use rill_rt::mutation::Mutation;
 use rill_rt::sync::watch;
 use rill_rt::Instant;
@@ -38,20 +37,45 @@ fn elapsed_ms(since: Instant) -> u64 {
 }
 
 impl Partition {
-    /// Appends `batch` with acknowledgement level `acks`, waiting at most `timeout`.
-    pub async fn produce(&self, mut batch: RecordBatch, acks: Acks, timeout: Duration) -> Result<ProduceOutcome> {
+    /// Checks a produced batch once, before anything else looks at it: its size, its structure
+    /// and checksum (`rill_records::validate`), and what a producer may send.
+    fn check_batch(batch: &Bytes, max_message_bytes: u32) -> Result<BatchInfo> {
+        if batch.len() > max_message_bytes as usize {
+            return Err(PartitionError::MessageTooLarge { size: batch.len(), max: max_message_bytes });
+        }
+        let info = rill_records::validate(batch, MAX_DECOMPRESSED_BATCH_BYTES).map_err(PartitionError::InvalidBatch)?;
+        if info.is_control() {
+            return Err(PartitionError::InvalidRecord(
+                "control batches (transaction markers) are written by the transaction coordinator, not by producers"
+                    .into(),
+            ));
+        }
+        if info.is_transactional() {
+            return Err(PartitionError::InvalidTxnState(format!(
+                "producer {}: transactional batches need an ongoing transaction, and this partition is in none",
+                info.producer_id
+            )));
+        }
+        if info.producer_id < NO_PRODUCER_ID {
+            return Err(PartitionError::InvalidRequest(format!("producer id {} is negative", info.producer_id)));
+        }
+        if info.has_producer() && (info.producer_epoch < 0 || info.base_sequence < 0) {
+            return Err(PartitionError::InvalidRecord(format!(
+                "producer {}: an idempotent batch needs an epoch and a base sequence of at least 0, got {} and {}",
+                info.producer_id, info.producer_epoch, info.base_sequence
+            )));
+        }
+        Ok(info)
+    }
+
+    /// Appends `batch` (one record batch in Kafka's format) with acknowledgement level `acks`,
+    /// waiting at most `timeout`.
+    pub async fn produce(&self, batch: Bytes, acks: Acks, timeout: Duration) -> Result<ProduceOutcome> {
         let started = rill_rt::now();
         let deadline = started + timeout;
         let config = self.config();
-        let size = batch.encoded_len();
-        if size > config.max_message_bytes as usize {
-            return Err(PartitionError::MessageTooLarge { size, max: config.max_message_bytes });
-        }
-        batch::validate(&batch).map_err(PartitionError::InvalidBatch)?;
-        if batch.producer_id < 0 {
-            return Err(PartitionError::InvalidRequest(format!("producer id {} is negative", batch.producer_id)));
-        }
-        let idempotent = batch.producer_id > 0;
+        let info = Self::check_batch(&batch, config.max_message_bytes)?;
+        let idempotent = info.has_producer();
         if idempotent && acks != Acks::All {
             return Err(PartitionError::InvalidRequest("idempotent batches (producer id set) need acks=all".into()));
         }
@@ -66,17 +90,16 @@ impl Partition {
             self.check_isr(term, config.min_insync_replicas)?;
         }
         let append_time_ms = rill_rt::wall_clock_ms();
-        batch.base_offset = 0;
-        batch.append_time_ms = append_time_ms;
+        // validate() checked the count against the records present: at least 1, within i32.
+        let count = u32::try_from(info.record_count).unwrap_or(0);
         if idempotent {
-            let (base, landed) = self.produce_idempotent(batch, term, deadline, started).await?;
+            let (base, landed) = self.produce_idempotent(batch, &info, append_time_ms, term, deadline, started).await?;
             if let Some((index, entry_term)) = landed {
                 self.wait_for_isr(index, entry_term, config.min_insync_replicas, deadline, started).await?;
             }
             return Ok(ProduceOutcome { base_offset: Some(base), append_time_ms });
         }
-        let count = batch.record_count;
-        let mut share = self.proposer.submit(batch);
+        let mut share = self.proposer.submit(batch, count, append_time_ms);
         match acks {
             Acks::None => Ok(ProduceOutcome { base_offset: None, append_time_ms }),
             Acks::Leader => {
@@ -151,7 +174,9 @@ impl Partition {
     /// wait); a batch found stored already has none.
     async fn produce_idempotent(
         &self,
-        batch: RecordBatch,
+        batch: Bytes,
+        info: &BatchInfo,
+        append_time_ms: i64,
         term: u64,
         deadline: Instant,
         started: Instant,
@@ -159,8 +184,8 @@ impl Partition {
         if !self.caught_up(term) {
             return Err(PartitionError::CatchingUp);
         }
-        let (pid, epoch, first_seq, count) =
-            (batch.producer_id, batch.producer_epoch, batch.base_sequence, batch.record_count);
+        let count = u32::try_from(info.record_count).unwrap_or(0);
+        let (pid, epoch, first_seq) = (info.producer_id, info.producer_epoch, info.base_sequence);
         // Requests of one producer may overtake each other on the way here; a batch that arrives
         // just ahead of its predecessor waits briefly for it instead of being refused.
         let reorder_deadline = rill_rt::now() + REORDER_WAIT;
@@ -188,7 +213,7 @@ impl Partition {
                 Decision::Wait(rx) => rx,
                 Decision::Append => {
                     // Submitted while holding the gate: batches enter the log in decision order.
-                    let mut share = self.proposer.submit(batch);
+                    let mut share = self.proposer.submit(batch, count, append_time_ms);
                     let (tx, rx) = watch::channel(None);
                     gate.register(pid, epoch, first_seq, count, rx.clone());
                     self.gate_changed.notify_waiters();
@@ -220,6 +245,32 @@ impl Partition {
                 Ok(Ok(())) => {}
             }
         }
+    }
+
+    /// Appends a control batch carrying `marker` for producer `producer_id` at `epoch` (the
+    /// transaction coordinator's commit and abort markers; clients cannot produce these). Like
+    /// any batch it takes an offset; answered as `acks=all`. Returns the marker's offset.
+    pub async fn append_control(
+        &self,
+        marker: rill_records::ControlMarker,
+        producer_id: i64,
+        epoch: i16,
+        timeout: Duration,
+    ) -> Result<u64> {
+        let started = rill_rt::now();
+        let deadline = started + timeout;
+        let Some(term) = self.leader_term() else {
+            return Err(self.not_leader());
+        };
+        let config = self.config();
+        self.check_isr(term, config.min_insync_replicas)?;
+        let append_time_ms = rill_rt::wall_clock_ms();
+        let batch = marker.batch(producer_id, epoch, append_time_ms).map_err(PartitionError::InvalidBatch)?;
+        let _in_flight = InFlight::enter(self);
+        let mut share = self.proposer.submit(batch, 1, append_time_ms);
+        let landed = committed_within(&mut share, deadline, started).await?;
+        self.wait_for_isr(landed.index, landed.term, config.min_insync_replicas, deadline, started).await?;
+        Ok(landed.base)
     }
 
     /// Proposes forgetting producers idle since before `older_than_ms` (leader only).

@@ -31,8 +31,8 @@ pub struct BatchMeta {
 /// What a partition remembers of one producer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProducerEntry {
-    /// Latest epoch seen.
-    pub epoch: i32,
+    /// Latest epoch seen (Kafka's 16-bit epoch).
+    pub epoch: i16,
     /// Last batches, oldest first.
     pub batches: VecDeque<BatchMeta>,
     /// Append time of its latest batch (drives expiry).
@@ -74,7 +74,7 @@ pub enum SeqCheck {
     /// A sequence was skipped (an earlier batch is missing).
     OutOfOrder { expected: i32 },
     /// An older epoch than the partition has seen.
-    StaleEpoch { current: i32 },
+    StaleEpoch { current: i16 },
     /// Not known here, and the batch does not start a sequence.
     UnknownProducer,
 }
@@ -102,7 +102,7 @@ impl ProducerStates {
     }
 
     /// Classifies a batch of `count` records from `pid`/`epoch` starting at `first_seq`.
-    pub fn check(&self, pid: i64, epoch: i32, first_seq: i32, count: u32) -> SeqCheck {
+    pub fn check(&self, pid: i64, epoch: i16, first_seq: i32, count: u32) -> SeqCheck {
         let Some(entry) = self.producers.get(&pid) else {
             return if first_seq == 0 { SeqCheck::Append } else { SeqCheck::UnknownProducer };
         };
@@ -110,7 +110,7 @@ impl ProducerStates {
     }
 
     /// Records a stored batch. Deterministic: every replica calls it for the same entries.
-    pub fn apply_batch(&mut self, pid: i64, epoch: i32, first_seq: i32, count: u32, base_offset: u64, append_ms: i64) {
+    pub fn apply_batch(&mut self, pid: i64, epoch: i16, first_seq: i32, count: u32, base_offset: u64, append_ms: i64) {
         let entry = self.producers.entry(pid).or_insert_with(|| ProducerEntry {
             epoch,
             batches: VecDeque::new(),
@@ -144,7 +144,7 @@ impl ProducerStates {
         out.put_u32_le(self.producers.len() as u32);
         for (pid, e) in &self.producers {
             out.put_i64_le(*pid);
-            out.put_i32_le(e.epoch);
+            out.put_i16_le(e.epoch);
             out.put_i64_le(e.last_append_ms);
             out.put_u8(e.batches.len() as u8);
             for b in &e.batches {
@@ -164,11 +164,11 @@ impl ProducerStates {
         let n = data.get_u32_le() as usize;
         let mut producers = BTreeMap::new();
         for _ in 0..n {
-            if data.len() < 21 {
+            if data.len() < 19 {
                 return Err(short());
             }
             let pid = data.get_i64_le();
-            let epoch = data.get_i32_le();
+            let epoch = data.get_i16_le();
             let last_append_ms = data.get_i64_le();
             let k = data.get_u8() as usize;
             if data.len() < k * 16 {
@@ -189,9 +189,9 @@ impl ProducerStates {
 
 /// Classifies a batch against a producer's `epoch` and last `batches` (oldest first).
 pub fn check_against(
-    stored_epoch: i32,
+    stored_epoch: i16,
     batches: &VecDeque<BatchMeta>,
-    epoch: i32,
+    epoch: i16,
     first_seq: i32,
     count: u32,
 ) -> SeqCheck {

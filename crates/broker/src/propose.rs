@@ -25,8 +25,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use prost::Message;
-use rill_proto::common::RecordBatch;
+use bytes::Bytes;
 use rill_raft::{LogStore, NodeId, Payload, Quiescence, Raft};
 use rill_rt::sync::watch;
 use rill_rt::Instant;
@@ -126,7 +125,7 @@ impl Share {
 
 /// Batches gathered for one entry.
 struct OpenEntry {
-    batches: Vec<RecordBatch>,
+    batches: Vec<Bytes>,
     records: u64,
     bytes: usize,
     append_time_ms: i64,
@@ -173,11 +172,11 @@ impl Proposer {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Queues `batch` (its `append_time_ms` set by the caller) for the log. Batches enter the log
-    /// in the order of calls.
-    pub fn submit(self: &Arc<Self>, batch: RecordBatch) -> Share {
-        let size = batch.encoded_len();
-        let records = u64::from(batch.record_count);
+    /// Queues `batch` (a validated record batch of `records` records, accepted by the leader at
+    /// `append_time_ms`) for the log. Batches enter the log in the order of calls.
+    pub fn submit(self: &Arc<Self>, batch: Bytes, records: u32, append_time_ms: i64) -> Share {
+        let size = batch.len();
+        let records = u64::from(records);
         let mut st = self.lock();
         let mut entry = match st.entries.pop_back() {
             Some(e) if e.batches.is_empty() || e.bytes + size <= MAX_ENTRY_BYTES => e,
@@ -190,7 +189,7 @@ impl Proposer {
         let share = Share { progress: entry.progress.subscribe(), records_before: entry.records };
         entry.records += records;
         entry.bytes += size;
-        entry.append_time_ms = entry.append_time_ms.max(batch.append_time_ms);
+        entry.append_time_ms = entry.append_time_ms.max(append_time_ms);
         entry.batches.push(batch);
         st.entries.push_back(entry);
         if !st.driving {

@@ -1,7 +1,8 @@
 //! The `--format` mini-language of `rill consume`.
 //!
 //! Tokens: `%t` topic, `%p` partition, `%o` offset, `%k` key, `%v` value, `%T` timestamp (ms),
-//! `%%` a literal `%`; `\n` and `\t` are newline and tab. Anything else prints as written.
+//! `%%` a literal `%`; `\n` and `\t` are newline and tab. Anything else prints as written. A
+//! null key or value prints as nothing (`--output json` tells null from empty).
 
 /// One piece of a format.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,7 +26,7 @@ pub struct Fields<'a> {
     pub partition: u32,
     pub offset: u64,
     pub key: Option<&'a [u8]>,
-    pub value: &'a [u8],
+    pub value: Option<&'a [u8]>,
     pub timestamp_ms: i64,
 }
 
@@ -81,7 +82,7 @@ impl Format {
                 Piece::Partition => out.push_str(&f.partition.to_string()),
                 Piece::Offset => out.push_str(&f.offset.to_string()),
                 Piece::Key => out.push_str(&String::from_utf8_lossy(f.key.unwrap_or_default())),
-                Piece::Value => out.push_str(&String::from_utf8_lossy(f.value)),
+                Piece::Value => out.push_str(&String::from_utf8_lossy(f.value.unwrap_or_default())),
                 Piece::Timestamp => out.push_str(&f.timestamp_ms.to_string()),
             }
         }
@@ -96,8 +97,14 @@ mod tests {
     #[test]
     fn renders_every_token() {
         let f = Format::parse("%t/%p@%o %k=%v (%T) 100%%\\t.").unwrap();
-        let s =
-            f.render(&Fields { topic: "t", partition: 2, offset: 7, key: Some(b"k"), value: b"v", timestamp_ms: 9 });
+        let s = f.render(&Fields {
+            topic: "t",
+            partition: 2,
+            offset: 7,
+            key: Some(b"k"),
+            value: Some(b"v"),
+            timestamp_ms: 9,
+        });
         assert_eq!(s, "t/2@7 k=v (9) 100%\t.");
     }
 
@@ -111,10 +118,12 @@ mod tests {
                 partition: 0,
                 offset: 0,
                 key: None,
-                value: b"x",
+                value: Some(b"x"),
                 timestamp_ms: 0
             }),
             "x"
         );
+        let tombstone = Fields { topic: "", partition: 0, offset: 0, key: Some(b"k"), value: None, timestamp_ms: 0 };
+        assert_eq!(Format::parse("%k=%v").unwrap().render(&tombstone), "k=");
     }
 }

@@ -25,7 +25,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         for r in records {
             let key = r.key.as_deref().map(String::from_utf8_lossy).unwrap_or_default();
-            println!("{}/{}@{} {key}={}", r.topic, r.partition, r.offset, String::from_utf8_lossy(&r.value));
+            println!(
+                "{}/{}@{} {key}={}",
+                r.topic,
+                r.partition,
+                r.offset,
+                String::from_utf8_lossy(r.value.as_deref().unwrap_or_default())
+            );
         }
     }
     consumer.close();

@@ -11,16 +11,17 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use bytes::Bytes;
 use rand::Rng;
 use rill_proto::admin::admin_client::AdminClient;
 use rill_proto::admin::MetadataRequest;
-use rill_proto::batch;
-use rill_proto::common::{Compression, ErrorCode, Header, LeaderHint, RecordBatch};
+use rill_proto::common::{ErrorCode, LeaderHint};
 use rill_proto::records::records_client::RecordsClient;
 use rill_proto::records::{
     self as pb, FetchPartition, FetchRequest, FetchTopic, ListOffsetsRequest, ListOffsetsTopic, PartitionProduce,
     ProduceRequest, TopicProduce,
 };
+use rill_records::{BatchBuilder, Compression, Header, MAX_DECOMPRESSED_BATCH_BYTES};
 use tonic::transport::{Channel, Endpoint};
 
 use crate::error::{self, Error, Result};
@@ -61,6 +62,8 @@ struct Metadata {
     nodes: HashMap<u64, String>,
     /// topic → partition leaders (`None` = unknown).
     leaders: HashMap<String, Vec<Option<u64>>>,
+    /// topic → its id, as last reported.
+    topic_ids: HashMap<String, Bytes>,
 }
 
 /// A connection to a Rill cluster. Cheap to clone; clones share connections and metadata.
@@ -222,21 +225,36 @@ impl Client {
         }
         for t in md.topics {
             if t.error_code == ErrorCode::None as i32 {
-                cache.leaders.insert(t.name, t.partitions.iter().map(|p| p.leader).collect());
+                cache.leaders.insert(t.name.clone(), t.partitions.iter().map(|p| p.leader).collect());
+                cache.topic_ids.insert(t.name, t.topic_id);
             } else {
                 cache.leaders.remove(&t.name);
+                cache.topic_ids.remove(&t.name);
             }
         }
         Ok(())
     }
 
+    /// The id of `topic` as the metadata reports it now (refreshed once if unknown). A consumer
+    /// pins it, so it is told when the topic is deleted and re-created instead of reading the
+    /// new topic as the old one.
+    pub async fn topic_id(&self, topic: &str) -> Result<Bytes> {
+        self.about_topic(topic, |md| md.topic_ids.get(topic).cloned()).await
+    }
+
     /// The number of partitions of `topic` (from metadata; refreshes once if unknown).
     pub async fn partition_count(&self, topic: &str) -> Result<u32> {
-        if let Some(n) = self.cached_partitions(topic) {
-            return Ok(n);
+        self.about_topic(topic, |md| md.leaders.get(topic).map(|l| l.len() as u32)).await
+    }
+
+    /// What `read` finds about `topic` in the metadata cache, refreshing it once if nothing.
+    async fn about_topic<T>(&self, topic: &str, read: impl Fn(&Metadata) -> Option<T>) -> Result<T> {
+        let cached = |c: &Self| read(&c.metadata.lock().unwrap_or_else(|p| p.into_inner()));
+        if let Some(v) = cached(self) {
+            return Ok(v);
         }
         self.refresh_metadata(&[topic.to_string()]).await?;
-        self.cached_partitions(topic).ok_or_else(|| Error::Server {
+        cached(self).ok_or_else(|| Error::Server {
             code: ErrorCode::UnknownTopicOrPartition,
             message: format!("unknown topic {topic:?}"),
         })
@@ -369,7 +387,7 @@ impl Client {
 
     /// A fresh producer id and epoch for an idempotent producer. Any node hands them out; ids
     /// are reserved through the cluster metadata and never reused.
-    pub async fn init_producer_id(&self) -> Result<(i64, i32)> {
+    pub async fn init_producer_id(&self) -> Result<(i64, i16)> {
         let mut last = Error::Transport("no node reachable".into());
         for addr in self.admin_addrs() {
             let mut stub = self.records_stub(&addr)?;
@@ -381,7 +399,10 @@ impl Client {
                     if r.error_code != ErrorCode::None as i32 {
                         return Err(error::server(r.error_code, r.error_message));
                     }
-                    return Ok((r.producer_id, r.producer_epoch));
+                    let epoch = i16::try_from(r.producer_epoch).map_err(|_| {
+                        Error::Transport(format!("the server sent producer epoch {}, beyond 16 bits", r.producer_epoch))
+                    })?;
+                    return Ok((r.producer_id, epoch));
                 }
                 Ok(Err(s)) => last = error::status(s),
                 Err(_) => last = Error::Transport(format!("{addr}: no answer")),
@@ -405,16 +426,16 @@ impl Client {
         compression: Compression,
         timeout: Duration,
     ) -> Result<ProduceAck> {
-        let batch = build_batch(records, compression)?;
+        let batch = build_batch(records, compression, None)?;
         self.produce_batch(topic, partition, batch, acks, timeout).await
     }
 
-    /// Produces an already built batch.
+    /// Produces an already built batch (one record batch in Kafka's format).
     pub async fn produce_batch(
         &self,
         topic: &str,
         partition: u32,
-        batch: RecordBatch,
+        batch: Bytes,
         acks: Acks,
         timeout: Duration,
     ) -> Result<ProduceAck> {
@@ -428,7 +449,7 @@ impl Client {
         deadline: rill_rt::Instant,
         topic: &str,
         partition: u32,
-        batch: RecordBatch,
+        batch: Bytes,
         acks: Acks,
         timeout: Duration,
     ) -> Result<ProduceAck> {
@@ -440,7 +461,8 @@ impl Client {
                 timeout_ms,
                 topics: vec![TopicProduce {
                     topic: topic.to_string(),
-                    partitions: vec![PartitionProduce { partition, batch: Some(batch.clone()) }],
+                    partitions: vec![PartitionProduce { partition, batch: batch.clone() }],
+                    topic_id: Bytes::new(),
                 }],
             };
             async move {
@@ -481,6 +503,21 @@ impl Client {
         max_wait: Duration,
         max_bytes: u32,
     ) -> Result<FetchedPartition> {
+        self.fetch_pinned(topic, Bytes::new(), partition, offset, max_wait, max_bytes).await
+    }
+
+    /// [`Client::fetch_with`] of the topic whose id is `topic_id` (from [`Client::topic_id`]):
+    /// once `topic` was deleted, and perhaps re-created, the answer is `UNKNOWN_TOPIC_ID`. An
+    /// empty id fetches by name.
+    pub async fn fetch_pinned(
+        &self,
+        topic: &str,
+        topic_id: Bytes,
+        partition: u32,
+        offset: u64,
+        max_wait: Duration,
+        max_bytes: u32,
+    ) -> Result<FetchedPartition> {
         let max_wait_ms = u32::try_from(max_wait.as_millis()).unwrap_or(u32::MAX);
         let wait = max_wait + self.options.request_slack;
         self.read_from_leader(topic, partition, |addr| {
@@ -490,6 +527,7 @@ impl Client {
                 topics: vec![FetchTopic {
                     topic: topic.to_string(),
                     partitions: vec![FetchPartition { partition, fetch_offset: offset as i64, max_bytes }],
+                    topic_id: topic_id.clone(),
                 }],
             };
             async move {
@@ -535,36 +573,60 @@ impl Client {
     }
 }
 
-/// Builds a checksummed batch of `records` (for callers that send raw batches, e.g. with their
-/// own producer ids; see `rill_proto::batch::set_producer`).
-pub fn build_batch_for(records: Vec<Record>, compression: Compression) -> Result<RecordBatch> {
-    build_batch(records, compression)
+/// Builds one record batch in Kafka's format from `records`, compressed with `compression`
+/// (for callers that send raw batches; `identity` stamps a producer id, epoch and base
+/// sequence as an idempotent producer does).
+pub fn build_batch_for(
+    records: Vec<Record>,
+    compression: Compression,
+    identity: Option<(i64, i16, i32)>,
+) -> Result<Bytes> {
+    build_batch(records, compression, identity)
 }
 
-/// Builds a checksummed batch, stamping records without a time with "now".
-pub(crate) fn build_batch(records: Vec<Record>, compression: Compression) -> Result<RecordBatch> {
+/// Builds a batch, stamping records without a time with "now".
+pub(crate) fn build_batch(
+    records: Vec<Record>,
+    compression: Compression,
+    identity: Option<(i64, i16, i32)>,
+) -> Result<Bytes> {
     let now = rill_rt::wall_clock_ms();
-    let wire: Vec<rill_proto::common::Record> = records
-        .into_iter()
-        .map(|r| rill_proto::common::Record {
+    let mut b = BatchBuilder::new(compression);
+    if let Some((pid, epoch, seq)) = identity {
+        b = b.producer(pid, epoch, seq);
+    }
+    for r in records {
+        b.push(rill_records::Record {
+            offset_delta: 0,
             timestamp_ms: if r.timestamp_ms == 0 { now } else { r.timestamp_ms },
             key: r.key,
             value: r.value,
-            headers: r.headers.into_iter().map(|(key, value)| Header { key, value }).collect(),
+            headers: r.headers.into_iter().map(|(key, value)| Header { key: Bytes::from(key), value }).collect(),
         })
-        .collect();
-    batch::build(wire, compression).map_err(|e| Error::InvalidArgument(e.to_string()))
+        .map_err(|e| Error::InvalidArgument(e.to_string()))?;
+    }
+    b.build().map_err(|e| Error::InvalidArgument(e.to_string()))
 }
 
-/// Checks and decodes a fetched partition's batches; keeps records at or after `offset`.
+/// Checks and decodes a fetched partition's batches; keeps records at or after `offset` and
+/// skips control batches (transaction markers), moving past them all the same.
 fn decode_fetch(p: &pb::FetchPartitionResult, offset: u64) -> Result<FetchedPartition> {
     let mut out =
         FetchedPartition { records: Vec::new(), high_watermark: p.high_watermark.max(0) as u64, next_offset: offset };
     for b in &p.batches {
-        let records =
-            batch::decode(b).map_err(|e| Error::Server { code: ErrorCode::CorruptMessage, message: e.to_string() })?;
-        for (i, r) in records.into_iter().enumerate() {
-            let o = b.base_offset as u64 + i as u64;
+        let corrupt = |message: String| Error::Server { code: ErrorCode::CorruptMessage, message };
+        let base = u64::try_from(b.base_offset).map_err(|_| corrupt(format!("batch base offset {}", b.base_offset)))?;
+        let batch = rill_records::decode(&b.data, MAX_DECOMPRESSED_BATCH_BYTES)
+            .map_err(|e| corrupt(format!("batch at offset {base}: {e}")))?;
+        let end = base + u64::try_from(batch.info.last_offset_delta).unwrap_or(0) + 1;
+        if end > out.next_offset {
+            out.next_offset = end;
+        }
+        if batch.info.is_control() {
+            continue;
+        }
+        for r in batch.records {
+            let o = base + u64::try_from(r.offset_delta).unwrap_or(0);
             if o < offset {
                 continue;
             }
@@ -573,9 +635,12 @@ fn decode_fetch(p: &pb::FetchPartitionResult, offset: u64) -> Result<FetchedPart
                 timestamp_ms: r.timestamp_ms,
                 key: r.key,
                 value: r.value,
-                headers: r.headers.into_iter().map(|h| (h.key, h.value)).collect(),
+                headers: r
+                    .headers
+                    .into_iter()
+                    .map(|h| (String::from_utf8_lossy(&h.key).into_owned(), h.value))
+                    .collect(),
             });
-            out.next_offset = o + 1;
         }
     }
     Ok(out)

@@ -48,12 +48,25 @@ pub struct ConsumerRecord {
     pub offset: u64,
     /// Create time (ms since the epoch).
     pub timestamp_ms: i64,
-    /// Key.
+    /// Key; `None` is null.
     pub key: Option<Bytes>,
-    /// Value.
-    pub value: Bytes,
-    /// Headers.
-    pub headers: Vec<(String, Bytes)>,
+    /// Value; `None` is null (a tombstone).
+    pub value: Option<Bytes>,
+    /// Headers, in order.
+    pub headers: Vec<(String, Option<Bytes>)>,
+}
+
+impl ConsumerRecord {
+    fn size_bytes(&self) -> usize {
+        self.key.as_ref().map_or(0, Bytes::len) + self.value.as_ref().map_or(0, Bytes::len)
+    }
+}
+
+/// What a partition's buffer holds: a record to return, or the position past offsets that
+/// returned nothing (control batches: transaction markers).
+enum Buffered {
+    Record(ConsumerRecord),
+    Skip { next: u64 },
 }
 
 /// Consumer settings.
@@ -89,7 +102,7 @@ struct PartitionState {
     position: Option<u64>,
     /// Next offset to fetch (past what is buffered).
     fetch_position: u64,
-    buffer: VecDeque<ConsumerRecord>,
+    buffer: VecDeque<Buffered>,
     buffered_bytes: usize,
     paused: bool,
     in_flight: Option<JoinHandle<()>>,
@@ -108,6 +121,9 @@ pub struct Consumer {
     client: Client,
     config: ConsumerConfig,
     partitions: BTreeMap<TopicPartition, PartitionState>,
+    /// Each topic's id when this consumer first read it: fetches name it, so a topic deleted and
+    /// re-created under the same name is reported (`UNKNOWN_TOPIC_ID`), never read as the old one.
+    topic_ids: BTreeMap<String, Bytes>,
     results_tx: mpsc::UnboundedSender<Fetched>,
     results_rx: mpsc::UnboundedReceiver<Fetched>,
     next_turn: usize,
@@ -117,7 +133,15 @@ impl Consumer {
     /// A consumer over `client` with nothing assigned.
     pub fn new(client: Client, config: ConsumerConfig) -> Self {
         let (results_tx, results_rx) = mpsc::unbounded_channel();
-        Self { client, config, partitions: BTreeMap::new(), results_tx, results_rx, next_turn: 0 }
+        Self {
+            client,
+            config,
+            partitions: BTreeMap::new(),
+            topic_ids: BTreeMap::new(),
+            results_tx,
+            results_rx,
+            next_turn: 0,
+        }
     }
 
     /// Replaces the assignment. Partitions kept keep their positions.
@@ -224,6 +248,13 @@ impl Consumer {
     }
 
     async fn resolve_positions(&mut self) -> Result<()> {
+        let topics: Vec<String> = self.partitions.keys().map(|tp| tp.topic.clone()).collect();
+        for topic in topics {
+            if !self.topic_ids.contains_key(&topic) {
+                let id = self.client.topic_id(&topic).await?;
+                self.topic_ids.insert(topic, id);
+            }
+        }
         let missing: Vec<TopicPartition> =
             self.partitions.iter().filter(|(_, s)| s.position.is_none()).map(|(tp, _)| tp.clone()).collect();
         for tp in missing {
@@ -243,8 +274,9 @@ impl Consumer {
             let tx = self.results_tx.clone();
             let (tp, epoch, offset) = (tp.clone(), st.epoch, st.fetch_position);
             let (wait, max_bytes) = (self.config.fetch_max_wait, self.config.partition_max_bytes);
+            let topic_id = self.topic_ids.get(&tp.topic).cloned().unwrap_or_default();
             st.in_flight = Some(rill_rt::spawn(async move {
-                let result = client.fetch_with(&tp.topic, tp.partition, offset, wait, max_bytes).await;
+                let result = client.fetch_pinned(&tp.topic, topic_id, tp.partition, offset, wait, max_bytes).await;
                 let _ = tx.send(Fetched { tp, epoch, result });
             }));
         }
@@ -263,8 +295,7 @@ impl Consumer {
                         continue;
                     }
                     st.fetch_position = r.offset + 1;
-                    st.buffered_bytes += r.value.len() + r.key.as_ref().map_or(0, Bytes::len);
-                    st.buffer.push_back(ConsumerRecord {
+                    let record = ConsumerRecord {
                         topic: f.tp.topic.clone(),
                         partition: f.tp.partition,
                         offset: r.offset,
@@ -272,7 +303,14 @@ impl Consumer {
                         key: r.key,
                         value: r.value,
                         headers: r.headers,
-                    });
+                    };
+                    st.buffered_bytes += record.size_bytes();
+                    st.buffer.push_back(Buffered::Record(record));
+                }
+                // Offsets past the last record that returned nothing (control batches).
+                if fetched.next_offset > st.fetch_position {
+                    st.fetch_position = fetched.next_offset;
+                    st.buffer.push_back(Buffered::Skip { next: fetched.next_offset });
                 }
                 Ok(())
             }
@@ -298,11 +336,15 @@ impl Consumer {
                 continue;
             }
             while out.len() < self.config.max_poll_records {
-                let Some(r) = st.buffer.pop_front() else { break };
-                st.buffered_bytes =
-                    st.buffered_bytes.saturating_sub(r.value.len() + r.key.as_ref().map_or(0, Bytes::len));
-                st.position = Some(r.offset + 1);
-                out.push(r);
+                match st.buffer.pop_front() {
+                    None => break,
+                    Some(Buffered::Skip { next }) => st.position = Some(next),
+                    Some(Buffered::Record(r)) => {
+                        st.buffered_bytes = st.buffered_bytes.saturating_sub(r.size_bytes());
+                        st.position = Some(r.offset + 1);
+                        out.push(r);
+                    }
+                }
             }
         }
         self.next_turn = self.next_turn.wrapping_add(1);

@@ -27,8 +27,9 @@
 //! * [`partitioner`] — Kafka's default partitioner (murmur2), bit for bit.
 //! * [`Error`] — the server's error code and message, or a transport failure.
 //!
-//! This crate depends only on the wire format (`rill-proto`) and the runtime seam (`rill-rt`,
-//! so the deterministic simulation can drive it), never on server crates.
+//! This crate depends only on the wire format (`rill-proto`, and `rill-records` for the record
+//! batches inside it) and the runtime seam (`rill-rt`, so the deterministic simulation can drive
+//! it), never on server crates.
 
 #![warn(missing_docs)]
 
@@ -46,4 +47,12 @@ pub use error::{Error, Result};
 pub use producer::{DeliveryFuture, Producer, ProducerConfig};
 pub use record::{Acks, FetchedPartition, OffsetSpec, ProduceAck, ReceivedRecord, Record, RecordMetadata};
 pub use rill_proto::admin::{NodeDescription, PartitionDescription, TopicDescription};
-pub use rill_proto::common::{Compression, ErrorCode};
+pub use rill_proto::common::ErrorCode;
+pub use rill_records::Compression;
+
+/// A topic id as Kafka prints it: its 16 bytes in URL-safe base64 without padding (22
+/// characters). Empty for an empty id.
+pub fn topic_id_string(id: &[u8]) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(id)
+}

@@ -31,9 +31,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use bytes::Bytes;
 use rand::Rng;
-use rill_proto::batch;
-use rill_proto::common::{Compression, ErrorCode, RecordBatch};
+use rill_proto::common::ErrorCode;
+use rill_records::Compression;
 use rill_rt::sync::{oneshot, Notify, OwnedSemaphorePermit, Semaphore};
 use rill_rt::Instant;
 
@@ -113,7 +114,7 @@ struct Batch {
     records: Vec<Pending>,
     /// Position in this partition's send order (stable across producer id resets).
     order: u64,
-    identity: Option<(i64, i32, i32)>,
+    identity: Option<(i64, i16, i32)>,
 }
 
 #[derive(Default)]
@@ -138,7 +139,7 @@ struct State {
     partitions: HashMap<(String, u32), Accumulator>,
     sticky: HashMap<String, u32>,
     /// Producer id and epoch (idempotence), once obtained.
-    identity: Option<(i64, i32)>,
+    identity: Option<(i64, i16)>,
     flushing: bool,
     closed: bool,
 }
@@ -366,7 +367,7 @@ async fn sender(inner: Arc<Inner>) {
 }
 
 /// Gives `b` its producer id, epoch and sequence numbers (once per producer id).
-fn assign_identity(b: &mut Batch, acc: &mut Accumulator, identity: Option<(i64, i32)>, idempotent: bool) {
+fn assign_identity(b: &mut Batch, acc: &mut Accumulator, identity: Option<(i64, i16)>, idempotent: bool) {
     if !idempotent {
         return;
     }
@@ -426,14 +427,9 @@ enum Outcome {
 async fn send_batch(inner: Arc<Inner>, topic: String, partition: u32, mut b: Batch) {
     let deadline = b.records.iter().map(|p| p.deadline).min().unwrap_or_else(rill_rt::now);
     let records: Vec<Record> = b.records.iter().map(|p| p.record.clone()).collect();
-    let outcome = match build_batch(records, inner.config.compression) {
+    let outcome = match build_batch(records, inner.config.compression, b.identity) {
         Err(e) => Outcome::Failed(e),
-        Ok(mut wire) => {
-            if let Some((pid, epoch, seq)) = b.identity {
-                batch::set_producer(&mut wire, pid, epoch, seq);
-            }
-            attempt(&inner, &topic, partition, wire, deadline).await
-        }
+        Ok(wire) => attempt(&inner, &topic, partition, wire, b.identity.is_some(), deadline).await,
     };
     let mut st = inner.lock();
     match outcome {
@@ -490,8 +486,14 @@ fn reset_identity(st: &mut State) {
 
 /// Sends one batch; classifies the result. Idempotent batches are retried here for a while on
 /// retriable errors before the partition falls back to ordered recovery.
-async fn attempt(inner: &Inner, topic: &str, partition: u32, wire: RecordBatch, deadline: Instant) -> Outcome {
-    let idempotent = wire.producer_id > 0;
+async fn attempt(
+    inner: &Inner,
+    topic: &str,
+    partition: u32,
+    wire: Bytes,
+    idempotent: bool,
+    deadline: Instant,
+) -> Outcome {
     let result = inner
         .client
         .produce_batch_until(deadline, topic, partition, wire, inner.config.acks, inner.config.request_timeout)

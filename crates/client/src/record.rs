@@ -37,15 +37,16 @@ pub enum OffsetSpec {
     Timestamp(i64),
 }
 
-/// A record to produce.
+/// A record to produce. Keys, values and header values may each be null (`None`); a keyed
+/// record with a null value is a tombstone (compacted topics drop the key).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Record {
     /// Optional key. Keyed records go to Kafka's default partition for the key.
     pub key: Option<Bytes>,
-    /// Value.
-    pub value: Bytes,
-    /// Headers.
-    pub headers: Vec<(String, Bytes)>,
+    /// Value; `None` is null.
+    pub value: Option<Bytes>,
+    /// Headers, in order; a key may repeat, a value may be null.
+    pub headers: Vec<(String, Option<Bytes>)>,
     /// Create time in ms since the epoch; 0 means "now".
     pub timestamp_ms: i64,
 }
@@ -53,25 +54,29 @@ pub struct Record {
 impl Record {
     /// An unkeyed record.
     pub fn new(value: impl Into<Bytes>) -> Self {
-        Self { value: value.into(), ..Default::default() }
+        Self { value: Some(value.into()), ..Default::default() }
     }
 
     /// A keyed record.
     pub fn keyed(key: impl Into<Bytes>, value: impl Into<Bytes>) -> Self {
-        Self { key: Some(key.into()), value: value.into(), ..Default::default() }
+        Self { key: Some(key.into()), value: Some(value.into()), ..Default::default() }
+    }
+
+    /// A tombstone: `key` with a null value.
+    pub fn tombstone(key: impl Into<Bytes>) -> Self {
+        Self { key: Some(key.into()), ..Default::default() }
     }
 
     /// Adds a header.
     pub fn with_header(mut self, key: impl Into<String>, value: impl Into<Bytes>) -> Self {
-        self.headers.push((key.into(), value.into()));
+        self.headers.push((key.into(), Some(value.into())));
         self
     }
 
     /// Approximate encoded size, for batching decisions.
     pub fn size_bytes(&self) -> usize {
-        16 + self.key.as_ref().map_or(0, Bytes::len)
-            + self.value.len()
-            + self.headers.iter().map(|(k, v)| 4 + k.len() + v.len()).sum::<usize>()
+        let len = |b: &Option<Bytes>| b.as_ref().map_or(0, Bytes::len);
+        16 + len(&self.key) + len(&self.value) + self.headers.iter().map(|(k, v)| 4 + k.len() + len(v)).sum::<usize>()
     }
 }
 
@@ -80,14 +85,22 @@ impl Record {
 pub struct ReceivedRecord {
     /// Its offset.
     pub offset: u64,
-    /// Create time.
+    /// Timestamp (ms since the epoch): the producer's create time, or the broker's append time
+    /// when the batch says so.
     pub timestamp_ms: i64,
-    /// Key.
+    /// Key; `None` is null.
     pub key: Option<Bytes>,
-    /// Value.
-    pub value: Bytes,
-    /// Headers.
-    pub headers: Vec<(String, Bytes)>,
+    /// Value; `None` is null (a tombstone, with a key).
+    pub value: Option<Bytes>,
+    /// Headers, in order. Header keys are UTF-8 by convention; others are shown lossily.
+    pub headers: Vec<(String, Option<Bytes>)>,
+}
+
+impl ReceivedRecord {
+    /// Bytes of key and value (for buffer accounting).
+    pub fn size_bytes(&self) -> usize {
+        self.key.as_ref().map_or(0, Bytes::len) + self.value.as_ref().map_or(0, Bytes::len)
+    }
 }
 
 /// A successful produce of one batch.
@@ -109,10 +122,11 @@ pub struct RecordMetadata {
 /// What a fetch returned for one partition.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct FetchedPartition {
-    /// Records at or after the requested offset, in order.
+    /// Records at or after the requested offset, in order (control records, the transaction
+    /// markers, are not delivered; they take offsets all the same).
     pub records: Vec<ReceivedRecord>,
     /// The partition's high watermark.
     pub high_watermark: u64,
-    /// The offset to fetch next.
+    /// The offset to fetch next: past every batch returned, control batches included.
     pub next_offset: u64,
 }

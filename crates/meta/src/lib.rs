@@ -25,7 +25,7 @@ pub mod state;
 pub use config::TopicConfig;
 pub use error::{MetaError, MetaErrorKind};
 pub use machine::MetaStateMachine;
-pub use state::{MetaCommand, MetaResult, MetaState, NodeInfo, PartitionAssignment, TopicMeta};
+pub use state::{MetaCommand, MetaResult, MetaState, NodeInfo, PartitionAssignment, TopicId, TopicMeta};
 
 /// The Raft group id of the cluster metadata.
 pub const META_GROUP: rill_raft::GroupId = 0;

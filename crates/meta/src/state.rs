@@ -34,11 +34,17 @@ pub struct PartitionAssignment {
     pub replicas: Vec<NodeId>,
 }
 
+/// A topic's stable id: 16 random bytes drawn when it is created (Kafka's KIP-516 topic ids), so
+/// a topic deleted and re-created under the same name is never taken for the old one.
+pub type TopicId = [u8; 16];
+
 /// A topic.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TopicMeta {
-    /// Cluster-unique id, never reused.
+    /// Cluster-unique number, never reused (seeds replica placement).
     pub id: u32,
+    /// The topic's stable id.
+    pub topic_id: TopicId,
     /// Name.
     pub name: String,
     /// Replication factor.
@@ -78,6 +84,8 @@ pub enum MetaCommand {
     /// empty means every registered node.
     CreateTopic {
         name: String,
+        /// Drawn by the proposer (state machines read no randomness); refused if taken.
+        topic_id: TopicId,
         partitions: u32,
         replication_factor: u32,
         configs: Vec<(String, String)>,
@@ -144,8 +152,8 @@ impl MetaState {
                 }
                 MetaResult::NodesRegistered
             }
-            MetaCommand::CreateTopic { name, partitions, replication_factor, configs, live_nodes } => {
-                match self.create_topic(name, partitions, replication_factor, &configs, &live_nodes) {
+            MetaCommand::CreateTopic { name, topic_id, partitions, replication_factor, configs, live_nodes } => {
+                match self.create_topic(name, topic_id, partitions, replication_factor, &configs, &live_nodes) {
                     Ok(t) => MetaResult::TopicCreated(t),
                     Err(e) => MetaResult::Refused(e),
                 }
@@ -245,12 +253,19 @@ impl MetaState {
     fn create_topic(
         &mut self,
         name: String,
+        topic_id: TopicId,
         partitions: u32,
         replication_factor: u32,
         configs: &[(String, String)],
         live_nodes: &[NodeId],
     ) -> Result<TopicMeta, MetaError> {
         let config = self.check_create(&name, partitions, replication_factor, configs, live_nodes)?;
+        if topic_id == [0; 16] || self.topics.values().any(|t| t.topic_id == topic_id) {
+            return Err(MetaError::new(
+                MetaErrorKind::TopicExists,
+                format!("the id drawn for topic {name:?} is zero or taken; create it again (a new id is drawn)"),
+            ));
+        }
         let id = self.next_topic_id;
         let node_ids = self.placement_nodes(live_nodes);
         let first_group = self.next_group_id.max(1);
@@ -261,7 +276,7 @@ impl MetaState {
             .collect::<Vec<_>>();
         self.next_topic_id += 1;
         self.next_group_id = first_group + u64::from(partitions);
-        let topic = TopicMeta { id, name: name.clone(), replication_factor, partitions: parts, config };
+        let topic = TopicMeta { id, topic_id, name: name.clone(), replication_factor, partitions: parts, config };
         self.topics.insert(name, topic.clone());
         Ok(topic)
     }
@@ -340,6 +355,15 @@ impl MetaState {
 mod tests {
     use super::*;
 
+    /// A distinct topic id per name (tests draw no randomness).
+    fn id_for(name: &str) -> TopicId {
+        let mut id = [7u8; 16];
+        for (i, b) in name.bytes().enumerate() {
+            id[i % 16] ^= b.wrapping_add(i as u8);
+        }
+        id
+    }
+
     fn three_nodes() -> MetaState {
         let mut s = MetaState::default();
         let nodes = (1..=3).map(|id| NodeInfo { id, addr: format!("127.0.0.1:700{id}") }).collect();
@@ -350,6 +374,7 @@ mod tests {
     fn create(s: &mut MetaState, name: &str, p: u32, rf: u32) -> MetaResult {
         s.apply(MetaCommand::CreateTopic {
             name: name.into(),
+            topic_id: id_for(name),
             partitions: p,
             replication_factor: rf,
             configs: vec![],
@@ -452,6 +477,7 @@ mod tests {
         let mut s = three_nodes();
         let cmd = |rf: u32, live: Vec<NodeId>| MetaCommand::CreateTopic {
             name: format!("t{rf}{}", live.len()),
+            topic_id: id_for(&format!("t{rf}{}", live.len())),
             partitions: 4,
             replication_factor: rf,
             configs: vec![],
@@ -466,6 +492,34 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn topic_ids_are_unique_and_never_zero() {
+        let mut s = three_nodes();
+        let MetaResult::TopicCreated(a) = create(&mut s, "a", 1, 3) else { panic!() };
+        assert_eq!(a.topic_id, id_for("a"));
+        let same_id = MetaCommand::CreateTopic {
+            name: "b".into(),
+            topic_id: a.topic_id,
+            partitions: 1,
+            replication_factor: 3,
+            configs: vec![],
+            live_nodes: vec![],
+        };
+        assert!(matches!(s.apply(same_id), MetaResult::Refused(e) if e.message.contains("taken")));
+        let zero = MetaCommand::CreateTopic {
+            name: "b".into(),
+            topic_id: [0; 16],
+            partitions: 1,
+            replication_factor: 3,
+            configs: vec![],
+            live_nodes: vec![],
+        };
+        assert!(matches!(s.apply(zero), MetaResult::Refused(_)));
+        assert!(s.apply(MetaCommand::DeleteTopic { name: "a".into() }) != MetaResult::NodesRegistered);
+        let MetaResult::TopicCreated(again) = create(&mut s, "a", 1, 3) else { panic!() };
+        assert_eq!(again.topic_id, a.topic_id, "this test draws ids from names; the server draws them at random");
     }
 
     #[test]

@@ -1,9 +1,8 @@
-//! Rill's wire format.
+//! Rill's wire format: the generated gRPC code for `proto/rill/*.proto`, the only place
+//! protobuf codegen runs. Record batches inside the messages are Kafka's format; their codec is
+//! `rill-records`.
 //!
-//! The generated gRPC code for `proto/rill/*.proto` (the only place codegen runs) and the
-//! record-batch codec both producers and the server use.
-//!
-//! * [`common`]: error codes, records and record batches.
+//! * [`common`]: error codes, leader hints, the record batch envelope.
 //! * [`records`]: the `Records` service — Produce, Fetch, ListOffsets.
 //! * [`admin`]: the `Admin` service — topics, cluster, client metadata.
 //! * [`internal`]: node-to-node services (Raft transport, forwarding, replica status).
@@ -28,9 +27,6 @@ pub mod admin {
 pub mod internal {
     tonic::include_proto!("rill.internal");
 }
-
-#[warn(clippy::all)]
-pub mod batch;
 
 pub use common::ErrorCode;
 

@@ -5,9 +5,7 @@ use bytes::Bytes;
 
 use crate::compression::Compression;
 use crate::error::BatchError;
-use crate::header::{
-    self, BatchInfo, HeaderFields, TimestampType, BATCH_HEADER_LEN, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE,
-};
+use crate::header::{self, BatchInfo, TimestampType, BATCH_HEADER_LEN, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE};
 use crate::record::{Record, RecordReader, MIN_RECORD_BYTES};
 
 /// Builds one batch. Records get offset deltas 0, 1, 2, … in the order they are pushed.
@@ -87,7 +85,11 @@ impl BatchBuilder {
         };
         let count = i32::try_from(self.records.len()).map_err(|_| BatchError::Encoding("too many records".into()))?;
         let (producer_id, producer_epoch, base_sequence) = self.producer;
-        let fields = HeaderFields {
+        // As a producer sends it: base offset 0 and no leader epoch (the log decides both).
+        let fields = BatchInfo {
+            base_offset: 0,
+            size: 0,
+            partition_leader_epoch: -1,
             attributes: header::attributes(self.compression, self.timestamp_type, self.transactional, self.control),
             last_offset_delta: count - 1,
             base_timestamp,

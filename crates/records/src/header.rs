@@ -96,6 +96,18 @@ impl BatchInfo {
     /// Reads the header of the batch that `bytes` holds exactly: the length field must match
     /// `bytes.len()`, the magic must be 2 and the CRC-32C must match. The records are not read.
     pub fn parse(bytes: &[u8]) -> Result<Self, BatchError> {
+        let info = Self::parse_stored(bytes)?;
+        let expected = u32::from_be_bytes([bytes[at::CRC], bytes[at::CRC + 1], bytes[at::CRC + 2], bytes[at::CRC + 3]]);
+        let actual = crc32c::crc32c(&bytes[at::ATTRIBUTES..]);
+        if expected != actual {
+            return Err(BatchError::Checksum { expected, actual });
+        }
+        Ok(info)
+    }
+
+    /// [`BatchInfo::parse`] without the CRC: for a batch checked when it was produced and read
+    /// back from the partition's own log (lengths, magic and codec are still checked).
+    pub fn parse_stored(bytes: &[u8]) -> Result<Self, BatchError> {
         if bytes.len() < BATCH_HEADER_LEN {
             return Err(BatchError::TooShort { len: bytes.len() });
         }
@@ -107,11 +119,6 @@ impl BatchInfo {
         let magic = bytes[at::MAGIC] as i8;
         if magic != MAGIC {
             return Err(BatchError::UnsupportedMagic(magic));
-        }
-        let expected = u32::from_be_bytes([bytes[at::CRC], bytes[at::CRC + 1], bytes[at::CRC + 2], bytes[at::CRC + 3]]);
-        let actual = crc32c::crc32c(&bytes[at::ATTRIBUTES..]);
-        if expected != actual {
-            return Err(BatchError::Checksum { expected, actual });
         }
         let info = Self {
             base_offset: be_i64(bytes, 0),
@@ -185,28 +192,16 @@ pub(crate) fn attributes(
     a
 }
 
-/// The fields of a header to write (everything but the length and the CRC, which are computed).
-pub(crate) struct HeaderFields {
-    pub attributes: i16,
-    pub last_offset_delta: i32,
-    pub base_timestamp: i64,
-    pub max_timestamp: i64,
-    pub producer_id: i64,
-    pub producer_epoch: i16,
-    pub base_sequence: i32,
-    pub record_count: i32,
-}
-
-/// Writes a whole batch: header (base offset 0, leader epoch -1, as a producer sends it) and
-/// `records` (already compressed), with the length and CRC filled in.
-pub(crate) fn write_batch(h: &HeaderFields, records: &[u8]) -> Result<Vec<u8>, BatchError> {
+/// Writes a whole batch: the header `h` describes (its `size` is ignored) and `records`
+/// (already compressed), with the length and CRC filled in.
+pub(crate) fn write_batch(h: &BatchInfo, records: &[u8]) -> Result<Vec<u8>, BatchError> {
     let total = BATCH_HEADER_LEN + records.len();
     let batch_length = i32::try_from(total - LOG_OVERHEAD)
         .map_err(|_| BatchError::Encoding(format!("a batch of {total} bytes is too large")))?;
     let mut out = Vec::with_capacity(total);
-    out.put_i64(0);
+    out.put_i64(h.base_offset);
     out.put_i32(batch_length);
-    out.put_i32(-1);
+    out.put_i32(h.partition_leader_epoch);
     out.put_i8(MAGIC);
     out.put_u32(0);
     out.put_i16(h.attributes);

@@ -9,8 +9,8 @@
 
 use rill_broker::PartitionError;
 use rill_meta::{MetaError, MetaErrorKind};
-use rill_proto::batch::BatchError;
 use rill_proto::common::{ErrorCode, LeaderHint};
+use rill_records::BatchError;
 
 use crate::node::ProposeError;
 
@@ -50,7 +50,13 @@ pub fn partition(e: &PartitionError) -> WireError {
         PartitionError::InvalidBatch(BatchError::UnsupportedCompression(_)) => {
             WireError::new(ErrorCode::UnsupportedCompressionType, message)
         }
+        PartitionError::InvalidBatch(BatchError::TooLargeDecompressed { .. }) => {
+            WireError::new(ErrorCode::MessageTooLarge, message)
+        }
+        PartitionError::InvalidBatch(b) if b.is_invalid_record() => WireError::new(ErrorCode::InvalidRecord, message),
         PartitionError::InvalidBatch(_) => WireError::new(ErrorCode::CorruptMessage, message),
+        PartitionError::InvalidRecord(_) => WireError::new(ErrorCode::InvalidRecord, message),
+        PartitionError::InvalidTxnState(_) => WireError::new(ErrorCode::InvalidTxnState, message),
         PartitionError::OffsetOutOfRange { .. } => WireError::new(ErrorCode::OffsetOutOfRange, message),
         PartitionError::InvalidRequest(_) => WireError::new(ErrorCode::InvalidRequest, message),
         PartitionError::Storage(_) => WireError::new(ErrorCode::StorageError, message),
@@ -198,6 +204,14 @@ pub fn unknown_topic(topic: &str) -> WireError {
     )
 }
 
+/// The request names `topic` by an id it no longer has (deleted, perhaps re-created).
+pub fn unknown_topic_id(topic: &str) -> WireError {
+    WireError::new(
+        ErrorCode::UnknownTopicId,
+        format!("topic {topic:?} does not have the id this request names: it was deleted (and perhaps re-created); refresh metadata"),
+    )
+}
+
 /// The partition number is out of range.
 pub fn unknown_partition(topic: &str, partition: u32, count: usize) -> WireError {
     WireError::new(
@@ -232,8 +246,15 @@ mod tests {
         assert_eq!(ErrorCode::OutOfOrderSequenceNumber as i32, 45);
         assert_eq!(ErrorCode::DuplicateSequenceNumber as i32, 46);
         assert_eq!(ErrorCode::InvalidProducerEpoch as i32, 47);
+        assert_eq!(ErrorCode::InvalidTxnState as i32, 48);
         assert_eq!(ErrorCode::UnknownProducerId as i32, 59);
-        assert_eq!(partition(&PartitionError::InvalidBatch(BatchError::Empty)).code, ErrorCode::CorruptMessage);
+        assert_eq!(ErrorCode::InvalidRecord as i32, 87);
+        assert_eq!(ErrorCode::UnknownTopicId as i32, 100);
+        let damaged = BatchError::Checksum { expected: 1, actual: 2 };
+        assert_eq!(partition(&PartitionError::InvalidBatch(damaged)).code, ErrorCode::CorruptMessage);
+        assert_eq!(partition(&PartitionError::InvalidBatch(BatchError::Empty)).code, ErrorCode::InvalidRecord);
+        let bomb = BatchError::TooLargeDecompressed { limit: 1 };
+        assert_eq!(partition(&PartitionError::InvalidBatch(bomb)).code, ErrorCode::MessageTooLarge);
     }
 
     #[test]

@@ -319,6 +319,22 @@ impl Node {
     }
 }
 
+/// A fresh topic id: a random (version 4) UUID, drawn through the runtime seam so the simulation
+/// replays it. Like Kafka, it is never all zeros and its base64 form never starts with `-`
+/// (command lines would read it as an option).
+pub fn new_topic_id() -> rill_meta::TopicId {
+    use rand::RngCore;
+    loop {
+        let mut bytes = [0u8; 16];
+        rill_rt::rng().fill_bytes(&mut bytes);
+        let id = uuid::Builder::from_random_bytes(bytes).into_uuid().into_bytes();
+        // Base64 puts the first six bits first; 62 is '-' in the URL-safe alphabet.
+        if id != [0; 16] && id[0] >> 2 != 62 {
+            return id;
+        }
+    }
+}
+
 /// The outcome of proposing on the local group-0 replica.
 #[derive(Debug)]
 pub enum LocalPropose {

@@ -138,7 +138,7 @@ impl BenchConsumer for RillConsumer {
     fn poll(&mut self) -> BoxFuture<'_, anyhow::Result<Vec<Bytes>>> {
         async move {
             let records = self.0.poll(Duration::from_millis(200)).await?;
-            Ok(records.into_iter().map(|r| r.value).collect())
+            Ok(records.into_iter().map(|r| r.value.unwrap_or_default()).collect())
         }
         .boxed()
     }

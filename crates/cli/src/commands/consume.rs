@@ -58,6 +58,11 @@ fn parse_time(s: &str) -> Result<i64, String> {
     Ok(now.saturating_sub(ago).as_millis() as i64)
 }
 
+/// A nullable field as text for JSON output (`null` when null).
+fn text(field: &Option<bytes::Bytes>) -> Option<String> {
+    field.as_ref().map(|b| String::from_utf8_lossy(b).into_owned())
+}
+
 /// Runs `rill consume`.
 pub async fn run(bootstrap: &[String], args: ConsumeArgs) -> anyhow::Result<()> {
     let format = Format::parse(&args.format).map_err(anyhow::Error::msg)?;
@@ -99,9 +104,9 @@ pub async fn run(bootstrap: &[String], args: ConsumeArgs) -> anyhow::Result<()> 
                     "partition": rec.partition,
                     "offset": rec.offset,
                     "timestamp_ms": rec.timestamp_ms,
-                    "key": rec.key.as_ref().map(|k| String::from_utf8_lossy(k).into_owned()),
-                    "value": String::from_utf8_lossy(&rec.value),
-                    "headers": rec.headers.iter().map(|(k, v)| (k.clone(), json!(String::from_utf8_lossy(v)))).collect::<serde_json::Map<_, _>>(),
+                    "key": text(&rec.key),
+                    "value": text(&rec.value),
+                    "headers": rec.headers.iter().map(|(k, v)| (k.clone(), json!(text(v)))).collect::<serde_json::Map<_, _>>(),
                 })
                 .to_string(),
                 Output::Table => format.render(&Fields {
@@ -109,7 +114,7 @@ pub async fn run(bootstrap: &[String], args: ConsumeArgs) -> anyhow::Result<()> 
                     partition: rec.partition,
                     offset: rec.offset,
                     key: rec.key.as_deref(),
-                    value: &rec.value,
+                    value: rec.value.as_deref(),
                     timestamp_ms: rec.timestamp_ms,
                 }),
             };

@@ -36,9 +36,12 @@ pub struct ProduceArgs {
     /// Add a header `key=value` to every record (repeatable).
     #[arg(long = "header", value_name = "KEY=VALUE")]
     headers: Vec<String>,
-    /// Batch compression: none or lz4.
+    /// Batch compression: none, gzip, snappy, lz4 or zstd.
     #[arg(long, default_value = "none", value_parser = parse_compression)]
     compression: Compression,
+    /// Send an empty value as null: with a key, a tombstone (as kcat's -Z).
+    #[arg(long)]
+    empty_as_null: bool,
     /// How long a batch waits for more records before it is sent.
     #[arg(long, default_value_t = 5)]
     linger_ms: u64,
@@ -60,17 +63,13 @@ fn parse_acks(s: &str) -> Result<Acks, String> {
 }
 
 fn parse_compression(s: &str) -> Result<Compression, String> {
-    match s {
-        "none" => Ok(Compression::None),
-        "lz4" => Ok(Compression::Lz4),
-        other => Err(format!("compression must be none or lz4, not {other:?}")),
-    }
+    Compression::parse(s).ok_or_else(|| format!("compression must be none, gzip, snappy, lz4 or zstd, not {s:?}"))
 }
 
-fn parse_headers(raw: &[String]) -> anyhow::Result<Vec<(String, Bytes)>> {
+fn parse_headers(raw: &[String]) -> anyhow::Result<Vec<(String, Option<Bytes>)>> {
     raw.iter()
         .map(|h| match h.split_once('=') {
-            Some((k, v)) if !k.is_empty() => Ok((k.to_string(), Bytes::from(v.to_string()))),
+            Some((k, v)) if !k.is_empty() => Ok((k.to_string(), Some(Bytes::from(v.to_string())))),
             _ => bail!("--header {h:?} must look like key=value"),
         })
         .collect()
@@ -135,6 +134,9 @@ pub async fn run(bootstrap: &[String], args: ProduceArgs) -> anyhow::Result<()> 
             },
             None => Record::new(Bytes::from(line)),
         };
+        if args.empty_as_null && record.value.as_ref().is_some_and(Bytes::is_empty) {
+            record.value = None;
+        }
         record.headers.clone_from(&headers);
         let delivery = match args.partition {
             Some(p) => producer.send_to(&args.topic, p, record).await?,

@@ -50,6 +50,7 @@ impl AdminApi {
             .collect();
         TopicDescription {
             name: topic.name.clone(),
+            topic_id: bytes::Bytes::copy_from_slice(&topic.topic_id),
             partitions,
             configs: topic.config.entries().into_iter().map(|(key, value)| TopicConfigEntry { key, value }).collect(),
         }
@@ -170,6 +171,7 @@ impl Admin for AdminApi {
         }
         let cmd = MetaCommand::CreateTopic {
             live_nodes,
+            topic_id: crate::node::new_topic_id(),
             name: req.name.clone(),
             partitions: req.partitions,
             replication_factor: req.replication_factor,
@@ -279,6 +281,7 @@ impl Admin for AdminApi {
             .values()
             .map(|t| TopicSummary {
                 name: t.name.clone(),
+                topic_id: bytes::Bytes::copy_from_slice(&t.topic_id),
                 partitions: t.partitions.len() as u32,
                 replication_factor: t.replication_factor,
             })
@@ -331,10 +334,12 @@ impl Admin for AdminApi {
                         error_code: e.code as i32,
                         error_message: e.message,
                         partitions: Vec::new(),
+                        topic_id: bytes::Bytes::new(),
                     }
                 }
                 Some(t) => TopicMetadata {
                     name: name.clone(),
+                    topic_id: bytes::Bytes::copy_from_slice(&t.topic_id),
                     error_code: ErrorCode::None as i32,
                     error_message: String::new(),
                     partitions: t

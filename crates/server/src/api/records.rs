@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use futures::future::{join_all, select_all};
 use rill_broker::Acks;
-use rill_proto::common::ErrorCode;
+use rill_proto::common::{ErrorCode, RecordBatch};
 use rill_proto::records::records_server::Records;
 use rill_proto::records::{
     self as pb, FetchPartitionResult, FetchRequest, FetchResponse, FetchTopicResult, InitProducerIdRequest,
@@ -79,6 +79,7 @@ impl RecordsApi {
     async fn produce_one(
         &self,
         topic: &str,
+        topic_id: &[u8],
         p: pb::PartitionProduce,
         acks: Result<Acks, WireError>,
         timeout: Duration,
@@ -87,14 +88,14 @@ impl RecordsApi {
             Ok(a) => a,
             Err(e) => return produce_error(p.partition, e),
         };
-        let Some(batch) = p.batch else {
+        if p.batch.is_empty() {
             return produce_error(p.partition, errors::missing_batch(p.partition));
-        };
-        let replica = match local_replica(&self.node, topic, p.partition) {
+        }
+        let replica = match local_replica(&self.node, topic, topic_id, p.partition) {
             Ok(r) => r,
             Err(e) => return produce_error(p.partition, e),
         };
-        match replica.produce(batch, acks, timeout).await {
+        match replica.produce(p.batch, acks, timeout).await {
             Ok(out) => PartitionProduceResult {
                 partition: p.partition,
                 error_code: ErrorCode::None as i32,
@@ -133,12 +134,13 @@ impl Records for RecordsApi {
                 let parts = t.partitions.into_iter().map(|p| {
                     let duplicate = !seen.insert(p.partition);
                     let topic = t.topic.clone();
+                    let topic_id = t.topic_id.clone();
                     let acks = acks.clone();
                     async move {
                         if duplicate {
                             return produce_error(p.partition, errors::duplicate_partition(p.partition));
                         }
-                        self.produce_one(&topic, p, acks, timeout).await
+                        self.produce_one(&topic, &topic_id, p, acks, timeout).await
                     }
                 });
                 TopicProduceResult { partitions: join_all(parts).await, topic: t.topic }
@@ -176,7 +178,7 @@ impl Records for RecordsApi {
                     partition: p.partition,
                     offset: p.fetch_offset,
                     max_bytes,
-                    replica: local_replica(&self.node, &t.topic, p.partition),
+                    replica: local_replica(&self.node, &t.topic, &t.topic_id, p.partition),
                 });
             }
         }
@@ -220,16 +222,24 @@ impl Records for RecordsApi {
                             leader: None,
                         }
                     } else {
-                        match r.fetch(t.offset, budget, Duration::ZERO).await {
+                        match r.fetch(t.offset, budget) {
                             Ok(out) => {
-                                used += out.batches.iter().map(|b| b.records.len()).sum::<usize>();
+                                used += out.batches.iter().map(|b| b.data.len()).sum::<usize>();
                                 FetchPartitionResult {
                                     partition: t.partition,
                                     error_code: ErrorCode::None as i32,
                                     error_message: String::new(),
                                     high_watermark: out.high_watermark as i64,
                                     log_start_offset: out.log_start_offset as i64,
-                                    batches: out.batches,
+                                    batches: out
+                                        .batches
+                                        .into_iter()
+                                        .map(|b| RecordBatch {
+                                            base_offset: b.base_offset as i64,
+                                            data: b.data,
+                                            append_time_ms: b.append_time_ms,
+                                        })
+                                        .collect(),
                                     leader: None,
                                 }
                             }
@@ -281,7 +291,7 @@ impl Records for RecordsApi {
                 let partitions = t
                     .partitions
                     .iter()
-                    .map(|p| match local_replica(&self.node, &t.topic, *p) {
+                    .map(|p| match local_replica(&self.node, &t.topic, &[], *p) {
                         Err(e) => list_error(*p, e),
                         Ok(r) => {
                             let offset = match spec {
