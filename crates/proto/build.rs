@@ -5,7 +5,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let protoc = protoc_bin_vendored::protoc_bin_path()?;
     std::env::set_var("PROTOC", protoc);
     let dir = "../../proto/rill";
-    let files = ["common.proto", "records.proto", "admin.proto", "internal.proto"].map(|f| format!("{dir}/{f}"));
+    let files = [
+        "common.proto",
+        "records.proto",
+        "admin.proto",
+        "internal.proto",
+        "raft.proto",
+        "meta.proto",
+        "partition.proto",
+    ]
+    .map(|f| format!("{dir}/{f}"));
     tonic_build::configure().bytes(["."]).compile_protos(&files, &[dir])?;
     for f in &files {
         println!("cargo:rerun-if-changed={f}");

@@ -8,7 +8,9 @@
 
 use std::sync::{Arc, Mutex};
 
-use bytes::{Buf, BufMut, Bytes, BytesMut};
+use bytes::Bytes;
+use prost::Message;
+use rill_proto::partition as pb;
 use rill_raft::types::LogId;
 use rill_raft::{GroupStateMachine, Payload};
 use rill_rt::sync::watch;
@@ -18,8 +20,6 @@ use rill_records::BatchInfo;
 use crate::command;
 use crate::producers::ProducerStates;
 
-/// Version 4: producer epochs are Kafka's 16 bits.
-const SNAPSHOT_VERSION: u8 = 4;
 /// One time-index point per this much append time.
 pub const TIME_INDEX_INTERVAL_MS: i64 = 1000;
 
@@ -143,37 +143,33 @@ impl GroupStateMachine for PartitionStateMachine {
         Bytes::copy_from_slice(&base.to_le_bytes())
     }
 
+    /// The snapshot: the time index and the producer state, as `PartitionSnapshot`
+    /// (`proto/rill/partition.proto`).
     fn snapshot(&self) -> Result<Bytes, String> {
-        let times = self.shared.times.lock().unwrap_or_else(|p| p.into_inner());
-        let mut out = BytesMut::with_capacity(1 + 12 + times.points.len() * 16);
-        out.put_u8(SNAPSHOT_VERSION);
-        out.put_i64_le(times.max_time);
-        out.put_u32_le(times.points.len() as u32);
-        for (t, o) in &times.points {
-            out.put_i64_le(*t);
-            out.put_u64_le(*o);
-        }
-        self.shared.producers.lock().unwrap_or_else(|p| p.into_inner()).encode(&mut out);
-        Ok(out.freeze())
+        let (index_times, index_offsets, index_max_time) = {
+            let times = self.shared.times.lock().unwrap_or_else(|p| p.into_inner());
+            (
+                times.points.iter().map(|(t, _)| *t).collect(),
+                times.points.iter().map(|(_, o)| *o).collect(),
+                times.max_time,
+            )
+        };
+        let producers = self.shared.producers.lock().unwrap_or_else(|p| p.into_inner()).to_proto();
+        Ok(pb::PartitionSnapshot { index_times, index_offsets, index_max_time, producers }.encode_to_vec().into())
     }
 
-    fn restore(&mut self, mut data: &[u8]) -> Result<(), String> {
-        match data.first() {
-            Some(&SNAPSHOT_VERSION) => {}
-            other => return Err(format!("unknown partition snapshot version {other:?}")),
+    fn restore(&mut self, data: &[u8]) -> Result<(), String> {
+        let s = pb::PartitionSnapshot::decode(data).map_err(|e| format!("undecodable partition snapshot: {e}"))?;
+        if s.index_times.len() != s.index_offsets.len() {
+            return Err(format!(
+                "partition snapshot has {} index times but {} offsets",
+                s.index_times.len(),
+                s.index_offsets.len()
+            ));
         }
-        data.advance(1);
-        if data.len() < 12 {
-            return Err("partition snapshot truncated".into());
-        }
-        let max_time = data.get_i64_le();
-        let n = data.get_u32_le() as usize;
-        if data.len() < n * 16 {
-            return Err("partition snapshot time index truncated".into());
-        }
-        let points = (0..n).map(|_| (data.get_i64_le(), data.get_u64_le())).collect();
-        let producers = ProducerStates::decode(&mut data)?;
-        *self.shared.times.lock().unwrap_or_else(|p| p.into_inner()) = TimeIndex { points, max_time };
+        let points = s.index_times.into_iter().zip(s.index_offsets).collect();
+        let producers = ProducerStates::from_proto(s.producers)?;
+        *self.shared.times.lock().unwrap_or_else(|p| p.into_inner()) = TimeIndex { points, max_time: s.index_max_time };
         *self.shared.producers.lock().unwrap_or_else(|p| p.into_inner()) = producers;
         Ok(())
     }
@@ -214,6 +210,6 @@ mod tests {
         sm.restore(&snap).unwrap();
         assert_eq!(shared.times.lock().unwrap().points, vec![(7_000, 3)]);
         assert_eq!(shared.producers.lock().unwrap().get(5).map(|e| e.epoch), Some(1));
-        assert!(sm.restore(&[1]).is_err());
+        assert!(sm.restore(&[0xff, 0xff]).is_err());
     }
 }

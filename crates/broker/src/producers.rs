@@ -7,7 +7,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use bytes::{Buf, BufMut, BytesMut};
+use rill_proto::partition as pb;
 
 /// How many batches per producer are remembered (Kafka's `max.in.flight` bound for
 /// idempotence): a retry of any of them is answered with its original offsets.
@@ -139,49 +139,39 @@ impl ProducerStates {
         self.producers.values().map(|e| e.last_append_ms).min()
     }
 
-    /// Serializes (for snapshots).
-    pub fn encode(&self, out: &mut BytesMut) {
-        out.put_u32_le(self.producers.len() as u32);
-        for (pid, e) in &self.producers {
-            out.put_i64_le(*pid);
-            out.put_i16_le(e.epoch);
-            out.put_i64_le(e.last_append_ms);
-            out.put_u8(e.batches.len() as u8);
-            for b in &e.batches {
-                out.put_i32_le(b.first_seq);
-                out.put_i32_le(b.last_seq);
-                out.put_u64_le(b.base_offset);
-            }
-        }
+    /// The snapshot form (`proto/rill/partition.proto`).
+    pub fn to_proto(&self) -> Vec<pb::ProducerState> {
+        self.producers
+            .iter()
+            .map(|(pid, e)| pb::ProducerState {
+                producer_id: *pid,
+                epoch: i32::from(e.epoch),
+                last_append_ms: e.last_append_ms,
+                batches: e
+                    .batches
+                    .iter()
+                    .map(|b| pb::ProducerBatch {
+                        first_seq: b.first_seq,
+                        last_seq: b.last_seq,
+                        base_offset: b.base_offset,
+                    })
+                    .collect(),
+            })
+            .collect()
     }
 
-    /// Deserializes what [`ProducerStates::encode`] wrote.
-    pub fn decode(data: &mut &[u8]) -> Result<Self, String> {
-        let short = || "producer state truncated".to_string();
-        if data.len() < 4 {
-            return Err(short());
-        }
-        let n = data.get_u32_le() as usize;
+    /// Reads what [`ProducerStates::to_proto`] wrote.
+    pub fn from_proto(states: Vec<pb::ProducerState>) -> Result<Self, String> {
         let mut producers = BTreeMap::new();
-        for _ in 0..n {
-            if data.len() < 19 {
-                return Err(short());
-            }
-            let pid = data.get_i64_le();
-            let epoch = data.get_i16_le();
-            let last_append_ms = data.get_i64_le();
-            let k = data.get_u8() as usize;
-            if data.len() < k * 16 {
-                return Err(short());
-            }
-            let batches = (0..k)
-                .map(|_| BatchMeta {
-                    first_seq: data.get_i32_le(),
-                    last_seq: data.get_i32_le(),
-                    base_offset: data.get_u64_le(),
-                })
+        for p in states {
+            let epoch = i16::try_from(p.epoch)
+                .map_err(|_| format!("producer {}: epoch {} is beyond 16 bits", p.producer_id, p.epoch))?;
+            let batches = p
+                .batches
+                .into_iter()
+                .map(|b| BatchMeta { first_seq: b.first_seq, last_seq: b.last_seq, base_offset: b.base_offset })
                 .collect();
-            producers.insert(pid, ProducerEntry { epoch, batches, last_append_ms });
+            producers.insert(p.producer_id, ProducerEntry { epoch, batches, last_append_ms: p.last_append_ms });
         }
         Ok(Self { producers })
     }
@@ -287,11 +277,11 @@ mod tests {
         s.apply_batch(1, 0, 0, 1, 0, 1_000);
         s.apply_batch(2, 0, 0, 1, 1, 5_000);
         assert_eq!(s.oldest_append_ms(), Some(1_000));
-        let mut buf = BytesMut::new();
-        s.encode(&mut buf);
-        let decoded = ProducerStates::decode(&mut &buf[..]).unwrap();
+        let decoded = ProducerStates::from_proto(s.to_proto()).unwrap();
         assert_eq!(decoded, s);
-        assert!(ProducerStates::decode(&mut &buf[..buf.len() - 1]).is_err());
+        let mut too_big = s.to_proto();
+        too_big[0].epoch = 40_000;
+        assert!(ProducerStates::from_proto(too_big).is_err(), "epochs are 16 bits");
         assert_eq!(s.expire(2_000), 1);
         assert_eq!(s.len(), 1);
         assert_eq!(s.check(1, 0, 1, 1), SeqCheck::UnknownProducer);

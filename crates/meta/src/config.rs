@@ -3,8 +3,6 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
-
 use crate::error::{MetaError, MetaErrorKind};
 
 /// Default `max.message.bytes`: the largest record batch a topic accepts (Kafka's default).
@@ -17,7 +15,7 @@ pub const DEFAULT_REPLICA_LAG_TIME_MAX: Duration = Duration::from_secs(30);
 pub const MIN_REPLICA_LAG_TIME_MAX: Duration = Duration::from_millis(500);
 
 /// Settings of one topic.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TopicConfig {
     /// `min.insync.replicas`: acks=all writes are refused while the ISR is smaller.
     pub min_insync_replicas: u32,

@@ -1,9 +1,7 @@
 //! Metadata errors: refusals a caller can act on, each with a readable message.
 
-use serde::{Deserialize, Serialize};
-
 /// What kind of refusal (mapped to wire error codes in one place, the server's `errors`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MetaErrorKind {
     /// The topic name is not valid.
     InvalidTopic,
@@ -20,7 +18,7 @@ pub enum MetaErrorKind {
 }
 
 /// A refused metadata command.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]
 pub struct MetaError {
     /// The kind of refusal.

@@ -12,10 +12,12 @@
 //! * [`config`]: [`TopicConfig`] — per-topic settings, validated once.
 //! * [`placement`]: deterministic replica placement that spreads replicas and leaders.
 //! * [`machine`]: [`MetaStateMachine`], the `GroupStateMachine` for group 0.
+//! * [`codec`]: the versioned (prost) encoding of the state, the commands and their results.
 //!
 //! Validation happens inside `apply` (deterministically, on every node), so two concurrent
 //! creates of one name cannot both succeed.
 
+pub mod codec;
 pub mod config;
 pub mod error;
 pub mod machine;

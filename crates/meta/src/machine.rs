@@ -9,7 +9,7 @@ use rill_raft::{GroupStateMachine, Payload};
 use rill_rt::sync::watch;
 
 use crate::error::{MetaError, MetaErrorKind};
-use crate::state::{MetaCommand, MetaResult, MetaState};
+use crate::state::{MetaResult, MetaState};
 
 /// Group 0's state machine.
 pub struct MetaStateMachine {
@@ -29,26 +29,7 @@ impl MetaStateMachine {
     }
 }
 
-/// Encodes a command for proposing.
-pub fn encode_command(cmd: &MetaCommand) -> Result<Bytes, String> {
-    bincode::serialize(cmd).map(Bytes::from).map_err(|e| e.to_string())
-}
-
-/// Decodes a command.
-pub fn decode_command(bytes: &[u8]) -> Result<MetaCommand, String> {
-    bincode::deserialize(bytes).map_err(|e| e.to_string())
-}
-
-/// Encodes a result for the proposer.
-pub fn encode_result(result: &MetaResult) -> Bytes {
-    // Serializing these plain types cannot fail; an empty answer decodes as an error below.
-    bincode::serialize(result).map(Bytes::from).unwrap_or_default()
-}
-
-/// Decodes a result.
-pub fn decode_result(bytes: &[u8]) -> Result<MetaResult, String> {
-    bincode::deserialize(bytes).map_err(|e| e.to_string())
-}
+pub use crate::codec::{decode_command, decode_result, encode_command, encode_result};
 
 impl GroupStateMachine for MetaStateMachine {
     fn apply(&mut self, log_id: &LogId, _base: u64, payload: &Payload) -> Bytes {
@@ -68,11 +49,11 @@ impl GroupStateMachine for MetaStateMachine {
     }
 
     fn snapshot(&self) -> Result<Bytes, String> {
-        bincode::serialize(&self.state).map(Bytes::from).map_err(|e| e.to_string())
+        Ok(crate::codec::encode_state(&self.state))
     }
 
     fn restore(&mut self, data: &[u8]) -> Result<(), String> {
-        self.state = bincode::deserialize(data).map_err(|e| e.to_string())?;
+        self.state = crate::codec::decode_state(data)?;
         self.publish();
         Ok(())
     }

@@ -2,8 +2,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use serde::{Deserialize, Serialize};
-
 use crate::config::TopicConfig;
 use crate::error::{MetaError, MetaErrorKind};
 use crate::placement;
@@ -17,7 +15,7 @@ pub const MAX_TOPIC_NAME_LEN: usize = 249;
 pub const MAX_PARTITIONS_PER_TOPIC: u32 = 4096;
 
 /// A cluster node.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeInfo {
     /// Node id (≥ 1).
     pub id: NodeId,
@@ -26,7 +24,7 @@ pub struct NodeInfo {
 }
 
 /// One partition's replica assignment.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PartitionAssignment {
     /// The partition's Raft group.
     pub group: GroupId,
@@ -39,7 +37,7 @@ pub struct PartitionAssignment {
 pub type TopicId = [u8; 16];
 
 /// A topic.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TopicMeta {
     /// Cluster-unique number, never reused (seeds replica placement).
     pub id: u32,
@@ -56,7 +54,7 @@ pub struct TopicMeta {
 }
 
 /// Everything group 0 replicates.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct MetaState {
     /// Nodes by id.
     pub nodes: BTreeMap<NodeId, NodeInfo>,
@@ -76,7 +74,7 @@ pub struct MetaState {
 }
 
 /// A change to the metadata.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MetaCommand {
     /// Records the cluster's nodes (idempotent; the bootstrap members register themselves).
     RegisterNodes { nodes: Vec<NodeInfo> },
@@ -103,7 +101,7 @@ pub enum MetaCommand {
 }
 
 /// The outcome of a command.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MetaResult {
     /// Nodes recorded.
     NodesRegistered,

@@ -6,6 +6,9 @@
 //! * [`records`]: the `Records` service — Produce, Fetch, ListOffsets.
 //! * [`admin`]: the `Admin` service — topics, cluster, client metadata.
 //! * [`internal`]: node-to-node services (Raft transport, forwarding, replica status).
+//! * [`raft`], [`meta`], [`partition`]: persistent formats — Raft's entries, votes, snapshots
+//!   and messages between nodes; the metadata's state, commands and results; a partition's
+//!   snapshot. Versioned by protobuf's field numbers, so old data keeps reading.
 //! * [`batch`]: building, checksumming and decoding [`common::RecordBatch`].
 
 #![allow(clippy::all)] // generated code below is not ours to lint
@@ -26,6 +29,18 @@ pub mod admin {
 #[allow(clippy::unwrap_used, clippy::expect_used)] // generated code
 pub mod internal {
     tonic::include_proto!("rill.internal");
+}
+#[allow(clippy::unwrap_used, clippy::expect_used)] // generated code
+pub mod raft {
+    tonic::include_proto!("rill.raft");
+}
+#[allow(clippy::unwrap_used, clippy::expect_used)] // generated code
+pub mod meta {
+    tonic::include_proto!("rill.meta");
+}
+#[allow(clippy::unwrap_used, clippy::expect_used)] // generated code
+pub mod partition {
+    tonic::include_proto!("rill.partition");
 }
 
 pub use common::ErrorCode;

@@ -30,7 +30,7 @@ use rill_rt::mutation::Mutation;
 use rill_rt::sync::{mpsc, oneshot};
 use rill_storage::{Engine, Keyspace, Syncer, WriteBatch};
 
-use crate::codec::{self, StoredEntry};
+use crate::codec::{self, Purged, StoredEntry, Wire};
 use crate::keys;
 use crate::types::{Entry, GroupId, LogId, StorageError, TypeConfig, Vote};
 
@@ -245,7 +245,7 @@ impl LogStore {
     ) -> crate::Result<Self> {
         let corrupt = |reason: String| crate::Error::Corrupt { group, reason };
         let (last_purged, purged_end) = match engine.get(Keyspace::RaftMeta, &keys::group_tag(group, keys::PURGED))? {
-            Some(b) => codec::decode_message::<(LogId, u64)>(&b).map(|(id, end)| (Some(id), end)).map_err(corrupt)?,
+            Some(b) => Purged::decode(b).map(|p| (Some(p.log_id), p.start_position)).map_err(corrupt)?,
             None => (None, 0),
         };
         let last = engine.scan_rev(Keyspace::RaftLog, &keys::group_start(group), &keys::group_end(group), 1)?;
@@ -490,11 +490,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     async fn save_vote(&mut self, vote: &Vote) -> Result<(), StorageError> {
         let err = |e: String| StorageError::from(StorageIOError::write_vote(AnyError::error(e)));
         let mut b = WriteBatch::new();
-        b.put(
-            Keyspace::RaftMeta,
-            keys::group_tag(self.shared.group, keys::VOTE).to_vec(),
-            codec::encode_message(vote).map_err(err)?,
-        );
+        b.put(Keyspace::RaftMeta, keys::group_tag(self.shared.group, keys::VOTE).to_vec(), vote.encode());
         self.shared.engine.write(b, false).map_err(|e| err(e.to_string()))?;
         // A vote must be durable before it is answered.
         self.shared.syncer.sync().await.map_err(|e| err(e.to_string()))
@@ -507,14 +503,14 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             .engine
             .get(Keyspace::RaftMeta, &keys::group_tag(self.shared.group, keys::VOTE))
             .map_err(|e| err(e.to_string()))?;
-        v.map(|b| codec::decode_message::<Vote>(&b)).transpose().map_err(err)
+        v.map(Vote::decode).transpose().map_err(err)
     }
 
     async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), StorageError> {
         let mut b = WriteBatch::new();
         let key = keys::group_tag(self.shared.group, keys::COMMITTED).to_vec();
         match committed {
-            Some(c) => b.put(Keyspace::RaftMeta, key, codec::encode_message(&c).map_err(write_err)?),
+            Some(c) => b.put(Keyspace::RaftMeta, key, c.encode()),
             None => b.delete(Keyspace::RaftMeta, key),
         }
         self.write(b)
@@ -526,7 +522,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             .engine
             .get(Keyspace::RaftMeta, &keys::group_tag(self.shared.group, keys::COMMITTED))
             .map_err(read_err)?;
-        v.map(|b| codec::decode_message::<LogId>(&b)).transpose().map_err(read_err)
+        v.map(LogId::decode).transpose().map_err(read_err)
     }
 
     async fn append<I>(&mut self, entries: I, callback: LogFlushed<TypeConfig>) -> Result<(), StorageError>
@@ -635,7 +631,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         b.put(
             Keyspace::RaftMeta,
             keys::group_tag(g, keys::PURGED).to_vec(),
-            codec::encode_message(&(log_id, end)).map_err(write_err)?,
+            Purged { log_id, start_position: end }.encode(),
         );
         let mut meta = lock(&self.shared.meta);
         self.write(b)?;

@@ -14,11 +14,9 @@ use openraft::raft::{
 use openraft::{BasicNode, Entry, EntryPayload};
 use rill_proto::internal::raft_transport_client::RaftTransportClient;
 use rill_proto::internal::RaftMessage;
-use serde::de::DeserializeOwned;
-use serde::Serialize;
 use tonic::transport::{Channel, Endpoint};
 
-use crate::codec;
+use crate::codec::Wire;
 use crate::heartbeat::Heartbeats;
 use crate::liveness::Liveness;
 use crate::types::{GroupId, NodeId, TypeConfig};
@@ -229,11 +227,11 @@ impl GroupNetwork {
         option: &RPCOption,
     ) -> Result<Resp, RPCError<NodeId, BasicNode, E>>
     where
-        Req: Serialize,
-        Resp: DeserializeOwned,
-        E: std::error::Error + DeserializeOwned,
+        Req: Wire,
+        Result<Resp, E>: Wire,
+        E: std::error::Error,
     {
-        let payload = codec::encode_message(req).map_err(network_error)?;
+        let payload = req.encode();
         let mut client =
             self.transport.client(self.target, &self.addr).map_err(|e| PeerError::Unreachable(e.0).into_rpc())?;
         let msg = RaftMessage { group_id: self.group, payload, error: String::new() };
@@ -255,7 +253,7 @@ impl GroupNetwork {
             Ok(Err(status)) => return Err(PeerError::from_status(&status).into_rpc()),
             Ok(Ok(r)) => r.into_inner(),
         };
-        self.answer(&reply.payload)
+        self.answer(reply.payload)
     }
 
     /// A heartbeat: coalesced with the other groups' heartbeats to the same peer.
@@ -264,22 +262,23 @@ impl GroupNetwork {
         req: &AppendEntriesRequest<TypeConfig>,
         option: &RPCOption,
     ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
-        let payload = codec::encode_message(req).map_err(network_error)?;
-        let sent = self.transport.heartbeat(self.target, &self.addr, self.group, payload);
+        let sent = self.transport.heartbeat(self.target, &self.addr, self.group, req.encode());
         match rill_rt::timeout(option.hard_ttl(), sent).await {
             Err(_) => Err(network_error(format!("no answer from node {} within {:?}", self.target, option.hard_ttl()))),
             Ok(Err(e)) => Err(e.into_rpc()),
-            Ok(Ok(reply)) => self.answer(&reply.payload),
+            Ok(Ok(reply)) => self.answer(reply.payload),
         }
     }
 
     /// Decodes the peer's answer and records the contact.
-    fn answer<Resp, E>(&self, payload: &[u8]) -> Result<Resp, RPCError<NodeId, BasicNode, E>>
+    fn answer<Resp, E>(&self, payload: bytes::Bytes) -> Result<Resp, RPCError<NodeId, BasicNode, E>>
     where
-        Resp: DeserializeOwned,
-        E: std::error::Error + DeserializeOwned,
+        Result<Resp, E>: Wire,
+        E: std::error::Error,
     {
-        let answer: Result<Resp, E> = codec::decode_message(payload).map_err(network_error)?;
+        // An undecodable answer, or a failure the remote raft reported, is a network error:
+        // openraft backs off and tries again.
+        let answer = <Result<Resp, E>>::decode(payload).map_err(network_error)?;
         self.transport.record_contact(self.group, self.target);
         answer.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
     }

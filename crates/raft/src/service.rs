@@ -4,14 +4,12 @@ use std::sync::Arc;
 
 use rill_proto::internal::raft_transport_server::RaftTransport;
 use rill_proto::internal::{QuiesceRequest, QuiesceResponse, RaftBatch, RaftMessage};
-use serde::de::DeserializeOwned;
-use serde::Serialize;
 use tonic::{Request, Response, Status};
 
 use openraft::error::RaftError;
 use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse, VoteRequest};
 
-use crate::codec;
+use crate::codec::Wire;
 use crate::multi::MultiRaft;
 use crate::types::{GroupId, NodeId, Raft, TypeConfig};
 
@@ -61,13 +59,12 @@ impl RaftService {
     }
 }
 
-fn decode<T: DeserializeOwned>(msg: &RaftMessage) -> Result<T, Status> {
-    codec::decode_message(&msg.payload).map_err(|e| Status::invalid_argument(format!("undecodable raft message: {e}")))
+fn decode<T: Wire>(msg: &RaftMessage) -> Result<T, Status> {
+    T::decode(msg.payload.clone()).map_err(|e| Status::invalid_argument(format!("undecodable raft message: {e}")))
 }
 
-fn reply<T: Serialize>(group_id: u64, answer: &T) -> Result<Response<RaftMessage>, Status> {
-    let payload = codec::encode_message(answer).map_err(Status::internal)?;
-    Ok(Response::new(RaftMessage { group_id, payload, error: String::new() }))
+fn reply<T: Wire>(group_id: u64, answer: &T) -> Result<Response<RaftMessage>, Status> {
+    Ok(Response::new(RaftMessage { group_id, payload: answer.encode(), error: String::new() }))
 }
 
 #[tonic::async_trait]

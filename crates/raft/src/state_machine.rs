@@ -14,8 +14,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use bytes::Bytes;
 use openraft::storage::{RaftStateMachine, Snapshot};
 use openraft::{AnyError, EntryPayload, OptionalSend, RaftSnapshotBuilder, StorageIOError};
+use prost::Message;
+use rill_proto::raft as pb;
 use rill_storage::{Engine, Keyspace, WriteBatch};
-use serde::{Deserialize, Serialize};
 
 use crate::codec;
 use crate::keys;
@@ -40,7 +41,7 @@ pub trait GroupStateMachine: Send + 'static {
 }
 
 /// What the adapter tracks for every group.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Applied {
     /// Last applied log id.
     pub log_id: Option<LogId>,
@@ -50,11 +51,48 @@ pub struct Applied {
     pub position: u64,
 }
 
-#[derive(Serialize, Deserialize)]
+/// A snapshot as persisted and sent: openraft's metadata, the adapter's applied state and the
+/// state machine's own bytes (`proto/rill/raft.proto`: `StoredSnapshot`, `SnapshotData`).
 struct StoredSnapshot {
     meta: SnapshotMeta,
     applied: Applied,
-    data: Vec<u8>,
+    data: Bytes,
+}
+
+impl StoredSnapshot {
+    fn encode(&self) -> Bytes {
+        pb::StoredSnapshot {
+            meta: Some(codec::snapshot_meta_to(&self.meta)),
+            applied: Some(codec::applied_to(&self.applied)),
+            data: self.data.clone(),
+        }
+        .encode_to_vec()
+        .into()
+    }
+
+    fn decode(bytes: Bytes) -> Result<Self, String> {
+        let p = pb::StoredSnapshot::decode(bytes).map_err(|e| format!("undecodable snapshot: {e}"))?;
+        Ok(Self {
+            meta: codec::snapshot_meta_from(p.meta.ok_or("snapshot metadata is missing")?),
+            applied: codec::applied_from(p.applied.ok_or("snapshot applied state is missing")?),
+            data: p.data,
+        })
+    }
+
+    /// What a follower receives: the applied state and the state machine's bytes (openraft
+    /// carries the metadata itself).
+    fn wire(&self) -> Vec<u8> {
+        pb::SnapshotData { applied: Some(codec::applied_to(&self.applied)), data: self.data.clone() }.encode_to_vec()
+    }
+
+    fn from_wire(meta: &SnapshotMeta, bytes: Vec<u8>) -> Result<Self, String> {
+        let p = pb::SnapshotData::decode(Bytes::from(bytes)).map_err(|e| format!("undecodable snapshot: {e}"))?;
+        Ok(Self {
+            meta: meta.clone(),
+            applied: codec::applied_from(p.applied.ok_or("snapshot applied state is missing")?),
+            data: p.data,
+        })
+    }
 }
 
 struct Inner<M> {
@@ -92,7 +130,7 @@ impl<M: GroupStateMachine> SmStore<M> {
         let stored = engine.get(Keyspace::State, &keys::group_tag(group, keys::SNAPSHOT))?;
         let (applied, snapshot) = match stored {
             Some(b) => {
-                let s: StoredSnapshot = codec::decode_message(&b).map_err(corrupt)?;
+                let s = StoredSnapshot::decode(b).map_err(corrupt)?;
                 sm.restore(&s.data).map_err(corrupt)?;
                 (s.applied.clone(), Some(s))
             }
@@ -118,18 +156,13 @@ impl<M: GroupStateMachine> SmStore<M> {
 
     fn persist(&self, snapshot: &StoredSnapshot) -> Result<(), StorageError> {
         let mut b = WriteBatch::new();
-        b.put(
-            Keyspace::State,
-            keys::group_tag(self.group, keys::SNAPSHOT).to_vec(),
-            codec::encode_message(snapshot).map_err(sm_err)?,
-        );
+        b.put(Keyspace::State, keys::group_tag(self.group, keys::SNAPSHOT).to_vec(), snapshot.encode());
         self.engine.write(b, false).map_err(sm_err)
     }
 
     /// The snapshot as sent to followers: the adapter's record, then the owner's state.
     fn to_openraft(s: &StoredSnapshot) -> Result<Snapshot<TypeConfig>, StorageError> {
-        let wire = codec::encode_message(&(s.applied.clone(), s.data.clone())).map_err(sm_err)?;
-        Ok(Snapshot { meta: s.meta.clone(), snapshot: Box::new(Cursor::new(wire.to_vec())) })
+        Ok(Snapshot { meta: s.meta.clone(), snapshot: Box::new(Cursor::new(s.wire())) })
     }
 }
 
@@ -146,7 +179,7 @@ impl<M: GroupStateMachine> RaftSnapshotBuilder<TypeConfig> for SmStore<M> {
             };
             let meta =
                 SnapshotMeta { last_log_id: last, last_membership: inner.applied.membership.clone(), snapshot_id };
-            StoredSnapshot { meta, applied: inner.applied.clone(), data: data.to_vec() }
+            StoredSnapshot { meta, applied: inner.applied.clone(), data }
         };
         self.persist(&stored)?;
         let out = Self::to_openraft(&stored)?;
@@ -202,14 +235,12 @@ impl<M: GroupStateMachine> RaftStateMachine<TypeConfig> for SmStore<M> {
         meta: &SnapshotMeta,
         snapshot: Box<Cursor<Vec<u8>>>,
     ) -> Result<(), StorageError> {
-        let data = snapshot.into_inner();
         // The adapter's own record, then the owner's state (see `to_openraft`).
-        let (applied, sm_data): (Applied, Vec<u8>) = codec::decode_message(&data).map_err(snap_err)?;
-        let stored = StoredSnapshot { meta: meta.clone(), applied: applied.clone(), data: sm_data };
+        let stored = StoredSnapshot::from_wire(meta, snapshot.into_inner()).map_err(snap_err)?;
         {
             let mut inner = self.lock();
             inner.sm.restore(&stored.data).map_err(snap_err)?;
-            inner.applied = applied;
+            inner.applied = stored.applied.clone();
         }
         self.persist(&stored)?;
         self.lock().snapshot = Some(stored);

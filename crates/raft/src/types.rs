@@ -3,7 +3,6 @@
 use std::io::Cursor;
 
 use bytes::Bytes;
-use serde::{Deserialize, Serialize};
 
 /// A node id. Ids start at 1; 0 is never a node.
 pub type NodeId = u64;
@@ -16,14 +15,13 @@ pub type GroupId = u64;
 ///
 /// `proposal` is a leader-local tag so the proposer can learn when its entry became durable on
 /// the leader; it is not stored, so replicas and restarted nodes see 0.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Payload {
     /// Positions this entry occupies in the group's position space.
     pub units: u32,
     /// The state machine command.
     pub body: Bytes,
     /// Leader-local proposal tag (0 = none). Not persisted or replicated.
-    #[serde(skip)]
     pub proposal: u64,
 }
 
@@ -34,7 +32,7 @@ impl std::fmt::Display for Payload {
 }
 
 /// What applying an entry returned: opaque bytes for the proposer.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Response(pub Bytes);
 
 openraft::declare_raft_types!(

@@ -163,7 +163,7 @@ impl Node {
     /// Proposes a metadata command: locally when this node leads group 0, else forwarded to the
     /// leader. Retries while there is no leader, up to a deadline.
     pub async fn propose_meta(&self, cmd: &MetaCommand) -> Result<MetaResult, ProposeError> {
-        let body = encode_command(cmd).map_err(ProposeError::Internal)?;
+        let body = encode_command(cmd);
         let deadline = rill_rt::now() + META_PROPOSE_TIMEOUT;
         let mut last_problem = String::from("no leader elected yet");
         loop {

@@ -1,0 +1,301 @@
+//! The versioned encoding of the metadata: its state (group 0's snapshot), its commands (group
+//! 0's log entries, also forwarded between nodes) and their results — the prost messages of
+//! `proto/rill/meta.proto`. A field added later reads as its default from older data; topic
+//! settings missing from older data take the topic's defaults.
+
+use bytes::Bytes;
+use prost::Message;
+use rill_proto::meta as pb;
+
+use crate::config::TopicConfig;
+use crate::error::{MetaError, MetaErrorKind};
+use crate::state::{MetaCommand, MetaResult, MetaState, NodeInfo, PartitionAssignment, TopicId, TopicMeta};
+
+fn decode_pb<M: Message + Default>(bytes: &[u8], what: &str) -> Result<M, String> {
+    M::decode(bytes).map_err(|e| format!("undecodable {what}: {e}"))
+}
+
+fn pairs_to(pairs: &[(String, String)]) -> Vec<pb::ConfigEntry> {
+    pairs.iter().map(|(key, value)| pb::ConfigEntry { key: key.clone(), value: value.clone() }).collect()
+}
+
+fn pairs_from(entries: Vec<pb::ConfigEntry>) -> Vec<(String, String)> {
+    entries.into_iter().map(|e| (e.key, e.value)).collect()
+}
+
+fn nodes_to(nodes: &[NodeInfo]) -> Vec<pb::Node> {
+    nodes.iter().map(|n| pb::Node { id: n.id, addr: n.addr.clone() }).collect()
+}
+
+fn nodes_from(nodes: Vec<pb::Node>) -> Vec<NodeInfo> {
+    nodes.into_iter().map(|n| NodeInfo { id: n.id, addr: n.addr }).collect()
+}
+
+fn topic_id_from(bytes: &[u8]) -> Result<TopicId, String> {
+    bytes.try_into().map_err(|_| format!("a topic id has 16 bytes, not {}", bytes.len()))
+}
+
+fn config_to(c: &TopicConfig) -> pb::TopicConfig {
+    pb::TopicConfig {
+        min_insync_replicas: Some(c.min_insync_replicas),
+        max_message_bytes: Some(c.max_message_bytes),
+        replica_lag_time_max_ms: Some(c.replica_lag_time_max_ms),
+        producer_id_expiration_ms: Some(c.producer_id_expiration_ms),
+    }
+}
+
+/// Settings missing from the stored form (written before they existed) take their defaults.
+fn config_from(p: Option<pb::TopicConfig>, replication_factor: u32) -> TopicConfig {
+    let d = TopicConfig::defaults(replication_factor);
+    let p = p.unwrap_or_default();
+    TopicConfig {
+        min_insync_replicas: p.min_insync_replicas.unwrap_or(d.min_insync_replicas),
+        max_message_bytes: p.max_message_bytes.unwrap_or(d.max_message_bytes),
+        replica_lag_time_max_ms: p.replica_lag_time_max_ms.unwrap_or(d.replica_lag_time_max_ms),
+        producer_id_expiration_ms: p.producer_id_expiration_ms.unwrap_or(d.producer_id_expiration_ms),
+    }
+}
+
+fn topic_to(t: &TopicMeta) -> pb::Topic {
+    pb::Topic {
+        id: t.id,
+        topic_id: Bytes::copy_from_slice(&t.topic_id),
+        name: t.name.clone(),
+        replication_factor: t.replication_factor,
+        partitions: t
+            .partitions
+            .iter()
+            .map(|p| pb::PartitionAssignment { group: p.group, replicas: p.replicas.clone() })
+            .collect(),
+        config: Some(config_to(&t.config)),
+    }
+}
+
+fn topic_from(p: pb::Topic) -> Result<TopicMeta, String> {
+    Ok(TopicMeta {
+        id: p.id,
+        topic_id: topic_id_from(&p.topic_id)?,
+        config: config_from(p.config, p.replication_factor),
+        name: p.name,
+        replication_factor: p.replication_factor,
+        partitions: p
+            .partitions
+            .into_iter()
+            .map(|a| PartitionAssignment { group: a.group, replicas: a.replicas })
+            .collect(),
+    })
+}
+
+fn kind_to(k: MetaErrorKind) -> pb::MetaErrorKind {
+    match k {
+        MetaErrorKind::InvalidTopic => pb::MetaErrorKind::InvalidTopic,
+        MetaErrorKind::TopicExists => pb::MetaErrorKind::TopicExists,
+        MetaErrorKind::UnknownTopic => pb::MetaErrorKind::UnknownTopic,
+        MetaErrorKind::InvalidPartitions => pb::MetaErrorKind::InvalidPartitions,
+        MetaErrorKind::InvalidReplicationFactor => pb::MetaErrorKind::InvalidReplicationFactor,
+        MetaErrorKind::InvalidConfig => pb::MetaErrorKind::InvalidConfig,
+    }
+}
+
+fn kind_from(raw: i32) -> Result<MetaErrorKind, String> {
+    Ok(match pb::MetaErrorKind::try_from(raw) {
+        Ok(pb::MetaErrorKind::InvalidTopic) => MetaErrorKind::InvalidTopic,
+        Ok(pb::MetaErrorKind::TopicExists) => MetaErrorKind::TopicExists,
+        Ok(pb::MetaErrorKind::UnknownTopic) => MetaErrorKind::UnknownTopic,
+        Ok(pb::MetaErrorKind::InvalidPartitions) => MetaErrorKind::InvalidPartitions,
+        Ok(pb::MetaErrorKind::InvalidReplicationFactor) => MetaErrorKind::InvalidReplicationFactor,
+        Ok(pb::MetaErrorKind::InvalidConfig) => MetaErrorKind::InvalidConfig,
+        Ok(pb::MetaErrorKind::MetaErrorUnspecified) | Err(_) => return Err(format!("unknown refusal kind {raw}")),
+    })
+}
+
+/// Encodes the whole state (group 0's snapshot).
+pub fn encode_state(s: &MetaState) -> Bytes {
+    pb::MetaState {
+        nodes: s.nodes.values().map(|n| pb::Node { id: n.id, addr: n.addr.clone() }).collect(),
+        topics: s.topics.values().map(topic_to).collect(),
+        next_topic_id: s.next_topic_id,
+        next_group_id: s.next_group_id,
+        version: s.version,
+        next_producer_id: s.next_producer_id,
+        deleted_groups: s.deleted_groups.iter().copied().collect(),
+    }
+    .encode_to_vec()
+    .into()
+}
+
+/// Decodes what [`encode_state`] wrote.
+pub fn decode_state(bytes: &[u8]) -> Result<MetaState, String> {
+    let p: pb::MetaState = decode_pb(bytes, "metadata state")?;
+    Ok(MetaState {
+        nodes: nodes_from(p.nodes).into_iter().map(|n| (n.id, n)).collect(),
+        topics: p.topics.into_iter().map(|t| topic_from(t).map(|t| (t.name.clone(), t))).collect::<Result<_, _>>()?,
+        next_topic_id: p.next_topic_id,
+        next_group_id: p.next_group_id,
+        version: p.version,
+        next_producer_id: p.next_producer_id,
+        deleted_groups: p.deleted_groups.into_iter().collect(),
+    })
+}
+
+/// Encodes a command for proposing.
+pub fn encode_command(cmd: &MetaCommand) -> Bytes {
+    use pb::meta_command::Command as C;
+    let command = match cmd {
+        MetaCommand::RegisterNodes { nodes } => C::RegisterNodes(pb::RegisterNodes { nodes: nodes_to(nodes) }),
+        MetaCommand::CreateTopic { name, topic_id, partitions, replication_factor, configs, live_nodes } => {
+            C::CreateTopic(pb::CreateTopic {
+                name: name.clone(),
+                topic_id: Bytes::copy_from_slice(topic_id),
+                partitions: *partitions,
+                replication_factor: *replication_factor,
+                configs: pairs_to(configs),
+                live_nodes: live_nodes.clone(),
+            })
+        }
+        MetaCommand::DeleteTopic { name } => C::DeleteTopic(pb::DeleteTopic { name: name.clone() }),
+        MetaCommand::AlterTopicConfig { name, set, reset } => {
+            C::AlterTopicConfig(pb::AlterTopicConfig { name: name.clone(), set: pairs_to(set), reset: reset.clone() })
+        }
+        MetaCommand::AllocateProducerIds { count } => C::AllocateProducerIds(pb::AllocateProducerIds { count: *count }),
+        MetaCommand::CreatePartitions { name, total, live_nodes } => C::CreatePartitions(pb::CreatePartitions {
+            name: name.clone(),
+            total: *total,
+            live_nodes: live_nodes.clone(),
+        }),
+    };
+    pb::MetaCommand { command: Some(command) }.encode_to_vec().into()
+}
+
+/// Decodes a command.
+pub fn decode_command(bytes: &[u8]) -> Result<MetaCommand, String> {
+    use pb::meta_command::Command as C;
+    let p: pb::MetaCommand = decode_pb(bytes, "metadata command")?;
+    Ok(match p.command.ok_or("metadata command without a kind (written by a newer release?)")? {
+        C::RegisterNodes(c) => MetaCommand::RegisterNodes { nodes: nodes_from(c.nodes) },
+        C::CreateTopic(c) => MetaCommand::CreateTopic {
+            topic_id: topic_id_from(&c.topic_id)?,
+            name: c.name,
+            partitions: c.partitions,
+            replication_factor: c.replication_factor,
+            configs: pairs_from(c.configs),
+            live_nodes: c.live_nodes,
+        },
+        C::DeleteTopic(c) => MetaCommand::DeleteTopic { name: c.name },
+        C::AlterTopicConfig(c) => {
+            MetaCommand::AlterTopicConfig { name: c.name, set: pairs_from(c.set), reset: c.reset }
+        }
+        C::AllocateProducerIds(c) => MetaCommand::AllocateProducerIds { count: c.count },
+        C::CreatePartitions(c) => {
+            MetaCommand::CreatePartitions { name: c.name, total: c.total, live_nodes: c.live_nodes }
+        }
+    })
+}
+
+/// Encodes a result for the proposer.
+pub fn encode_result(result: &MetaResult) -> Bytes {
+    use pb::meta_result::Result as R;
+    let r = match result {
+        MetaResult::NodesRegistered => R::NodesRegistered(pb::Empty {}),
+        MetaResult::TopicCreated(t) => R::TopicCreated(topic_to(t)),
+        MetaResult::TopicDeleted(t) => R::TopicDeleted(topic_to(t)),
+        MetaResult::TopicUpdated(t) => R::TopicUpdated(topic_to(t)),
+        MetaResult::ProducerIds { first, count } => R::ProducerIds(pb::ProducerIds { first: *first, count: *count }),
+        MetaResult::Refused(e) => {
+            R::Refused(pb::MetaError { kind: kind_to(e.kind) as i32, message: e.message.clone() })
+        }
+    };
+    pb::MetaResult { result: Some(r) }.encode_to_vec().into()
+}
+
+/// Decodes a result.
+pub fn decode_result(bytes: &[u8]) -> Result<MetaResult, String> {
+    use pb::meta_result::Result as R;
+    let p: pb::MetaResult = decode_pb(bytes, "metadata result")?;
+    Ok(match p.result.ok_or("metadata result without a kind")? {
+        R::NodesRegistered(_) => MetaResult::NodesRegistered,
+        R::TopicCreated(t) => MetaResult::TopicCreated(topic_from(t)?),
+        R::TopicDeleted(t) => MetaResult::TopicDeleted(topic_from(t)?),
+        R::TopicUpdated(t) => MetaResult::TopicUpdated(topic_from(t)?),
+        R::ProducerIds(p) => MetaResult::ProducerIds { first: p.first, count: p.count },
+        R::Refused(e) => MetaResult::Refused(MetaError::new(kind_from(e.kind)?, e.message)),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn topic() -> TopicMeta {
+        TopicMeta {
+            id: 3,
+            topic_id: [9; 16],
+            name: "orders".into(),
+            replication_factor: 3,
+            partitions: vec![PartitionAssignment { group: 4, replicas: vec![2, 3, 1] }],
+            config: TopicConfig::defaults(3),
+        }
+    }
+
+    #[test]
+    fn state_commands_and_results_round_trip() {
+        let mut s = MetaState::default();
+        s.nodes.insert(1, NodeInfo { id: 1, addr: "h:1".into() });
+        s.topics.insert("orders".into(), topic());
+        s.next_topic_id = 4;
+        s.next_group_id = 5;
+        s.version = 17;
+        s.next_producer_id = 2001;
+        s.deleted_groups.insert(2);
+        assert_eq!(decode_state(&encode_state(&s)).unwrap(), s);
+
+        let commands = [
+            MetaCommand::RegisterNodes { nodes: vec![NodeInfo { id: 2, addr: "h:2".into() }] },
+            MetaCommand::CreateTopic {
+                name: "t".into(),
+                topic_id: [1; 16],
+                partitions: 3,
+                replication_factor: 3,
+                configs: vec![("min.insync.replicas".into(), "2".into())],
+                live_nodes: vec![1, 2],
+            },
+            MetaCommand::DeleteTopic { name: "t".into() },
+            MetaCommand::AlterTopicConfig { name: "t".into(), set: vec![], reset: vec!["max.message.bytes".into()] },
+            MetaCommand::AllocateProducerIds { count: 1000 },
+            MetaCommand::CreatePartitions { name: "t".into(), total: 6, live_nodes: vec![] },
+        ];
+        for c in commands {
+            assert_eq!(decode_command(&encode_command(&c)).unwrap(), c);
+        }
+        let results = [
+            MetaResult::NodesRegistered,
+            MetaResult::TopicCreated(topic()),
+            MetaResult::TopicDeleted(topic()),
+            MetaResult::TopicUpdated(topic()),
+            MetaResult::ProducerIds { first: 1, count: 1000 },
+            MetaResult::Refused(MetaError::new(MetaErrorKind::TopicExists, "exists")),
+        ];
+        for r in results {
+            assert_eq!(decode_result(&encode_result(&r)).unwrap(), r);
+        }
+    }
+
+    #[test]
+    fn settings_missing_from_older_data_take_their_defaults() {
+        let mut t = topic_to(&topic());
+        t.config = Some(pb::TopicConfig { min_insync_replicas: Some(3), ..Default::default() });
+        let back = topic_from(t).unwrap();
+        assert_eq!(back.config.min_insync_replicas, 3);
+        assert_eq!(back.config.max_message_bytes, TopicConfig::defaults(3).max_message_bytes);
+    }
+
+    #[test]
+    fn garbage_is_refused() {
+        assert!(decode_state(b"\xff\xff").is_err());
+        assert!(decode_command(b"").is_err(), "no command kind");
+        assert!(decode_result(b"\x0a").is_err());
+        let mut bad = topic_to(&topic());
+        bad.topic_id = Bytes::from_static(b"short");
+        assert!(topic_from(bad).is_err());
+    }
+}
