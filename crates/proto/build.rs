@@ -16,6 +16,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     ]
     .map(|f| format!("{dir}/{f}"));
     tonic_build::configure().bytes(["."]).compile_protos(&files, &[dir])?;
+    // Rerun when a proto file or this list changes (naming files replaces Cargo's default of
+    // rerunning on any change in the package).
+    println!("cargo:rerun-if-changed=build.rs");
     for f in &files {
         println!("cargo:rerun-if-changed={f}");
     }

@@ -131,7 +131,14 @@ async fn send(
     messages: Vec<RaftMessage>,
 ) -> Result<Vec<RaftMessage>, PeerError> {
     let mut client = transport.client(target, addr).map_err(|e| PeerError::Unreachable(e.0))?;
-    let batch = RaftBatch { messages, from_node: transport.node_id(), incarnation: transport.liveness().incarnation() };
+    let ping = messages.is_empty();
+    let batch = RaftBatch {
+        messages,
+        from_node: transport.node_id(),
+        incarnation: transport.liveness().incarnation(),
+        known_leadership_version: if ping { transport.directory().known_version(target) } else { 0 },
+        leadership: None,
+    };
     match rill_rt::timeout(BATCH_TIMEOUT, client.heartbeats(batch)).await {
         Err(_) => Err(PeerError::Network(format!("no answer from node {target} within {BATCH_TIMEOUT:?}"))),
         Ok(Err(status)) => Err(PeerError::from_status(&status)),
@@ -139,6 +146,9 @@ async fn send(
             let answer = r.into_inner();
             if answer.from_node == target {
                 transport.liveness().heard(target, answer.incarnation);
+                if let Some(report) = answer.leadership {
+                    transport.directory().learn(target, report);
+                }
             }
             Ok(answer.messages)
         }

@@ -24,6 +24,7 @@
 //! * [`network`] and [`service`]: the shared transport, client and server side.
 //! * [`heartbeat`]: heartbeats of every group to one peer coalesced into one call.
 //! * [`liveness`]: node-level liveness from pings, with restart detection.
+//! * [`directory`]: which node leads each group, from the peers' reports on the pings.
 //! * [`quiesce`]: idle groups stop heartbeating and rely on node liveness.
 //! * [`multi`]: [`MultiRaft`], the registry of the groups running on this node.
 //!
@@ -35,6 +36,7 @@
 #![allow(clippy::result_large_err)]
 
 pub mod codec;
+pub mod directory;
 pub mod error;
 pub mod heartbeat;
 pub mod keys;

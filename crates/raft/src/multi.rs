@@ -48,9 +48,12 @@ impl Default for RaftTiming {
 /// Per-group options.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GroupOptions {
-    /// Build a state machine snapshot after this many entries (shortens restarts; logs are
-    /// never purged behind it).
+    /// Build a state machine snapshot after this many entries.
     pub snapshot_every_entries: u64,
+    /// Purge the log behind each snapshot, keeping this many entries before it (for groups
+    /// whose snapshot is their whole state). `None` never purges behind a snapshot: a record
+    /// partition's log is its data.
+    pub purge_behind_snapshot: Option<u64>,
     /// Most entries in one AppendEntries message.
     pub max_entries_per_append: u64,
     /// Stop heartbeats while the group is idle (see [`crate::quiesce`]).
@@ -59,7 +62,7 @@ pub struct GroupOptions {
 
 impl Default for GroupOptions {
     fn default() -> Self {
-        Self { snapshot_every_entries: 10_000, max_entries_per_append: 64, quiesce: false }
+        Self { snapshot_every_entries: 10_000, purge_behind_snapshot: None, max_entries_per_append: 64, quiesce: false }
     }
 }
 
@@ -169,6 +172,35 @@ impl MultiRaft {
         rill_rt::spawn(quiesce::run(Arc::downgrade(self)));
     }
 
+    /// The leader of `group` and its term, as far as this node knows: from its own replica when
+    /// it hosts one, else from the peers' leadership reports (see [`crate::directory`]). A leader
+    /// whose node has been silent past [`crate::directory::CLAIMS_EXPIRE_AFTER`] is not reported.
+    pub fn leader_of(&self, group: GroupId) -> Option<(NodeId, u64)> {
+        let liveness = self.transport.liveness();
+        if let Some(raft) = self.group(group) {
+            let m = raft.metrics();
+            let m = m.borrow();
+            if let Some(leader) = m.current_leader {
+                let heard = leader == self.node_id || liveness.silent_for(leader) <= crate::directory::CLAIMS_EXPIRE_AFTER;
+                return heard.then_some((leader, m.current_term));
+            }
+        }
+        self.transport.directory().leader(group, self.node_id, liveness)
+    }
+
+    /// The groups this node leads now, with their terms.
+    fn led_groups(&self) -> BTreeMap<GroupId, u64> {
+        let groups = self.groups.read().unwrap_or_else(|p| p.into_inner());
+        groups
+            .iter()
+            .filter_map(|(id, h)| {
+                let m = h.raft.metrics();
+                let m = m.borrow();
+                (m.state == openraft::ServerState::Leader).then_some((*id, m.current_term))
+            })
+            .collect()
+    }
+
     /// Ids of every hosted group.
     pub fn group_ids(&self) -> Vec<GroupId> {
         let mut ids: Vec<GroupId> = self.groups.read().unwrap_or_else(|p| p.into_inner()).keys().copied().collect();
@@ -184,9 +216,9 @@ impl MultiRaft {
             election_timeout_max: self.timing.election_max_ms,
             max_payload_entries: opts.max_entries_per_append,
             snapshot_policy: SnapshotPolicy::LogsSinceLast(opts.snapshot_every_entries),
-            // The log is the data: never purge it behind a snapshot. Retention removes data,
-            // not Raft.
-            max_in_snapshot_log_to_keep: u64::MAX,
+            // A record partition's log is its data: it is never purged behind a snapshot
+            // (retention removes data, not Raft). A group whose snapshot is its state purges.
+            max_in_snapshot_log_to_keep: opts.purge_behind_snapshot.unwrap_or(u64::MAX),
             ..Default::default()
         };
         config.validate().map_err(|e| Error::Raft { group, reason: e.to_string() })
@@ -279,6 +311,7 @@ async fn ping_peers(multi: Weak<MultiRaft>) {
     loop {
         rill_rt::sleep(PING_EVERY).await;
         let Some(m) = multi.upgrade() else { return };
+        m.transport.directory().set_local(m.led_groups());
         for peer in m.transport.peers() {
             if pinging.insert(peer.clone()) {
                 rill_rt::spawn(ping(Arc::downgrade(&m.transport), peer));

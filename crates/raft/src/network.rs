@@ -17,6 +17,7 @@ use rill_proto::internal::RaftMessage;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::codec::Wire;
+use crate::directory::LeaderDirectory;
 use crate::heartbeat::Heartbeats;
 use crate::liveness::Liveness;
 use crate::types::{GroupId, NodeId, TypeConfig};
@@ -92,6 +93,7 @@ pub struct TransportError(pub String);
 pub struct Transport {
     node_id: NodeId,
     liveness: Liveness,
+    directory: LeaderDirectory,
     channels: Mutex<HashMap<(NodeId, String), Channel>>,
     contacts: Mutex<HashMap<(GroupId, NodeId), rill_rt::Instant>>,
     /// When each group's leader last reached this node (an append whose vote was accepted).
@@ -105,6 +107,7 @@ impl Transport {
         Arc::new(Self {
             node_id,
             liveness: Liveness::new(),
+            directory: LeaderDirectory::new(),
             channels: Mutex::default(),
             contacts: Mutex::default(),
             leader_contacts: Mutex::default(),
@@ -120,6 +123,11 @@ impl Transport {
     /// What this node knows of its peers' liveness.
     pub fn liveness(&self) -> &Liveness {
         &self.liveness
+    }
+
+    /// Which node leads each group, as far as this node knows (see [`crate::directory`]).
+    pub fn directory(&self) -> &LeaderDirectory {
+        &self.directory
     }
 
     /// Every peer this node has a channel to (node, address).

@@ -90,6 +90,12 @@ impl RaftTransport for RaftService {
     async fn heartbeats(&self, request: Request<RaftBatch>) -> Result<Response<RaftBatch>, Status> {
         let batch = request.into_inner();
         let transport = self.multi.transport();
+        // A ping is answered with this node's leadership report when the sender's is stale.
+        let leadership = if batch.messages.is_empty() {
+            transport.directory().report_for(batch.known_leadership_version)
+        } else {
+            None
+        };
         // Any batch, an empty one (a ping) included, proves the sender's node alive.
         if batch.from_node != 0 {
             transport.liveness().heard(batch.from_node, batch.incarnation);
@@ -109,6 +115,8 @@ impl RaftTransport for RaftService {
             messages,
             from_node: transport.node_id(),
             incarnation: transport.liveness().incarnation(),
+            known_leadership_version: 0,
+            leadership,
         }))
     }
 
