@@ -7,8 +7,8 @@
 //!
 //! 1. the leader stops taking new produce requests (`LEADER_NOT_AVAILABLE`, retriable) and
 //!    waits until every request in progress has been answered and the target has replicated
-//!    its whole log ([`Partition::prepare_handover`]);
-//! 2. the target stands for election ([`Partition::stand_for_election`]); the old leader, whose
+//!    its whole log ([`Replica::prepare_handover`]);
+//! 2. the target stands for election ([`Replica::stand_for_election`]); the old leader, whose
 //!    log is no longer than the target's, grants the vote and steps down.
 //!
 //! With three replicas (or two) the target's own vote plus the old leader's are a majority, so
@@ -23,14 +23,14 @@ use std::time::Duration;
 use openraft::ServerState;
 use rill_raft::NodeId;
 
-use crate::partition::Partition;
+use crate::replica::Replica;
 
 /// How often readiness is re-checked while preparing a handover.
 const POLL: Duration = Duration::from_millis(5);
 
-/// While alive, the partition refuses new produce requests: leadership is moving.
+/// While alive, the replica refuses new writes: leadership is moving.
 pub struct Handover<'a> {
-    partition: &'a Partition,
+    partition: &'a Replica,
 }
 
 impl Drop for Handover<'_> {
@@ -39,23 +39,23 @@ impl Drop for Handover<'_> {
     }
 }
 
-/// Counts a produce request in progress (see [`Partition::produce`]).
-pub(crate) struct InFlight<'a>(&'a Partition);
+/// Counts a write in progress (a produce, a state command), which a handover waits for.
+pub(crate) struct InFlight<'a>(&'a Replica);
 
 impl<'a> InFlight<'a> {
-    pub(crate) fn enter(partition: &'a Partition) -> Self {
-        partition.produces_in_flight.fetch_add(1, Ordering::SeqCst);
-        Self(partition)
+    pub(crate) fn enter(replica: &'a Replica) -> Self {
+        replica.writes_in_flight.fetch_add(1, Ordering::SeqCst);
+        Self(replica)
     }
 }
 
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
-        self.0.produces_in_flight.fetch_sub(1, Ordering::SeqCst);
+        self.0.writes_in_flight.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
-impl Partition {
+impl Replica {
     /// The replica leadership is being handed to, if a handover is under way.
     pub fn moving_to(&self) -> Option<NodeId> {
         Some(self.moving_to.load(Ordering::SeqCst)).filter(|n| *n != 0)
@@ -77,7 +77,7 @@ impl Partition {
                 let last = m.last_log_index;
                 let target_has = m.replication.as_ref().and_then(|r| r.get(&target).cloned()).flatten();
                 m.state == ServerState::Leader
-                    && self.produces_in_flight.load(Ordering::SeqCst) == 0
+                    && self.writes_in_flight.load(Ordering::SeqCst) == 0
                     && target_has.map(|l| l.index) >= last
             };
             if ready {

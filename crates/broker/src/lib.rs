@@ -12,7 +12,11 @@
 //! * [`machine`]: [`PartitionStateMachine`] — offsets and the high watermark.
 //! * [`handover`]: moving leadership to another replica (preferred-leader balancing).
 //! * [`isr`]: [`IsrTracker`] — which followers are in sync, from Raft replication progress.
-//! * [`partition`]: [`Partition`] — produce, fetch, list offsets, status.
+//! * [`replica`]: [`Replica`] — what every kind of partition replica shares: its Raft group,
+//!   ISR view, settings, status, leadership moves ([`handover`]).
+//! * [`partition`]: [`Partition`] — a record partition: produce, fetch, list offsets.
+//! * [`state_partition`]: [`StatePartition`] — a partition of an internal topic whose state
+//!   machine is its data (a coordinator's state): read on the caught-up leader, propose commands.
 //! * [`producers`]: idempotent producer state (last five batches per producer id).
 //! * [`propose`]: [`Proposer`] — batches that arrive while the previous entry is being written go
 //!   to Raft together, as one entry.
@@ -31,9 +35,13 @@ pub mod partition;
 pub mod produce;
 pub mod producers;
 pub mod propose;
+pub mod replica;
+pub mod state_partition;
 
 pub use error::{PartitionError, Result};
 pub use isr::{IsrTracker, IsrView};
 pub use machine::PartitionStateMachine;
 pub use partition::{Acks, FetchOutcome, Partition, ProduceOutcome, ReplicaState, StoredBatch};
 pub use propose::Proposer;
+pub use replica::Replica;
+pub use state_partition::StatePartition;

@@ -1,16 +1,13 @@
 //! [`Partition`]: one partition replica on this node — produce, fetch, list offsets, status.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use openraft::ServerState;
 use rill_meta::TopicConfig;
 use rill_raft::multi::StartedGroup;
 use rill_raft::state_machine::SmStore;
-use rill_raft::{GroupId, LogStore, NodeId, Quiescence, Raft};
-use rill_rt::sync::watch;
+use rill_raft::NodeId;
 use rill_rt::Instant;
 
 use rill_records::BatchInfo;
@@ -18,10 +15,10 @@ use rill_records::BatchInfo;
 use crate::command;
 use crate::error::{PartitionError, Result};
 use crate::idempotence::Gate;
-use crate::isr::{self, IsrView};
 use crate::machine::{PartitionStateMachine, SharedState, TimeIndex};
 use crate::producers::ProducerStates;
 use crate::propose::Proposer;
+use crate::replica::{Place, Replica};
 
 /// Log entries read per storage scan while serving a fetch.
 const FETCH_SCAN_ENTRIES: usize = 32;
@@ -89,20 +86,11 @@ pub struct ReplicaState {
     pub quiescent: bool,
 }
 
-/// One partition replica hosted on this node.
+/// One record partition replica hosted on this node: a [`Replica`] with a log of record
+/// batches (its offsets, high watermark, time index, idempotent producers).
 pub struct Partition {
-    pub(crate) topic: String,
-    pub(crate) partition: u32,
-    pub(crate) group: GroupId,
-    pub(crate) node_id: NodeId,
-    pub(crate) raft: Raft,
-    /// Woken by every write; see `rill_raft::quiesce`.
-    pub(crate) quiescence: Arc<Quiescence>,
-    pub(crate) log: LogStore,
+    pub(crate) replica: Replica,
     pub(crate) sm: SmStore<PartitionStateMachine>,
-    pub(crate) hw: watch::Receiver<u64>,
-    pub(crate) isr: watch::Receiver<IsrView>,
-    pub(crate) config: Arc<RwLock<TopicConfig>>,
     pub(crate) times: Arc<Mutex<TimeIndex>>,
     pub(crate) producers: Arc<Mutex<ProducerStates>>,
     pub(crate) gate: Arc<rill_rt::sync::Mutex<Gate>>,
@@ -110,10 +98,14 @@ pub struct Partition {
     pub(crate) gate_changed: rill_rt::sync::Notify,
     /// Merges concurrent batches into entries and hands them to Raft.
     pub(crate) proposer: Arc<Proposer>,
-    /// Node id leadership is being handed to (0: none); new writes are refused meanwhile.
-    pub(crate) moving_to: AtomicU64,
-    /// Produce requests past the leader check and not yet answered.
-    pub(crate) produces_in_flight: AtomicUsize,
+}
+
+impl std::ops::Deref for Partition {
+    type Target = Replica;
+
+    fn deref(&self) -> &Replica {
+        &self.replica
+    }
 }
 
 impl std::fmt::Debug for Partition {
@@ -123,7 +115,7 @@ impl std::fmt::Debug for Partition {
 }
 
 impl Partition {
-    /// Wraps a started Raft group as a partition replica and starts its ISR tracker.
+    /// Wraps a started Raft group as a record partition replica and starts its ISR tracker.
     /// `shared` must be the state the group's [`PartitionStateMachine`] was made from.
     pub fn new(
         topic: String,
@@ -136,82 +128,20 @@ impl Partition {
         let StartedGroup { raft, log, sm, quiescence, .. } = started;
         // The state machine may have been restored from a snapshot before anything was applied.
         shared.hw.send_replace(sm.applied().position);
-        let config = Arc::new(RwLock::new(config));
-        let (isr_tx, isr_rx) = watch::channel(IsrView::default());
-        let lag_config = config.clone();
-        let lag = move || lag_config.read().map(|c| c.replica_lag_time_max()).unwrap_or(Duration::from_secs(30));
-        rill_rt::spawn(isr::run(raft.clone(), node_id, quiescence.clone(), lag, Arc::new(isr_tx)));
         let proposer = Proposer::new(node_id, raft.clone(), log.clone(), quiescence.clone());
+        let place = Place { topic, partition, node_id };
+        let replica = Replica::new(place, raft, log, quiescence, shared.hw.subscribe(), config);
         let partition = Arc::new(Self {
-            topic,
-            partition,
-            group: log.group(),
-            node_id,
-            raft,
-            quiescence,
-            log,
+            replica,
             sm,
-            hw: shared.hw.subscribe(),
-            isr: isr_rx,
-            config,
             times: shared.times,
             producers: shared.producers,
             gate: Arc::default(),
             gate_changed: rill_rt::sync::Notify::new(),
             proposer,
-            moving_to: AtomicU64::new(0),
-            produces_in_flight: AtomicUsize::new(0),
         });
         rill_rt::spawn(expire_idle_producers(Arc::downgrade(&partition)));
         partition
-    }
-
-    /// Topic name.
-    pub fn topic(&self) -> &str {
-        &self.topic
-    }
-
-    /// Partition number.
-    pub fn partition(&self) -> u32 {
-        self.partition
-    }
-
-    /// Raft group id.
-    pub fn group(&self) -> GroupId {
-        self.group
-    }
-
-    /// The Raft handle.
-    pub fn raft(&self) -> &Raft {
-        &self.raft
-    }
-
-    /// The group's quiescence on this node (wake it before triggering an election).
-    pub fn quiescence(&self) -> &Arc<Quiescence> {
-        &self.quiescence
-    }
-
-    /// The log (for oracles and tests comparing replicas).
-    pub fn log(&self) -> &LogStore {
-        &self.log
-    }
-
-    /// The topic configuration in force.
-    pub fn config(&self) -> TopicConfig {
-        self.config.read().map(|c| c.clone()).unwrap_or_else(|p| p.into_inner().clone())
-    }
-
-    /// Replaces the topic configuration.
-    pub fn set_config(&self, config: TopicConfig) {
-        match self.config.write() {
-            Ok(mut c) => *c = config,
-            Err(p) => *p.into_inner() = config,
-        }
-    }
-
-    /// High watermark: every offset below it is committed.
-    pub fn high_watermark(&self) -> u64 {
-        *self.hw.borrow()
     }
 
     /// The end of what fetches may serve: the high watermark.
@@ -221,40 +151,6 @@ impl Partition {
             return self.log.end_position().max(self.high_watermark());
         }
         self.high_watermark()
-    }
-
-    pub(crate) fn not_leader(&self) -> PartitionError {
-        let m = self.raft.metrics();
-        let m = m.borrow();
-        let leader = m.current_leader.filter(|l| *l != self.node_id);
-        let addr = leader.and_then(|l| m.membership_config.membership().get_node(&l).map(|n| n.addr.clone()));
-        PartitionError::NotLeader { node: self.node_id, leader, addr }
-    }
-
-    pub(crate) fn leader_term(&self) -> Option<u64> {
-        let m = self.raft.metrics();
-        let m = m.borrow();
-        (m.state == ServerState::Leader).then_some(m.current_term)
-    }
-
-    /// Live state of this replica.
-    pub fn state(&self) -> ReplicaState {
-        let (is_leader, leader, term) = {
-            let m = self.raft.metrics();
-            let m = m.borrow();
-            (m.state == ServerState::Leader, m.current_leader, m.current_term)
-        };
-        let isr = if is_leader { self.isr.borrow().isr.iter().copied().collect() } else { Vec::new() };
-        ReplicaState {
-            is_leader,
-            leader,
-            term,
-            isr,
-            log_start_offset: self.log.start_position(),
-            high_watermark: self.high_watermark(),
-            log_end_offset: self.log.end_position(),
-            quiescent: self.quiescence.is_quiescent(),
-        }
     }
 
     /// Reads committed batches from `offset`, up to about `max_bytes` (at least one batch when

@@ -12,7 +12,7 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use rill_raft::{NodeId, Payload};
+use rill_raft::Payload;
 use rill_records::{BatchInfo, MAX_DECOMPRESSED_BATCH_BYTES, NO_PRODUCER_ID};
 use rill_rt::mutation::Mutation;
 use rill_rt::sync::watch;
@@ -32,7 +32,7 @@ const REORDER_WAIT: Duration = Duration::from_millis(200);
 /// How often the leader checks for idle producers to expire (at most).
 pub const EXPIRY_CHECK_EVERY: Duration = Duration::from_secs(60);
 
-fn elapsed_ms(since: Instant) -> u64 {
+pub(crate) fn elapsed_ms(since: Instant) -> u64 {
     rill_rt::now().saturating_duration_since(since).as_millis() as u64
 }
 
@@ -118,55 +118,6 @@ impl Partition {
                 Ok(ProduceOutcome { base_offset: Some(landed.base), append_time_ms })
             }
         }
-    }
-
-    /// Refuses acks=all before appending when the ISR is smaller than `min`.
-    fn check_isr(&self, term: u64, min: u32) -> Result<()> {
-        let view = self.isr.borrow().clone();
-        // Until the tracker has seen this term, the ISR is this node alone.
-        let isr: Vec<NodeId> =
-            if view.leader_term == Some(term) { view.isr.into_iter().collect() } else { vec![self.node_id] };
-        if isr.len() < min as usize {
-            return Err(PartitionError::NotEnoughReplicas { isr, min });
-        }
-        Ok(())
-    }
-
-    /// acks=all, after commit: waits until every in-sync replica has log index `index`.
-    async fn wait_for_isr(&self, index: u64, term: u64, min: u32, deadline: Instant, started: Instant) -> Result<()> {
-        let mut isr = self.isr.clone();
-        loop {
-            let view = isr.borrow_and_update().clone();
-            if view.leader_term != Some(term) {
-                return Err(PartitionError::NotEnoughReplicasAfterAppend {
-                    reason: "leadership changed before every in-sync replica confirmed it".into(),
-                });
-            }
-            if view.all_have(index) {
-                if view.isr.len() < min as usize {
-                    return Err(PartitionError::NotEnoughReplicasAfterAppend {
-                        reason: format!("the in-sync replicas {:?} shrank below min.insync.replicas={min}", view.isr),
-                    });
-                }
-                return Ok(());
-            }
-            match rill_rt::timeout_at(deadline, isr.changed()).await {
-                Err(_) => {
-                    return Err(PartitionError::Timeout {
-                        waited_ms: elapsed_ms(started),
-                        what: "every in-sync replica to replicate the batch",
-                    })
-                }
-                Ok(Err(_)) => return Err(PartitionError::ShuttingDown),
-                Ok(Ok(())) => {}
-            }
-        }
-    }
-
-    /// True when this leader has applied an entry of its own term, so everything before it in
-    /// the log is applied and the producer state is complete.
-    fn caught_up(&self, term: u64) -> bool {
-        self.raft.metrics().borrow().last_applied.is_some_and(|l| l.leader_id.term == term)
     }
 
     /// Idempotent batches: deduplicate retries, refuse gaps, then propose. Returns the base
