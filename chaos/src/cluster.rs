@@ -91,6 +91,13 @@ impl SimCluster {
                         // idle partitions after 500 ms so the fault phase exercises quiescence,
                         // waking and failover from it.
                         config.raft.quiesce_after_ms = 500;
+                        // Two partitions per internal topic keep each run's groups few; state
+                        // partitions snapshot every 20 entries and purge their logs behind it
+                        // but 5, so runs purge and install their snapshots.
+                        config.consumer_offsets_partitions = 2;
+                        config.transaction_state_partitions = 2;
+                        config.state_snapshot_every_entries = 20;
+                        config.state_log_kept_entries = 5;
                         let on_ready = move |node: Arc<Node>| {
                             live.lock().unwrap_or_else(|p| p.into_inner()).insert(id, node);
                         };

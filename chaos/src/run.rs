@@ -68,7 +68,7 @@ fn elapsed() -> Duration {
 }
 
 /// Switches on the mutation named in `RILL_MUTATION`, if any. Returns its name.
-fn arm_mutation() -> Option<&'static str> {
+pub fn arm_mutation() -> Option<&'static str> {
     let name = std::env::var("RILL_MUTATION").ok().filter(|n| !n.is_empty())?;
     let Some(m) = rill_rt::mutation::Mutation::from_name(&name) else {
         panic!("RILL_MUTATION={name} is not a known mutation");

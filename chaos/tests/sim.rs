@@ -3,8 +3,9 @@
 //! Every scenario prints its seed first; `MADSIM_TEST_SEED=<seed>` replays it exactly and the
 //! printed trace hash must match. The generated scenarios live in `rill_chaos::scenarios`; each
 //! has a test of the same name here. `smoke_leader_power_failure_and_rejoin`,
-//! `woken_quiescent_group_keeps_its_leader`, `concurrent_batches_share_entries` and
-//! `control_batches_take_offsets_and_are_skipped` are scripted.
+//! `woken_quiescent_group_keeps_its_leader`, `concurrent_batches_share_entries`,
+//! `control_batches_take_offsets_and_are_skipped` and
+//! `state_partition_purges_and_installs_snapshots` are scripted.
 
 #![cfg(madsim)]
 // Test code: a failed expectation is a failed test.
@@ -18,6 +19,7 @@ use rill_chaos::cluster::{init_logs, SimCluster, SimOptions};
 use rill_chaos::scenarios;
 use rill_chaos::trace::Trace;
 use rill_client::{Acks, Client, Record};
+use rill_server::node::Hosted;
 
 /// Simulated time allowed for elections and catch-up.
 const SETTLE: Duration = Duration::from_secs(30);
@@ -69,6 +71,9 @@ fn elapsed() -> Duration {
 fn begin_scripted() -> Trace {
     init_logs();
     println!("seed: {}", madsim::runtime::Handle::current().seed());
+    if let Some(m) = rill_chaos::run::arm_mutation() {
+        println!("mutation: {m}");
+    }
     Trace::new()
 }
 
@@ -369,6 +374,131 @@ async fn control_batches_take_offsets_and_are_skipped() {
     println!("trace-hash: {:016x} events={}", trace.hash(), trace.len());
 }
 
+/// The Raft metrics of node `id`'s replica of `group`.
+fn group_metrics(cluster: &SimCluster, id: u64, group: u64) -> Option<openraft::RaftMetrics<u64, openraft::BasicNode>> {
+    let hosted = cluster.node(id)?.replica(group)?;
+    let m = hosted.replica().raft().metrics().borrow().clone();
+    Some(m)
+}
+
+/// Partitions of `work`, the topic group `g` commits offsets of.
+const WORK_PARTITIONS: u64 = 40;
+
+/// Every offset group `g` committed (partition → offset) on node `id`'s replica of the
+/// coordinator's partition `group`, as that replica applied it.
+fn committed_on(cluster: &SimCluster, id: u64, group: u64) -> Option<BTreeMap<u32, i64>> {
+    match cluster.node(id)?.replica(group)? {
+        Hosted::Offsets(p) => Some(p.peek(|m| m.state().group("g").map(|((_, p), c)| (*p, c.offset)).collect())),
+        _ => None,
+    }
+}
+
+/// What `committed_on` must show after commits `0..n`: commit `i` set partition `i % 40` to `i`.
+fn expected_offsets(n: u64) -> BTreeMap<u32, i64> {
+    (0..n).map(|i| ((i % WORK_PARTITIONS) as u32, i as i64)).collect()
+}
+
+/// Commits `from..to` for group `g`, one commit (one Raft entry) each: commit `i` sets the
+/// offset of `work`/`i % 40` to `i`, so the state holds keys only old entries wrote.
+async fn commit_range(cluster: &SimCluster, client: &Client, from: u64, to: u64) {
+    let c = client.clone();
+    cluster
+        .on_client(async move {
+            for i in from..to {
+                let tp = rill_client::TopicPartition::new("work", (i % WORK_PARTITIONS) as u32);
+                c.commit_offsets("g", &[(tp, i, String::new())]).await.unwrap_or_else(|e| panic!("commit {i}: {e}"));
+            }
+        })
+        .await;
+}
+
+/// Scripted: a state partition (here the `__consumer_offsets` partition coordinating group `g`)
+/// snapshots its whole state and purges its log behind the snapshot; a follower that was down
+/// while the leader purged past its log catches up by installing the snapshot, and ends with
+/// the leader's state. Then the coordinator's leader is killed: the new one serves the state.
+/// (The simulation snapshots state partitions every 20 entries.) Caught mutation:
+/// `empty-state-snapshot`.
+#[madsim::test]
+async fn state_partition_purges_and_installs_snapshots() {
+    let trace = begin_scripted();
+    let cluster = SimCluster::start(3);
+    let client = cluster.client().await;
+    let c = client.clone();
+    cluster
+        .on_client(async move {
+            wait_until("the topic created", || async {
+                c.create_topic("work", WORK_PARTITIONS as u32, 3, &[]).await.ok()
+            })
+            .await;
+            c.wait_for_leaders("work", SETTLE).await.expect("work has a leader");
+            c.wait_for_leaders(rill_meta::CONSUMER_OFFSETS_TOPIC, SETTLE).await.expect("the offsets topic has leaders")
+        })
+        .await;
+    let (_, group) = cluster
+        .node(1)
+        .and_then(|n| n.coordinator_partition(rill_meta::PartitionKind::ConsumerOffsets, "g"))
+        .expect("g has a coordinator partition");
+
+    commit_range(&cluster, &client, 0, 50).await;
+    let leader = wait_until("a leader of the coordinator's partition", || {
+        let l = cluster
+            .ids()
+            .into_iter()
+            .find(|id| group_metrics(&cluster, *id, group).is_some_and(|m| m.current_leader == Some(*id)));
+        async move { l }
+    })
+    .await;
+    let purged = group_metrics(&cluster, leader, group).and_then(|m| m.purged);
+    assert!(purged.is_some(), "50 commits, a snapshot every 20 entries: the leader's log is purged behind one");
+
+    let follower = cluster.ids().into_iter().find(|id| *id != leader).expect("a follower");
+    let follower_last = group_metrics(&cluster, follower, group).and_then(|m| m.last_log_index).unwrap_or(0);
+    cluster.kill(follower);
+    commit_range(&cluster, &client, 50, 150).await;
+    let leader_purged = group_metrics(&cluster, leader, group).and_then(|m| m.purged).map_or(0, |p| p.index);
+    assert!(
+        leader_purged > follower_last,
+        "the leader purged past the follower's log ({leader_purged} > {follower_last})"
+    );
+    cluster.restart(follower);
+    let leader_state = committed_on(&cluster, leader, group);
+    assert_eq!(leader_state, Some(expected_offsets(150)), "the leader's state");
+    let installed = wait_until("the follower catches up", || {
+        let caught_up = group_metrics(&cluster, follower, group)
+            .is_some_and(|m| m.last_applied.map(|l| l.index) >= m.last_log_index && m.last_log_index.is_some());
+        let caught_up = caught_up
+            && group_metrics(&cluster, leader, group).and_then(|m| m.last_applied)
+                == group_metrics(&cluster, follower, group).and_then(|m| m.last_applied);
+        let snapshot = group_metrics(&cluster, follower, group).and_then(|m| m.snapshot);
+        async move { caught_up.then_some(snapshot) }
+    })
+    .await;
+    assert!(
+        installed.is_some_and(|s| s.index >= leader_purged),
+        "the follower caught up from a snapshot covering what the leader purged: {installed:?} vs {leader_purged}"
+    );
+    for id in cluster.ids() {
+        assert_eq!(committed_on(&cluster, id, group), Some(expected_offsets(150)), "node {id}'s replica of the state");
+    }
+
+    cluster.kill(leader);
+    let c = client.clone();
+    let after_failover = cluster
+        .on_client(async move {
+            let tp = rill_client::TopicPartition::new("work", 0);
+            c.commit_offsets("g", &[(tp.clone(), 1000, String::new())]).await.expect("a commit after failover");
+            c.committed_offsets("g", std::slice::from_ref(&tp))
+                .await
+                .expect("read after failover")
+                .remove(&tp)
+                .flatten()
+        })
+        .await;
+    assert_eq!(after_failover.map(|c| c.offset), Some(1000));
+    trace.record(format!("purged {leader_purged}, installed {installed:?}"));
+    println!("trace-hash: {:016x} events={}", trace.hash(), trace.len());
+}
+
 /// Runs a generated scenario and fails on any violation.
 async fn scenario(name: &str) {
     init_logs();
@@ -405,6 +535,7 @@ async fn list_scenarios() {
     println!("woken_quiescent_group_keeps_its_leader\tscripted: writes wake a quiescent group on slow disks; no election (default)");
     println!("concurrent_batches_share_entries\tscripted: concurrent batches merge into entries, each at its own offset (default)");
     println!("control_batches_take_offsets_and_are_skipped\tscripted: a transaction marker takes an offset; consumers skip it (default)");
+    println!("state_partition_purges_and_installs_snapshots\tscripted: a coordinator partition purges behind snapshots; a follower catches up by one (default)");
     for s in scenarios::SCENARIOS {
         println!("{}\t{}{}", s.name, s.description, if s.default { " (default)" } else { "" });
     }

@@ -13,6 +13,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "raft.proto",
         "meta.proto",
         "partition.proto",
+        "coordinator.proto",
+        "groups.proto",
     ]
     .map(|f| format!("{dir}/{f}"));
     tonic_build::configure().bytes(["."]).compile_protos(&files, &[dir])?;

@@ -114,9 +114,16 @@ impl Client {
         described(resp.topic)
     }
 
-    /// Lists topics.
+    /// Lists the topics clients create (not the internal ones).
     pub async fn list_topics(&self) -> Result<Vec<TopicSummary>> {
-        Ok(self.on_any_node(|mut c| async move { c.list_topics(ListTopicsRequest {}).await }).await?.topics)
+        self.list_topics_with(false).await
+    }
+
+    /// Lists topics, the internal ones (`__consumer_offsets`, `__transaction_state`) too when
+    /// `include_internal`.
+    pub async fn list_topics_with(&self, include_internal: bool) -> Result<Vec<TopicSummary>> {
+        let req = ListTopicsRequest { include_internal };
+        Ok(self.on_any_node(|mut c| async move { c.list_topics(req).await }).await?.topics)
     }
 
     /// Describes the cluster's nodes, their liveness and the metadata leader.

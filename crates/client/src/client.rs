@@ -33,6 +33,10 @@ const MAX_MESSAGE_BYTES: usize = 64 << 20;
 const BASE_BACKOFF: Duration = Duration::from_millis(50);
 /// Largest retry backoff.
 const MAX_BACKOFF: Duration = Duration::from_millis(1000);
+/// How long an address that failed at the transport level is not sent requests: a killed
+/// leader stays in other nodes' metadata for a moment (until its silence shows), and without
+/// this pause a producer would burn its sends on it, each with an unknown outcome.
+const UNREACHABLE_PAUSE: Duration = Duration::from_millis(500);
 
 /// Client tuning.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,6 +68,16 @@ struct Metadata {
     leaders: HashMap<String, Vec<Option<u64>>>,
     /// topic → its id, as last reported.
     topic_ids: HashMap<String, Bytes>,
+    /// (coordinator kind, key) → the coordinator's address, as last found.
+    coordinators: HashMap<(crate::coordinator::Coordinator, String), String>,
+    /// Address → until when it is not sent requests (see [`UNREACHABLE_PAUSE`]).
+    unreachable: HashMap<String, rill_rt::Instant>,
+}
+
+impl Metadata {
+    fn is_unreachable(&self, addr: &str) -> bool {
+        self.unreachable.get(addr).is_some_and(|until| rill_rt::now() < *until)
+    }
 }
 
 /// A connection to a Rill cluster. Cheap to clone; clones share connections and metadata.
@@ -75,7 +89,7 @@ pub struct Client {
     metadata: Arc<Mutex<Metadata>>,
 }
 
-fn backoff(attempt: u32) -> Duration {
+pub(crate) fn backoff(attempt: u32) -> Duration {
     let exp = BASE_BACKOFF.saturating_mul(1 << attempt.min(10)).min(MAX_BACKOFF);
     let jitter: f64 = rill_rt::rng().gen_range(0.5..1.0);
     exp.mul_f64(jitter)
@@ -154,7 +168,7 @@ impl Client {
         self.options
     }
 
-    fn channel(&self, addr: &str) -> Result<Channel> {
+    pub(crate) fn channel(&self, addr: &str) -> Result<Channel> {
         let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(c) = channels.get(addr) {
             return Ok(c.clone());
@@ -172,7 +186,7 @@ impl Client {
         Ok(AdminClient::new(self.channel(addr)?).max_decoding_message_size(MAX_MESSAGE_BYTES))
     }
 
-    fn records_stub(&self, addr: &str) -> Result<RecordsClient<Channel>> {
+    pub(crate) fn records_stub(&self, addr: &str) -> Result<RecordsClient<Channel>> {
         Ok(RecordsClient::new(self.channel(addr)?)
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES))
@@ -188,6 +202,8 @@ impl Client {
                 addrs.push(b.clone());
             }
         }
+        // Addresses that just failed last (stable: otherwise in order).
+        addrs.sort_by_key(|a| md.is_unreachable(a));
         addrs
     }
 
@@ -203,8 +219,16 @@ impl Client {
             let client = self.admin_stub(&addr)?;
             match rill_rt::timeout(wait, call(client)).await {
                 Ok(Ok(r)) => return Ok(r.into_inner()),
-                Ok(Err(s)) => last = Error::Transport(format!("{addr}: {}: {}", s.code(), s.message())),
-                Err(_) => last = Error::Transport(format!("{addr}: no answer within {wait:?}")),
+                Ok(Err(s)) => {
+                    if s.code() == tonic::Code::Unavailable {
+                        self.mark_unreachable(&addr);
+                    }
+                    last = Error::Transport(format!("{addr}: {}: {}", s.code(), s.message()));
+                }
+                Err(_) => {
+                    self.mark_unreachable(&addr);
+                    last = Error::Transport(format!("{addr}: no answer within {wait:?}"));
+                }
             }
         }
         Err(last)
@@ -247,6 +271,20 @@ impl Client {
         self.about_topic(topic, |md| md.leaders.get(topic).map(|l| l.len() as u32)).await
     }
 
+    /// The coordinator of `key` last found, if any.
+    pub(crate) fn cached_coordinator(&self, kind: crate::coordinator::Coordinator, key: &str) -> Option<String> {
+        self.metadata.lock().unwrap_or_else(|p| p.into_inner()).coordinators.get(&(kind, key.to_string())).cloned()
+    }
+
+    /// Remembers (or, with `None`, forgets) the coordinator of `key`.
+    pub(crate) fn remember_coordinator(&self, kind: crate::coordinator::Coordinator, key: &str, addr: Option<String>) {
+        let mut md = self.metadata.lock().unwrap_or_else(|p| p.into_inner());
+        match addr {
+            Some(a) => md.coordinators.insert((kind, key.to_string()), a),
+            None => md.coordinators.remove(&(kind, key.to_string())),
+        };
+    }
+
     /// What `read` finds about `topic` in the metadata cache, refreshing it once if nothing.
     async fn about_topic<T>(&self, topic: &str, read: impl Fn(&Metadata) -> Option<T>) -> Result<T> {
         let cached = |c: &Self| read(&c.metadata.lock().unwrap_or_else(|p| p.into_inner()));
@@ -264,10 +302,19 @@ impl Client {
         self.metadata.lock().unwrap_or_else(|p| p.into_inner()).leaders.get(topic).map(|l| l.len() as u32)
     }
 
+    /// The address of the partition's leader, unless unknown or just found unreachable.
     fn leader_addr(&self, topic: &str, partition: u32) -> Option<String> {
         let md = self.metadata.lock().unwrap_or_else(|p| p.into_inner());
         let leader = (*md.leaders.get(topic)?.get(partition as usize)?)?;
-        md.nodes.get(&leader).cloned()
+        md.nodes.get(&leader).filter(|a| !md.is_unreachable(a)).cloned()
+    }
+
+    /// Records that a request to `addr` failed at the transport level.
+    pub(crate) fn mark_unreachable(&self, addr: &str) {
+        let mut md = self.metadata.lock().unwrap_or_else(|p| p.into_inner());
+        let now = rill_rt::now();
+        md.unreachable.retain(|_, until| *until > now);
+        md.unreachable.insert(addr.to_string(), now + UNREACHABLE_PAUSE);
     }
 
     fn forget_leader(&self, topic: &str, partition: u32) {
@@ -354,11 +401,13 @@ impl Client {
                     }
                 }
             };
-            let answer = match call(addr).await {
+            let answer = match call(addr.clone()).await {
                 Ok(a) => a,
                 Err(e) => {
-                    // The node may be gone: look the leader up again next time.
+                    // The node may be gone: look the leader up again next time, and leave the
+                    // node alone for a moment (its leadership may still be reported).
                     self.forget_leader(topic, partition);
+                    self.mark_unreachable(&addr);
                     if resend == Resend::AlsoAfterTransportErrors && rill_rt::now() < deadline {
                         attempt += 1;
                         tracing::debug!(topic, partition, attempt, error = %e, "resending a read");
@@ -391,9 +440,8 @@ impl Client {
         let mut last = Error::Transport("no node reachable".into());
         for addr in self.admin_addrs() {
             let mut stub = self.records_stub(&addr)?;
-            match rill_rt::timeout(self.options.request_slack * 3, stub.init_producer_id(pb::InitProducerIdRequest {}))
-                .await
-            {
+            let req = pb::InitProducerIdRequest { transactional_id: String::new(), transaction_timeout_ms: 0 };
+            match rill_rt::timeout(self.options.request_slack * 3, stub.init_producer_id(req)).await {
                 Ok(Ok(r)) => {
                     let r = r.into_inner();
                     if r.error_code != ErrorCode::None as i32 {

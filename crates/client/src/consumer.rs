@@ -6,9 +6,11 @@
 //!        └► keeps one fetch in flight per unpaused partition while its buffer has room
 //! ```
 //!
-//! Group membership and committed offsets come with consumer groups; this is assign mode.
-//! Records of a partition are returned in offset order, each once, without gaps (offsets are
-//! dense), unless the application seeks.
+//! This is assign mode: the application chooses the partitions. With a `group_id`, a partition
+//! without a position starts at the offset the group committed for it (else at `start`), and
+//! [`Consumer::commit`] records the positions under the group (Kafka's "simple" consumer group:
+//! no membership; that comes with consumer groups). Records of a partition are returned in
+//! offset order, each once, without gaps (offsets are dense), unless the application seeks.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
@@ -70,9 +72,12 @@ enum Buffered {
 }
 
 /// Consumer settings.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConsumerConfig {
-    /// Where a partition without a position starts.
+    /// The group whose committed offsets a partition without a position starts at, and under
+    /// which [`Consumer::commit`] commits.
+    pub group_id: Option<String>,
+    /// Where a partition without a position (nor a committed offset) starts.
     pub start: OffsetSpec,
     /// Long-poll time of each background fetch.
     pub fetch_max_wait: Duration,
@@ -87,6 +92,7 @@ pub struct ConsumerConfig {
 impl Default for ConsumerConfig {
     fn default() -> Self {
         Self {
+            group_id: None,
             start: OffsetSpec::Earliest,
             fetch_max_wait: Duration::from_millis(500),
             partition_max_bytes: 1 << 20,
@@ -257,11 +263,43 @@ impl Consumer {
         }
         let missing: Vec<TopicPartition> =
             self.partitions.iter().filter(|(_, s)| s.position.is_none()).map(|(tp, _)| tp.clone()).collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let committed = match &self.config.group_id {
+            Some(group) => self.client.committed_offsets(group, &missing).await?,
+            None => Default::default(),
+        };
         for tp in missing {
-            let offset = self.client.list_offset(&tp.topic, tp.partition, self.config.start).await?;
+            let offset = match committed.get(&tp).cloned().flatten() {
+                Some(c) => c.offset,
+                None => self.client.list_offset(&tp.topic, tp.partition, self.config.start).await?,
+            };
             self.seek(&tp, offset)?;
         }
         Ok(())
+    }
+
+    /// Commits the position of every assigned partition that has one (the next offset `poll`
+    /// returns) under the consumer's group. Call it after processing what `poll` returned.
+    pub async fn commit(&self) -> Result<()> {
+        let positions: Vec<(TopicPartition, u64)> =
+            self.partitions.iter().filter_map(|(tp, st)| st.position.map(|p| (tp.clone(), p))).collect();
+        self.commit_offsets(positions).await
+    }
+
+    /// Commits `offsets` (per partition, the next offset to read) under the consumer's group:
+    /// for an application that processed only part of what `poll` returned.
+    pub async fn commit_offsets(&self, offsets: impl IntoIterator<Item = (TopicPartition, u64)>) -> Result<()> {
+        let Some(group) = &self.config.group_id else {
+            return Err(Error::InvalidArgument("commit needs a consumer with a group_id".into()));
+        };
+        let offsets: Vec<(TopicPartition, u64, String)> =
+            offsets.into_iter().map(|(tp, o)| (tp, o, String::new())).collect();
+        if offsets.is_empty() {
+            return Ok(());
+        }
+        self.client.commit_offsets(group, &offsets).await
     }
 
     fn start_fetches(&mut self) {

@@ -23,7 +23,10 @@
 //!   jitter; one-batch `produce`, `fetch`, `list_offset`; admin operations ([`admin`]).
 //! * [`Producer`] — batching (`batch_size`, `linger`), compression, Kafka's partitioners, a
 //!   future per record, `flush`, `close`.
-//! * [`Consumer`] — assign, seek (offset, beginning, end, time), pipelined `poll`, pause/resume.
+//! * [`Consumer`] — assign, seek (offset, beginning, end, time), pipelined `poll`, pause/resume;
+//!   with a group id, starts from the group's committed offsets and commits its positions.
+//! * [`coordinator`] — requests a coordinator serves: committed offsets, transactional
+//!   producer ids; found with `Admin.FindCoordinator`.
 //! * [`partitioner`] — Kafka's default partitioner (murmur2), bit for bit.
 //! * [`Error`] — the server's error code and message, or a transport failure.
 //!
@@ -36,6 +39,7 @@
 pub mod admin;
 pub mod client;
 pub mod consumer;
+pub mod coordinator;
 pub mod error;
 pub mod partitioner;
 pub mod producer;
@@ -43,10 +47,11 @@ pub mod record;
 
 pub use client::{Client, ClientOptions};
 pub use consumer::{Consumer, ConsumerConfig, ConsumerRecord, TopicPartition};
+pub use coordinator::{CommittedOffset, Coordinator};
 pub use error::{Error, Result};
 pub use producer::{DeliveryFuture, Producer, ProducerConfig};
 pub use record::{Acks, FetchedPartition, OffsetSpec, ProduceAck, ReceivedRecord, Record, RecordMetadata};
-pub use rill_proto::admin::{NodeDescription, PartitionDescription, TopicDescription};
+pub use rill_proto::admin::{NodeDescription, PartitionDescription, TopicDescription, TopicSummary};
 pub use rill_proto::common::ErrorCode;
 pub use rill_records::Compression;
 

@@ -9,7 +9,9 @@ use rill_proto::meta as pb;
 
 use crate::config::TopicConfig;
 use crate::error::{MetaError, MetaErrorKind};
-use crate::state::{MetaCommand, MetaResult, MetaState, NodeInfo, PartitionAssignment, TopicId, TopicMeta};
+use crate::state::{
+    MetaCommand, MetaResult, MetaState, NodeInfo, PartitionAssignment, PartitionKind, TopicId, TopicMeta,
+};
 
 fn decode_pb<M: Message + Default>(bytes: &[u8], what: &str) -> Result<M, String> {
     M::decode(bytes).map_err(|e| format!("undecodable {what}: {e}"))
@@ -33,6 +35,23 @@ fn nodes_from(nodes: Vec<pb::Node>) -> Vec<NodeInfo> {
 
 fn topic_id_from(bytes: &[u8]) -> Result<TopicId, String> {
     bytes.try_into().map_err(|_| format!("a topic id has 16 bytes, not {}", bytes.len()))
+}
+
+fn kind_of(k: PartitionKind) -> i32 {
+    (match k {
+        PartitionKind::Records => pb::PartitionKind::Records,
+        PartitionKind::ConsumerOffsets => pb::PartitionKind::ConsumerOffsets,
+        PartitionKind::TransactionState => pb::PartitionKind::TransactionState,
+    }) as i32
+}
+
+fn kind_from_raw(raw: i32) -> Result<PartitionKind, String> {
+    match pb::PartitionKind::try_from(raw) {
+        Ok(pb::PartitionKind::Records) => Ok(PartitionKind::Records),
+        Ok(pb::PartitionKind::ConsumerOffsets) => Ok(PartitionKind::ConsumerOffsets),
+        Ok(pb::PartitionKind::TransactionState) => Ok(PartitionKind::TransactionState),
+        Err(_) => Err(format!("unknown partition kind {raw} (written by a newer release?)")),
+    }
 }
 
 fn config_to(c: &TopicConfig) -> pb::TopicConfig {
@@ -68,12 +87,14 @@ fn topic_to(t: &TopicMeta) -> pb::Topic {
             .map(|p| pb::PartitionAssignment { group: p.group, replicas: p.replicas.clone() })
             .collect(),
         config: Some(config_to(&t.config)),
+        kind: kind_of(t.kind),
     }
 }
 
 fn topic_from(p: pb::Topic) -> Result<TopicMeta, String> {
     Ok(TopicMeta {
         id: p.id,
+        kind: kind_from_raw(p.kind)?,
         topic_id: topic_id_from(&p.topic_id)?,
         config: config_from(p.config, p.replication_factor),
         name: p.name,
@@ -143,8 +164,9 @@ pub fn encode_command(cmd: &MetaCommand) -> Bytes {
     use pb::meta_command::Command as C;
     let command = match cmd {
         MetaCommand::RegisterNodes { nodes } => C::RegisterNodes(pb::RegisterNodes { nodes: nodes_to(nodes) }),
-        MetaCommand::CreateTopic { name, topic_id, partitions, replication_factor, configs, live_nodes } => {
+        MetaCommand::CreateTopic { name, topic_id, kind, partitions, replication_factor, configs, live_nodes } => {
             C::CreateTopic(pb::CreateTopic {
+                kind: kind_of(*kind),
                 name: name.clone(),
                 topic_id: Bytes::copy_from_slice(topic_id),
                 partitions: *partitions,
@@ -175,6 +197,7 @@ pub fn decode_command(bytes: &[u8]) -> Result<MetaCommand, String> {
         C::RegisterNodes(c) => MetaCommand::RegisterNodes { nodes: nodes_from(c.nodes) },
         C::CreateTopic(c) => MetaCommand::CreateTopic {
             topic_id: topic_id_from(&c.topic_id)?,
+            kind: kind_from_raw(c.kind)?,
             name: c.name,
             partitions: c.partitions,
             replication_factor: c.replication_factor,
@@ -234,6 +257,7 @@ mod tests {
             replication_factor: 3,
             partitions: vec![PartitionAssignment { group: 4, replicas: vec![2, 3, 1] }],
             config: TopicConfig::defaults(3),
+            kind: PartitionKind::ConsumerOffsets,
         }
     }
 
@@ -254,6 +278,7 @@ mod tests {
             MetaCommand::CreateTopic {
                 name: "t".into(),
                 topic_id: [1; 16],
+                kind: PartitionKind::TransactionState,
                 partitions: 3,
                 replication_factor: 3,
                 configs: vec![("min.insync.replicas".into(), "2".into())],

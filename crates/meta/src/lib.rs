@@ -27,7 +27,10 @@ pub mod state;
 pub use config::TopicConfig;
 pub use error::{MetaError, MetaErrorKind};
 pub use machine::MetaStateMachine;
-pub use state::{MetaCommand, MetaResult, MetaState, NodeInfo, PartitionAssignment, TopicId, TopicMeta};
+pub use state::{
+    MetaCommand, MetaResult, MetaState, NodeInfo, PartitionAssignment, PartitionKind, TopicId, TopicMeta,
+    CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC,
+};
 
 /// The Raft group id of the cluster metadata.
 pub const META_GROUP: rill_raft::GroupId = 0;

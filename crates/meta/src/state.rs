@@ -32,6 +32,49 @@ pub struct PartitionAssignment {
     pub replicas: Vec<NodeId>,
 }
 
+/// What a topic's partitions hold, and so which state machine their Raft groups run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub enum PartitionKind {
+    /// A log of record batches (every topic a client creates).
+    #[default]
+    Records,
+    /// `__consumer_offsets`: consumer groups' committed offsets (the group coordinator).
+    ConsumerOffsets,
+    /// `__transaction_state`: transactional ids and their producers (the transaction
+    /// coordinator).
+    TransactionState,
+}
+
+impl PartitionKind {
+    /// The internal topic of a state kind; `None` for records.
+    pub fn internal_topic(self) -> Option<&'static str> {
+        match self {
+            Self::Records => None,
+            Self::ConsumerOffsets => Some(CONSUMER_OFFSETS_TOPIC),
+            Self::TransactionState => Some(TRANSACTION_STATE_TOPIC),
+        }
+    }
+
+    /// True for the kinds of internal topics (state partitions).
+    pub fn is_internal(self) -> bool {
+        self != Self::Records
+    }
+
+    /// The kind's name, as `rill topic describe` shows it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Records => "records",
+            Self::ConsumerOffsets => "consumer-offsets",
+            Self::TransactionState => "transaction-state",
+        }
+    }
+}
+
+/// The internal topic holding consumer groups' state (Kafka's name).
+pub const CONSUMER_OFFSETS_TOPIC: &str = "__consumer_offsets";
+/// The internal topic holding transactions' state (Kafka's name).
+pub const TRANSACTION_STATE_TOPIC: &str = "__transaction_state";
+
 /// A topic's stable id: 16 random bytes drawn when it is created (Kafka's KIP-516 topic ids), so
 /// a topic deleted and re-created under the same name is never taken for the old one.
 pub type TopicId = [u8; 16];
@@ -51,6 +94,15 @@ pub struct TopicMeta {
     pub partitions: Vec<PartitionAssignment>,
     /// Settings.
     pub config: TopicConfig,
+    /// What its partitions hold.
+    pub kind: PartitionKind,
+}
+
+impl TopicMeta {
+    /// True for an internal topic (a state partition kind: written by the cluster only).
+    pub fn is_internal(&self) -> bool {
+        self.kind.is_internal()
+    }
 }
 
 /// Everything group 0 replicates.
@@ -84,6 +136,9 @@ pub enum MetaCommand {
         name: String,
         /// Drawn by the proposer (state machines read no randomness); refused if taken.
         topic_id: TopicId,
+        /// Records for client topics; a state kind only for the internal topics, which the
+        /// cluster creates at start under their reserved names.
+        kind: PartitionKind,
         partitions: u32,
         replication_factor: u32,
         configs: Vec<(String, String)>,
@@ -121,6 +176,15 @@ fn unknown_topic(name: &str) -> MetaError {
     MetaError::new(MetaErrorKind::UnknownTopic, format!("unknown topic {name:?}"))
 }
 
+/// The kind whose internal topic `name` is reserved for (records for any other name).
+fn reserved_kind(name: &str) -> PartitionKind {
+    match name {
+        CONSUMER_OFFSETS_TOPIC => PartitionKind::ConsumerOffsets,
+        TRANSACTION_STATE_TOPIC => PartitionKind::TransactionState,
+        _ => PartitionKind::Records,
+    }
+}
+
 /// Checks a topic name: 1–249 characters from `[a-zA-Z0-9._-]`, not `.` or `..`.
 pub fn validate_topic_name(name: &str) -> Result<(), MetaError> {
     let bad =
@@ -150,18 +214,21 @@ impl MetaState {
                 }
                 MetaResult::NodesRegistered
             }
-            MetaCommand::CreateTopic { name, topic_id, partitions, replication_factor, configs, live_nodes } => {
-                match self.create_topic(name, topic_id, partitions, replication_factor, &configs, &live_nodes) {
+            MetaCommand::CreateTopic { name, topic_id, kind, partitions, replication_factor, configs, live_nodes } => {
+                match self.create_topic(name, topic_id, kind, partitions, replication_factor, &configs, &live_nodes) {
                     Ok(t) => MetaResult::TopicCreated(t),
                     Err(e) => MetaResult::Refused(e),
                 }
             }
-            MetaCommand::DeleteTopic { name } => match self.topics.remove(&name) {
-                Some(t) => {
-                    self.deleted_groups.extend(t.partitions.iter().map(|p| p.group));
-                    MetaResult::TopicDeleted(t)
-                }
-                None => MetaResult::Refused(unknown_topic(&name)),
+            MetaCommand::DeleteTopic { name } => match self.check_delete(&name) {
+                Err(e) => MetaResult::Refused(e),
+                Ok(()) => match self.topics.remove(&name) {
+                    Some(t) => {
+                        self.deleted_groups.extend(t.partitions.iter().map(|p| p.group));
+                        MetaResult::TopicDeleted(t)
+                    }
+                    None => MetaResult::Refused(unknown_topic(&name)),
+                },
             },
             MetaCommand::AlterTopicConfig { name, set, reset } => match self.alter_config(&name, &set, &reset) {
                 Ok(t) => MetaResult::TopicUpdated(t),
@@ -185,7 +252,24 @@ impl MetaState {
         result
     }
 
-    /// Checks a create request against the current state without changing it.
+    /// Checks that `name` may be deleted: it exists and is not internal.
+    pub fn check_delete(&self, name: &str) -> Result<(), MetaError> {
+        match self.topics.get(name) {
+            None => Err(unknown_topic(name)),
+            Some(t) if t.is_internal() => Err(MetaError::new(
+                MetaErrorKind::InvalidTopic,
+                format!("{name} is an internal topic (the cluster's {} state); it cannot be deleted", t.kind.name()),
+            )),
+            Some(_) => Ok(()),
+        }
+    }
+
+    /// The internal topic of `kind`, once the cluster created it.
+    pub fn internal_topic(&self, kind: PartitionKind) -> Option<&TopicMeta> {
+        self.topics.get(kind.internal_topic()?).filter(|t| t.kind == kind)
+    }
+
+    /// Checks a create request of a client topic against the current state without changing it.
     pub fn check_create(
         &self,
         name: &str,
@@ -194,7 +278,28 @@ impl MetaState {
         configs: &[(String, String)],
         live_nodes: &[NodeId],
     ) -> Result<TopicConfig, MetaError> {
+        self.check_create_kind(name, PartitionKind::Records, partitions, replication_factor, configs, live_nodes)
+    }
+
+    fn check_create_kind(
+        &self,
+        name: &str,
+        kind: PartitionKind,
+        partitions: u32,
+        replication_factor: u32,
+        configs: &[(String, String)],
+        live_nodes: &[NodeId],
+    ) -> Result<TopicConfig, MetaError> {
         validate_topic_name(name)?;
+        if kind.internal_topic() != reserved_kind(name).internal_topic() {
+            return Err(MetaError::new(
+                MetaErrorKind::InvalidTopic,
+                match kind.internal_topic() {
+                    Some(internal) => format!("a {} topic must be named {internal}", kind.name()),
+                    None => format!("{name:?} is reserved for the cluster's internal topic; choose another name"),
+                },
+            ));
+        }
         if self.topics.contains_key(name) {
             return Err(MetaError::new(MetaErrorKind::TopicExists, format!("topic {name:?} already exists")));
         }
@@ -248,16 +353,18 @@ impl MetaState {
         Ok(())
     }
 
+    #[allow(clippy::too_many_arguments)] // the fields of one command
     fn create_topic(
         &mut self,
         name: String,
         topic_id: TopicId,
+        kind: PartitionKind,
         partitions: u32,
         replication_factor: u32,
         configs: &[(String, String)],
         live_nodes: &[NodeId],
     ) -> Result<TopicMeta, MetaError> {
-        let config = self.check_create(&name, partitions, replication_factor, configs, live_nodes)?;
+        let config = self.check_create_kind(&name, kind, partitions, replication_factor, configs, live_nodes)?;
         if topic_id == [0; 16] || self.topics.values().any(|t| t.topic_id == topic_id) {
             return Err(MetaError::new(
                 MetaErrorKind::TopicExists,
@@ -274,7 +381,7 @@ impl MetaState {
             .collect::<Vec<_>>();
         self.next_topic_id += 1;
         self.next_group_id = first_group + u64::from(partitions);
-        let topic = TopicMeta { id, topic_id, name: name.clone(), replication_factor, partitions: parts, config };
+        let topic = TopicMeta { id, topic_id, name: name.clone(), replication_factor, partitions: parts, config, kind };
         self.topics.insert(name, topic.clone());
         Ok(topic)
     }
@@ -305,6 +412,12 @@ impl MetaState {
         live_nodes: &[NodeId],
     ) -> Result<&TopicMeta, MetaError> {
         let t = self.topics.get(name).ok_or_else(|| unknown_topic(name))?;
+        if t.is_internal() {
+            return Err(MetaError::new(
+                MetaErrorKind::InvalidPartitions,
+                format!("{name} is an internal topic: its partition count decides where ids live and cannot change"),
+            ));
+        }
         let now = t.partitions.len() as u32;
         if total <= now {
             return Err(MetaError::new(
@@ -373,6 +486,7 @@ mod tests {
         s.apply(MetaCommand::CreateTopic {
             name: name.into(),
             topic_id: id_for(name),
+            kind: PartitionKind::Records,
             partitions: p,
             replication_factor: rf,
             configs: vec![],
@@ -476,6 +590,7 @@ mod tests {
         let cmd = |rf: u32, live: Vec<NodeId>| MetaCommand::CreateTopic {
             name: format!("t{rf}{}", live.len()),
             topic_id: id_for(&format!("t{rf}{}", live.len())),
+            kind: PartitionKind::Records,
             partitions: 4,
             replication_factor: rf,
             configs: vec![],
@@ -500,6 +615,7 @@ mod tests {
         let same_id = MetaCommand::CreateTopic {
             name: "b".into(),
             topic_id: a.topic_id,
+            kind: PartitionKind::Records,
             partitions: 1,
             replication_factor: 3,
             configs: vec![],
@@ -509,6 +625,7 @@ mod tests {
         let zero = MetaCommand::CreateTopic {
             name: "b".into(),
             topic_id: [0; 16],
+            kind: PartitionKind::Records,
             partitions: 1,
             replication_factor: 3,
             configs: vec![],
@@ -518,6 +635,41 @@ mod tests {
         assert!(s.apply(MetaCommand::DeleteTopic { name: "a".into() }) != MetaResult::NodesRegistered);
         let MetaResult::TopicCreated(again) = create(&mut s, "a", 1, 3) else { panic!() };
         assert_eq!(again.topic_id, a.topic_id, "this test draws ids from names; the server draws them at random");
+    }
+
+    #[test]
+    fn internal_topics_have_reserved_names_and_cannot_be_deleted_or_grown() {
+        let mut s = three_nodes();
+        let internal = |name: &str, kind| MetaCommand::CreateTopic {
+            name: name.into(),
+            topic_id: id_for(name),
+            kind,
+            partitions: 4,
+            replication_factor: 3,
+            configs: vec![],
+            live_nodes: vec![],
+        };
+        // A client cannot take the reserved names, nor create a state kind under another name.
+        match create(&mut s, CONSUMER_OFFSETS_TOPIC, 1, 3) {
+            MetaResult::Refused(e) => assert!(e.message.contains("reserved"), "{e}"),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(s.apply(internal("offsets", PartitionKind::ConsumerOffsets)), MetaResult::Refused(_)));
+        let MetaResult::TopicCreated(t) = s.apply(internal(CONSUMER_OFFSETS_TOPIC, PartitionKind::ConsumerOffsets))
+        else {
+            panic!()
+        };
+        assert!(t.is_internal() && t.kind == PartitionKind::ConsumerOffsets);
+        assert_eq!(s.internal_topic(PartitionKind::ConsumerOffsets).map(|t| t.partitions.len()), Some(4));
+        assert_eq!(s.internal_topic(PartitionKind::TransactionState), None);
+        let before = s.clone();
+        match s.apply(MetaCommand::DeleteTopic { name: CONSUMER_OFFSETS_TOPIC.into() }) {
+            MetaResult::Refused(e) => assert!(e.message.contains("internal"), "{e}"),
+            other => panic!("{other:?}"),
+        }
+        let grow = MetaCommand::CreatePartitions { name: CONSUMER_OFFSETS_TOPIC.into(), total: 8, live_nodes: vec![] };
+        assert!(matches!(s.apply(grow), MetaResult::Refused(e) if e.kind == MetaErrorKind::InvalidPartitions));
+        assert_eq!(s, before, "refusals change nothing");
     }
 
     #[test]

@@ -6,9 +6,10 @@
 //! * [`records`]: the `Records` service — Produce, Fetch, ListOffsets.
 //! * [`admin`]: the `Admin` service — topics, cluster, client metadata.
 //! * [`internal`]: node-to-node services (Raft transport, forwarding, replica status).
-//! * [`raft`], [`meta`], [`partition`]: persistent formats — Raft's entries, votes, snapshots
+//! * [`groups`]: the `Groups` service — committed offsets of consumer groups.
+//! * [`raft`], [`meta`], [`partition`], [`coordinator`]: persistent formats — Raft's entries, votes, snapshots
 //!   and messages between nodes; the metadata's state, commands and results; a partition's
-//!   snapshot. Versioned by protobuf's field numbers, so old data keeps reading.
+//!   snapshot; the coordinators' commands and snapshots. Versioned by protobuf's field numbers, so old data keeps reading.
 //! * [`batch`]: building, checksumming and decoding [`common::RecordBatch`].
 
 #![allow(clippy::all)] // generated code below is not ours to lint
@@ -41,6 +42,14 @@ pub mod meta {
 #[allow(clippy::unwrap_used, clippy::expect_used)] // generated code
 pub mod partition {
     tonic::include_proto!("rill.partition");
+}
+#[allow(clippy::unwrap_used, clippy::expect_used)] // generated code
+pub mod coordinator {
+    tonic::include_proto!("rill.coordinator");
+}
+#[allow(clippy::unwrap_used, clippy::expect_used)] // generated code
+pub mod groups {
+    tonic::include_proto!("rill.groups");
 }
 
 pub use common::ErrorCode;

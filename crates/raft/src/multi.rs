@@ -181,7 +181,8 @@ impl MultiRaft {
             let m = raft.metrics();
             let m = m.borrow();
             if let Some(leader) = m.current_leader {
-                let heard = leader == self.node_id || liveness.silent_for(leader) <= crate::directory::CLAIMS_EXPIRE_AFTER;
+                let heard =
+                    leader == self.node_id || liveness.silent_for(leader) <= crate::directory::CLAIMS_EXPIRE_AFTER;
                 return heard.then_some((leader, m.current_term));
             }
         }

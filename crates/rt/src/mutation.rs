@@ -16,12 +16,19 @@ pub enum Mutation {
     SkipTruncate,
     /// Idempotent producer deduplication is off (a retried batch is appended again).
     NoDedupe,
+    /// A state partition's snapshot (a coordinator's state) carries no state.
+    EmptyStateSnapshot,
 }
 
 impl Mutation {
     /// Every mutation.
-    pub const ALL: [Mutation; 4] =
-        [Mutation::AckBeforeSync, Mutation::ReadAboveHw, Mutation::SkipTruncate, Mutation::NoDedupe];
+    pub const ALL: [Mutation; 5] = [
+        Mutation::AckBeforeSync,
+        Mutation::ReadAboveHw,
+        Mutation::SkipTruncate,
+        Mutation::NoDedupe,
+        Mutation::EmptyStateSnapshot,
+    ];
 
     /// The name used on the command line (`chaos/run --mutation NAME`).
     pub fn name(self) -> &'static str {
@@ -30,6 +37,7 @@ impl Mutation {
             Mutation::ReadAboveHw => "read-above-hw",
             Mutation::SkipTruncate => "skip-truncate",
             Mutation::NoDedupe => "no-dedupe",
+            Mutation::EmptyStateSnapshot => "empty-state-snapshot",
         }
     }
 

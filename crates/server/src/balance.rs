@@ -18,7 +18,7 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use futures::future::join_all;
-use rill_broker::Partition;
+use rill_broker::Replica;
 use rill_proto::internal::ElectLeaderRequest;
 use rill_raft::{GroupId, NodeId};
 use rill_rt::Instant;
@@ -56,8 +56,8 @@ pub async fn run(node: Weak<Node>) {
         let mut still_led = HashMap::new();
         let mut moves = Vec::new();
         for (topic, index, assignment) in meta.replicas_of(n.id()) {
-            let Some(p) = n.partition_by_group(assignment.group) else { continue };
-            let state = p.state();
+            let Some(p) = n.replica(assignment.group) else { continue };
+            let state = p.replica().state();
             if !state.is_leader {
                 continue;
             }
@@ -78,7 +78,7 @@ pub async fn run(node: Weak<Node>) {
         }
         led_since = still_led;
         for batch in moves.chunks(MAX_MOVES_AT_ONCE) {
-            join_all(batch.iter().map(|(p, to, name)| hand_over(&n, p, *to, name))).await;
+            join_all(batch.iter().map(|(p, to, name)| hand_over(&n, p.replica(), *to, name))).await;
         }
     }
 }
@@ -99,15 +99,15 @@ pub async fn hand_over_all(node: &Arc<Node>) {
     let now = rill_rt::now();
     let mut moves = Vec::new();
     for (topic, index, assignment) in meta.replicas_of(node.id()) {
-        let Some(p) = node.partition_by_group(assignment.group) else { continue };
-        let state = p.state();
+        let Some(p) = node.replica(assignment.group) else { continue };
+        let state = p.replica().state();
         if !state.is_leader || assignment.replicas.len() > MAX_REPLICATION_FACTOR {
             continue;
         }
         let name = format!("{}/{index}", topic.name);
         // The contact the ISR is judged by: a quiescent group sends no heartbeats, so its
         // followers count as heard while their nodes answer.
-        let silent_for = |r: NodeId| p.quiescence().last_contact(r).map(|t| now.saturating_duration_since(t));
+        let silent_for = |r: NodeId| p.replica().quiescence().last_contact(r).map(|t| now.saturating_duration_since(t));
         let target =
             assignment.replicas.iter().copied().find(|r| {
                 *r != node.id() && state.isr.contains(r) && silent_for(*r).is_some_and(|s| s < RECENTLY_HEARD)
@@ -132,7 +132,7 @@ pub async fn hand_over_all(node: &Arc<Node>) {
     tracing::info!(node = node.id(), partitions = moves.len(), "handing led partitions over before stopping");
     let all = async {
         for batch in moves.chunks(SHUTDOWN_MOVES_AT_ONCE) {
-            join_all(batch.iter().map(|(p, to, name)| hand_over(node, p, *to, name))).await;
+            join_all(batch.iter().map(|(p, to, name)| hand_over(node, p.replica(), *to, name))).await;
         }
     };
     if rill_rt::timeout(SHUTDOWN_HANDOVER_LIMIT, all).await.is_err() {
@@ -141,7 +141,7 @@ pub async fn hand_over_all(node: &Arc<Node>) {
 }
 
 /// Hands leadership of `p` to `to` (which must be in sync); logs the outcome.
-async fn hand_over(n: &Arc<Node>, p: &Partition, to: NodeId, name: &str) {
+async fn hand_over(n: &Arc<Node>, p: &Replica, to: NodeId, name: &str) {
     let Some(handover) = p.prepare_handover(to, CATCH_UP_TIMEOUT).await else {
         tracing::debug!(partition = name, to, "preferred replica did not catch up; leadership stays");
         return;

@@ -66,7 +66,24 @@ pub struct Config {
     /// Artificial delay before every storage sync. Zero in real deployments; the simulation
     /// sets it to model a disk's fsync time. Not settable from the file or flags.
     pub sync_latency: Duration,
+    /// Partitions of `__consumer_offsets` when the cluster creates it (at its first start;
+    /// later changes have no effect: the count decides where groups live).
+    pub consumer_offsets_partitions: u32,
+    /// Partitions of `__transaction_state` when the cluster creates it.
+    pub transaction_state_partitions: u32,
+    /// A state partition (internal topic) snapshots after this many entries and purges its log
+    /// behind the snapshot, keeping `state_log_kept_entries` before it. Neither is settable from
+    /// the file or flags; the simulation lowers both so its runs purge and install snapshots.
+    pub state_snapshot_every_entries: u64,
+    /// See `state_snapshot_every_entries`.
+    pub state_log_kept_entries: u64,
 }
+
+/// Default partition count of each internal topic: enough to spread coordinators over a
+/// cluster's nodes; each is one Raft group per replica, idle (quiescent) between requests.
+pub const DEFAULT_INTERNAL_TOPIC_PARTITIONS: u32 = 16;
+/// Most partitions an internal topic may be created with.
+pub const MAX_INTERNAL_TOPIC_PARTITIONS: u32 = 1024;
 
 /// How often preferred-leader balancing looks, and how long a leadership must last before it is
 /// handed over (never less than twice the election timeout, see `crate::balance`).
@@ -118,6 +135,10 @@ impl Config {
             log_level: "info".into(),
             log_format: LogFormat::Text,
             sync_latency: Duration::ZERO,
+            consumer_offsets_partitions: DEFAULT_INTERNAL_TOPIC_PARTITIONS,
+            transaction_state_partitions: DEFAULT_INTERNAL_TOPIC_PARTITIONS,
+            state_snapshot_every_entries: rill_broker::state_partition::STATE_SNAPSHOT_EVERY_ENTRIES,
+            state_log_kept_entries: rill_broker::state_partition::STATE_LOG_KEPT_BEHIND_SNAPSHOT,
         })
     }
 }
@@ -145,6 +166,8 @@ struct FileCluster {
     join: Option<bool>,
     advertise: Option<String>,
     auto_leader_rebalance: Option<bool>,
+    consumer_offsets_partitions: Option<u32>,
+    transaction_state_partitions: Option<u32>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -181,7 +204,8 @@ fn parse_file(text: &str, path: &Path) -> Result<FileConfig> {
         .map_err(|e| Error::Config(format!("{}: {e}", path.display())))?;
     if !unknown.is_empty() {
         return Err(Error::Config(format!(
-            "{}: unknown key(s) {}; known keys: node-id, listen, data-dir, [cluster] members, [cluster] join, [cluster] advertise, [cluster] auto-leader-rebalance, [raft] heartbeat-interval, \
+            "{}: unknown key(s) {}; known keys: node-id, listen, data-dir, [cluster] members, [cluster] join, [cluster] advertise, [cluster] auto-leader-rebalance, \
+             [cluster] consumer-offsets-partitions, [cluster] transaction-state-partitions, [raft] heartbeat-interval, \
              election-timeout-min, election-timeout-max, quiesce-after, [log] level, format",
             path.display(),
             unknown.join(", ")
@@ -221,6 +245,12 @@ pub struct Args {
     /// Hand leadership back to preferred replicas once they are in sync (default: true).
     #[arg(long, env = "RILL_AUTO_LEADER_REBALANCE")]
     pub auto_leader_rebalance: Option<bool>,
+    /// Partitions of `__consumer_offsets`, when the cluster first creates it (default: 16).
+    #[arg(long, env = "RILL_CONSUMER_OFFSETS_PARTITIONS")]
+    pub consumer_offsets_partitions: Option<u32>,
+    /// Partitions of `__transaction_state`, when the cluster first creates it (default: 16).
+    #[arg(long, env = "RILL_TRANSACTION_STATE_PARTITIONS")]
+    pub transaction_state_partitions: Option<u32>,
     /// Raft heartbeat interval (e.g. 100ms).
     #[arg(long, env = "RILL_RAFT_HEARTBEAT_INTERVAL", value_parser = humantime::parse_duration)]
     pub raft_heartbeat_interval: Option<Duration>,
@@ -283,6 +313,14 @@ impl Args {
             join: self.join || file.cluster.join.unwrap_or(false),
             advertise: self.advertise.clone().or(file.cluster.advertise),
             auto_leader_rebalance: self.auto_leader_rebalance.or(file.cluster.auto_leader_rebalance).unwrap_or(true),
+            consumer_offsets_partitions: self
+                .consumer_offsets_partitions
+                .or(file.cluster.consumer_offsets_partitions)
+                .unwrap_or(DEFAULT_INTERNAL_TOPIC_PARTITIONS),
+            transaction_state_partitions: self
+                .transaction_state_partitions
+                .or(file.cluster.transaction_state_partitions)
+                .unwrap_or(DEFAULT_INTERNAL_TOPIC_PARTITIONS),
         };
         build(
             node_id,
@@ -316,6 +354,8 @@ struct ClusterArgs {
     /// A joining node's address for the others.
     advertise: Option<String>,
     auto_leader_rebalance: bool,
+    consumer_offsets_partitions: u32,
+    transaction_state_partitions: u32,
 }
 
 fn build(
@@ -333,7 +373,24 @@ fn build(
     let listen: SocketAddr =
         listen.parse().map_err(|e| Error::Config(format!("listen {listen:?} is not host:port: {e}")))?;
     let mut parsed = BTreeMap::new();
-    let ClusterArgs { members, join, advertise, auto_leader_rebalance } = cluster;
+    let ClusterArgs {
+        members,
+        join,
+        advertise,
+        auto_leader_rebalance,
+        consumer_offsets_partitions,
+        transaction_state_partitions,
+    } = cluster;
+    for (key, n) in [
+        ("consumer-offsets-partitions", consumer_offsets_partitions),
+        ("transaction-state-partitions", transaction_state_partitions),
+    ] {
+        if n == 0 || n > MAX_INTERNAL_TOPIC_PARTITIONS {
+            return Err(Error::Config(format!(
+                "[cluster] {key} must be between 1 and {MAX_INTERNAL_TOPIC_PARTITIONS}, got {n}"
+            )));
+        }
+    }
     for m in &members {
         let (id, addr) = parse_member(m)?;
         if parsed.insert(id, addr).is_some() {
@@ -395,6 +452,10 @@ fn build(
         log_level,
         log_format,
         sync_latency: Duration::ZERO,
+        consumer_offsets_partitions,
+        transaction_state_partitions,
+        state_snapshot_every_entries: rill_broker::state_partition::STATE_SNAPSHOT_EVERY_ENTRIES,
+        state_log_kept_entries: rill_broker::state_partition::STATE_LOG_KEPT_BEHIND_SNAPSHOT,
     })
 }
 

@@ -12,6 +12,8 @@ use rill_meta::{MetaError, MetaErrorKind};
 use rill_proto::common::{ErrorCode, LeaderHint};
 use rill_records::BatchError;
 
+use rill_coordinator::CoordinatorError;
+
 use crate::node::ProposeError;
 
 /// A per-partition wire error: code, readable message, and the leader hint when known.
@@ -94,6 +96,70 @@ pub fn propose(e: &ProposeError) -> WireError {
         ProposeError::Internal(_) => ErrorCode::UnknownServerError,
     };
     WireError::new(code, e.to_string())
+}
+
+/// A malformed request field (one per-request answer can carry).
+pub fn invalid_request(message: impl Into<String>) -> WireError {
+    WireError::new(ErrorCode::InvalidRequest, message)
+}
+
+/// The internal topic a coordinator lives in is not created yet (the cluster is starting).
+pub fn coordinator_not_created(topic: &str) -> WireError {
+    WireError::new(
+        ErrorCode::CoordinatorNotAvailable,
+        format!("{topic} is not created yet (the cluster creates it once its members are registered); retry shortly"),
+    )
+}
+
+/// No leader is known for the coordinator's partition.
+pub fn coordinator_without_leader(topic: &str, partition: u32) -> WireError {
+    WireError::new(
+        ErrorCode::CoordinatorNotAvailable,
+        format!("{topic}/{partition} has no leader right now (an election is in progress, or too many replicas are down); retry"),
+    )
+}
+
+/// Maps a coordinator failure (the coordinator's address comes with `NOT_COORDINATOR`).
+pub fn coordinator(e: &CoordinatorError) -> WireError {
+    let message = e.to_string();
+    match e {
+        CoordinatorError::NotCoordinator { leader, addr, .. } => WireError {
+            code: ErrorCode::NotCoordinator,
+            message,
+            leader: leader.map(|id| LeaderHint { node_id: id, address: addr.clone().unwrap_or_default() }),
+        },
+        CoordinatorError::LoadInProgress => WireError::new(ErrorCode::CoordinatorLoadInProgress, message),
+        CoordinatorError::NotAvailable(_) => WireError::new(ErrorCode::CoordinatorNotAvailable, message),
+        CoordinatorError::Timeout { .. } => WireError::new(ErrorCode::RequestTimedOut, message),
+        CoordinatorError::InvalidGroupId(_) => WireError::new(ErrorCode::InvalidGroupId, message),
+        CoordinatorError::InvalidTransactionTimeout { .. } => {
+            WireError::new(ErrorCode::InvalidTransactionTimeout, message)
+        }
+        CoordinatorError::InvalidRequest(_) => WireError::new(ErrorCode::InvalidRequest, message),
+        CoordinatorError::Storage(_) => WireError::new(ErrorCode::StorageError, message),
+    }
+}
+
+/// Offset metadata longer than the limit.
+pub fn offset_metadata_too_large(len: usize, max: usize) -> WireError {
+    WireError::new(
+        ErrorCode::OffsetMetadataTooLarge,
+        format!("offset metadata of {len} bytes is longer than the {max} allowed"),
+    )
+}
+
+/// A negative committed offset.
+pub fn negative_offset(offset: i64) -> WireError {
+    WireError::new(ErrorCode::InvalidRequest, format!("offset {offset} is negative; commit the next offset to read"))
+}
+
+/// A produce, fetch or list-offsets request names an internal topic (its partitions hold a
+/// coordinator's state, written by the cluster, and have no records).
+pub fn internal_topic(topic: &str, kind: &str) -> WireError {
+    WireError::new(
+        ErrorCode::InvalidTopic,
+        format!("{topic} is an internal topic ({kind} state, written by the cluster): it cannot be produced to or read as records"),
+    )
 }
 
 /// A produce request names a partition without a record batch.

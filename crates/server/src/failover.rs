@@ -43,7 +43,8 @@ pub async fn run(node: Weak<Node>) {
         // Per leader node: silent past the lease? Asked once per check, not once per partition.
         let mut node_silent: HashMap<u64, bool> = HashMap::new();
         let liveness = n.multi().transport().liveness();
-        for p in n.partitions() {
+        for hosted in n.replicas() {
+            let p = hosted.replica();
             // A quiescent group whose leader's node is heard from (or that this node leads) has
             // nothing to check: the common case with many idle partitions, read without locks.
             if let Some(l) = p.quiescence().quiescent_leader() {
@@ -81,6 +82,6 @@ pub async fn run(node: Weak<Node>) {
             }
         }
         // Forget terms that are over: keep only the current term of each group.
-        stood.retain(|(g, t)| n.partition_by_group(*g).is_some_and(|p| p.raft().metrics().borrow().current_term == *t));
+        stood.retain(|(g, t)| n.replica(*g).is_some_and(|h| h.replica().raft().metrics().borrow().current_term == *t));
     }
 }

@@ -8,9 +8,10 @@ use std::time::Duration;
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::{BasicNode, ServerState};
 use rill_broker::machine::SharedState;
-use rill_broker::Partition;
+use rill_broker::{Partition, Replica, StatePartition};
+use rill_coordinator::{OffsetsMachine, TransactionsMachine};
 use rill_meta::machine::{decode_result, encode_command};
-use rill_meta::{MetaCommand, MetaResult, MetaState, MetaStateMachine, NodeInfo, TopicMeta, META_GROUP};
+use rill_meta::{MetaCommand, MetaResult, MetaState, MetaStateMachine, NodeInfo, PartitionKind, TopicMeta, META_GROUP};
 use rill_proto::internal::cluster_client::ClusterClient;
 use rill_proto::internal::ProposeMetaRequest;
 use rill_raft::multi::StartedGroup;
@@ -45,13 +46,44 @@ pub enum ProposeError {
     Internal(String),
 }
 
+/// A partition replica hosted on this node, by the kind of its topic.
+#[derive(Clone)]
+pub enum Hosted {
+    /// A record partition.
+    Records(Arc<Partition>),
+    /// A `__consumer_offsets` partition (group coordinator state).
+    Offsets(Arc<StatePartition<OffsetsMachine>>),
+    /// A `__transaction_state` partition (transaction coordinator state).
+    Transactions(Arc<StatePartition<TransactionsMachine>>),
+}
+
+impl Hosted {
+    /// The parts every kind shares: its Raft group, leadership, state.
+    pub fn replica(&self) -> &Replica {
+        match self {
+            Self::Records(p) => p,
+            Self::Offsets(p) => p,
+            Self::Transactions(p) => p,
+        }
+    }
+
+    /// The kind of its topic.
+    pub fn kind(&self) -> PartitionKind {
+        match self {
+            Self::Records(_) => PartitionKind::Records,
+            Self::Offsets(_) => PartitionKind::ConsumerOffsets,
+            Self::Transactions(_) => PartitionKind::TransactionState,
+        }
+    }
+}
+
 /// One Rill node.
 pub struct Node {
     config: Config,
     multi: Arc<MultiRaft>,
     meta_raft: Raft,
     meta: watch::Receiver<Arc<MetaState>>,
-    partitions: RwLock<HashMap<GroupId, Arc<Partition>>>,
+    replicas: RwLock<HashMap<GroupId, Hosted>>,
     /// The block of producer ids this node hands out: `next .. end`.
     producer_ids: rill_rt::sync::Mutex<(i64, i64)>,
 }
@@ -73,7 +105,7 @@ impl Node {
             multi,
             meta_raft,
             meta: meta_rx,
-            partitions: RwLock::new(HashMap::new()),
+            replicas: RwLock::new(HashMap::new()),
             producer_ids: rill_rt::sync::Mutex::new((0, 0)),
         });
         rill_rt::spawn(reconcile(Arc::downgrade(&node), node.meta.clone()));
@@ -116,16 +148,51 @@ impl Node {
         self.meta.clone()
     }
 
-    /// The replica of group `group` hosted here.
-    pub fn partition_by_group(&self, group: GroupId) -> Option<Arc<Partition>> {
-        self.partitions.read().unwrap_or_else(|p| p.into_inner()).get(&group).cloned()
+    /// The replica of group `group` hosted here, whatever its kind.
+    pub fn replica(&self, group: GroupId) -> Option<Hosted> {
+        self.replicas.read().unwrap_or_else(|p| p.into_inner()).get(&group).cloned()
     }
 
-    /// Every replica hosted here.
-    pub fn partitions(&self) -> Vec<Arc<Partition>> {
-        let mut all: Vec<_> = self.partitions.read().unwrap_or_else(|p| p.into_inner()).values().cloned().collect();
-        all.sort_by_key(|p| p.group());
+    /// Every replica hosted here, whatever its kind, by group id.
+    pub fn replicas(&self) -> Vec<Hosted> {
+        let mut all: Vec<_> = self.replicas.read().unwrap_or_else(|p| p.into_inner()).values().cloned().collect();
+        all.sort_by_key(|h| h.replica().group());
         all
+    }
+
+    /// The record partition replica of group `group` hosted here.
+    pub fn partition_by_group(&self, group: GroupId) -> Option<Arc<Partition>> {
+        match self.replica(group)? {
+            Hosted::Records(p) => Some(p),
+            _ => None,
+        }
+    }
+
+    /// Every record partition replica hosted here, by group id.
+    pub fn partitions(&self) -> Vec<Arc<Partition>> {
+        self.replicas()
+            .into_iter()
+            .filter_map(|h| match h {
+                Hosted::Records(p) => Some(p),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The leader of group `group` as this node knows it: from its own replica, else from the
+    /// peers' leadership reports (no request is sent).
+    pub fn leader_of(&self, group: GroupId) -> Option<NodeId> {
+        self.multi.leader_of(group).map(|(leader, _)| leader)
+    }
+
+    /// The partition of `kind`'s internal topic that `key` belongs to, and its Raft group; `None`
+    /// until the cluster has created the topic.
+    pub fn coordinator_partition(&self, kind: PartitionKind, key: &str) -> Option<(u32, GroupId)> {
+        let meta = self.meta();
+        let topic = meta.internal_topic(kind)?;
+        let n = u32::try_from(topic.partitions.len()).ok()?;
+        let partition = rill_coordinator::hash::partition_for(key, n);
+        Some((partition, topic.partitions.get(partition as usize)?.group))
     }
 
     /// Address of node `id` (from metadata, else the configured members).
@@ -257,7 +324,7 @@ impl Node {
     /// Stops every Raft group. Data stays on disk.
     pub async fn stop(&self) {
         self.multi.shutdown().await;
-        self.partitions.write().unwrap_or_else(|p| p.into_inner()).clear();
+        self.replicas.write().unwrap_or_else(|p| p.into_inner()).clear();
     }
 
     /// True when this node leads group 0.
@@ -267,7 +334,7 @@ impl Node {
 
     /// Stops the replica of `group` hosted here (its data stays until the group is deleted).
     async fn stop_partition(&self, group: GroupId) {
-        self.partitions.write().unwrap_or_else(|p| p.into_inner()).remove(&group);
+        self.replicas.write().unwrap_or_else(|p| p.into_inner()).remove(&group);
         self.multi.stop_group(group).await;
         tracing::info!(node = self.id(), group, "stopped partition replica");
     }
@@ -292,18 +359,40 @@ impl Node {
                 (*id, BasicNode::new(addr))
             })
             .collect();
-        let shared = SharedState::new();
-        let sm = shared.state_machine();
         // The first replica is the preferred leader. On a fresh partition only it initializes
         // the group — and so stands for election — while the others wait to hear from it, so
         // leaders spread as placement intended. If it does not show up (down, or slow), the others
         // initialize too after a while and elect among themselves.
         let preferred = replicas.first() == Some(&self.id());
         let initial = preferred.then(|| members.clone());
-        let opts = GroupOptions { quiesce: true, ..GroupOptions::default() };
-        let started = self.multi.start_group(group, sm, initial, opts).await?;
-        if started.pristine && !preferred {
-            let raft = started.raft.clone();
+        let records = GroupOptions { quiesce: true, ..GroupOptions::default() };
+        // A state partition's snapshot is its whole state: its log is purged behind it.
+        let state = GroupOptions {
+            quiesce: true,
+            snapshot_every_entries: self.config.state_snapshot_every_entries,
+            purge_behind_snapshot: Some(self.config.state_log_kept_entries),
+            ..GroupOptions::default()
+        };
+        let (name, config, node) = (topic.name.clone(), topic.config.clone(), self.id());
+        let (hosted, raft, pristine) = match topic.kind {
+            PartitionKind::Records => {
+                let shared = SharedState::new();
+                let started = self.multi.start_group(group, shared.state_machine(), initial, records).await?;
+                let (raft, pristine) = (started.raft.clone(), started.pristine);
+                (Hosted::Records(Partition::new(name, partition, node, started, shared, config)), raft, pristine)
+            }
+            PartitionKind::ConsumerOffsets => {
+                let started = self.multi.start_group(group, OffsetsMachine::new(), initial, state).await?;
+                let (raft, pristine) = (started.raft.clone(), started.pristine);
+                (Hosted::Offsets(StatePartition::new(name, partition, node, started, config)), raft, pristine)
+            }
+            PartitionKind::TransactionState => {
+                let started = self.multi.start_group(group, TransactionsMachine::new(), initial, state).await?;
+                let (raft, pristine) = (started.raft.clone(), started.pristine);
+                (Hosted::Transactions(StatePartition::new(name, partition, node, started, config)), raft, pristine)
+            }
+        };
+        if pristine && !preferred {
             let wait = Duration::from_millis(self.config.raft.election_max_ms * 2);
             rill_rt::spawn(async move {
                 rill_rt::sleep(wait).await;
@@ -312,9 +401,42 @@ impl Node {
                 }
             });
         }
-        let p = Partition::new(topic.name.clone(), partition, self.id(), started, shared, topic.config.clone());
-        self.partitions.write().unwrap_or_else(|p| p.into_inner()).insert(group, p);
-        tracing::info!(node = self.id(), topic = %topic.name, partition, group, "started partition replica");
+        self.replicas.write().unwrap_or_else(|p| p.into_inner()).insert(group, hosted);
+        tracing::info!(node = self.id(), topic = %topic.name, partition, group, kind = topic.kind.name(), "started partition replica");
+        Ok(())
+    }
+
+    /// Creates the internal topics missing from the metadata (on the metadata leader, once the
+    /// members are registered): `__consumer_offsets` and `__transaction_state`, with the
+    /// configured partition counts and up to three replicas.
+    async fn create_internal_topics(&self) -> Result<(), ProposeError> {
+        let meta = self.meta();
+        let replication_factor = u32::try_from(meta.nodes.len().min(3)).unwrap_or(3);
+        for (kind, partitions) in [
+            (PartitionKind::ConsumerOffsets, self.config.consumer_offsets_partitions),
+            (PartitionKind::TransactionState, self.config.transaction_state_partitions),
+        ] {
+            let Some(name) = kind.internal_topic() else { continue };
+            if meta.topics.contains_key(name) {
+                continue;
+            }
+            let cmd = MetaCommand::CreateTopic {
+                name: name.to_string(),
+                topic_id: new_topic_id(),
+                kind,
+                partitions,
+                replication_factor,
+                configs: Vec::new(),
+                live_nodes: Vec::new(),
+            };
+            match self.propose_meta(&cmd).await? {
+                MetaResult::TopicCreated(t) => {
+                    tracing::info!(topic = %t.name, partitions, replication_factor, "created internal topic")
+                }
+                MetaResult::Refused(e) => tracing::debug!(topic = name, error = %e, "internal topic not created"),
+                other => tracing::warn!(topic = name, answer = ?other, "unexpected answer creating an internal topic"),
+            }
+        }
         Ok(())
     }
 }
@@ -356,9 +478,10 @@ async fn reconcile(node: std::sync::Weak<Node>, mut meta: watch::Receiver<Arc<Me
         let Some(n) = node.upgrade() else { return };
         let assigned: BTreeMap<GroupId, (&TopicMeta, u32, &Vec<NodeId>)> =
             state.replicas_of(n.id()).into_iter().map(|(t, i, a)| (a.group, (t, i, &a.replicas))).collect();
-        for p in n.partitions() {
-            if !assigned.contains_key(&p.group()) {
-                n.stop_partition(p.group()).await;
+        for h in n.replicas() {
+            let group = h.replica().group();
+            if !assigned.contains_key(&group) {
+                n.stop_partition(group).await;
             }
         }
         let to_clean: Vec<GroupId> = state.deleted_groups.difference(&cleaned).copied().collect();
@@ -376,10 +499,10 @@ async fn reconcile(node: std::sync::Weak<Node>, mut meta: watch::Receiver<Arc<Me
             }
         }
         for (group, (topic, partition, replicas)) in &assigned {
-            match n.partition_by_group(*group) {
-                Some(p) => {
-                    if p.config() != topic.config {
-                        p.set_config(topic.config.clone());
+            match n.replica(*group) {
+                Some(h) => {
+                    if h.replica().config() != topic.config {
+                        h.replica().set_config(topic.config.clone());
                     }
                 }
                 None => {
@@ -396,7 +519,8 @@ async fn reconcile(node: std::sync::Weak<Node>, mut meta: watch::Receiver<Arc<Me
     }
 }
 
-/// Records the configured members in the metadata once a leader exists (idempotent).
+/// Records the configured members in the metadata once a leader exists (idempotent), then has
+/// the metadata leader create the internal topics.
 async fn register_members(node: std::sync::Weak<Node>) {
     let Some(mut raft_metrics) = node.upgrade().map(|n| n.meta_raft.metrics()) else { return };
     loop {
@@ -405,13 +529,21 @@ async fn register_members(node: std::sync::Weak<Node>) {
         let Some(n) = node.upgrade() else { return };
         let meta = n.meta();
         let missing = n.config.members.iter().any(|(id, addr)| meta.nodes.get(id).map(|i| &i.addr) != Some(addr));
-        if !missing {
+        let internal_missing = [PartitionKind::ConsumerOffsets, PartitionKind::TransactionState]
+            .iter()
+            .any(|k| k.internal_topic().is_some_and(|name| !meta.topics.contains_key(name)));
+        if !missing && !internal_missing {
             return;
         }
         if n.is_meta_leader() {
-            let nodes = n.config.members.iter().map(|(id, addr)| NodeInfo { id: *id, addr: addr.clone() }).collect();
-            if let Err(e) = n.propose_meta(&MetaCommand::RegisterNodes { nodes }).await {
-                tracing::debug!(error = %e, "registering members failed; will retry");
+            if missing {
+                let nodes =
+                    n.config.members.iter().map(|(id, addr)| NodeInfo { id: *id, addr: addr.clone() }).collect();
+                if let Err(e) = n.propose_meta(&MetaCommand::RegisterNodes { nodes }).await {
+                    tracing::debug!(error = %e, "registering members failed; will retry");
+                }
+            } else if let Err(e) = n.create_internal_topics().await {
+                tracing::debug!(error = %e, "creating the internal topics failed; will retry");
             }
         }
         drop(n);

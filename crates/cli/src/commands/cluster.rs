@@ -26,14 +26,17 @@ pub async fn run(bootstrap: &[String], cmd: ClusterCommand) -> anyhow::Result<()
     match cmd {
         ClusterCommand::Status { output } => {
             let c = client.describe_cluster().await.context("cannot describe the cluster")?;
-            let topics = client.list_topics().await.context("cannot list topics")?;
+            // Internal topics count for health (leaderless, under-replicated), not as leaders.
+            let topics = client.list_topics_with(true).await.context("cannot list topics")?;
             let mut leaders: BTreeMap<u64, u32> = BTreeMap::new();
+            let mut internal_leaders: BTreeMap<u64, u32> = BTreeMap::new();
             let mut under_replicated = Vec::new();
             let mut leaderless = Vec::new();
             for t in &topics {
                 let d = client.describe_topic(&t.name).await.with_context(|| format!("cannot describe {}", t.name))?;
                 for p in &d.partitions {
                     match p.leader {
+                        Some(l) if t.internal => *internal_leaders.entry(l).or_default() += 1,
                         Some(l) => *leaders.entry(l).or_default() += 1,
                         None => leaderless.push(format!("{}/{}: {}", t.name, p.partition, p.error_message)),
                     }
@@ -48,7 +51,7 @@ pub async fn run(bootstrap: &[String], cmd: ClusterCommand) -> anyhow::Result<()
                     let nodes: Vec<_> = c
                         .nodes
                         .iter()
-                        .map(|n| json!({"node_id": n.node_id, "address": n.address, "alive": n.alive, "metadata_voter": n.metadata_voter, "leaders": leaders.get(&n.node_id).copied().unwrap_or(0)}))
+                        .map(|n| json!({"node_id": n.node_id, "address": n.address, "alive": n.alive, "metadata_voter": n.metadata_voter, "leaders": leaders.get(&n.node_id).copied().unwrap_or(0), "internal_leaders": internal_leaders.get(&n.node_id).copied().unwrap_or(0)}))
                         .collect();
                     println!(
                         "{}",
@@ -57,7 +60,15 @@ pub async fn run(bootstrap: &[String], cmd: ClusterCommand) -> anyhow::Result<()
                 }
                 Output::Table => {
                     let mut t = Table::new();
-                    t.set_header(vec!["NODE", "ADDRESS", "ALIVE", "ROLE", "PARTITION LEADERS", "METADATA LEADER"]);
+                    t.set_header(vec![
+                        "NODE",
+                        "ADDRESS",
+                        "ALIVE",
+                        "ROLE",
+                        "PARTITION LEADERS",
+                        "COORDINATOR LEADERS",
+                        "METADATA LEADER",
+                    ]);
                     for n in &c.nodes {
                         let meta = if c.metadata_leader == Some(n.node_id) { "yes" } else { "" };
                         t.add_row(vec![
@@ -66,11 +77,17 @@ pub async fn run(bootstrap: &[String], cmd: ClusterCommand) -> anyhow::Result<()
                             if n.alive { "yes" } else { "NO" }.to_string(),
                             if n.metadata_voter { "voter" } else { "broker" }.to_string(),
                             leaders.get(&n.node_id).copied().unwrap_or(0).to_string(),
+                            internal_leaders.get(&n.node_id).copied().unwrap_or(0).to_string(),
                             meta.to_string(),
                         ]);
                     }
                     println!("{t}");
-                    println!("{} topic(s); under-replicated partitions: {}", topics.len(), under_replicated.len());
+                    let user = topics.iter().filter(|t| !t.internal).count();
+                    println!(
+                        "{user} topic(s) and {} internal; under-replicated partitions: {}",
+                        topics.len() - user,
+                        under_replicated.len()
+                    );
                     for u in &under_replicated {
                         println!("  under-replicated {u}");
                     }

@@ -1,5 +1,6 @@
 //! `rill consume TOPIC`: print records.
 
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::time::Duration;
 
@@ -40,6 +41,10 @@ pub struct ConsumeArgs {
     /// Keep waiting for new records until interrupted (the default without --timeout-ms).
     #[arg(long)]
     follow: bool,
+    /// Consume as this group: start where it committed (unless a start is given), and commit
+    /// after each batch of records printed (assign mode: no group membership yet).
+    #[arg(long)]
+    group: Option<String>,
     /// Output format: %t topic, %p partition, %o offset, %k key, %v value, %T timestamp.
     #[arg(long, default_value = "%v")]
     format: String,
@@ -74,7 +79,9 @@ pub async fn run(bootstrap: &[String], args: ConsumeArgs) -> anyhow::Result<()> 
         Some(p) => vec![p],
         None => (0..count).collect(),
     };
-    let mut consumer = Consumer::new(client, ConsumerConfig { start: OffsetSpec::Latest, ..ConsumerConfig::default() });
+    let config =
+        ConsumerConfig { group_id: args.group.clone(), start: OffsetSpec::Latest, ..ConsumerConfig::default() };
+    let mut consumer = Consumer::new(client, config);
     let tps: Vec<TopicPartition> = partitions.iter().map(|p| TopicPartition::new(&args.topic, *p)).collect();
     consumer.assign(tps.clone());
     for tp in &tps {
@@ -85,6 +92,8 @@ pub async fn run(bootstrap: &[String], args: ConsumeArgs) -> anyhow::Result<()> 
             }
             (None, true, _) => consumer.seek_to(tp, OffsetSpec::Earliest).await,
             (None, false, Some(t)) => consumer.seek_to(tp, OffsetSpec::Timestamp(t)).await,
+            // A group starts where it committed (the consumer looks it up), else at the end.
+            (None, false, None) if args.group.is_some() => continue,
             (None, false, None) => consumer.seek_to(tp, OffsetSpec::Latest).await,
         };
         position.with_context(|| format!("cannot find the start of {}/{}", tp.topic, tp.partition))?;
@@ -96,8 +105,11 @@ pub async fn run(bootstrap: &[String], args: ConsumeArgs) -> anyhow::Result<()> 
     loop {
         let wait = idle_limit.map_or(POLL_WAIT, |l| l.min(POLL_WAIT));
         let records = consumer.poll(wait).await.with_context(|| format!("cannot read {}", args.topic))?;
+        let mut printed_up_to: BTreeMap<TopicPartition, u64> = BTreeMap::new();
         let mut out = stdout.lock();
+        let mut done = false;
         for rec in records {
+            printed_up_to.insert(TopicPartition::new(&rec.topic, rec.partition), rec.offset + 1);
             let line = match args.output {
                 Output::Json => json!({
                     "topic": rec.topic,
@@ -122,11 +134,21 @@ pub async fn run(bootstrap: &[String], args: ConsumeArgs) -> anyhow::Result<()> 
             printed += 1;
             last_record = tokio::time::Instant::now();
             if args.max_messages.is_some_and(|m| printed >= m) {
-                consumer.close();
-                return Ok(());
+                done = true;
+                break;
             }
         }
         out.flush().ok();
+        drop(out);
+        if args.group.is_some() && !printed_up_to.is_empty() {
+            // After the records are written, exactly what was written: a crash before this
+            // prints them again, never skips them.
+            consumer.commit_offsets(printed_up_to).await.context("cannot commit the group's offsets")?;
+        }
+        if done {
+            consumer.close();
+            return Ok(());
+        }
         if idle_limit.is_some_and(|l| last_record.elapsed() >= l) {
             consumer.close();
             return Ok(());

@@ -59,6 +59,9 @@ pub enum TopicCommand {
     },
     /// List topics.
     List {
+        /// Also list the internal topics (`__consumer_offsets`, `__transaction_state`).
+        #[arg(long)]
+        internal: bool,
         /// Output format.
         #[arg(long, value_enum, default_value_t)]
         output: Output,
@@ -76,6 +79,9 @@ fn parse_config(entry: &str) -> anyhow::Result<(String, String)> {
 pub fn description_json(d: &TopicDescription) -> serde_json::Value {
     json!({
         "name": d.name,
+        "topic_id": rill_client::topic_id_string(&d.topic_id),
+        "kind": d.kind,
+        "internal": d.internal,
         "partitions": d.partitions.iter().map(|p| json!({
             "partition": p.partition,
             "leader": p.leader,
@@ -113,7 +119,12 @@ fn print_description(d: &TopicDescription) {
             p.error_message.clone(),
         ]);
     }
-    println!("topic {}", d.name);
+    let internal = if d.internal {
+        format!(" (internal: {} state; its partitions have no offsets)", d.kind)
+    } else {
+        String::new()
+    };
+    println!("topic {} id {}{internal}", d.name, rill_client::topic_id_string(&d.topic_id));
     println!("{t}");
     let configs: Vec<String> = d.configs.iter().map(|c| format!("{}={}", c.key, c.value)).collect();
     println!("config: {}", configs.join(" "));
@@ -178,21 +189,28 @@ pub async fn run(bootstrap: &[String], cmd: TopicCommand) -> anyhow::Result<()> 
             client.delete_topic(&name).await.with_context(|| format!("cannot delete topic {name:?}"))?;
             println!("deleted topic {name}");
         }
-        TopicCommand::List { output } => {
-            let topics = client.list_topics().await.context("cannot list topics")?;
+        TopicCommand::List { internal, output } => {
+            let topics = client.list_topics_with(internal).await.context("cannot list topics")?;
             match output {
                 Output::Json => {
                     let v: Vec<_> = topics
                         .iter()
-                        .map(|t| json!({"name": t.name, "partitions": t.partitions, "replication_factor": t.replication_factor}))
+                        .map(|t| json!({"name": t.name, "topic_id": rill_client::topic_id_string(&t.topic_id), "partitions": t.partitions, "replication_factor": t.replication_factor, "internal": t.internal}))
                         .collect();
                     println!("{}", serde_json::Value::Array(v));
                 }
                 Output::Table => {
                     let mut t = Table::new();
-                    t.set_header(vec!["TOPIC", "PARTITIONS", "REPLICATION FACTOR"]);
+                    t.set_header(vec!["TOPIC", "PARTITIONS", "REPLICATION FACTOR", "TOPIC ID"]);
                     for topic in topics {
-                        t.add_row(vec![topic.name, topic.partitions.to_string(), topic.replication_factor.to_string()]);
+                        let name =
+                            if topic.internal { format!("{} (internal)", topic.name) } else { topic.name.clone() };
+                        t.add_row(vec![
+                            name,
+                            topic.partitions.to_string(),
+                            topic.replication_factor.to_string(),
+                            rill_client::topic_id_string(&topic.topic_id),
+                        ]);
                     }
                     println!("{t}");
                 }

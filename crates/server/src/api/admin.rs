@@ -4,16 +4,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::join_all;
-use rill_meta::{MetaCommand, MetaResult, MetaState, TopicMeta};
+use rill_meta::{MetaCommand, MetaResult, MetaState, PartitionKind, TopicMeta};
 use rill_proto::admin::admin_server::Admin;
 use rill_proto::admin::{
-    AlterTopicConfigRequest, AlterTopicConfigResponse, CreatePartitionsRequest, CreatePartitionsResponse,
-    CreateTopicRequest, CreateTopicResponse, DeleteTopicRequest, DeleteTopicResponse, DescribeClusterRequest,
-    DescribeClusterResponse, DescribeTopicRequest, DescribeTopicResponse, ListTopicsRequest, ListTopicsResponse,
-    MetadataRequest, MetadataResponse, NodeDescription, PartitionDescription, PartitionMetadata, TopicConfigEntry,
-    TopicDescription, TopicMetadata, TopicSummary,
+    AlterTopicConfigRequest, AlterTopicConfigResponse, CoordinatorKind, CreatePartitionsRequest,
+    CreatePartitionsResponse, CreateTopicRequest, CreateTopicResponse, DeleteTopicRequest, DeleteTopicResponse,
+    DescribeClusterRequest, DescribeClusterResponse, DescribeTopicRequest, DescribeTopicResponse,
+    FindCoordinatorRequest, FindCoordinatorResponse, ListTopicsRequest, ListTopicsResponse, MetadataRequest,
+    MetadataResponse, NodeDescription, PartitionDescription, PartitionMetadata, TopicConfigEntry, TopicDescription,
+    TopicMetadata, TopicSummary,
 };
-use rill_proto::common::ErrorCode;
+use rill_proto::common::{ErrorCode, LeaderHint};
 use rill_proto::internal::PingRequest;
 use tonic::{Request, Response, Status};
 
@@ -25,6 +26,8 @@ use crate::node::Node;
 const META_WAIT: Duration = Duration::from_secs(10);
 /// How long a liveness probe may take.
 const PING_TIMEOUT: Duration = Duration::from_millis(500);
+/// A node heard from (its pings) within this long counts as alive in `Metadata` answers.
+const RECENTLY_HEARD: Duration = Duration::from_secs(1);
 
 /// The `Admin` service.
 pub struct AdminApi {
@@ -51,6 +54,8 @@ impl AdminApi {
         TopicDescription {
             name: topic.name.clone(),
             topic_id: bytes::Bytes::copy_from_slice(&topic.topic_id),
+            kind: topic.kind.name().to_string(),
+            internal: topic.is_internal(),
             partitions,
             configs: topic.config.entries().into_iter().map(|(key, value)| TopicConfigEntry { key, value }).collect(),
         }
@@ -67,6 +72,23 @@ impl AdminApi {
             }
         });
         join_all(probes).await
+    }
+
+    /// Every known node, alive when this node heard from it within the last second (the
+    /// node-level pings): no request is sent.
+    fn known_nodes(&self) -> Vec<NodeDescription> {
+        let voters = self.node.meta_voters();
+        let liveness = self.node.multi().transport().liveness();
+        self.node
+            .nodes()
+            .into_iter()
+            .map(|(id, address)| NodeDescription {
+                node_id: id,
+                address,
+                alive: id == self.node.id() || liveness.silent_for(id) < RECENTLY_HEARD,
+                metadata_voter: voters.contains(&id),
+            })
+            .collect()
     }
 
     /// Ids of the nodes that answer a probe now.
@@ -172,6 +194,7 @@ impl Admin for AdminApi {
         let cmd = MetaCommand::CreateTopic {
             live_nodes,
             topic_id: crate::node::new_topic_id(),
+            kind: PartitionKind::Records,
             name: req.name.clone(),
             partitions: req.partitions,
             replication_factor: req.replication_factor,
@@ -273,13 +296,16 @@ impl Admin for AdminApi {
         Ok(Response::new(answer))
     }
 
-    async fn list_topics(&self, _request: Request<ListTopicsRequest>) -> Result<Response<ListTopicsResponse>, Status> {
+    async fn list_topics(&self, request: Request<ListTopicsRequest>) -> Result<Response<ListTopicsResponse>, Status> {
+        let include_internal = request.into_inner().include_internal;
         let topics = self
             .node
             .meta()
             .topics
             .values()
+            .filter(|t| include_internal || !t.is_internal())
             .map(|t| TopicSummary {
+                internal: t.is_internal(),
                 name: t.name.clone(),
                 topic_id: bytes::Bytes::copy_from_slice(&t.topic_id),
                 partitions: t.partitions.len() as u32,
@@ -321,9 +347,14 @@ impl Admin for AdminApi {
     async fn metadata(&self, request: Request<MetadataRequest>) -> Result<Response<MetadataResponse>, Status> {
         let req = request.into_inner();
         let meta = self.node.meta();
-        let names: Vec<String> = if req.topics.is_empty() { meta.topics.keys().cloned().collect() } else { req.topics };
-        let known: Vec<&TopicMeta> = names.iter().filter_map(|n| meta.topics.get(n)).collect();
-        let live = gather(&self.node, &known).await;
+        // Every client topic, unless topics are named (an internal topic only when named).
+        let names: Vec<String> = if req.topics.is_empty() {
+            meta.topics.values().filter(|t| !t.is_internal()).map(|t| t.name.clone()).collect()
+        } else {
+            req.topics
+        };
+        // Answered from what this node knows (its replicas, the peers' leadership reports, the
+        // pings): no request to other nodes, so a client may ask as often as it likes.
         let topics = names
             .iter()
             .map(|name| match meta.topics.get(name) {
@@ -335,11 +366,13 @@ impl Admin for AdminApi {
                         error_message: e.message,
                         partitions: Vec::new(),
                         topic_id: bytes::Bytes::new(),
+                        internal: false,
                     }
                 }
                 Some(t) => TopicMetadata {
                     name: name.clone(),
                     topic_id: bytes::Bytes::copy_from_slice(&t.topic_id),
+                    internal: t.is_internal(),
                     error_code: ErrorCode::None as i32,
                     error_message: String::new(),
                     partitions: t
@@ -348,13 +381,59 @@ impl Admin for AdminApi {
                         .enumerate()
                         .map(|(i, p)| PartitionMetadata {
                             partition: i as u32,
-                            leader: live.get(&p.group).and_then(|l| l.leader.as_ref()).and_then(|l| l.leader),
+                            leader: self.node.leader_of(p.group),
                             replicas: p.replicas.clone(),
                         })
                         .collect(),
                 },
             })
             .collect();
-        Ok(Response::new(MetadataResponse { nodes: self.probe_nodes().await, topics }))
+        Ok(Response::new(MetadataResponse { nodes: self.known_nodes(), topics }))
     }
+
+    async fn find_coordinator(
+        &self,
+        request: Request<FindCoordinatorRequest>,
+    ) -> Result<Response<FindCoordinatorResponse>, Status> {
+        let req = request.into_inner();
+        let kind = match CoordinatorKind::try_from(req.kind) {
+            Ok(CoordinatorKind::Group) => PartitionKind::ConsumerOffsets,
+            Ok(CoordinatorKind::Transaction) => PartitionKind::TransactionState,
+            Err(_) => {
+                return Ok(Response::new(find_error(errors::invalid_request(format!(
+                    "unknown coordinator kind {}",
+                    req.kind
+                )))))
+            }
+        };
+        let checked = match kind {
+            PartitionKind::ConsumerOffsets => rill_coordinator::offsets::validate_group_id(&req.key),
+            _ => rill_coordinator::transactions::validate(&req.key, 0).map(|_| ()),
+        };
+        if let Err(e) = checked {
+            return Ok(Response::new(find_error(errors::coordinator(&e))));
+        }
+        let answer = match self.node.coordinator_partition(kind, &req.key) {
+            None => find_error(errors::coordinator_not_created(kind.internal_topic().unwrap_or_default())),
+            Some((partition, group)) => {
+                match self.node.leader_of(group).and_then(|l| self.node.node_addr(l).map(|a| (l, a))) {
+                    None => find_error(errors::coordinator_without_leader(
+                        kind.internal_topic().unwrap_or_default(),
+                        partition,
+                    )),
+                    Some((node_id, address)) => FindCoordinatorResponse {
+                        error_code: ErrorCode::None as i32,
+                        error_message: String::new(),
+                        coordinator: Some(LeaderHint { node_id, address }),
+                        partition,
+                    },
+                }
+            }
+        };
+        Ok(Response::new(answer))
+    }
+}
+
+fn find_error(e: WireError) -> FindCoordinatorResponse {
+    FindCoordinatorResponse { error_code: e.code as i32, error_message: e.message, coordinator: None, partition: 0 }
 }

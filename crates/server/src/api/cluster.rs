@@ -68,10 +68,10 @@ impl Cluster for ClusterApi {
         request: Request<ElectLeaderRequest>,
     ) -> Result<Response<ElectLeaderResponse>, Status> {
         let group = request.into_inner().group_id;
-        let Some(partition) = self.node.partition_by_group(group) else {
+        let Some(hosted) = self.node.replica(group) else {
             return Err(errors::group_not_hosted_status(group, self.node.id()));
         };
-        let elected = partition.stand_for_election(crate::balance::ELECTION_TIMEOUT).await;
+        let elected = hosted.replica().stand_for_election(crate::balance::ELECTION_TIMEOUT).await;
         Ok(Response::new(ElectLeaderResponse { elected }))
     }
 

@@ -15,9 +15,12 @@ use rill_proto::records::{
 };
 use tonic::{Request, Response, Status};
 
-use crate::api::routing::local_replica;
+use rill_coordinator::transactions;
+use rill_meta::PartitionKind;
+
+use crate::api::routing::{coordinator_here, local_replica};
 use crate::errors::{self, WireError};
-use crate::node::Node;
+use crate::node::{Hosted, Node};
 
 /// Produce timeout when the request gives none.
 const DEFAULT_PRODUCE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -27,6 +30,8 @@ const MAX_PRODUCE_TIMEOUT: Duration = Duration::from_secs(300);
 const MAX_FETCH_WAIT: Duration = Duration::from_secs(60);
 /// Fetch response budget when the request gives none.
 const DEFAULT_FETCH_MAX_BYTES: usize = 8 << 20;
+/// How long a transactional `InitProducerId` may take to be committed by its coordinator.
+const INIT_PRODUCER_TIMEOUT: Duration = Duration::from_secs(10);
 /// Per-partition fetch budget when the request gives none.
 const DEFAULT_PARTITION_MAX_BYTES: usize = 1 << 20;
 
@@ -76,6 +81,24 @@ fn list_error(partition: u32, e: WireError) -> ListOffsetsPartitionResult {
 }
 
 impl RecordsApi {
+    /// `InitProducerId` with a transactional id, on its coordinator: the id's producer with its
+    /// epoch bumped (fencing older instances), or a new producer id when there is none yet or
+    /// the epoch would overflow.
+    async fn init_transactional(&self, transactional_id: &str, timeout_ms: u32) -> Result<(i64, i16), WireError> {
+        let partition = match coordinator_here(&self.node, PartitionKind::TransactionState, transactional_id)? {
+            Hosted::Transactions(p) => p,
+            _ => return Err(errors::coordinator_not_created(rill_meta::TRANSACTION_STATE_TOPIC)),
+        };
+        let node = self.node.clone();
+        let new_producer_id = move || {
+            let node = node.clone();
+            async move { node.next_producer_id().await.map_err(|e| e.to_string()) }
+        };
+        transactions::init_producer_id(&partition, transactional_id, timeout_ms, new_producer_id, INIT_PRODUCER_TIMEOUT)
+            .await
+            .map_err(|e| errors::coordinator(&e))
+    }
+
     async fn produce_one(
         &self,
         topic: &str,
@@ -255,26 +278,30 @@ impl Records for RecordsApi {
 
     async fn init_producer_id(
         &self,
-        _request: Request<InitProducerIdRequest>,
+        request: Request<InitProducerIdRequest>,
     ) -> Result<Response<InitProducerIdResponse>, Status> {
-        let answer = match self.node.next_producer_id().await {
-            Ok(id) => InitProducerIdResponse {
+        let req = request.into_inner();
+        let answer = if req.transactional_id.is_empty() {
+            self.node.next_producer_id().await.map(|id| (id, 0)).map_err(|e| errors::propose(&e))
+        } else {
+            self.init_transactional(&req.transactional_id, req.transaction_timeout_ms).await
+        };
+        Ok(Response::new(match answer {
+            Ok((producer_id, epoch)) => InitProducerIdResponse {
                 error_code: ErrorCode::None as i32,
                 error_message: String::new(),
-                producer_id: id,
-                producer_epoch: 0,
+                producer_id,
+                producer_epoch: i32::from(epoch),
+                coordinator: None,
             },
-            Err(e) => {
-                let w = errors::propose(&e);
-                InitProducerIdResponse {
-                    error_code: w.code as i32,
-                    error_message: w.message,
-                    producer_id: -1,
-                    producer_epoch: -1,
-                }
-            }
-        };
-        Ok(Response::new(answer))
+            Err(e) => InitProducerIdResponse {
+                error_code: e.code as i32,
+                error_message: e.message,
+                producer_id: -1,
+                producer_epoch: -1,
+                coordinator: e.leader,
+            },
+        }))
     }
 
     async fn list_offsets(

@@ -26,10 +26,10 @@ pub struct PartitionLive {
 
 /// This node's own report for `group`.
 pub fn local_status(node: &Node, group: GroupId) -> ReplicaStatus {
-    match node.partition_by_group(group) {
+    match node.replica(group) {
         None => ReplicaStatus { group_id: group, hosted: false, ..Default::default() },
         Some(p) => {
-            let s = p.state();
+            let s = p.replica().state();
             ReplicaStatus {
                 group_id: group,
                 hosted: true,

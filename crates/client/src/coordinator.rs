@@ -1,0 +1,256 @@
+//! Requests served by a coordinator: a consumer group's committed offsets, a transactional
+//! producer's id and epoch. The coordinator of an id is found with `Admin.FindCoordinator`
+//! (cached); `NOT_COORDINATOR` follows its hint, `COORDINATOR_LOAD_IN_PROGRESS` and
+//! `COORDINATOR_NOT_AVAILABLE` are retried with backoff within the client's retry budget.
+
+use std::collections::BTreeMap;
+
+use rill_proto::admin::{CoordinatorKind, FindCoordinatorRequest};
+use rill_proto::common::{ErrorCode, LeaderHint};
+use rill_proto::groups::groups_client::GroupsClient;
+use rill_proto::groups::{CommitOffsetsRequest, CommitPartition, CommitTopic, FetchOffsetsRequest, FetchOffsetsTopic};
+use rill_proto::records::InitProducerIdRequest;
+
+use crate::client::backoff;
+use crate::consumer::TopicPartition;
+use crate::error::{self, Error, Result};
+use crate::Client;
+
+/// Which coordinator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Coordinator {
+    /// A consumer group's.
+    Group,
+    /// A transactional id's.
+    Transaction,
+}
+
+impl Coordinator {
+    fn wire(self) -> i32 {
+        match self {
+            Self::Group => CoordinatorKind::Group as i32,
+            Self::Transaction => CoordinatorKind::Transaction as i32,
+        }
+    }
+}
+
+/// An offset a consumer group committed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommittedOffset {
+    /// The next offset to read.
+    pub offset: u64,
+    /// What was stored with it.
+    pub metadata: String,
+    /// When the coordinator recorded it (ms since the epoch).
+    pub commit_time_ms: i64,
+}
+
+/// What one coordinator call returned: an answer, a whole-request error with the coordinator's
+/// address when the node was not it.
+type Answer<T> = std::result::Result<T, (Error, Option<LeaderHint>)>;
+
+fn check(code: i32, message: String, hint: Option<LeaderHint>) -> Answer<()> {
+    if code == ErrorCode::None as i32 {
+        Ok(())
+    } else {
+        Err((error::server(code, message), hint))
+    }
+}
+
+impl Client {
+    /// The node coordinating `key` (a group id or a transactional id): `(node id, address)`.
+    pub async fn find_coordinator(&self, kind: Coordinator, key: &str) -> Result<(u64, String)> {
+        let req = FindCoordinatorRequest { kind: kind.wire(), key: key.to_string() };
+        let resp = self
+            .on_any_node(|mut c| {
+                let req = req.clone();
+                async move { c.find_coordinator(req).await }
+            })
+            .await?;
+        if resp.error_code != ErrorCode::None as i32 {
+            return Err(error::server(resp.error_code, resp.error_message));
+        }
+        let c = resp.coordinator.ok_or_else(|| Error::Transport("the answer names no coordinator".into()))?;
+        Ok((c.node_id, c.address))
+    }
+
+    /// Runs `call` at `key`'s coordinator, following `NOT_COORDINATOR` hints and retrying
+    /// while the coordinator is loading or unavailable, within the retry budget.
+    async fn at_coordinator<T, F, Fut>(&self, kind: Coordinator, key: &str, call: F) -> Result<T>
+    where
+        F: Fn(String) -> Fut,
+        Fut: std::future::Future<Output = Result<Answer<T>>>,
+    {
+        let deadline = rill_rt::now() + self.options().retry_budget;
+        let mut attempt = 0;
+        let mut addr: Option<String> = self.cached_coordinator(kind, key);
+        loop {
+            let target = match addr.take() {
+                Some(a) => Ok(a),
+                None => self.find_coordinator(kind, key).await.map(|(_, a)| a),
+            };
+            let outcome = match target {
+                Ok(a) => {
+                    let answer = call(a.clone()).await;
+                    if answer.as_ref().is_ok_and(|r| r.is_ok()) {
+                        self.remember_coordinator(kind, key, Some(a));
+                    }
+                    answer
+                }
+                Err(e) => Ok(Err((e, None))),
+            };
+            let (e, hint) = match outcome {
+                Ok(Ok(v)) => return Ok(v),
+                Ok(Err(f)) => f,
+                Err(e) => (e, None),
+            };
+            self.remember_coordinator(kind, key, None);
+            let retriable = matches!(
+                e.code(),
+                Some(
+                    ErrorCode::NotCoordinator
+                        | ErrorCode::CoordinatorLoadInProgress
+                        | ErrorCode::CoordinatorNotAvailable
+                )
+            ) || matches!(e, Error::Transport(_));
+            if !retriable || rill_rt::now() >= deadline {
+                return Err(e);
+            }
+            attempt += 1;
+            tracing::debug!(key, attempt, error = %e, "coordinator request retried");
+            match hint.filter(|h| !h.address.is_empty()) {
+                Some(h) => addr = Some(h.address),
+                None => rill_rt::sleep(backoff(attempt)).await,
+            }
+        }
+    }
+
+    /// Commits `offsets` for `group`: per partition, the next offset to read and free metadata
+    /// (without group membership: Kafka's "simple" consumer group). Fails on the first partition
+    /// the coordinator refused.
+    pub async fn commit_offsets(&self, group: &str, offsets: &[(TopicPartition, u64, String)]) -> Result<()> {
+        let mut by_topic: BTreeMap<&str, Vec<CommitPartition>> = BTreeMap::new();
+        for (tp, offset, metadata) in offsets {
+            let offset =
+                i64::try_from(*offset).map_err(|_| Error::InvalidArgument(format!("offset {offset} is too large")))?;
+            by_topic.entry(&tp.topic).or_default().push(CommitPartition {
+                partition: tp.partition,
+                offset,
+                metadata: metadata.clone(),
+            });
+        }
+        let req = CommitOffsetsRequest {
+            group_id: group.to_string(),
+            member_id: String::new(),
+            generation_id: -1,
+            topics: by_topic
+                .into_iter()
+                .map(|(topic, partitions)| CommitTopic { topic: topic.to_string(), partitions })
+                .collect(),
+        };
+        let wait = self.options().request_slack * 3;
+        self.at_coordinator(Coordinator::Group, group, |addr| {
+            let req = req.clone();
+            async move {
+                let mut stub = GroupsClient::new(self.channel(&addr)?);
+                let resp = rill_rt::timeout(wait, stub.commit_offsets(req))
+                    .await
+                    .map_err(|_| Error::Transport(format!("no answer from {addr} within {wait:?}")))?
+                    .map_err(error::status)?
+                    .into_inner();
+                if let Err(f) = check(resp.error_code, resp.error_message, resp.coordinator) {
+                    return Ok(Err(f));
+                }
+                for t in resp.topics {
+                    for p in t.partitions {
+                        if let Err((e, _)) = check(p.error_code, p.error_message, None) {
+                            return Err(Error::Server {
+                                code: e.code().unwrap_or(ErrorCode::UnknownServerError),
+                                message: format!("{}/{}: {e}", t.topic, p.partition),
+                            });
+                        }
+                    }
+                }
+                Ok(Ok(()))
+            }
+        })
+        .await
+    }
+
+    /// The offsets `group` committed for `partitions` (`None` where it committed none).
+    pub async fn committed_offsets(
+        &self,
+        group: &str,
+        partitions: &[TopicPartition],
+    ) -> Result<BTreeMap<TopicPartition, Option<CommittedOffset>>> {
+        let mut by_topic: BTreeMap<&str, Vec<u32>> = BTreeMap::new();
+        for tp in partitions {
+            by_topic.entry(&tp.topic).or_default().push(tp.partition);
+        }
+        let req = FetchOffsetsRequest {
+            group_id: group.to_string(),
+            topics: by_topic
+                .into_iter()
+                .map(|(topic, partitions)| FetchOffsetsTopic { topic: topic.to_string(), partitions })
+                .collect(),
+        };
+        let wait = self.options().request_slack * 3;
+        self.at_coordinator(Coordinator::Group, group, |addr| {
+            let req = req.clone();
+            async move {
+                let mut stub = GroupsClient::new(self.channel(&addr)?);
+                let resp = rill_rt::timeout(wait, stub.fetch_offsets(req))
+                    .await
+                    .map_err(|_| Error::Transport(format!("no answer from {addr} within {wait:?}")))?
+                    .map_err(error::status)?
+                    .into_inner();
+                if let Err(f) = check(resp.error_code, resp.error_message, resp.coordinator) {
+                    return Ok(Err(f));
+                }
+                let mut out = BTreeMap::new();
+                for t in resp.topics {
+                    for p in t.partitions {
+                        let committed = u64::try_from(p.offset).ok().map(|offset| CommittedOffset {
+                            offset,
+                            metadata: p.metadata,
+                            commit_time_ms: p.commit_time_ms,
+                        });
+                        out.insert(TopicPartition::new(t.topic.clone(), p.partition), committed);
+                    }
+                }
+                Ok(Ok(out))
+            }
+        })
+        .await
+    }
+
+    /// The producer id and epoch of transactional id `transactional_id`, from its coordinator:
+    /// the same producer id as its previous instance, one epoch up — which fences that instance
+    /// (its batches are refused `INVALID_PRODUCER_EPOCH`). `timeout_ms` is the transaction
+    /// timeout to record (0: 60 s).
+    pub async fn init_transactional_producer(&self, transactional_id: &str, timeout_ms: u32) -> Result<(i64, i16)> {
+        let req = InitProducerIdRequest {
+            transactional_id: transactional_id.to_string(),
+            transaction_timeout_ms: timeout_ms,
+        };
+        let wait = self.options().request_slack * 3;
+        self.at_coordinator(Coordinator::Transaction, transactional_id, |addr| {
+            let req = req.clone();
+            async move {
+                let mut stub = self.records_stub(&addr)?;
+                let r = rill_rt::timeout(wait, stub.init_producer_id(req))
+                    .await
+                    .map_err(|_| Error::Transport(format!("no answer from {addr} within {wait:?}")))?
+                    .map_err(error::status)?
+                    .into_inner();
+                if let Err(f) = check(r.error_code, r.error_message, r.coordinator) {
+                    return Ok(Err(f));
+                }
+                let epoch = i16::try_from(r.producer_epoch)
+                    .map_err(|_| Error::Transport(format!("producer epoch {} beyond 16 bits", r.producer_epoch)))?;
+                Ok(Ok((r.producer_id, epoch)))
+            }
+        })
+        .await
+    }
+}

@@ -1,0 +1,56 @@
+//! Coordinator errors. Each maps to one wire error code (in the server's `errors` module).
+
+use rill_broker::PartitionError;
+use rill_raft::NodeId;
+
+/// Why a coordinator request failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CoordinatorError {
+    /// This node does not lead the id's partition.
+    #[error("node {node} is not the coordinator{}", leader_text(*leader, addr))]
+    NotCoordinator { node: NodeId, leader: Option<NodeId>, addr: Option<String> },
+    /// The coordinator's new leader is still applying its log.
+    #[error("the coordinator is loading its state (a new leader applying its log); retry shortly")]
+    LoadInProgress,
+    /// The coordinator cannot answer now (no leader, stopping, leadership moving).
+    #[error("the coordinator is not available: {0}")]
+    NotAvailable(String),
+    /// The command was not committed in time; its outcome is unknown.
+    #[error("timed out after {waited_ms} ms waiting for {what}; the outcome is unknown")]
+    Timeout { waited_ms: u64, what: &'static str },
+    /// The group id is not acceptable.
+    #[error("invalid group id: {0}")]
+    InvalidGroupId(String),
+    /// A transaction timeout out of range.
+    #[error("transaction timeout {got_ms} ms is out of range (1 ms to {max_ms} ms)")]
+    InvalidTransactionTimeout { got_ms: u64, max_ms: u64 },
+    /// A malformed request field.
+    #[error("invalid request: {0}")]
+    InvalidRequest(String),
+    /// Storage failed, or a stored state is corrupt.
+    #[error("coordinator storage failure: {0}")]
+    Storage(String),
+}
+
+impl From<PartitionError> for CoordinatorError {
+    fn from(e: PartitionError) -> Self {
+        match e {
+            PartitionError::NotLeader { node, leader, addr } => Self::NotCoordinator { node, leader, addr },
+            PartitionError::CatchingUp => Self::LoadInProgress,
+            PartitionError::Timeout { waited_ms, what } => Self::Timeout { waited_ms, what },
+            PartitionError::Storage(s) => Self::Storage(s),
+            other => Self::NotAvailable(other.to_string()),
+        }
+    }
+}
+
+fn leader_text(leader: Option<NodeId>, addr: &Option<String>) -> String {
+    match (leader, addr) {
+        (Some(l), Some(a)) => format!("; the coordinator is node {l} at {a}"),
+        (Some(l), None) => format!("; the coordinator is node {l}"),
+        _ => "; no coordinator is known right now".to_string(),
+    }
+}
+
+/// Result alias.
+pub type Result<T, E = CoordinatorError> = std::result::Result<T, E>;

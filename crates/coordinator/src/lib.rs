@@ -1,0 +1,27 @@
+//! Coordinators: the state kinds of Rill's internal topics, and the requests they serve.
+//!
+//! ```text
+//!  request for id X ─► partition = hash(X) % partitions of the internal topic (hash)
+//!                   ─► that partition's leader is X's coordinator: StatePartition<Kind>
+//!                        read: the caught-up leader's state       propose: a command, committed
+//! ```
+//!
+//! * [`hash`]: which partition of an internal topic an id belongs to (Kafka's rule).
+//! * [`offsets`]: the `consumer-offsets` kind — consumer groups' committed offsets.
+//! * [`transactions`]: the `transaction-state` kind — each transactional id's producer id and
+//!   epoch, bumped by `InitProducerId` to fence older instances.
+//! * [`error`]: the coordinators' error enum, [`CoordinatorError`].
+//!
+//! Each kind is a `GroupStateMachine` whose snapshot is its whole state (prost messages of
+//! `proto/rill/coordinator.proto`); its partition's log is purged behind the snapshot. What a
+//! command changes is decided on the leader and carried in the command, so `apply` is plain
+//! bookkeeping every replica repeats identically.
+
+pub mod error;
+pub mod hash;
+pub mod offsets;
+pub mod transactions;
+
+pub use error::{CoordinatorError, Result};
+pub use offsets::{CommittedOffset, OffsetCommit, OffsetsMachine};
+pub use transactions::{TransactionalProducer, TransactionsMachine};

@@ -1,0 +1,275 @@
+//! The `consumer-offsets` kind: every consumer group's committed offsets, in the partition of
+//! `__consumer_offsets` the group id hashes to.
+//!
+//! A committed offset is "the next offset to read" of one partition, with free metadata, the
+//! topic's id at commit time (so a topic deleted and re-created under the same name does not
+//! inherit the old one's offsets) and the coordinator's clock at commit. Committing is a command
+//! decided on the coordinator (validation, the time) and replicated; reading is served by the
+//! caught-up coordinator from its state.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use bytes::Bytes;
+use prost::Message;
+use rill_broker::StatePartition;
+use rill_proto::coordinator as pb;
+use rill_raft::types::LogId;
+use rill_raft::{GroupStateMachine, Payload};
+
+use crate::error::{CoordinatorError, Result};
+
+/// Longest group id accepted (bytes): ids are keys in the coordinator's state and its snapshot.
+pub const MAX_GROUP_ID_BYTES: usize = 255;
+/// Longest metadata stored with an offset (Kafka's `offset.metadata.max.bytes`).
+pub const MAX_OFFSET_METADATA_BYTES: usize = 4096;
+/// Most offsets one commit may carry: a commit is one Raft entry.
+pub const MAX_OFFSETS_PER_COMMIT: usize = 10_000;
+
+/// One committed offset, as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommittedOffset {
+    /// The next offset to read.
+    pub offset: i64,
+    /// Free text stored with it.
+    pub metadata: String,
+    /// The topic's id when it was committed.
+    pub topic_id: [u8; 16],
+    /// The coordinator's clock at commit (ms since the epoch).
+    pub commit_time_ms: i64,
+}
+
+/// An offset to commit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OffsetCommit {
+    /// Topic name.
+    pub topic: String,
+    /// The topic's current id (checked against the metadata by the caller).
+    pub topic_id: [u8; 16],
+    /// Partition number.
+    pub partition: u32,
+    /// The next offset to read.
+    pub offset: i64,
+    /// Free text.
+    pub metadata: String,
+}
+
+/// Every group's committed offsets.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OffsetsState {
+    groups: BTreeMap<String, BTreeMap<(String, u32), CommittedOffset>>,
+}
+
+impl OffsetsState {
+    /// The committed offset of `group` for `topic`/`partition`.
+    pub fn committed(&self, group: &str, topic: &str, partition: u32) -> Option<&CommittedOffset> {
+        self.groups.get(group)?.get(&(topic.to_string(), partition))
+    }
+
+    /// Every committed offset of `group`, by (topic, partition).
+    pub fn group(&self, group: &str) -> impl Iterator<Item = (&(String, u32), &CommittedOffset)> {
+        self.groups.get(group).into_iter().flat_map(|g| g.iter())
+    }
+
+    /// Number of groups with offsets.
+    pub fn group_count(&self) -> usize {
+        self.groups.len()
+    }
+
+    fn apply(&mut self, c: pb::CommitOffsets) {
+        let group = self.groups.entry(c.group_id).or_default();
+        for o in c.offsets {
+            let Ok(topic_id) = <[u8; 16]>::try_from(&o.topic_id[..]) else {
+                // The coordinator only proposes 16-byte ids; every replica skips alike.
+                continue;
+            };
+            group.insert(
+                (o.topic, o.partition),
+                CommittedOffset { offset: o.offset, metadata: o.metadata, topic_id, commit_time_ms: o.commit_time_ms },
+            );
+        }
+    }
+
+    fn to_proto(&self) -> pb::OffsetsSnapshot {
+        pb::OffsetsSnapshot {
+            groups: self
+                .groups
+                .iter()
+                .map(|(group, offsets)| pb::GroupOffsets {
+                    group_id: group.clone(),
+                    offsets: offsets.iter().map(|((topic, partition), c)| committed_to(topic, *partition, c)).collect(),
+                })
+                .collect(),
+        }
+    }
+}
+
+fn committed_to(topic: &str, partition: u32, c: &CommittedOffset) -> pb::CommittedOffset {
+    pb::CommittedOffset {
+        topic: topic.to_string(),
+        topic_id: Bytes::copy_from_slice(&c.topic_id),
+        partition,
+        offset: c.offset,
+        metadata: c.metadata.clone(),
+        commit_time_ms: c.commit_time_ms,
+    }
+}
+
+/// The state machine of a `__consumer_offsets` partition.
+#[derive(Debug, Default)]
+pub struct OffsetsMachine {
+    state: OffsetsState,
+}
+
+impl OffsetsMachine {
+    /// An empty machine.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The state.
+    pub fn state(&self) -> &OffsetsState {
+        &self.state
+    }
+}
+
+impl GroupStateMachine for OffsetsMachine {
+    fn apply(&mut self, log_id: &LogId, _base: u64, payload: &Payload) -> Bytes {
+        match pb::OffsetsCommand::decode(payload.body.clone()).map(|c| c.command) {
+            Ok(Some(pb::offsets_command::Command::Commit(c))) => self.state.apply(c),
+            Ok(None) => tracing::error!(index = log_id.index, "offsets command without a kind; skipped"),
+            Err(e) => tracing::error!(index = log_id.index, error = %e, "undecodable offsets command; skipped"),
+        }
+        Bytes::new()
+    }
+
+    fn snapshot(&self) -> Result<Bytes, String> {
+        if rill_rt::mutation::active(rill_rt::mutation::Mutation::EmptyStateSnapshot) {
+            // Deliberate bug (simulation only): the snapshot loses the state.
+            return Ok(Bytes::new());
+        }
+        Ok(self.state.to_proto().encode_to_vec().into())
+    }
+
+    fn restore(&mut self, data: &[u8]) -> Result<(), String> {
+        let s = pb::OffsetsSnapshot::decode(data).map_err(|e| format!("undecodable offsets snapshot: {e}"))?;
+        let mut state = OffsetsState::default();
+        for g in s.groups {
+            state.apply(pb::CommitOffsets { group_id: g.group_id, offsets: g.offsets });
+        }
+        self.state = state;
+        Ok(())
+    }
+}
+
+/// Checks a group id: 1–255 bytes.
+pub fn validate_group_id(group: &str) -> Result<()> {
+    if group.is_empty() {
+        return Err(CoordinatorError::InvalidGroupId("it is empty".into()));
+    }
+    if group.len() > MAX_GROUP_ID_BYTES {
+        return Err(CoordinatorError::InvalidGroupId(format!(
+            "it is {} bytes long; at most {MAX_GROUP_ID_BYTES}",
+            group.len()
+        )));
+    }
+    Ok(())
+}
+
+/// On `partition`'s leader (the group's coordinator): commits `offsets` for `group`, stamped
+/// with the coordinator's clock, and returns once they are committed (synced on a majority).
+/// The caller has checked each offset (topic, partition, offset ≥ 0, metadata size).
+pub async fn commit(
+    partition: &StatePartition<OffsetsMachine>,
+    group: &str,
+    offsets: &[OffsetCommit],
+    timeout: Duration,
+) -> Result<()> {
+    validate_group_id(group)?;
+    if offsets.len() > MAX_OFFSETS_PER_COMMIT {
+        return Err(CoordinatorError::InvalidRequest(format!(
+            "{} offsets in one commit; at most {MAX_OFFSETS_PER_COMMIT}",
+            offsets.len()
+        )));
+    }
+    let now = rill_rt::wall_clock_ms();
+    let command = pb::OffsetsCommand {
+        command: Some(pb::offsets_command::Command::Commit(pb::CommitOffsets {
+            group_id: group.to_string(),
+            offsets: offsets
+                .iter()
+                .map(|o| {
+                    committed_to(
+                        &o.topic,
+                        o.partition,
+                        &CommittedOffset {
+                            offset: o.offset,
+                            metadata: o.metadata.clone(),
+                            topic_id: o.topic_id,
+                            commit_time_ms: now,
+                        },
+                    )
+                })
+                .collect(),
+        })),
+    };
+    partition.propose(command.encode_to_vec().into(), timeout).await?;
+    Ok(())
+}
+
+/// On the group's coordinator: runs `read` with the committed offsets state.
+pub fn read<R>(partition: &StatePartition<OffsetsMachine>, read: impl FnOnce(&OffsetsState) -> R) -> Result<R> {
+    Ok(partition.read(|m| read(m.state()))?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn commit(offsets: &[(&str, u32, i64)]) -> Payload {
+        let c = pb::CommitOffsets {
+            group_id: "g".into(),
+            offsets: offsets
+                .iter()
+                .map(|(t, p, o)| pb::CommittedOffset {
+                    topic: t.to_string(),
+                    topic_id: Bytes::from_static(&[3; 16]),
+                    partition: *p,
+                    offset: *o,
+                    metadata: "m".into(),
+                    commit_time_ms: 5,
+                })
+                .collect(),
+        };
+        let body = pb::OffsetsCommand { command: Some(pb::offsets_command::Command::Commit(c)) }.encode_to_vec();
+        Payload { units: 0, body: body.into(), proposal: 0 }
+    }
+
+    #[test]
+    fn commits_apply_and_the_snapshot_is_the_state() {
+        let id = LogId::default();
+        let mut m = OffsetsMachine::new();
+        m.apply(&id, 0, &commit(&[("a", 0, 10), ("a", 1, 20)]));
+        m.apply(&id, 0, &commit(&[("a", 0, 15)]));
+        assert_eq!(m.state().committed("g", "a", 0).map(|c| c.offset), Some(15), "a later commit replaces");
+        assert_eq!(m.state().committed("g", "a", 1).map(|c| c.offset), Some(20));
+        assert_eq!(m.state().committed("g", "a", 2), None);
+        assert_eq!(m.state().committed("h", "a", 0), None);
+        assert_eq!(m.state().group("g").count(), 2);
+        let snap = m.snapshot().unwrap();
+        let mut back = OffsetsMachine::new();
+        back.restore(&snap).unwrap();
+        assert_eq!(back.state(), m.state());
+        assert!(back.restore(&[0xff, 0xff]).is_err());
+        // Garbage in the log changes nothing, on every replica alike.
+        m.apply(&id, 0, &Payload { units: 0, body: Bytes::from_static(b"\xff\xff"), proposal: 0 });
+        assert_eq!(back.state(), m.state());
+    }
+
+    #[test]
+    fn group_ids_are_checked() {
+        assert!(validate_group_id("orders-service").is_ok());
+        assert!(validate_group_id("").is_err());
+        assert!(validate_group_id(&"g".repeat(256)).is_err());
+    }
+}

@@ -1,0 +1,199 @@
+//! The public `Groups` service: consumer groups' committed offsets, served by each group's
+//! coordinator (the leader of the `__consumer_offsets` partition the group id hashes to).
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rill_broker::StatePartition;
+use rill_coordinator::offsets::{self, MAX_OFFSET_METADATA_BYTES};
+use rill_coordinator::{OffsetCommit, OffsetsMachine};
+use rill_meta::PartitionKind;
+use rill_proto::common::ErrorCode;
+use rill_proto::groups::groups_server::Groups;
+use rill_proto::groups::{
+    CommitOffsetsRequest, CommitOffsetsResponse, CommitPartitionResult, CommitTopicResult, FetchOffsetsPartitionResult,
+    FetchOffsetsRequest, FetchOffsetsResponse, FetchOffsetsTopicResult,
+};
+use tonic::{Request, Response, Status};
+
+use crate::api::routing::coordinator_here;
+use crate::errors::{self, WireError};
+use crate::node::{Hosted, Node};
+
+/// How long a commit may take to be committed by the coordinator's partition.
+const COMMIT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The `Groups` service.
+pub struct GroupsApi {
+    node: Arc<Node>,
+}
+
+impl GroupsApi {
+    /// The service for `node`.
+    pub fn new(node: Arc<Node>) -> Self {
+        Self { node }
+    }
+
+    /// The group's coordinator partition, when this node leads it... or the error to answer.
+    fn coordinator(&self, group_id: &str) -> Result<Arc<StatePartition<OffsetsMachine>>, WireError> {
+        offsets::validate_group_id(group_id).map_err(|e| errors::coordinator(&e))?;
+        match coordinator_here(&self.node, PartitionKind::ConsumerOffsets, group_id)? {
+            Hosted::Offsets(p) => Ok(p),
+            _ => Err(errors::coordinator_not_created(rill_meta::CONSUMER_OFFSETS_TOPIC)),
+        }
+    }
+}
+
+fn commit_error(e: WireError) -> CommitOffsetsResponse {
+    CommitOffsetsResponse {
+        error_code: e.code as i32,
+        error_message: e.message,
+        coordinator: e.leader,
+        topics: Vec::new(),
+    }
+}
+
+fn fetch_error(e: WireError) -> FetchOffsetsResponse {
+    FetchOffsetsResponse {
+        error_code: e.code as i32,
+        error_message: e.message,
+        coordinator: e.leader,
+        topics: Vec::new(),
+    }
+}
+
+fn partition_ok(partition: u32) -> CommitPartitionResult {
+    CommitPartitionResult { partition, error_code: ErrorCode::None as i32, error_message: String::new() }
+}
+
+fn partition_error(partition: u32, e: WireError) -> CommitPartitionResult {
+    CommitPartitionResult { partition, error_code: e.code as i32, error_message: e.message }
+}
+
+#[tonic::async_trait]
+impl Groups for GroupsApi {
+    async fn commit_offsets(
+        &self,
+        request: Request<CommitOffsetsRequest>,
+    ) -> Result<Response<CommitOffsetsResponse>, Status> {
+        let req = request.into_inner();
+        let coordinator = match self.coordinator(&req.group_id) {
+            Ok(c) => c,
+            Err(e) => return Ok(Response::new(commit_error(e))),
+        };
+        if !req.member_id.is_empty() || req.generation_id >= 0 {
+            let e = errors::invalid_request(
+                "this group has no members (consumer group membership is not available yet): commit with member_id \"\" and generation_id -1",
+            );
+            return Ok(Response::new(commit_error(e)));
+        }
+        // Check every offset against the metadata this node holds; commit the good ones.
+        let meta = self.node.meta();
+        let mut accepted = Vec::new();
+        let mut results = Vec::new();
+        for t in req.topics {
+            let mut seen = BTreeSet::new();
+            let mut partitions = Vec::new();
+            let topic = meta.topics.get(&t.topic).filter(|topic| !topic.is_internal());
+            for p in t.partitions {
+                let checked = match topic {
+                    None => Err(errors::unknown_topic(&t.topic)),
+                    Some(topic) if p.partition as usize >= topic.partitions.len() => {
+                        Err(errors::unknown_partition(&t.topic, p.partition, topic.partitions.len()))
+                    }
+                    Some(_) if !seen.insert(p.partition) => Err(errors::duplicate_partition(p.partition)),
+                    Some(_) if p.offset < 0 => Err(errors::negative_offset(p.offset)),
+                    Some(_) if p.metadata.len() > MAX_OFFSET_METADATA_BYTES => {
+                        Err(errors::offset_metadata_too_large(p.metadata.len(), MAX_OFFSET_METADATA_BYTES))
+                    }
+                    Some(topic) => Ok(OffsetCommit {
+                        topic: t.topic.clone(),
+                        topic_id: topic.topic_id,
+                        partition: p.partition,
+                        offset: p.offset,
+                        metadata: p.metadata,
+                    }),
+                };
+                match checked {
+                    Ok(c) => {
+                        accepted.push(c);
+                        partitions.push(partition_ok(p.partition));
+                    }
+                    Err(e) => partitions.push(partition_error(p.partition, e)),
+                }
+            }
+            results.push(CommitTopicResult { topic: t.topic, partitions });
+        }
+        if !accepted.is_empty() {
+            if let Err(e) = offsets::commit(&coordinator, &req.group_id, &accepted, COMMIT_TIMEOUT).await {
+                return Ok(Response::new(commit_error(errors::coordinator(&e))));
+            }
+        }
+        Ok(Response::new(CommitOffsetsResponse {
+            error_code: ErrorCode::None as i32,
+            error_message: String::new(),
+            coordinator: None,
+            topics: results,
+        }))
+    }
+
+    async fn fetch_offsets(
+        &self,
+        request: Request<FetchOffsetsRequest>,
+    ) -> Result<Response<FetchOffsetsResponse>, Status> {
+        let req = request.into_inner();
+        let coordinator = match self.coordinator(&req.group_id) {
+            Ok(c) => c,
+            Err(e) => return Ok(Response::new(fetch_error(e))),
+        };
+        let meta = self.node.meta();
+        // An offset counts only while the topic still has the id it had at commit time.
+        let current = |topic: &str, id: &[u8; 16]| meta.topics.get(topic).is_some_and(|t| t.topic_id == *id);
+        let answer = offsets::read(&coordinator, |state| {
+            let result = |topic: &str, partition: u32| {
+                let found = state.committed(&req.group_id, topic, partition).filter(|c| current(topic, &c.topic_id));
+                FetchOffsetsPartitionResult {
+                    partition,
+                    offset: found.map_or(-1, |c| c.offset),
+                    metadata: found.map(|c| c.metadata.clone()).unwrap_or_default(),
+                    commit_time_ms: found.map_or(-1, |c| c.commit_time_ms),
+                    error_code: ErrorCode::None as i32,
+                    error_message: String::new(),
+                }
+            };
+            if req.topics.is_empty() {
+                let mut by_topic: Vec<FetchOffsetsTopicResult> = Vec::new();
+                for ((topic, partition), c) in state.group(&req.group_id) {
+                    if !current(topic, &c.topic_id) {
+                        continue;
+                    }
+                    if by_topic.last().is_none_or(|t| &t.topic != topic) {
+                        by_topic.push(FetchOffsetsTopicResult { topic: topic.clone(), partitions: Vec::new() });
+                    }
+                    if let Some(t) = by_topic.last_mut() {
+                        t.partitions.push(result(topic, *partition));
+                    }
+                }
+                by_topic
+            } else {
+                req.topics
+                    .iter()
+                    .map(|t| FetchOffsetsTopicResult {
+                        topic: t.topic.clone(),
+                        partitions: t.partitions.iter().map(|p| result(&t.topic, *p)).collect(),
+                    })
+                    .collect()
+            }
+        });
+        Ok(Response::new(match answer {
+            Ok(topics) => FetchOffsetsResponse {
+                error_code: ErrorCode::None as i32,
+                error_message: String::new(),
+                coordinator: None,
+                topics,
+            },
+            Err(e) => fetch_error(errors::coordinator(&e)),
+        }))
+    }
+}
