@@ -33,8 +33,24 @@ pub struct TestCluster {
 impl TestCluster {
     /// Starts `n` nodes and waits until the cluster answers.
     pub async fn start(n: u64) -> Result<Self> {
+        Self::start_with(n, &[], None).await
+    }
+
+    /// Starts `n` nodes with extra environment `env` for every node and, with `data_from`, on
+    /// copies of the data directories `data_from/node-N` (left untouched); waits until the
+    /// cluster answers.
+    pub async fn start_with(n: u64, env: &[(&str, &str)], data_from: Option<&Path>) -> Result<Self> {
         let dir = tempfile::tempdir()?;
+        if let Some(from) = data_from {
+            for id in 1..=n {
+                let name = format!("node-{id}");
+                copy_dir(&from.join(&name), &dir.path().join(&name))?;
+            }
+        }
         let mut spec = ClusterSpec::new(n, dir.path(), Ports::Free).env("RILL_LOG_LEVEL", "info");
+        for (k, v) in env {
+            spec = spec.env(*k, *v);
+        }
         spec.server_bin = bin("rill-server");
         let mut cluster = LocalCluster::start(spec)?;
         if let Err(e) = cluster.wait_ready(READY_TIMEOUT).await {
@@ -181,6 +197,21 @@ where
             Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
         }
     }
+}
+
+/// Copies directory `from` to `to` (created), recursively.
+pub fn copy_dir(from: &Path, to: &Path) -> Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", from.display()))? {
+        let entry = entry?;
+        let target = to.join(entry.file_name());
+        if entry.file_type()?.is_dir() {
+            copy_dir(&entry.path(), &target)?;
+        } else {
+            std::fs::copy(entry.path(), &target)?;
+        }
+    }
+    Ok(())
 }
 
 /// A nullable value (or key) as text: what the test wrote, or `<null>`.

@@ -10,6 +10,7 @@
 
 mod harness;
 
+mod t05_fixture;
 mod t10_produce_consume;
 mod t15_client_api;
 mod t20_leader_kill;
