@@ -57,6 +57,19 @@ fn check(code: i32, message: String, hint: Option<LeaderHint>) -> Answer<()> {
     }
 }
 
+/// Awaits one call to `addr` for at most `wait`; no answer and gRPC failures are transport errors.
+async fn answer_within<T>(
+    addr: &str,
+    wait: std::time::Duration,
+    call: impl std::future::Future<Output = std::result::Result<tonic::Response<T>, tonic::Status>>,
+) -> Result<T> {
+    rill_rt::timeout(wait, call)
+        .await
+        .map_err(|_| Error::Transport(format!("no answer from {addr} within {wait:?}")))?
+        .map_err(error::status)
+        .map(tonic::Response::into_inner)
+}
+
 impl Client {
     /// The node coordinating `key` (a group id or a transactional id): `(node id, address)`.
     pub async fn find_coordinator(&self, kind: Coordinator, key: &str) -> Result<(u64, String)> {
@@ -153,11 +166,7 @@ impl Client {
             let req = req.clone();
             async move {
                 let mut stub = GroupsClient::new(self.channel(&addr)?);
-                let resp = rill_rt::timeout(wait, stub.commit_offsets(req))
-                    .await
-                    .map_err(|_| Error::Transport(format!("no answer from {addr} within {wait:?}")))?
-                    .map_err(error::status)?
-                    .into_inner();
+                let resp = answer_within(&addr, wait, stub.commit_offsets(req)).await?;
                 if let Err(f) = check(resp.error_code, resp.error_message, resp.coordinator) {
                     return Ok(Err(f));
                 }
@@ -199,11 +208,7 @@ impl Client {
             let req = req.clone();
             async move {
                 let mut stub = GroupsClient::new(self.channel(&addr)?);
-                let resp = rill_rt::timeout(wait, stub.fetch_offsets(req))
-                    .await
-                    .map_err(|_| Error::Transport(format!("no answer from {addr} within {wait:?}")))?
-                    .map_err(error::status)?
-                    .into_inner();
+                let resp = answer_within(&addr, wait, stub.fetch_offsets(req)).await?;
                 if let Err(f) = check(resp.error_code, resp.error_message, resp.coordinator) {
                     return Ok(Err(f));
                 }
@@ -238,11 +243,7 @@ impl Client {
             let req = req.clone();
             async move {
                 let mut stub = self.records_stub(&addr)?;
-                let r = rill_rt::timeout(wait, stub.init_producer_id(req))
-                    .await
-                    .map_err(|_| Error::Transport(format!("no answer from {addr} within {wait:?}")))?
-                    .map_err(error::status)?
-                    .into_inner();
+                let r = answer_within(&addr, wait, stub.init_producer_id(req)).await?;
                 if let Err(f) = check(r.error_code, r.error_message, r.coordinator) {
                     return Ok(Err(f));
                 }

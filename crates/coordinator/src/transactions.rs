@@ -50,6 +50,18 @@ pub struct TransactionalProducer {
     pub updated_ms: i64,
 }
 
+impl TransactionalProducer {
+    /// The producer a stored message describes, with its epoch already checked to fit 16 bits.
+    fn stored(p: &pb::TransactionalProducer, epoch: i16) -> Self {
+        Self {
+            producer_id: p.producer_id,
+            epoch,
+            transaction_timeout_ms: p.transaction_timeout_ms,
+            updated_ms: p.updated_ms,
+        }
+    }
+}
+
 /// Every transactional id of a partition.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TransactionsState {
@@ -81,15 +93,8 @@ impl TransactionsState {
         if current != expected {
             return false;
         }
-        self.ids.insert(
-            p.transactional_id,
-            TransactionalProducer {
-                producer_id: p.producer_id,
-                epoch,
-                transaction_timeout_ms: p.transaction_timeout_ms,
-                updated_ms: p.updated_ms,
-            },
-        );
+        let stored = TransactionalProducer::stored(&p, epoch);
+        self.ids.insert(p.transactional_id, stored);
         true
     }
 }
@@ -150,15 +155,8 @@ impl GroupStateMachine for TransactionsMachine {
         for p in s.producers {
             let epoch = i16::try_from(p.epoch)
                 .map_err(|_| format!("{}: epoch {} beyond 16 bits", p.transactional_id, p.epoch))?;
-            ids.insert(
-                p.transactional_id,
-                TransactionalProducer {
-                    producer_id: p.producer_id,
-                    epoch,
-                    transaction_timeout_ms: p.transaction_timeout_ms,
-                    updated_ms: p.updated_ms,
-                },
-            );
+            let stored = TransactionalProducer::stored(&p, epoch);
+            ids.insert(p.transactional_id, stored);
         }
         self.state = TransactionsState { ids };
         Ok(())
