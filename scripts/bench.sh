@@ -15,6 +15,6 @@ case " $* " in
   *" --peers"*|*" --systems"*) step "peers (Debian packages and PyPI)"; bench/peers/install.sh ;;
 esac
 step "building release binaries"
-cargo build --release -p rill-server -p rill-cli
+cargo build --release -p rill-server -p rill-cli -p rill-bench
 step "rill bench $*"
 exec "$CARGO_TARGET_DIR/release/rill" bench "$@"
