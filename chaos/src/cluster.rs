@@ -14,8 +14,10 @@ use rill_server::config::RebalanceTiming;
 use rill_server::{Config, Node};
 use rill_storage::MemEngine;
 
-/// The gRPC port every simulated node listens on (each node has its own IP).
+/// The client port every simulated node listens on (each node has its own IP).
 pub const PORT: u16 = 7001;
+/// The internal (node-to-node) port every simulated node listens on.
+pub const INTERNAL_PORT: u16 = 7101;
 
 fn server_ip(id: NodeId) -> IpAddr {
     IpAddr::V4(Ipv4Addr::new(10, 0, 0, id as u8))
@@ -34,7 +36,8 @@ pub struct SimOptions {
     pub sync_latency: Duration,
 }
 
-/// A simulated cluster: nodes at 10.0.0.<id>:7001, client hosts at 10.0.1.<n>.
+/// A simulated cluster: nodes at 10.0.0.<id> (clients on :7001, nodes on :7101), client hosts at
+/// 10.0.1.<n>.
 pub struct SimCluster {
     handle: Handle,
     nodes: BTreeMap<NodeId, NodeHandle>,
@@ -54,7 +57,7 @@ impl SimCluster {
     pub fn start_with(opts: SimOptions) -> Self {
         let handle = Handle::current();
         let members: BTreeMap<NodeId, String> =
-            (1..=opts.nodes).map(|id| (id, format!("{}:{PORT}", server_ip(id)))).collect();
+            (1..=opts.nodes).map(|id| (id, format!("{}:{INTERNAL_PORT}", server_ip(id)))).collect();
         let live: LiveNodes = Arc::default();
         let incarnations: Arc<Mutex<BTreeMap<NodeId, u32>>> = Arc::default();
         let mut nodes = BTreeMap::new();
@@ -76,7 +79,9 @@ impl SimCluster {
                     let live = live.clone();
                     *incarnations.lock().unwrap_or_else(|p| p.into_inner()).entry(id).or_insert(0) += 1;
                     async move {
-                        let mut config = match Config::for_member(id, members, format!("/sim/node-{id}").into()) {
+                        let listen = std::net::SocketAddr::new(server_ip(id), PORT);
+                        let mut config = match Config::for_member(id, listen, members, format!("/sim/node-{id}").into())
+                        {
                             Ok(c) => c,
                             Err(e) => panic!("bad simulated config: {e}"),
                         };

@@ -17,7 +17,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "groups.proto",
     ]
     .map(|f| format!("{dir}/{f}"));
-    tonic_build::configure().bytes(["."]).compile_protos(&files, &[dir])?;
+    // The descriptor set lists every service and method: tests take the list of RPCs from it
+    // (see `rill_proto::descriptor`).
+    let descriptor = std::path::PathBuf::from(std::env::var("OUT_DIR")?).join("rill_descriptor.bin");
+    tonic_build::configure().bytes(["."]).file_descriptor_set_path(descriptor).compile_protos(&files, &[dir])?;
     // Rerun when a proto file or this list changes (naming files replaces Cargo's default of
     // rerunning on any change in the package).
     println!("cargo:rerun-if-changed=build.rs");

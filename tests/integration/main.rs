@@ -17,6 +17,7 @@ mod t20_leader_kill;
 mod t30_min_insync;
 mod t40_majority_down;
 mod t50_bad_input;
+mod t55_trust_boundary;
 mod t60_restart;
 mod t70_cli;
 mod t75_rill_dev;

@@ -91,8 +91,10 @@ async fn a_new_node_joins_takes_replicas_and_rejoins_after_restart() -> anyhow::
     tracing::info!("--- a second node claiming id 4 at another address is refused and exits");
     let dir = tempfile::tempdir()?;
     let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let internal_port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
     let child = std::process::Command::new(bin("rill-server"))
-        .args(["--node-id", "4", "--join", "--listen", &format!("127.0.0.1:{port}"), "--cluster-members"])
+        .args(["--node-id", "4", "--join", "--listen", &format!("127.0.0.1:{port}")])
+        .args(["--internal-listen", &format!("127.0.0.1:{internal_port}"), "--cluster-members"])
         .arg(cluster.members_arg())
         .arg("--data-dir")
         .arg(dir.path())

@@ -7,9 +7,10 @@ use rill_records::BatchError;
 /// Why a partition operation failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PartitionError {
-    /// This node does not lead the partition.
-    #[error("node {node} is not the leader of this partition{}", leader_text(*leader, addr))]
-    NotLeader { node: NodeId, leader: Option<NodeId>, addr: Option<String> },
+    /// This node does not lead the partition. (The leader's client address is the API layer's
+    /// to add: Raft knows only the nodes' internal addresses.)
+    #[error("node {node} is not the leader of this partition{}", leader_text(*leader))]
+    NotLeader { node: NodeId, leader: Option<NodeId> },
     /// The in-sync replica set is too small; nothing was appended.
     #[error("in-sync replicas {isr:?} are fewer than min.insync.replicas={min}; nothing was written")]
     NotEnoughReplicas { isr: Vec<NodeId>, min: u32 },
@@ -76,19 +77,16 @@ impl PartitionError {
     /// Why Raft refused a proposal made on node `node`.
     pub fn from_write(e: ClientWriteError<NodeId, openraft::BasicNode>, node: NodeId) -> Self {
         match e {
-            ClientWriteError::ForwardToLeader(f) => {
-                Self::NotLeader { node, leader: f.leader_id, addr: f.leader_node.map(|n| n.addr) }
-            }
+            ClientWriteError::ForwardToLeader(f) => Self::NotLeader { node, leader: f.leader_id },
             ClientWriteError::ChangeMembershipError(e) => Self::Reconfiguring(e.to_string()),
         }
     }
 }
 
-fn leader_text(leader: Option<NodeId>, addr: &Option<String>) -> String {
-    match (leader, addr) {
-        (Some(l), Some(a)) => format!("; the leader is node {l} at {a}"),
-        (Some(l), None) => format!("; the leader is node {l}"),
-        _ => "; no leader is known right now".to_string(),
+fn leader_text(leader: Option<NodeId>) -> String {
+    match leader {
+        Some(l) => format!("; the leader is node {l}"),
+        None => "; no leader is known right now".to_string(),
     }
 }
 

@@ -136,8 +136,7 @@ impl Replica {
         let m = self.raft.metrics();
         let m = m.borrow();
         let leader = m.current_leader.filter(|l| *l != self.node_id);
-        let addr = leader.and_then(|l| m.membership_config.membership().get_node(&l).map(|n| n.addr.clone()));
-        PartitionError::NotLeader { node: self.node_id, leader, addr }
+        PartitionError::NotLeader { node: self.node_id, leader }
     }
 
     pub(crate) fn leader_term(&self) -> Option<u64> {

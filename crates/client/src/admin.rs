@@ -185,6 +185,10 @@ fn cluster_missing(c: &DescribeClusterResponse, nodes: usize) -> Option<String> 
     if c.nodes.len() < nodes {
         return Some(format!("{} of {nodes} nodes registered", c.nodes.len()));
     }
+    let unannounced: Vec<u64> = c.nodes.iter().filter(|n| n.address.is_empty()).map(|n| n.node_id).collect();
+    if !unannounced.is_empty() {
+        return Some(format!("nodes {unannounced:?} have not announced their client address yet"));
+    }
     let down: Vec<u64> = c.nodes.iter().filter(|n| !n.alive).map(|n| n.node_id).collect();
     (!down.is_empty()).then(|| format!("nodes {down:?} do not answer"))
 }

@@ -35,7 +35,7 @@ pub enum CoordinatorError {
 impl From<PartitionError> for CoordinatorError {
     fn from(e: PartitionError) -> Self {
         match e {
-            PartitionError::NotLeader { node, leader, addr } => Self::NotCoordinator { node, leader, addr },
+            PartitionError::NotLeader { node, leader } => Self::NotCoordinator { node, leader, addr: None },
             PartitionError::CatchingUp => Self::LoadInProgress,
             PartitionError::Timeout { waited_ms, what } => Self::Timeout { waited_ms, what },
             PartitionError::Storage(s) => Self::Storage(s),

@@ -11,13 +11,17 @@ use rill_client::Client;
 
 use crate::process::ChildProcess;
 
+/// With [`Ports::Base`], a node's internal port is its client port plus this.
+pub const INTERNAL_PORT_OFFSET: u16 = 100;
+
 /// Longest single wait of [`LocalCluster::wait_ready`] between checks that every node still runs.
 const READY_ROUND: Duration = Duration::from_secs(2);
 
-/// How node client ports are chosen.
+/// How node ports are chosen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Ports {
-    /// Node N listens on `base + N - 1` (`rill dev`, the bench: addresses a user can type).
+    /// Node N serves clients on `base + N - 1` and the other nodes on
+    /// `base + INTERNAL_PORT_OFFSET + N - 1` (`rill dev`, the bench: addresses a user can type).
     Base(u16),
     /// Each node gets a port the OS reports free (tests that run side by side).
     Free,
@@ -54,7 +58,10 @@ impl ClusterSpec {
 
 /// One node of a [`LocalCluster`].
 struct LocalNode {
+    /// Client listener.
     addr: String,
+    /// Internal (node-to-node) listener.
+    internal_addr: String,
     /// Started with `--join` (not a founding member).
     join: bool,
     data_dir: PathBuf,
@@ -78,12 +85,15 @@ impl LocalCluster {
             bail!("a cluster needs at least one node");
         }
         std::fs::create_dir_all(&spec.dir).with_context(|| format!("cannot create {}", spec.dir.display()))?;
-        let mut addrs = BTreeMap::new();
+        let mut nodes = BTreeMap::new();
         for id in 1..=spec.nodes {
-            addrs.insert(id, format!("127.0.0.1:{}", port_for(spec.ports, id)?));
+            nodes.insert(id, LocalNode::new(&spec.dir, id, spec.ports, false)?);
         }
-        let members = addrs.iter().map(|(id, a)| format!("{id}@{a}")).collect::<Vec<_>>().join(",");
-        let nodes = addrs.into_iter().map(|(id, addr)| (id, LocalNode::new(&spec.dir, id, addr, false))).collect();
+        let members = nodes
+            .iter()
+            .map(|(id, n): (&u64, &LocalNode)| format!("{id}@{}", n.internal_addr))
+            .collect::<Vec<_>>()
+            .join(",");
         let mut cluster = Self { spec, nodes, members };
         for id in 1..=cluster.spec.nodes {
             cluster.start_node(id)?;
@@ -96,7 +106,7 @@ impl LocalCluster {
         self.nodes.values().map(|n| n.addr.clone()).collect()
     }
 
-    /// The `--cluster-members` value of this cluster.
+    /// The `--cluster-members` value of this cluster (internal addresses).
     pub fn members_arg(&self) -> &str {
         &self.members
     }
@@ -109,6 +119,11 @@ impl LocalCluster {
     /// The client address of node `id`.
     pub fn addr(&self, id: u64) -> Option<&str> {
         self.nodes.get(&id).map(|n| n.addr.as_str())
+    }
+
+    /// The internal (node-to-node) address of node `id`.
+    pub fn internal_addr(&self, id: u64) -> Option<&str> {
+        self.nodes.get(&id).map(|n| n.internal_addr.as_str())
     }
 
     /// Node `id`'s data directory.
@@ -138,7 +153,8 @@ impl LocalCluster {
         std::fs::create_dir_all(&node.data_dir)
             .with_context(|| format!("cannot create {}", node.data_dir.display()))?;
         let mut cmd = Command::new(&self.spec.server_bin);
-        cmd.args(["--node-id", &id.to_string(), "--listen", &node.addr, "--cluster-members", &self.members])
+        cmd.args(["--node-id", &id.to_string(), "--listen", &node.addr, "--internal-listen", &node.internal_addr])
+            .args(["--cluster-members", &self.members])
             .arg("--data-dir")
             .arg(&node.data_dir)
             .envs(self.spec.env.iter().map(|(k, v)| (k, v)));
@@ -160,8 +176,8 @@ impl LocalCluster {
         if self.nodes.contains_key(&id) {
             bail!("node {id} exists already");
         }
-        let addr = format!("127.0.0.1:{}", port_for(self.spec.ports, id)?);
-        self.nodes.insert(id, LocalNode::new(&self.spec.dir, id, addr, true));
+        let node = LocalNode::new(&self.spec.dir, id, self.spec.ports, true)?;
+        self.nodes.insert(id, node);
         self.start_node(id)
     }
 
@@ -287,14 +303,16 @@ impl LocalCluster {
 }
 
 impl LocalNode {
-    fn new(dir: &Path, id: u64, addr: String, join: bool) -> Self {
-        Self {
-            addr,
+    fn new(dir: &Path, id: u64, ports: Ports, join: bool) -> anyhow::Result<Self> {
+        let (client, internal) = ports_for(ports, id)?;
+        Ok(Self {
+            addr: format!("127.0.0.1:{client}"),
+            internal_addr: format!("127.0.0.1:{internal}"),
             join,
             data_dir: dir.join(format!("node-{id}")),
             log: dir.join(format!("node-{id}.log")),
             process: None,
-        }
+        })
     }
 }
 
@@ -308,15 +326,23 @@ impl Drop for LocalCluster {
     }
 }
 
-fn port_for(ports: Ports, id: u64) -> anyhow::Result<u16> {
+/// Node `id`'s client and internal ports.
+fn ports_for(ports: Ports, id: u64) -> anyhow::Result<(u16, u16)> {
     match ports {
         Ports::Base(base) => {
             let offset = u16::try_from(id - 1).context("node id too large for a port offset")?;
-            base.checked_add(offset).with_context(|| format!("port {base} + {offset} is out of range"))
+            let port = |extra: u16| {
+                base.checked_add(offset)
+                    .and_then(|p| p.checked_add(extra))
+                    .with_context(|| format!("port {base} + {offset} + {extra} is out of range"))
+            };
+            Ok((port(0)?, port(INTERNAL_PORT_OFFSET)?))
         }
         Ports::Free => {
-            let l = std::net::TcpListener::bind("127.0.0.1:0").context("cannot bind an ephemeral port")?;
-            Ok(l.local_addr()?.port())
+            // Both bound at once, so the OS hands out two different ports.
+            let a = std::net::TcpListener::bind("127.0.0.1:0").context("cannot bind an ephemeral port")?;
+            let b = std::net::TcpListener::bind("127.0.0.1:0").context("cannot bind an ephemeral port")?;
+            Ok((a.local_addr()?.port(), b.local_addr()?.port()))
         }
     }
 }

@@ -26,11 +26,15 @@ fn pairs_from(entries: Vec<pb::ConfigEntry>) -> Vec<(String, String)> {
 }
 
 fn nodes_to(nodes: &[NodeInfo]) -> Vec<pb::Node> {
-    nodes.iter().map(|n| pb::Node { id: n.id, addr: n.addr.clone() }).collect()
+    nodes.iter().map(node_to).collect()
 }
 
 fn nodes_from(nodes: Vec<pb::Node>) -> Vec<NodeInfo> {
-    nodes.into_iter().map(|n| NodeInfo { id: n.id, addr: n.addr }).collect()
+    nodes.into_iter().map(|n| NodeInfo { id: n.id, addr: n.addr, internal_addr: n.internal_addr }).collect()
+}
+
+fn node_to(n: &NodeInfo) -> pb::Node {
+    pb::Node { id: n.id, addr: n.addr.clone(), internal_addr: n.internal_addr.clone() }
 }
 
 fn topic_id_from(bytes: &[u8]) -> Result<TopicId, String> {
@@ -133,7 +137,7 @@ fn kind_from(raw: i32) -> Result<MetaErrorKind, String> {
 /// Encodes the whole state (group 0's snapshot).
 pub fn encode_state(s: &MetaState) -> Bytes {
     pb::MetaState {
-        nodes: s.nodes.values().map(|n| pb::Node { id: n.id, addr: n.addr.clone() }).collect(),
+        nodes: s.nodes.values().map(node_to).collect(),
         topics: s.topics.values().map(topic_to).collect(),
         next_topic_id: s.next_topic_id,
         next_group_id: s.next_group_id,
@@ -264,7 +268,7 @@ mod tests {
     #[test]
     fn state_commands_and_results_round_trip() {
         let mut s = MetaState::default();
-        s.nodes.insert(1, NodeInfo { id: 1, addr: "h:1".into() });
+        s.nodes.insert(1, NodeInfo { id: 1, addr: "h:1".into(), internal_addr: "h:11".into() });
         s.topics.insert("orders".into(), topic());
         s.next_topic_id = 4;
         s.next_group_id = 5;
@@ -274,7 +278,9 @@ mod tests {
         assert_eq!(decode_state(&encode_state(&s)).unwrap(), s);
 
         let commands = [
-            MetaCommand::RegisterNodes { nodes: vec![NodeInfo { id: 2, addr: "h:2".into() }] },
+            MetaCommand::RegisterNodes {
+                nodes: vec![NodeInfo { id: 2, addr: "h:2".into(), internal_addr: String::new() }],
+            },
             MetaCommand::CreateTopic {
                 name: "t".into(),
                 topic_id: [1; 16],

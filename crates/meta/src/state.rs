@@ -19,8 +19,23 @@ pub const MAX_PARTITIONS_PER_TOPIC: u32 = 4096;
 pub struct NodeInfo {
     /// Node id (≥ 1).
     pub id: NodeId,
-    /// `host:port` of its gRPC endpoint.
+    /// `host:port` clients reach it at (its client listener); empty until the node has announced
+    /// it (the metadata leader registers founding members by their internal address first).
     pub addr: String,
+    /// `host:port` the other nodes reach it at (its internal listener); empty in data written
+    /// before the listeners were split, when [`NodeInfo::addr`] served both.
+    pub internal_addr: String,
+}
+
+impl NodeInfo {
+    /// The address other nodes reach it at.
+    pub fn peer_addr(&self) -> &str {
+        if self.internal_addr.is_empty() {
+            &self.addr
+        } else {
+            &self.internal_addr
+        }
+    }
 }
 
 /// One partition's replica assignment.
@@ -209,8 +224,21 @@ impl MetaState {
     pub fn apply(&mut self, cmd: MetaCommand) -> MetaResult {
         let result = match cmd {
             MetaCommand::RegisterNodes { nodes } => {
+                // An empty address leaves the known one: the metadata leader registers a founding
+                // member by its internal address before the member announces its client address,
+                // and the two proposals may be applied in either order.
                 for n in nodes {
-                    self.nodes.insert(n.id, n);
+                    let known = self.nodes.entry(n.id).or_insert_with(|| NodeInfo {
+                        id: n.id,
+                        addr: String::new(),
+                        internal_addr: String::new(),
+                    });
+                    if !n.addr.is_empty() {
+                        known.addr = n.addr;
+                    }
+                    if !n.internal_addr.is_empty() {
+                        known.internal_addr = n.internal_addr;
+                    }
                 }
                 MetaResult::NodesRegistered
             }
@@ -477,7 +505,9 @@ mod tests {
 
     fn three_nodes() -> MetaState {
         let mut s = MetaState::default();
-        let nodes = (1..=3).map(|id| NodeInfo { id, addr: format!("127.0.0.1:700{id}") }).collect();
+        let nodes = (1..=3)
+            .map(|id| NodeInfo { id, addr: format!("127.0.0.1:700{id}"), internal_addr: format!("127.0.0.1:710{id}") })
+            .collect();
         assert_eq!(s.apply(MetaCommand::RegisterNodes { nodes }), MetaResult::NodesRegistered);
         s
     }
@@ -492,6 +522,21 @@ mod tests {
             configs: vec![],
             live_nodes: vec![],
         })
+    }
+
+    #[test]
+    fn an_empty_address_never_replaces_a_known_one() {
+        let node = |addr: &str, internal: &str| NodeInfo { id: 2, addr: addr.into(), internal_addr: internal.into() };
+        let mut s = MetaState::default();
+        // The member announces itself, then the leader's earlier "internal address only"
+        // registration is applied: the client address stays.
+        s.apply(MetaCommand::RegisterNodes { nodes: vec![node("h:7002", "h:7102")] });
+        s.apply(MetaCommand::RegisterNodes { nodes: vec![node("", "h:7102")] });
+        assert_eq!(s.nodes[&2], node("h:7002", "h:7102"));
+        s.apply(MetaCommand::RegisterNodes { nodes: vec![node("h:9002", "")] });
+        assert_eq!(s.nodes[&2], node("h:9002", "h:7102"));
+        assert_eq!(s.nodes[&2].peer_addr(), "h:7102");
+        assert_eq!(node("h:1", "").peer_addr(), "h:1", "data from before the split: one address");
     }
 
     #[test]

@@ -10,7 +10,8 @@
 //! * [`raft`], [`meta`], [`partition`], [`coordinator`]: persistent formats — Raft's entries, votes, snapshots
 //!   and messages between nodes; the metadata's state, commands and results; a partition's
 //!   snapshot; the coordinators' commands and snapshots. Versioned by protobuf's field numbers, so old data keeps reading.
-//! * [`batch`]: building, checksumming and decoding [`common::RecordBatch`].
+//! * [`descriptor`]: every service and method of the protos, from the compiled descriptor set —
+//!   which RPCs are public and which internal, for tests that must cover all of them.
 
 #![allow(clippy::all)] // generated code below is not ours to lint
 #![allow(missing_docs)]
@@ -51,6 +52,8 @@ pub mod coordinator {
 pub mod groups {
     tonic::include_proto!("rill.groups");
 }
+
+pub mod descriptor;
 
 pub use common::ErrorCode;
 

@@ -2,13 +2,16 @@
 //!
 //! ```toml
 //! node-id = 1
-//! listen = "127.0.0.1:7001"
+//! listen = "127.0.0.1:7001"           # the client listener: Records, Admin, Groups
+//! # advertise = "10.0.0.1:7001"       # the address clients reach it at (default: listen)
+//! internal-listen = "127.0.0.1:7101"  # the node-to-node listener: Raft, cluster RPCs
 //! data-dir = "/var/lib/rill/1"
 //!
 //! [cluster]
-//! members = ["1@127.0.0.1:7001", "2@127.0.0.1:7002", "3@127.0.0.1:7003"]
+//! # Founding members by their internal addresses (where the other nodes reach them).
+//! members = ["1@127.0.0.1:7101", "2@127.0.0.1:7102", "3@127.0.0.1:7103"]
 //! # join = true             # this node is not in `members`: join the running cluster
-//! # advertise = "10.0.0.4:7001"  # a joining node's address for the others (default: listen)
+//! # internal-advertise = "10.0.0.4:7101"  # a joining node's address for the others
 //! auto-leader-rebalance = true    # hand leadership back to preferred replicas
 //!
 //! [raft]
@@ -41,17 +44,22 @@ use crate::error::{Error, Result};
 pub struct Config {
     /// This node's id (≥ 1; listed in `members`, unless `join` is set).
     pub node_id: NodeId,
-    /// Address the gRPC server binds.
+    /// Address the client listener binds (the public services only).
     pub listen: SocketAddr,
+    /// Address the internal listener binds (node-to-node services only).
+    pub internal_listen: SocketAddr,
     /// Directory for this node's data.
     pub data_dir: PathBuf,
-    /// Every voter of the cluster metadata group: id → advertised `host:port`.
+    /// Every voter of the cluster metadata group: id → its internal `host:port`.
     pub members: BTreeMap<NodeId, String>,
     /// True for a node that is not one of `members`: it joins the running cluster through
     /// them (see `docs/architecture.md`, "Adding a node").
     pub join: bool,
-    /// The address the other nodes and clients reach this node at.
+    /// The address clients reach this node at (its client listener).
     pub advertise: String,
+    /// The address the other nodes reach this node at (its internal listener): its entry in
+    /// `members`, or for a joining node `internal-advertise`.
+    pub internal_advertise: String,
     /// Hand leadership back to each partition's preferred replica once it is in sync again.
     pub auto_leader_rebalance: bool,
     /// Pace of preferred-leader balancing. Not settable from the file or flags; the simulation
@@ -112,23 +120,31 @@ pub enum LogFormat {
 }
 
 impl Config {
-    /// This node's advertised address.
+    /// The address clients reach this node at.
     pub fn advertised(&self) -> &str {
         &self.advertise
     }
 
-    /// A configuration for tests and the simulation: node `id` of `members`.
-    pub fn for_member(node_id: NodeId, members: BTreeMap<NodeId, String>, data_dir: PathBuf) -> Result<Self> {
-        let advertise =
+    /// A configuration for tests and the simulation: node `id` of `members` (internal
+    /// addresses), serving clients on `listen`.
+    pub fn for_member(
+        node_id: NodeId,
+        listen: SocketAddr,
+        members: BTreeMap<NodeId, String>,
+        data_dir: PathBuf,
+    ) -> Result<Self> {
+        let internal_advertise =
             members.get(&node_id).ok_or_else(|| Error::Config(format!("node {node_id} is not in members")))?.clone();
-        let listen = advertise.parse().map_err(|e| Error::Config(format!("member address: {e}")))?;
+        let internal_listen = internal_advertise.parse().map_err(|e| Error::Config(format!("member address: {e}")))?;
         Ok(Self {
             node_id,
             listen,
+            internal_listen,
             data_dir,
             members,
             join: false,
-            advertise,
+            advertise: listen.to_string(),
+            internal_advertise,
             auto_leader_rebalance: true,
             rebalance_timing: RebalanceTiming::default(),
             raft: RaftTiming::default(),
@@ -150,6 +166,9 @@ impl Config {
 struct FileConfig {
     node_id: Option<NodeId>,
     listen: Option<String>,
+    advertise: Option<String>,
+    internal_listen: Option<String>,
+    internal_advertise: Option<String>,
     data_dir: Option<PathBuf>,
     #[serde(default)]
     cluster: FileCluster,
@@ -164,7 +183,6 @@ struct FileConfig {
 struct FileCluster {
     members: Option<Vec<String>>,
     join: Option<bool>,
-    advertise: Option<String>,
     auto_leader_rebalance: Option<bool>,
     consumer_offsets_partitions: Option<u32>,
     transaction_state_partitions: Option<u32>,
@@ -204,7 +222,7 @@ fn parse_file(text: &str, path: &Path) -> Result<FileConfig> {
         .map_err(|e| Error::Config(format!("{}: {e}", path.display())))?;
     if !unknown.is_empty() {
         return Err(Error::Config(format!(
-            "{}: unknown key(s) {}; known keys: node-id, listen, data-dir, [cluster] members, [cluster] join, [cluster] advertise, [cluster] auto-leader-rebalance, \
+            "{}: unknown key(s) {}; known keys: node-id, listen, advertise, internal-listen, internal-advertise, data-dir, [cluster] members, [cluster] join, [cluster] auto-leader-rebalance, \
              [cluster] consumer-offsets-partitions, [cluster] transaction-state-partitions, [raft] heartbeat-interval, \
              election-timeout-min, election-timeout-max, quiesce-after, [log] level, format",
             path.display(),
@@ -227,21 +245,28 @@ pub struct Args {
     /// This node's id.
     #[arg(long, env = "RILL_NODE_ID")]
     pub node_id: Option<NodeId>,
-    /// Address to bind, host:port.
+    /// Address of the client listener, host:port (public services only).
     #[arg(long, env = "RILL_LISTEN")]
     pub listen: Option<String>,
+    /// The address clients reach this node at (default: `--listen`).
+    #[arg(long, env = "RILL_ADVERTISE")]
+    pub advertise: Option<String>,
+    /// Address of the internal listener, host:port (node-to-node services only).
+    #[arg(long, env = "RILL_INTERNAL_LISTEN")]
+    pub internal_listen: Option<String>,
+    /// The address the other nodes reach a joining node at (default: `--internal-listen`); a
+    /// founding member is reached at its entry in `--cluster-members`.
+    #[arg(long, env = "RILL_INTERNAL_ADVERTISE")]
+    pub internal_advertise: Option<String>,
     /// Data directory.
     #[arg(long, env = "RILL_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
-    /// Cluster members, comma-separated `id@host:port`.
+    /// Cluster members by their internal addresses, comma-separated `id@host:port`.
     #[arg(long, env = "RILL_CLUSTER_MEMBERS", value_delimiter = ',')]
     pub cluster_members: Option<Vec<String>>,
     /// Join the running cluster of `--cluster-members` as a new node (its id is not a member).
     #[arg(long, env = "RILL_JOIN")]
     pub join: bool,
-    /// The address others reach a joining node at (default: `--listen`).
-    #[arg(long, env = "RILL_ADVERTISE")]
-    pub advertise: Option<String>,
     /// Hand leadership back to preferred replicas once they are in sync (default: true).
     #[arg(long, env = "RILL_AUTO_LEADER_REBALANCE")]
     pub auto_leader_rebalance: Option<bool>,
@@ -287,6 +312,11 @@ impl Args {
         };
         let node_id = self.node_id.or(file.node_id).ok_or_else(|| missing("node-id", "node-id", "RILL_NODE_ID"))?;
         let listen = self.listen.clone().or(file.listen).ok_or_else(|| missing("listen", "listen", "RILL_LISTEN"))?;
+        let internal_listen = self
+            .internal_listen
+            .clone()
+            .or(file.internal_listen)
+            .ok_or_else(|| missing("internal-listen", "internal-listen", "RILL_INTERNAL_LISTEN"))?;
         let data_dir =
             self.data_dir.clone().or(file.data_dir).ok_or_else(|| missing("data-dir", "data-dir", "RILL_DATA_DIR"))?;
         let members = self
@@ -311,7 +341,7 @@ impl Args {
         let cluster = ClusterArgs {
             members,
             join: self.join || file.cluster.join.unwrap_or(false),
-            advertise: self.advertise.clone().or(file.cluster.advertise),
+            internal_advertise: self.internal_advertise.clone().or(file.internal_advertise),
             auto_leader_rebalance: self.auto_leader_rebalance.or(file.cluster.auto_leader_rebalance).unwrap_or(true),
             consumer_offsets_partitions: self
                 .consumer_offsets_partitions
@@ -322,9 +352,10 @@ impl Args {
                 .or(file.cluster.transaction_state_partitions)
                 .unwrap_or(DEFAULT_INTERNAL_TOPIC_PARTITIONS),
         };
+        let listeners = Listeners { listen, advertise: self.advertise.clone().or(file.advertise), internal_listen };
         build(
             node_id,
-            &listen,
+            listeners,
             data_dir,
             cluster,
             raft,
@@ -352,15 +383,38 @@ struct ClusterArgs {
     /// Join a running cluster (this node is not one of `members`).
     join: bool,
     /// A joining node's address for the others.
-    advertise: Option<String>,
+    internal_advertise: Option<String>,
     auto_leader_rebalance: bool,
     consumer_offsets_partitions: u32,
     transaction_state_partitions: u32,
 }
 
+/// The listener settings as given.
+struct Listeners {
+    listen: String,
+    advertise: Option<String>,
+    internal_listen: String,
+}
+
+/// Parses `host:port` for `what`.
+fn socket_addr(what: &str, value: &str) -> Result<SocketAddr> {
+    value.parse().map_err(|e| Error::Config(format!("{what} {value:?} is not host:port: {e}")))
+}
+
+/// An address others must reach: `host:port`, and not 0.0.0.0 / [::].
+fn reachable(what: &str, value: &str, setting: &str) -> Result<()> {
+    let addr = socket_addr(what, value)?;
+    if addr.ip().is_unspecified() {
+        return Err(Error::Config(format!(
+            "{what} must be an address the others can reach, not {addr}; set {setting}"
+        )));
+    }
+    Ok(())
+}
+
 fn build(
     node_id: NodeId,
-    listen: &str,
+    listeners: Listeners,
     data_dir: PathBuf,
     cluster: ClusterArgs,
     raft: RaftTiming,
@@ -370,13 +424,20 @@ fn build(
     if node_id == 0 {
         return Err(Error::Config("node-id must be at least 1".into()));
     }
-    let listen: SocketAddr =
-        listen.parse().map_err(|e| Error::Config(format!("listen {listen:?} is not host:port: {e}")))?;
+    let listen = socket_addr("listen", &listeners.listen)?;
+    let internal_listen = socket_addr("internal-listen", &listeners.internal_listen)?;
+    if listen == internal_listen {
+        return Err(Error::Config(format!(
+            "listen and internal-listen are both {listen}: clients and nodes need separate listeners"
+        )));
+    }
+    let advertise = listeners.advertise.unwrap_or_else(|| listen.to_string());
+    reachable("the client address (advertise)", &advertise, "--advertise")?;
     let mut parsed = BTreeMap::new();
     let ClusterArgs {
         members,
         join,
-        advertise,
+        internal_advertise,
         auto_leader_rebalance,
         consumer_offsets_partitions,
         transaction_state_partitions,
@@ -397,11 +458,11 @@ fn build(
             return Err(Error::Config(format!("cluster member id {id} is listed twice")));
         }
     }
-    let advertise = match (parsed.get(&node_id), join) {
+    let internal_advertise = match (parsed.get(&node_id), join) {
         (Some(addr), false) => {
-            if advertise.as_ref().is_some_and(|a| a != addr) {
+            if internal_advertise.as_ref().is_some_and(|a| a != addr) {
                 return Err(Error::Config(format!(
-                    "advertise is for joining nodes; node {node_id} is a member and is reached at {addr}"
+                    "internal-advertise is for joining nodes; node {node_id} is a member and is reached at {addr}"
                 )));
             }
             addr.clone()
@@ -418,16 +479,9 @@ fn build(
             )))
         }
         (None, true) => {
-            let advertise = advertise.unwrap_or_else(|| listen.to_string());
-            let addr: SocketAddr = advertise.parse().map_err(|e| {
-                Error::Config(format!("advertise {advertise:?} is not host:port: {e}"))
-            })?;
-            if addr.ip().is_unspecified() {
-                return Err(Error::Config(format!(
-                    "a joining node must advertise an address the others can reach, not {addr}; set --advertise"
-                )));
-            }
-            advertise
+            let internal_advertise = internal_advertise.unwrap_or_else(|| internal_listen.to_string());
+            reachable("a joining node's internal address", &internal_advertise, "--internal-advertise")?;
+            internal_advertise
         }
     };
     if raft.heartbeat_ms == 0
@@ -442,10 +496,12 @@ fn build(
     Ok(Config {
         node_id,
         listen,
+        internal_listen,
         data_dir,
         members: parsed,
         join,
         advertise,
+        internal_advertise,
         auto_leader_rebalance,
         rebalance_timing: RebalanceTiming::default(),
         raft,
@@ -474,9 +530,10 @@ mod tests {
     const GOOD: &str = r#"
 node-id = 2
 listen = "127.0.0.1:7002"
+internal-listen = "127.0.0.1:7102"
 data-dir = "/tmp/rill-2"
 [cluster]
-members = ["1@127.0.0.1:7001", "2@127.0.0.1:7002", "3@127.0.0.1:7003"]
+members = ["1@127.0.0.1:7101", "2@127.0.0.1:7102", "3@127.0.0.1:7103"]
 [raft]
 heartbeat-interval = "50ms"
 "#;
@@ -491,6 +548,7 @@ heartbeat-interval = "50ms"
         assert_eq!(c.data_dir, PathBuf::from("/elsewhere"));
         assert_eq!(c.raft.heartbeat_ms, 50);
         assert_eq!(c.advertised(), "127.0.0.1:7002");
+        assert_eq!(c.internal_advertise, "127.0.0.1:7102");
         assert_eq!(c.members.len(), 3);
     }
 
@@ -514,19 +572,27 @@ heartbeat-interval = "50ms"
         let base = Args {
             node_id: Some(4),
             listen: Some("127.0.0.1:7004".into()),
+            internal_listen: Some("127.0.0.1:7104".into()),
             data_dir: Some("/d".into()),
-            cluster_members: Some(vec!["1@127.0.0.1:7001".into()]),
+            cluster_members: Some(vec!["1@127.0.0.1:7101".into()]),
             join: true,
             ..Default::default()
         };
         let c = base.load().unwrap();
         assert!(c.join);
-        assert_eq!(c.advertised(), "127.0.0.1:7004");
+        assert_eq!((c.advertised(), c.internal_advertise.as_str()), ("127.0.0.1:7004", "127.0.0.1:7104"));
         let mut a = base.clone();
         a.listen = Some("0.0.0.0:7004".into());
         assert!(a.load().unwrap_err().to_string().contains("set --advertise"));
         a.advertise = Some("10.0.0.4:7004".into());
         assert_eq!(a.load().unwrap().advertised(), "10.0.0.4:7004");
+        a.internal_listen = Some("0.0.0.0:7104".into());
+        assert!(a.load().unwrap_err().to_string().contains("set --internal-advertise"));
+        a.internal_advertise = Some("10.0.0.4:7104".into());
+        assert_eq!(a.load().unwrap().internal_advertise, "10.0.0.4:7104");
+        let mut a = base.clone();
+        a.internal_listen = a.listen.clone();
+        assert!(a.load().unwrap_err().to_string().contains("separate listeners"));
         let mut a = base.clone();
         a.node_id = Some(1);
         assert!(a.load().unwrap_err().to_string().contains("founding member"));
@@ -540,8 +606,9 @@ heartbeat-interval = "50ms"
         let base = Args {
             node_id: Some(4),
             listen: Some("127.0.0.1:1".into()),
+            internal_listen: Some("127.0.0.1:2".into()),
             data_dir: Some("/d".into()),
-            cluster_members: Some(vec!["1@127.0.0.1:7001".into()]),
+            cluster_members: Some(vec!["1@127.0.0.1:7101".into()]),
             ..Default::default()
         };
         assert!(base.load().unwrap_err().to_string().contains("not one of the cluster members"));
@@ -551,6 +618,9 @@ heartbeat-interval = "50ms"
         let mut a = base.clone();
         a.node_id = None;
         assert!(a.load().unwrap_err().to_string().contains("RILL_NODE_ID"));
+        let mut a = base.clone();
+        a.internal_listen = None;
+        assert!(a.load().unwrap_err().to_string().contains("RILL_INTERNAL_LISTEN"));
         let mut a = base;
         a.cluster_members = Some(vec!["4@127.0.0.1:7004".into()]);
         a.raft_election_timeout_min = Some(Duration::from_millis(50));

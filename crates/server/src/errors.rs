@@ -10,6 +10,7 @@
 use rill_broker::PartitionError;
 use rill_meta::{MetaError, MetaErrorKind};
 use rill_proto::common::{ErrorCode, LeaderHint};
+use rill_raft::NodeId;
 use rill_records::BatchError;
 
 use rill_coordinator::CoordinatorError;
@@ -34,15 +35,22 @@ impl WireError {
     }
 }
 
-/// Maps a partition error.
-pub fn partition(e: &PartitionError) -> WireError {
+/// Maps a partition error; `client_addr` gives a node's client address for the leader hint.
+pub fn partition(e: &PartitionError, client_addr: impl Fn(NodeId) -> Option<String>) -> WireError {
     let message = e.to_string();
     match e {
-        PartitionError::NotLeader { leader, addr, .. } => WireError {
-            code: ErrorCode::NotLeaderOrFollower,
-            message,
-            leader: leader.map(|id| LeaderHint { node_id: id, address: addr.clone().unwrap_or_default() }),
-        },
+        PartitionError::NotLeader { leader, .. } => {
+            let address = leader.and_then(&client_addr);
+            WireError {
+                code: ErrorCode::NotLeaderOrFollower,
+                // The broker's text ends "the leader is node N".
+                message: match &address {
+                    Some(a) => format!("{message} at {a}"),
+                    None => message,
+                },
+                leader: leader.map(|id| LeaderHint { node_id: id, address: address.unwrap_or_default() }),
+            }
+        }
         PartitionError::NotEnoughReplicas { .. } => WireError::new(ErrorCode::NotEnoughReplicas, message),
         PartitionError::NotEnoughReplicasAfterAppend { .. } => {
             WireError::new(ErrorCode::NotEnoughReplicasAfterAppend, message)
@@ -295,7 +303,7 @@ mod tests {
 
     #[test]
     fn not_leader_carries_the_hint() {
-        let e = partition(&PartitionError::NotLeader { node: 1, leader: Some(2), addr: Some("h:2".into()) });
+        let e = partition(&PartitionError::NotLeader { node: 1, leader: Some(2) }, |id| Some(format!("h:{id}")));
         assert_eq!(e.code, ErrorCode::NotLeaderOrFollower);
         assert_eq!(e.leader, Some(LeaderHint { node_id: 2, address: "h:2".into() }));
         assert!(e.message.contains("node 2 at h:2"));
@@ -317,10 +325,13 @@ mod tests {
         assert_eq!(ErrorCode::InvalidRecord as i32, 87);
         assert_eq!(ErrorCode::UnknownTopicId as i32, 100);
         let damaged = BatchError::Checksum { expected: 1, actual: 2 };
-        assert_eq!(partition(&PartitionError::InvalidBatch(damaged)).code, ErrorCode::CorruptMessage);
-        assert_eq!(partition(&PartitionError::InvalidBatch(BatchError::Empty)).code, ErrorCode::InvalidRecord);
+        assert_eq!(partition(&PartitionError::InvalidBatch(damaged), |_| None).code, ErrorCode::CorruptMessage);
+        assert_eq!(
+            partition(&PartitionError::InvalidBatch(BatchError::Empty), |_| None).code,
+            ErrorCode::InvalidRecord
+        );
         let bomb = BatchError::TooLargeDecompressed { limit: 1 };
-        assert_eq!(partition(&PartitionError::InvalidBatch(bomb)).code, ErrorCode::MessageTooLarge);
+        assert_eq!(partition(&PartitionError::InvalidBatch(bomb), |_| None).code, ErrorCode::MessageTooLarge);
     }
 
     #[test]
@@ -340,7 +351,7 @@ mod tests {
 
     #[test]
     fn a_membership_change_is_not_a_storage_failure() {
-        let e = partition(&PartitionError::Reconfiguring("changing".into()));
+        let e = partition(&PartitionError::Reconfiguring("changing".into()), |_| None);
         assert_eq!(e.code, ErrorCode::LeaderNotAvailable);
     }
 }

@@ -6,7 +6,8 @@
 //! 1. adds it to the metadata group as a **learner** — it receives and applies the metadata log
 //!    like everyone else (so it knows every topic and where every replica lives) but never votes
 //!    on metadata, so adding brokers does not change the metadata quorum;
-//! 2. registers its id and address in the metadata — from then on replica placement counts it.
+//! 2. registers its id and addresses (internal and client) in the metadata — from then on
+//!    replica placement counts it.
 //!
 //! The new node is joined once its own copy of the metadata lists it. Joining is idempotent: a
 //! restarted node that joined before is joined already. Existing partitions stay where they are;
@@ -45,10 +46,17 @@ pub enum AddNodeError {
     Retry(String),
 }
 
-/// On the metadata leader: adds node `id` at `addr` as a metadata learner and registers it.
-pub async fn add_node(node: &Node, id: NodeId, addr: &str) -> Result<(), AddNodeError> {
+/// On the metadata leader: adds node `new.id`, reached by the other nodes at
+/// `new.internal_addr`, as a metadata learner and registers it with both addresses.
+pub async fn add_node(node: &Node, new: NodeInfo) -> Result<(), AddNodeError> {
+    let (id, addr) = (new.id, new.internal_addr.as_str());
     if id == 0 {
         return Err(AddNodeError::Refused("node ids start at 1".into()));
+    }
+    if addr.is_empty() || new.addr.is_empty() {
+        return Err(AddNodeError::Refused(format!(
+            "node {id} must name both its internal and its client address to join"
+        )));
     }
     if !node.is_meta_leader() {
         return Err(AddNodeError::NotLeader(node.meta_leader()));
@@ -60,13 +68,13 @@ pub async fn add_node(node: &Node, id: NodeId, addr: &str) -> Result<(), AddNode
         )));
     }
     let meta = node.meta();
-    if let Some(known) = meta.nodes.get(&id).filter(|n| n.addr != addr) {
+    if let Some(known) = meta.nodes.get(&id).filter(|n| n.peer_addr() != addr) {
         return Err(AddNodeError::Refused(format!(
-            "node id {id} is registered at {}; every node needs its own id, and a node's address cannot change",
-            known.addr
+            "node id {id} is registered at {}; every node needs its own id, and a node's internal address cannot change",
+            known.peer_addr()
         )));
     }
-    if let Some(other) = meta.nodes.values().find(|n| n.addr == addr && n.id != id) {
+    if let Some(other) = meta.nodes.values().find(|n| n.peer_addr() == addr && n.id != id) {
         return Err(AddNodeError::Refused(format!("address {addr} belongs to node {}", other.id)));
     }
     if membership.get_node(&id).is_none() {
@@ -81,15 +89,15 @@ pub async fn add_node(node: &Node, id: NodeId, addr: &str) -> Result<(), AddNode
             Err(RaftError::Fatal(e)) => return Err(AddNodeError::Retry(format!("metadata group stopped: {e}"))),
         }
     }
-    node.propose_meta(&MetaCommand::RegisterNodes { nodes: vec![NodeInfo { id, addr: addr.to_string() }] })
+    node.propose_meta(&MetaCommand::RegisterNodes { nodes: vec![new] })
         .await
         .map_err(|e| AddNodeError::Retry(e.to_string()))?;
     Ok(())
 }
 
-/// True once this node's own metadata lists it at its advertised address.
+/// True once this node's own metadata lists it at its advertised addresses.
 fn joined(node: &Node) -> bool {
-    node.meta().nodes.get(&node.id()).is_some_and(|n| n.addr == node.config().advertised())
+    node.meta().nodes.get(&node.id()) == Some(&node.info())
 }
 
 /// On a node started with `--join`: asks the members to add it until its metadata lists it.
@@ -140,7 +148,8 @@ async fn ask_members(n: &Arc<Node>) -> Result<(), AskError> {
             last = format!("no address for node {target}");
             continue;
         };
-        let req = AddNodeRequest { node_id: n.id(), address: n.config().advertised().to_string() };
+        let me = n.info();
+        let req = AddNodeRequest { node_id: me.id, address: me.internal_addr, client_address: me.addr };
         match rill_rt::timeout(ASK_TIMEOUT, client.add_node(req)).await {
             Err(_) => last = format!("node {target} did not answer within {ASK_TIMEOUT:?}"),
             Ok(Err(status)) => last = format!("node {target}: {}", status.message()),

@@ -114,7 +114,7 @@ impl Node {
         if node.config.auto_leader_rebalance {
             rill_rt::spawn(crate::balance::run(Arc::downgrade(&node)));
         }
-        tracing::info!(node = node.config.node_id, listen = %node.config.listen, "node started");
+        tracing::info!(node = node.config.node_id, listen = %node.config.listen, internal_listen = %node.config.internal_listen, "node started");
         Ok(node)
     }
 
@@ -195,24 +195,49 @@ impl Node {
         Some((partition, topic.partitions.get(partition as usize)?.group))
     }
 
-    /// Address of node `id` (from metadata, else the configured members).
-    pub fn node_addr(&self, id: NodeId) -> Option<String> {
-        self.meta().nodes.get(&id).map(|n| n.addr.clone()).or_else(|| self.config.members.get(&id).cloned())
+    /// The address clients reach node `id` at, once the node has announced it.
+    pub fn client_addr(&self, id: NodeId) -> Option<String> {
+        if id == self.id() {
+            return Some(self.config.advertise.clone());
+        }
+        self.meta().nodes.get(&id).map(|n| n.addr.clone()).filter(|a| !a.is_empty())
     }
 
-    /// Every known node: id → address.
+    /// The address the other nodes reach node `id` at (its internal listener): from the
+    /// metadata, else the configured members.
+    pub fn internal_addr(&self, id: NodeId) -> Option<String> {
+        if id == self.id() {
+            return Some(self.config.internal_advertise.clone());
+        }
+        let meta = self.meta();
+        let known = meta.nodes.get(&id).filter(|n| !n.internal_addr.is_empty()).map(|n| n.internal_addr.clone());
+        known
+            .or_else(|| self.config.members.get(&id).cloned())
+            .or_else(|| meta.nodes.get(&id).map(|n| n.peer_addr().to_string()))
+    }
+
+    /// Every known node (registered, or a configured member): id → client address, empty while
+    /// the node has not announced it yet.
     pub fn nodes(&self) -> BTreeMap<NodeId, String> {
         let meta = self.meta();
-        let mut nodes: BTreeMap<NodeId, String> = self.config.members.clone();
-        for n in meta.nodes.values() {
-            nodes.insert(n.id, n.addr.clone());
-        }
+        let mut nodes: BTreeMap<NodeId, String> = self.config.members.keys().map(|id| (*id, String::new())).collect();
+        nodes.extend(meta.nodes.values().map(|n| (n.id, n.addr.clone())));
+        nodes.insert(self.id(), self.config.advertise.clone());
         nodes
     }
 
-    /// A Cluster-service client for node `id`.
+    /// This node as the metadata should list it.
+    pub fn info(&self) -> NodeInfo {
+        NodeInfo {
+            id: self.id(),
+            addr: self.config.advertise.clone(),
+            internal_addr: self.config.internal_advertise.clone(),
+        }
+    }
+
+    /// A Cluster-service client for node `id`, on its internal listener.
     pub fn cluster_client(&self, id: NodeId) -> Option<ClusterClient<Channel>> {
-        let addr = self.node_addr(id)?;
+        let addr = self.internal_addr(id)?;
         let channel = self.multi.transport().channel(id, &addr).ok()?;
         Some(ClusterClient::new(channel))
     }
@@ -346,19 +371,8 @@ impl Node {
         group: GroupId,
         replicas: &[NodeId],
     ) -> Result<()> {
-        let meta = self.meta();
-        let members: BTreeMap<NodeId, BasicNode> = replicas
-            .iter()
-            .map(|id| {
-                let addr = meta
-                    .nodes
-                    .get(id)
-                    .map(|n| n.addr.clone())
-                    .or_else(|| self.config.members.get(id).cloned())
-                    .unwrap_or_default();
-                (*id, BasicNode::new(addr))
-            })
-            .collect();
+        let members: BTreeMap<NodeId, BasicNode> =
+            replicas.iter().map(|id| (*id, BasicNode::new(self.internal_addr(*id).unwrap_or_default()))).collect();
         // The first replica is the preferred leader. On a fresh partition only it initializes
         // the group — and so stands for election — while the others wait to hear from it, so
         // leaders spread as placement intended. If it does not show up (down, or slow), the others
@@ -519,8 +533,10 @@ async fn reconcile(node: std::sync::Weak<Node>, mut meta: watch::Receiver<Arc<Me
     }
 }
 
-/// Records the configured members in the metadata once a leader exists (idempotent), then has
-/// the metadata leader create the internal topics.
+/// Registers the node in the metadata once a leader exists: each node announces its own client
+/// and internal addresses together with every founding member not registered yet, by its
+/// internal address (so replicas can be placed on a member that is down); then the metadata
+/// leader creates the internal topics. Idempotent.
 async fn register_members(node: std::sync::Weak<Node>) {
     let Some(mut raft_metrics) = node.upgrade().map(|n| n.meta_raft.metrics()) else { return };
     loop {
@@ -528,21 +544,36 @@ async fn register_members(node: std::sync::Weak<Node>) {
         raft_metrics.borrow_and_update();
         let Some(n) = node.upgrade() else { return };
         let meta = n.meta();
-        let missing = n.config.members.iter().any(|(id, addr)| meta.nodes.get(id).map(|i| &i.addr) != Some(addr));
+        let me = n.info();
+        // A joining node is registered by the member that admits it (see `crate::join`).
+        let announce = !n.config.join && meta.nodes.get(&me.id) != Some(&me);
+        let missing: Vec<NodeInfo> = n
+            .config
+            .members
+            .iter()
+            .filter(|(id, addr)| meta.nodes.get(id).map(|i| i.peer_addr()) != Some(addr.as_str()))
+            .map(|(id, addr)| NodeInfo { id: *id, addr: String::new(), internal_addr: addr.clone() })
+            .collect();
         let internal_missing = [PartitionKind::ConsumerOffsets, PartitionKind::TransactionState]
             .iter()
             .any(|k| k.internal_topic().is_some_and(|name| !meta.topics.contains_key(name)));
-        if !missing && !internal_missing {
+        if !announce && missing.is_empty() && !internal_missing {
             return;
         }
-        if n.is_meta_leader() {
-            if missing {
-                let nodes =
-                    n.config.members.iter().map(|(id, addr)| NodeInfo { id: *id, addr: addr.clone() }).collect();
-                if let Err(e) = n.propose_meta(&MetaCommand::RegisterNodes { nodes }).await {
-                    tracing::debug!(error = %e, "registering members failed; will retry");
-                }
-            } else if let Err(e) = n.create_internal_topics().await {
+        let leader = n.is_meta_leader();
+        // Every founding member in one command, whoever proposes it first, so the metadata never
+        // lists some founding members and not others (placement would count too few nodes).
+        let mut nodes = missing;
+        if announce {
+            nodes.retain(|m| m.id != me.id);
+            nodes.push(me);
+        }
+        if !nodes.is_empty() {
+            if let Err(e) = n.propose_meta(&MetaCommand::RegisterNodes { nodes }).await {
+                tracing::debug!(error = %e, "registering nodes failed; will retry");
+            }
+        } else if leader {
+            if let Err(e) = n.create_internal_topics().await {
                 tracing::debug!(error = %e, "creating the internal topics failed; will retry");
             }
         }

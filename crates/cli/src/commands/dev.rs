@@ -22,7 +22,8 @@ pub struct DevArgs {
     /// Directory for node data and logs.
     #[arg(long, default_value = ".rill-dev")]
     data_dir: PathBuf,
-    /// Port of node 1; node N listens on base-port + N - 1.
+    /// Client port of node 1: node N serves clients on base-port + N - 1 and the other nodes on
+    /// base-port + 100 + N - 1.
     #[arg(long, default_value_t = 7001)]
     base_port: u16,
     /// The rill-server binary (default: next to this `rill` executable, then $PATH).

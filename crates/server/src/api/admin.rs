@@ -61,7 +61,8 @@ impl AdminApi {
         }
     }
 
-    /// Every known node with a fresh liveness probe.
+    /// Every known node with a fresh liveness probe (a node that has not announced its client
+    /// address yet is listed with an empty one).
     async fn probe_nodes(&self) -> Vec<NodeDescription> {
         let nodes = self.node.nodes();
         let voters = self.node.meta_voters();
@@ -74,14 +75,15 @@ impl AdminApi {
         join_all(probes).await
     }
 
-    /// Every known node, alive when this node heard from it within the last second (the
-    /// node-level pings): no request is sent.
+    /// Every node a client can reach (its client address is known), alive when this node heard
+    /// from it within the last second (the node-level pings): no request is sent.
     fn known_nodes(&self) -> Vec<NodeDescription> {
         let voters = self.node.meta_voters();
         let liveness = self.node.multi().transport().liveness();
         self.node
             .nodes()
             .into_iter()
+            .filter(|(_, address)| !address.is_empty())
             .map(|(id, address)| NodeDescription {
                 node_id: id,
                 address,
@@ -416,7 +418,7 @@ impl Admin for AdminApi {
         let answer = match self.node.coordinator_partition(kind, &req.key) {
             None => find_error(errors::coordinator_not_created(kind.internal_topic().unwrap_or_default())),
             Some((partition, group)) => {
-                match self.node.leader_of(group).and_then(|l| self.node.node_addr(l).map(|a| (l, a))) {
+                match self.node.leader_of(group).and_then(|l| self.node.client_addr(l).map(|a| (l, a))) {
                     None => find_error(errors::coordinator_without_leader(
                         kind.internal_topic().unwrap_or_default(),
                         partition,

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use rill_meta::machine::encode_result;
+use rill_meta::NodeInfo;
 use rill_proto::internal::cluster_server::Cluster;
 use rill_proto::internal::{
     AddNodeRequest, AddNodeResponse, ElectLeaderRequest, ElectLeaderResponse, PingRequest, PingResponse,
@@ -78,7 +79,8 @@ impl Cluster for ClusterApi {
     async fn add_node(&self, request: Request<AddNodeRequest>) -> Result<Response<AddNodeResponse>, Status> {
         let req = request.into_inner();
         let answer = |not_leader, leader, refused| Ok(Response::new(AddNodeResponse { not_leader, leader, refused }));
-        match add_node(&self.node, req.node_id, &req.address).await {
+        let new = NodeInfo { id: req.node_id, addr: req.client_address, internal_addr: req.address };
+        match add_node(&self.node, new).await {
             Ok(()) => answer(false, None, String::new()),
             Err(AddNodeError::NotLeader(leader)) => answer(true, leader, String::new()),
             Err(AddNodeError::Refused(reason)) => answer(false, None, reason),

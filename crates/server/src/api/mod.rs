@@ -1,9 +1,11 @@
-//! The gRPC services a node serves, all on one listener:
+//! The gRPC services a node serves, on two listeners:
 //!
-//! * public: [`records::RecordsApi`] (Produce, Fetch, ListOffsets, InitProducerId),
-//!   [`admin::AdminApi`] (topics, cluster, metadata, FindCoordinator), [`groups::GroupsApi`]
-//!   (committed offsets);
-//! * internal: `RaftTransport` (from `rill-raft`) and [`cluster::ClusterApi`].
+//! * the **client listener** (`listen`) serves only the public services: [`records::RecordsApi`]
+//!   (Produce, Fetch, ListOffsets, InitProducerId), [`admin::AdminApi`] (topics, cluster,
+//!   metadata, FindCoordinator), [`groups::GroupsApi`] (committed offsets);
+//! * the **internal listener** (`internal-listen`) serves only the node-to-node services:
+//!   `RaftTransport` (from `rill-raft`) and [`cluster::ClusterApi`]. A client that reaches the
+//!   client port cannot act as a node (docs/security.md).
 
 pub mod admin;
 pub mod cluster;
@@ -15,6 +17,8 @@ pub mod status;
 use std::future::Future;
 use std::sync::Arc;
 
+use futures::future::Either;
+use futures::FutureExt;
 use rill_proto::admin::admin_server::AdminServer;
 use rill_proto::groups::groups_server::GroupsServer;
 use rill_proto::internal::cluster_server::ClusterServer;
@@ -26,26 +30,61 @@ use rill_raft::service::RaftService;
 use crate::error::{Error, Result};
 use crate::node::Node;
 
-/// Serves every service on the node's listen address until `shutdown` completes, then stops
-/// accepting and lets in-flight requests finish.
+/// Serves the public services on the client listener and the internal ones on the internal
+/// listener until `shutdown` completes, then stops accepting on both and lets in-flight requests
+/// finish. Both listeners keep serving while `shutdown` runs (a stopping node hands its
+/// partitions over through the internal services).
 pub async fn serve(node: Arc<Node>, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<()> {
+    let (stopped_tx, stopped_rx) = rill_rt::sync::watch::channel(false);
+    let stop = async move {
+        shutdown.await;
+        let _ = stopped_tx.send(true);
+    };
+    let stopped = move || {
+        let mut rx = stopped_rx.clone();
+        async move {
+            let _ = rx.wait_for(|s| *s).await;
+        }
+    };
+    let servers = futures::future::try_join(
+        serve_public(node.clone(), stopped()).boxed(),
+        serve_internal(node.clone(), stopped()).boxed(),
+    );
+    // A listener that fails (e.g. its port is taken) fails the node at once.
+    match futures::future::select(Box::pin(stop), servers).await {
+        Either::Left(((), servers)) => servers.await.map(|_| ()),
+        Either::Right((served, _)) => served.map(|_| ()),
+    }
+}
+
+/// The client listener: public services only.
+async fn serve_public(node: Arc<Node>, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<()> {
     let addr = node.config().listen;
     let records = RecordsServer::new(records::RecordsApi::new(node.clone()))
         .max_decoding_message_size(MAX_GRPC_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_GRPC_MESSAGE_BYTES);
     let admin = AdminServer::new(admin::AdminApi::new(node.clone()));
     let groups = GroupsServer::new(groups::GroupsApi::new(node.clone()));
+    tonic::transport::Server::builder()
+        .add_service(records)
+        .add_service(admin)
+        .add_service(groups)
+        .serve_with_shutdown(addr, shutdown)
+        .await
+        .map_err(|e| Error::Serve(format!("client listener {addr}: {e}")))
+}
+
+/// The internal listener: node-to-node services only.
+async fn serve_internal(node: Arc<Node>, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<()> {
+    let addr = node.config().internal_listen;
     let raft = RaftTransportServer::new(RaftService::new(node.multi().clone()))
         .max_decoding_message_size(MAX_GRPC_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_GRPC_MESSAGE_BYTES);
     let cluster = ClusterServer::new(cluster::ClusterApi::new(node.clone()));
     tonic::transport::Server::builder()
-        .add_service(records)
-        .add_service(admin)
-        .add_service(groups)
         .add_service(raft)
         .add_service(cluster)
         .serve_with_shutdown(addr, shutdown)
         .await
-        .map_err(|e| Error::Serve(format!("{addr}: {e}")))
+        .map_err(|e| Error::Serve(format!("internal listener {addr}: {e}")))
 }

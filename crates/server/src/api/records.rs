@@ -127,7 +127,7 @@ impl RecordsApi {
                 append_time_ms: out.append_time_ms,
                 leader: None,
             },
-            Err(e) => produce_error(p.partition, errors::partition(&e)),
+            Err(e) => produce_error(p.partition, errors::partition(&e, |id| self.node.client_addr(id))),
         }
     }
 }
@@ -266,7 +266,7 @@ impl Records for RecordsApi {
                                     leader: None,
                                 }
                             }
-                            Err(e) => fetch_error(t.partition, errors::partition(&e)),
+                            Err(e) => fetch_error(t.partition, errors::partition(&e, |id| self.node.client_addr(id))),
                         }
                     }
                 }
@@ -334,7 +334,7 @@ impl Records for RecordsApi {
                                     offset: o as i64,
                                     leader: None,
                                 },
-                                Err(e) => list_error(*p, errors::partition(&e)),
+                                Err(e) => list_error(*p, errors::partition(&e, |id| self.node.client_addr(id))),
                             }
                         }
                     })

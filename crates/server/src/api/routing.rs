@@ -49,7 +49,7 @@ pub fn coordinator_here(node: &Node, kind: PartitionKind, key: &str) -> Result<H
         Some(leader) => Err(errors::coordinator(&rill_coordinator::CoordinatorError::NotCoordinator {
             node: node.id(),
             leader: Some(leader),
-            addr: node.node_addr(leader),
+            addr: node.client_addr(leader),
         })),
         None => Err(errors::coordinator_without_leader(topic, partition)),
     }
