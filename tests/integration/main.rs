@@ -18,6 +18,7 @@ mod t30_min_insync;
 mod t40_majority_down;
 mod t50_bad_input;
 mod t55_trust_boundary;
+mod t56_hostile_requests;
 mod t60_restart;
 mod t70_cli;
 mod t75_rill_dev;

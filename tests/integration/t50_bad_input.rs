@@ -121,7 +121,8 @@ async fn bad_requests_get_clear_errors_and_data_is_intact() -> anyhow::Result<()
     let transactional = rewritten(&good, ATTRIBUTES, &0x10i16.to_be_bytes());
     let r = raw_produce(&addr, "guarded", 0, 0, transactional).await?;
     assert_eq!(code(&r), ErrorCode::InvalidTxnState, "transactional batch: {}", r.error_message);
-    let negative_seq = build_batch_for(vec![Record::new("n")], Compression::None, Some((1, 0, -5)))?;
+    let (pid, _) = client.init_producer_id().await?;
+    let negative_seq = build_batch_for(vec![Record::new("n")], Compression::None, Some((pid, 0, -5)))?;
     let r = raw_produce(&addr, "guarded", 0, 0, negative_seq).await?;
     assert_eq!(code(&r), ErrorCode::InvalidRecord, "negative sequence: {}", r.error_message);
 

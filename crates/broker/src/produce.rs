@@ -37,13 +37,22 @@ pub(crate) fn elapsed_ms(since: Instant) -> u64 {
 }
 
 impl Partition {
-    /// Checks a produced batch once, before anything else looks at it: its size, its structure
-    /// and checksum (`rill_records::validate`), and what a producer may send.
-    fn check_batch(batch: &Bytes, max_message_bytes: u32) -> Result<BatchInfo> {
+    /// The cheap check of a produced batch, before leadership is looked at: its size as sent.
+    fn check_size(batch: &Bytes, max_message_bytes: u32) -> Result<()> {
         if batch.len() > max_message_bytes as usize {
             return Err(PartitionError::MessageTooLarge { size: batch.len(), max: max_message_bytes });
         }
-        let info = rill_records::validate(batch, MAX_DECOMPRESSED_BATCH_BYTES).map_err(PartitionError::InvalidBatch)?;
+        Ok(())
+    }
+
+    /// Checks a produced batch once, on the leader, before anything else looks at its records:
+    /// its structure and checksum (`rill_records::validate`) and what a producer may send.
+    /// Decompressed, a batch may hold at most `max.message.bytes` (the bound is enforced while
+    /// decompressing, never taken from the batch), so what a batch costs to check, store and
+    /// decode later is bounded by the topic's setting rather than by its compression ratio.
+    fn check_batch(batch: &Bytes, max_message_bytes: u32) -> Result<BatchInfo> {
+        let bound = (max_message_bytes as usize).min(MAX_DECOMPRESSED_BATCH_BYTES);
+        let info = rill_records::validate(batch, bound).map_err(PartitionError::InvalidBatch)?;
         if info.is_control() {
             return Err(PartitionError::InvalidRecord(
                 "control batches (transaction markers) are written by the transaction coordinator, not by producers"
@@ -74,17 +83,20 @@ impl Partition {
         let started = rill_rt::now();
         let deadline = started + timeout;
         let config = self.config();
-        let info = Self::check_batch(&batch, config.max_message_bytes)?;
-        let idempotent = info.has_producer();
-        if idempotent && acks != Acks::All {
-            return Err(PartitionError::InvalidRequest("idempotent batches (producer id set) need acks=all".into()));
-        }
+        Self::check_size(&batch, config.max_message_bytes)?;
         let _in_flight = InFlight::enter(self);
+        // Leadership first: a node that does not lead the partition never decompresses its
+        // batches.
         let Some(term) = self.leader_term() else {
             return Err(self.not_leader());
         };
         if let Some(to) = self.moving_to() {
             return Err(PartitionError::LeaderMoving { to });
+        }
+        let info = Self::check_batch(&batch, config.max_message_bytes)?;
+        let idempotent = info.has_producer();
+        if idempotent && acks != Acks::All {
+            return Err(PartitionError::InvalidRequest("idempotent batches (producer id set) need acks=all".into()));
         }
         if acks == Acks::All {
             self.check_isr(term, config.min_insync_replicas)?;

@@ -176,8 +176,11 @@ pub fn missing_batch(partition: u32) -> WireError {
 }
 
 /// A request names the same partition twice.
-pub fn duplicate_partition(partition: u32) -> WireError {
-    WireError::new(ErrorCode::InvalidRequest, format!("partition {partition} appears twice in one request"))
+pub fn duplicate_partition(topic: &str, partition: u32) -> WireError {
+    WireError::new(
+        ErrorCode::InvalidRequest,
+        format!("topic {topic:?} partition {partition} appears twice in one request; the second entry was ignored"),
+    )
 }
 
 /// The produce request's acks value is not one Rill knows.
@@ -227,6 +230,19 @@ pub fn topic_vanished(topic: &str, during: &str) -> WireError {
 /// A whole request is malformed (a field no per-partition answer can carry).
 pub fn invalid_request_status(message: impl Into<String>) -> tonic::Status {
     tonic::Status::invalid_argument(message.into())
+}
+
+/// A produced batch names a producer id the cluster never issued.
+pub fn unissued_producer_id(producer_id: i64) -> WireError {
+    WireError::new(
+        ErrorCode::UnknownProducerId,
+        format!("producer id {producer_id} was never issued by this cluster; get one with InitProducerId"),
+    )
+}
+
+/// A request names more entries than one request may (see `api::limits`).
+pub fn too_many_entries_status(rpc: &str, what: &str, count: usize, max: usize) -> tonic::Status {
+    tonic::Status::invalid_argument(format!("{rpc} names {count} {what}; one request may name at most {max}: split it"))
 }
 
 /// An internal RPC named a Raft group this node does not host (the caller backs off).

@@ -18,6 +18,7 @@ use rill_proto::common::{ErrorCode, LeaderHint};
 use rill_proto::internal::PingRequest;
 use tonic::{Request, Response, Status};
 
+use crate::api::limits;
 use crate::api::status::{gather, PartitionLive};
 use crate::errors::{self, WireError};
 use crate::node::Node;
@@ -353,7 +354,8 @@ impl Admin for AdminApi {
         let names: Vec<String> = if req.topics.is_empty() {
             meta.topics.values().filter(|t| !t.is_internal()).map(|t| t.name.clone()).collect()
         } else {
-            req.topics
+            limits::check_counts("Metadata", req.topics.len(), 0)?;
+            limits::distinct(req.topics)
         };
         // Answered from what this node knows (its replicas, the peers' leadership reports, the
         // pings): no request to other nodes, so a client may ask as often as it likes.

@@ -1,7 +1,6 @@
 //! The public `Groups` service: consumer groups' committed offsets, served by each group's
 //! coordinator (the leader of the `__consumer_offsets` partition the group id hashes to).
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,6 +16,7 @@ use rill_proto::groups::{
 };
 use tonic::{Request, Response, Status};
 
+use crate::api::limits::{self, SeenPartitions};
 use crate::api::routing::coordinator_here;
 use crate::errors::{self, WireError};
 use crate::node::{Hosted, Node};
@@ -90,10 +90,11 @@ impl Groups for GroupsApi {
         }
         // Check every offset against the metadata this node holds; commit the good ones.
         let meta = self.node.meta();
+        limits::check_counts("CommitOffsets", req.topics.len(), req.topics.iter().map(|t| t.partitions.len()).sum())?;
+        let mut seen = SeenPartitions::default();
         let mut accepted = Vec::new();
         let mut results = Vec::new();
         for t in req.topics {
-            let mut seen = BTreeSet::new();
             let mut partitions = Vec::new();
             let topic = meta.topics.get(&t.topic).filter(|topic| !topic.is_internal());
             for p in t.partitions {
@@ -102,7 +103,9 @@ impl Groups for GroupsApi {
                     Some(topic) if p.partition as usize >= topic.partitions.len() => {
                         Err(errors::unknown_partition(&t.topic, p.partition, topic.partitions.len()))
                     }
-                    Some(_) if !seen.insert(p.partition) => Err(errors::duplicate_partition(p.partition)),
+                    Some(_) if !seen.first(&t.topic, p.partition) => {
+                        Err(errors::duplicate_partition(&t.topic, p.partition))
+                    }
                     Some(_) if p.offset < 0 => Err(errors::negative_offset(p.offset)),
                     Some(_) if p.metadata.len() > MAX_OFFSET_METADATA_BYTES => {
                         Err(errors::offset_metadata_too_large(p.metadata.len(), MAX_OFFSET_METADATA_BYTES))
@@ -143,6 +146,7 @@ impl Groups for GroupsApi {
         request: Request<FetchOffsetsRequest>,
     ) -> Result<Response<FetchOffsetsResponse>, Status> {
         let req = request.into_inner();
+        limits::check_counts("FetchOffsets", req.topics.len(), req.topics.iter().map(|t| t.partitions.len()).sum())?;
         let coordinator = match self.coordinator(&req.group_id) {
             Ok(c) => c,
             Err(e) => return Ok(Response::new(fetch_error(e))),

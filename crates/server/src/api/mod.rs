@@ -6,10 +6,13 @@
 //! * the **internal listener** (`internal-listen`) serves only the node-to-node services:
 //!   `RaftTransport` (from `rill-raft`) and [`cluster::ClusterApi`]. A client that reaches the
 //!   client port cannot act as a node (docs/security.md).
+//!
+//! [`limits`] bounds what one public request may name before a handler looks at it.
 
 pub mod admin;
 pub mod cluster;
 pub mod groups;
+pub mod limits;
 pub mod records;
 pub mod routing;
 pub mod status;

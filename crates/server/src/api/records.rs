@@ -1,6 +1,5 @@
 //! The public `Records` service: Produce, Fetch, ListOffsets. Answers per partition.
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,6 +17,7 @@ use tonic::{Request, Response, Status};
 use rill_coordinator::transactions;
 use rill_meta::PartitionKind;
 
+use crate::api::limits::{self, SeenPartitions};
 use crate::api::routing::{coordinator_here, local_replica};
 use crate::errors::{self, WireError};
 use crate::node::{Hosted, Node};
@@ -32,6 +32,8 @@ const MAX_FETCH_WAIT: Duration = Duration::from_secs(60);
 const DEFAULT_FETCH_MAX_BYTES: usize = 8 << 20;
 /// How long a transactional `InitProducerId` may take to be committed by its coordinator.
 const INIT_PRODUCER_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a produce waits for this node's metadata to show that its producer id was issued.
+const ISSUED_ID_WAIT: Duration = Duration::from_secs(1);
 /// Per-partition fetch budget when the request gives none.
 const DEFAULT_PARTITION_MAX_BYTES: usize = 1 << 20;
 
@@ -99,6 +101,23 @@ impl RecordsApi {
             .map_err(|e| errors::coordinator(&e))
     }
 
+    /// Refuses a batch under a producer id the cluster never issued, so that made-up ids cannot
+    /// fill a partition's producer table and lock real producers out. Ids are issued in blocks
+    /// through the metadata, so every issued id is below the metadata's next one; an id issued
+    /// by another node moments ago may not have reached this node's metadata yet, so it waits
+    /// briefly for it. (The header is read only to find the id; the batch is checked later.)
+    async fn check_issued(&self, batch: &bytes::Bytes) -> Result<(), WireError> {
+        let Ok(info) = rill_records::BatchInfo::parse(batch) else { return Ok(()) };
+        if !info.has_producer() {
+            return Ok(());
+        }
+        let issued = |m: &rill_meta::MetaState| info.producer_id < m.next_producer_id;
+        if issued(&self.node.meta()) || self.node.wait_for_meta(ISSUED_ID_WAIT, issued).await {
+            return Ok(());
+        }
+        Err(errors::unissued_producer_id(info.producer_id))
+    }
+
     async fn produce_one(
         &self,
         topic: &str,
@@ -118,6 +137,9 @@ impl RecordsApi {
             Ok(r) => r,
             Err(e) => return produce_error(p.partition, e),
         };
+        if let Err(e) = self.check_issued(&p.batch).await {
+            return produce_error(p.partition, e);
+        }
         match replica.produce(p.batch, acks, timeout).await {
             Ok(out) => PartitionProduceResult {
                 partition: p.partition,
@@ -150,18 +172,19 @@ impl Records for RecordsApi {
             0 => DEFAULT_PRODUCE_TIMEOUT,
             ms => Duration::from_millis(u64::from(ms)).min(MAX_PRODUCE_TIMEOUT),
         };
+        limits::check_counts("Produce", req.topics.len(), req.topics.iter().map(|t| t.partitions.len()).sum())?;
+        let mut seen = SeenPartitions::default();
         let topics = req.topics.into_iter().map(|t| {
             let acks = acks.clone();
+            let duplicates: Vec<bool> = t.partitions.iter().map(|p| !seen.first(&t.topic, p.partition)).collect();
             async move {
-                let mut seen = BTreeSet::new();
-                let parts = t.partitions.into_iter().map(|p| {
-                    let duplicate = !seen.insert(p.partition);
+                let parts = t.partitions.into_iter().zip(duplicates).map(|(p, duplicate)| {
                     let topic = t.topic.clone();
                     let topic_id = t.topic_id.clone();
                     let acks = acks.clone();
                     async move {
                         if duplicate {
-                            return produce_error(p.partition, errors::duplicate_partition(p.partition));
+                            return produce_error(p.partition, errors::duplicate_partition(&topic, p.partition));
                         }
                         self.produce_one(&topic, &topic_id, p, acks, timeout).await
                     }
@@ -187,6 +210,8 @@ impl Records for RecordsApi {
             max_bytes: usize,
             replica: Result<Arc<rill_broker::Partition>, WireError>,
         }
+        limits::check_counts("Fetch", req.topics.len(), req.topics.iter().map(|t| t.partitions.len()).sum())?;
+        let mut seen = SeenPartitions::default();
         let mut targets = Vec::new();
         let mut results: Vec<FetchTopicResult> = Vec::new();
         for (ti, t) in req.topics.iter().enumerate() {
@@ -196,12 +221,17 @@ impl Records for RecordsApi {
                     0 => DEFAULT_PARTITION_MAX_BYTES,
                     n => n as usize,
                 };
+                let replica = if seen.first(&t.topic, p.partition) {
+                    local_replica(&self.node, &t.topic, &t.topic_id, p.partition)
+                } else {
+                    Err(errors::duplicate_partition(&t.topic, p.partition))
+                };
                 targets.push(Target {
                     topic_idx: ti,
                     partition: p.partition,
                     offset: p.fetch_offset,
                     max_bytes,
-                    replica: local_replica(&self.node, &t.topic, &t.topic_id, p.partition),
+                    replica,
                 });
             }
         }
@@ -311,6 +341,8 @@ impl Records for RecordsApi {
         let req = request.into_inner();
         let spec = OffsetSpec::try_from(req.spec)
             .map_err(|_| errors::invalid_request_status(format!("unknown offset spec {}", req.spec)))?;
+        limits::check_counts("ListOffsets", req.topics.len(), req.topics.iter().map(|t| t.partitions.len()).sum())?;
+        let mut seen = SeenPartitions::default();
         let topics = req
             .topics
             .into_iter()
@@ -318,7 +350,15 @@ impl Records for RecordsApi {
                 let partitions = t
                     .partitions
                     .iter()
-                    .map(|p| match local_replica(&self.node, &t.topic, &[], *p) {
+                    .map(|p| {
+                        if seen.first(&t.topic, *p) {
+                            local_replica(&self.node, &t.topic, &[], *p)
+                        } else {
+                            Err(errors::duplicate_partition(&t.topic, *p))
+                        }
+                    })
+                    .zip(t.partitions.iter())
+                    .map(|(replica, p)| match replica {
                         Err(e) => list_error(*p, e),
                         Ok(r) => {
                             let offset = match spec {

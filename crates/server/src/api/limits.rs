@@ -1,0 +1,63 @@
+//! The shape every request must have before a handler looks at its entries: how many topics
+//! and partitions one request may name, and which repeated entries are merged or refused. An
+//! answer is then never more than a small multiple of its request, whatever the request repeats.
+//!
+//! * Metadata: a repeated topic name is answered once (as Kafka does).
+//! * Produce, Fetch, ListOffsets: a (topic, partition) named twice is answered
+//!   `INVALID_REQUEST` for the second entry, and nothing is done for it.
+//! * More than [`MAX_TOPICS_PER_REQUEST`] topics or [`MAX_PARTITIONS_PER_REQUEST`] partitions:
+//!   the whole request is refused (`INVALID_ARGUMENT`), before any work.
+
+use std::collections::HashSet;
+
+use crate::errors;
+
+/// Most topics one request may name.
+pub const MAX_TOPICS_PER_REQUEST: usize = 10_000;
+/// Most (topic, partition) entries one request may name, over all its topics.
+pub const MAX_PARTITIONS_PER_REQUEST: usize = 100_000;
+
+/// Refuses a request naming more than the bounds allow; `partitions` counts every entry.
+pub fn check_counts(rpc: &str, topics: usize, partitions: usize) -> Result<(), tonic::Status> {
+    if topics > MAX_TOPICS_PER_REQUEST {
+        return Err(errors::too_many_entries_status(rpc, "topics", topics, MAX_TOPICS_PER_REQUEST));
+    }
+    if partitions > MAX_PARTITIONS_PER_REQUEST {
+        return Err(errors::too_many_entries_status(rpc, "partitions", partitions, MAX_PARTITIONS_PER_REQUEST));
+    }
+    Ok(())
+}
+
+/// The (topic, partition) entries of one request seen so far.
+#[derive(Default)]
+pub struct SeenPartitions(HashSet<(String, u32)>);
+
+impl SeenPartitions {
+    /// True the first time `topic`/`partition` is named in this request.
+    pub fn first(&mut self, topic: &str, partition: u32) -> bool {
+        self.0.insert((topic.to_string(), partition))
+    }
+}
+
+/// `names` with repeats removed, in first-seen order.
+pub fn distinct(names: Vec<String>) -> Vec<String> {
+    let mut seen = HashSet::new();
+    names.into_iter().filter(|n| seen.insert(n.clone())).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn repeats_are_seen_and_merged() {
+        let mut seen = SeenPartitions::default();
+        assert!(seen.first("a", 0) && seen.first("a", 1) && seen.first("b", 0));
+        assert!(!seen.first("a", 0));
+        assert_eq!(distinct(vec!["x".into(), "y".into(), "x".into()]), vec!["x".to_string(), "y".to_string()]);
+        assert!(check_counts("Fetch", MAX_TOPICS_PER_REQUEST, MAX_PARTITIONS_PER_REQUEST).is_ok());
+        let refused = check_counts("Fetch", 1, MAX_PARTITIONS_PER_REQUEST + 1).unwrap_err();
+        assert_eq!(refused.code(), tonic::Code::InvalidArgument);
+        assert!(refused.message().contains("100001 partitions"), "{}", refused.message());
+    }
+}
