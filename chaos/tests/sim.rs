@@ -14,7 +14,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
-use rill_broker::ReplicaState;
+use rill_broker::{PartitionError, ReplicaState};
 use rill_chaos::cluster::{init_logs, SimCluster, SimOptions};
 use rill_chaos::scenarios;
 use rill_chaos::trace::Trace;
@@ -304,15 +304,26 @@ async fn concurrent_batches_share_entries() {
 }
 
 /// Appends a transaction marker of `kind` for producer `pid` at `epoch` to the single partition,
-/// on its leader (as the transaction coordinator will); returns the marker's offset.
+/// on its leader (as the transaction coordinator will); returns the marker's offset. Waits for a
+/// leader every replica agrees on, and tries again when leadership moved before the append (a
+/// refusal that wrote nothing); any other failure fails the scenario.
 async fn append_marker(cluster: &SimCluster, kind: rill_records::ControlKind, pid: i64, epoch: i16) -> u64 {
-    let (leader, _) = agreed_leader(cluster).expect("a leader every replica agrees on");
-    let partition = cluster.node(leader).expect("leader up").partitions()[0].clone();
-    let marker = rill_records::ControlMarker { kind, coordinator_epoch: 7 };
-    cluster
-        .on_node(leader, async move { partition.append_control(marker, pid, epoch, Duration::from_secs(10)).await })
-        .await
-        .expect("the marker is appended")
+    wait_until("a marker appended on a leader every replica agrees on", || async {
+        let (leader, _) = agreed_leader(cluster)?;
+        let partition = cluster.node(leader)?.partitions().first()?.clone();
+        let marker = rill_records::ControlMarker { kind, coordinator_epoch: 7 };
+        let appended = cluster
+            .on_node(leader, async move { partition.append_control(marker, pid, epoch, Duration::from_secs(10)).await })
+            .await;
+        match appended {
+            Ok(offset) => Some(offset),
+            Err(
+                PartitionError::NotLeader { .. } | PartitionError::LeaderMoving { .. } | PartitionError::CatchingUp,
+            ) => None,
+            Err(e) => panic!("the marker was not appended: {e}"),
+        }
+    })
+    .await
 }
 
 /// Scripted: a control batch (a transaction marker) is stored in the partition's log and takes
