@@ -1,15 +1,17 @@
 //! The trust boundary between clients and nodes: a node's client listener serves only the public
-//! services and its internal listener only the node-to-node ones. Every RPC in `proto/` (taken
-//! from the compiled descriptor set, so a new RPC is covered without editing this test) is sent
-//! to the listener that must not serve it, and is refused — with the metadata and every
-//! partition's records the same before and after.
+//! services and its internal listener only the node-to-node ones, over mutual TLS. Every RPC in
+//! `proto/` (taken from the compiled descriptor set, so a new RPC is covered without editing this
+//! test) is sent to the listener that must not serve it, and every internal RPC to the internal
+//! listener without a node certificate (plain TCP, TLS without a client certificate, a
+//! certificate from another CA): all are refused — with the metadata and every partition's
+//! records the same before and after.
 
 use std::collections::BTreeMap;
 
 use rill_client::{Acks, Client, Record};
 use rill_proto::descriptor::{rpcs, Rpc};
 use tonic::codegen::http::uri::PathAndQuery;
-use tonic::transport::Channel;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
 use tonic::Code;
 
 use crate::harness::{init_logs, read_all, text, TestCluster};
@@ -40,10 +42,14 @@ async fn stored(client: &Client) -> anyhow::Result<String> {
     Ok(out)
 }
 
-/// Calls `rpc` at `addr` with an empty message (every protobuf message decodes from zero bytes)
-/// and returns the status code.
-async fn call(addr: &str, rpc: &Rpc) -> anyhow::Result<Code> {
-    let channel = Channel::from_shared(format!("http://{addr}"))?.connect().await?;
+/// Calls `rpc` at `addr` (plain TCP, or TLS with `tls`) with an empty message (every protobuf
+/// message decodes from zero bytes) and returns the status code; `Err` when no connection could
+/// be made (a refused handshake).
+async fn call_with(addr: &str, tls: Option<ClientTlsConfig>, rpc: &Rpc) -> anyhow::Result<Code> {
+    let channel = match tls {
+        None => Channel::from_shared(format!("http://{addr}"))?.connect().await?,
+        Some(tls) => Channel::from_shared(format!("https://{addr}"))?.tls_config(tls)?.connect().await?,
+    };
     let mut grpc = tonic::client::Grpc::new(channel);
     grpc.ready().await?;
     let path = PathAndQuery::try_from(rpc.path())?;
@@ -52,6 +58,28 @@ async fn call(addr: &str, rpc: &Rpc) -> anyhow::Result<Code> {
         Ok(_) => Code::Ok,
         Err(status) => status.code(),
     })
+}
+
+/// True when a call was not answered by a handler: no connection, or a transport-level status
+/// (plain HTTP/2 into a TLS port surfaces as `INTERNAL`, a refused client certificate as
+/// `UNAVAILABLE`, `UNKNOWN` or `CANCELLED`). `Cluster.Ping`, whose handler always answers OK, is among the
+/// calls, so a call that got through would show.
+fn refused(outcome: &anyhow::Result<Code>) -> bool {
+    matches!(outcome, Err(_) | Ok(Code::Unavailable | Code::Unknown | Code::Internal | Code::Cancelled))
+}
+
+/// Calls `rpc` over plain TCP.
+async fn call(addr: &str, rpc: &Rpc) -> anyhow::Result<Code> {
+    call_with(addr, None, rpc).await
+}
+
+/// TLS to node 1's internal listener trusting `ca`, presenting `identity` if any.
+fn tls_to_node_1(ca: &[u8], identity: Option<(&[u8], &[u8])>) -> ClientTlsConfig {
+    let tls = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(ca)).domain_name("node-1");
+    match identity {
+        Some((cert, key)) => tls.identity(Identity::from_pem(cert, key)),
+        None => tls,
+    }
 }
 
 #[tokio::test]
@@ -81,16 +109,36 @@ async fn each_listener_serves_only_its_own_services() -> anyhow::Result<()> {
     let client_port = cluster.addr(1);
     let internal_port = cluster.local().internal_addr(1).unwrap_or_default().to_string();
 
-    // The internal listener does serve the node-to-node services (a ping answers), so a refusal
-    // below is the listener's, not a dead port's.
+    let tls = cluster.local().tls_dir();
+    let ca = std::fs::read(tls.join("ca.pem"))?;
+    let (cert, key) = (std::fs::read(tls.join("node-2.pem"))?, std::fs::read(tls.join("node-2.key"))?);
+    let as_node_2 = || tls_to_node_1(&ca, Some((&cert, &key)));
+
+    // With a node's certificate the internal listener does serve the node-to-node services (a
+    // ping answers), so a refusal below is the boundary's, not a dead port's.
     let ping = rpcs.iter().find(|r| r.path() == "/rill.internal.Cluster/Ping").expect("Ping in the descriptor");
-    assert_eq!(call(&internal_port, ping).await?, Code::Ok);
+    assert_eq!(call_with(&internal_port, Some(as_node_2()), ping).await?, Code::Ok);
 
     for rpc in &internal {
         assert_eq!(call(&client_port, rpc).await?, Code::Unimplemented, "{} on the client listener", rpc.path());
     }
     for rpc in &public {
-        assert_eq!(call(&internal_port, rpc).await?, Code::Unimplemented, "{} on the internal listener", rpc.path());
+        let code = call_with(&internal_port, Some(as_node_2()), rpc).await?;
+        assert_eq!(code, Code::Unimplemented, "{} on the internal listener", rpc.path());
+    }
+
+    // Without a node certificate from the cluster's CA, nothing gets through the internal
+    // listener: plain TCP, TLS without a client certificate, a certificate from another CA.
+    let stranger = rill_tls::issue::ClusterCa::generate("another cluster")?;
+    let (stranger_cert, stranger_key) = stranger.issue_node(2)?;
+    for rpc in &internal {
+        let plain = call(&internal_port, rpc).await;
+        assert!(refused(&plain), "{} over plain TCP: {plain:?}", rpc.path());
+        let anonymous = call_with(&internal_port, Some(tls_to_node_1(&ca, None)), rpc).await;
+        assert!(refused(&anonymous), "{} without a client certificate: {anonymous:?}", rpc.path());
+        let foreign = tls_to_node_1(&ca, Some((stranger_cert.as_bytes(), stranger_key.as_bytes())));
+        let foreign = call_with(&internal_port, Some(foreign), rpc).await;
+        assert!(refused(&foreign), "{} with another CA's certificate: {foreign:?}", rpc.path());
     }
 
     let after = stored(&client).await?;

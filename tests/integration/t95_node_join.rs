@@ -94,7 +94,11 @@ async fn a_new_node_joins_takes_replicas_and_rejoins_after_restart() -> anyhow::
     let internal_port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
     let child = std::process::Command::new(bin("rill-server"))
         .args(["--node-id", "4", "--join", "--listen", &format!("127.0.0.1:{port}")])
-        .args(["--internal-listen", &format!("127.0.0.1:{internal_port}"), "--cluster-members"])
+        .args(["--internal-listen", &format!("127.0.0.1:{internal_port}")])
+        // A certificate from the cluster's CA naming node 4: the impostor gets through TLS and is
+        // refused by the metadata leader.
+        .args(cluster.local().tls_args(4)?)
+        .arg("--cluster-members")
         .arg(cluster.members_arg())
         .arg("--data-dir")
         .arg(dir.path())

@@ -46,6 +46,9 @@ enum Command {
     Cluster(commands::cluster::ClusterCommand),
     /// Run a local cluster of rill-server processes until Ctrl-C.
     Dev(commands::dev::DevArgs),
+    /// Certificates for mutual TLS between nodes: a cluster CA, node certificates.
+    #[command(subcommand)]
+    Tls(commands::tls::TlsCommand),
     /// Benchmark Rill (and, with --peers, NATS JetStream, RabbitMQ, Redis) on this machine.
     /// Runs `rill-bench` (beside this executable, else from $PATH) with the same arguments;
     /// `rill bench --help` lists them.
@@ -62,6 +65,15 @@ fn main() -> ExitCode {
     if let Command::Bench { args } = &cli.command {
         return run_bench(args);
     }
+    if let Command::Tls(command) = cli.command {
+        return match commands::tls::run(command) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     init_logging();
     let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
         Ok(r) => r,
@@ -77,7 +89,7 @@ fn main() -> ExitCode {
             Command::Consume(a) => commands::consume::run(&cli.bootstrap, a).await,
             Command::Cluster(c) => commands::cluster::run(&cli.bootstrap, c).await,
             Command::Dev(a) => commands::dev::run(a).await,
-            Command::Bench { .. } => Ok(()),
+            Command::Bench { .. } | Command::Tls(_) => Ok(()),
         }
     });
     match result {

@@ -9,6 +9,8 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use rill_client::Client;
 
+use rill_tls::issue::ClusterCa;
+
 use crate::process::ChildProcess;
 
 /// With [`Ports::Base`], a node's internal port is its client port plus this.
@@ -40,13 +42,22 @@ pub struct ClusterSpec {
     pub server_bin: PathBuf,
     /// Environment for every node (e.g. `RILL_LOG_LEVEL`), on top of the launcher's own.
     pub env: Vec<(String, String)>,
+    /// Mutual TLS between the nodes, with a throwaway CA and node certificates made under
+    /// `dir/tls/` (the default); `false` starts the nodes with the insecure setting.
+    pub internal_tls: bool,
 }
 
 impl ClusterSpec {
     /// `nodes` founding members under `dir`, on `ports`, with the `rill-server` found by
     /// [`crate::server_binary`].
     pub fn new(nodes: u64, dir: impl Into<PathBuf>, ports: Ports) -> Self {
-        Self { nodes, dir: dir.into(), ports, server_bin: crate::server_binary(), env: Vec::new() }
+        Self { nodes, dir: dir.into(), ports, server_bin: crate::server_binary(), env: Vec::new(), internal_tls: true }
+    }
+
+    /// Plain TCP between the nodes (`--tls-insecure-internal`), for comparisons and experiments.
+    pub fn insecure_internal(mut self) -> Self {
+        self.internal_tls = false;
+        self
     }
 
     /// Adds an environment variable for every node.
@@ -75,6 +86,9 @@ pub struct LocalCluster {
     spec: ClusterSpec,
     nodes: BTreeMap<u64, LocalNode>,
     members: String,
+    /// The cluster's throwaway CA, with mutual TLS between nodes (boxed: it is large and
+    /// rarely used).
+    ca: Option<Box<ClusterCa>>,
 }
 
 impl LocalCluster {
@@ -94,7 +108,17 @@ impl LocalCluster {
             .map(|(id, n): (&u64, &LocalNode)| format!("{id}@{}", n.internal_addr))
             .collect::<Vec<_>>()
             .join(",");
-        let mut cluster = Self { spec, nodes, members };
+        // A fresh CA per start, kept in `dir/tls/` so `rill tls node --dir …` can issue a
+        // certificate for a node added later.
+        let ca = match spec.internal_tls {
+            true => {
+                let ca = ClusterCa::generate("Rill local cluster CA").context("cannot make the cluster's CA")?;
+                ca.save(&spec.dir.join("tls")).context("cannot write the cluster's CA")?;
+                Some(Box::new(ca))
+            }
+            false => None,
+        };
+        let mut cluster = Self { spec, nodes, members, ca };
         for id in 1..=cluster.spec.nodes {
             cluster.start_node(id)?;
         }
@@ -144,6 +168,29 @@ impl LocalCluster {
         self.nodes.get_mut(&id).with_context(|| format!("node {id} is not part of this cluster"))
     }
 
+    /// Where the cluster's certificates are (`ca.pem`, `node-N.pem`, `node-N.key`).
+    pub fn tls_dir(&self) -> PathBuf {
+        self.spec.dir.join("tls")
+    }
+
+    /// Issues (or re-issues) node `id`'s certificate from the cluster's CA and returns the
+    /// `rill-server` flags that use it: `--tls-ca/--tls-cert/--tls-key`, or
+    /// `--tls-insecure-internal` when the cluster runs without TLS.
+    pub fn tls_args(&self, id: u64) -> anyhow::Result<Vec<String>> {
+        let Some(ca) = &self.ca else { return Ok(vec!["--tls-insecure-internal".into()]) };
+        let paths =
+            ca.write_node(&self.tls_dir(), id).with_context(|| format!("cannot issue node {id}'s certificate"))?;
+        let path = |p: &Path| p.display().to_string();
+        Ok(vec![
+            "--tls-ca".into(),
+            path(&paths.ca),
+            "--tls-cert".into(),
+            path(&paths.cert),
+            "--tls-key".into(),
+            path(&paths.key),
+        ])
+    }
+
     /// Starts (or restarts, on its data directory) node `id`.
     pub fn start_node(&mut self, id: u64) -> anyhow::Result<()> {
         let node = self.node(id)?;
@@ -152,7 +199,9 @@ impl LocalCluster {
         }
         std::fs::create_dir_all(&node.data_dir)
             .with_context(|| format!("cannot create {}", node.data_dir.display()))?;
+        let tls = self.tls_args(id)?;
         let mut cmd = Command::new(&self.spec.server_bin);
+        cmd.args(&tls);
         cmd.args(["--node-id", &id.to_string(), "--listen", &node.addr, "--internal-listen", &node.internal_addr])
             .args(["--cluster-members", &self.members])
             .arg("--data-dir")

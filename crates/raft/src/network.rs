@@ -85,7 +85,9 @@ impl PeerError {
 #[error("{0}")]
 pub struct TransportError(pub String);
 
-/// The node's connections to its peers. One lazily connected channel per peer address.
+/// The node's connections to its peers. One lazily connected channel per peer address, over
+/// mutual TLS when the node has certificates (the peer must present a certificate naming the
+/// node it is dialed as; see `rill-tls`).
 ///
 /// It also remembers when each peer last answered a Raft message of each group, so a leader
 /// can tell a live follower from one that merely *was* caught up when it died, and when each
@@ -99,11 +101,13 @@ pub struct Transport {
     /// When each group's leader last reached this node (an append whose vote was accepted).
     leader_contacts: Mutex<HashMap<GroupId, rill_rt::Instant>>,
     heartbeats: Heartbeats,
+    tls: Option<rill_tls::NodeTls>,
 }
 
 impl Transport {
-    /// The transport of node `node_id`, with no connections yet.
-    pub fn new(node_id: NodeId) -> Arc<Self> {
+    /// The transport of node `node_id`, with no connections yet; `tls` secures every connection
+    /// (`None`: plain TCP, the insecure setting).
+    pub fn new(node_id: NodeId, tls: Option<rill_tls::NodeTls>) -> Arc<Self> {
         Arc::new(Self {
             node_id,
             liveness: Liveness::new(),
@@ -112,6 +116,7 @@ impl Transport {
             contacts: Mutex::default(),
             leader_contacts: Mutex::default(),
             heartbeats: Heartbeats::default(),
+            tls,
         })
     }
 
@@ -142,10 +147,18 @@ impl Transport {
         if let Some(c) = channels.get(&(node, addr.to_string())) {
             return Ok(c.clone());
         }
-        let endpoint = Endpoint::from_shared(format!("http://{addr}"))
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        #[allow(unused_mut)] // the simulation build adds no TLS
+        let mut endpoint = Endpoint::from_shared(format!("{scheme}://{addr}"))
             .map_err(|e| TransportError(format!("bad peer address {addr}: {e}")))?
             .connect_timeout(CONNECT_TIMEOUT)
             .tcp_nodelay(true);
+        #[cfg(not(madsim))]
+        if let Some(tls) = &self.tls {
+            endpoint = endpoint
+                .tls_config(tls.client_config(node))
+                .map_err(|e| TransportError(format!("TLS settings for node {node}: {e}")))?;
+        }
         let channel = endpoint.connect_lazy();
         channels.insert((node, addr.to_string()), channel.clone());
         Ok(channel)

@@ -14,6 +14,12 @@
 //! # internal-advertise = "10.0.0.4:7101"  # a joining node's address for the others
 //! auto-leader-rebalance = true    # hand leadership back to preferred replicas
 //!
+//! [tls]  # mutual TLS between nodes, on the internal listener (docs/security.md)
+//! ca = "/etc/rill/ca.pem"         # the cluster CA: peers' certificates must chain to it
+//! cert = "/etc/rill/node-1.pem"   # this node's certificate, naming node-1
+//! key = "/etc/rill/node-1.key"
+//! # insecure-internal = true      # no TLS between nodes: experiments only (logs a warning)
+//!
 //! [raft]
 //! heartbeat-interval = "100ms"
 //! election-timeout-min = "300ms"
@@ -85,6 +91,19 @@ pub struct Config {
     pub state_snapshot_every_entries: u64,
     /// See `state_snapshot_every_entries`.
     pub state_log_kept_entries: u64,
+    /// How the internal listener and the connections to peers are secured.
+    pub internal_tls: InternalTls,
+}
+
+/// How node-to-node traffic is secured.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InternalTls {
+    /// Mutual TLS with certificates from the cluster's CA that name the node (the default; the
+    /// only setting for production).
+    Mutual(rill_tls::TlsPaths),
+    /// Plain TCP: anyone who reaches the internal listener is trusted as a node. For experiments
+    /// and the simulation (which has no TLS); the node logs a warning.
+    Insecure,
 }
 
 /// Default partition count of each internal topic: enough to spread coordinators over a
@@ -155,6 +174,7 @@ impl Config {
             transaction_state_partitions: DEFAULT_INTERNAL_TOPIC_PARTITIONS,
             state_snapshot_every_entries: rill_broker::state_partition::STATE_SNAPSHOT_EVERY_ENTRIES,
             state_log_kept_entries: rill_broker::state_partition::STATE_LOG_KEPT_BEHIND_SNAPSHOT,
+            internal_tls: InternalTls::Insecure,
         })
     }
 }
@@ -173,6 +193,8 @@ struct FileConfig {
     #[serde(default)]
     cluster: FileCluster,
     #[serde(default)]
+    tls: FileTls,
+    #[serde(default)]
     raft: FileRaft,
     #[serde(default)]
     log: FileLog,
@@ -186,6 +208,15 @@ struct FileCluster {
     auto_leader_rebalance: Option<bool>,
     consumer_offsets_partitions: Option<u32>,
     transaction_state_partitions: Option<u32>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+struct FileTls {
+    ca: Option<PathBuf>,
+    cert: Option<PathBuf>,
+    key: Option<PathBuf>,
+    insecure_internal: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -223,7 +254,7 @@ fn parse_file(text: &str, path: &Path) -> Result<FileConfig> {
     if !unknown.is_empty() {
         return Err(Error::Config(format!(
             "{}: unknown key(s) {}; known keys: node-id, listen, advertise, internal-listen, internal-advertise, data-dir, [cluster] members, [cluster] join, [cluster] auto-leader-rebalance, \
-             [cluster] consumer-offsets-partitions, [cluster] transaction-state-partitions, [raft] heartbeat-interval, \
+             [cluster] consumer-offsets-partitions, [cluster] transaction-state-partitions, [tls] ca, cert, key, insecure-internal, [raft] heartbeat-interval, \
              election-timeout-min, election-timeout-max, quiesce-after, [log] level, format",
             path.display(),
             unknown.join(", ")
@@ -276,6 +307,19 @@ pub struct Args {
     /// Partitions of `__transaction_state`, when the cluster first creates it (default: 16).
     #[arg(long, env = "RILL_TRANSACTION_STATE_PARTITIONS")]
     pub transaction_state_partitions: Option<u32>,
+    /// The cluster CA's certificate (PEM): peers' certificates must chain to it.
+    #[arg(long, env = "RILL_TLS_CA")]
+    pub tls_ca: Option<PathBuf>,
+    /// This node's certificate (PEM), naming `node-<id>`.
+    #[arg(long, env = "RILL_TLS_CERT")]
+    pub tls_cert: Option<PathBuf>,
+    /// This node's private key (PEM).
+    #[arg(long, env = "RILL_TLS_KEY")]
+    pub tls_key: Option<PathBuf>,
+    /// No TLS between nodes: anyone reaching the internal listener is trusted as a node.
+    /// Experiments only.
+    #[arg(long, env = "RILL_TLS_INSECURE_INTERNAL")]
+    pub tls_insecure_internal: bool,
     /// Raft heartbeat interval (e.g. 100ms).
     #[arg(long, env = "RILL_RAFT_HEARTBEAT_INTERVAL", value_parser = humantime::parse_duration)]
     pub raft_heartbeat_interval: Option<Duration>,
@@ -352,8 +396,14 @@ impl Args {
                 .or(file.cluster.transaction_state_partitions)
                 .unwrap_or(DEFAULT_INTERNAL_TOPIC_PARTITIONS),
         };
+        let internal_tls = internal_tls(
+            self.tls_insecure_internal || file.tls.insecure_internal.unwrap_or(false),
+            self.tls_ca.clone().or(file.tls.ca),
+            self.tls_cert.clone().or(file.tls.cert),
+            self.tls_key.clone().or(file.tls.key),
+        )?;
         let listeners = Listeners { listen, advertise: self.advertise.clone().or(file.advertise), internal_listen };
-        build(
+        let mut config = build(
             node_id,
             listeners,
             data_dir,
@@ -361,7 +411,31 @@ impl Args {
             raft,
             self.log_level.clone().or(file.log.level).unwrap_or_else(|| "info".into()),
             self.log_format.or(file.log.format).unwrap_or(LogFormat::Text),
-        )
+        )?;
+        config.internal_tls = internal_tls;
+        Ok(config)
+    }
+}
+
+/// The `[tls]` settings: all three files, or the insecure setting, never both or neither.
+fn internal_tls(
+    insecure: bool,
+    ca: Option<PathBuf>,
+    cert: Option<PathBuf>,
+    key: Option<PathBuf>,
+) -> Result<InternalTls> {
+    match (insecure, ca, cert, key) {
+        (true, None, None, None) => Ok(InternalTls::Insecure),
+        (true, ..) => {
+            Err(Error::Config("[tls] insecure-internal is set together with certificate files; choose one".into()))
+        }
+        (false, Some(ca), Some(cert), Some(key)) => Ok(InternalTls::Mutual(rill_tls::TlsPaths { ca, cert, key })),
+        (false, ..) => Err(Error::Config(
+            "the internal listener needs mutual TLS: set [tls] ca, cert and key (--tls-ca, --tls-cert, --tls-key; \
+             rill dev and the test kit generate them, docs/security.md says how to issue them), or \
+             [tls] insecure-internal = true for experiments"
+                .into(),
+        )),
     }
 }
 
@@ -512,6 +586,7 @@ fn build(
         transaction_state_partitions,
         state_snapshot_every_entries: rill_broker::state_partition::STATE_SNAPSHOT_EVERY_ENTRIES,
         state_log_kept_entries: rill_broker::state_partition::STATE_LOG_KEPT_BEHIND_SNAPSHOT,
+        internal_tls: InternalTls::Insecure,
     })
 }
 
@@ -534,6 +609,10 @@ internal-listen = "127.0.0.1:7102"
 data-dir = "/tmp/rill-2"
 [cluster]
 members = ["1@127.0.0.1:7101", "2@127.0.0.1:7102", "3@127.0.0.1:7103"]
+[tls]
+ca = "/etc/rill/ca.pem"
+cert = "/etc/rill/node-2.pem"
+key = "/etc/rill/node-2.key"
 [raft]
 heartbeat-interval = "50ms"
 "#;
@@ -550,6 +629,31 @@ heartbeat-interval = "50ms"
         assert_eq!(c.advertised(), "127.0.0.1:7002");
         assert_eq!(c.internal_advertise, "127.0.0.1:7102");
         assert_eq!(c.members.len(), 3);
+        assert!(matches!(&c.internal_tls, InternalTls::Mutual(p) if p.cert == Path::new("/etc/rill/node-2.pem")));
+    }
+
+    #[test]
+    fn tls_is_required_unless_explicitly_insecure() {
+        let base = Args {
+            node_id: Some(1),
+            listen: Some("127.0.0.1:7001".into()),
+            internal_listen: Some("127.0.0.1:7101".into()),
+            data_dir: Some("/d".into()),
+            cluster_members: Some(vec!["1@127.0.0.1:7101".into()]),
+            ..Default::default()
+        };
+        assert!(base.load().unwrap_err().to_string().contains("needs mutual TLS"));
+        let mut a = base.clone();
+        a.tls_insecure_internal = true;
+        assert_eq!(a.load().unwrap().internal_tls, InternalTls::Insecure);
+        a.tls_ca = Some("/ca.pem".into());
+        assert!(a.load().unwrap_err().to_string().contains("choose one"));
+        let mut a = base;
+        a.tls_ca = Some("/ca.pem".into());
+        a.tls_cert = Some("/n.pem".into());
+        assert!(a.load().unwrap_err().to_string().contains("needs mutual TLS"), "a missing key");
+        a.tls_key = Some("/n.key".into());
+        assert!(matches!(a.load().unwrap().internal_tls, InternalTls::Mutual(_)));
     }
 
     #[test]
@@ -576,6 +680,7 @@ heartbeat-interval = "50ms"
             data_dir: Some("/d".into()),
             cluster_members: Some(vec!["1@127.0.0.1:7101".into()]),
             join: true,
+            tls_insecure_internal: true,
             ..Default::default()
         };
         let c = base.load().unwrap();
@@ -609,6 +714,7 @@ heartbeat-interval = "50ms"
             internal_listen: Some("127.0.0.1:2".into()),
             data_dir: Some("/d".into()),
             cluster_members: Some(vec!["1@127.0.0.1:7101".into()]),
+            tls_insecure_internal: true,
             ..Default::default()
         };
         assert!(base.load().unwrap_err().to_string().contains("not one of the cluster members"));

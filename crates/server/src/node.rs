@@ -20,7 +20,7 @@ use rill_rt::sync::watch;
 use rill_storage::{Engine, Syncer};
 use tonic::transport::Channel;
 
-use crate::config::Config;
+use crate::config::{Config, InternalTls};
 use crate::error::Result;
 
 /// Producer ids a node reserves from the metadata at a time. Unused ids of a block are lost
@@ -86,13 +86,29 @@ pub struct Node {
     replicas: RwLock<HashMap<GroupId, Hosted>>,
     /// The block of producer ids this node hands out: `next .. end`.
     producer_ids: rill_rt::sync::Mutex<(i64, i64)>,
+    /// The node's certificates for the internal listener (`None`: the insecure setting).
+    tls: Option<rill_tls::NodeTls>,
 }
 
 impl Node {
     /// Opens the node's groups on `engine` and starts its background tasks.
     pub async fn start(config: Config, engine: Arc<dyn Engine>) -> Result<Arc<Self>> {
+        let tls = match &config.internal_tls {
+            InternalTls::Mutual(paths) => Some(
+                rill_tls::NodeTls::load(paths, config.node_id)
+                    .map_err(|e| crate::Error::Config(format!("internal TLS: {e}")))?,
+            ),
+            InternalTls::Insecure => {
+                tracing::warn!(
+                    node = config.node_id,
+                    "INSECURE: [tls] insecure-internal is set; node-to-node traffic is plain TCP and anyone who reaches the internal listener is trusted as a node"
+                );
+                None
+            }
+        };
         let syncer = Syncer::start_with_latency(engine.clone(), config.sync_latency);
-        let multi = MultiRaft::new(config.node_id, engine, syncer, Transport::new(config.node_id), config.raft);
+        let transport = Transport::new(config.node_id, tls.clone());
+        let multi = MultiRaft::new(config.node_id, engine, syncer, transport, config.raft);
         multi.start_background();
         let (meta_sm, meta_rx) = MetaStateMachine::new();
         // Founding members initialize the metadata group; a joining node waits to be added.
@@ -107,6 +123,7 @@ impl Node {
             meta: meta_rx,
             replicas: RwLock::new(HashMap::new()),
             producer_ids: rill_rt::sync::Mutex::new((0, 0)),
+            tls,
         });
         rill_rt::spawn(reconcile(Arc::downgrade(&node), node.meta.clone()));
         rill_rt::spawn(register_members(Arc::downgrade(&node)));
@@ -126,6 +143,11 @@ impl Node {
     /// The configuration.
     pub fn config(&self) -> &Config {
         &self.config
+    }
+
+    /// The node's certificates for mutual TLS between nodes; `None` with the insecure setting.
+    pub fn internal_tls(&self) -> Option<&rill_tls::NodeTls> {
+        self.tls.as_ref()
     }
 
     /// The multi-raft registry.

@@ -4,6 +4,7 @@ pub mod cluster;
 pub mod consume;
 pub mod dev;
 pub mod produce;
+pub mod tls;
 pub mod topic;
 
 use anyhow::Context;

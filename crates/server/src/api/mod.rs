@@ -84,7 +84,20 @@ async fn serve_internal(node: Arc<Node>, shutdown: impl Future<Output = ()> + Se
         .max_decoding_message_size(MAX_GRPC_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_GRPC_MESSAGE_BYTES);
     let cluster = ClusterServer::new(cluster::ClusterApi::new(node.clone()));
-    tonic::transport::Server::builder()
+    #[allow(unused_mut)] // the simulation build adds no TLS
+    let mut builder = tonic::transport::Server::builder();
+    #[cfg(not(madsim))]
+    if let Some(tls) = node.internal_tls() {
+        // Peers must present a certificate from the cluster's CA (docs/security.md).
+        builder = builder
+            .tls_config(tls.server_config())
+            .map_err(|e| Error::Serve(format!("internal listener {addr}: TLS settings: {e}")))?;
+    }
+    #[cfg(madsim)]
+    if node.internal_tls().is_some() {
+        return Err(Error::Serve("the simulation has no TLS: run it with the insecure setting".into()));
+    }
+    builder
         .add_service(raft)
         .add_service(cluster)
         .serve_with_shutdown(addr, shutdown)
