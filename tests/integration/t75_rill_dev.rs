@@ -31,18 +31,21 @@ fn rill(bootstrap: &str, args: &[&str], stdin: Option<&str>) -> anyhow::Result<(
 }
 
 fn free_base_port() -> u16 {
-    // Three consecutive free ports: probe until a run of three binds.
+    // rill dev's nodes take three consecutive client ports and the three internal ports
+    // INTERNAL_PORT_OFFSET above them: probe until all six bind.
+    let internal = rill_launcher::cluster::INTERNAL_PORT_OFFSET;
     for _ in 0..100 {
         let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
         let base = l.local_addr().expect("addr").port();
         if base > 60000 {
             continue;
         }
-        if (1..3).all(|i| std::net::TcpListener::bind(("127.0.0.1", base + i)).is_ok()) {
+        let free = |port: u16| port == base || std::net::TcpListener::bind(("127.0.0.1", port)).is_ok();
+        if (0..3).all(|i| free(base + i) && free(base + internal + i)) {
             return base;
         }
     }
-    panic!("no three consecutive free ports");
+    panic!("no three consecutive free client ports with their internal ports free");
 }
 
 /// Starts `rill dev` on free ports in `dir` and returns it with its bootstrap address, once it
@@ -53,7 +56,7 @@ fn start_rill_dev(dir: &std::path::Path) -> anyhow::Result<(std::process::Child,
         .args(["dev", "--nodes", "3", "--base-port", &base.to_string(), "--data-dir"])
         .arg(dir)
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(std::fs::File::create(dir.join("rill-dev.stderr"))?)
         .spawn()?;
     let stdout = dev.stdout.take().context("stdout")?;
     let (tx, rx) = std::sync::mpsc::channel();
@@ -73,7 +76,16 @@ fn start_rill_dev(dir: &std::path::Path) -> anyhow::Result<(std::process::Child,
             }
             Err(_) => {
                 let _ = dev.kill();
-                bail!("rill dev did not print its bootstrap address within 90 s");
+                let stderr = std::fs::read_to_string(dir.join("rill-dev.stderr")).unwrap_or_default();
+                let node_1 = std::fs::read_to_string(dir.join("node-1.log")).unwrap_or_default();
+                let tail = |t: &str| {
+                    t.lines().rev().take(20).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n")
+                };
+                bail!(
+                    "rill dev did not print its bootstrap address within 90 s; its stderr:\n{}\nnode 1's log:\n{}",
+                    tail(&stderr),
+                    tail(&node_1)
+                );
             }
         }
     }
