@@ -28,7 +28,7 @@ pub struct IdleResult {
 
 /// `partitions` RF-3 partitions on 3 nodes, no traffic: CPU per node over `measure`.
 pub async fn idle_partitions(env: &Env, partitions: u32, measure: Duration) -> anyhow::Result<IdleResult> {
-    let mut deployment = start(env, "rill-idle", 3).await?;
+    let mut deployment = start(env, "rill-idle", 3, true).await?;
     let client = Client::connect(&deployment.endpoints).await?;
     let configs = [("min.insync.replicas".to_string(), "2".to_string())];
     eprintln!("creating {partitions} partitions (RF 3)…");
@@ -72,7 +72,7 @@ pub struct FailoverResult {
 /// Kills the leader of partition 0 `kills` times under load and times the first acknowledged
 /// write after each kill. The killed node is restarted and back in the ISR before the next kill.
 pub async fn failover(env: &Env, kills: u32, load_rate: u64) -> anyhow::Result<FailoverResult> {
-    let mut deployment = start(env, "rill-failover", 3).await?;
+    let mut deployment = start(env, "rill-failover", 3, true).await?;
     let client = Client::connect(&deployment.endpoints).await?;
     let configs = [("min.insync.replicas".to_string(), "2".to_string())];
     client.create_topic("failover", 3, 3, &configs).await?;
@@ -186,7 +186,7 @@ pub struct RestartResult {
 /// Writes `payload_mb` MB to an 8-partition RF-3 topic, stops all three nodes (SIGTERM), starts
 /// them again and times the way back to full service.
 pub async fn restart(env: &Env, payload_mb: u64) -> anyhow::Result<RestartResult> {
-    let mut deployment = start(env, "rill-restart", 3).await?;
+    let mut deployment = start(env, "rill-restart", 3, true).await?;
     let client = Client::connect(&deployment.endpoints).await?;
     let partitions = 8;
     let configs = [("min.insync.replicas".to_string(), "2".to_string())];

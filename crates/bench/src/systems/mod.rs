@@ -25,6 +25,9 @@ pub enum Variant {
     RillAcksLeaderRf3,
     /// Rill, one node, replication factor 1, acks=all.
     RillRf1,
+    /// `RillAcksAllRf3` with plain TCP between the nodes (the insecure setting): what mutual TLS
+    /// on the internal listener costs.
+    RillAcksAllRf3Insecure,
     /// NATS JetStream, 3 nodes, stream replicas 3, file storage, default lazy sync.
     NatsR3Lazy,
     /// NATS JetStream, 3 nodes, stream replicas 3, file storage, `sync_interval: always`.
@@ -46,6 +49,8 @@ pub enum DeploymentKind {
     Rill {
         /// Node count.
         nodes: u64,
+        /// Mutual TLS between the nodes (the default); `false`: the insecure setting.
+        internal_tls: bool,
     },
     /// `nats-server` processes.
     Nats {
@@ -69,10 +74,11 @@ impl Variant {
     pub const RILL: [Variant; 3] = [Variant::RillAcksAllRf3, Variant::RillAcksLeaderRf3, Variant::RillRf1];
 
     /// Every variant in report order.
-    pub const ALL: [Variant; 9] = [
+    pub const ALL: [Variant; 10] = [
         Variant::RillAcksAllRf3,
         Variant::RillAcksLeaderRf3,
         Variant::RillRf1,
+        Variant::RillAcksAllRf3Insecure,
         Variant::NatsR3Lazy,
         Variant::NatsR3SyncAlways,
         Variant::RabbitMqQuorum,
@@ -87,6 +93,7 @@ impl Variant {
             Variant::RillAcksAllRf3 => "rill-acks-all-rf3",
             Variant::RillAcksLeaderRf3 => "rill-acks-1-rf3",
             Variant::RillRf1 => "rill-rf1",
+            Variant::RillAcksAllRf3Insecure => "rill-acks-all-rf3-insecure",
             Variant::NatsR3Lazy => "nats-r3-lazy",
             Variant::NatsR3SyncAlways => "nats-r3-sync",
             Variant::RabbitMqQuorum => "rabbitmq-quorum",
@@ -102,6 +109,7 @@ impl Variant {
             Variant::RillAcksAllRf3 => "3 replicas, fsync on a majority before ack",
             Variant::RillAcksLeaderRf3 => "fsync on the leader before ack, replicated after",
             Variant::RillRf1 => "1 replica, fsync before ack",
+            Variant::RillAcksAllRf3Insecure => "as rill-acks-all-rf3, plain TCP between nodes (no mTLS)",
             Variant::NatsR3Lazy => "3 replicas in memory on a majority, fsync every 2 min (lazy)",
             Variant::NatsR3SyncAlways => "3 replicas, fsync on a majority before ack",
             Variant::RabbitMqQuorum => "3 replicas (Raft), fsync on a majority before confirm",
@@ -124,8 +132,11 @@ impl Variant {
     /// The processes it runs on.
     pub fn deployment(self) -> DeploymentKind {
         match self {
-            Variant::RillAcksAllRf3 | Variant::RillAcksLeaderRf3 => DeploymentKind::Rill { nodes: 3 },
-            Variant::RillRf1 => DeploymentKind::Rill { nodes: 1 },
+            Variant::RillAcksAllRf3 | Variant::RillAcksLeaderRf3 => {
+                DeploymentKind::Rill { nodes: 3, internal_tls: true }
+            }
+            Variant::RillRf1 => DeploymentKind::Rill { nodes: 1, internal_tls: true },
+            Variant::RillAcksAllRf3Insecure => DeploymentKind::Rill { nodes: 3, internal_tls: false },
             Variant::NatsR3Lazy => DeploymentKind::Nats { sync_always: false },
             Variant::NatsR3SyncAlways => DeploymentKind::Nats { sync_always: true },
             Variant::RabbitMqQuorum | Variant::RabbitMqStream => DeploymentKind::RabbitMq,
@@ -159,6 +170,9 @@ impl Variant {
             Variant::RillAcksAllRf3 => Box::new(rill::RillDriver::connect(deployment, Acks::All, 3, idem).await?),
             Variant::RillAcksLeaderRf3 => Box::new(rill::RillDriver::connect(deployment, Acks::Leader, 3, idem).await?),
             Variant::RillRf1 => Box::new(rill::RillDriver::connect(deployment, Acks::All, 1, idem).await?),
+            Variant::RillAcksAllRf3Insecure => {
+                Box::new(rill::RillDriver::connect(deployment, Acks::All, 3, idem).await?)
+            }
             Variant::NatsR3Lazy | Variant::NatsR3SyncAlways => Box::new(nats::NatsDriver::connect(deployment).await?),
             Variant::RabbitMqQuorum => Box::new(rabbitmq::RabbitDriver::connect(deployment, "quorum").await?),
             Variant::RabbitMqStream => Box::new(rabbitmq::RabbitDriver::connect(deployment, "stream").await?),
@@ -214,7 +228,10 @@ impl Deployment {
     /// Starts the processes of `kind`.
     pub async fn start(kind: DeploymentKind, env: &Env) -> anyhow::Result<Deployment> {
         match kind {
-            DeploymentKind::Rill { nodes } => rill::start(env, &format!("rill-{nodes}n"), nodes).await,
+            DeploymentKind::Rill { nodes, internal_tls } => {
+                let name = if internal_tls { format!("rill-{nodes}n") } else { format!("rill-{nodes}n-insecure") };
+                rill::start(env, &name, nodes, internal_tls).await
+            }
             DeploymentKind::Nats { sync_always } => nats::start(env, sync_always).await,
             DeploymentKind::RabbitMq => rabbitmq::start(env).await,
             DeploymentKind::Redis { always } => redis::start(env, always).await,

@@ -20,10 +20,14 @@ pub const READY_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long a new topic may take to elect a leader for every partition.
 const TOPIC_READY_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// Starts an `nodes`-node cluster under `env.data_dir/name` and waits until it is ready.
-pub async fn start(env: &Env, name: &str, nodes: u64) -> anyhow::Result<Deployment> {
+/// Starts an `nodes`-node cluster under `env.data_dir/name` (mutual TLS between the nodes
+/// unless `internal_tls` is false) and waits until it is ready.
+pub async fn start(env: &Env, name: &str, nodes: u64, internal_tls: bool) -> anyhow::Result<Deployment> {
     let dir = env.fresh_dir(name)?;
     let mut spec = ClusterSpec::new(nodes, &dir, Ports::Base(env.base_port)).env("RUST_LOG", "warn");
+    if !internal_tls {
+        spec = spec.insecure_internal();
+    }
     spec.server_bin = env.rill_server.clone();
     let mut cluster = LocalCluster::start(spec)?;
     cluster.wait_ready(READY_TIMEOUT).await?;
