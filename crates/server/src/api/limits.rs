@@ -8,7 +8,7 @@
 //! * More than [`MAX_TOPICS_PER_REQUEST`] topics or [`MAX_PARTITIONS_PER_REQUEST`] partitions:
 //!   the whole request is refused (`INVALID_ARGUMENT`), before any work.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use crate::errors;
 
@@ -28,14 +28,22 @@ pub fn check_counts(rpc: &str, topics: usize, partitions: usize) -> Result<(), t
     Ok(())
 }
 
-/// The (topic, partition) entries of one request seen so far.
+/// The (topic, partition) entries of one request seen so far. Keyed by topic first, so a request
+/// costs one allocated name per distinct topic, not one per partition entry (Fetch runs this
+/// for every partition of every consumer's requests).
 #[derive(Default)]
-pub struct SeenPartitions(HashSet<(String, u32)>);
+pub struct SeenPartitions(HashMap<String, HashSet<u32>>);
 
 impl SeenPartitions {
     /// True the first time `topic`/`partition` is named in this request.
     pub fn first(&mut self, topic: &str, partition: u32) -> bool {
-        self.0.insert((topic.to_string(), partition))
+        match self.0.get_mut(topic) {
+            Some(partitions) => partitions.insert(partition),
+            None => {
+                self.0.insert(topic.to_string(), HashSet::from([partition]));
+                true
+            }
+        }
     }
 }
 
