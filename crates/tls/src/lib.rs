@@ -10,12 +10,16 @@
 //! * [`issue`]: a throwaway CA and node certificates (rcgen), for `rill dev`, the test kit and
 //!   operators who want a starting point.
 //! * [`peer`]: which node a presented certificate names.
+//! * [`caller`]: [`Caller`], the peer behind an internal request, and whether it may speak for
+//!   the node ids its message names.
 
+pub mod caller;
 pub mod error;
 pub mod files;
 pub mod issue;
 pub mod peer;
 
+pub use caller::{Caller, Impersonation};
 pub use error::TlsError;
 pub use files::{NodeTls, TlsPaths};
 pub use peer::PeerCertificate;
