@@ -3,7 +3,9 @@
 //! * gzip: a gzip stream (several members are accepted, as Java's `GZIPInputStream` does).
 //! * snappy: the xerial framing Kafka's Java client writes (`\x82SNAPPY\0`, versions, then
 //!   length-prefixed snappy blocks); a raw snappy block is accepted too, as Java's reader does.
-//! * lz4: the LZ4 frame format (Kafka's framing since KIP-57), 64 KiB independent blocks.
+//! * lz4: the LZ4 frame format (Kafka's framing since KIP-57), 64 KiB independent blocks. Read
+//!   block by block into the bounded output: a frame declares blocks of up to 4 MiB, and a
+//!   decoder that sized its buffers by the declaration would let a few bytes cost megabytes.
 //! * zstd: a zstd frame; the decoder's window is capped so a frame cannot make it allocate more
 //!   than [`ZSTD_MAX_WINDOW_LOG`] allows.
 //!
@@ -130,7 +132,7 @@ impl Compression {
             }
             Self::Gzip => read_bounded(flate2::read::MultiGzDecoder::new(data), limit).map_err(|e| e.or(fail)),
             Self::Snappy => snappy_decompress(data, limit),
-            Self::Lz4 => read_bounded(lz4_flex::frame::FrameDecoder::new(data), limit).map_err(|e| e.or(fail)),
+            Self::Lz4 => lz4_decompress(data, limit),
             Self::Zstd => {
                 let mut dec = zstd::stream::read::Decoder::new(data).map_err(fail)?;
                 dec.window_log_max(ZSTD_MAX_WINDOW_LOG).map_err(fail)?;
@@ -162,6 +164,108 @@ fn read_bounded(r: impl Read, limit: usize) -> Result<Vec<u8>, ReadError> {
     r.take(cap).read_to_end(&mut out).map_err(ReadError::Io)?;
     if out.len() > limit {
         return Err(ReadError::TooLarge(limit));
+    }
+    Ok(out)
+}
+
+/// The LZ4 frame magic number (little-endian on the wire).
+const LZ4_MAGIC: u32 = 0x184D_2204;
+/// The legacy LZ4 format's magic: 8 MiB blocks, never written by Kafka clients.
+const LZ4_LEGACY_MAGIC: u32 = 0x184C_2102;
+/// How far back a linked LZ4 block may refer into the output before it.
+const LZ4_WINDOW: usize = 64 * 1024;
+
+/// LZ4 frames (one or more, concatenated), decompressed block by block straight into the output,
+/// which never grows past `limit` (plus one byte, to tell "too large" apart): what a frame
+/// declares (its block size, a block's length) is checked against the bytes present before
+/// anything is allocated for it. Checksums are not verified (the batch's CRC covers these
+/// bytes); content size and dictionary ids are not used (dictionaries are refused).
+fn lz4_decompress(data: &[u8], limit: usize) -> Result<Vec<u8>, BatchError> {
+    let fail = |reason: String| BatchError::Decompression { codec: "lz4", reason };
+    let mut out = Vec::new();
+    let mut rest = data;
+    // The next `n` bytes (at most 4), as a little-endian number.
+    let take = |n: usize, rest: &mut &[u8], what: &str| -> Result<u32, BatchError> {
+        let (head, tail) = rest.split_at_checked(n).ok_or_else(|| fail(format!("{what} truncated")))?;
+        *rest = tail;
+        Ok(head.iter().rev().fold(0u32, |v, b| (v << 8) | u32::from(*b)))
+    };
+    if rest.is_empty() {
+        return Err(fail("no frame".into()));
+    }
+    while !rest.is_empty() {
+        match take(4, &mut rest, "frame magic")? {
+            LZ4_MAGIC => {}
+            LZ4_LEGACY_MAGIC => return Err(fail("legacy LZ4 format (Kafka writes the LZ4 frame format)".into())),
+            other => return Err(fail(format!("not an LZ4 frame (magic {other:#010x})"))),
+        }
+        let flags = take(1, &mut rest, "frame descriptor")?;
+        let bd = take(1, &mut rest, "frame descriptor")?;
+        if flags >> 6 != 1 {
+            return Err(fail(format!("unsupported LZ4 frame version {}", flags >> 6)));
+        }
+        if flags & 0x01 != 0 {
+            return Err(fail("LZ4 dictionaries are not supported".into()));
+        }
+        let independent = flags & 0x20 != 0;
+        let block_checksums = flags & 0x10 != 0;
+        let content_checksum = flags & 0x04 != 0;
+        let max_block: usize = match (bd >> 4) & 0x07 {
+            4 => 64 << 10,
+            5 => 256 << 10,
+            6 => 1 << 20,
+            7 => 4 << 20,
+            other => return Err(fail(format!("reserved LZ4 block size {other}"))),
+        };
+        // The content size (8 bytes) when declared, then the header checksum.
+        if flags & 0x08 != 0 {
+            take(4, &mut rest, "content size")?;
+            take(4, &mut rest, "content size")?;
+        }
+        take(1, &mut rest, "header checksum")?;
+        loop {
+            let word = take(4, &mut rest, "block length")?;
+            if word == 0 {
+                break;
+            }
+            let len = (word & 0x7fff_ffff) as usize;
+            if len > max_block {
+                return Err(fail(format!("a block of {len} bytes in a frame of {max_block}-byte blocks")));
+            }
+            let (block, tail) =
+                rest.split_at_checked(len).ok_or_else(|| fail(format!("block of {len} bytes truncated")))?;
+            rest = tail;
+            if block_checksums {
+                take(4, &mut rest, "block checksum")?;
+            }
+            let start = out.len();
+            // Room for the whole block, or up to one byte past the limit if that is less.
+            let room = max_block.min(limit.saturating_add(1).saturating_sub(start));
+            if word & 0x8000_0000 != 0 {
+                if start.saturating_add(len) > limit {
+                    return Err(BatchError::TooLargeDecompressed { limit });
+                }
+                out.extend_from_slice(block);
+                continue;
+            }
+            out.resize(start + room, 0);
+            let (before, after) = out.split_at_mut(start);
+            let dict = if independent { &[][..] } else { &before[before.len().saturating_sub(LZ4_WINDOW)..] };
+            let written = match lz4_flex::block::decompress_into_with_dict(block, after, dict) {
+                Ok(n) => n,
+                Err(lz4_flex::block::DecompressError::OutputTooSmall { .. }) if room < max_block => {
+                    return Err(BatchError::TooLargeDecompressed { limit });
+                }
+                Err(e) => return Err(fail(e.to_string())),
+            };
+            out.truncate(start + written);
+            if out.len() > limit {
+                return Err(BatchError::TooLargeDecompressed { limit });
+            }
+        }
+        if content_checksum {
+            take(4, &mut rest, "content checksum")?;
+        }
     }
     Ok(out)
 }
@@ -202,6 +306,8 @@ fn snappy_decompress(data: &[u8], limit: usize) -> Result<Vec<u8>, BatchError> {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
 
     const ALL: [Compression; 5] =
@@ -246,5 +352,98 @@ mod tests {
             Compression::Snappy.decompress(&lying, 1 << 20),
             Err(BatchError::TooLargeDecompressed { .. } | BatchError::Decompression { .. })
         ));
+    }
+
+    fn lz4_frame(plain: &[u8], info: lz4_flex::frame::FrameInfo) -> Vec<u8> {
+        let mut enc = lz4_flex::frame::FrameEncoder::with_frame_info(info, Vec::new());
+        enc.write_all(plain).unwrap();
+        enc.finish().unwrap()
+    }
+
+    #[test]
+    fn lz4_reads_every_frame_layout_another_writer_may_choose() {
+        use lz4_flex::frame::{BlockMode, BlockSize, FrameInfo};
+        // Compressible across blocks (so linked blocks refer back into earlier ones), with an
+        // incompressible stretch (stored as uncompressed blocks).
+        let mut plain: Vec<u8> = (0..300_000u32).map(|i| (i % 1_000) as u8 ^ (i / 7_000) as u8).collect();
+        plain.extend((0..70_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8));
+        for size in [BlockSize::Max64KB, BlockSize::Max256KB, BlockSize::Max1MB, BlockSize::Max4MB] {
+            for mode in [BlockMode::Independent, BlockMode::Linked] {
+                let info = FrameInfo::new()
+                    .block_size(size)
+                    .block_mode(mode)
+                    .block_checksums(mode == BlockMode::Linked)
+                    .content_checksum(true)
+                    .content_size(Some(plain.len() as u64));
+                let frame = lz4_frame(&plain, info);
+                assert_eq!(Compression::Lz4.decompress(&frame, plain.len()).unwrap(), plain, "{size:?} {mode:?}");
+                assert_eq!(
+                    Compression::Lz4.decompress(&frame, plain.len() - 1),
+                    Err(BatchError::TooLargeDecompressed { limit: plain.len() - 1 }),
+                    "{size:?} {mode:?}"
+                );
+            }
+        }
+        // Two frames back to back are read as one stream, as Java's reader does.
+        let mut two = lz4_frame(b"first ", FrameInfo::new());
+        two.extend(lz4_frame(b"second", FrameInfo::new()));
+        assert_eq!(Compression::Lz4.decompress(&two, 100).unwrap(), b"first second");
+    }
+
+    #[test]
+    fn a_few_lz4_bytes_cannot_claim_megabytes() {
+        // Found by the record_batch fuzz target: a 14-byte legacy LZ4 frame (8 MiB blocks) made
+        // the frame decoder allocate 16 MiB under a limit of 8 KiB. (The targets measure what a
+        // decompression allocates; here only the answers are checked.)
+        let legacy = [0x02, 0x21, 0x4c, 0x18, 0x14, 0x00, 0x01, 0x0c, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00];
+        assert!(matches!(Compression::Lz4.decompress(&legacy, 8 << 10), Err(BatchError::Decompression { .. })));
+        // A frame of 4 MiB blocks whose one block holds 4 MiB of zeros: refused at the limit,
+        // which bounds the output buffer, not at the block size the frame declares.
+        let info = lz4_flex::frame::FrameInfo::new().block_size(lz4_flex::frame::BlockSize::Max4MB);
+        let zeros = lz4_frame(&vec![0u8; 4 << 20], info.clone());
+        assert!(zeros.len() < 32 << 10, "{}", zeros.len());
+        assert_eq!(
+            Compression::Lz4.decompress(&zeros, 8 << 10),
+            Err(BatchError::TooLargeDecompressed { limit: 8 << 10 })
+        );
+        // A block declaring more bytes than the data holds is refused before any is read.
+        let mut short = lz4_frame(b"hello", lz4_flex::frame::FrameInfo::new());
+        short.truncate(short.len() - 6);
+        assert!(matches!(Compression::Lz4.decompress(&short, 100), Err(BatchError::Decompression { .. })));
+        let mut huge = lz4_frame(b"", info);
+        huge.splice(huge.len() - 4.., 0x003f_ffffu32.to_le_bytes());
+        assert!(matches!(Compression::Lz4.decompress(&huge, 100), Err(BatchError::Decompression { .. })));
+        for junk in [&b""[..], b"\x04\x22\x4d\x18", b"\x04\x22\x4d\x18\x41\x40\x00"] {
+            assert!(Compression::Lz4.decompress(junk, 100).is_err());
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        #[test]
+        fn any_bytes_round_trip_in_every_codec(plain in proptest::collection::vec(any::<u8>(), 0..3_000), repeat in 1usize..40) {
+            // Repeated, so the compressors find matches.
+            let plain: Vec<u8> = plain.iter().copied().cycle().take(plain.len() * repeat).collect();
+            for c in ALL {
+                let packed = c.compress(&plain).unwrap();
+                prop_assert_eq!(&c.decompress(&packed, plain.len()).unwrap(), &plain);
+                if !plain.is_empty() {
+                    prop_assert_eq!(
+                        c.decompress(&packed, plain.len() - 1),
+                        Err(BatchError::TooLargeDecompressed { limit: plain.len() - 1 })
+                    );
+                }
+            }
+        }
+
+        #[test]
+        fn any_bytes_decompress_within_the_limit_or_are_refused(data in proptest::collection::vec(any::<u8>(), 0..400), limit in 0usize..2_000) {
+            for c in ALL {
+                if let Ok(out) = c.decompress(&data, limit) {
+                    prop_assert!(out.len() <= limit);
+                }
+            }
+        }
     }
 }
