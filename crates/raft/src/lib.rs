@@ -21,7 +21,9 @@
 //! * [`runtime`]: openraft's `AsyncRuntime`, routed through `rill-rt` (so it runs under madsim).
 //! * [`log_store`]: [`LogStore`] — the Raft log, votes and a dense *position* index over it.
 //! * [`state_machine`]: [`GroupStateMachine`], what a group's owner implements, and its adapter.
-//! * [`network`] and [`service`]: the shared transport, client and server side.
+//! * [`network`] and [`service`]: the shared transport, client and server side; the service
+//!   checks that every message's node ids are its sender's own.
+//! * [`intake`]: the bounds an incoming snapshot keeps (contiguous chunks, sizes, a leader).
 //! * [`heartbeat`]: heartbeats of every group to one peer coalesced into one call.
 //! * [`liveness`]: node-level liveness from pings, with restart detection.
 //! * [`directory`]: which node leads each group, from the peers' reports on the pings.
@@ -39,6 +41,7 @@ pub mod codec;
 pub mod directory;
 pub mod error;
 pub mod heartbeat;
+pub mod intake;
 pub mod keys;
 pub mod liveness;
 pub mod log_store;

@@ -220,6 +220,8 @@ impl MultiRaft {
             // A record partition's log is its data: it is never purged behind a snapshot
             // (retention removes data, not Raft). A group whose snapshot is its state purges.
             max_in_snapshot_log_to_keep: opts.purge_behind_snapshot.unwrap_or(u64::MAX),
+            // Receivers refuse chunks above `intake::MAX_SNAPSHOT_CHUNK_BYTES`.
+            snapshot_max_chunk_size: crate::intake::SNAPSHOT_CHUNK_BYTES,
             ..Default::default()
         };
         config.validate().map_err(|e| Error::Raft { group, reason: e.to_string() })

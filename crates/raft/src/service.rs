@@ -1,4 +1,10 @@
 //! Incoming Raft traffic: the `RaftTransport` gRPC service, dispatching by group id.
+//!
+//! Before a message reaches openraft, the node ids it names must be the caller's own
+//! ([`rill_tls::Caller`]): an append's and a snapshot's leader, a vote's candidate, a batch's and
+//! a quiescence request's `from_node`. A node with a valid certificate can therefore speak only
+//! for itself — it cannot keep a dead leader "alive" or vote in another node's name. Snapshot
+//! chunks are bounded first ([`crate::intake`]).
 
 use std::sync::Arc;
 
@@ -7,9 +13,12 @@ use rill_proto::internal::{QuiesceRequest, QuiesceResponse, RaftBatch, RaftMessa
 use tonic::{Request, Response, Status};
 
 use openraft::error::RaftError;
-use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse, VoteRequest};
+use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, VoteRequest};
+use openraft::Vote;
+use rill_tls::{Caller, Impersonation};
 
 use crate::codec::Wire;
+use crate::intake::{Chunk, SnapshotIntake};
 use crate::multi::MultiRaft;
 use crate::types::{GroupId, NodeId, Raft, TypeConfig};
 
@@ -17,12 +26,20 @@ use crate::types::{GroupId, NodeId, Raft, TypeConfig};
 #[derive(Clone)]
 pub struct RaftService {
     multi: Arc<MultiRaft>,
+    /// The listener requires node certificates (false: the insecure setting, the simulation).
+    secure: bool,
+    intake: Arc<SnapshotIntake>,
 }
 
 impl RaftService {
-    /// A service over `multi`.
-    pub fn new(multi: Arc<MultiRaft>) -> Self {
-        Self { multi }
+    /// A service over `multi`; `secure` when the listener requires node certificates, so every
+    /// request's node ids are checked against the caller's certificate.
+    pub fn new(multi: Arc<MultiRaft>, secure: bool) -> Self {
+        Self { multi, secure, intake: Arc::default() }
+    }
+
+    fn caller<T>(&self, request: &Request<T>) -> Caller {
+        Caller::of(request, self.secure)
     }
 
     /// Remembers that the group's leader reached this replica (an append it accepted the vote
@@ -33,10 +50,11 @@ impl RaftService {
         }
     }
 
-    /// One append-entries, alone or from a heartbeat batch.
-    async fn append(&self, msg: RaftMessage) -> Result<RaftMessage, Status> {
+    /// One append-entries, alone or from a heartbeat batch, sent by `caller`.
+    async fn append(&self, caller: &Caller, msg: RaftMessage) -> Result<RaftMessage, Status> {
         let raft = self.group(msg.group_id)?;
         let req: AppendEntriesRequest<TypeConfig> = decode(&msg)?;
+        check_sender(caller, &req.vote, "an append's leader")?;
         if let Some(q) = self.multi.quiescence(msg.group_id) {
             q.on_append(&req);
         }
@@ -59,6 +77,17 @@ impl RaftService {
     }
 }
 
+/// `Ok` when `caller` may speak for the node `vote` names (none named: only an unverified
+/// caller, as node id 0 is never a node).
+fn check_sender(caller: &Caller, vote: &Vote<NodeId>, what: &str) -> Result<(), Status> {
+    caller.check(vote.leader_id().voted_for().unwrap_or(0), what).map_err(refused)
+}
+
+/// The wire answer to a message naming a node other than its sender.
+fn refused(e: Impersonation) -> Status {
+    Status::permission_denied(e.to_string())
+}
+
 fn decode<T: Wire>(msg: &RaftMessage) -> Result<T, Status> {
     T::decode(msg.payload.clone()).map_err(|e| Status::invalid_argument(format!("undecodable raft message: {e}")))
 }
@@ -70,13 +99,16 @@ fn reply<T: Wire>(group_id: u64, answer: &T) -> Result<Response<RaftMessage>, St
 #[tonic::async_trait]
 impl RaftTransport for RaftService {
     async fn append_entries(&self, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
-        self.append(request.into_inner()).await.map(Response::new)
+        let caller = self.caller(&request);
+        self.append(&caller, request.into_inner()).await.map(Response::new)
     }
 
     async fn vote(&self, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
+        let caller = self.caller(&request);
         let msg = request.into_inner();
         let raft = self.group(msg.group_id)?;
         let req: VoteRequest<NodeId> = decode(&msg)?;
+        check_sender(&caller, &req.vote, "a vote's candidate")?;
         if let Some(q) = self.multi.quiescence(msg.group_id) {
             if let Some(refused) = q.refuse_vote(&req, self.multi.leader_lease()) {
                 return reply(msg.group_id, &Ok::<_, RaftError<NodeId>>(refused));
@@ -88,7 +120,10 @@ impl RaftTransport for RaftService {
     }
 
     async fn heartbeats(&self, request: Request<RaftBatch>) -> Result<Response<RaftBatch>, Status> {
+        let caller = self.caller(&request);
         let batch = request.into_inner();
+        // A forged `from_node` would keep a dead node "alive" for every quiescent group.
+        caller.check(batch.from_node, "a heartbeat batch's from_node").map_err(refused)?;
         let transport = self.multi.transport();
         // A ping is answered with this node's leadership report when the sender's is stale.
         let leadership = if batch.messages.is_empty() {
@@ -102,9 +137,10 @@ impl RaftTransport for RaftService {
         }
         // Every group's heartbeat is handled concurrently: one busy group does not hold up the
         // others beyond the answer to this batch.
+        let caller = &caller;
         let answers = batch.messages.into_iter().map(|msg| async move {
             let group_id = msg.group_id;
-            self.append(msg).await.unwrap_or_else(|s| RaftMessage {
+            self.append(caller, msg).await.unwrap_or_else(|s| RaftMessage {
                 group_id,
                 payload: Default::default(),
                 error: s.message().to_string(),
@@ -121,7 +157,9 @@ impl RaftTransport for RaftService {
     }
 
     async fn quiesce(&self, request: Request<QuiesceRequest>) -> Result<Response<QuiesceResponse>, Status> {
+        let caller = self.caller(&request);
         let request = request.into_inner();
+        caller.check(request.from_node, "a quiescence request's from_node").map_err(refused)?;
         let accepted = request
             .groups
             .iter()
@@ -132,10 +170,26 @@ impl RaftTransport for RaftService {
     }
 
     async fn install_snapshot(&self, request: Request<RaftMessage>) -> Result<Response<RaftMessage>, Status> {
+        let caller = self.caller(&request);
         let msg = request.into_inner();
-        let raft = self.group(msg.group_id)?;
-        self.wake(msg.group_id);
-        let answer = raft.install_snapshot(decode(&msg)?).await;
-        reply(msg.group_id, &answer)
+        let group = msg.group_id;
+        let raft = self.group(group)?;
+        let req: InstallSnapshotRequest<TypeConfig> = decode(&msg)?;
+        check_sender(&caller, &req.vote, "a snapshot's leader")?;
+        let chunk = Chunk {
+            vote: &req.vote,
+            snapshot_id: &req.meta.snapshot_id,
+            offset: req.offset,
+            len: req.data.len(),
+            done: req.done,
+        };
+        self.intake.admit(group, chunk).map_err(|e| Status::invalid_argument(e.to_string()))?;
+        self.wake(group);
+        let answer = raft.install_snapshot(req).await;
+        if answer.is_err() {
+            // openraft refused the chunk: the leader starts the transfer over.
+            self.intake.forget(group);
+        }
+        reply(group, &answer)
     }
 }

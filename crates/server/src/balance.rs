@@ -149,7 +149,7 @@ async fn hand_over(n: &Arc<Node>, p: &Replica, to: NodeId, name: &str) {
     let Some(mut client) = n.cluster_client(to) else { return };
     let asked = rill_rt::timeout(
         ELECTION_TIMEOUT + Duration::from_secs(1),
-        client.elect_leader(ElectLeaderRequest { group_id: p.group() }),
+        client.elect_leader(ElectLeaderRequest { group_id: p.group(), from_node: n.id() }),
     )
     .await;
     drop(handover);

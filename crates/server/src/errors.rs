@@ -251,6 +251,23 @@ pub fn group_not_hosted_status(group: u64, node: u64) -> tonic::Status {
 }
 
 /// An internal RPC reached a node that is stopping.
+/// A public request the authorization hook refused (whole-request until per-entry
+/// authorization codes come with client authentication).
+pub fn not_authorized_status(e: &crate::api::authz::Denied) -> tonic::Status {
+    tonic::Status::permission_denied(e.to_string())
+}
+
+/// An internal request that names a node other than the one whose certificate sent it, or
+/// that comes from a node that is not part of the cluster.
+pub fn impersonation_status(e: &rill_tls::Impersonation) -> tonic::Status {
+    tonic::Status::permission_denied(e.to_string())
+}
+
+/// An internal request from a certified node that is not one of the cluster's nodes.
+pub fn not_a_member_status(node: u64, rpc: &str) -> tonic::Status {
+    tonic::Status::permission_denied(format!("{rpc} from node {node}, which is not a node of this cluster"))
+}
+
 pub fn shutting_down_status() -> tonic::Status {
     tonic::Status::unavailable("node is shutting down")
 }

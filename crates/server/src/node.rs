@@ -317,11 +317,14 @@ impl Node {
         command: bytes::Bytes,
     ) -> std::result::Result<Option<MetaResult>, String> {
         let mut client = self.cluster_client(leader).ok_or_else(|| format!("no address for node {leader}"))?;
-        let resp = rill_rt::timeout(META_PROPOSE_TIMEOUT, client.propose_meta(ProposeMetaRequest { command }))
-            .await
-            .map_err(|_| "timed out".to_string())?
-            .map_err(|s| s.message().to_string())?
-            .into_inner();
+        let resp = rill_rt::timeout(
+            META_PROPOSE_TIMEOUT,
+            client.propose_meta(ProposeMetaRequest { command, from_node: self.id() }),
+        )
+        .await
+        .map_err(|_| "timed out".to_string())?
+        .map_err(|s| s.message().to_string())?
+        .into_inner();
         if resp.not_leader {
             return Ok(None);
         }

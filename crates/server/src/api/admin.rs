@@ -18,6 +18,7 @@ use rill_proto::common::{ErrorCode, LeaderHint};
 use rill_proto::internal::PingRequest;
 use tonic::{Request, Response, Status};
 
+use crate::api::authz::{rpc, Authorization, ResourceType};
 use crate::api::limits;
 use crate::api::status::{gather, PartitionLive};
 use crate::errors::{self, WireError};
@@ -33,12 +34,13 @@ const RECENTLY_HEARD: Duration = Duration::from_secs(1);
 /// The `Admin` service.
 pub struct AdminApi {
     node: Arc<Node>,
+    authz: Authorization,
 }
 
 impl AdminApi {
     /// The service for `node`.
-    pub fn new(node: Arc<Node>) -> Self {
-        Self { node }
+    pub fn new(node: Arc<Node>, authz: Authorization) -> Self {
+        Self { node, authz }
     }
 
     async fn describe(&self, topic: &TopicMeta) -> TopicDescription {
@@ -181,6 +183,8 @@ impl Admin for AdminApi {
         &self,
         request: Request<CreateTopicRequest>,
     ) -> Result<Response<CreateTopicResponse>, Status> {
+        let principal = self.authz.principal(&request);
+        self.authz.authorize(&principal, rpc::CREATE_TOPIC, request.get_ref())?;
         let req = request.into_inner();
         let configs: Vec<(String, String)> = req.configs.into_iter().map(|c| (c.key, c.value)).collect();
         // The members register themselves right after the first election.
@@ -224,6 +228,8 @@ impl Admin for AdminApi {
         &self,
         request: Request<DeleteTopicRequest>,
     ) -> Result<Response<DeleteTopicResponse>, Status> {
+        let principal = self.authz.principal(&request);
+        self.authz.authorize(&principal, rpc::DELETE_TOPIC, request.get_ref())?;
         let name = request.into_inner().name;
         if self.node.topic(&name).is_none() {
             let e = errors::unknown_topic(&name);
@@ -242,6 +248,8 @@ impl Admin for AdminApi {
         &self,
         request: Request<AlterTopicConfigRequest>,
     ) -> Result<Response<AlterTopicConfigResponse>, Status> {
+        let principal = self.authz.principal(&request);
+        self.authz.authorize(&principal, rpc::ALTER_TOPIC_CONFIG, request.get_ref())?;
         let req = request.into_inner();
         let set: Vec<(String, String)> = req.set.into_iter().map(|c| (c.key, c.value)).collect();
         let fail = |e: WireError| AlterTopicConfigResponse {
@@ -272,6 +280,8 @@ impl Admin for AdminApi {
         &self,
         request: Request<CreatePartitionsRequest>,
     ) -> Result<Response<CreatePartitionsResponse>, Status> {
+        let principal = self.authz.principal(&request);
+        self.authz.authorize(&principal, rpc::CREATE_PARTITIONS, request.get_ref())?;
         let req = request.into_inner();
         let fail = |e: WireError| CreatePartitionsResponse {
             error_code: e.code as i32,
@@ -300,6 +310,8 @@ impl Admin for AdminApi {
     }
 
     async fn list_topics(&self, request: Request<ListTopicsRequest>) -> Result<Response<ListTopicsResponse>, Status> {
+        let principal = self.authz.principal(&request);
+        self.authz.authorize(&principal, rpc::LIST_TOPICS, request.get_ref())?;
         let include_internal = request.into_inner().include_internal;
         let topics = self
             .node
@@ -307,6 +319,7 @@ impl Admin for AdminApi {
             .topics
             .values()
             .filter(|t| include_internal || !t.is_internal())
+            .filter(|t| self.authz.lists(&principal, rpc::LIST_TOPICS, ResourceType::Topic, &t.name))
             .map(|t| TopicSummary {
                 internal: t.is_internal(),
                 name: t.name.clone(),
@@ -322,6 +335,8 @@ impl Admin for AdminApi {
         &self,
         request: Request<DescribeTopicRequest>,
     ) -> Result<Response<DescribeTopicResponse>, Status> {
+        let principal = self.authz.principal(&request);
+        self.authz.authorize(&principal, rpc::DESCRIBE_TOPIC, request.get_ref())?;
         let name = request.into_inner().name;
         let Some(topic) = self.node.topic(&name) else {
             let e = errors::unknown_topic(&name);
@@ -341,20 +356,30 @@ impl Admin for AdminApi {
 
     async fn describe_cluster(
         &self,
-        _request: Request<DescribeClusterRequest>,
+        request: Request<DescribeClusterRequest>,
     ) -> Result<Response<DescribeClusterResponse>, Status> {
+        let principal = self.authz.principal(&request);
+        self.authz.authorize(&principal, rpc::DESCRIBE_CLUSTER, request.get_ref())?;
         let nodes = self.probe_nodes().await;
         Ok(Response::new(DescribeClusterResponse { nodes, metadata_leader: self.node.meta_leader() }))
     }
 
     async fn metadata(&self, request: Request<MetadataRequest>) -> Result<Response<MetadataResponse>, Status> {
+        let principal = self.authz.principal(&request);
         let req = request.into_inner();
+        limits::check_counts("Metadata", req.topics.len(), 0)?;
+        self.authz.authorize(&principal, rpc::METADATA, &req)?;
         let meta = self.node.meta();
-        // Every client topic, unless topics are named (an internal topic only when named).
+        // Every client topic the caller may describe, unless topics are named (an internal
+        // topic only when named).
         let names: Vec<String> = if req.topics.is_empty() {
-            meta.topics.values().filter(|t| !t.is_internal()).map(|t| t.name.clone()).collect()
+            meta.topics
+                .values()
+                .filter(|t| !t.is_internal())
+                .filter(|t| self.authz.lists(&principal, rpc::METADATA, ResourceType::Topic, &t.name))
+                .map(|t| t.name.clone())
+                .collect()
         } else {
-            limits::check_counts("Metadata", req.topics.len(), 0)?;
             limits::distinct(req.topics)
         };
         // Answered from what this node knows (its replicas, the peers' leadership reports, the
@@ -399,6 +424,8 @@ impl Admin for AdminApi {
         &self,
         request: Request<FindCoordinatorRequest>,
     ) -> Result<Response<FindCoordinatorResponse>, Status> {
+        let principal = self.authz.principal(&request);
+        self.authz.authorize(&principal, rpc::FIND_COORDINATOR, request.get_ref())?;
         let req = request.into_inner();
         let kind = match CoordinatorKind::try_from(req.kind) {
             Ok(CoordinatorKind::Group) => PartitionKind::ConsumerOffsets,

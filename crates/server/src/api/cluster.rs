@@ -1,5 +1,9 @@
 //! The internal `Cluster` service: liveness, forwarded metadata proposals, replica status,
 //! adding nodes.
+//!
+//! Every request that names its sender (`from_node`, a joining node's id) is refused unless the
+//! caller's certificate names that node ([`rill_tls::Caller`]); metadata proposals and leader
+//! elections are taken only from nodes of the cluster.
 
 use std::sync::Arc;
 
@@ -10,6 +14,8 @@ use rill_proto::internal::{
     AddNodeRequest, AddNodeResponse, ElectLeaderRequest, ElectLeaderResponse, PingRequest, PingResponse,
     ProposeMetaRequest, ProposeMetaResponse, ReplicaStatusRequest, ReplicaStatusResponse,
 };
+use rill_raft::NodeId;
+use rill_tls::Caller;
 use tonic::{Request, Response, Status};
 
 use crate::api::status::local_status;
@@ -27,11 +33,31 @@ impl ClusterApi {
     pub fn new(node: Arc<Node>) -> Self {
         Self { node }
     }
+
+    /// `Ok` when the caller of `request` may speak for node `from`.
+    fn check_sender<T>(&self, request: &Request<T>, from: NodeId, what: &str) -> Result<(), Status> {
+        Caller::of(request, self.node.internal_tls().is_some())
+            .check(from, what)
+            .map_err(|e| errors::impersonation_status(&e))
+    }
+
+    /// `Ok` when the caller of `request` is node `from` and `from` is a node of the cluster:
+    /// a founding member, or a node the metadata registered (a joined one).
+    fn check_member<T>(&self, request: &Request<T>, from: NodeId, rpc: &str) -> Result<(), Status> {
+        self.check_sender(request, from, &format!("{rpc}'s from_node"))?;
+        if self.node.config().members.contains_key(&from) || self.node.meta().nodes.contains_key(&from) {
+            Ok(())
+        } else {
+            Err(errors::not_a_member_status(from, rpc))
+        }
+    }
 }
 
 #[tonic::async_trait]
 impl Cluster for ClusterApi {
-    async fn ping(&self, _request: Request<PingRequest>) -> Result<Response<PingResponse>, Status> {
+    async fn ping(&self, request: Request<PingRequest>) -> Result<Response<PingResponse>, Status> {
+        let from = request.get_ref().from_node;
+        self.check_sender(&request, from, "a ping's from_node")?;
         Ok(Response::new(PingResponse { node_id: self.node.id() }))
     }
 
@@ -39,6 +65,7 @@ impl Cluster for ClusterApi {
         &self,
         request: Request<ProposeMetaRequest>,
     ) -> Result<Response<ProposeMetaResponse>, Status> {
+        self.check_member(&request, request.get_ref().from_node, "ProposeMeta")?;
         let req = request.into_inner();
         match self.node.propose_meta_local(req.command).await {
             Ok(result) => Ok(Response::new(ProposeMetaResponse {
@@ -68,6 +95,7 @@ impl Cluster for ClusterApi {
         &self,
         request: Request<ElectLeaderRequest>,
     ) -> Result<Response<ElectLeaderResponse>, Status> {
+        self.check_member(&request, request.get_ref().from_node, "ElectLeader")?;
         let group = request.into_inner().group_id;
         let Some(hosted) = self.node.replica(group) else {
             return Err(errors::group_not_hosted_status(group, self.node.id()));
@@ -77,6 +105,8 @@ impl Cluster for ClusterApi {
     }
 
     async fn add_node(&self, request: Request<AddNodeRequest>) -> Result<Response<AddNodeResponse>, Status> {
+        // A node joins only as itself: its certificate must name the id it asks for.
+        self.check_sender(&request, request.get_ref().node_id, "AddNode's node_id")?;
         let req = request.into_inner();
         let answer = |not_leader, leader, refused| Ok(Response::new(AddNodeResponse { not_leader, leader, refused }));
         let new = NodeInfo { id: req.node_id, addr: req.client_address, internal_addr: req.address };

@@ -16,6 +16,7 @@ use rill_proto::groups::{
 };
 use tonic::{Request, Response, Status};
 
+use crate::api::authz::{rpc, Authorization};
 use crate::api::limits::{self, SeenPartitions};
 use crate::api::routing::coordinator_here;
 use crate::errors::{self, WireError};
@@ -27,12 +28,13 @@ const COMMIT_TIMEOUT: Duration = Duration::from_secs(10);
 /// The `Groups` service.
 pub struct GroupsApi {
     node: Arc<Node>,
+    authz: Authorization,
 }
 
 impl GroupsApi {
     /// The service for `node`.
-    pub fn new(node: Arc<Node>) -> Self {
-        Self { node }
+    pub fn new(node: Arc<Node>, authz: Authorization) -> Self {
+        Self { node, authz }
     }
 
     /// The group's coordinator partition, when this node leads it... or the error to answer.
@@ -77,6 +79,7 @@ impl Groups for GroupsApi {
         &self,
         request: Request<CommitOffsetsRequest>,
     ) -> Result<Response<CommitOffsetsResponse>, Status> {
+        let principal = self.authz.principal(&request);
         let req = request.into_inner();
         let coordinator = match self.coordinator(&req.group_id) {
             Ok(c) => c,
@@ -91,6 +94,7 @@ impl Groups for GroupsApi {
         // Check every offset against the metadata this node holds; commit the good ones.
         let meta = self.node.meta();
         limits::check_counts("CommitOffsets", req.topics.len(), req.topics.iter().map(|t| t.partitions.len()).sum())?;
+        self.authz.authorize(&principal, rpc::COMMIT_OFFSETS, &req)?;
         let mut seen = SeenPartitions::default();
         let mut accepted = Vec::new();
         let mut results = Vec::new();
@@ -145,8 +149,10 @@ impl Groups for GroupsApi {
         &self,
         request: Request<FetchOffsetsRequest>,
     ) -> Result<Response<FetchOffsetsResponse>, Status> {
+        let principal = self.authz.principal(&request);
         let req = request.into_inner();
         limits::check_counts("FetchOffsets", req.topics.len(), req.topics.iter().map(|t| t.partitions.len()).sum())?;
+        self.authz.authorize(&principal, rpc::FETCH_OFFSETS, &req)?;
         let coordinator = match self.coordinator(&req.group_id) {
             Ok(c) => c,
             Err(e) => return Ok(Response::new(fetch_error(e))),

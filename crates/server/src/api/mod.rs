@@ -7,9 +7,12 @@
 //!   `RaftTransport` (from `rill-raft`) and [`cluster::ClusterApi`]. A client that reaches the
 //!   client port cannot act as a node (docs/security.md).
 //!
-//! [`limits`] bounds what one public request may name before a handler looks at it.
+//! [`limits`] bounds what one public request may name before a handler looks at it, and
+//! [`authz`] maps every public RPC to the (resource, operation) pairs it needs and checks them
+//! before the handler works.
 
 pub mod admin;
+pub mod authz;
 pub mod cluster;
 pub mod groups;
 pub mod limits;
@@ -63,11 +66,13 @@ pub async fn serve(node: Arc<Node>, shutdown: impl Future<Output = ()> + Send + 
 /// The client listener: public services only.
 async fn serve_public(node: Arc<Node>, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<()> {
     let addr = node.config().listen;
-    let records = RecordsServer::new(records::RecordsApi::new(node.clone()))
+    // Every public handler asks the same authorizer (allow-all until clients authenticate).
+    let authz = authz::Authorization::default();
+    let records = RecordsServer::new(records::RecordsApi::new(node.clone(), authz.clone()))
         .max_decoding_message_size(MAX_GRPC_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_GRPC_MESSAGE_BYTES);
-    let admin = AdminServer::new(admin::AdminApi::new(node.clone()));
-    let groups = GroupsServer::new(groups::GroupsApi::new(node.clone()));
+    let admin = AdminServer::new(admin::AdminApi::new(node.clone(), authz.clone()));
+    let groups = GroupsServer::new(groups::GroupsApi::new(node.clone(), authz));
     tonic::transport::Server::builder()
         .add_service(records)
         .add_service(admin)
@@ -80,7 +85,7 @@ async fn serve_public(node: Arc<Node>, shutdown: impl Future<Output = ()> + Send
 /// The internal listener: node-to-node services only.
 async fn serve_internal(node: Arc<Node>, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<()> {
     let addr = node.config().internal_listen;
-    let raft = RaftTransportServer::new(RaftService::new(node.multi().clone()))
+    let raft = RaftTransportServer::new(RaftService::new(node.multi().clone(), node.internal_tls().is_some()))
         .max_decoding_message_size(MAX_GRPC_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_GRPC_MESSAGE_BYTES);
     let cluster = ClusterServer::new(cluster::ClusterApi::new(node.clone()));

@@ -17,6 +17,7 @@ use tonic::{Request, Response, Status};
 use rill_coordinator::transactions;
 use rill_meta::PartitionKind;
 
+use crate::api::authz::{rpc, Authorization};
 use crate::api::limits::{self, SeenPartitions};
 use crate::api::routing::{coordinator_here, local_replica};
 use crate::errors::{self, WireError};
@@ -40,12 +41,13 @@ const DEFAULT_PARTITION_MAX_BYTES: usize = 1 << 20;
 /// The `Records` service.
 pub struct RecordsApi {
     node: Arc<Node>,
+    authz: Authorization,
 }
 
 impl RecordsApi {
     /// The service for `node`.
-    pub fn new(node: Arc<Node>) -> Self {
-        Self { node }
+    pub fn new(node: Arc<Node>, authz: Authorization) -> Self {
+        Self { node, authz }
     }
 }
 
@@ -166,6 +168,7 @@ fn parse_acks(raw: i32) -> Result<Acks, WireError> {
 #[tonic::async_trait]
 impl Records for RecordsApi {
     async fn produce(&self, request: Request<ProduceRequest>) -> Result<Response<ProduceResponse>, Status> {
+        let principal = self.authz.principal(&request);
         let req = request.into_inner();
         let acks = parse_acks(req.acks);
         let timeout = match req.timeout_ms {
@@ -173,6 +176,7 @@ impl Records for RecordsApi {
             ms => Duration::from_millis(u64::from(ms)).min(MAX_PRODUCE_TIMEOUT),
         };
         limits::check_counts("Produce", req.topics.len(), req.topics.iter().map(|t| t.partitions.len()).sum())?;
+        self.authz.authorize(&principal, rpc::PRODUCE, &req)?;
         let mut seen = SeenPartitions::default();
         let topics = req.topics.into_iter().map(|t| {
             let acks = acks.clone();
@@ -196,6 +200,7 @@ impl Records for RecordsApi {
     }
 
     async fn fetch(&self, request: Request<FetchRequest>) -> Result<Response<FetchResponse>, Status> {
+        let principal = self.authz.principal(&request);
         let req = request.into_inner();
         let max_wait = Duration::from_millis(u64::from(req.max_wait_ms)).min(MAX_FETCH_WAIT);
         let response_budget = match req.max_bytes {
@@ -211,6 +216,7 @@ impl Records for RecordsApi {
             replica: Result<Arc<rill_broker::Partition>, WireError>,
         }
         limits::check_counts("Fetch", req.topics.len(), req.topics.iter().map(|t| t.partitions.len()).sum())?;
+        self.authz.authorize(&principal, rpc::FETCH, &req)?;
         let mut seen = SeenPartitions::default();
         let mut targets = Vec::new();
         let mut results: Vec<FetchTopicResult> = Vec::new();
@@ -310,6 +316,8 @@ impl Records for RecordsApi {
         &self,
         request: Request<InitProducerIdRequest>,
     ) -> Result<Response<InitProducerIdResponse>, Status> {
+        let principal = self.authz.principal(&request);
+        self.authz.authorize(&principal, rpc::INIT_PRODUCER_ID, request.get_ref())?;
         let req = request.into_inner();
         let answer = if req.transactional_id.is_empty() {
             self.node.next_producer_id().await.map(|id| (id, 0)).map_err(|e| errors::propose(&e))
@@ -338,10 +346,12 @@ impl Records for RecordsApi {
         &self,
         request: Request<ListOffsetsRequest>,
     ) -> Result<Response<ListOffsetsResponse>, Status> {
+        let principal = self.authz.principal(&request);
         let req = request.into_inner();
         let spec = OffsetSpec::try_from(req.spec)
             .map_err(|_| errors::invalid_request_status(format!("unknown offset spec {}", req.spec)))?;
         limits::check_counts("ListOffsets", req.topics.len(), req.topics.iter().map(|t| t.partitions.len()).sum())?;
+        self.authz.authorize(&principal, rpc::LIST_OFFSETS, &req)?;
         let mut seen = SeenPartitions::default();
         let topics = req
             .topics
