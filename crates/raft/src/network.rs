@@ -101,13 +101,14 @@ pub struct Transport {
     /// When each group's leader last reached this node (an append whose vote was accepted).
     leader_contacts: Mutex<HashMap<GroupId, rill_rt::Instant>>,
     heartbeats: Heartbeats,
-    tls: Option<rill_tls::NodeTls>,
+    tls: Option<Arc<rill_tls::ReloadingTls>>,
 }
 
 impl Transport {
     /// The transport of node `node_id`, with no connections yet; `tls` secures every connection
-    /// (`None`: plain TCP, the insecure setting).
-    pub fn new(node_id: NodeId, tls: Option<rill_tls::NodeTls>) -> Arc<Self> {
+    /// (`None`: plain TCP, the insecure setting). Each new connection, including a channel's
+    /// reconnect, uses `tls`'s current certificate and CAs.
+    pub fn new(node_id: NodeId, tls: Option<Arc<rill_tls::ReloadingTls>>) -> Arc<Self> {
         Arc::new(Self {
             node_id,
             liveness: Liveness::new(),
@@ -147,19 +148,28 @@ impl Transport {
         if let Some(c) = channels.get(&(node, addr.to_string())) {
             return Ok(c.clone());
         }
-        let scheme = if self.tls.is_some() { "https" } else { "http" };
-        #[allow(unused_mut)] // the simulation build adds no TLS
-        let mut endpoint = Endpoint::from_shared(format!("{scheme}://{addr}"))
+        // `http` either way: with TLS the connector does the handshake and tonic speaks HTTP/2
+        // over it (prior knowledge, as always for a tonic channel).
+        let endpoint = Endpoint::from_shared(format!("http://{addr}"))
             .map_err(|e| TransportError(format!("bad peer address {addr}: {e}")))?
+            // With TLS this bounds the TCP connect and the handshake together.
             .connect_timeout(CONNECT_TIMEOUT)
             .tcp_nodelay(true);
-        #[cfg(not(madsim))]
-        if let Some(tls) = &self.tls {
-            endpoint = endpoint
-                .tls_config(tls.client_config(node))
-                .map_err(|e| TransportError(format!("TLS settings for node {node}: {e}")))?;
-        }
-        let channel = endpoint.connect_lazy();
+        let channel = match &self.tls {
+            None => endpoint.connect_lazy(),
+            // The peer must present a certificate naming `node-<node>` (see `rill-tls`).
+            #[cfg(not(madsim))]
+            Some(tls) => {
+                let settings = |e: rill_tls::TlsError| TransportError(format!("TLS settings for node {node}: {e}"));
+                let connector = rill_tls::connector::NodeConnector::new(tls.client_config().map_err(settings)?, node)
+                    .map_err(settings)?;
+                endpoint.connect_with_connector_lazy(connector)
+            }
+            #[cfg(madsim)]
+            Some(_) => {
+                return Err(TransportError("the simulation has no TLS: run it with the insecure setting".into()))
+            }
+        };
         channels.insert((node, addr.to_string()), channel.clone());
         Ok(channel)
     }

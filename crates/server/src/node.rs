@@ -86,18 +86,22 @@ pub struct Node {
     replicas: RwLock<HashMap<GroupId, Hosted>>,
     /// The block of producer ids this node hands out: `next .. end`.
     producer_ids: rill_rt::sync::Mutex<(i64, i64)>,
-    /// The node's certificates for the internal listener (`None`: the insecure setting).
-    tls: Option<rill_tls::NodeTls>,
+    /// The node's certificates for the internal listener, kept current with their files
+    /// (`None`: the insecure setting).
+    tls: Option<Arc<rill_tls::ReloadingTls>>,
 }
 
 impl Node {
     /// Opens the node's groups on `engine` and starts its background tasks.
     pub async fn start(config: Config, engine: Arc<dyn Engine>) -> Result<Arc<Self>> {
         let tls = match &config.internal_tls {
-            InternalTls::Mutual(paths) => Some(
-                rill_tls::NodeTls::load(paths, config.node_id)
-                    .map_err(|e| crate::Error::Config(format!("internal TLS: {e}")))?,
-            ),
+            InternalTls::Mutual(paths) => {
+                let tls = rill_tls::ReloadingTls::load(paths.clone(), config.node_id)
+                    .map_err(|e| crate::Error::Config(format!("internal TLS: {e}")))?;
+                // Rotated files are picked up without a restart (docs/security.md, "Rotating").
+                tls.spawn_watcher(rill_tls::RELOAD_POLL_INTERVAL);
+                Some(tls)
+            }
             InternalTls::Insecure => {
                 tracing::warn!(
                     node = config.node_id,
@@ -146,7 +150,7 @@ impl Node {
     }
 
     /// The node's certificates for mutual TLS between nodes; `None` with the insecure setting.
-    pub fn internal_tls(&self) -> Option<&rill_tls::NodeTls> {
+    pub fn internal_tls(&self) -> Option<&Arc<rill_tls::ReloadingTls>> {
         self.tls.as_ref()
     }
 

@@ -24,4 +24,14 @@ pub enum TlsError {
     /// Making a certificate failed.
     #[error("cannot issue a certificate: {0}")]
     Issue(String),
+    /// A node's name (`node-<id>`) is not usable as a TLS server name.
+    #[error("{name} is not a DNS name")]
+    NodeName {
+        /// The name.
+        name: String,
+    },
+    /// rustls refused a configuration.
+    #[cfg(not(madsim))]
+    #[error("TLS configuration: {0}")]
+    Config(#[from] rustls::Error),
 }

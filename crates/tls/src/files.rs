@@ -1,11 +1,7 @@
-//! [`NodeTls`]: what a node reads to speak mutual TLS with its peers.
+//! [`NodeTls`]: what a node reads to speak mutual TLS with its peers, read once and checked.
+//! [`crate::reload::ReloadingTls`] reads it again when the files change.
 
 use std::path::{Path, PathBuf};
-
-// The simulation's tonic has no TLS types (its network has no TLS): the configurations exist in
-// real builds only.
-#[cfg(not(madsim))]
-use tonic::transport::{Certificate, ClientTlsConfig, Identity, ServerTlsConfig};
 
 use crate::error::TlsError;
 use crate::peer::PeerCertificate;
@@ -22,12 +18,18 @@ pub struct TlsPaths {
 }
 
 /// A node's TLS material, read and checked.
-#[derive(Debug, Clone)]
-#[cfg_attr(madsim, allow(dead_code))] // read by the TLS configurations, which real builds have
+#[derive(Clone, PartialEq, Eq)]
 pub struct NodeTls {
     ca: Vec<u8>,
     cert: Vec<u8>,
     key: Vec<u8>,
+}
+
+impl std::fmt::Debug for NodeTls {
+    // Never the key.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeTls").field("ca_bytes", &self.ca.len()).field("cert_bytes", &self.cert.len()).finish()
+    }
 }
 
 fn read(path: &Path) -> Result<Vec<u8>, TlsError> {
@@ -35,7 +37,7 @@ fn read(path: &Path) -> Result<Vec<u8>, TlsError> {
 }
 
 /// The DER blocks of the PEM `CERTIFICATE`s in `pem`.
-fn certificates(pem: &[u8], path: &Path) -> Result<Vec<Vec<u8>>, TlsError> {
+pub(crate) fn certificates(pem: &[u8], path: &Path) -> Result<Vec<Vec<u8>>, TlsError> {
     use rustls_pki_types::pem::PemObject;
     let invalid = |what: String| TlsError::Invalid { path: path.to_path_buf(), what };
     let certs: Vec<Vec<u8>> = rustls_pki_types::CertificateDer::pem_slice_iter(pem)
@@ -76,22 +78,19 @@ impl NodeTls {
         Ok(Self { ca, cert, key })
     }
 
-    /// The internal listener's configuration: this node's identity, and peers must present a
-    /// certificate issued by the CA (client authentication is required, not optional).
-    #[cfg(not(madsim))]
-    pub fn server_config(&self) -> ServerTlsConfig {
-        ServerTlsConfig::new()
-            .identity(Identity::from_pem(&self.cert, &self.key))
-            .client_ca_root(Certificate::from_pem(&self.ca))
+    /// The CA certificates (PEM).
+    pub fn ca_pem(&self) -> &[u8] {
+        &self.ca
     }
 
-    /// The configuration for dialing node `peer`: its certificate must chain to the CA and name
-    /// `node-<peer>`; this node presents its own.
-    #[cfg(not(madsim))]
-    pub fn client_config(&self, peer: u64) -> ClientTlsConfig {
-        ClientTlsConfig::new()
-            .ca_certificate(Certificate::from_pem(&self.ca))
-            .identity(Identity::from_pem(&self.cert, &self.key))
-            .domain_name(crate::node_name(peer))
+    /// This node's certificate chain (PEM).
+    pub fn cert_pem(&self) -> &[u8] {
+        &self.cert
+    }
+
+    /// This node's private key (PEM).
+    #[cfg_attr(madsim, allow(dead_code))] // read by the rustls configurations, which real builds have
+    pub(crate) fn key_pem(&self) -> &[u8] {
+        &self.key
     }
 }

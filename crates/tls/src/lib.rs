@@ -5,24 +5,54 @@
 //! peer's certificate to name the peer it meant to reach; a node answering a peer learns from the
 //! peer's certificate which node is calling ([`PeerCertificate::names`]).
 //!
-//! * [`files`]: [`NodeTls`], the CA, certificate and key a node reads from PEM files, and the
-//!   tonic server and client configurations built from them.
+//! ```text
+//!   ca.pem, node-N.pem, node-N.key ──► NodeTls::load (checked)
+//!        │ polled (reload)                 │
+//!        ▼                                 ▼
+//!   ReloadingTls: the current material, swapped when a changed set checks out
+//!        │ server_config()                 │ client_config()
+//!        ▼                                 ▼
+//!   acceptor::incoming ──► tonic server    connector::NodeConnector ──► tonic channel
+//!   (internal listener)                    (dialing node-<peer>)
+//! ```
+//!
+//! * [`files`]: [`TlsPaths`] and [`NodeTls`], the CA, certificate and key a node reads from PEM
+//!   files, read once and checked.
+//! * [`reload`]: [`ReloadingTls`], that material kept current: the files are polled and a
+//!   changed set that checks out is swapped in; a bad one is logged and the old one kept.
+//! * `config` (real builds): the rustls server and client configurations of a
+//!   [`ReloadingTls`], whose certificate resolvers and verifiers read the current material at
+//!   every handshake.
+//! * `acceptor` (real builds): the internal listener's TCP accept loop with concurrent,
+//!   time-bounded TLS handshakes, as a stream for tonic's `serve_with_incoming_shutdown`.
+//! * `connector` (real builds): the tower connector a tonic channel dials a peer with.
 //! * [`issue`]: a throwaway CA and node certificates (rcgen), for `rill dev`, the test kit and
 //!   operators who want a starting point.
 //! * [`peer`]: which node a presented certificate names.
 //! * [`caller`]: [`Caller`], the peer behind an internal request, and whether it may speak for
 //!   the node ids its message names.
+//!
+//! The simulation has no TLS (madsim's network has none): `config`, `acceptor` and
+//! `connector`, and every rustls type, exist in real builds only.
 
+#[cfg(not(madsim))]
+pub mod acceptor;
 pub mod caller;
+#[cfg(not(madsim))]
+pub mod config;
+#[cfg(not(madsim))]
+pub mod connector;
 pub mod error;
 pub mod files;
 pub mod issue;
 pub mod peer;
+pub mod reload;
 
 pub use caller::{Caller, Impersonation};
 pub use error::TlsError;
 pub use files::{NodeTls, TlsPaths};
 pub use peer::PeerCertificate;
+pub use reload::{Reload, ReloadingTls, RELOAD_POLL_INTERVAL};
 
 /// The DNS name a node's certificate carries: `node-<id>`.
 pub fn node_name(id: u64) -> String {

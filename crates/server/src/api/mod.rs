@@ -89,23 +89,24 @@ async fn serve_internal(node: Arc<Node>, shutdown: impl Future<Output = ()> + Se
         .max_decoding_message_size(MAX_GRPC_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_GRPC_MESSAGE_BYTES);
     let cluster = ClusterServer::new(cluster::ClusterApi::new(node.clone()));
-    #[allow(unused_mut)] // the simulation build adds no TLS
-    let mut builder = tonic::transport::Server::builder();
-    #[cfg(not(madsim))]
-    if let Some(tls) = node.internal_tls() {
-        // Peers must present a certificate from the cluster's CA (docs/security.md).
-        builder = builder
-            .tls_config(tls.server_config())
-            .map_err(|e| Error::Serve(format!("internal listener {addr}: TLS settings: {e}")))?;
+    let router = tonic::transport::Server::builder().add_service(raft).add_service(cluster);
+    let failed = |e: &dyn std::fmt::Display| Error::Serve(format!("internal listener {addr}: {e}"));
+    match node.internal_tls() {
+        None => router.serve_with_shutdown(addr, shutdown).await.map_err(|e| failed(&e)),
+        // Peers must present a certificate from the cluster's CA (docs/security.md). The
+        // handshakes use the node's current certificate and CAs, which follow their files, so
+        // rotated certificates serve new connections without a restart; handlers still see the
+        // caller's certificate chain (`Request::peer_certs`).
+        #[cfg(not(madsim))]
+        Some(tls) => {
+            let config = tls.server_config().map_err(|e| failed(&format!("TLS settings: {e}")))?;
+            let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| failed(&e))?;
+            router
+                .serve_with_incoming_shutdown(rill_tls::acceptor::incoming(listener, config), shutdown)
+                .await
+                .map_err(|e| failed(&e))
+        }
+        #[cfg(madsim)]
+        Some(_) => Err(Error::Serve("the simulation has no TLS: run it with the insecure setting".into())),
     }
-    #[cfg(madsim)]
-    if node.internal_tls().is_some() {
-        return Err(Error::Serve("the simulation has no TLS: run it with the insecure setting".into()));
-    }
-    builder
-        .add_service(raft)
-        .add_service(cluster)
-        .serve_with_shutdown(addr, shutdown)
-        .await
-        .map_err(|e| Error::Serve(format!("internal listener {addr}: {e}")))
 }
