@@ -1,4 +1,5 @@
-//! A new node joins a running cluster: it is listed and alive, new topics place replicas and
+//! A new node joins a running cluster once an operator admits it: before that it keeps asking
+//! and is not listed; then it is listed and alive, new topics place replicas and
 //! leaders on it, it serves acks=all writes, it rejoins after a restart, and a node that claims
 //! a taken id is refused and exits.
 
@@ -16,7 +17,18 @@ async fn a_new_node_joins_takes_replicas_and_rejoins_after_restart() -> anyhow::
     let mut cluster = TestCluster::start(3).await?;
     let client = cluster.client().await?;
 
+    tracing::info!("--- node 4 holds a certificate from the cluster's CA, but is not admitted yet");
     cluster.add_joining_node(4)?;
+    wait_for(READY_TIMEOUT, "node 4 told it is not admitted", || async {
+        cluster.log_tail(4).contains("node 4 is not admitted to the cluster").then_some(())
+    })
+    .await
+    .map_err(|e| e.context(cluster.log_tail(4)))?;
+    let listed = client.describe_cluster().await?.nodes.iter().any(|n| n.node_id == 4);
+    assert!(!listed, "a node that was not admitted must not be registered");
+
+    tracing::info!("--- the operator admits it: it joins");
+    client.admit_node(4, false).await?;
     let addr4 = cluster.addr(4);
     wait_for(READY_TIMEOUT, "node 4 listed and alive", || async {
         let c = client.describe_cluster().await.ok()?;

@@ -2,8 +2,9 @@
 //! are forwarded to the metadata leader by the server.
 
 use rill_proto::admin::{
-    AlterTopicConfigRequest, CreatePartitionsRequest, CreateTopicRequest, DeleteTopicRequest, DescribeClusterRequest,
-    DescribeClusterResponse, DescribeTopicRequest, ListTopicsRequest, TopicConfigEntry, TopicDescription, TopicSummary,
+    AdmitNodeRequest, AlterTopicConfigRequest, CreatePartitionsRequest, CreateTopicRequest, DeleteTopicRequest,
+    DescribeClusterRequest, DescribeClusterResponse, DescribeTopicRequest, ListTopicsRequest, TopicConfigEntry,
+    TopicDescription, TopicSummary,
 };
 use std::time::Duration;
 
@@ -127,6 +128,20 @@ impl Client {
     }
 
     /// Describes the cluster's nodes, their liveness and the metadata leader.
+    /// Admits node `node_id` to join the cluster (`revoke`: withdraws an admission not used
+    /// yet). A node joins only when admitted; the admission is used up when it registers.
+    pub async fn admit_node(&self, node_id: u64, revoke: bool) -> Result<()> {
+        let req = AdmitNodeRequest { node_id, revoke };
+        let resp = self
+            .on_any_node(|mut c| {
+                let req = req.clone();
+                async move { c.admit_node(req).await }
+            })
+            .await?;
+        check(resp.error_code, resp.error_message)
+    }
+
+    /// The cluster's nodes, addresses and liveness.
     pub async fn describe_cluster(&self) -> Result<DescribeClusterResponse> {
         self.on_any_node(|mut c| async move { c.describe_cluster(DescribeClusterRequest {}).await }).await
     }

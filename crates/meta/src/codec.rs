@@ -144,6 +144,7 @@ pub fn encode_state(s: &MetaState) -> Bytes {
         version: s.version,
         next_producer_id: s.next_producer_id,
         deleted_groups: s.deleted_groups.iter().copied().collect(),
+        admitted_nodes: s.admitted.iter().copied().collect(),
     }
     .encode_to_vec()
     .into()
@@ -160,6 +161,7 @@ pub fn decode_state(bytes: &[u8]) -> Result<MetaState, String> {
         version: p.version,
         next_producer_id: p.next_producer_id,
         deleted_groups: p.deleted_groups.into_iter().collect(),
+        admitted: p.admitted_nodes.into_iter().collect(),
     })
 }
 
@@ -180,6 +182,7 @@ pub fn encode_command(cmd: &MetaCommand) -> Bytes {
             })
         }
         MetaCommand::DeleteTopic { name } => C::DeleteTopic(pb::DeleteTopic { name: name.clone() }),
+        MetaCommand::AdmitNode { id, revoke } => C::AdmitNode(pb::AdmitNode { node_id: *id, revoke: *revoke }),
         MetaCommand::AlterTopicConfig { name, set, reset } => {
             C::AlterTopicConfig(pb::AlterTopicConfig { name: name.clone(), set: pairs_to(set), reset: reset.clone() })
         }
@@ -209,6 +212,7 @@ pub fn decode_command(bytes: &[u8]) -> Result<MetaCommand, String> {
             live_nodes: c.live_nodes,
         },
         C::DeleteTopic(c) => MetaCommand::DeleteTopic { name: c.name },
+        C::AdmitNode(c) => MetaCommand::AdmitNode { id: c.node_id, revoke: c.revoke },
         C::AlterTopicConfig(c) => {
             MetaCommand::AlterTopicConfig { name: c.name, set: pairs_from(c.set), reset: c.reset }
         }
@@ -224,6 +228,7 @@ pub fn encode_result(result: &MetaResult) -> Bytes {
     use pb::meta_result::Result as R;
     let r = match result {
         MetaResult::NodesRegistered => R::NodesRegistered(pb::Empty {}),
+        MetaResult::AdmissionChanged => R::AdmissionChanged(pb::Empty {}),
         MetaResult::TopicCreated(t) => R::TopicCreated(topic_to(t)),
         MetaResult::TopicDeleted(t) => R::TopicDeleted(topic_to(t)),
         MetaResult::TopicUpdated(t) => R::TopicUpdated(topic_to(t)),
@@ -241,6 +246,7 @@ pub fn decode_result(bytes: &[u8]) -> Result<MetaResult, String> {
     let p: pb::MetaResult = decode_pb(bytes, "metadata result")?;
     Ok(match p.result.ok_or("metadata result without a kind")? {
         R::NodesRegistered(_) => MetaResult::NodesRegistered,
+        R::AdmissionChanged(_) => MetaResult::AdmissionChanged,
         R::TopicCreated(t) => MetaResult::TopicCreated(topic_from(t)?),
         R::TopicDeleted(t) => MetaResult::TopicDeleted(topic_from(t)?),
         R::TopicUpdated(t) => MetaResult::TopicUpdated(topic_from(t)?),
@@ -275,6 +281,7 @@ mod tests {
         s.version = 17;
         s.next_producer_id = 2001;
         s.deleted_groups.insert(2);
+        s.admitted.insert(9);
         assert_eq!(decode_state(&encode_state(&s)).unwrap(), s);
 
         let commands = [
@@ -293,6 +300,8 @@ mod tests {
             MetaCommand::DeleteTopic { name: "t".into() },
             MetaCommand::AlterTopicConfig { name: "t".into(), set: vec![], reset: vec!["max.message.bytes".into()] },
             MetaCommand::AllocateProducerIds { count: 1000 },
+            MetaCommand::AdmitNode { id: 4, revoke: false },
+            MetaCommand::AdmitNode { id: 5, revoke: true },
             MetaCommand::CreatePartitions { name: "t".into(), total: 6, live_nodes: vec![] },
         ];
         for c in commands {
@@ -300,6 +309,7 @@ mod tests {
         }
         let results = [
             MetaResult::NodesRegistered,
+            MetaResult::AdmissionChanged,
             MetaResult::TopicCreated(topic()),
             MetaResult::TopicDeleted(topic()),
             MetaResult::TopicUpdated(topic()),

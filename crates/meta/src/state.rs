@@ -138,6 +138,10 @@ pub struct MetaState {
     /// Raft groups of deleted topics. Every node removes their data, including nodes that were
     /// down when the topic was deleted. Group ids are never reused.
     pub deleted_groups: BTreeSet<GroupId>,
+    /// Node ids an operator admitted to join (`rill cluster admit`) that have not registered
+    /// yet. A node that is neither a founding member, registered, nor admitted cannot join,
+    /// whatever certificate it holds; registering consumes the admission.
+    pub admitted: BTreeSet<NodeId>,
 }
 
 /// A change to the metadata.
@@ -145,6 +149,8 @@ pub struct MetaState {
 pub enum MetaCommand {
     /// Records the cluster's nodes (idempotent; the bootstrap members register themselves).
     RegisterNodes { nodes: Vec<NodeInfo> },
+    /// Admits node `id` to join (or, with `revoke`, withdraws an admission not used yet).
+    AdmitNode { id: NodeId, revoke: bool },
     /// Creates a topic. Replicas go to `live_nodes` (the nodes the proposer found reachable);
     /// empty means every registered node.
     CreateTopic {
@@ -183,6 +189,8 @@ pub enum MetaResult {
     TopicUpdated(TopicMeta),
     /// Producer ids `first .. first + count` are reserved for the proposer.
     ProducerIds { first: i64, count: u32 },
+    /// An admission recorded or withdrawn.
+    AdmissionChanged,
     /// Refused; the state did not change.
     Refused(MetaError),
 }
@@ -228,6 +236,7 @@ impl MetaState {
                 // member by its internal address before the member announces its client address,
                 // and the two proposals may be applied in either order.
                 for n in nodes {
+                    self.admitted.remove(&n.id);
                     let known = self.nodes.entry(n.id).or_insert_with(|| NodeInfo {
                         id: n.id,
                         addr: String::new(),
@@ -241,6 +250,15 @@ impl MetaState {
                     }
                 }
                 MetaResult::NodesRegistered
+            }
+            MetaCommand::AdmitNode { id, revoke } => {
+                // A registered node needs no admission: it may rejoin after a restart.
+                if revoke {
+                    self.admitted.remove(&id);
+                } else if !self.nodes.contains_key(&id) {
+                    self.admitted.insert(id);
+                }
+                MetaResult::AdmissionChanged
             }
             MetaCommand::CreateTopic { name, topic_id, kind, partitions, replication_factor, configs, live_nodes } => {
                 match self.create_topic(name, topic_id, kind, partitions, replication_factor, &configs, &live_nodes) {
@@ -510,6 +528,23 @@ mod tests {
             .collect();
         assert_eq!(s.apply(MetaCommand::RegisterNodes { nodes }), MetaResult::NodesRegistered);
         s
+    }
+
+    #[test]
+    fn an_admission_lasts_until_the_node_registers_or_it_is_revoked() {
+        let mut s = three_nodes();
+        let admit = |id, revoke| MetaCommand::AdmitNode { id, revoke };
+        assert_eq!(s.apply(admit(4, false)), MetaResult::AdmissionChanged);
+        assert_eq!(s.apply(admit(5, false)), MetaResult::AdmissionChanged);
+        assert_eq!(s.admitted, BTreeSet::from([4, 5]));
+        // Registered nodes need none.
+        s.apply(admit(2, false));
+        assert!(!s.admitted.contains(&2));
+        let four = NodeInfo { id: 4, addr: "h:7004".into(), internal_addr: "h:7104".into() };
+        s.apply(MetaCommand::RegisterNodes { nodes: vec![four] });
+        assert_eq!(s.admitted, BTreeSet::from([5]), "registering consumes the admission");
+        s.apply(admit(5, true));
+        assert!(s.admitted.is_empty());
     }
 
     fn create(s: &mut MetaState, name: &str, p: u32, rf: u32) -> MetaResult {

@@ -9,6 +9,10 @@
 //! 2. registers its id and addresses (internal and client) in the metadata — from then on
 //!    replica placement counts it.
 //!
+//! Only a node an operator admitted (`rill cluster admit N`, a replicated admission in the
+//! metadata) is added; its certificate must name it too (checked by the `Cluster` service).
+//! A node not admitted yet keeps asking, and joins once the admission is made.
+//!
 //! The new node is joined once its own copy of the metadata lists it. Joining is idempotent: a
 //! restarted node that joined before is joined already. Existing partitions stay where they are;
 //! new topics and new partitions spread over every live node.
@@ -76,6 +80,13 @@ pub async fn add_node(node: &Node, new: NodeInfo) -> Result<(), AddNodeError> {
     }
     if let Some(other) = meta.nodes.values().find(|n| n.peer_addr() == addr && n.id != id) {
         return Err(AddNodeError::Refused(format!("address {addr} belongs to node {}", other.id)));
+    }
+    // A certificate from the cluster's CA is not enough: an operator admits each new node id
+    // (`rill cluster admit`). A node registered before rejoins without one.
+    if !meta.nodes.contains_key(&id) && !meta.admitted.contains(&id) {
+        return Err(AddNodeError::Retry(format!(
+            "node {id} is not admitted to the cluster: an operator runs `rill cluster admit {id}` first"
+        )));
     }
     if membership.get_node(&id).is_none() {
         match node.meta_raft().add_learner(id, BasicNode::new(addr), false).await {

@@ -18,12 +18,29 @@ pub enum ClusterCommand {
         #[arg(long, value_enum, default_value_t)]
         output: Output,
     },
+    /// Admits a new node to join the cluster. A node started with `--join` joins only once its
+    /// id is admitted (and its certificate, from the cluster's CA, names it).
+    Admit {
+        /// The new node's id.
+        node_id: u64,
+        /// Withdraw an admission that was not used yet.
+        #[arg(long)]
+        revoke: bool,
+    },
 }
 
 /// Runs a cluster command.
 pub async fn run(bootstrap: &[String], cmd: ClusterCommand) -> anyhow::Result<()> {
     let client = connect(bootstrap).await?;
     match cmd {
+        ClusterCommand::Admit { node_id, revoke } => {
+            client.admit_node(node_id, revoke).await.with_context(|| format!("cannot admit node {node_id}"))?;
+            if revoke {
+                println!("node {node_id}'s admission is withdrawn");
+            } else {
+                println!("node {node_id} is admitted: start it with --join (and its node-{node_id} certificate)");
+            }
+        }
         ClusterCommand::Status { output } => {
             let c = client.describe_cluster().await.context("cannot describe the cluster")?;
             // Internal topics count for health (leaderless, under-replicated), not as leaders.

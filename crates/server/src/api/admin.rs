@@ -7,9 +7,9 @@ use futures::future::join_all;
 use rill_meta::{MetaCommand, MetaResult, MetaState, PartitionKind, TopicMeta};
 use rill_proto::admin::admin_server::Admin;
 use rill_proto::admin::{
-    AlterTopicConfigRequest, AlterTopicConfigResponse, CoordinatorKind, CreatePartitionsRequest,
-    CreatePartitionsResponse, CreateTopicRequest, CreateTopicResponse, DeleteTopicRequest, DeleteTopicResponse,
-    DescribeClusterRequest, DescribeClusterResponse, DescribeTopicRequest, DescribeTopicResponse,
+    AdmitNodeRequest, AdmitNodeResponse, AlterTopicConfigRequest, AlterTopicConfigResponse, CoordinatorKind,
+    CreatePartitionsRequest, CreatePartitionsResponse, CreateTopicRequest, CreateTopicResponse, DeleteTopicRequest,
+    DeleteTopicResponse, DescribeClusterRequest, DescribeClusterResponse, DescribeTopicRequest, DescribeTopicResponse,
     FindCoordinatorRequest, FindCoordinatorResponse, ListTopicsRequest, ListTopicsResponse, MetadataRequest,
     MetadataResponse, NodeDescription, PartitionDescription, PartitionMetadata, TopicConfigEntry, TopicDescription,
     TopicMetadata, TopicSummary,
@@ -418,6 +418,29 @@ impl Admin for AdminApi {
             })
             .collect();
         Ok(Response::new(MetadataResponse { nodes: self.known_nodes(), topics }))
+    }
+
+    async fn admit_node(&self, request: Request<AdmitNodeRequest>) -> Result<Response<AdmitNodeResponse>, Status> {
+        let principal = self.authz.principal(&request);
+        self.authz.authorize(&principal, rpc::ADMIT_NODE, request.get_ref())?;
+        let AdmitNodeRequest { node_id: id, revoke } = request.into_inner();
+        let answer = |e: Option<WireError>| {
+            let e = e.unwrap_or_else(|| WireError::new(ErrorCode::None, String::new()));
+            Ok(Response::new(AdmitNodeResponse { error_code: e.code as i32, error_message: e.message }))
+        };
+        if id == 0 {
+            return answer(Some(errors::invalid_request("node ids start at 1")));
+        }
+        let cmd = MetaCommand::AdmitNode { id, revoke };
+        match self.node.propose_meta(&cmd).await {
+            Err(e) => return answer(Some(errors::propose(&e))),
+            Ok(MetaResult::AdmissionChanged) => {}
+            Ok(MetaResult::Refused(e)) => return answer(Some(errors::meta(&e))),
+            Ok(other) => return answer(Some(errors::unexpected_meta_answer(&other))),
+        }
+        // Visible here before answering (a registered node needs no admission).
+        self.node.wait_for_meta(META_WAIT, |m| m.admitted.contains(&id) != revoke || m.nodes.contains_key(&id)).await;
+        answer(None)
     }
 
     async fn find_coordinator(

@@ -19,8 +19,9 @@ use std::fmt;
 use std::sync::Arc;
 
 use rill_proto::admin::{
-    AlterTopicConfigRequest, CoordinatorKind, CreatePartitionsRequest, CreateTopicRequest, DeleteTopicRequest,
-    DescribeClusterRequest, DescribeTopicRequest, FindCoordinatorRequest, ListTopicsRequest, MetadataRequest,
+    AdmitNodeRequest, AlterTopicConfigRequest, CoordinatorKind, CreatePartitionsRequest, CreateTopicRequest,
+    DeleteTopicRequest, DescribeClusterRequest, DescribeTopicRequest, FindCoordinatorRequest, ListTopicsRequest,
+    MetadataRequest,
 };
 use rill_proto::groups::{CommitOffsetsRequest, FetchOffsetsRequest};
 use rill_proto::records::{FetchRequest, InitProducerIdRequest, ListOffsetsRequest, ProduceRequest};
@@ -56,6 +57,8 @@ pub mod rpc {
     pub const METADATA: &str = "/rill.admin.Admin/Metadata";
     /// `/rill.admin.Admin/FindCoordinator`.
     pub const FIND_COORDINATOR: &str = "/rill.admin.Admin/FindCoordinator";
+    /// `/rill.admin.Admin/AdmitNode`.
+    pub const ADMIT_NODE: &str = "/rill.admin.Admin/AdmitNode";
     /// `/rill.groups.Groups/CommitOffsets`.
     pub const COMMIT_OFFSETS: &str = "/rill.groups.Groups/CommitOffsets";
     /// `/rill.groups.Groups/FetchOffsets`.
@@ -86,7 +89,7 @@ pub enum Operation {
     Create,
     /// Delete a topic.
     Delete,
-    /// Change a topic's shape (add partitions).
+    /// Change a topic's shape (add partitions); change the cluster's membership.
     Alter,
     /// Learn that a resource exists and where it lives.
     Describe,
@@ -186,6 +189,8 @@ pub const RULES: &[Rule] = &[
         rpc: rpc::FIND_COORDINATOR,
         needs: &[(R::Group, Op::Describe, Named), (R::TransactionalId, Op::Describe, Named)],
     },
+    // Admitting a node changes the cluster's membership.
+    Rule { rpc: rpc::ADMIT_NODE, needs: &[(R::Cluster, Op::Alter, Named)] },
     Rule { rpc: rpc::COMMIT_OFFSETS, needs: &[(R::Group, Op::Read, Named), (R::Topic, Op::Read, Named)] },
     Rule { rpc: rpc::FETCH_OFFSETS, needs: &[(R::Group, Op::Describe, Named), (R::Topic, Op::Describe, Named)] },
 ];
@@ -362,6 +367,12 @@ impl Resources for DescribeTopicRequest {
 }
 
 impl Resources for DescribeClusterRequest {
+    fn names(&self, kind: ResourceType) -> Vec<&str> {
+        only(kind, R::Cluster, CLUSTER_RESOURCE)
+    }
+}
+
+impl Resources for AdmitNodeRequest {
     fn names(&self, kind: ResourceType) -> Vec<&str> {
         only(kind, R::Cluster, CLUSTER_RESOURCE)
     }
