@@ -19,6 +19,7 @@ mod t40_majority_down;
 mod t50_bad_input;
 mod t55_trust_boundary;
 mod t56_hostile_requests;
+mod t57_certificate_rotation;
 mod t60_restart;
 mod t70_cli;
 mod t75_rill_dev;
