@@ -1,0 +1,213 @@
+//! Every public request (`rill.records`, `rill.admin`, `rill.groups`) decoded from arbitrary
+//! bytes, then put through the checks the API layer runs on it before any work: batch
+//! validation under the topic's `max.message.bytes` (Produce), the metadata's create / alter /
+//! grow / delete checks against a small cluster, group and transactional id checks, the
+//! coordinator partition an id hashes to, and a commit of the request's offsets applied to a
+//! `__consumer_offsets` machine.
+//!
+//! Input: the bytes, decoded as every request type.
+//!
+//! Properties: no panic; what the metadata's checks accept, the metadata state machine applies
+//! with the same outcome (the leader checks again when applying: the two must agree); the heap
+//! a decode holds is a small multiple of its input.
+#![no_main]
+
+use bytes::Bytes;
+use libfuzzer_sys::fuzz_target;
+use prost::Message;
+use rill_coordinator::{hash, offsets, transactions, OffsetsMachine};
+use rill_fuzz::{base_cluster, peak_during, Counting};
+use rill_meta::config::DEFAULT_MAX_MESSAGE_BYTES;
+use rill_meta::{MetaCommand, MetaResult, PartitionKind};
+use rill_proto::coordinator as cpb;
+use rill_proto::{admin, groups, records};
+use rill_raft::types::LogId;
+use rill_raft::{GroupStateMachine, Payload};
+use rill_records::{BatchInfo, MAX_DECOMPRESSED_BATCH_BYTES};
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+/// Heap a decode may hold per input byte: a repeated element (a topic, a partition entry) as
+/// prost's struct, for as little as two bytes on the wire.
+const BYTES_PER_INPUT_BYTE: usize = 256;
+/// Fixed overhead.
+const SLACK_BYTES: usize = 16 << 10;
+/// The live nodes of the small cluster.
+const LIVE: [u64; 3] = [1, 2, 3];
+
+fn decoded<M: Message + Default>(data: &[u8]) -> Option<M> {
+    let (m, peak) = peak_during(|| M::decode(data));
+    assert!(
+        peak <= BYTES_PER_INPUT_BYTE * data.len() + SLACK_BYTES,
+        "{} held {peak} bytes decoding {} bytes",
+        std::any::type_name::<M>(),
+        data.len()
+    );
+    m.ok()
+}
+
+fn pairs(entries: Vec<admin::TopicConfigEntry>) -> Vec<(String, String)> {
+    entries.into_iter().map(|c| (c.key, c.value)).collect()
+}
+
+fn produce(req: records::ProduceRequest) {
+    let _ = records::Acks::try_from(req.acks);
+    let bound = (DEFAULT_MAX_MESSAGE_BYTES as usize).min(MAX_DECOMPRESSED_BATCH_BYTES);
+    for p in req.topics.iter().flat_map(|t| &t.partitions) {
+        let _ = BatchInfo::parse(&p.batch);
+        if p.batch.len() <= DEFAULT_MAX_MESSAGE_BYTES as usize {
+            let _ = rill_records::validate(&p.batch, bound);
+        }
+    }
+}
+
+fn create_topic(req: admin::CreateTopicRequest) {
+    let mut state = base_cluster();
+    let configs = pairs(req.configs);
+    let (partitions, checked) =
+        (req.partitions, state.check_create(&req.name, req.partitions, req.replication_factor, &configs, &LIVE));
+    let result = state.apply(MetaCommand::CreateTopic {
+        name: req.name,
+        topic_id: [0xee; 16],
+        kind: PartitionKind::Records,
+        partitions: req.partitions,
+        replication_factor: req.replication_factor,
+        configs,
+        live_nodes: LIVE.to_vec(),
+    });
+    match (checked, result) {
+        (Ok(config), MetaResult::TopicCreated(t)) => {
+            assert_eq!(t.config, config);
+            assert_eq!(t.partitions.len(), partitions as usize);
+            assert!(t.partitions.iter().all(|p| p.replicas.len() == t.replication_factor as usize));
+        }
+        (Err(e), MetaResult::Refused(r)) => assert_eq!(e, r),
+        (checked, result) => panic!("check_create said {checked:?}, applying said {result:?}"),
+    }
+}
+
+fn alter_config(req: admin::AlterTopicConfigRequest) {
+    let mut state = base_cluster();
+    let set = pairs(req.set);
+    let checked = state.check_alter_config(&req.name, &set, &req.reset);
+    match (checked, state.apply(MetaCommand::AlterTopicConfig { name: req.name, set, reset: req.reset })) {
+        (Ok(config), MetaResult::TopicUpdated(t)) => assert_eq!(t.config, config),
+        (Err(e), MetaResult::Refused(r)) => assert_eq!(e, r),
+        (checked, result) => panic!("check_alter_config said {checked:?}, applying said {result:?}"),
+    }
+}
+
+fn create_partitions(req: admin::CreatePartitionsRequest) {
+    let mut state = base_cluster();
+    let checked =
+        state.check_create_partitions(&req.name, req.total, &LIVE).map(|t| t.partitions.len()).map_err(|e| e.clone());
+    let cmd = MetaCommand::CreatePartitions { name: req.name, total: req.total, live_nodes: LIVE.to_vec() };
+    match (checked, state.apply(cmd)) {
+        (Ok(_), MetaResult::TopicUpdated(t)) => assert_eq!(t.partitions.len(), req.total as usize),
+        (Err(e), MetaResult::Refused(r)) => assert_eq!(e, r),
+        (checked, result) => panic!("check_create_partitions said {checked:?}, applying said {result:?}"),
+    }
+}
+
+fn delete_topic(req: admin::DeleteTopicRequest) {
+    let mut state = base_cluster();
+    let checked = state.check_delete(&req.name);
+    match (checked, state.apply(MetaCommand::DeleteTopic { name: req.name })) {
+        (Ok(()), MetaResult::TopicDeleted(_)) => {}
+        (Err(e), MetaResult::Refused(r)) => assert_eq!(e, r),
+        (checked, result) => panic!("check_delete said {checked:?}, applying said {result:?}"),
+    }
+}
+
+fn find_coordinator(req: admin::FindCoordinatorRequest) {
+    let checked = match admin::CoordinatorKind::try_from(req.kind) {
+        Ok(admin::CoordinatorKind::Group) => offsets::validate_group_id(&req.key),
+        _ => transactions::validate(&req.key, 0).map(|_| ()),
+    };
+    if checked.is_ok() {
+        assert!(hash::partition_for(&req.key, 16) < 16);
+    }
+}
+
+/// The offsets of a commit, as the coordinator proposes them once they passed the per-entry
+/// checks, applied to a `__consumer_offsets` machine.
+fn commit_offsets(req: groups::CommitOffsetsRequest) {
+    if offsets::validate_group_id(&req.group_id).is_err() {
+        return;
+    }
+    let offsets: Vec<cpb::CommittedOffset> = req
+        .topics
+        .iter()
+        .flat_map(|t| t.partitions.iter().map(move |p| (t, p)))
+        .filter(|(_, p)| p.offset >= 0 && p.metadata.len() <= offsets::MAX_OFFSET_METADATA_BYTES)
+        .take(offsets::MAX_OFFSETS_PER_COMMIT)
+        .map(|(t, p)| cpb::CommittedOffset {
+            topic: t.topic.clone(),
+            topic_id: Bytes::from_static(&[3; 16]),
+            partition: p.partition,
+            offset: p.offset,
+            metadata: p.metadata.clone(),
+            commit_time_ms: 1,
+        })
+        .collect();
+    let expected: Vec<_> = offsets.iter().map(|o| (o.topic.clone(), o.partition)).collect();
+    let command = cpb::OffsetsCommand {
+        command: Some(cpb::offsets_command::Command::Commit(cpb::CommitOffsets {
+            group_id: req.group_id.clone(),
+            offsets,
+        })),
+    };
+    let mut m = OffsetsMachine::new();
+    let log_id = LogId::new(openraft::CommittedLeaderId::new(1, 1), 1);
+    m.apply(&log_id, 0, &Payload { units: 1, body: command.encode_to_vec().into(), proposal: 0 });
+    for (topic, partition) in expected {
+        assert!(m.state().committed(&req.group_id, &topic, partition).is_some(), "a commit is readable");
+    }
+}
+
+fuzz_target!(|data: &[u8]| {
+    if let Some(r) = decoded::<records::ProduceRequest>(data) {
+        produce(r);
+    }
+    if let Some(r) = decoded::<records::FetchRequest>(data) {
+        let _ = r.topics.iter().map(|t| t.partitions.len()).sum::<usize>();
+    }
+    if let Some(r) = decoded::<records::ListOffsetsRequest>(data) {
+        let _ = records::OffsetSpec::try_from(r.spec);
+    }
+    if let Some(r) = decoded::<records::InitProducerIdRequest>(data) {
+        if !r.transactional_id.is_empty() {
+            let _ = transactions::validate(&r.transactional_id, r.transaction_timeout_ms);
+        }
+    }
+    if let Some(r) = decoded::<admin::CreateTopicRequest>(data) {
+        create_topic(r);
+    }
+    if let Some(r) = decoded::<admin::AlterTopicConfigRequest>(data) {
+        alter_config(r);
+    }
+    if let Some(r) = decoded::<admin::CreatePartitionsRequest>(data) {
+        create_partitions(r);
+    }
+    if let Some(r) = decoded::<admin::DeleteTopicRequest>(data) {
+        delete_topic(r);
+    }
+    if let Some(r) = decoded::<admin::FindCoordinatorRequest>(data) {
+        find_coordinator(r);
+    }
+    if let Some(r) = decoded::<admin::MetadataRequest>(data) {
+        for name in r.topics.iter().take(16) {
+            let _ = rill_meta::state::validate_topic_name(name);
+        }
+    }
+    let _ = decoded::<admin::ListTopicsRequest>(data);
+    let _ = decoded::<admin::DescribeTopicRequest>(data);
+    let _ = decoded::<admin::DescribeClusterRequest>(data);
+    if let Some(r) = decoded::<groups::CommitOffsetsRequest>(data) {
+        commit_offsets(r);
+    }
+    if let Some(r) = decoded::<groups::FetchOffsetsRequest>(data) {
+        let _ = offsets::validate_group_id(&r.group_id);
+    }
+});

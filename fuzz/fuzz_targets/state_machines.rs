@@ -1,0 +1,101 @@
+//! What a node decodes from its own disk and from a snapshot a leader sends: every Raft group's
+//! persisted snapshot (`StoredSnapshot`, read when a group opens; `SnapshotData`, what an
+//! install carries) and the state machines' own snapshot and command formats — a partition's
+//! (time index, idempotent producers; append and expire-producers entries), `__consumer_offsets`
+//! (commits), `__transaction_state` (transactional ids) and the metadata.
+//!
+//! Input: the bytes, given to every decoder.
+//!
+//! Properties: no panic; a snapshot a machine accepts re-encodes to a snapshot that restores
+//! to the same state; applying the bytes as a log entry leaves a state that round-trips too;
+//! the heap a restore holds is a small multiple of its input.
+#![no_main]
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use libfuzzer_sys::fuzz_target;
+use openraft::CommittedLeaderId;
+use prost::Message;
+use rill_broker::command::decode_append;
+use rill_broker::machine::SharedState;
+use rill_coordinator::{OffsetsMachine, TransactionsMachine};
+use rill_fuzz::{peak_during, Counting};
+use rill_meta::MetaStateMachine;
+use rill_raft::state_machine::SmStore;
+use rill_raft::types::LogId;
+use rill_raft::{keys, GroupStateMachine, Payload};
+use rill_storage::{Engine, Keyspace, MemEngine, WriteBatch};
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+/// Heap a restore may hold per input byte: prost's message and the machine's maps, for as
+/// little as two bytes per repeated element.
+const BYTES_PER_INPUT_BYTE: usize = 256;
+/// Fixed overhead.
+const SLACK_BYTES: usize = 16 << 10;
+
+/// A fresh machine of each kind.
+fn machines() -> Vec<(&'static str, Box<dyn GroupStateMachine>)> {
+    vec![
+        ("partition", Box::new(SharedState::new().state_machine())),
+        ("offsets", Box::new(OffsetsMachine::new())),
+        ("transactions", Box::new(TransactionsMachine::new())),
+        ("metadata", Box::new(MetaStateMachine::new().0)),
+    ]
+}
+
+/// The machine `name`'s snapshot restores into a fresh machine, whose snapshot is the same.
+fn snapshot_round_trips(name: &str, m: &dyn GroupStateMachine) {
+    let first = m.snapshot().expect("a restored machine snapshots");
+    let mut fresh = machines().into_iter().find(|(n, _)| *n == name).map(|(_, m)| m).expect("known machine");
+    fresh.restore(&first).unwrap_or_else(|e| panic!("{name}: its own snapshot is refused: {e}"));
+    assert_eq!(fresh.snapshot().expect("snapshots"), first, "{name}: snapshot round trip");
+}
+
+fuzz_target!(|data: &[u8]| {
+    let bytes = Bytes::copy_from_slice(data);
+    let log_id = LogId::new(CommittedLeaderId::new(3, 1), 42);
+
+    for (name, mut m) in machines() {
+        let (restored, peak) = peak_during(|| m.restore(data));
+        assert!(
+            peak <= BYTES_PER_INPUT_BYTE * data.len() + SLACK_BYTES,
+            "{name}: restore held {peak} bytes for {} bytes",
+            data.len()
+        );
+        if restored.is_ok() {
+            snapshot_round_trips(name, m.as_ref());
+        }
+        // The same bytes as a committed log entry of the group, one record per byte.
+        let (_, mut m) = machines().into_iter().find(|(n, _)| *n == name).expect("known machine");
+        let units = u32::try_from(data.len()).unwrap_or(u32::MAX);
+        let _answer = m.apply(&log_id, 1000, &Payload { units, body: bytes.clone(), proposal: 0 });
+        snapshot_round_trips(name, m.as_ref());
+    }
+
+    // A partition entry's batches are slices of the entry.
+    if let Ok(batches) = decode_append(bytes.clone()) {
+        assert!(batches.iter().map(|b| b.len() + 4).sum::<usize>() <= data.len());
+    }
+
+    // The group's persisted snapshot, read when it opens (and the form an install carries).
+    let engine = MemEngine::new();
+    let mut b = WriteBatch::new();
+    b.put(Keyspace::State, keys::group_tag(7, keys::SNAPSHOT).to_vec(), bytes.clone());
+    engine.write(b, true).expect("the memory engine writes");
+    let engine: Arc<dyn Engine> = Arc::new(engine);
+    let (opened, peak) =
+        peak_during(|| SmStore::open(7, engine.clone(), SharedState::new().state_machine()).map(|_| ()));
+    assert!(peak <= BYTES_PER_INPUT_BYTE * data.len() + SLACK_BYTES, "opening a group held {peak} bytes");
+    drop(opened);
+    let _ = SmStore::open(7, engine.clone(), OffsetsMachine::new());
+    let _ = SmStore::open(7, engine.clone(), TransactionsMachine::new());
+    let _ = SmStore::open(7, engine, MetaStateMachine::new().0);
+    if let Ok(wire) = rill_proto::raft::SnapshotData::decode(bytes) {
+        for (_, mut m) in machines() {
+            let _ = m.restore(&wire.data);
+        }
+    }
+});
