@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test tier, exactly as CI does (.ci/run calls this):
-#   format and lints, unit and storage-conformance tests, integration tests against real
-#   rill-server processes on 127.0.0.1, and the deterministic simulation (fixed seeds plus a
-#   same-seed-same-trace check).
+#   format and lints, unit and storage-conformance tests, a short run of every fuzz target,
+#   integration tests against real rill-server processes on 127.0.0.1, and the deterministic
+#   simulation (fixed seeds plus a same-seed-same-trace check).
 # Works on a fresh Debian machine with only Rust installed: it installs what the build needs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,6 +21,9 @@ cargo build --workspace --bins --tests
 
 step "unit and storage-conformance tests"
 cargo test --workspace --exclude rill-tests
+
+step "fuzzing: every target for ${RILL_FUZZ_SECONDS:-20} s (scripts/fuzz.sh; docs/testing.md, \"Fuzzing\")"
+RILL_CARGO_LOCK="" scripts/fuzz.sh --seconds "${RILL_FUZZ_SECONDS:-20}"
 
 step "integration tests (real 3-node clusters on 127.0.0.1)"
 cargo test -p rill-tests -- --test-threads=1
