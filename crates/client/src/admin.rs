@@ -132,12 +132,7 @@ impl Client {
     /// yet). A node joins only when admitted; the admission is used up when it registers.
     pub async fn admit_node(&self, node_id: u64, revoke: bool) -> Result<()> {
         let req = AdmitNodeRequest { node_id, revoke };
-        let resp = self
-            .on_any_node(|mut c| {
-                let req = req.clone();
-                async move { c.admit_node(req).await }
-            })
-            .await?;
+        let resp = self.on_any_node(|mut c| async move { c.admit_node(req).await }).await?;
         check(resp.error_code, resp.error_message)
     }
 
