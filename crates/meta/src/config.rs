@@ -33,6 +33,13 @@ pub struct TopicConfig {
 pub const KEYS: [&str; 4] =
     ["min.insync.replicas", "max.message.bytes", "replica.lag.time.max.ms", "producer.id.expiration.ms"];
 
+/// Largest `replica.lag.time.max.ms` a request may set: a dead follower holds `acks=all`
+/// writes for up to this long before it leaves the ISR.
+pub const MAX_REPLICA_LAG_TIME_MAX: Duration = Duration::from_secs(3600);
+/// Largest `producer.id.expiration.ms` a request may set (30 days): producer state lives in
+/// memory and in every snapshot for this long.
+pub const MAX_PRODUCER_ID_EXPIRATION: Duration = Duration::from_secs(30 * 24 * 3600);
+
 /// Default `producer.id.expiration.ms`: one day, as Kafka.
 pub const DEFAULT_PRODUCER_ID_EXPIRATION: Duration = Duration::from_secs(24 * 3600);
 /// Smallest `producer.id.expiration.ms`: shorter than a client's delivery timeout would forget
@@ -127,6 +134,24 @@ impl TopicConfig {
         Ok(())
     }
 
+    /// The upper bounds a create or alter request must keep, on top of [`TopicConfig::validate`].
+    ///
+    /// Checked where requests enter (the admin API), not when the metadata log is applied: a
+    /// bound added here must not refuse, on replay, a command an older release accepted, or
+    /// replicas that replay the log would disagree with those that applied it before.
+    pub fn check_request_bounds(&self) -> Result<(), MetaError> {
+        let checks = [
+            ("replica.lag.time.max.ms", self.replica_lag_time_max_ms, MAX_REPLICA_LAG_TIME_MAX),
+            ("producer.id.expiration.ms", self.producer_id_expiration_ms, MAX_PRODUCER_ID_EXPIRATION),
+        ];
+        for (key, value, max) in checks {
+            if value > max.as_millis() as u64 {
+                return Err(invalid(format!("{key} must be at most {}, got {value}", max.as_millis())));
+            }
+        }
+        Ok(())
+    }
+
     /// Every key with its effective value.
     pub fn entries(&self) -> Vec<(String, String)> {
         vec![
@@ -189,6 +214,18 @@ fn parse_ms(key: &str, value: &str) -> Result<u64, MetaError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn requests_may_not_set_durations_beyond_their_upper_bounds() {
+        let set = |k: &str, v: &str| TopicConfig::from_entries(3, &[(k.to_string(), v.to_string())]);
+        let hour = MAX_REPLICA_LAG_TIME_MAX.as_millis().to_string();
+        assert_eq!(set("replica.lag.time.max.ms", &hour).unwrap().check_request_bounds(), Ok(()));
+        let too_long = set("replica.lag.time.max.ms", "3600001").unwrap().check_request_bounds().unwrap_err();
+        assert!(too_long.message.contains("replica.lag.time.max.ms must be at most 3600000"), "{}", too_long.message);
+        let forever = set("producer.id.expiration.ms", "8640000000").unwrap();
+        assert!(forever.check_request_bounds().is_err());
+        assert_eq!(TopicConfig::defaults(3).check_request_bounds(), Ok(()), "defaults are within bounds");
+    }
 
     fn kv(k: &str, v: &str) -> (String, String) {
         (k.to_string(), v.to_string())

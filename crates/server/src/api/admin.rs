@@ -193,8 +193,11 @@ impl Admin for AdminApi {
         }
         // Fail fast on what this node can already see; the leader checks again when applying.
         let live_nodes = self.live_nodes().await;
-        if let Err(e) =
-            self.node.meta().check_create(&req.name, req.partitions, req.replication_factor, &configs, &live_nodes)
+        if let Err(e) = self
+            .node
+            .meta()
+            .check_create(&req.name, req.partitions, req.replication_factor, &configs, &live_nodes)
+            .and_then(|c| c.check_request_bounds())
         {
             return Ok(Response::new(create_error(errors::meta(&e))));
         }
@@ -257,7 +260,8 @@ impl Admin for AdminApi {
             error_message: e.message,
             topic: None,
         };
-        let config = match self.node.meta().check_alter_config(&req.name, &set, &req.reset) {
+        let checked = self.node.meta().check_alter_config(&req.name, &set, &req.reset);
+        let config = match checked.and_then(|c| c.check_request_bounds().map(|()| c)) {
             Ok(c) => c,
             Err(e) => return Ok(Response::new(fail(errors::meta(&e)))),
         };
