@@ -4,8 +4,9 @@
 //! printed trace hash must match. The generated scenarios live in `rill_chaos::scenarios`; each
 //! has a test of the same name here. `smoke_leader_power_failure_and_rejoin`,
 //! `woken_quiescent_group_keeps_its_leader`, `concurrent_batches_share_entries`,
-//! `control_batches_take_offsets_and_are_skipped` and
-//! `state_partition_purges_and_installs_snapshots` are scripted.
+//! `control_batches_take_offsets_and_are_skipped`,
+//! `state_partition_purges_and_installs_snapshots` and `a_failed_disk_takes_its_node_out` are
+//! scripted.
 
 #![cfg(madsim)]
 // Test code: a failed expectation is a failed test.
@@ -174,6 +175,89 @@ async fn smoke_leader_power_failure_and_rejoin() {
             .or_default()
             .push(r.offset);
         trace.record(format!("read {}@{}", String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()), r.offset));
+    }
+    for (v, offset) in &acked {
+        match offset {
+            Some(o) => assert_eq!(at.get(v), Some(&vec![*o]), "acknowledged {v} must be read once at offset {o}"),
+            None => assert!(at.get(v).is_none_or(|o| o.len() <= 1), "{v} stored twice"),
+        }
+    }
+    println!("trace-hash: {:016x} events={}", trace.hash(), trace.len());
+}
+
+/// Scripted: the partition leader's disk starts failing its syncs (an injected I/O error). Its
+/// node stops every Raft group and answers pings as unhealthy, so another replica leads,
+/// acks=all writes go on, the cluster reports the node down, and every acknowledged write is
+/// read back once at its offset.
+#[madsim::test]
+async fn a_failed_disk_takes_its_node_out() {
+    let trace = begin_scripted();
+    let cluster = SimCluster::start(3);
+    let client = cluster.client().await;
+    let c = client.clone();
+    cluster.on_client(async move { c.create_topic("disk", 1, 3, &[]).await.map(|_| ()) }).await.expect("create topic");
+    let c = client.clone();
+    let leader = cluster
+        .on_client(async move {
+            wait_until("a leader", || async { c.describe_topic("disk").await.ok()?.partitions[0].leader }).await
+        })
+        .await;
+    let mut acked = cluster.on_client(produce(client.clone(), trace.clone(), "disk", "a", 10)).await;
+    assert!(acked.iter().all(|(_, o)| o.is_some()), "a healthy cluster acknowledges every write");
+
+    trace.record(format!("disk of {leader} fails"));
+    cluster.disk(leader).expect("the leader's disk").set_failure(Some("EIO (injected)".into()));
+    // The failure shows at the leader's next write: these writes' outcome is unknown.
+    acked.extend(cluster.on_client(produce(client.clone(), trace.clone(), "disk", "x", 3)).await);
+    let c = client.clone();
+    let new_leader = cluster
+        .on_client(async move {
+            wait_until("a leader on a healthy node", || async {
+                let l = c.describe_topic("disk").await.ok()?.partitions[0].leader?;
+                (l != leader).then_some(l)
+            })
+            .await
+        })
+        .await;
+    trace.record(format!("new leader {new_leader} at {:?}", elapsed()));
+    let more = cluster.on_client(produce(client.clone(), trace.clone(), "disk", "b", 10)).await;
+    assert!(more.iter().all(|(_, o)| o.is_some()), "the two healthy replicas acknowledge every write");
+    acked.extend(more);
+    let c = client.clone();
+    cluster
+        .on_client(async move {
+            wait_until("the failed node reported down", || async {
+                let nodes = c.describe_cluster().await.ok()?.nodes;
+                nodes.iter().any(|n| n.node_id == leader && !n.alive).then_some(())
+            })
+            .await
+        })
+        .await;
+    assert!(
+        cluster.node(leader).is_some_and(|n| n.multi().group_ids().is_empty()),
+        "the failed node must run no Raft group any more"
+    );
+
+    let fresh = cluster.client().await;
+    let read = cluster
+        .on_client(async move {
+            let mut out = Vec::new();
+            let mut offset = 0;
+            loop {
+                let f = fresh.fetch("disk", 0, Some(offset), Duration::ZERO).await.expect("fetch");
+                if f.records.is_empty() {
+                    break out;
+                }
+                offset = f.next_offset;
+                out.extend(f.records);
+            }
+        })
+        .await;
+    let mut at: HashMap<String, Vec<u64>> = HashMap::new();
+    for r in &read {
+        at.entry(String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).into_owned())
+            .or_default()
+            .push(r.offset);
     }
     for (v, offset) in &acked {
         match offset {
@@ -547,6 +631,7 @@ async fn list_scenarios() {
     println!("concurrent_batches_share_entries\tscripted: concurrent batches merge into entries, each at its own offset (default)");
     println!("control_batches_take_offsets_and_are_skipped\tscripted: a transaction marker takes an offset; consumers skip it (default)");
     println!("state_partition_purges_and_installs_snapshots\tscripted: a coordinator partition purges behind snapshots; a follower catches up by one (default)");
+    println!("a_failed_disk_takes_its_node_out\tscripted: the leader's syncs fail; it stops its groups and looks down, another replica leads (default)");
     for s in scenarios::SCENARIOS {
         println!("{}\t{}{}", s.name, s.description, if s.default { " (default)" } else { "" });
     }

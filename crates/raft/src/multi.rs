@@ -7,7 +7,7 @@ use std::time::Duration;
 use openraft::error::{InitializeError, RaftError};
 use openraft::storage::RaftLogStorage;
 use openraft::{BasicNode, Config, SnapshotPolicy};
-use rill_storage::{Engine, Syncer};
+use rill_storage::{Engine, StorageHealth, Syncer};
 
 use crate::liveness::PING_EVERY;
 use crate::log_store::{LogStore, TailBudget};
@@ -94,6 +94,8 @@ pub struct MultiRaft {
     node_id: NodeId,
     engine: Arc<dyn Engine>,
     syncer: Syncer,
+    /// Whether the engine has failed (then the node leaves replication).
+    health: StorageHealth,
     transport: Arc<Transport>,
     timing: RaftTiming,
     groups: RwLock<HashMap<GroupId, Hosted>>,
@@ -102,16 +104,19 @@ pub struct MultiRaft {
 }
 
 impl MultiRaft {
-    /// A registry for node `node_id`.
+    /// A registry for node `node_id`, whose engine's failures `health` reports (see
+    /// [`rill_storage::monitor`]).
     pub fn new(
         node_id: NodeId,
         engine: Arc<dyn Engine>,
         syncer: Syncer,
+        health: StorageHealth,
         transport: Arc<Transport>,
         timing: RaftTiming,
     ) -> Arc<Self> {
         let tail_budget = TailBudget::new(TAIL_CACHE_BUDGET);
-        Arc::new(Self { node_id, engine, syncer, transport, timing, groups: RwLock::new(HashMap::new()), tail_budget })
+        let groups = RwLock::new(HashMap::new());
+        Arc::new(Self { node_id, engine, syncer, health, transport, timing, groups, tail_budget })
     }
 
     /// This node's id.
@@ -170,6 +175,14 @@ impl MultiRaft {
     pub fn start_background(self: &Arc<Self>) {
         rill_rt::spawn(ping_peers(Arc::downgrade(self)));
         rill_rt::spawn(quiesce::run(Arc::downgrade(self)));
+        rill_rt::spawn(fence_on_storage_failure(Arc::downgrade(self), self.health.clone()));
+    }
+
+    /// Why this node's storage failed for good, once it has (a failed write or sync: see
+    /// `rill_storage::health`). From then on the node hosts no group, sends no pings, and
+    /// answers pings as unhealthy, so its peers count it as down and elect leaders elsewhere.
+    pub fn storage_failure(&self) -> Option<String> {
+        self.health.failure()
     }
 
     /// The leader of `group` and its term, as far as this node knows: from its own replica when
@@ -238,6 +251,9 @@ impl MultiRaft {
         members: Option<BTreeMap<NodeId, BasicNode>>,
         opts: GroupOptions,
     ) -> Result<StartedGroup<M>> {
+        if let Some(reason) = self.storage_failure() {
+            return Err(Error::Raft { group, reason: format!("storage failed ({reason}): no group starts here") });
+        }
         if let Some(raft) = self.group(group) {
             return Err(Error::Raft {
                 group,
@@ -307,6 +323,19 @@ impl MultiRaft {
     }
 }
 
+/// Stops every group once the node's storage has failed for good: a node that can no longer
+/// make anything durable must not lead, vote or acknowledge (see [`MultiRaft::storage_failure`]).
+async fn fence_on_storage_failure(multi: Weak<MultiRaft>, health: StorageHealth) {
+    let reason = health.failed().await;
+    let Some(m) = multi.upgrade() else { return };
+    tracing::error!(
+        node = m.node_id,
+        reason,
+        "storage failed: stopping every Raft group; this node no longer leads, votes or answers pings as healthy"
+    );
+    m.shutdown().await;
+}
+
 /// Keeps one pinger running per peer this node has a channel to, and wakes the quiescent groups
 /// of peers seen restarting. Runs until `multi` is dropped.
 async fn ping_peers(multi: Weak<MultiRaft>) {
@@ -317,7 +346,7 @@ async fn ping_peers(multi: Weak<MultiRaft>) {
         m.transport.directory().set_local(m.led_groups());
         for peer in m.transport.peers() {
             if pinging.insert(peer.clone()) {
-                rill_rt::spawn(ping(Arc::downgrade(&m.transport), peer));
+                rill_rt::spawn(ping(Arc::downgrade(&m.transport), m.health.clone(), peer));
             }
         }
         for node in m.transport.liveness().take_restarts() {
@@ -328,9 +357,13 @@ async fn ping_peers(multi: Weak<MultiRaft>) {
 
 /// Pings one peer every [`PING_EVERY`] (each ping waits for the previous one, so a dead peer
 /// costs one call in flight, not a pile of them).
-async fn ping(transport: Weak<Transport>, (node, addr): (NodeId, String)) {
+async fn ping(transport: Weak<Transport>, health: StorageHealth, (node, addr): (NodeId, String)) {
     loop {
         let next = rill_rt::now() + PING_EVERY;
+        if health.failure().is_some() {
+            // A node whose storage failed must look down to its peers.
+            return;
+        }
         let Some(t) = transport.upgrade() else { return };
         if let Err(e) = t.ping(node, &addr).await {
             tracing::trace!(node, error = ?e, "ping failed");

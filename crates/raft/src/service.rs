@@ -124,6 +124,10 @@ impl RaftTransport for RaftService {
         let batch = request.into_inner();
         // A forged `from_node` would keep a dead node "alive" for every quiescent group.
         caller.check(batch.from_node, "a heartbeat batch's from_node").map_err(refused)?;
+        // A node whose storage failed answers no ping: its peers must count it as down.
+        if let Some(reason) = self.multi.storage_failure() {
+            return Err(Status::unavailable(format!("node {}'s storage failed: {reason}", self.multi.node_id())));
+        }
         let transport = self.multi.transport();
         // A ping is answered with this node's leadership report when the sender's is stale.
         let leadership = if batch.messages.is_empty() {

@@ -250,15 +250,13 @@ pub fn group_not_hosted_status(group: u64, node: u64) -> tonic::Status {
     tonic::Status::not_found(format!("group {group} is not hosted on node {node}"))
 }
 
-/// An internal RPC reached a node that is stopping.
 /// A public request the authorization hook refused (whole-request until per-entry
 /// authorization codes come with client authentication).
 pub fn not_authorized_status(e: &crate::api::authz::Denied) -> tonic::Status {
     tonic::Status::permission_denied(e.to_string())
 }
 
-/// An internal request that names a node other than the one whose certificate sent it, or
-/// that comes from a node that is not part of the cluster.
+/// An internal request that names a node other than the one whose certificate sent it.
 pub fn impersonation_status(e: &rill_tls::Impersonation) -> tonic::Status {
     tonic::Status::permission_denied(e.to_string())
 }
@@ -268,6 +266,12 @@ pub fn not_a_member_status(node: u64, rpc: &str) -> tonic::Status {
     tonic::Status::permission_denied(format!("{rpc} from node {node}, which is not a node of this cluster"))
 }
 
+/// A node whose storage failed for good answers its pings so (it no longer counts as alive).
+pub fn storage_failed_status(node: u64, reason: &str) -> tonic::Status {
+    tonic::Status::unavailable(format!("node {node}'s storage failed: {reason}"))
+}
+
+/// An internal RPC reached a node that is stopping.
 pub fn shutting_down_status() -> tonic::Status {
     tonic::Status::unavailable("node is shutting down")
 }

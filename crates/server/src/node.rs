@@ -110,9 +110,11 @@ impl Node {
                 None
             }
         };
+        // The first failed write or sync takes the node out of replication (docs/security.md).
+        let (engine, health) = rill_storage::monitor(engine);
         let syncer = Syncer::start_with_latency(engine.clone(), config.sync_latency);
         let transport = Transport::new(config.node_id, tls.clone());
-        let multi = MultiRaft::new(config.node_id, engine, syncer, transport, config.raft);
+        let multi = MultiRaft::new(config.node_id, engine, syncer, health, transport, config.raft);
         multi.start_background();
         let (meta_sm, meta_rx) = MetaStateMachine::new();
         // Founding members initialize the metadata group; a joining node waits to be added.

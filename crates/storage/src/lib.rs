@@ -17,6 +17,8 @@
 //! * [`engine`]: the [`Engine`] trait, [`Keyspace`]s and [`WriteBatch`].
 //! * [`memory`]: [`MemEngine`], the in-memory engine the simulation runs on.
 //! * [`syncer`]: [`Syncer`], group commit — concurrent callers share one sync.
+//! * [`health`]: [`monitor`] wraps the node's engine so its first failed write or sync is final,
+//!   and [`StorageHealth`] tells the node (which then leaves replication).
 //! * [`conformance`]: the suite every engine must pass (crash and power-failure cases included).
 //!
 //! This crate names no storage library: RocksDB lives only in `rill-storage-rocks`.
@@ -24,10 +26,12 @@
 pub mod conformance;
 pub mod engine;
 pub mod error;
+pub mod health;
 pub mod memory;
 pub mod syncer;
 
 pub use engine::{Engine, KeyValue, Keyspace, WriteBatch, WriteOp};
 pub use error::{Error, Result};
+pub use health::{monitor, StorageHealth};
 pub use memory::MemEngine;
 pub use syncer::Syncer;

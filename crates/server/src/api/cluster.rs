@@ -58,6 +58,9 @@ impl Cluster for ClusterApi {
     async fn ping(&self, request: Request<PingRequest>) -> Result<Response<PingResponse>, Status> {
         let from = request.get_ref().from_node;
         self.check_sender(&request, from, "a ping's from_node")?;
+        if let Some(reason) = self.node.multi().storage_failure() {
+            return Err(errors::storage_failed_status(self.node.id(), &reason));
+        }
         Ok(Response::new(PingResponse { node_id: self.node.id() }))
     }
 
