@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use rill_raft::Payload;
-use rill_records::{BatchInfo, MAX_DECOMPRESSED_BATCH_BYTES, NO_PRODUCER_ID};
+use rill_records::{BatchInfo, Compression, MAX_DECOMPRESSED_BATCH_BYTES, NO_PRODUCER_ID};
 use rill_rt::mutation::Mutation;
 use rill_rt::sync::watch;
 use rill_rt::Instant;
@@ -24,7 +24,7 @@ use crate::handover::InFlight;
 use crate::idempotence::{BatchId, Committed, Decision};
 use crate::partition::{Acks, Partition, ProduceOutcome};
 use crate::producers::MAX_PRODUCERS_PER_PARTITION;
-use crate::propose::{Landed, Share};
+use crate::propose::{Landed, Lateness, Share};
 
 /// How long an idempotent batch that arrived ahead of its predecessor waits for it.
 const REORDER_WAIT: Duration = Duration::from_millis(200);
@@ -50,6 +50,19 @@ impl Partition {
     /// Decompressed, a batch may hold at most `max.message.bytes` (the bound is enforced while
     /// decompressing, never taken from the batch), so what a batch costs to check, store and
     /// decode later is bounded by the topic's setting rather than by its compression ratio.
+    /// [`Self::check_batch`], on a blocking thread when the batch is compressed: decompressing
+    /// up to `max.message.bytes` is CPU work a request must not do on an async worker, where it
+    /// would hold up every other request that worker serves. Uncompressed batches parse in
+    /// place, in time linear in their (already received) size.
+    async fn check_batch_off_workers(batch: &Bytes, max_message_bytes: u32) -> Result<BatchInfo> {
+        let compressed = BatchInfo::parse(batch).is_ok_and(|h| h.compression().is_ok_and(|c| c != Compression::None));
+        if !compressed {
+            return Self::check_batch(batch, max_message_bytes);
+        }
+        let batch = batch.clone();
+        rill_rt::blocking(move || Self::check_batch(&batch, max_message_bytes)).await
+    }
+
     fn check_batch(batch: &Bytes, max_message_bytes: u32) -> Result<BatchInfo> {
         let bound = (max_message_bytes as usize).min(MAX_DECOMPRESSED_BATCH_BYTES);
         let info = rill_records::validate(batch, bound).map_err(PartitionError::InvalidBatch)?;
@@ -93,7 +106,7 @@ impl Partition {
         if let Some(to) = self.moving_to() {
             return Err(PartitionError::LeaderMoving { to });
         }
-        let info = Self::check_batch(&batch, config.max_message_bytes)?;
+        let info = Self::check_batch_off_workers(&batch, config.max_message_bytes).await?;
         let idempotent = info.has_producer();
         if idempotent && acks != Acks::All {
             return Err(PartitionError::InvalidRequest("idempotent batches (producer id set) need acks=all".into()));
@@ -111,7 +124,7 @@ impl Partition {
             }
             return Ok(ProduceOutcome { base_offset: Some(base), append_time_ms });
         }
-        let mut share = self.proposer.submit(batch, count, append_time_ms);
+        let mut share = self.proposer.submit(batch, count, append_time_ms, deadline, Lateness::Drop).await?;
         match acks {
             Acks::None => Ok(ProduceOutcome { base_offset: None, append_time_ms }),
             Acks::Leader => {
@@ -176,7 +189,8 @@ impl Partition {
                 Decision::Wait(rx) => rx,
                 Decision::Append => {
                     // Submitted while holding the gate: batches enter the log in decision order.
-                    let mut share = self.proposer.submit(batch, count, append_time_ms);
+                    let mut share =
+                        self.proposer.submit(batch, count, append_time_ms, deadline, Lateness::Keep).await?;
                     let (tx, rx) = watch::channel(None);
                     gate.register(pid, epoch, first_seq, count, rx.clone());
                     self.gate_changed.notify_waiters();
@@ -230,7 +244,7 @@ impl Partition {
         let append_time_ms = rill_rt::wall_clock_ms();
         let batch = marker.batch(producer_id, epoch, append_time_ms).map_err(PartitionError::InvalidBatch)?;
         let _in_flight = InFlight::enter(self);
-        let mut share = self.proposer.submit(batch, 1, append_time_ms);
+        let mut share = self.proposer.submit(batch, 1, append_time_ms, deadline, Lateness::Keep).await?;
         let landed = committed_within(&mut share, deadline, started).await?;
         self.wait_for_isr(landed.index, landed.term, config.min_insync_replicas, deadline, started).await?;
         Ok(landed.base)

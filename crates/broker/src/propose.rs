@@ -15,6 +15,15 @@
 //!        └─► Share { entry progress, records before this batch in the entry }
 //! ```
 //!
+//! **Bounds.** At most [`MAX_QUEUED_BYTES`] of batches wait for the driver per partition; a
+//! submit that finds the queue full waits for room until its request's deadline and then fails
+//! with a timeout, its batch never queued — so a flood of `acks=0` produce requests, which are
+//! answered as soon as their batch is queued, is slowed to the rate the log takes them instead
+//! of growing memory. A batch whose request may give up (not idempotent, not a control batch)
+//! is never proposed after its deadline: an entry whose every batch is past its deadline is
+//! dropped, its requests answered with a timeout (a batch that shares an entry with one whose
+//! request is still waiting goes with it).
+//!
 //! **Order.** Entries are proposed in the order they were opened, and batches keep their order
 //! inside an entry, so batches enter the log in the order `submit` was called (the idempotence
 //! gate relies on it). **Offsets.** The state machine answers an entry's base offset; a batch's
@@ -37,6 +46,9 @@ use crate::machine::decode_base_offset;
 /// Most batch bytes one merged entry carries (a single larger batch still goes alone). Raft
 /// replicates at most a megabyte per append call; entries larger than that would travel alone.
 pub const MAX_ENTRY_BYTES: usize = 1 << 20;
+
+/// Most batch bytes waiting for the driver, per partition (see the module docs, "Bounds").
+pub const MAX_QUEUED_BYTES: usize = 32 << 20;
 
 /// Longest the driver waits for an entry to be durable on the leader before proposing the next
 /// one anyway. The wait only paces merging; nothing depends on it for correctness.
@@ -129,16 +141,20 @@ struct OpenEntry {
     records: u64,
     bytes: usize,
     append_time_ms: i64,
+    /// The latest deadline of its batches' requests; `None` once a batch that must not be
+    /// dropped joined (an idempotent or control batch).
+    deadline: Option<Instant>,
     progress: watch::Sender<Progress>,
 }
 
 impl OpenEntry {
-    fn new() -> Self {
+    fn new(deadline: Option<Instant>) -> Self {
         Self {
             batches: Vec::new(),
             records: 0,
             bytes: 0,
             append_time_ms: i64::MIN,
+            deadline,
             progress: watch::channel(Progress::Pending).0,
         }
     }
@@ -148,8 +164,20 @@ impl OpenEntry {
 struct State {
     /// Entries waiting for the driver, oldest first; batches join the newest.
     entries: VecDeque<OpenEntry>,
+    /// Bytes of the batches in `entries`.
+    queued_bytes: usize,
     /// A driver task is writing entries.
     driving: bool,
+}
+
+/// How a submitted batch may be treated when its request runs out of time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lateness {
+    /// Dropped, not proposed, once its deadline passed (its request has given up).
+    Drop,
+    /// Proposed whatever the time: an idempotent batch, whose retries the gate deduplicates and
+    /// whose successors were admitted after it, or a control batch.
+    Keep,
 }
 
 /// Merges and proposes a partition's record batches (see the module docs).
@@ -159,13 +187,23 @@ pub struct Proposer {
     log: LogStore,
     quiescence: Arc<Quiescence>,
     state: Mutex<State>,
+    /// Signalled when the driver takes entries off the queue (room for waiting submits).
+    room: rill_rt::sync::Notify,
     next_tag: AtomicU64,
 }
 
 impl Proposer {
     /// A proposer writing into `raft`, whose log is `log`.
     pub fn new(node_id: NodeId, raft: Raft, log: LogStore, quiescence: Arc<Quiescence>) -> Arc<Self> {
-        Arc::new(Self { node_id, raft, log, quiescence, state: Mutex::default(), next_tag: AtomicU64::new(1) })
+        Arc::new(Self {
+            node_id,
+            raft,
+            log,
+            quiescence,
+            state: Mutex::default(),
+            room: rill_rt::sync::Notify::new(),
+            next_tag: AtomicU64::new(1),
+        })
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -173,25 +211,66 @@ impl Proposer {
     }
 
     /// Queues `batch` (a validated record batch of `records` records, accepted by the leader at
-    /// `append_time_ms`) for the log. Batches enter the log in the order of calls.
-    pub fn submit(self: &Arc<Self>, batch: Bytes, records: u32, append_time_ms: i64) -> Share {
+    /// `append_time_ms`) for the log. Batches enter the log in the order of calls. Waits for room
+    /// while [`MAX_QUEUED_BYTES`] are queued, until `deadline` (then a timeout, nothing queued).
+    pub async fn submit(
+        self: &Arc<Self>,
+        batch: Bytes,
+        records: u32,
+        append_time_ms: i64,
+        deadline: Instant,
+        lateness: Lateness,
+    ) -> Result<Share> {
+        let size = batch.len();
+        let started = rill_rt::now();
+        loop {
+            let room = self.room.notified();
+            {
+                let mut st = self.lock();
+                // A batch larger than the whole bound still goes, alone in the queue.
+                if st.queued_bytes == 0 || st.queued_bytes + size <= MAX_QUEUED_BYTES {
+                    return Ok(self.enqueue(&mut st, batch, records, append_time_ms, deadline, lateness));
+                }
+            }
+            if rill_rt::timeout_at(deadline, room).await.is_err() {
+                let waited_ms =
+                    u64::try_from(rill_rt::now().saturating_duration_since(started).as_millis()).unwrap_or(u64::MAX);
+                return Err(PartitionError::Timeout { waited_ms, what: "room in the partition's write queue" });
+            }
+        }
+    }
+
+    fn enqueue(
+        self: &Arc<Self>,
+        st: &mut State,
+        batch: Bytes,
+        records: u32,
+        append_time_ms: i64,
+        deadline: Instant,
+        lateness: Lateness,
+    ) -> Share {
         let size = batch.len();
         let records = u64::from(records);
-        let mut st = self.lock();
+        let droppable = (lateness == Lateness::Drop).then_some(deadline);
         let mut entry = match st.entries.pop_back() {
             Some(e) if e.batches.is_empty() || e.bytes + size <= MAX_ENTRY_BYTES => e,
             Some(full) => {
                 st.entries.push_back(full);
-                OpenEntry::new()
+                OpenEntry::new(droppable)
             }
-            None => OpenEntry::new(),
+            None => OpenEntry::new(droppable),
         };
         let share = Share { progress: entry.progress.subscribe(), records_before: entry.records };
         entry.records += records;
         entry.bytes += size;
         entry.append_time_ms = entry.append_time_ms.max(append_time_ms);
+        entry.deadline = match (entry.deadline, droppable) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            _ => None,
+        };
         entry.batches.push(batch);
         st.entries.push_back(entry);
+        st.queued_bytes += size;
         if !st.driving {
             st.driving = true;
             rill_rt::spawn(self.clone().drive());
@@ -205,13 +284,23 @@ impl Proposer {
             let entry = {
                 let mut st = self.lock();
                 match st.entries.pop_front() {
-                    Some(e) => e,
+                    Some(e) => {
+                        st.queued_bytes = st.queued_bytes.saturating_sub(e.bytes);
+                        e
+                    }
                     None => {
                         st.driving = false;
                         return;
                     }
                 }
             };
+            self.room.notify_waiters();
+            // Every request of this entry has given up: its batches are not written late.
+            if entry.deadline.is_some_and(|d| rill_rt::now() > d) {
+                let late = PartitionError::Timeout { waited_ms: 0, what: "the batch's turn in the log" };
+                entry.progress.send_replace(Progress::Failed(late));
+                continue;
+            }
             self.write(entry).await;
         }
     }
