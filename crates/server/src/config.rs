@@ -93,7 +93,31 @@ pub struct Config {
     pub state_log_kept_entries: u64,
     /// How the internal listener and the connections to peers are secured.
     pub internal_tls: InternalTls,
+    /// What the client listener lets one client hold open.
+    pub client_limits: ClientLimits,
 }
+
+/// Bounds on what clients may hold open on the client listener (`[limits]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClientLimits {
+    /// Open client connections; a connection beyond waits in the listen backlog until one
+    /// closes.
+    pub max_connections: u32,
+    /// Concurrent requests (HTTP/2 streams) per client connection; the client is told in the
+    /// connection's settings, and a stream beyond is refused.
+    pub max_concurrent_streams: u32,
+}
+
+impl Default for ClientLimits {
+    fn default() -> Self {
+        Self { max_connections: DEFAULT_MAX_CONNECTIONS, max_concurrent_streams: DEFAULT_MAX_CONCURRENT_STREAMS }
+    }
+}
+
+/// Default `[limits] max-connections`.
+pub const DEFAULT_MAX_CONNECTIONS: u32 = 10_000;
+/// Default `[limits] max-concurrent-streams`.
+pub const DEFAULT_MAX_CONCURRENT_STREAMS: u32 = 1_000;
 
 /// How node-to-node traffic is secured.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -175,6 +199,7 @@ impl Config {
             state_snapshot_every_entries: rill_broker::state_partition::STATE_SNAPSHOT_EVERY_ENTRIES,
             state_log_kept_entries: rill_broker::state_partition::STATE_LOG_KEPT_BEHIND_SNAPSHOT,
             internal_tls: InternalTls::Insecure,
+            client_limits: ClientLimits::default(),
         })
     }
 }
@@ -198,6 +223,15 @@ struct FileConfig {
     raft: FileRaft,
     #[serde(default)]
     log: FileLog,
+    #[serde(default)]
+    limits: FileLimits,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+struct FileLimits {
+    max_connections: Option<u32>,
+    max_concurrent_streams: Option<u32>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -255,7 +289,7 @@ fn parse_file(text: &str, path: &Path) -> Result<FileConfig> {
         return Err(Error::Config(format!(
             "{}: unknown key(s) {}; known keys: node-id, listen, advertise, internal-listen, internal-advertise, data-dir, [cluster] members, [cluster] join, [cluster] auto-leader-rebalance, \
              [cluster] consumer-offsets-partitions, [cluster] transaction-state-partitions, [tls] ca, cert, key, insecure-internal, [raft] heartbeat-interval, \
-             election-timeout-min, election-timeout-max, quiesce-after, [log] level, format",
+             election-timeout-min, election-timeout-max, quiesce-after, [log] level, format, [limits] max-connections, max-concurrent-streams",
             path.display(),
             unknown.join(", ")
         )));
@@ -338,6 +372,12 @@ pub struct Args {
     /// Log format.
     #[arg(long, env = "RILL_LOG_FORMAT")]
     pub log_format: Option<LogFormat>,
+    /// Most open client connections (default: 10000).
+    #[arg(long, env = "RILL_MAX_CONNECTIONS")]
+    pub max_connections: Option<u32>,
+    /// Most concurrent requests per client connection (default: 1000).
+    #[arg(long, env = "RILL_MAX_CONCURRENT_STREAMS")]
+    pub max_concurrent_streams: Option<u32>,
 }
 
 impl Args {
@@ -413,8 +453,29 @@ impl Args {
             self.log_format.or(file.log.format).unwrap_or(LogFormat::Text),
         )?;
         config.internal_tls = internal_tls;
+        config.client_limits = client_limits(
+            self.max_connections.or(file.limits.max_connections),
+            self.max_concurrent_streams.or(file.limits.max_concurrent_streams),
+        )?;
         Ok(config)
     }
+}
+
+/// The `[limits]` settings, each at least 1.
+fn client_limits(max_connections: Option<u32>, max_concurrent_streams: Option<u32>) -> Result<ClientLimits> {
+    let defaults = ClientLimits::default();
+    let limits = ClientLimits {
+        max_connections: max_connections.unwrap_or(defaults.max_connections),
+        max_concurrent_streams: max_concurrent_streams.unwrap_or(defaults.max_concurrent_streams),
+    };
+    for (key, n) in
+        [("max-connections", limits.max_connections), ("max-concurrent-streams", limits.max_concurrent_streams)]
+    {
+        if n == 0 {
+            return Err(Error::Config(format!("[limits] {key} must be at least 1")));
+        }
+    }
+    Ok(limits)
 }
 
 /// The `[tls]` settings: all three files, or the insecure setting, never both or neither.
@@ -587,6 +648,7 @@ fn build(
         state_snapshot_every_entries: rill_broker::state_partition::STATE_SNAPSHOT_EVERY_ENTRIES,
         state_log_kept_entries: rill_broker::state_partition::STATE_LOG_KEPT_BEHIND_SNAPSHOT,
         internal_tls: InternalTls::Insecure,
+        client_limits: ClientLimits::default(),
     })
 }
 
@@ -630,6 +692,20 @@ heartbeat-interval = "50ms"
         assert_eq!(c.internal_advertise, "127.0.0.1:7102");
         assert_eq!(c.members.len(), 3);
         assert!(matches!(&c.internal_tls, InternalTls::Mutual(p) if p.cert == Path::new("/etc/rill/node-2.pem")));
+    }
+
+    #[test]
+    fn client_limits_come_from_the_file_or_flags_and_are_at_least_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = write(dir.path(), &format!("{GOOD}[limits]\nmax-connections = 50\n"));
+        let args =
+            Args::parse_from(["rill-server", "--config", path.to_str().unwrap(), "--max-concurrent-streams", "7"]);
+        let c = args.load().unwrap();
+        assert_eq!(c.client_limits, ClientLimits { max_connections: 50, max_concurrent_streams: 7 });
+        let defaults = Args::parse_from(["rill-server", "--config", write(dir.path(), GOOD).to_str().unwrap()]);
+        assert_eq!(defaults.load().unwrap().client_limits, ClientLimits::default());
+        let zero = Args::parse_from(["rill-server", "--config", path.to_str().unwrap(), "--max-connections", "0"]);
+        assert!(zero.load().unwrap_err().to_string().contains("max-connections must be at least 1"));
     }
 
     #[test]

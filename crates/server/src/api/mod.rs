@@ -7,13 +7,17 @@
 //!   `RaftTransport` (from `rill-raft`) and [`cluster::ClusterApi`]. A client that reaches the
 //!   client port cannot act as a node (docs/security.md).
 //!
-//! [`limits`] bounds what one public request may name before a handler looks at it, and
+//! [`connections`] bounds the client connections open at once (real builds; the client
+//! listener also caps concurrent requests per connection, `[limits]`), [`limits`] bounds what
+//! one public request may name before a handler looks at it, and
 //! [`authz`] maps every public RPC to the (resource, operation) pairs it needs and checks them
 //! before the handler works.
 
 pub mod admin;
 pub mod authz;
 pub mod cluster;
+#[cfg(not(madsim))]
+pub mod connections;
 pub mod groups;
 pub mod limits;
 pub mod records;
@@ -73,13 +77,34 @@ async fn serve_public(node: Arc<Node>, shutdown: impl Future<Output = ()> + Send
         .max_encoding_message_size(MAX_GRPC_MESSAGE_BYTES);
     let admin = AdminServer::new(admin::AdminApi::new(node.clone(), authz.clone()));
     let groups = GroupsServer::new(groups::GroupsApi::new(node.clone(), authz));
-    tonic::transport::Server::builder()
-        .add_service(records)
-        .add_service(admin)
-        .add_service(groups)
-        .serve_with_shutdown(addr, shutdown)
-        .await
-        .map_err(|e| Error::Serve(format!("client listener {addr}: {e}")))
+    let failed = |e: &dyn std::fmt::Display| Error::Serve(format!("client listener {addr}: {e}"));
+    let limits = node.config().client_limits;
+    #[cfg(not(madsim))]
+    {
+        // At most `max-connections` open, at most `max-concurrent-streams` requests in each.
+        let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| failed(&e))?;
+        let max_connections = usize::try_from(limits.max_connections).unwrap_or(usize::MAX);
+        tonic::transport::Server::builder()
+            .max_concurrent_streams(limits.max_concurrent_streams)
+            .add_service(records)
+            .add_service(admin)
+            .add_service(groups)
+            .serve_with_incoming_shutdown(connections::accept(listener, max_connections), shutdown)
+            .await
+            .map_err(|e| failed(&e))
+    }
+    // The simulation's network has its own listener; the limits are real builds' only.
+    #[cfg(madsim)]
+    {
+        let _ = limits;
+        tonic::transport::Server::builder()
+            .add_service(records)
+            .add_service(admin)
+            .add_service(groups)
+            .serve_with_shutdown(addr, shutdown)
+            .await
+            .map_err(|e| failed(&e))
+    }
 }
 
 /// The internal listener: node-to-node services only.
