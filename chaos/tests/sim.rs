@@ -5,8 +5,8 @@
 //! has a test of the same name here. `smoke_leader_power_failure_and_rejoin`,
 //! `woken_quiescent_group_keeps_its_leader`, `concurrent_batches_share_entries`,
 //! `control_batches_take_offsets_and_are_skipped`,
-//! `state_partition_purges_and_installs_snapshots` and `a_failed_disk_takes_its_node_out` are
-//! scripted.
+//! `state_partition_purges_and_installs_snapshots`, `a_failed_disk_takes_its_node_out` and
+//! `an_acks_0_flood_waits_for_the_log` are scripted.
 
 #![cfg(madsim)]
 // Test code: a failed expectation is a failed test.
@@ -265,6 +265,82 @@ async fn a_failed_disk_takes_its_node_out() {
             None => assert!(at.get(v).is_none_or(|o| o.len() <= 1), "{v} stored twice"),
         }
     }
+    println!("trace-hash: {:016x} events={}", trace.hash(), trace.len());
+}
+
+/// Scripted: 100 acks=0 produce requests of about 1 MB each reach one partition at once, on
+/// disks that take 50 ms per sync. acks=0 is answered as soon as the batch is queued, so
+/// without a bound the leader would queue all 100 MB; with the 32 MiB bound on a partition's
+/// write queue (`rill_broker::propose`), sampled every 10 ms on every replica throughout, it
+/// never holds more, every request is answered, the partition then takes an acks=all write,
+/// and no batch is stored twice.
+#[madsim::test]
+async fn an_acks_0_flood_waits_for_the_log() {
+    const REQUESTS: usize = 100;
+    let trace = begin_scripted();
+    let (cluster, client) = slow_disk_cluster(Duration::from_millis(50), "flood").await;
+    let c = client.clone();
+    let flood = cluster.on_client(async move {
+        let sends: Vec<_> = (0..REQUESTS)
+            .map(|i| {
+                let c = c.clone();
+                rill_rt::spawn(async move {
+                    let value = vec![i as u8; 1_000_000];
+                    (i, c.produce("flood", 0, vec![Record::new(value)], Acks::None).await.map(|_| ()))
+                })
+            })
+            .collect();
+        for send in sends {
+            let (i, r) = send.await.expect("send task");
+            r.unwrap_or_else(|e| panic!("request {i} failed: {e}"));
+        }
+        elapsed()
+    });
+    // Watch every replica's queue while the requests are in flight.
+    let watch = async {
+        let mut peak = 0;
+        loop {
+            for id in cluster.ids() {
+                if let Some(node) = cluster.node(id) {
+                    for p in node.partitions() {
+                        peak = peak.max(p.queued_bytes());
+                    }
+                }
+            }
+            madsim::time::sleep(Duration::from_millis(10)).await;
+            if peak > 0
+                && cluster
+                    .ids()
+                    .iter()
+                    .all(|id| cluster.node(*id).is_none_or(|n| n.partitions().iter().all(|p| p.queued_bytes() == 0)))
+            {
+                return peak;
+            }
+        }
+    };
+    let (answered, peak) = tokio::join!(flood, watch);
+    let summary = format!("every acks=0 request answered by {answered:?}; the write queue peaked at {peak} bytes");
+    println!("{summary}");
+    trace.record(summary);
+    assert!(peak > 10_000_000, "the flood never filled the queue ({peak} bytes): the test shows nothing");
+    assert!(peak <= rill_broker::propose::MAX_QUEUED_BYTES, "the write queue held {peak} bytes");
+
+    // The partition still takes acks=all writes; acks=0 batches are stored at most once (a
+    // leader change may lose queued ones: acks=0 promises nothing).
+    let fresh = cluster.client().await;
+    let (after, end) = cluster
+        .on_client(async move {
+            let after = wait_until("an acks=all write after the flood", || {
+                let fresh = fresh.clone();
+                async move { fresh.produce("flood", 0, vec![Record::new("after")], Acks::All).await.ok()?.base_offset }
+            })
+            .await;
+            let end = fresh.list_offset("flood", 0, rill_client::OffsetSpec::Latest).await.expect("log end");
+            (after, end)
+        })
+        .await;
+    trace.record(format!("acks=all write after the flood at {after}, log end {end}"));
+    assert!(end <= REQUESTS as u64 + 1, "{end} records from {REQUESTS} batches and one write");
     println!("trace-hash: {:016x} events={}", trace.hash(), trace.len());
 }
 
@@ -631,6 +707,7 @@ async fn list_scenarios() {
     println!("concurrent_batches_share_entries\tscripted: concurrent batches merge into entries, each at its own offset (default)");
     println!("control_batches_take_offsets_and_are_skipped\tscripted: a transaction marker takes an offset; consumers skip it (default)");
     println!("state_partition_purges_and_installs_snapshots\tscripted: a coordinator partition purges behind snapshots; a follower catches up by one (default)");
+    println!("an_acks_0_flood_waits_for_the_log\tscripted: 100 acks=0 requests of 1 MB on slow disks: no replica queues more than 32 MiB (default)");
     println!("a_failed_disk_takes_its_node_out\tscripted: the leader's syncs fail; it stops its groups and looks down, another replica leads (default)");
     for s in scenarios::SCENARIOS {
         println!("{}\t{}{}", s.name, s.description, if s.default { " (default)" } else { "" });

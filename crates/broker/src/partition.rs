@@ -275,6 +275,12 @@ impl Partition {
         &self.sm
     }
 
+    /// Bytes of batches waiting to enter the log on this replica (tests and oracles; see
+    /// [`crate::propose::MAX_QUEUED_BYTES`]).
+    pub fn queued_bytes(&self) -> usize {
+        self.proposer.queued_bytes()
+    }
+
     /// Raw bytes of every stored entry body, by log index (replica comparison).
     pub fn entry_bodies(&self) -> rill_raft::Result<Vec<(u64, u64, Bytes)>> {
         Ok(self.log.read_positioned(0, u64::MAX, usize::MAX)?.into_iter().map(|e| (e.index, e.base, e.body)).collect())

@@ -124,7 +124,10 @@ impl Partition {
             }
             return Ok(ProduceOutcome { base_offset: Some(base), append_time_ms });
         }
-        let mut share = self.proposer.submit(batch, count, append_time_ms, deadline, Lateness::Drop).await?;
+        // An acks=0 request is answered once its batch is queued: nobody gives up on it later,
+        // so it is written whenever its turn comes.
+        let lateness = if acks == Acks::None { Lateness::Keep } else { Lateness::Drop };
+        let mut share = self.proposer.submit(batch, count, append_time_ms, deadline, lateness).await?;
         match acks {
             Acks::None => Ok(ProduceOutcome { base_offset: None, append_time_ms }),
             Acks::Leader => {

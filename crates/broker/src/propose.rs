@@ -19,8 +19,8 @@
 //! submit that finds the queue full waits for room until its request's deadline and then fails
 //! with a timeout, its batch never queued — so a flood of `acks=0` produce requests, which are
 //! answered as soon as their batch is queued, is slowed to the rate the log takes them instead
-//! of growing memory. A batch whose request may give up (not idempotent, not a control batch)
-//! is never proposed after its deadline: an entry whose every batch is past its deadline is
+//! of growing memory. A batch whose request waits for its outcome and may give up (acks=1 or
+//! all, not idempotent, not a control batch) is never proposed after its deadline: an entry whose every batch is past its deadline is
 //! dropped, its requests answered with a timeout (a batch that shares an entry with one whose
 //! request is still waiting goes with it).
 //!
@@ -173,10 +173,12 @@ struct State {
 /// How a submitted batch may be treated when its request runs out of time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Lateness {
-    /// Dropped, not proposed, once its deadline passed (its request has given up).
+    /// Dropped, not proposed, once its deadline passed: its request waits for the outcome and
+    /// has then been answered with a timeout.
     Drop,
-    /// Proposed whatever the time: an idempotent batch, whose retries the gate deduplicates and
-    /// whose successors were admitted after it, or a control batch.
+    /// Proposed whatever the time: an acks=0 batch (its request was answered when it was
+    /// queued), an idempotent batch (the gate deduplicates its retries and admitted its
+    /// successors after it), or a control batch.
     Keep,
 }
 
@@ -208,6 +210,11 @@ impl Proposer {
 
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Bytes of batches waiting for the driver now (at most [`MAX_QUEUED_BYTES`], or one batch).
+    pub fn queued_bytes(&self) -> usize {
+        self.lock().queued_bytes
     }
 
     /// Queues `batch` (a validated record batch of `records` records, accepted by the leader at
