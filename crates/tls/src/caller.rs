@@ -6,7 +6,14 @@
 //! [`Caller`] whether it may speak for the ids its message names, so a node can only ever act as
 //! itself.
 
+use std::sync::Arc;
+
+use rustls_pki_types::CertificateDer;
+
 use crate::peer::PeerCertificate;
+
+/// A peer's certificate chain, leaf first, as the TLS session holds it (shared, not copied).
+pub type PeerChain = Arc<Vec<CertificateDer<'static>>>;
 
 /// The peer behind one internal request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -14,8 +21,8 @@ pub enum Caller {
     /// The internal listener runs without TLS (the insecure setting, or the simulation, whose
     /// network has none): nothing is known of the caller, and it is trusted to be any node.
     Unverified,
-    /// A peer that presented a certificate chaining to the cluster's CA: its leaf, DER.
-    Certified(Vec<u8>),
+    /// A peer that presented a certificate chaining to the cluster's CA: its chain, leaf first.
+    Certified(PeerChain),
     /// The listener requires certificates, yet this request arrived without one. Refused.
     Anonymous,
 }
@@ -26,9 +33,9 @@ impl Caller {
         if !secure {
             return Self::Unverified;
         }
-        match leaf(request) {
-            Some(der) => Self::Certified(der),
-            None => Self::Anonymous,
+        match chain(request) {
+            Some(chain) if !chain.is_empty() => Self::Certified(chain),
+            _ => Self::Anonymous,
         }
     }
 
@@ -36,7 +43,7 @@ impl Caller {
     pub fn speaks_for(&self, id: u64) -> bool {
         match self {
             Self::Unverified => true,
-            Self::Certified(der) => PeerCertificate::new(der).names(id),
+            Self::Certified(chain) => chain.first().is_some_and(|leaf| PeerCertificate::new(leaf).names(id)),
             Self::Anonymous => false,
         }
     }
@@ -84,16 +91,15 @@ impl Impersonation {
     }
 }
 
-/// The peer's leaf certificate, when the connection is TLS with a client certificate.
+/// The peer's certificate chain, when the connection is TLS with a client certificate.
 #[cfg(not(madsim))]
-fn leaf<T>(request: &tonic::Request<T>) -> Option<Vec<u8>> {
-    let certs = request.peer_certs()?;
-    certs.first().map(|c| c.as_ref().to_vec())
+fn chain<T>(request: &tonic::Request<T>) -> Option<PeerChain> {
+    request.peer_certs()
 }
 
 /// The simulation has no TLS: no request carries a certificate.
 #[cfg(madsim)]
-fn leaf<T>(_request: &tonic::Request<T>) -> Option<Vec<u8>> {
+fn chain<T>(_request: &tonic::Request<T>) -> Option<PeerChain> {
     None
 }
 
@@ -107,8 +113,8 @@ mod tests {
         use rustls_pki_types::pem::PemObject;
         let ca = ClusterCa::generate("test").expect("a CA");
         let (cert, _key) = ca.issue_node(2).expect("a node certificate");
-        let der = rustls_pki_types::CertificateDer::from_pem_slice(cert.as_bytes()).expect("PEM");
-        let caller = Caller::Certified(der.to_vec());
+        let der = CertificateDer::from_pem_slice(cert.as_bytes()).expect("PEM").into_owned();
+        let caller = Caller::Certified(Arc::new(vec![der]));
         assert!(caller.speaks_for(2));
         assert!(!caller.speaks_for(1));
         assert!(!caller.speaks_for(20), "node-2 must not match node-20");
