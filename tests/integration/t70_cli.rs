@@ -1,4 +1,5 @@
-//! The `rill` CLI end to end: create, describe (JSON), produce from stdin, consume.
+//! The `rill` CLI end to end: create, describe (JSON), produce from stdin, consume, readable
+//! errors, admitting a node.
 
 use std::io::Write;
 use std::process::{Command, Stdio};
@@ -109,5 +110,17 @@ async fn cli_create_describe_produce_consume() -> anyhow::Result<()> {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+
+    tracing::info!("--- an operator admits a node id, and withdraws it");
+    let out = rill(&cluster, &["cluster", "admit", "0"], None)?;
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("cannot admit node 0") && stderr.contains("node ids start at 1"), "{stderr}");
+    let out = rill(&cluster, &["cluster", "admit", "7"], None)?;
+    assert!(out.status.success(), "admit: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("node 7 is admitted"));
+    let out = rill(&cluster, &["cluster", "admit", "7", "--revoke"], None)?;
+    assert!(out.status.success(), "revoke: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("withdrawn"));
     Ok(())
 }
