@@ -6,7 +6,7 @@
 //! [`Caller`] whether it may speak for the ids its message names, so a node can only ever act as
 //! itself.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use rustls_pki_types::CertificateDer;
 
@@ -21,8 +21,15 @@ pub enum Caller {
     /// The internal listener runs without TLS (the insecure setting, or the simulation, whose
     /// network has none): nothing is known of the caller, and it is trusted to be any node.
     Unverified,
-    /// A peer that presented a certificate chaining to the cluster's CA: its chain, leaf first.
-    Certified(PeerChain),
+    /// A peer that presented a certificate chaining to the cluster's CA: its chain, leaf first,
+    /// and the node id the leaf was last found to name (a heartbeat batch checks hundreds of
+    /// messages naming the same sender: the certificate is read once, not once per message).
+    Certified {
+        /// The chain, leaf first.
+        chain: PeerChain,
+        /// A node id the leaf names, once one was checked.
+        named: OnceLock<u64>,
+    },
     /// The listener requires certificates, yet this request arrived without one. Refused.
     Anonymous,
 }
@@ -34,16 +41,30 @@ impl Caller {
             return Self::Unverified;
         }
         match chain(request) {
-            Some(chain) if !chain.is_empty() => Self::Certified(chain),
+            Some(chain) if !chain.is_empty() => Self::certified(chain),
             _ => Self::Anonymous,
         }
+    }
+
+    /// A caller that presented `chain` (leaf first).
+    pub fn certified(chain: PeerChain) -> Self {
+        Self::Certified { chain, named: OnceLock::new() }
     }
 
     /// True when this caller may send messages on behalf of node `id`.
     pub fn speaks_for(&self, id: u64) -> bool {
         match self {
             Self::Unverified => true,
-            Self::Certified(chain) => chain.first().is_some_and(|leaf| PeerCertificate::new(leaf).names(id)),
+            Self::Certified { chain, named } => {
+                if named.get() == Some(&id) {
+                    return true;
+                }
+                let names = chain.first().is_some_and(|leaf| PeerCertificate::new(leaf).names(id));
+                if names {
+                    let _ = named.set(id);
+                }
+                names
+            }
             Self::Anonymous => false,
         }
     }
@@ -114,8 +135,9 @@ mod tests {
         let ca = ClusterCa::generate("test").expect("a CA");
         let (cert, _key) = ca.issue_node(2).expect("a node certificate");
         let der = CertificateDer::from_pem_slice(cert.as_bytes()).expect("PEM").into_owned();
-        let caller = Caller::Certified(Arc::new(vec![der]));
+        let caller = Caller::certified(Arc::new(vec![der]));
         assert!(caller.speaks_for(2));
+        assert!(caller.speaks_for(2), "and again, from the remembered answer");
         assert!(!caller.speaks_for(1));
         assert!(!caller.speaks_for(20), "node-2 must not match node-20");
         let refused = caller.check(3, "a vote's candidate").unwrap_err();
