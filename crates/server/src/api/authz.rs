@@ -202,7 +202,7 @@ pub fn rule(rpc: &str) -> Option<&'static Rule> {
 
 /// The resources of one type a request names. Every public request message implements it.
 pub trait Resources {
-    /// The names of the resources of type `kind` this request acts on (each once).
+    /// The names of the resources of type `kind` this request acts on.
     fn names(&self, kind: ResourceType) -> Vec<&str>;
 }
 
@@ -279,10 +279,14 @@ impl Authorization {
     }
 }
 
-/// Each name once, in first-seen order.
-fn distinct<'a>(names: impl IntoIterator<Item = &'a str>) -> Vec<&'a str> {
-    let mut seen = std::collections::HashSet::new();
-    names.into_iter().filter(|n| seen.insert(*n)).collect()
+/// The topic names of a request's entries (a name that repeats is checked again: harmless,
+/// and the request limits answer repeated entries anyway).
+fn topics<'a>(kind: ResourceType, names: impl Iterator<Item = &'a str>) -> Vec<&'a str> {
+    if kind == R::Topic {
+        names.collect()
+    } else {
+        Vec::new()
+    }
 }
 
 fn only(kind: ResourceType, wanted: ResourceType, name: &str) -> Vec<&str> {
@@ -295,28 +299,19 @@ fn only(kind: ResourceType, wanted: ResourceType, name: &str) -> Vec<&str> {
 
 impl Resources for ProduceRequest {
     fn names(&self, kind: ResourceType) -> Vec<&str> {
-        match kind {
-            R::Topic => distinct(self.topics.iter().map(|t| t.topic.as_str())),
-            _ => Vec::new(),
-        }
+        topics(kind, self.topics.iter().map(|t| t.topic.as_str()))
     }
 }
 
 impl Resources for FetchRequest {
     fn names(&self, kind: ResourceType) -> Vec<&str> {
-        match kind {
-            R::Topic => distinct(self.topics.iter().map(|t| t.topic.as_str())),
-            _ => Vec::new(),
-        }
+        topics(kind, self.topics.iter().map(|t| t.topic.as_str()))
     }
 }
 
 impl Resources for ListOffsetsRequest {
     fn names(&self, kind: ResourceType) -> Vec<&str> {
-        match kind {
-            R::Topic => distinct(self.topics.iter().map(|t| t.topic.as_str())),
-            _ => Vec::new(),
-        }
+        topics(kind, self.topics.iter().map(|t| t.topic.as_str()))
     }
 }
 
@@ -380,10 +375,7 @@ impl Resources for AdmitNodeRequest {
 
 impl Resources for MetadataRequest {
     fn names(&self, kind: ResourceType) -> Vec<&str> {
-        match kind {
-            R::Topic => distinct(self.topics.iter().map(String::as_str)),
-            _ => Vec::new(),
-        }
+        topics(kind, self.topics.iter().map(String::as_str))
     }
 }
 
@@ -401,7 +393,7 @@ impl Resources for CommitOffsetsRequest {
     fn names(&self, kind: ResourceType) -> Vec<&str> {
         match kind {
             R::Group => vec![self.group_id.as_str()],
-            R::Topic => distinct(self.topics.iter().map(|t| t.topic.as_str())),
+            R::Topic => self.topics.iter().map(|t| t.topic.as_str()).collect(),
             _ => Vec::new(),
         }
     }
@@ -411,7 +403,7 @@ impl Resources for FetchOffsetsRequest {
     fn names(&self, kind: ResourceType) -> Vec<&str> {
         match kind {
             R::Group => vec![self.group_id.as_str()],
-            R::Topic => distinct(self.topics.iter().map(|t| t.topic.as_str())),
+            R::Topic => self.topics.iter().map(|t| t.topic.as_str()).collect(),
             _ => Vec::new(),
         }
     }
