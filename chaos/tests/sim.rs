@@ -63,6 +63,46 @@ async fn produce(
     out
 }
 
+/// Reads partition 0 of `topic` from the start with a fresh client and checks that every
+/// acknowledged write (value, offset) is there exactly once at its offset and that no write of
+/// unknown outcome is there twice. Each record read goes into `trace` when one is given.
+async fn check_read_once(
+    cluster: &SimCluster,
+    topic: &'static str,
+    acked: &[(String, Option<u64>)],
+    trace: Option<&Trace>,
+) {
+    let fresh = cluster.client().await;
+    let read = cluster
+        .on_client(async move {
+            let mut out = Vec::new();
+            let mut offset = 0;
+            loop {
+                let f = fresh.fetch(topic, 0, Some(offset), Duration::ZERO).await.expect("fetch");
+                if f.records.is_empty() {
+                    break out;
+                }
+                offset = f.next_offset;
+                out.extend(f.records);
+            }
+        })
+        .await;
+    let mut at: HashMap<String, Vec<u64>> = HashMap::new();
+    for r in &read {
+        let value = String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).into_owned();
+        if let Some(trace) = trace {
+            trace.record(format!("read {value}@{}", r.offset));
+        }
+        at.entry(value).or_default().push(r.offset);
+    }
+    for (v, offset) in acked {
+        match offset {
+            Some(o) => assert_eq!(at.get(v), Some(&vec![*o]), "acknowledged {v} must be read once at offset {o}"),
+            None => assert!(at.get(v).is_none_or(|o| o.len() <= 1), "{v} stored twice"),
+        }
+    }
+}
+
 /// Simulated time since the simulation started (part of the trace: any divergence shifts it).
 fn elapsed() -> Duration {
     madsim::time::TimeHandle::current().elapsed()
@@ -154,34 +194,7 @@ async fn smoke_leader_power_failure_and_rejoin() {
     }
 
     // --- a fresh client reads every acknowledged write exactly once at its offset
-    let fresh = cluster.client().await;
-    let read = cluster
-        .on_client(async move {
-            let mut out = Vec::new();
-            let mut offset = 0;
-            loop {
-                let f = fresh.fetch("smoke", 0, Some(offset), Duration::ZERO).await.expect("fetch");
-                if f.records.is_empty() {
-                    break out;
-                }
-                offset = f.next_offset;
-                out.extend(f.records);
-            }
-        })
-        .await;
-    let mut at: HashMap<String, Vec<u64>> = HashMap::new();
-    for r in &read {
-        at.entry(String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).into_owned())
-            .or_default()
-            .push(r.offset);
-        trace.record(format!("read {}@{}", String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()), r.offset));
-    }
-    for (v, offset) in &acked {
-        match offset {
-            Some(o) => assert_eq!(at.get(v), Some(&vec![*o]), "acknowledged {v} must be read once at offset {o}"),
-            None => assert!(at.get(v).is_none_or(|o| o.len() <= 1), "{v} stored twice"),
-        }
-    }
+    check_read_once(&cluster, "smoke", &acked, Some(&trace)).await;
     println!("trace-hash: {:016x} events={}", trace.hash(), trace.len());
 }
 
@@ -238,33 +251,7 @@ async fn a_failed_disk_takes_its_node_out() {
         "the failed node must run no Raft group any more"
     );
 
-    let fresh = cluster.client().await;
-    let read = cluster
-        .on_client(async move {
-            let mut out = Vec::new();
-            let mut offset = 0;
-            loop {
-                let f = fresh.fetch("disk", 0, Some(offset), Duration::ZERO).await.expect("fetch");
-                if f.records.is_empty() {
-                    break out;
-                }
-                offset = f.next_offset;
-                out.extend(f.records);
-            }
-        })
-        .await;
-    let mut at: HashMap<String, Vec<u64>> = HashMap::new();
-    for r in &read {
-        at.entry(String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).into_owned())
-            .or_default()
-            .push(r.offset);
-    }
-    for (v, offset) in &acked {
-        match offset {
-            Some(o) => assert_eq!(at.get(v), Some(&vec![*o]), "acknowledged {v} must be read once at offset {o}"),
-            None => assert!(at.get(v).is_none_or(|o| o.len() <= 1), "{v} stored twice"),
-        }
-    }
+    check_read_once(&cluster, "disk", &acked, None).await;
     println!("trace-hash: {:016x} events={}", trace.hash(), trace.len());
 }
 

@@ -51,6 +51,23 @@ async fn stored(client: &Client) -> anyhow::Result<String> {
     Ok(out)
 }
 
+/// A 3-node cluster with topic "guarded" (`partitions` partitions, RF 3) holding `records`
+/// records per partition, and every partition, the internal ones included, led: the snapshots
+/// the tests take describe settled state.
+async fn settled_cluster(partitions: u32, records: usize) -> anyhow::Result<(TestCluster, Client)> {
+    let cluster = TestCluster::start(3).await?;
+    let client = cluster.client().await?;
+    cluster.create_topic(&client, "guarded", partitions, 3, &[]).await?;
+    for internal in ["__consumer_offsets", "__transaction_state"] {
+        cluster.wait_for_leaders(&client, internal).await?;
+    }
+    for p in 0..partitions {
+        let batch = (0..records).map(|i| Record::new(format!("p{p}-{i}"))).collect();
+        client.produce("guarded", p, batch, Acks::All).await?;
+    }
+    Ok((cluster, client))
+}
+
 /// Calls `rpc` at `addr` (plain TCP, or TLS with `tls`) with an empty message (every protobuf
 /// message decodes from zero bytes) and returns the status code; `Err` when no connection could
 /// be made (a refused handshake).
@@ -95,17 +112,7 @@ fn tls_to_node_1(ca: &[u8], identity: Option<(&[u8], &[u8])>) -> ClientTlsConfig
 #[tokio::test]
 async fn each_listener_serves_only_its_own_services() -> anyhow::Result<()> {
     init_logs();
-    let mut cluster = TestCluster::start(3).await?;
-    let client = cluster.client().await?;
-    cluster.create_topic(&client, "guarded", 2, 3, &[]).await?;
-    // Every partition led, so the snapshots below describe settled state.
-    for internal in ["__consumer_offsets", "__transaction_state"] {
-        cluster.wait_for_leaders(&client, internal).await?;
-    }
-    for p in 0..2u32 {
-        let records = (0..5).map(|i| Record::new(format!("p{p}-{i}"))).collect();
-        client.produce("guarded", p, records, Acks::All).await?;
-    }
+    let (mut cluster, client) = settled_cluster(2, 5).await?;
     let before = stored(&client).await?;
 
     let rpcs = rpcs()?;
@@ -178,13 +185,7 @@ fn leader_vote(node: u64) -> Option<pb::Vote> {
 #[tokio::test]
 async fn a_node_certificate_speaks_only_for_its_own_node() -> anyhow::Result<()> {
     init_logs();
-    let mut cluster = TestCluster::start(3).await?;
-    let client = cluster.client().await?;
-    cluster.create_topic(&client, "guarded", 1, 3, &[]).await?;
-    for internal in ["__consumer_offsets", "__transaction_state"] {
-        cluster.wait_for_leaders(&client, internal).await?;
-    }
-    client.produce("guarded", 0, vec![Record::new("kept")], Acks::All).await?;
+    let (mut cluster, client) = settled_cluster(1, 1).await?;
     let before = stored(&client).await?;
     let leader_before = client.describe_cluster().await?.metadata_leader;
 
