@@ -10,6 +10,7 @@
 //!
 //! * [`command`]: the partition's Raft entry body (record batches, stored as produced).
 //! * [`machine`]: [`PartitionStateMachine`] — offsets and the high watermark.
+//! * [`index`]: [`index::TimeIndex`] — the sparse map from append time to offset.
 //! * [`handover`]: moving leadership to another replica (preferred-leader balancing).
 //! * [`isr`]: [`IsrTracker`] — which followers are in sync, from Raft replication progress.
 //! * [`replica`]: [`Replica`] — what every kind of partition replica shares: its Raft group,
@@ -29,6 +30,7 @@ pub mod command;
 pub mod error;
 pub mod handover;
 pub mod idempotence;
+pub mod index;
 pub mod isr;
 pub mod machine;
 pub mod partition;
