@@ -64,10 +64,14 @@ fn config_to(c: &TopicConfig) -> pb::TopicConfig {
         max_message_bytes: Some(c.max_message_bytes),
         replica_lag_time_max_ms: Some(c.replica_lag_time_max_ms),
         producer_id_expiration_ms: Some(c.producer_id_expiration_ms),
+        retention_ms: Some(c.retention_ms),
+        retention_bytes: Some(c.retention_bytes),
     }
 }
 
-/// Settings missing from the stored form (written before they existed) take their defaults.
+/// Settings missing from the stored form (written before they existed) take their defaults,
+/// except retention: a topic stored before retention existed kept everything, and keeps doing
+/// so until an operator sets a limit (an upgrade must not delete data).
 fn config_from(p: Option<pb::TopicConfig>, replication_factor: u32) -> TopicConfig {
     let d = TopicConfig::defaults(replication_factor);
     let p = p.unwrap_or_default();
@@ -76,6 +80,8 @@ fn config_from(p: Option<pb::TopicConfig>, replication_factor: u32) -> TopicConf
         max_message_bytes: p.max_message_bytes.unwrap_or(d.max_message_bytes),
         replica_lag_time_max_ms: p.replica_lag_time_max_ms.unwrap_or(d.replica_lag_time_max_ms),
         producer_id_expiration_ms: p.producer_id_expiration_ms.unwrap_or(d.producer_id_expiration_ms),
+        retention_ms: p.retention_ms.unwrap_or(crate::config::UNLIMITED),
+        retention_bytes: p.retention_bytes.unwrap_or(crate::config::UNLIMITED),
     }
 }
 
@@ -328,6 +334,9 @@ mod tests {
         let back = topic_from(t).unwrap();
         assert_eq!(back.config.min_insync_replicas, 3);
         assert_eq!(back.config.max_message_bytes, TopicConfig::defaults(3).max_message_bytes);
+        // Retention did not exist: such a topic keeps everything rather than 7 days.
+        assert_eq!((back.config.retention(), back.config.retention_bytes()), (None, None));
+        assert!(TopicConfig::defaults(3).retention().is_some(), "new topics get the default");
     }
 
     #[test]

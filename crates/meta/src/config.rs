@@ -27,11 +27,28 @@ pub struct TopicConfig {
     /// `producer.id.expiration.ms`: an idempotent producer that sent nothing to a partition for
     /// this long is forgotten there (a later retry of its old batches is then refused).
     pub producer_id_expiration_ms: u64,
+    /// `retention.ms`: records appended longer ago than this (by the leader's append time) are
+    /// deleted; [`UNLIMITED`] keeps them.
+    pub retention_ms: i64,
+    /// `retention.bytes`: the oldest records are deleted while a partition holds more than this;
+    /// [`UNLIMITED`] keeps them.
+    pub retention_bytes: i64,
 }
 
 /// The configuration keys a topic accepts.
-pub const KEYS: [&str; 4] =
-    ["min.insync.replicas", "max.message.bytes", "replica.lag.time.max.ms", "producer.id.expiration.ms"];
+pub const KEYS: [&str; 6] = [
+    "min.insync.replicas",
+    "max.message.bytes",
+    "replica.lag.time.max.ms",
+    "producer.id.expiration.ms",
+    "retention.ms",
+    "retention.bytes",
+];
+
+/// `retention.ms` / `retention.bytes` value meaning "no limit" (Kafka's -1).
+pub const UNLIMITED: i64 = -1;
+/// Default `retention.ms`: seven days, as Kafka.
+pub const DEFAULT_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
 
 /// Largest `replica.lag.time.max.ms` a request may set: a dead follower holds `acks=all`
 /// writes for up to this long before it leaves the ISR.
@@ -55,6 +72,8 @@ impl TopicConfig {
             max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
             replica_lag_time_max_ms: DEFAULT_REPLICA_LAG_TIME_MAX.as_millis() as u64,
             producer_id_expiration_ms: DEFAULT_PRODUCER_ID_EXPIRATION.as_millis() as u64,
+            retention_ms: DEFAULT_RETENTION.as_millis() as i64,
+            retention_bytes: UNLIMITED,
         }
     }
 
@@ -84,6 +103,8 @@ impl TopicConfig {
                 "min.insync.replicas" => config.min_insync_replicas = defaults.min_insync_replicas,
                 "max.message.bytes" => config.max_message_bytes = defaults.max_message_bytes,
                 "producer.id.expiration.ms" => config.producer_id_expiration_ms = defaults.producer_id_expiration_ms,
+                "retention.ms" => config.retention_ms = defaults.retention_ms,
+                "retention.bytes" => config.retention_bytes = defaults.retention_bytes,
                 _ => config.replica_lag_time_max_ms = defaults.replica_lag_time_max_ms,
             }
         }
@@ -96,6 +117,8 @@ impl TopicConfig {
                 "min.insync.replicas" => config.min_insync_replicas = parse_u32(key, value)?,
                 "max.message.bytes" => config.max_message_bytes = parse_u32(key, value)?,
                 "producer.id.expiration.ms" => config.producer_id_expiration_ms = parse_ms(key, value)?,
+                "retention.ms" => config.retention_ms = parse_limit(key, value, parse_ms)?,
+                "retention.bytes" => config.retention_bytes = parse_limit(key, value, parse_bytes)?,
                 _ => config.replica_lag_time_max_ms = parse_ms(key, value)?,
             }
         }
@@ -159,7 +182,19 @@ impl TopicConfig {
             ("max.message.bytes".into(), self.max_message_bytes.to_string()),
             ("replica.lag.time.max.ms".into(), self.replica_lag_time_max_ms.to_string()),
             ("producer.id.expiration.ms".into(), self.producer_id_expiration_ms.to_string()),
+            ("retention.ms".into(), self.retention_ms.to_string()),
+            ("retention.bytes".into(), self.retention_bytes.to_string()),
         ]
+    }
+
+    /// `retention.ms` as a duration; `None` when unlimited.
+    pub fn retention(&self) -> Option<Duration> {
+        u64::try_from(self.retention_ms).ok().map(Duration::from_millis)
+    }
+
+    /// `retention.bytes`; `None` when unlimited.
+    pub fn retention_bytes(&self) -> Option<u64> {
+        u64::try_from(self.retention_bytes).ok()
     }
 
     /// `replica.lag.time.max.ms` as a duration.
@@ -168,17 +203,10 @@ impl TopicConfig {
     }
 }
 
-/// Keys Kafka users expect that belong to retention and compaction, which Rill does not
-/// enforce yet: refused by name rather than accepted and silently ignored.
-pub const RESERVED_KEYS: [&str; 7] = [
-    "retention.ms",
-    "retention.bytes",
-    "cleanup.policy",
-    "segment.bytes",
-    "segment.ms",
-    "delete.retention.ms",
-    "min.compaction.lag.ms",
-];
+/// Keys Kafka users expect that belong to compaction and segments, which Rill does not enforce
+/// yet: refused by name rather than accepted and silently ignored.
+pub const RESERVED_KEYS: [&str; 5] =
+    ["cleanup.policy", "segment.bytes", "segment.ms", "delete.retention.ms", "min.compaction.lag.ms"];
 
 fn check_key(key: &str) -> Result<(), MetaError> {
     if KEYS.contains(&key) {
@@ -186,7 +214,7 @@ fn check_key(key: &str) -> Result<(), MetaError> {
     }
     if RESERVED_KEYS.contains(&key) {
         return Err(invalid(format!(
-            "{key} is reserved for retention and compaction, which this version does not enforce yet; it is refused rather than ignored"
+            "{key} is reserved for compaction and segments, which this version does not enforce yet; it is refused rather than ignored"
         )));
     }
     Err(invalid(format!("unknown topic config key {key:?}; known keys: {}", KEYS.join(", "))))
@@ -198,6 +226,35 @@ fn invalid(message: String) -> MetaError {
 
 fn parse_u32(key: &str, value: &str) -> Result<u32, MetaError> {
     value.trim().parse().map_err(|_| invalid(format!("{key} must be a non-negative integer, got {value:?}")))
+}
+
+/// `-1` ([`UNLIMITED`]) or a non-negative value read by `parse`.
+fn parse_limit(key: &str, value: &str, parse: fn(&str, &str) -> Result<u64, MetaError>) -> Result<i64, MetaError> {
+    if value.trim() == "-1" {
+        return Ok(UNLIMITED);
+    }
+    let v = parse(key, value)?;
+    i64::try_from(v).map_err(|_| invalid(format!("{key} is too large: {value:?}")))
+}
+
+/// Bytes as a plain integer, or with a binary unit: `512KiB`, `10MiB`, `1GiB` (`k`, `m`, `g`
+/// and the `KB`/`MB`/`GB` spellings mean the same powers of 1024, as in Kafka's tools).
+fn parse_bytes(key: &str, value: &str) -> Result<u64, MetaError> {
+    let v = value.trim();
+    let bad =
+        || invalid(format!("{key} must be a byte count like 1048576 or 1GiB, or -1 for unlimited, got {value:?}"));
+    let split = v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len());
+    let (digits, unit) = v.split_at(split);
+    let n: u64 = digits.parse().map_err(|_| bad())?;
+    let shift = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        "t" | "tb" | "tib" => 40,
+        _ => return Err(bad()),
+    };
+    n.checked_mul(1 << shift).ok_or_else(bad)
 }
 
 /// Milliseconds as a plain integer, or a human duration such as `10s`.
@@ -225,6 +282,29 @@ mod tests {
         let forever = set("producer.id.expiration.ms", "8640000000").unwrap();
         assert!(forever.check_request_bounds().is_err());
         assert_eq!(TopicConfig::defaults(3).check_request_bounds(), Ok(()), "defaults are within bounds");
+    }
+
+    #[test]
+    fn retention_takes_durations_byte_units_and_unlimited() {
+        let d = TopicConfig::defaults(3);
+        assert_eq!(d.retention(), Some(DEFAULT_RETENTION));
+        assert_eq!(d.retention_bytes(), None);
+        let c = TopicConfig::from_entries(3, &[kv("retention.ms", "2h"), kv("retention.bytes", "10MiB")]).unwrap();
+        assert_eq!(c.retention_ms, 7_200_000);
+        assert_eq!(c.retention_bytes(), Some(10 << 20));
+        let c = TopicConfig::from_entries(3, &[kv("retention.ms", "-1"), kv("retention.bytes", "1g")]).unwrap();
+        assert_eq!(c.retention(), None);
+        assert_eq!(c.retention_bytes, 1 << 30);
+        assert_eq!(TopicConfig::from_entries(3, &[kv("retention.bytes", "0")]).unwrap().retention_bytes(), Some(0));
+        for bad in ["-2", "ten", "5XB", "99999999999999999999", "18014398509481984k"] {
+            let e = TopicConfig::from_entries(3, &[kv("retention.bytes", bad)]).unwrap_err();
+            assert_eq!(e.kind, MetaErrorKind::InvalidConfig, "{bad}: {e}");
+        }
+        assert!(TopicConfig::from_entries(3, &[kv("retention.ms", "-5")]).is_err());
+        let reset = c.altered(3, &[], &["retention.ms".into(), "retention.bytes".into()]).unwrap();
+        assert_eq!((reset.retention_ms, reset.retention_bytes), (d.retention_ms, d.retention_bytes));
+        let e = TopicConfig::from_entries(3, &[kv("cleanup.policy", "compact")]).unwrap_err();
+        assert!(e.message.contains("reserved"), "{e}");
     }
 
     fn kv(k: &str, v: &str) -> (String, String) {
