@@ -7,6 +7,9 @@
 //!   can index it without reading the batches.
 //! * expire producers: `version ‖ 2 ‖ older than (i64 ms)`. Occupies no offsets. The leader
 //!   proposes it so that every replica forgets idle producers at the same point of the log.
+//! * trim: `version ‖ 3 ‖ new log start offset (u64)`. Occupies no offsets. The leader proposes
+//!   it (retention, `DeleteRecords`) with the offset already chosen, so the state machine reads
+//!   no clock and every replica moves its log start to the same offset at the same point.
 //!
 //! Version 1 held protobuf-encoded batches; entries of that version are refused (data
 //! directories from before the move to Kafka's format do not open, see `docs/storage.md`).
@@ -16,6 +19,7 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 const VERSION: u8 = 2;
 const KIND_APPEND: u8 = 1;
 const KIND_EXPIRE_PRODUCERS: u8 = 2;
+const KIND_TRIM: u8 = 3;
 const HEADER_LEN: usize = 1 + 1 + 8 + 4;
 
 /// Encodes an append of `batches`, appended by the leader at `append_time_ms`.
@@ -48,6 +52,24 @@ pub fn expire_producers(body: &[u8]) -> Option<i64> {
         return None;
     }
     Some(i64::from_le_bytes(body[2..10].try_into().ok()?))
+}
+
+/// Encodes "records below `before` are deleted": the log start offset moves up to `before`
+/// (never past the high watermark at the entry's place in the log, never back).
+pub fn encode_trim(before: u64) -> Bytes {
+    let mut out = BytesMut::with_capacity(10);
+    out.put_u8(VERSION);
+    out.put_u8(KIND_TRIM);
+    out.put_u64_le(before);
+    out.freeze()
+}
+
+/// The offset of a trim entry, if `body` is one.
+pub fn trim(body: &[u8]) -> Option<u64> {
+    if body.len() < 10 || body[0] != VERSION || body[1] != KIND_TRIM {
+        return None;
+    }
+    Some(u64::from_le_bytes(body[2..10].try_into().ok()?))
 }
 
 /// The append time in an entry's header, without reading its batches.
@@ -114,5 +136,10 @@ mod tests {
         assert_eq!(expire_producers(&expire), Some(77));
         assert_eq!(append_time(&expire), None);
         assert_eq!(expire_producers(&body), None);
+        let trim_entry = encode_trim(u64::MAX - 1);
+        assert_eq!(trim(&trim_entry), Some(u64::MAX - 1));
+        assert_eq!((append_time(&trim_entry), expire_producers(&trim_entry)), (None, None));
+        assert_eq!(trim(&expire), None);
+        assert_eq!(trim(&trim_entry[..9]), None);
     }
 }

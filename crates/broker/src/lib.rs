@@ -10,7 +10,8 @@
 //!
 //! * [`command`]: the partition's Raft entry body (record batches, stored as produced).
 //! * [`machine`]: [`PartitionStateMachine`] — offsets and the high watermark.
-//! * [`index`]: [`index::TimeIndex`] — the sparse map from append time to offset.
+//! * [`index`]: [`index::SparseIndex`] — the log start offset, and the sparse map of the log by
+//!   append time and size.
 //! * [`handover`]: moving leadership to another replica (preferred-leader balancing).
 //! * [`isr`]: [`IsrTracker`] — which followers are in sync, from Raft replication progress.
 //! * [`replica`]: [`Replica`] — what every kind of partition replica shares: its Raft group,
@@ -18,6 +19,8 @@
 //! * [`partition`]: [`Partition`] — a record partition: produce, fetch, list offsets.
 //! * [`state_partition`]: [`StatePartition`] — a partition of an internal topic whose state
 //!   machine is its data (a coordinator's state): read on the caught-up leader, propose commands.
+//! * [`retention`]: moving the log start offset — `DeleteRecords` and retention by time and
+//!   size.
 //! * [`producers`]: idempotent producer state (last five batches per producer id).
 //! * [`propose`]: [`Proposer`] — batches that arrive while the previous entry is being written go
 //!   to Raft together, as one entry.
@@ -38,6 +41,7 @@ pub mod produce;
 pub mod producers;
 pub mod propose;
 pub mod replica;
+pub mod retention;
 pub mod state_partition;
 
 pub use error::{PartitionError, Result};

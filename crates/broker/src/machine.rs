@@ -18,7 +18,7 @@ use rill_rt::sync::watch;
 use rill_records::BatchInfo;
 
 use crate::command;
-use crate::index::TimeIndex;
+use crate::index::{IndexPoint, SparseIndex};
 use crate::producers::ProducerStates;
 
 /// State a partition's state machine shares with the replica serving requests.
@@ -26,8 +26,8 @@ use crate::producers::ProducerStates;
 pub struct SharedState {
     /// The high watermark, published on every apply.
     pub hw: Arc<watch::Sender<u64>>,
-    /// The time index.
-    pub times: Arc<Mutex<TimeIndex>>,
+    /// The log start offset and the sparse index by time and size.
+    pub index: Arc<Mutex<SparseIndex>>,
     /// Idempotent producers' last batches.
     pub producers: Arc<Mutex<ProducerStates>>,
 }
@@ -35,7 +35,7 @@ pub struct SharedState {
 impl SharedState {
     /// Fresh shared state (high watermark 0, empty index, no producers).
     pub fn new() -> Self {
-        Self { hw: Arc::new(watch::channel(0).0), times: Arc::default(), producers: Arc::default() }
+        Self { hw: Arc::new(watch::channel(0).0), index: Arc::default(), producers: Arc::default() }
     }
 
     /// A state machine writing into this shared state.
@@ -88,46 +88,79 @@ impl PartitionStateMachine {
 
 impl GroupStateMachine for PartitionStateMachine {
     fn apply(&mut self, log_id: &LogId, base: u64, payload: &Payload) -> Bytes {
+        let end = base + u64::from(payload.units);
+        let mut answer = base;
         if let Some(t) = command::append_time(&payload.body) {
-            self.shared.times.lock().unwrap_or_else(|p| p.into_inner()).observe(t, base);
+            let bytes = payload.body.len() as u64;
+            self.shared.index.lock().unwrap_or_else(|p| p.into_inner()).observe(t, base, end, bytes);
             self.record_producers(log_id, base, t, &payload.body);
         } else if let Some(older_than) = command::expire_producers(&payload.body) {
             let gone = self.shared.producers.lock().unwrap_or_else(|p| p.into_inner()).expire(older_than);
             tracing::debug!(index = log_id.index, gone, "expired idle producers");
+        } else if let Some(before) = command::trim(&payload.body) {
+            // `base` is the high watermark here: nothing above it can be deleted.
+            answer = self.shared.index.lock().unwrap_or_else(|p| p.into_inner()).trim(before.min(base));
+            tracing::debug!(index = log_id.index, log_start = answer, "log start offset moved");
         }
         if payload.units > 0 {
-            self.shared.hw.send_replace(base + u64::from(payload.units));
+            self.shared.hw.send_replace(end);
         }
-        Bytes::copy_from_slice(&base.to_le_bytes())
+        // An append is answered with its base offset, a trim with the log start afterwards.
+        Bytes::copy_from_slice(&answer.to_le_bytes())
     }
 
-    /// The snapshot: the time index and the producer state, as `PartitionSnapshot`
-    /// (`proto/rill/partition.proto`).
+    /// The snapshot: the log start offset, the sparse index and the producer state, as
+    /// `PartitionSnapshot` (`proto/rill/partition.proto`).
     fn snapshot(&self) -> Result<Bytes, String> {
-        let (index_times, index_offsets, index_max_time) = {
-            let times = self.shared.times.lock().unwrap_or_else(|p| p.into_inner());
-            (
-                times.points.iter().map(|(t, _)| *t).collect(),
-                times.points.iter().map(|(_, o)| *o).collect(),
-                times.max_time,
-            )
+        let mut snap = {
+            let ix = self.shared.index.lock().unwrap_or_else(|p| p.into_inner());
+            pb::PartitionSnapshot {
+                index_times: ix.points.iter().map(|p| p.time).collect(),
+                index_offsets: ix.points.iter().map(|p| p.offset).collect(),
+                index_max_time: ix.max_time,
+                producers: Vec::new(),
+                index_bytes: ix.points.iter().map(|p| p.bytes).collect(),
+                appended_bytes: ix.appended,
+                index_end: ix.end,
+                log_start_offset: ix.log_start,
+            }
         };
-        let producers = self.shared.producers.lock().unwrap_or_else(|p| p.into_inner()).to_proto();
-        Ok(pb::PartitionSnapshot { index_times, index_offsets, index_max_time, producers }.encode_to_vec().into())
+        snap.producers = self.shared.producers.lock().unwrap_or_else(|p| p.into_inner()).to_proto();
+        Ok(snap.encode_to_vec().into())
     }
 
     fn restore(&mut self, data: &[u8]) -> Result<(), String> {
         let s = pb::PartitionSnapshot::decode(data).map_err(|e| format!("undecodable partition snapshot: {e}"))?;
-        if s.index_times.len() != s.index_offsets.len() {
+        let n = s.index_times.len();
+        // Snapshots from before sizes were counted have no `index_bytes`: those points count 0.
+        if s.index_offsets.len() != n || !(s.index_bytes.is_empty() || s.index_bytes.len() == n) {
             return Err(format!(
-                "partition snapshot has {} index times but {} offsets",
-                s.index_times.len(),
-                s.index_offsets.len()
+                "partition snapshot has {n} index times, {} offsets and {} sizes",
+                s.index_offsets.len(),
+                s.index_bytes.len()
             ));
         }
-        let points = s.index_times.into_iter().zip(s.index_offsets).collect();
+        let bytes = s.index_bytes.iter().copied().chain(std::iter::repeat(0));
+        let points: Vec<IndexPoint> = s
+            .index_offsets
+            .iter()
+            .zip(&s.index_times)
+            .zip(bytes)
+            .map(|((&offset, &time), bytes)| IndexPoint { offset, time, bytes })
+            .collect();
+        if points.windows(2).any(|w| w[1].offset < w[0].offset || w[1].time < w[0].time || w[1].bytes < w[0].bytes) {
+            return Err("partition snapshot index is not sorted".into());
+        }
+        let end = s.index_end.max(points.last().map_or(0, |p| p.offset));
+        let index = SparseIndex {
+            points,
+            max_time: s.index_max_time,
+            appended: s.appended_bytes,
+            end,
+            log_start: s.log_start_offset,
+        };
         let producers = ProducerStates::from_proto(s.producers)?;
-        *self.shared.times.lock().unwrap_or_else(|p| p.into_inner()) = TimeIndex { points, max_time: s.index_max_time };
+        *self.shared.index.lock().unwrap_or_else(|p| p.into_inner()) = index;
         *self.shared.producers.lock().unwrap_or_else(|p| p.into_inner()) = producers;
         Ok(())
     }
@@ -146,14 +179,54 @@ mod tests {
     fn snapshot_round_trips_the_index_and_producers() {
         let shared = SharedState::new();
         let mut sm = shared.state_machine();
-        shared.times.lock().unwrap().observe(7_000, 3);
+        shared.index.lock().unwrap().observe(7_000, 3, 5, 100);
+        shared.index.lock().unwrap().observe(9_000, 5, 8, 100);
+        shared.index.lock().unwrap().trim(4);
         shared.producers.lock().unwrap().apply_batch(5, 1, 0, 2, 3, 7_000);
         let snap = sm.snapshot().unwrap();
-        *shared.times.lock().unwrap() = TimeIndex::default();
+        let before = shared.index.lock().unwrap().clone();
+        *shared.index.lock().unwrap() = SparseIndex::default();
         *shared.producers.lock().unwrap() = ProducerStates::default();
         sm.restore(&snap).unwrap();
-        assert_eq!(shared.times.lock().unwrap().points, vec![(7_000, 3)]);
+        assert_eq!(*shared.index.lock().unwrap(), before);
+        assert_eq!((before.log_start(), before.end(), before.len()), (4, 8, 2));
         assert_eq!(shared.producers.lock().unwrap().get(5).map(|e| e.epoch), Some(1));
         assert!(sm.restore(&[0xff, 0xff]).is_err());
+    }
+
+    #[test]
+    fn a_snapshot_from_before_sizes_were_counted_restores() {
+        let old = pb::PartitionSnapshot {
+            index_times: vec![1_000, 2_000],
+            index_offsets: vec![0, 10],
+            index_max_time: 2_000,
+            ..Default::default()
+        };
+        let shared = SharedState::new();
+        shared.state_machine().restore(&old.encode_to_vec()).unwrap();
+        let ix = shared.index.lock().unwrap().clone();
+        assert_eq!((ix.log_start(), ix.len(), ix.retained_bytes()), (0, 2, 0));
+        assert_eq!(ix.scan_start(1_500), 0);
+        let unsorted = pb::PartitionSnapshot { index_offsets: vec![10, 0], ..old.clone() };
+        assert!(shared.state_machine().restore(&unsorted.encode_to_vec()).is_err());
+        let short = pb::PartitionSnapshot { index_bytes: vec![1], ..old };
+        assert!(shared.state_machine().restore(&short.encode_to_vec()).is_err());
+    }
+
+    #[test]
+    fn a_trim_moves_the_start_up_to_the_high_watermark_on_apply() {
+        let shared = SharedState::new();
+        let mut sm = shared.state_machine();
+        let log_id = LogId::default();
+        let mut batch = rill_records::BatchBuilder::new(rill_records::Compression::None);
+        batch.push(rill_records::Record { value: Some(Bytes::from_static(b"v")), ..Default::default() }).unwrap();
+        let append = command::encode_append(5, &[batch.build().unwrap()]);
+        let payload = |units, body| Payload { units, body, proposal: 0 };
+        assert_eq!(decode_base_offset(&sm.apply(&log_id, 0, &payload(3, append.clone()))), Some(0));
+        assert_eq!(decode_base_offset(&sm.apply(&log_id, 3, &payload(0, command::encode_trim(2)))), Some(2));
+        assert_eq!(decode_base_offset(&sm.apply(&log_id, 3, &payload(0, command::encode_trim(99)))), Some(3));
+        assert_eq!(decode_base_offset(&sm.apply(&log_id, 3, &payload(0, command::encode_trim(1)))), Some(3));
+        assert_eq!(shared.index.lock().unwrap().log_start(), 3);
+        assert_eq!(*shared.hw.borrow(), 3);
     }
 }

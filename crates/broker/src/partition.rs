@@ -15,7 +15,7 @@ use rill_records::BatchInfo;
 use crate::command;
 use crate::error::{PartitionError, Result};
 use crate::idempotence::Gate;
-use crate::index::TimeIndex;
+use crate::index::SparseIndex;
 use crate::machine::{PartitionStateMachine, SharedState};
 use crate::producers::ProducerStates;
 use crate::propose::Proposer;
@@ -92,7 +92,7 @@ pub struct ReplicaState {
 pub struct Partition {
     pub(crate) replica: Replica,
     pub(crate) sm: SmStore<PartitionStateMachine>,
-    pub(crate) times: Arc<Mutex<TimeIndex>>,
+    pub(crate) index: Arc<Mutex<SparseIndex>>,
     pub(crate) producers: Arc<Mutex<ProducerStates>>,
     pub(crate) gate: Arc<rill_rt::sync::Mutex<Gate>>,
     /// Signalled whenever a batch enters the gate (for batches waiting on a predecessor).
@@ -128,20 +128,22 @@ impl Partition {
     ) -> Arc<Self> {
         let StartedGroup { raft, log, sm, quiescence, .. } = started;
         // The state machine may have been restored from a snapshot before anything was applied.
-        shared.hw.send_replace(sm.applied().position);
+        let applied = sm.applied().position;
+        shared.hw.send_replace(applied);
+        shared.index.lock().unwrap_or_else(|p| p.into_inner()).raise_end(applied);
         let proposer = Proposer::new(node_id, raft.clone(), log.clone(), quiescence.clone());
         let place = Place { topic, partition, node_id };
         let replica = Replica::new(place, raft, log, quiescence, shared.hw.subscribe(), config);
         let partition = Arc::new(Self {
             replica,
             sm,
-            times: shared.times,
+            index: shared.index,
             producers: shared.producers,
             gate: Arc::default(),
             gate_changed: rill_rt::sync::Notify::new(),
             proposer,
         });
-        rill_rt::spawn(expire_idle_producers(Arc::downgrade(&partition)));
+        rill_rt::spawn(housekeeping(Arc::downgrade(&partition)));
         partition
     }
 
@@ -161,7 +163,7 @@ impl Partition {
         if self.leader_term().is_none() {
             return Err(self.not_leader());
         }
-        let start = self.log.start_position();
+        let start = self.log_start_offset();
         let end = self.log.end_position();
         let Ok(offset) = u64::try_from(offset) else {
             return Err(PartitionError::OffsetOutOfRange { offset, start, end });
@@ -234,8 +236,8 @@ impl Partition {
             return Err(self.not_leader());
         }
         let hw = self.high_watermark();
-        let start =
-            self.times.lock().unwrap_or_else(|p| p.into_inner()).scan_start(time_ms).max(self.log.start_position());
+        let log_start = self.log_start_offset();
+        let start = self.index.lock().unwrap_or_else(|p| p.into_inner()).scan_start(time_ms).max(log_start);
         let storage = |e: rill_raft::Error| PartitionError::Storage(e.to_string());
         let Some(mut index) = self.log.index_of_position(start).map_err(storage)? else { return Ok(hw) };
         loop {
@@ -248,19 +250,41 @@ impl Partition {
                     return Ok(hw);
                 }
                 if command::append_time(&e.body).is_some_and(|t| t >= time_ms) {
-                    return Ok(e.base);
+                    // The entry the log start falls in begins below it.
+                    return Ok(e.base.max(log_start));
                 }
                 index = e.index + 1;
             }
         }
     }
 
-    /// The first stored offset.
+    /// The first offset not deleted (by retention or `DeleteRecords`).
     pub fn earliest_offset(&self) -> Result<u64> {
         if self.leader_term().is_none() {
             return Err(self.not_leader());
         }
-        Ok(self.log.start_position())
+        Ok(self.log_start_offset())
+    }
+
+    /// The log start offset as this replica has applied it: records below it are deleted and
+    /// never served. (The Raft log may still hold them until it is purged.)
+    pub fn log_start_offset(&self) -> u64 {
+        let logical = self.index.lock().unwrap_or_else(|p| p.into_inner()).log_start();
+        if rill_rt::mutation::active(rill_rt::mutation::Mutation::ServeBelowLogStart) {
+            // Deliberate bug (simulation only): deleted records stay readable.
+            return self.log.start_position();
+        }
+        logical.max(self.log.start_position())
+    }
+
+    /// About how many bytes of entries this replica holds at or above its log start offset.
+    pub fn retained_bytes(&self) -> u64 {
+        self.index.lock().unwrap_or_else(|p| p.into_inner()).retained_bytes()
+    }
+
+    /// Live state of this replica, with the log start offset it has applied.
+    pub fn state(&self) -> ReplicaState {
+        ReplicaState { log_start_offset: self.log_start_offset(), ..self.replica.state() }
     }
 
     /// The high watermark (the offset the next committed record will get).
@@ -288,23 +312,40 @@ impl Partition {
     }
 }
 
-/// While this replica leads, proposes forgetting producers idle longer than
-/// `producer.id.expiration.ms`, so every replica forgets them at the same point of the log.
-async fn expire_idle_producers(partition: std::sync::Weak<Partition>) {
+/// How often a leader checks its partition's retention.
+pub const RETENTION_CHECK_EVERY: Duration = Duration::from_secs(5);
+
+/// While this replica leads: proposes forgetting producers idle longer than
+/// `producer.id.expiration.ms`, and moving the log start offset past what `retention.ms` and
+/// `retention.bytes` no longer keep — so every replica forgets and deletes at the same point of
+/// the log. Retention is checked every [`RETENTION_CHECK_EVERY`] (sooner for a shorter
+/// `retention.ms`), idle producers about every minute.
+async fn housekeeping(partition: std::sync::Weak<Partition>) {
+    let mut next_expiry = rill_rt::now();
     loop {
         let Some(p) = partition.upgrade() else { return };
-        let expiration = p.config().producer_id_expiration_ms;
-        let check_every =
-            crate::produce::EXPIRY_CHECK_EVERY.min(Duration::from_millis(expiration / 2).max(Duration::from_secs(1)));
+        let config = p.config();
         if p.leader_term().is_some() {
-            let older_than = rill_rt::wall_clock_ms().saturating_sub(i64::try_from(expiration).unwrap_or(i64::MAX));
-            let oldest = p.producers.lock().unwrap_or_else(|e| e.into_inner()).oldest_append_ms();
-            if oldest.is_some_and(|o| o < older_than) {
-                if let Err(e) = p.expire_producers(older_than).await {
-                    tracing::debug!(group = p.group, error = %e, "could not expire idle producers");
+            if let Err(e) = p.enforce_retention(&config).await {
+                tracing::debug!(group = p.group, error = %e, "could not enforce retention");
+            }
+            if rill_rt::now() >= next_expiry {
+                let expiration = config.producer_id_expiration_ms;
+                let every = crate::produce::EXPIRY_CHECK_EVERY
+                    .min(Duration::from_millis(expiration / 2).max(Duration::from_secs(1)));
+                next_expiry = rill_rt::now() + every;
+                let older_than = rill_rt::wall_clock_ms().saturating_sub(i64::try_from(expiration).unwrap_or(i64::MAX));
+                let oldest = p.producers.lock().unwrap_or_else(|e| e.into_inner()).oldest_append_ms();
+                if oldest.is_some_and(|o| o < older_than) {
+                    if let Err(e) = p.expire_producers(older_than).await {
+                        tracing::debug!(group = p.group, error = %e, "could not expire idle producers");
+                    }
                 }
             }
         }
+        let check_every = config
+            .retention()
+            .map_or(RETENTION_CHECK_EVERY, |r| RETENTION_CHECK_EVERY.min((r / 2).max(Duration::from_millis(500))));
         let raft = p.raft.clone();
         drop(p);
         if raft.metrics().borrow().running_state.is_err() {

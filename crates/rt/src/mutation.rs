@@ -18,16 +18,19 @@ pub enum Mutation {
     NoDedupe,
     /// A state partition's snapshot (a coordinator's state) carries no state.
     EmptyStateSnapshot,
+    /// Fetches serve records below the log start offset (deleted records stay readable).
+    ServeBelowLogStart,
 }
 
 impl Mutation {
     /// Every mutation.
-    pub const ALL: [Mutation; 5] = [
+    pub const ALL: [Mutation; 6] = [
         Mutation::AckBeforeSync,
         Mutation::ReadAboveHw,
         Mutation::SkipTruncate,
         Mutation::NoDedupe,
         Mutation::EmptyStateSnapshot,
+        Mutation::ServeBelowLogStart,
     ];
 
     /// The name used on the command line (`chaos/run --mutation NAME`).
@@ -38,6 +41,7 @@ impl Mutation {
             Mutation::SkipTruncate => "skip-truncate",
             Mutation::NoDedupe => "no-dedupe",
             Mutation::EmptyStateSnapshot => "empty-state-snapshot",
+            Mutation::ServeBelowLogStart => "serve-below-log-start",
         }
     }
 

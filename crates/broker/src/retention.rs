@@ -1,0 +1,74 @@
+//! Moving a [`Partition`]'s log start offset: `DeleteRecords` and retention.
+//!
+//! Both propose a trim entry (`command::encode_trim`) with the offset the leader chose; the state
+//! machine moves the log start there when the entry is applied, clamped to the high watermark at
+//! that point of the log, and never back. Records below the log start are never served again
+//! (a fetch there is `OFFSET_OUT_OF_RANGE`). Retention chooses whole index units
+//! ([`crate::index`]) from the leader's clock and the topic's `retention.ms` and
+//! `retention.bytes`; the state machine reads no clock.
+
+use rill_meta::TopicConfig;
+use rill_raft::Payload;
+
+use crate::command;
+use crate::error::{PartitionError, Result};
+use crate::machine::decode_base_offset;
+use crate::partition::Partition;
+
+/// `DeleteRecords`' offset that means "the high watermark" (Kafka's -1).
+pub const BEFORE_HIGH_WATERMARK: i64 = -1;
+
+impl Partition {
+    /// Deletes every record below `before` ([`BEFORE_HIGH_WATERMARK`]: below the high
+    /// watermark) once the trim is committed. Returns the log start offset afterwards (Kafka's
+    /// low watermark), which is never lower than before the call. Leader only.
+    pub async fn delete_records(&self, before: i64) -> Result<u64> {
+        if self.leader_term().is_none() {
+            return Err(self.not_leader());
+        }
+        let hw = self.high_watermark();
+        let before = match before {
+            BEFORE_HIGH_WATERMARK => hw,
+            b => match u64::try_from(b) {
+                Ok(b) if b <= hw => b,
+                _ => {
+                    return Err(PartitionError::OffsetOutOfRange { offset: b, start: self.log_start_offset(), end: hw })
+                }
+            },
+        };
+        if before <= self.log_start_offset() {
+            return Ok(self.log_start_offset());
+        }
+        self.propose_trim(before).await
+    }
+
+    /// Moves the log start past what the topic's retention no longer keeps, if anything.
+    /// Returns the new log start when it moved. Leader only.
+    pub async fn enforce_retention(&self, config: &TopicConfig) -> Result<Option<u64>> {
+        let cut_ms = (config.retention_ms >= 0).then(|| rill_rt::wall_clock_ms().saturating_sub(config.retention_ms));
+        let target =
+            self.index.lock().unwrap_or_else(|p| p.into_inner()).retention_target(cut_ms, config.retention_bytes());
+        match target {
+            None => Ok(None),
+            Some(before) => {
+                let start = self.propose_trim(before).await?;
+                tracing::debug!(group = self.group, log_start = start, "retention moved the log start offset");
+                Ok(Some(start))
+            }
+        }
+    }
+
+    async fn propose_trim(&self, before: u64) -> Result<u64> {
+        if self.leader_term().is_none() {
+            return Err(self.not_leader());
+        }
+        let payload = Payload { units: 0, body: command::encode_trim(before), proposal: 0 };
+        self.quiescence.wake();
+        let written = self.raft.client_write(payload).await.map_err(|e| match e {
+            openraft::error::RaftError::APIError(e) => PartitionError::from_write(e, self.node_id),
+            openraft::error::RaftError::Fatal(_) => PartitionError::ShuttingDown,
+        })?;
+        decode_base_offset(&written.data.0)
+            .ok_or_else(|| PartitionError::Storage("the trim entry's answer is malformed".into()))
+    }
+}
