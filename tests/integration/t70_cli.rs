@@ -1,12 +1,12 @@
 //! The `rill` CLI end to end: create, describe (JSON), produce from stdin, consume, readable
-//! errors, admitting a node.
+//! errors, admitting a node. [`rill`] runs the CLI for other tests too.
 
 use std::io::Write;
 use std::process::{Command, Stdio};
 
 use crate::harness::{bin, init_logs, TestCluster};
 
-fn rill(cluster: &TestCluster, args: &[&str], stdin: Option<&str>) -> anyhow::Result<std::process::Output> {
+pub(crate) fn rill(cluster: &TestCluster, args: &[&str], stdin: Option<&str>) -> anyhow::Result<std::process::Output> {
     let mut child = Command::new(bin("rill"))
         .arg("--bootstrap")
         .arg(cluster.bootstrap_arg())

@@ -124,7 +124,12 @@ macro_rules! partition_answer {
         }
     )*};
 }
-partition_answer!(pb::PartitionProduceResult, pb::FetchPartitionResult, pb::ListOffsetsPartitionResult);
+partition_answer!(
+    pb::PartitionProduceResult,
+    pb::FetchPartitionResult,
+    pb::ListOffsetsPartitionResult,
+    rill_proto::admin::DeleteRecordsPartitionResult
+);
 
 /// Finds `partition`'s answer in a response; `Ok(Err(..))` carries a server error and hint.
 fn answer_for<P: PartitionAnswer>(
@@ -621,6 +626,45 @@ impl Client {
     }
 }
 
+impl Client {
+    /// Deletes the records of `topic`/`partition` below `before` ([`DELETE_BELOW_HIGH_WATERMARK`]:
+    /// every committed record), on the partition's leader. Returns the log start offset
+    /// afterwards (the low watermark). Deleting is idempotent, so it is resent after transport
+    /// errors; an offset above the high watermark is `OFFSET_OUT_OF_RANGE`.
+    pub async fn delete_records(&self, topic: &str, partition: u32, before: i64) -> Result<u64> {
+        if before < DELETE_BELOW_HIGH_WATERMARK {
+            return Err(Error::InvalidArgument(format!("offset {before} is negative (-1 means the high watermark)")));
+        }
+        let topic_id = self.topic_id(topic).await?;
+        let wait = self.options.request_slack + DELETE_RECORDS_TIMEOUT;
+        self.read_from_leader(topic, partition, |addr| {
+            let req = rill_proto::admin::DeleteRecordsRequest {
+                topics: vec![rill_proto::admin::DeleteRecordsTopic {
+                    topic: topic.to_string(),
+                    topic_id: topic_id.clone(),
+                    partitions: vec![rill_proto::admin::DeleteRecordsPartition { partition, offset: before }],
+                }],
+                timeout_ms: DELETE_RECORDS_TIMEOUT.as_millis() as u32,
+            };
+            async move {
+                let mut client = self.admin_stub(&addr)?;
+                let resp = match rill_rt::timeout(wait, client.delete_records(req)).await {
+                    Err(_) => return Err(Error::Transport(format!("no answer from {addr} within {wait:?}"))),
+                    Ok(r) => r.map_err(error::status)?.into_inner(),
+                };
+                Ok(answer_for(resp.topics.into_iter().flat_map(|t| t.partitions), partition)?
+                    .map(|p| p.low_watermark.max(0) as u64))
+            }
+        })
+        .await
+    }
+}
+
+/// [`Client::delete_records`]' offset meaning "below the high watermark" (Kafka's -1).
+pub const DELETE_BELOW_HIGH_WATERMARK: i64 = -1;
+/// How long the leader may take to commit a deletion.
+const DELETE_RECORDS_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Builds one record batch in Kafka's format from `records`, compressed with `compression`
 /// (for callers that send raw batches; `identity` stamps a producer id, epoch and base
 /// sequence as an idempotent producer does).
@@ -659,8 +703,12 @@ pub(crate) fn build_batch(
 /// Checks and decodes a fetched partition's batches; keeps records at or after `offset` and
 /// skips control batches (transaction markers), moving past them all the same.
 fn decode_fetch(p: &pb::FetchPartitionResult, offset: u64) -> Result<FetchedPartition> {
-    let mut out =
-        FetchedPartition { records: Vec::new(), high_watermark: p.high_watermark.max(0) as u64, next_offset: offset };
+    let mut out = FetchedPartition {
+        records: Vec::new(),
+        high_watermark: p.high_watermark.max(0) as u64,
+        log_start_offset: p.log_start_offset.max(0) as u64,
+        next_offset: offset,
+    };
     for b in &p.batches {
         let corrupt = |message: String| Error::Server { code: ErrorCode::CorruptMessage, message };
         let base = u64::try_from(b.base_offset).map_err(|_| corrupt(format!("batch base offset {}", b.base_offset)))?;

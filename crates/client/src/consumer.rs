@@ -10,7 +10,10 @@
 //! without a position starts at the offset the group committed for it (else at `start`), and
 //! [`Consumer::commit`] records the positions under the group (Kafka's "simple" consumer group:
 //! no membership; that comes with consumer groups). Records of a partition are returned in
-//! offset order, each once, without gaps (offsets are dense), unless the application seeks.
+//! offset order, each once, without gaps (offsets are dense), unless the application seeks or
+//! the partition's records below the position were deleted (retention, `DeleteRecords`): then
+//! [`ConsumerConfig::auto_offset_reset`] decides, and [`Consumer::take_resets`] reports what was
+//! skipped.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
@@ -22,6 +25,7 @@ use rill_rt::JoinHandle;
 use crate::error::{Error, Result};
 use crate::record::{FetchedPartition, OffsetSpec};
 use crate::Client;
+use rill_proto::common::ErrorCode;
 
 /// A topic partition.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -71,6 +75,36 @@ enum Buffered {
     Skip { next: u64 },
 }
 
+/// What a partition whose position is out of range does (Kafka's `auto.offset.reset`): its
+/// records there were deleted (retention, `DeleteRecords`), or it is past the log's end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OffsetReset {
+    /// Continue at the log start offset, skipping what was deleted.
+    Earliest,
+    /// Continue at the high watermark, skipping everything stored.
+    Latest,
+    /// `poll` returns the `OFFSET_OUT_OF_RANGE` error; the application seeks.
+    None,
+}
+
+/// A partition moved by [`ConsumerConfig::auto_offset_reset`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OffsetResetEvent {
+    /// The partition.
+    pub tp: TopicPartition,
+    /// The position that was out of range.
+    pub from: u64,
+    /// Where it continues.
+    pub to: u64,
+}
+
+impl OffsetResetEvent {
+    /// Offsets skipped forward (0 when the position moved back).
+    pub fn skipped(&self) -> u64 {
+        self.to.saturating_sub(self.from)
+    }
+}
+
 /// Consumer settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConsumerConfig {
@@ -79,6 +113,8 @@ pub struct ConsumerConfig {
     pub group_id: Option<String>,
     /// Where a partition without a position (nor a committed offset) starts.
     pub start: OffsetSpec,
+    /// What a partition whose position is out of range does.
+    pub auto_offset_reset: OffsetReset,
     /// Long-poll time of each background fetch.
     pub fetch_max_wait: Duration,
     /// Bytes one fetch may return per partition.
@@ -94,6 +130,7 @@ impl Default for ConsumerConfig {
         Self {
             group_id: None,
             start: OffsetSpec::Earliest,
+            auto_offset_reset: OffsetReset::Earliest,
             fetch_max_wait: Duration::from_millis(500),
             partition_max_bytes: 1 << 20,
             max_buffered_bytes_per_partition: 4 << 20,
@@ -114,6 +151,8 @@ struct PartitionState {
     in_flight: Option<JoinHandle<()>>,
     /// Bumped on seek; fetch results of an older epoch are dropped.
     epoch: u64,
+    /// A fetch at this offset was out of range: reset before fetching again.
+    out_of_range: Option<u64>,
 }
 
 struct Fetched {
@@ -133,6 +172,7 @@ pub struct Consumer {
     results_tx: mpsc::UnboundedSender<Fetched>,
     results_rx: mpsc::UnboundedReceiver<Fetched>,
     next_turn: usize,
+    resets: Vec<OffsetResetEvent>,
 }
 
 impl Consumer {
@@ -147,6 +187,7 @@ impl Consumer {
             results_tx,
             results_rx,
             next_turn: 0,
+            resets: Vec::new(),
         }
     }
 
@@ -186,6 +227,7 @@ impl Consumer {
             h.abort();
         }
         st.epoch += 1;
+        st.out_of_range = None;
         st.position = Some(offset);
         st.fetch_position = offset;
         st.buffer.clear();
@@ -225,6 +267,7 @@ impl Consumer {
         self.resolve_positions().await?;
         let deadline = rill_rt::now() + timeout;
         loop {
+            self.reset_out_of_range().await?;
             self.start_fetches();
             let out = self.drain();
             if !out.is_empty() {
@@ -242,6 +285,30 @@ impl Consumer {
                 self.apply(f)?;
             }
         }
+    }
+
+    /// The partitions [`ConsumerConfig::auto_offset_reset`] moved since the last call, oldest
+    /// first (for the application to report records it will never see).
+    pub fn take_resets(&mut self) -> Vec<OffsetResetEvent> {
+        std::mem::take(&mut self.resets)
+    }
+
+    /// Applies [`ConsumerConfig::auto_offset_reset`] to partitions whose fetch was out of range.
+    async fn reset_out_of_range(&mut self) -> Result<()> {
+        let pending: Vec<(TopicPartition, u64)> =
+            self.partitions.iter().filter_map(|(tp, st)| st.out_of_range.map(|o| (tp.clone(), o))).collect();
+        for (tp, from) in pending {
+            let spec = match self.config.auto_offset_reset {
+                OffsetReset::Earliest => OffsetSpec::Earliest,
+                OffsetReset::Latest => OffsetSpec::Latest,
+                OffsetReset::None => unreachable_reset(&tp, from)?,
+            };
+            let to = self.client.list_offset(&tp.topic, tp.partition, spec).await?;
+            self.seek(&tp, to)?;
+            tracing::warn!(topic = %tp.topic, partition = tp.partition, from, to, "offset out of range; position reset");
+            self.resets.push(OffsetResetEvent { tp, from, to });
+        }
+        Ok(())
     }
 
     /// Stops background fetches.
@@ -304,7 +371,10 @@ impl Consumer {
 
     fn start_fetches(&mut self) {
         for (tp, st) in self.partitions.iter_mut() {
-            if st.paused || st.in_flight.is_some() || st.buffered_bytes >= self.config.max_buffered_bytes_per_partition
+            if st.paused
+                || st.in_flight.is_some()
+                || st.out_of_range.is_some()
+                || st.buffered_bytes >= self.config.max_buffered_bytes_per_partition
             {
                 continue;
             }
@@ -352,6 +422,14 @@ impl Consumer {
                 }
                 Ok(())
             }
+            Err(e)
+                if e.code() == Some(ErrorCode::OffsetOutOfRange)
+                    && self.config.auto_offset_reset != OffsetReset::None =>
+            {
+                // What was fetched before it is still returned; then the position is reset.
+                st.out_of_range = Some(st.fetch_position);
+                Ok(())
+            }
             Err(e) if e.code().is_none() || e.is_retriable_without_effect() => {
                 tracing::debug!(topic = %f.tp.topic, partition = f.tp.partition, error = %e, "fetch failed; retrying");
                 Ok(())
@@ -388,4 +466,13 @@ impl Consumer {
         self.next_turn = self.next_turn.wrapping_add(1);
         out
     }
+}
+
+/// With [`OffsetReset::None`] no partition is marked out of range (the error is returned from
+/// `poll` instead); this answers the impossible case without panicking.
+fn unreachable_reset(tp: &TopicPartition, from: u64) -> Result<OffsetSpec> {
+    Err(Error::Server {
+        code: ErrorCode::OffsetOutOfRange,
+        message: format!("{}/{}: offset {from} is out of range and auto_offset_reset is none", tp.topic, tp.partition),
+    })
 }

@@ -45,8 +45,8 @@ pub mod partitioner;
 pub mod producer;
 pub mod record;
 
-pub use client::{Client, ClientOptions};
-pub use consumer::{Consumer, ConsumerConfig, ConsumerRecord, TopicPartition};
+pub use client::{Client, ClientOptions, DELETE_BELOW_HIGH_WATERMARK};
+pub use consumer::{Consumer, ConsumerConfig, ConsumerRecord, OffsetReset, OffsetResetEvent, TopicPartition};
 pub use coordinator::{CommittedOffset, Coordinator};
 pub use error::{Error, Result};
 pub use producer::{DeliveryFuture, Producer, ProducerConfig};

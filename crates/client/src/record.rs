@@ -127,6 +127,8 @@ pub struct FetchedPartition {
     pub records: Vec<ReceivedRecord>,
     /// The partition's high watermark.
     pub high_watermark: u64,
+    /// The partition's log start offset: records below it are deleted.
+    pub log_start_offset: u64,
     /// The offset to fetch next: past every batch returned, control batches included.
     pub next_offset: u64,
 }

@@ -67,6 +67,22 @@ impl Hosted {
         }
     }
 
+    /// Its live state; a record partition's log start offset is the one it has applied.
+    pub fn state(&self) -> rill_broker::ReplicaState {
+        match self {
+            Self::Records(p) => p.state(),
+            other => other.replica().state(),
+        }
+    }
+
+    /// About how many bytes of records it holds (0 for an internal topic's partition).
+    pub fn retained_bytes(&self) -> u64 {
+        match self {
+            Self::Records(p) => p.retained_bytes(),
+            _ => 0,
+        }
+    }
+
     /// The kind of its topic.
     pub fn kind(&self) -> PartitionKind {
         match self {

@@ -5,7 +5,7 @@ use std::io::Write;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use rill_client::{Consumer, ConsumerConfig, OffsetSpec, TopicPartition};
+use rill_client::{Consumer, ConsumerConfig, OffsetReset, OffsetSpec, TopicPartition};
 use serde_json::json;
 
 use super::{connect, Output};
@@ -45,12 +45,25 @@ pub struct ConsumeArgs {
     /// after each batch of records printed (assign mode: no group membership yet).
     #[arg(long)]
     group: Option<String>,
+    /// When a position is out of range (its records were deleted by retention or `rill topic
+    /// trim`): continue at the `earliest` kept record or at the `latest` end, with a warning
+    /// saying how many offsets were skipped, or stop with an error (`none`).
+    #[arg(long, value_enum, default_value_t = Reset::Earliest)]
+    auto_offset_reset: Reset,
     /// Output format: %t topic, %p partition, %o offset, %k key, %v value, %T timestamp.
     #[arg(long, default_value = "%v")]
     format: String,
     /// `json` prints one JSON object per record instead of --format.
     #[arg(long, value_enum, default_value_t)]
     output: Output,
+}
+
+/// `--auto-offset-reset` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Reset {
+    Earliest,
+    Latest,
+    None,
 }
 
 fn parse_time(s: &str) -> Result<i64, String> {
@@ -79,8 +92,17 @@ pub async fn run(bootstrap: &[String], args: ConsumeArgs) -> anyhow::Result<()> 
         Some(p) => vec![p],
         None => (0..count).collect(),
     };
-    let config =
-        ConsumerConfig { group_id: args.group.clone(), start: OffsetSpec::Latest, ..ConsumerConfig::default() };
+    let auto_offset_reset = match args.auto_offset_reset {
+        Reset::Earliest => OffsetReset::Earliest,
+        Reset::Latest => OffsetReset::Latest,
+        Reset::None => OffsetReset::None,
+    };
+    let config = ConsumerConfig {
+        group_id: args.group.clone(),
+        start: OffsetSpec::Latest,
+        auto_offset_reset,
+        ..ConsumerConfig::default()
+    };
     let mut consumer = Consumer::new(client, config);
     let tps: Vec<TopicPartition> = partitions.iter().map(|p| TopicPartition::new(&args.topic, *p)).collect();
     consumer.assign(tps.clone());
@@ -105,6 +127,16 @@ pub async fn run(bootstrap: &[String], args: ConsumeArgs) -> anyhow::Result<()> 
     loop {
         let wait = idle_limit.map_or(POLL_WAIT, |l| l.min(POLL_WAIT));
         let records = consumer.poll(wait).await.with_context(|| format!("cannot read {}", args.topic))?;
+        for r in consumer.take_resets() {
+            eprintln!(
+                "warning: {}/{}: offset {} is out of range (deleted by retention or a trim?); skipped {} offset(s), continuing at {}",
+                r.tp.topic,
+                r.tp.partition,
+                r.from,
+                r.skipped(),
+                r.to
+            );
+        }
         let mut printed_up_to: BTreeMap<TopicPartition, u64> = BTreeMap::new();
         let mut out = stdout.lock();
         let mut done = false;

@@ -22,7 +22,7 @@ pub enum TopicCommand {
         #[arg(long, default_value_t = 3)]
         replication_factor: u32,
         /// Topic setting `key=value` (repeatable): min.insync.replicas, max.message.bytes,
-        /// replica.lag.time.max.ms.
+        /// replica.lag.time.max.ms, producer.id.expiration.ms, retention.ms, retention.bytes.
         #[arg(long = "config", value_name = "KEY=VALUE")]
         configs: Vec<String>,
     },
@@ -52,6 +52,18 @@ pub enum TopicCommand {
         #[arg(long, value_enum, default_value_t)]
         output: Output,
     },
+    /// Delete a partition's records below an offset (Kafka's DeleteRecords): its log start
+    /// offset moves there, and consumers behind it skip ahead (auto offset reset).
+    Trim {
+        /// Topic name.
+        name: String,
+        /// The partition.
+        #[arg(long)]
+        partition: u32,
+        /// Delete records below this offset; `hw` deletes every committed record.
+        #[arg(long, value_parser = parse_before)]
+        before: i64,
+    },
     /// Delete a topic and its data; the name can be reused.
     Delete {
         /// Topic name.
@@ -75,6 +87,31 @@ fn parse_config(entry: &str) -> anyhow::Result<(String, String)> {
     }
 }
 
+fn parse_before(s: &str) -> Result<i64, String> {
+    if s.eq_ignore_ascii_case("hw") {
+        return Ok(rill_client::DELETE_BELOW_HIGH_WATERMARK);
+    }
+    s.parse::<u64>()
+        .ok()
+        .and_then(|o| i64::try_from(o).ok())
+        .ok_or_else(|| format!("{s:?} is not an offset (a non-negative integer) nor `hw`"))
+}
+
+/// Bytes for people: `512 B`, `3.2 MiB`.
+fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
+    if n < 1024 {
+        return format!("{n} B");
+    }
+    let mut v = n as f64 / 1024.0;
+    let mut unit = 0;
+    while v >= 1024.0 && unit + 1 < UNITS.len() {
+        v /= 1024.0;
+        unit += 1;
+    }
+    format!("{v:.1} {}", UNITS[unit])
+}
+
 /// The JSON shape of a topic description.
 pub fn description_json(d: &TopicDescription) -> serde_json::Value {
     json!({
@@ -91,6 +128,7 @@ pub fn description_json(d: &TopicDescription) -> serde_json::Value {
             "high_watermark": p.high_watermark,
             "log_end_offset": p.log_end_offset,
             "quiescent": p.quiescent,
+            "retained_bytes": p.retained_bytes,
         })).collect::<Vec<_>>(),
         "configs": d.configs.iter().map(|c| (c.key.clone(), json!(c.value))).collect::<serde_json::Map<_, _>>(),
     })
@@ -98,7 +136,17 @@ pub fn description_json(d: &TopicDescription) -> serde_json::Value {
 
 fn print_description(d: &TopicDescription) {
     let mut t = Table::new();
-    t.set_header(vec!["PARTITION", "LEADER", "REPLICAS", "ISR", "LOG START", "HIGH WATERMARK", "LOG END", "PROBLEM"]);
+    t.set_header(vec![
+        "PARTITION",
+        "LEADER",
+        "REPLICAS",
+        "ISR",
+        "LOG START",
+        "HIGH WATERMARK",
+        "LOG END",
+        "RETAINED",
+        "PROBLEM",
+    ]);
     for p in &d.partitions {
         let list = |v: &[u64]| v.iter().map(u64::to_string).collect::<Vec<_>>().join(",");
         let num = |n: i64| {
@@ -116,6 +164,7 @@ fn print_description(d: &TopicDescription) {
             num(p.log_start_offset),
             num(p.high_watermark),
             num(p.log_end_offset),
+            if p.leader.is_some() && !d.internal { human_bytes(p.retained_bytes) } else { "-".to_string() },
             p.error_message.clone(),
         ]);
     }
@@ -184,6 +233,13 @@ pub async fn run(bootstrap: &[String], cmd: TopicCommand) -> anyhow::Result<()> 
                     }
                 }
             }
+        }
+        TopicCommand::Trim { name, partition, before } => {
+            let start = client
+                .delete_records(&name, partition, before)
+                .await
+                .with_context(|| format!("cannot trim {name}/{partition}"))?;
+            println!("trimmed {name}/{partition}: the log start offset is now {start}");
         }
         TopicCommand::Delete { name } => {
             client.delete_topic(&name).await.with_context(|| format!("cannot delete topic {name:?}"))?;

@@ -8,18 +8,20 @@ use rill_meta::{MetaCommand, MetaResult, MetaState, PartitionKind, TopicMeta};
 use rill_proto::admin::admin_server::Admin;
 use rill_proto::admin::{
     AdmitNodeRequest, AdmitNodeResponse, AlterTopicConfigRequest, AlterTopicConfigResponse, CoordinatorKind,
-    CreatePartitionsRequest, CreatePartitionsResponse, CreateTopicRequest, CreateTopicResponse, DeleteTopicRequest,
-    DeleteTopicResponse, DescribeClusterRequest, DescribeClusterResponse, DescribeTopicRequest, DescribeTopicResponse,
-    FindCoordinatorRequest, FindCoordinatorResponse, ListTopicsRequest, ListTopicsResponse, MetadataRequest,
-    MetadataResponse, NodeDescription, PartitionDescription, PartitionMetadata, TopicConfigEntry, TopicDescription,
-    TopicMetadata, TopicSummary,
+    CreatePartitionsRequest, CreatePartitionsResponse, CreateTopicRequest, CreateTopicResponse, DeleteRecordsPartition,
+    DeleteRecordsPartitionResult, DeleteRecordsRequest, DeleteRecordsResponse, DeleteRecordsTopicResult,
+    DeleteTopicRequest, DeleteTopicResponse, DescribeClusterRequest, DescribeClusterResponse, DescribeTopicRequest,
+    DescribeTopicResponse, FindCoordinatorRequest, FindCoordinatorResponse, ListTopicsRequest, ListTopicsResponse,
+    MetadataRequest, MetadataResponse, NodeDescription, PartitionDescription, PartitionMetadata, TopicConfigEntry,
+    TopicDescription, TopicMetadata, TopicSummary,
 };
 use rill_proto::common::{ErrorCode, LeaderHint};
 use rill_proto::internal::PingRequest;
 use tonic::{Request, Response, Status};
 
 use crate::api::authz::{rpc, Authorization, ResourceType};
-use crate::api::limits;
+use crate::api::limits::{self, SeenPartitions};
+use crate::api::routing::local_replica;
 use crate::api::status::{gather, PartitionLive};
 use crate::errors::{self, WireError};
 use crate::node::Node;
@@ -30,6 +32,10 @@ const META_WAIT: Duration = Duration::from_secs(10);
 const PING_TIMEOUT: Duration = Duration::from_millis(500);
 /// A node heard from (its pings) within this long counts as alive in `Metadata` answers.
 const RECENTLY_HEARD: Duration = Duration::from_secs(1);
+/// DeleteRecords' wait for each deletion to be committed when the request gives none.
+const DEFAULT_DELETE_RECORDS_TIMEOUT: Duration = Duration::from_secs(30);
+/// Longest DeleteRecords wait a request may ask for.
+const MAX_DELETE_RECORDS_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// The `Admin` service.
 pub struct AdminApi {
@@ -128,6 +134,7 @@ fn describe_partition(topic: &str, partition: u32, replicas: &[u64], live: &Part
             error_code: ErrorCode::None as i32,
             error_message: String::new(),
             quiescent: l.quiescent,
+            retained_bytes: l.retained_bytes,
         },
         None => PartitionDescription {
             partition,
@@ -149,6 +156,7 @@ fn describe_partition(topic: &str, partition: u32, replicas: &[u64], live: &Part
                 )
             },
             quiescent: false,
+            retained_bytes: 0,
         },
     }
 }
@@ -447,6 +455,38 @@ impl Admin for AdminApi {
         answer(None)
     }
 
+    async fn delete_records(
+        &self,
+        request: Request<DeleteRecordsRequest>,
+    ) -> Result<Response<DeleteRecordsResponse>, Status> {
+        let principal = self.authz.principal(&request);
+        let req = request.into_inner();
+        limits::check_counts("DeleteRecords", req.topics.len(), req.topics.iter().map(|t| t.partitions.len()).sum())?;
+        self.authz.authorize(&principal, rpc::DELETE_RECORDS, &req)?;
+        let timeout = match req.timeout_ms {
+            0 => DEFAULT_DELETE_RECORDS_TIMEOUT,
+            ms => Duration::from_millis(u64::from(ms)).min(MAX_DELETE_RECORDS_TIMEOUT),
+        };
+        let mut seen = SeenPartitions::default();
+        let topics = req.topics.into_iter().map(|t| {
+            let firsts: Vec<bool> = t.partitions.iter().map(|p| seen.first(&t.topic, p.partition)).collect();
+            async move {
+                let parts = t.partitions.iter().zip(firsts).map(|(p, first)| {
+                    let (topic, topic_id) = (&t.topic, &t.topic_id);
+                    async move {
+                        if !first {
+                            return delete_records_error(p, errors::duplicate_partition(topic, p.partition));
+                        }
+                        self.delete_records_one(topic, topic_id, p, timeout).await
+                    }
+                });
+                let partitions = join_all(parts).await;
+                DeleteRecordsTopicResult { topic: t.topic.clone(), partitions }
+            }
+        });
+        Ok(Response::new(DeleteRecordsResponse { topics: join_all(topics).await }))
+    }
+
     async fn find_coordinator(
         &self,
         request: Request<FindCoordinatorRequest>,
@@ -489,6 +529,48 @@ impl Admin for AdminApi {
             }
         };
         Ok(Response::new(answer))
+    }
+}
+
+impl AdminApi {
+    async fn delete_records_one(
+        &self,
+        topic: &str,
+        topic_id: &[u8],
+        p: &DeleteRecordsPartition,
+        timeout: Duration,
+    ) -> DeleteRecordsPartitionResult {
+        let replica = match local_replica(&self.node, topic, topic_id, p.partition) {
+            Ok(r) => r,
+            Err(e) => return delete_records_error(p, e),
+        };
+        let deleted = match rill_rt::timeout(timeout, replica.delete_records(p.offset)).await {
+            Ok(r) => r,
+            Err(_) => Err(rill_broker::PartitionError::Timeout {
+                waited_ms: timeout.as_millis() as u64,
+                what: "the deletion to be committed",
+            }),
+        };
+        match deleted {
+            Ok(low_watermark) => DeleteRecordsPartitionResult {
+                partition: p.partition,
+                error_code: ErrorCode::None as i32,
+                error_message: String::new(),
+                low_watermark: low_watermark as i64,
+                leader: None,
+            },
+            Err(e) => delete_records_error(p, errors::partition(&e, |id| self.node.client_addr(id))),
+        }
+    }
+}
+
+fn delete_records_error(p: &DeleteRecordsPartition, e: WireError) -> DeleteRecordsPartitionResult {
+    DeleteRecordsPartitionResult {
+        partition: p.partition,
+        error_code: e.code as i32,
+        error_message: e.message,
+        low_watermark: -1,
+        leader: e.leader,
     }
 }
 

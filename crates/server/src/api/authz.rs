@@ -20,8 +20,8 @@ use std::sync::Arc;
 
 use rill_proto::admin::{
     AdmitNodeRequest, AlterTopicConfigRequest, CoordinatorKind, CreatePartitionsRequest, CreateTopicRequest,
-    DeleteTopicRequest, DescribeClusterRequest, DescribeTopicRequest, FindCoordinatorRequest, ListTopicsRequest,
-    MetadataRequest,
+    DeleteRecordsRequest, DeleteTopicRequest, DescribeClusterRequest, DescribeTopicRequest, FindCoordinatorRequest,
+    ListTopicsRequest, MetadataRequest,
 };
 use rill_proto::groups::{CommitOffsetsRequest, FetchOffsetsRequest};
 use rill_proto::records::{FetchRequest, InitProducerIdRequest, ListOffsetsRequest, ProduceRequest};
@@ -59,6 +59,8 @@ pub mod rpc {
     pub const FIND_COORDINATOR: &str = "/rill.admin.Admin/FindCoordinator";
     /// `/rill.admin.Admin/AdmitNode`.
     pub const ADMIT_NODE: &str = "/rill.admin.Admin/AdmitNode";
+    /// `/rill.admin.Admin/DeleteRecords`.
+    pub const DELETE_RECORDS: &str = "/rill.admin.Admin/DeleteRecords";
     /// `/rill.groups.Groups/CommitOffsets`.
     pub const COMMIT_OFFSETS: &str = "/rill.groups.Groups/CommitOffsets";
     /// `/rill.groups.Groups/FetchOffsets`.
@@ -191,6 +193,8 @@ pub const RULES: &[Rule] = &[
     },
     // Admitting a node changes the cluster's membership.
     Rule { rpc: rpc::ADMIT_NODE, needs: &[(R::Cluster, Op::Alter, Named)] },
+    // Kafka's DeleteRecords needs Delete on the topic.
+    Rule { rpc: rpc::DELETE_RECORDS, needs: &[(R::Topic, Op::Delete, Named)] },
     Rule { rpc: rpc::COMMIT_OFFSETS, needs: &[(R::Group, Op::Read, Named), (R::Topic, Op::Read, Named)] },
     Rule { rpc: rpc::FETCH_OFFSETS, needs: &[(R::Group, Op::Describe, Named), (R::Topic, Op::Describe, Named)] },
 ];
@@ -298,6 +302,12 @@ fn only(kind: ResourceType, wanted: ResourceType, name: &str) -> Vec<&str> {
 }
 
 impl Resources for ProduceRequest {
+    fn names(&self, kind: ResourceType) -> Vec<&str> {
+        topics(kind, self.topics.iter().map(|t| t.topic.as_str()))
+    }
+}
+
+impl Resources for DeleteRecordsRequest {
     fn names(&self, kind: ResourceType) -> Vec<&str> {
         topics(kind, self.topics.iter().map(|t| t.topic.as_str()))
     }

@@ -276,7 +276,7 @@ impl Records for RecordsApi {
                             error_code: ErrorCode::None as i32,
                             error_message: String::new(),
                             high_watermark: r.high_watermark() as i64,
-                            log_start_offset: r.log().start_position() as i64,
+                            log_start_offset: r.log_start_offset() as i64,
                             batches: Vec::new(),
                             leader: None,
                         }

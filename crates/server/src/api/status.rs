@@ -29,7 +29,7 @@ pub fn local_status(node: &Node, group: GroupId) -> ReplicaStatus {
     match node.replica(group) {
         None => ReplicaStatus { group_id: group, hosted: false, ..Default::default() },
         Some(p) => {
-            let s = p.replica().state();
+            let s = p.state();
             ReplicaStatus {
                 group_id: group,
                 hosted: true,
@@ -41,6 +41,7 @@ pub fn local_status(node: &Node, group: GroupId) -> ReplicaStatus {
                 high_watermark: s.high_watermark as i64,
                 log_end_offset: s.log_end_offset as i64,
                 quiescent: s.quiescent,
+                retained_bytes: p.retained_bytes(),
             }
         }
     }

@@ -1,0 +1,178 @@
+//! Deleting records: `DeleteRecords` (`rill topic trim`) and retention by time and by size move
+//! a partition's log start offset on every replica; fetches below it are refused, and consumers
+//! behind it skip ahead as `auto_offset_reset` says, with the CLI warning about the skip.
+
+use std::time::Duration;
+
+use rill_client::{
+    Acks, Client, Consumer, ConsumerConfig, ErrorCode, OffsetReset, OffsetResetEvent, OffsetSpec, Record,
+    TopicPartition,
+};
+
+use crate::harness::{init_logs, read_all, text, wait_for, wait_for_ok, TestCluster, READY_TIMEOUT};
+use crate::t70_cli::rill;
+
+async fn produce_numbered(client: &Client, topic: &str, batches: u32, per_batch: u32) -> anyhow::Result<()> {
+    for b in 0..batches {
+        let records = (0..per_batch).map(|i| Record::new(format!("v{}", b * per_batch + i))).collect();
+        client.produce(topic, 0, records, Acks::All).await?;
+    }
+    Ok(())
+}
+
+async fn earliest(client: &Client, topic: &str) -> anyhow::Result<u64> {
+    Ok(client.list_offset(topic, 0, OffsetSpec::Earliest).await?)
+}
+
+/// Polls until `consumer` returns records (or fails), within the ready timeout.
+async fn poll_some(consumer: &mut Consumer) -> anyhow::Result<Vec<rill_client::ConsumerRecord>> {
+    let deadline = tokio::time::Instant::now() + READY_TIMEOUT;
+    loop {
+        let records = consumer.poll(Duration::from_millis(500)).await?;
+        if !records.is_empty() {
+            return Ok(records);
+        }
+        anyhow::ensure!(tokio::time::Instant::now() < deadline, "the consumer returned nothing");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_records_moves_the_log_start_on_every_replica() -> anyhow::Result<()> {
+    init_logs();
+    let mut cluster = TestCluster::start(3).await?;
+    let client = cluster.client().await?;
+    cluster.create_topic(&client, "trim", 1, 3, &[]).await?;
+    produce_numbered(&client, "trim", 10, 10).await?;
+
+    assert_eq!(client.delete_records("trim", 0, 35).await?, 35, "the low watermark is answered");
+    assert_eq!(earliest(&client, "trim").await?, 35);
+    let below = client.fetch("trim", 0, Some(34), Duration::ZERO).await.unwrap_err();
+    assert_eq!(below.code(), Some(ErrorCode::OffsetOutOfRange), "{below}");
+    let at = client.fetch("trim", 0, Some(35), Duration::ZERO).await?;
+    assert_eq!(at.records.first().map(|r| (r.offset, text(&r.value))), Some((35, "v35".to_string())));
+    assert_eq!((at.log_start_offset, at.high_watermark), (35, 100));
+    assert_eq!(client.delete_records("trim", 0, 20).await?, 35, "the log start never moves back");
+    let beyond = client.delete_records("trim", 0, 101).await.unwrap_err();
+    assert_eq!(beyond.code(), Some(ErrorCode::OffsetOutOfRange), "{beyond}");
+    assert!(client.delete_records("trim", 0, -2).await.is_err(), "a negative offset other than -1 is refused");
+
+    // The CLI: a readable answer, and a readable refusal.
+    let out = rill(&cluster, &["topic", "trim", "trim", "--partition", "0", "--before", "60"], None)?;
+    assert!(out.status.success(), "trim: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("the log start offset is now 60"));
+    let out = rill(&cluster, &["topic", "trim", "trim", "--partition", "0", "--before", "500"], None)?;
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("out of range"), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = rill(&cluster, &["topic", "describe", "trim", "--output", "json"], None)?;
+    let d: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    assert_eq!(d["partitions"][0]["log_start_offset"], 60, "{d}");
+    assert!(d["partitions"][0]["retained_bytes"].as_u64().is_some_and(|b| b > 0), "{d}");
+
+    // A consumer behind the log start skips ahead, and says so.
+    let tp = TopicPartition::new("trim", 0);
+    let mut consumer = Consumer::new(client.clone(), ConsumerConfig::default());
+    consumer.assign([tp.clone()]);
+    consumer.seek(&tp, 3)?;
+    let records = poll_some(&mut consumer).await?;
+    assert_eq!(records[0].offset, 60);
+    assert_eq!(consumer.take_resets(), vec![OffsetResetEvent { tp: tp.clone(), from: 3, to: 60 }]);
+    let mut strict = Consumer::new(
+        client.clone(),
+        ConsumerConfig { auto_offset_reset: OffsetReset::None, ..ConsumerConfig::default() },
+    );
+    strict.assign([tp.clone()]);
+    strict.seek(&tp, 10)?;
+    let refused = poll_some(&mut strict).await.unwrap_err();
+    let refused = refused.downcast_ref::<rill_client::Error>().and_then(rill_client::Error::code);
+    assert_eq!(refused, Some(ErrorCode::OffsetOutOfRange));
+    let mut latest = Consumer::new(
+        client.clone(),
+        ConsumerConfig { auto_offset_reset: OffsetReset::Latest, ..ConsumerConfig::default() },
+    );
+    latest.assign([tp.clone()]);
+    latest.seek(&tp, 10)?;
+    assert!(latest.poll(Duration::from_millis(300)).await?.is_empty(), "latest skips every stored record");
+    assert_eq!(latest.take_resets(), vec![OffsetResetEvent { tp: tp.clone(), from: 10, to: 100 }]);
+
+    let out =
+        rill(&cluster, &["consume", "trim", "--offset", "5", "--max-messages", "40", "--timeout-ms", "10000"], None)?;
+    assert!(out.status.success(), "consume: {}", String::from_utf8_lossy(&out.stderr));
+    let lines: Vec<String> = String::from_utf8_lossy(&out.stdout).lines().map(str::to_string).collect();
+    assert_eq!(lines.first().map(String::as_str), Some("v60"));
+    assert_eq!(lines.len(), 40);
+    let warning = String::from_utf8_lossy(&out.stderr);
+    assert!(warning.contains("skipped 55 offset(s), continuing at 60"), "{warning}");
+
+    // Every replica applied it: whichever node leads next, through failovers and a full restart.
+    for round in 0..2 {
+        let leader = cluster.wait_for_leaders(&client, "trim").await?.partitions[0].leader.unwrap_or(0);
+        cluster.kill(leader)?;
+        let fresh = cluster.client().await?;
+        wait_for(READY_TIMEOUT, "a new leader", || async {
+            let d = fresh.describe_topic("trim").await.ok()?;
+            d.partitions[0].leader.filter(|l| *l != leader)
+        })
+        .await?;
+        assert_eq!(
+            wait_for_ok(READY_TIMEOUT, "the log start", || earliest(&fresh, "trim")).await?,
+            60,
+            "round {round}"
+        );
+        cluster.start_node(leader)?;
+    }
+    for id in 1..=3 {
+        cluster.kill(id)?;
+    }
+    for id in 1..=3 {
+        cluster.start_node(id)?;
+    }
+    let fresh = cluster.client().await?;
+    cluster.wait_for_leaders(&fresh, "trim").await?;
+    assert_eq!(wait_for_ok(READY_TIMEOUT, "the log start", || earliest(&fresh, "trim")).await?, 60);
+    let below = fresh.fetch("trim", 0, Some(59), Duration::ZERO).await.unwrap_err();
+    assert_eq!(below.code(), Some(ErrorCode::OffsetOutOfRange), "{below}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_deletes_by_time_and_by_size() -> anyhow::Result<()> {
+    init_logs();
+    let cluster = TestCluster::start(3).await?;
+    let client = cluster.client().await?;
+
+    // By time: 1.5 s after the last append, nothing is left (and nothing new arrives).
+    cluster.create_topic(&client, "aged", 1, 3, &[("retention.ms", "1500")]).await?;
+    produce_numbered(&client, "aged", 5, 2).await?;
+    wait_for(READY_TIMEOUT, "retention.ms to delete every record", || async {
+        (earliest(&client, "aged").await.ok()? == 10).then_some(())
+    })
+    .await?;
+    let d = client.describe_topic("aged").await?;
+    assert_eq!((d.partitions[0].log_start_offset, d.partitions[0].high_watermark), (10, 10));
+    assert_eq!(d.partitions[0].retained_bytes, 0);
+    assert!(read_all(&client, "aged", 0).await.is_err(), "offset 0 is gone");
+
+    // By size: 4 MB written under a 1 MiB limit; at least 1 MiB stays, whole units go.
+    let mib = 1u64 << 20;
+    cluster.create_topic(&client, "sized", 1, 3, &[("retention.bytes", "1MiB")]).await?;
+    for b in 0..40u32 {
+        let records = (0..10).map(|i| Record::new(format!("{b}-{i}-{}", "x".repeat(10_000)))).collect();
+        client.produce("sized", 0, records, Acks::All).await?;
+    }
+    let start = wait_for(READY_TIMEOUT, "retention.bytes to delete the oldest units", || async {
+        let s = earliest(&client, "sized").await.ok()?;
+        (s > 0).then_some(s)
+    })
+    .await?;
+    let p = client.describe_topic("sized").await?.partitions[0].clone();
+    assert!(p.retained_bytes >= mib && p.retained_bytes <= 3 * mib, "{p:?}");
+    assert!(start < 400 && start % 10 == 0, "whole entries are deleted, the newest kept: {start}");
+    let mut offset = start;
+    while offset < 400 {
+        let f = client.fetch("sized", 0, Some(offset), Duration::ZERO).await?;
+        anyhow::ensure!(!f.records.is_empty(), "nothing at {offset}");
+        assert_eq!(f.records[0].offset, offset);
+        offset = f.next_offset;
+    }
+    Ok(())
+}
