@@ -17,6 +17,8 @@ pub enum OpKind {
     Send { partition: Partition, value: String },
     /// Read `partition` from `offset`.
     Poll { partition: Partition, offset: u64 },
+    /// Delete the records of `partition` below `before` (`DeleteRecords`).
+    Trim { partition: Partition, before: u64 },
 }
 
 /// How an operation ended.
@@ -28,6 +30,8 @@ pub enum Outcome {
     SendOk { offset: u64 },
     /// The poll returned these (offset, value) records, in order.
     PollOk { records: Vec<(u64, String)> },
+    /// The trim was committed; the partition's log start offset is at least `log_start`.
+    TrimOk { log_start: u64 },
     /// Definitely had no effect.
     Fail(String),
     /// Unknown effect.
@@ -45,6 +49,11 @@ pub struct Op {
     pub kind: OpKind,
     /// How it ended.
     pub outcome: Outcome,
+    /// The history's logical clock when it was invoked.
+    pub invoked_at: u64,
+    /// The logical clock when it completed (`None` while pending): an operation invoked after
+    /// another completed (`invoked_at > completed_at`) followed it in real time.
+    pub completed_at: Option<u64>,
 }
 
 /// A whole run's history plus the final reads taken after healing.
@@ -52,8 +61,13 @@ pub struct Op {
 pub struct History {
     /// Every operation in invocation order.
     pub ops: Vec<Op>,
-    /// What a fresh consumer read from each partition after the cluster healed, from offset 0.
+    /// What a fresh consumer read from each partition after the cluster healed, from its log
+    /// start offset.
     pub final_reads: BTreeMap<Partition, Vec<(u64, String)>>,
+    /// The log start offset each final read began at (0 unless records were deleted).
+    pub final_starts: BTreeMap<Partition, u64>,
+    /// Ticks at every invocation and completion.
+    pub clock: u64,
     /// Whether acknowledged sends promise their offset (acks=all) or not (acks=1, where an
     /// acknowledged write may be lost and its offset reused).
     pub acks_promise_offsets: bool,
@@ -80,6 +94,16 @@ impl History {
         self.ops.iter().filter_map(|op| match (&op.kind, &op.outcome) {
             (OpKind::Poll { partition, offset }, Outcome::PollOk { records }) => {
                 Some((op.process, *partition, *offset, records.as_slice()))
+            }
+            _ => None,
+        })
+    }
+
+    /// Committed trims: (partition, log start afterwards, completion time), in invocation order.
+    pub fn trims(&self) -> impl Iterator<Item = (Partition, u64, u64)> + '_ {
+        self.ops.iter().filter_map(|op| match (&op.kind, &op.outcome, op.completed_at) {
+            (OpKind::Trim { partition, .. }, Outcome::TrimOk { log_start }, Some(at)) => {
+                Some((*partition, *log_start, at))
             }
             _ => None,
         })
@@ -128,20 +152,28 @@ impl Recorder {
     pub fn invoke(&self, process: u32, kind: OpKind) -> usize {
         let mut h = self.lock();
         let id = h.ops.len();
-        h.ops.push(Op { id, process, kind, outcome: Outcome::Pending });
+        h.clock += 1;
+        let invoked_at = h.clock;
+        h.ops.push(Op { id, process, kind, outcome: Outcome::Pending, invoked_at, completed_at: None });
         id
     }
 
     /// Records how operation `id` ended.
     pub fn complete(&self, id: usize, outcome: Outcome) {
-        if let Some(op) = self.lock().ops.get_mut(id) {
+        let mut h = self.lock();
+        h.clock += 1;
+        let now = h.clock;
+        if let Some(op) = h.ops.get_mut(id) {
             op.outcome = outcome;
+            op.completed_at = Some(now);
         }
     }
 
-    /// Records the final read of `partition`.
-    pub fn final_read(&self, partition: Partition, records: Vec<(u64, String)>) {
-        self.lock().final_reads.insert(partition, records);
+    /// Records the final read of `partition`, which began at offset `start`.
+    pub fn final_read(&self, partition: Partition, start: u64, records: Vec<(u64, String)>) {
+        let mut h = self.lock();
+        h.final_starts.insert(partition, start);
+        h.final_reads.insert(partition, records);
     }
 
     /// Number of operations so far.
@@ -169,8 +201,11 @@ pub mod build {
     pub fn history(ops: Vec<(u32, OpKind, Outcome)>, finals: Vec<(Partition, Vec<(u64, &str)>)>) -> History {
         let mut h = History::new(true);
         for (id, (process, kind, outcome)) in ops.into_iter().enumerate() {
-            h.ops.push(Op { id, process, kind, outcome });
+            // Sequential: each op completes before the next is invoked.
+            let invoked_at = 2 * id as u64 + 1;
+            h.ops.push(Op { id, process, kind, outcome, invoked_at, completed_at: Some(invoked_at + 1) });
         }
+        h.clock = 2 * h.ops.len() as u64;
         for (p, recs) in finals {
             h.final_reads.insert(p, recs.into_iter().map(|(o, v)| (o, v.to_string())).collect());
         }
@@ -195,6 +230,16 @@ pub mod build {
     /// A poll result.
     pub fn read(recs: &[(u64, &str)]) -> Outcome {
         Outcome::PollOk { records: recs.iter().map(|(o, v)| (*o, v.to_string())).collect() }
+    }
+
+    /// A trim of partition 0 below `before`.
+    pub fn trim(before: u64) -> OpKind {
+        OpKind::Trim { partition: 0, before }
+    }
+
+    /// A committed trim.
+    pub fn trimmed(log_start: u64) -> Outcome {
+        Outcome::TrimOk { log_start }
     }
 
     /// Unknown outcome.

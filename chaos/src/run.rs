@@ -89,7 +89,7 @@ pub async fn run(scenario: &Scenario) -> Report {
     }
     let sync_latency = Duration::from_micros(rill_rt::rng().gen_range(500..8000));
     trace.record(format!("disk sync latency {sync_latency:?}"));
-    let processes = scenario.producers + scenario.consumers;
+    let processes = scenario.producers + scenario.consumers + u32::from(scenario.trimmer);
     let cluster = Arc::new(SimCluster::start_with(SimOptions {
         nodes: scenario.nodes,
         client_hosts: processes + 1,
@@ -157,10 +157,12 @@ pub async fn run(scenario: &Scenario) -> Report {
         let bootstrap = cluster.bootstrap();
         let w = w.clone();
         let is_producer = i < scenario.producers;
+        let is_trimmer = i >= scenario.producers + scenario.consumers;
         let idempotent = scenario.idempotent;
         workers.push(host.spawn(async move {
             let client = connect(bootstrap).await;
             match (is_producer, idempotent) {
+                _ if is_trimmer => workload::trimmer(i, client, w).await,
                 (true, true) => workload::idempotent_producer(i, client, w).await,
                 (true, false) => workload::producer(i, client, w).await,
                 (false, _) => workload::consumer(i, client, w).await,
@@ -195,6 +197,7 @@ pub async fn run(scenario: &Scenario) -> Report {
     if let Err(e) = wait_for_convergence(&cluster, &groups, LIVENESS_BOUND).await {
         violations.push(Violation { checker: "liveness", detail: e });
     }
+    violations.extend(checkers::deleted_records::check_replicas(&log_starts(&cluster, &groups)));
     sampling.store(false, std::sync::atomic::Ordering::Relaxed);
     let _ = sampler.await;
     let history_so_far = recorder.snapshot();
@@ -254,6 +257,23 @@ pub async fn run(scenario: &Scenario) -> Report {
         trace_hash: trace.hash(),
         events: trace.len(),
     }
+}
+
+/// Each group's replicas with the log start offset each has applied: (node, log start).
+fn log_starts(cluster: &SimCluster, groups: &[GroupId]) -> BTreeMap<GroupId, Vec<(u64, u64)>> {
+    groups
+        .iter()
+        .map(|g| {
+            let starts = cluster
+                .ids()
+                .into_iter()
+                .filter_map(|id| {
+                    cluster.node(id).and_then(|n| n.partition_by_group(*g)).map(|p| (id, p.log_start_offset()))
+                })
+                .collect();
+            (*g, starts)
+        })
+        .collect()
 }
 
 /// Waits until every partition of the workload topic reports a leader.

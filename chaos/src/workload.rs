@@ -1,11 +1,12 @@
-//! Workload processes: producers and assign-mode consumers, recording every operation.
+//! Workload processes: producers, assign-mode consumers and a trimmer (`DeleteRecords`),
+//! recording every operation.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use rand::Rng;
 use rill_client::Compression;
-use rill_client::{Acks, Client, ErrorCode, Record};
+use rill_client::{Acks, Client, ErrorCode, OffsetSpec, Record};
 use rill_rt::Instant;
 
 use crate::history::{OpKind, Outcome, Recorder};
@@ -181,7 +182,32 @@ pub async fn idempotent_producer(process: u32, client: Client, w: Workload) {
     }
 }
 
-/// Reads every partition from offset 0 in order, one poll at a time, until the deadline.
+/// Deletes records every few hundred milliseconds until the deadline: below a random offset
+/// between the partition's last known log start and just past its newest acknowledged record,
+/// so trims land both below and above where consumers are.
+pub async fn trimmer(process: u32, client: Client, w: Workload) {
+    let mut starts: BTreeMap<u32, u64> = BTreeMap::new();
+    while rill_rt::now() < w.deadline {
+        rill_rt::sleep(Duration::from_millis(rill_rt::rng().gen_range(200..800))).await;
+        let partition = rill_rt::rng().gen_range(0..w.partitions);
+        let newest = w.recorder.snapshot().acked_sends().filter(|s| s.1 == partition).map(|s| s.3 + 1).max();
+        let from = starts.get(&partition).copied().unwrap_or(0);
+        let Some(newest) = newest.filter(|n| *n > from) else { continue };
+        let before = rill_rt::rng().gen_range(from..=newest);
+        let id = w.recorder.invoke(process, OpKind::Trim { partition, before });
+        let outcome = match client.delete_records(&w.topic, partition, before as i64).await {
+            Ok(log_start) => {
+                starts.insert(partition, log_start);
+                Outcome::TrimOk { log_start }
+            }
+            Err(e) => Outcome::Info(e.to_string()),
+        };
+        w.recorder.complete(id, outcome);
+    }
+}
+
+/// Reads every partition from offset 0 in order, one poll at a time, until the deadline. A
+/// position whose records were deleted continues at the log start offset.
 pub async fn consumer(process: u32, client: Client, w: Workload) {
     let mut positions: BTreeMap<u32, u64> = (0..w.partitions).map(|p| (p, 0)).collect();
     let mut p = 0;
@@ -202,15 +228,22 @@ pub async fn consumer(process: u32, client: Client, w: Workload) {
                 w.recorder.complete(id, Outcome::PollOk { records });
             }
             Err(e) => {
+                let out_of_range = e.code() == Some(ErrorCode::OffsetOutOfRange);
                 w.recorder.complete(id, Outcome::Info(e.to_string()));
+                if out_of_range {
+                    if let Ok(start) = client.list_offset(&w.topic, p, OffsetSpec::Earliest).await {
+                        positions.insert(p, start.max(offset));
+                    }
+                }
                 rill_rt::sleep(Duration::from_millis(50)).await;
             }
         }
     }
 }
 
-/// After healing: reads each partition from 0 until at least `must_reach[p]` (the end of the
-/// acknowledged data) and the high watermark, retrying errors, within `bound`. Records the reads.
+/// After healing: reads each partition from its log start offset until at least `must_reach[p]`
+/// (the end of the acknowledged data) and the high watermark, retrying errors, within `bound`.
+/// Records the reads and where they began.
 pub async fn final_reads(
     client: Client,
     w: Workload,
@@ -226,8 +259,12 @@ pub async fn final_reads(
                     "partition {p}: acknowledged data up to offset {target} not readable within {bound:?}"
                 ));
             }
+            let Ok(start) = client.list_offset(&w.topic, p, OffsetSpec::Earliest).await else {
+                rill_rt::sleep(Duration::from_millis(200)).await;
+                continue 'attempt;
+            };
             let mut records = Vec::new();
-            let mut offset = 0;
+            let mut offset = start;
             loop {
                 match client.fetch(&w.topic, p, Some(offset), Duration::ZERO).await {
                     Err(_) => {
@@ -236,7 +273,7 @@ pub async fn final_reads(
                     }
                     Ok(f) if f.records.is_empty() => {
                         if offset >= target && offset >= f.high_watermark {
-                            w.recorder.final_read(p, records);
+                            w.recorder.final_read(p, start, records);
                             break 'attempt;
                         }
                         rill_rt::sleep(Duration::from_millis(200)).await;

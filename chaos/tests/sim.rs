@@ -686,6 +686,11 @@ async fn idempotence() {
     scenario("idempotence").await;
 }
 
+#[madsim::test]
+async fn trims() {
+    scenario("trims").await;
+}
+
 /// Not a scenario: prints every scenario with its description (`chaos/run --list`).
 #[madsim::test]
 async fn list_scenarios() {

@@ -2,11 +2,12 @@
 //! means the history is consistent with the guarantee.
 //!
 //! Client-visible (from the [`History`]): [`lost_write`], [`inconsistent_offsets`],
-//! [`duplicates`], [`poll_order`], [`send_order`].
+//! [`duplicates`], [`poll_order`], [`send_order`], [`deleted_records`].
 //! White-box (from replica state only the simulator can see): [`replicas_agree`],
-//! [`watermarks`], [`ack_durability`].
+//! [`watermarks`], [`ack_durability`], [`deleted_records::check_replicas`].
 
 pub mod ack_durability;
+pub mod deleted_records;
 pub mod duplicates;
 pub mod inconsistent_offsets;
 pub mod lost_write;
@@ -42,5 +43,6 @@ pub fn check_history(history: &History) -> Vec<Violation> {
     out.extend(inconsistent_offsets::check(history));
     out.extend(duplicates::check(history));
     out.extend(poll_order::check(history));
+    out.extend(deleted_records::check(history));
     out
 }
