@@ -106,11 +106,19 @@ pub struct ClientLimits {
     /// Concurrent requests (HTTP/2 streams) per client connection; the client is told in the
     /// connection's settings, and a stream beyond is refused.
     pub max_concurrent_streams: u32,
+    /// Bytes of request messages received but not yet answered, across all client connections;
+    /// a request whose message does not fit waits, unread, until others are answered
+    /// (`crate::api::inflight`).
+    pub max_request_bytes_in_flight: u64,
 }
 
 impl Default for ClientLimits {
     fn default() -> Self {
-        Self { max_connections: DEFAULT_MAX_CONNECTIONS, max_concurrent_streams: DEFAULT_MAX_CONCURRENT_STREAMS }
+        Self {
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            max_concurrent_streams: DEFAULT_MAX_CONCURRENT_STREAMS,
+            max_request_bytes_in_flight: DEFAULT_MAX_REQUEST_BYTES_IN_FLIGHT,
+        }
     }
 }
 
@@ -118,6 +126,16 @@ impl Default for ClientLimits {
 pub const DEFAULT_MAX_CONNECTIONS: u32 = 10_000;
 /// Default `[limits] max-concurrent-streams`.
 pub const DEFAULT_MAX_CONCURRENT_STREAMS: u32 = 1_000;
+/// Largest `[limits] max-concurrent-streams`: the client listener's connection window covers the
+/// 64 KiB window of every stream (so streams waiting for the request bytes budget cannot stall
+/// the one holding it, `api::inflight`), and HTTP/2 windows are at most 2 GiB.
+pub const MAX_CONCURRENT_STREAMS_CEILING: u32 = 32_767;
+/// Default `[limits] max-request-bytes-in-flight`: 256 MiB, four of the largest request
+/// messages, or 256 produce requests of a full 1 MiB batch, at once.
+pub const DEFAULT_MAX_REQUEST_BYTES_IN_FLIGHT: u64 = 256 << 20;
+/// Smallest `[limits] max-request-bytes-in-flight`: the largest request message, so that one
+/// message always fits.
+pub const MIN_MAX_REQUEST_BYTES_IN_FLIGHT: u64 = rill_proto::MAX_GRPC_MESSAGE_BYTES as u64;
 
 /// How node-to-node traffic is secured.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -232,6 +250,8 @@ struct FileConfig {
 struct FileLimits {
     max_connections: Option<u32>,
     max_concurrent_streams: Option<u32>,
+    #[serde(default, deserialize_with = "byte_size")]
+    max_request_bytes_in_flight: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -280,6 +300,44 @@ fn duration<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<Option<Durat
         .map_err(|e| serde::de::Error::custom(format!("{s:?} is not a duration like \"500ms\": {e}")))
 }
 
+/// A byte count: an integer, or a string with a binary unit (`"256MiB"`).
+fn byte_size<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<Option<u64>, D::Error> {
+    struct Visitor;
+    impl serde::de::Visitor<'_> for Visitor {
+        type Value = u64;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a byte count like 268435456 or \"256MiB\"")
+        }
+        fn visit_u64<E: serde::de::Error>(self, n: u64) -> std::result::Result<u64, E> {
+            Ok(n)
+        }
+        fn visit_i64<E: serde::de::Error>(self, n: i64) -> std::result::Result<u64, E> {
+            u64::try_from(n).map_err(|_| E::custom(format!("{n} is not a byte count")))
+        }
+        fn visit_str<E: serde::de::Error>(self, s: &str) -> std::result::Result<u64, E> {
+            parse_bytes(s).map_err(E::custom)
+        }
+    }
+    d.deserialize_any(Visitor).map(Some)
+}
+
+/// Parses a byte count: digits, optionally followed by `B`, `KiB`, `MiB` or `GiB`.
+pub fn parse_bytes(s: &str) -> std::result::Result<u64, String> {
+    let s = s.trim();
+    let digits = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (number, unit) = s.split_at(digits);
+    let bad = || format!("{s:?} is not a byte count like \"256MiB\" (units: B, KiB, MiB, GiB)");
+    let shift = match unit.trim() {
+        "" | "B" => 0,
+        "KiB" => 10,
+        "MiB" => 20,
+        "GiB" => 30,
+        _ => return Err(bad()),
+    };
+    let n: u64 = number.parse().map_err(|_| bad())?;
+    n.checked_mul(1 << shift).ok_or_else(bad)
+}
+
 fn parse_file(text: &str, path: &Path) -> Result<FileConfig> {
     let mut unknown = Vec::new();
     let de = toml::Deserializer::new(text);
@@ -289,7 +347,7 @@ fn parse_file(text: &str, path: &Path) -> Result<FileConfig> {
         return Err(Error::Config(format!(
             "{}: unknown key(s) {}; known keys: node-id, listen, advertise, internal-listen, internal-advertise, data-dir, [cluster] members, [cluster] join, [cluster] auto-leader-rebalance, \
              [cluster] consumer-offsets-partitions, [cluster] transaction-state-partitions, [tls] ca, cert, key, insecure-internal, [raft] heartbeat-interval, \
-             election-timeout-min, election-timeout-max, quiesce-after, [log] level, format, [limits] max-connections, max-concurrent-streams",
+             election-timeout-min, election-timeout-max, quiesce-after, [log] level, format, [limits] max-connections, max-concurrent-streams, max-request-bytes-in-flight",
             path.display(),
             unknown.join(", ")
         )));
@@ -378,6 +436,10 @@ pub struct Args {
     /// Most concurrent requests per client connection (default: 1000).
     #[arg(long, env = "RILL_MAX_CONCURRENT_STREAMS")]
     pub max_concurrent_streams: Option<u32>,
+    /// Most bytes of client requests received but not yet answered, node-wide (e.g. 256MiB, the
+    /// default; at least 64MiB). Requests beyond wait.
+    #[arg(long, env = "RILL_MAX_REQUEST_BYTES_IN_FLIGHT", value_parser = parse_bytes)]
+    pub max_request_bytes_in_flight: Option<u64>,
 }
 
 impl Args {
@@ -453,20 +515,23 @@ impl Args {
             self.log_format.or(file.log.format).unwrap_or(LogFormat::Text),
         )?;
         config.internal_tls = internal_tls;
-        config.client_limits = client_limits(
-            self.max_connections.or(file.limits.max_connections),
-            self.max_concurrent_streams.or(file.limits.max_concurrent_streams),
-        )?;
+        config.client_limits = client_limits(FileLimits {
+            max_connections: self.max_connections.or(file.limits.max_connections),
+            max_concurrent_streams: self.max_concurrent_streams.or(file.limits.max_concurrent_streams),
+            max_request_bytes_in_flight: self.max_request_bytes_in_flight.or(file.limits.max_request_bytes_in_flight),
+        })?;
         Ok(config)
     }
 }
 
-/// The `[limits]` settings, each at least 1.
-fn client_limits(max_connections: Option<u32>, max_concurrent_streams: Option<u32>) -> Result<ClientLimits> {
+/// The `[limits]` settings as given: the counts at least 1, the byte budget at least one
+/// largest message.
+fn client_limits(given: FileLimits) -> Result<ClientLimits> {
     let defaults = ClientLimits::default();
     let limits = ClientLimits {
-        max_connections: max_connections.unwrap_or(defaults.max_connections),
-        max_concurrent_streams: max_concurrent_streams.unwrap_or(defaults.max_concurrent_streams),
+        max_connections: given.max_connections.unwrap_or(defaults.max_connections),
+        max_concurrent_streams: given.max_concurrent_streams.unwrap_or(defaults.max_concurrent_streams),
+        max_request_bytes_in_flight: given.max_request_bytes_in_flight.unwrap_or(defaults.max_request_bytes_in_flight),
     };
     for (key, n) in
         [("max-connections", limits.max_connections), ("max-concurrent-streams", limits.max_concurrent_streams)]
@@ -474,6 +539,21 @@ fn client_limits(max_connections: Option<u32>, max_concurrent_streams: Option<u3
         if n == 0 {
             return Err(Error::Config(format!("[limits] {key} must be at least 1")));
         }
+    }
+    if limits.max_concurrent_streams > MAX_CONCURRENT_STREAMS_CEILING {
+        return Err(Error::Config(format!(
+            "[limits] max-concurrent-streams must be at most {MAX_CONCURRENT_STREAMS_CEILING} (the streams' flow-control \
+             windows must fit in their connection's), got {}",
+            limits.max_concurrent_streams
+        )));
+    }
+    if limits.max_request_bytes_in_flight < MIN_MAX_REQUEST_BYTES_IN_FLIGHT {
+        return Err(Error::Config(format!(
+            "[limits] max-request-bytes-in-flight must be at least {} MiB, the largest request message, so that one \
+             message always fits; got {} bytes",
+            MIN_MAX_REQUEST_BYTES_IN_FLIGHT >> 20,
+            limits.max_request_bytes_in_flight
+        )));
     }
     Ok(limits)
 }
@@ -701,11 +781,44 @@ heartbeat-interval = "50ms"
         let args =
             Args::parse_from(["rill-server", "--config", path.to_str().unwrap(), "--max-concurrent-streams", "7"]);
         let c = args.load().unwrap();
-        assert_eq!(c.client_limits, ClientLimits { max_connections: 50, max_concurrent_streams: 7 });
+        assert_eq!(
+            c.client_limits,
+            ClientLimits {
+                max_connections: 50,
+                max_concurrent_streams: 7,
+                max_request_bytes_in_flight: DEFAULT_MAX_REQUEST_BYTES_IN_FLIGHT
+            }
+        );
         let defaults = Args::parse_from(["rill-server", "--config", write(dir.path(), GOOD).to_str().unwrap()]);
         assert_eq!(defaults.load().unwrap().client_limits, ClientLimits::default());
         let zero = Args::parse_from(["rill-server", "--config", path.to_str().unwrap(), "--max-connections", "0"]);
         assert!(zero.load().unwrap_err().to_string().contains("max-connections must be at least 1"));
+        let many =
+            Args::parse_from(["rill-server", "--config", path.to_str().unwrap(), "--max-concurrent-streams", "32768"]);
+        assert!(many.load().unwrap_err().to_string().contains("max-concurrent-streams must be at most 32767"));
+    }
+
+    #[test]
+    fn the_request_bytes_budget_takes_units_and_holds_one_largest_message() {
+        let dir = tempfile::tempdir().unwrap();
+        let budget = |text: &str, flag: Option<&str>| {
+            let path = write(dir.path(), &format!("{GOOD}[limits]\n{text}\n"));
+            let mut args = vec!["rill-server", "--config", path.to_str().unwrap()];
+            args.extend(flag.map(|f| ["--max-request-bytes-in-flight", f]).into_iter().flatten());
+            Args::parse_from(args).load().map(|c| c.client_limits.max_request_bytes_in_flight)
+        };
+        assert_eq!(budget("max-request-bytes-in-flight = \"512MiB\"", None).unwrap(), 512 << 20);
+        assert_eq!(budget("max-request-bytes-in-flight = 134217728", None).unwrap(), 128 << 20);
+        assert_eq!(budget("max-request-bytes-in-flight = \"512MiB\"", Some("1GiB")).unwrap(), 1 << 30);
+        assert_eq!(budget("", None).unwrap(), DEFAULT_MAX_REQUEST_BYTES_IN_FLIGHT);
+        let small = budget("max-request-bytes-in-flight = \"1MiB\"", None).unwrap_err().to_string();
+        assert!(small.contains("must be at least 64 MiB, the largest request message"), "{small}");
+        assert!(budget("", Some("0")).unwrap_err().to_string().contains("must be at least 64 MiB"));
+        let unit = budget("max-request-bytes-in-flight = \"256MB\"", None).unwrap_err().to_string();
+        assert!(unit.contains("units: B, KiB, MiB, GiB"), "{unit}");
+        assert!(budget("max-request-bytes-in-flight = -1", None).is_err());
+        assert_eq!(parse_bytes("64 KiB"), Ok(64 << 10));
+        assert!(parse_bytes("99999999999999GiB").is_err());
     }
 
     #[test]

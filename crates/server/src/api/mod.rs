@@ -8,8 +8,9 @@
 //!   client port cannot act as a node (docs/security.md).
 //!
 //! [`connections`] bounds the client connections open at once (real builds; the client
-//! listener also caps concurrent requests per connection, `[limits]`), [`limits`] bounds what
-//! one public request may name before a handler looks at it, and
+//! listener also caps concurrent requests per connection, `[limits]`), [`inflight`] bounds the
+//! bytes of requests received and not yet answered across all of them (real builds), [`limits`]
+//! bounds what one public request may name before a handler looks at it, and
 //! [`authz`] maps every public RPC to the (resource, operation) pairs it needs and checks them
 //! before the handler works.
 
@@ -19,6 +20,8 @@ pub mod cluster;
 #[cfg(not(madsim))]
 pub mod connections;
 pub mod groups;
+#[cfg(not(madsim))]
+pub mod inflight;
 pub mod limits;
 pub mod records;
 pub mod routing;
@@ -81,11 +84,11 @@ async fn serve_public(node: Arc<Node>, shutdown: impl Future<Output = ()> + Send
     let limits = node.config().client_limits;
     #[cfg(not(madsim))]
     {
-        // At most `max-connections` open, at most `max-concurrent-streams` requests in each.
+        // At most `max-connections` open.
         let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| failed(&e))?;
         let max_connections = usize::try_from(limits.max_connections).unwrap_or(usize::MAX);
-        tonic::transport::Server::builder()
-            .max_concurrent_streams(limits.max_concurrent_streams)
+        let budget = inflight::Budget::new(limits.max_request_bytes_in_flight, MAX_GRPC_MESSAGE_BYTES);
+        public_server(&limits, &budget)
             .add_service(records)
             .add_service(admin)
             .add_service(groups)
@@ -105,6 +108,22 @@ async fn serve_public(node: Arc<Node>, shutdown: impl Future<Output = ()> + Send
             .await
             .map_err(|e| failed(&e))
     }
+}
+
+/// The client listener's HTTP/2 settings (real builds): at most `max-concurrent-streams` requests
+/// in each connection, their messages taken from `budget` before they are read, and flow-control
+/// windows under which waiting for the budget cannot stall a connection (`inflight`).
+#[cfg(not(madsim))]
+fn public_server(
+    limits: &crate::config::ClientLimits,
+    budget: &Arc<inflight::Budget>,
+) -> tonic::transport::Server<tower_layer::Stack<inflight::InflightLayer, tower_layer::Identity>> {
+    let windows = inflight::Http2Windows::for_streams(limits.max_concurrent_streams);
+    tonic::transport::Server::builder()
+        .max_concurrent_streams(limits.max_concurrent_streams)
+        .initial_stream_window_size(windows.stream)
+        .initial_connection_window_size(windows.connection)
+        .layer(budget.layer())
 }
 
 /// The internal listener: node-to-node services only.
