@@ -127,9 +127,9 @@ pub const DEFAULT_MAX_CONNECTIONS: u32 = 10_000;
 /// Default `[limits] max-concurrent-streams`.
 pub const DEFAULT_MAX_CONCURRENT_STREAMS: u32 = 1_000;
 /// Largest `[limits] max-concurrent-streams`: the client listener's connection window covers the
-/// 64 KiB window of every stream (so streams waiting for the request bytes budget cannot stall
+/// 1 MiB window of every stream (so streams waiting for the request bytes budget cannot stall
 /// the one holding it, `api::inflight`), and HTTP/2 windows are at most 2 GiB.
-pub const MAX_CONCURRENT_STREAMS_CEILING: u32 = 32_767;
+pub const MAX_CONCURRENT_STREAMS_CEILING: u32 = 2_047;
 /// Default `[limits] max-request-bytes-in-flight`: 256 MiB, four of the largest request
 /// messages, or 256 produce requests of a full 1 MiB batch, at once.
 pub const DEFAULT_MAX_REQUEST_BYTES_IN_FLIGHT: u64 = 256 << 20;
@@ -794,8 +794,8 @@ heartbeat-interval = "50ms"
         let zero = Args::parse_from(["rill-server", "--config", path.to_str().unwrap(), "--max-connections", "0"]);
         assert!(zero.load().unwrap_err().to_string().contains("max-connections must be at least 1"));
         let many =
-            Args::parse_from(["rill-server", "--config", path.to_str().unwrap(), "--max-concurrent-streams", "32768"]);
-        assert!(many.load().unwrap_err().to_string().contains("max-concurrent-streams must be at most 32767"));
+            Args::parse_from(["rill-server", "--config", path.to_str().unwrap(), "--max-concurrent-streams", "2048"]);
+        assert!(many.load().unwrap_err().to_string().contains("max-concurrent-streams must be at most 2047"));
     }
 
     #[test]

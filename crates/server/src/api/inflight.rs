@@ -55,10 +55,11 @@ use crate::config::MAX_CONCURRENT_STREAMS_CEILING;
 /// Length of a gRPC message's prefix: a compressed flag and a u32 big-endian length.
 const PREFIX_BYTES: usize = 5;
 
-/// Stream window on the client listener: HTTP/2's own default (65,535, rounded up). It is what a
-/// stream waiting for the budget may hold unread, so it multiplies with every open stream; one
-/// stream moves a 1 MiB batch in 16 round trips of its window.
-pub const CLIENT_STREAM_WINDOW_BYTES: u32 = 64 << 10;
+/// Stream window on the client listener: hyper's default, 1 MiB. It is what a stream waiting for
+/// the budget may hold unread, so it multiplies with every open stream. A 64 KiB window (HTTP/2's
+/// own default) cost 5-8% of acks=all throughput, every round of an A/B run
+/// (docs/benchmarks.md, "The request bytes budget"): a 1 MiB batch then needs 16 round trips.
+pub const CLIENT_STREAM_WINDOW_BYTES: u32 = 1 << 20;
 
 /// Largest flow-control window HTTP/2 allows (2^31 - 1).
 const MAX_HTTP2_WINDOW_BYTES: u32 = (1 << 31) - 1;
