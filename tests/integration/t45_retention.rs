@@ -176,3 +176,75 @@ async fn retention_deletes_by_time_and_by_size() -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_down_during_retention_comes_back_with_the_same_log() -> anyhow::Result<()> {
+    init_logs();
+    let mut cluster = TestCluster::start(3).await?;
+    let client = cluster.client().await?;
+    let mib = 1u64 << 20;
+    // A dead follower holds acks=all writes until it leaves the ISR: let that be quick.
+    let configs = [("retention.bytes", "1MiB"), ("replica.lag.time.max.ms", "2000")];
+    cluster.create_topic(&client, "kept", 1, 3, &configs).await?;
+    cluster.create_topic(&client, "idle", 1, 3, &[]).await?;
+    client.produce("idle", 0, vec![Record::new("quiet")], Acks::All).await?;
+    let d = cluster.wait_for_leaders(&client, "kept").await?;
+    let leader = d.partitions[0].leader.unwrap_or(0);
+    let follower = d.partitions[0].replicas.iter().copied().find(|r| *r != leader).unwrap_or(0);
+    cluster.kill(follower)?;
+
+    // 3x the retention while the follower is down: the leader moves the log start past it.
+    let value = |b: u32, i: u32| format!("{b}-{i}-{}", "k".repeat(10_000));
+    for b in 0..30u32 {
+        client.produce("kept", 0, (0..10).map(|i| Record::new(value(b, i))).collect(), Acks::All).await?;
+    }
+    let start = wait_for(READY_TIMEOUT, "retention to move the log start", || async {
+        let s = earliest(&client, "kept").await.ok()?;
+        (s > 0).then_some(s)
+    })
+    .await?;
+    let before = read_all_from(&client, "kept", start).await?;
+    assert_eq!(before.len() as u64, 300 - start, "every record from the log start on");
+
+    // The follower comes back, catches up (the trims are entries of the log it replays), and
+    // leads: the same log start, high watermark and records, and the numbering goes on.
+    cluster.start_node(follower)?;
+    wait_for(READY_TIMEOUT, "the follower back in the ISR", || async {
+        let d = client.describe_topic("kept").await.ok()?;
+        d.partitions[0].isr.contains(&follower).then_some(())
+    })
+    .await?;
+    cluster.kill(leader)?;
+    let fresh = cluster.client().await?;
+    wait_for(READY_TIMEOUT, "a new leader", || async {
+        let d = fresh.describe_topic("kept").await.ok()?;
+        d.partitions[0].leader.filter(|l| *l != leader)
+    })
+    .await?;
+    let now = wait_for_ok(READY_TIMEOUT, "the log start", || earliest(&fresh, "kept")).await?;
+    assert!(now >= start, "the log start never moves back: {now} < {start}");
+    let after = read_all_from(&fresh, "kept", now).await?;
+    let expected: Vec<_> = before.iter().filter(|(o, _)| *o >= now).cloned().collect();
+    assert_eq!(after, expected, "the same records at the same offsets");
+    let ack = fresh.produce("kept", 0, vec![Record::new("next")], Acks::All).await?;
+    assert_eq!(ack.base_offset, Some(300), "new appends continue the numbering");
+    let p = fresh.describe_topic("kept").await?.partitions[0].clone();
+    assert!(p.retained_bytes >= mib && p.retained_bytes <= 3 * mib, "{p:?}");
+    assert_eq!(read_all(&fresh, "idle", 0).await?.len(), 1, "the idle topic keeps its record");
+    Ok(())
+}
+
+/// Every (offset, value) of partition 0 of `topic` from `start` to the high watermark.
+async fn read_all_from(client: &Client, topic: &str, start: u64) -> anyhow::Result<Vec<(u64, String)>> {
+    let mut out = Vec::new();
+    let mut offset = start;
+    loop {
+        let f = client.fetch(topic, 0, Some(offset), Duration::ZERO).await?;
+        if f.records.is_empty() {
+            anyhow::ensure!(offset >= f.high_watermark, "nothing at {offset} below {}", f.high_watermark);
+            return Ok(out);
+        }
+        offset = f.next_offset;
+        out.extend(f.records.iter().map(|r| (r.offset, text(&r.value))));
+    }
+}
