@@ -90,15 +90,23 @@ class Cluster:
             self.refresh(topic)
         return len(self.leaders[topic])
 
-    def records_stub(self, topic, partition):
-        """The Records stub of the partition's leader, waiting for an election if needed."""
+    def leader_address(self, topic, partition):
+        """The address of the partition's leader, waiting for an election if needed."""
         for _ in range(50):
             leader = self.leaders.get(topic, [None] * (partition + 1))[partition]
             if leader is not None and leader in self.addresses:
-                return records_pb2_grpc.RecordsStub(self.channel(self.addresses[leader]))
+                return self.addresses[leader]
             time.sleep(0.2)
             self.refresh(topic)
         raise SystemExit(f"no leader for {topic}/{partition}")
+
+    def records_stub(self, topic, partition):
+        """The Records stub of the partition's leader (Produce, Fetch, ListOffsets)."""
+        return records_pb2_grpc.RecordsStub(self.channel(self.leader_address(topic, partition)))
+
+    def leader_admin_stub(self, topic, partition):
+        """The Admin stub of the partition's leader (DeleteRecords is answered there)."""
+        return admin_pb2_grpc.AdminStub(self.channel(self.leader_address(topic, partition)))
 
     def follow_hint(self, topic, partition, hint):
         """After NOT_LEADER_OR_FOLLOWER: use the hinted leader, or refresh metadata."""
