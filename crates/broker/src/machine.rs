@@ -6,6 +6,7 @@
 //! consumer can start from a point in time without scanning the whole log.
 //! Producer state (idempotence) and transaction state will live here.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
@@ -30,12 +31,20 @@ pub struct SharedState {
     pub index: Arc<Mutex<SparseIndex>>,
     /// Idempotent producers' last batches.
     pub producers: Arc<Mutex<ProducerStates>>,
+    /// Bytes of entries the newest snapshot covers (its index's `appended`): how much a restart
+    /// re-applies is the index's `appended` minus this.
+    pub snapshotted_bytes: Arc<AtomicU64>,
 }
 
 impl SharedState {
     /// Fresh shared state (high watermark 0, empty index, no producers).
     pub fn new() -> Self {
-        Self { hw: Arc::new(watch::channel(0).0), index: Arc::default(), producers: Arc::default() }
+        Self {
+            hw: Arc::new(watch::channel(0).0),
+            index: Arc::default(),
+            producers: Arc::default(),
+            snapshotted_bytes: Arc::default(),
+        }
     }
 
     /// A state machine writing into this shared state.
@@ -126,6 +135,7 @@ impl GroupStateMachine for PartitionStateMachine {
             }
         };
         snap.producers = self.shared.producers.lock().unwrap_or_else(|p| p.into_inner()).to_proto();
+        self.shared.snapshotted_bytes.store(snap.appended_bytes, Ordering::Relaxed);
         Ok(snap.encode_to_vec().into())
     }
 
@@ -160,6 +170,7 @@ impl GroupStateMachine for PartitionStateMachine {
             log_start: s.log_start_offset,
         };
         let producers = ProducerStates::from_proto(s.producers)?;
+        self.shared.snapshotted_bytes.store(index.appended, Ordering::Relaxed);
         *self.shared.index.lock().unwrap_or_else(|p| p.into_inner()) = index;
         *self.shared.producers.lock().unwrap_or_else(|p| p.into_inner()) = producers;
         Ok(())
@@ -184,6 +195,7 @@ mod tests {
         shared.index.lock().unwrap().trim(4);
         shared.producers.lock().unwrap().apply_batch(5, 1, 0, 2, 3, 7_000);
         let snap = sm.snapshot().unwrap();
+        assert_eq!(shared.snapshotted_bytes.load(Ordering::Relaxed), 200, "the snapshot covers both entries");
         let before = shared.index.lock().unwrap().clone();
         *shared.index.lock().unwrap() = SparseIndex::default();
         *shared.producers.lock().unwrap() = ProducerStates::default();

@@ -93,6 +93,8 @@ pub struct Partition {
     pub(crate) replica: Replica,
     pub(crate) sm: SmStore<PartitionStateMachine>,
     pub(crate) index: Arc<Mutex<SparseIndex>>,
+    /// Bytes of entries the newest snapshot covers.
+    pub(crate) snapshotted_bytes: Arc<std::sync::atomic::AtomicU64>,
     pub(crate) producers: Arc<Mutex<ProducerStates>>,
     pub(crate) gate: Arc<rill_rt::sync::Mutex<Gate>>,
     /// Signalled whenever a batch enters the gate (for batches waiting on a predecessor).
@@ -138,6 +140,7 @@ impl Partition {
             replica,
             sm,
             index: shared.index,
+            snapshotted_bytes: shared.snapshotted_bytes,
             producers: shared.producers,
             gate: Arc::default(),
             gate_changed: rill_rt::sync::Notify::new(),
@@ -277,6 +280,12 @@ impl Partition {
         logical.max(self.log.start_position())
     }
 
+    /// Bytes of entries applied since the newest snapshot of this replica.
+    pub fn bytes_since_snapshot(&self) -> u64 {
+        let appended = self.index.lock().unwrap_or_else(|p| p.into_inner()).appended;
+        appended.saturating_sub(self.snapshotted_bytes.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
     /// About how many bytes of entries this replica holds at or above its log start offset.
     pub fn retained_bytes(&self) -> u64 {
         self.index.lock().unwrap_or_else(|p| p.into_inner()).retained_bytes()
@@ -312,10 +321,17 @@ impl Partition {
     }
 }
 
-/// How often a leader checks its partition's retention.
+/// How often a leader checks its partition's retention (and every replica its snapshot).
 pub const RETENTION_CHECK_EVERY: Duration = Duration::from_secs(5);
 
-/// While this replica leads: proposes forgetting producers idle longer than
+/// A replica snapshots its state machine once this many bytes of entries were applied since its
+/// last snapshot (besides every 10,000 entries): a restart re-applies the log after the newest
+/// snapshot, so this bounds the bytes a restart reads per partition. (A record partition's
+/// snapshot is small — the index and producer state — and its log is not purged behind it.)
+pub const SNAPSHOT_EVERY_BYTES: u64 = 64 << 20;
+
+/// On every replica: snapshots after [`SNAPSHOT_EVERY_BYTES`] of entries. While this replica
+/// leads: proposes forgetting producers idle longer than
 /// `producer.id.expiration.ms`, and moving the log start offset past what `retention.ms` and
 /// `retention.bytes` no longer keep — so every replica forgets and deletes at the same point of
 /// the log. Retention is checked every [`RETENTION_CHECK_EVERY`] (sooner for a shorter
@@ -325,6 +341,11 @@ async fn housekeeping(partition: std::sync::Weak<Partition>) {
     loop {
         let Some(p) = partition.upgrade() else { return };
         let config = p.config();
+        if p.bytes_since_snapshot() >= SNAPSHOT_EVERY_BYTES {
+            if let Err(e) = p.raft.trigger().snapshot().await {
+                tracing::debug!(group = p.group, error = %e, "could not start a snapshot");
+            }
+        }
         if p.leader_term().is_some() {
             if let Err(e) = p.enforce_retention(&config).await {
                 tracing::debug!(group = p.group, error = %e, "could not enforce retention");
