@@ -8,6 +8,7 @@ use rand::Rng;
 use rill_client::Acks;
 use rill_raft::GroupId;
 
+use crate::checkers::deleted_records::ReplicaStart;
 use crate::checkers::{self, Violation};
 use crate::cluster::{connect, SimCluster, SimOptions};
 use crate::faults::{self, FaultCounts};
@@ -67,6 +68,20 @@ fn elapsed() -> Duration {
     madsim::time::TimeHandle::current().elapsed()
 }
 
+/// How much longer a generated scenario's fault phase is with `RILL_SIM_LONG` set
+/// (`chaos/run --long`): ten times the operations and faults per seed.
+pub const LONG_FACTOR: u32 = 10;
+
+/// The fault phase of `scenario` in this run: `LONG_FACTOR` times longer with `RILL_SIM_LONG`.
+fn fault_phase(scenario: &Scenario) -> Duration {
+    let long = std::env::var("RILL_SIM_LONG").is_ok_and(|v| !v.is_empty() && v != "0");
+    if long {
+        scenario.fault_phase * LONG_FACTOR
+    } else {
+        scenario.fault_phase
+    }
+}
+
 /// Switches on the mutation named in `RILL_MUTATION`, if any. Returns its name.
 pub fn arm_mutation() -> Option<&'static str> {
     let name = std::env::var("RILL_MUTATION").ok().filter(|n| !n.is_empty())?;
@@ -87,6 +102,8 @@ pub async fn run(scenario: &Scenario) -> Report {
         println!("mutation: {m}");
         trace.record(format!("mutation {m}"));
     }
+    let phase = fault_phase(scenario);
+    trace.record(format!("fault phase {phase:?}"));
     let sync_latency = Duration::from_micros(rill_rt::rng().gen_range(500..8000));
     trace.record(format!("disk sync latency {sync_latency:?}"));
     let processes = scenario.producers + scenario.consumers + u32::from(scenario.trimmer);
@@ -146,7 +163,7 @@ pub async fn run(scenario: &Scenario) -> Report {
         acks,
         required_copies: required,
         produce_timeout: Duration::from_secs(2),
-        deadline: rill_rt::now() + scenario.fault_phase,
+        deadline: rill_rt::now() + phase,
         retry_grace: Duration::from_secs(30),
         recorder: recorder.clone(),
         oracle: oracle.clone(),
@@ -184,7 +201,7 @@ pub async fn run(scenario: &Scenario) -> Report {
     };
     let enabled = faults::enabled_faults(scenario.faults);
     trace.record(format!("enabled faults {enabled:?}"));
-    let fault_counts = faults::inject(&cluster, &enabled, scenario.fault_phase, &trace).await;
+    let fault_counts = faults::inject(&cluster, &enabled, phase, &trace).await;
     for worker in workers {
         let _ = worker.await;
     }
@@ -197,7 +214,9 @@ pub async fn run(scenario: &Scenario) -> Report {
     if let Err(e) = wait_for_convergence(&cluster, &groups, LIVENESS_BOUND).await {
         violations.push(Violation { checker: "liveness", detail: e });
     }
-    violations.extend(checkers::deleted_records::check_replicas(&log_starts(&cluster, &groups)));
+    let starts = log_starts(&cluster, &groups);
+    trace.record(format!("log starts (node, applied index, start) {starts:?}"));
+    violations.extend(checkers::deleted_records::check_replicas(&starts));
     sampling.store(false, std::sync::atomic::Ordering::Relaxed);
     let _ = sampler.await;
     let history_so_far = recorder.snapshot();
@@ -259,16 +278,18 @@ pub async fn run(scenario: &Scenario) -> Report {
     }
 }
 
-/// Each group's replicas with the log start offset each has applied: (node, log start).
-fn log_starts(cluster: &SimCluster, groups: &[GroupId]) -> BTreeMap<GroupId, Vec<(u64, u64)>> {
+/// Each group's replicas with the last log index each applied and its log start offset.
+fn log_starts(cluster: &SimCluster, groups: &[GroupId]) -> BTreeMap<GroupId, Vec<ReplicaStart>> {
     groups
         .iter()
         .map(|g| {
             let starts = cluster
                 .ids()
                 .into_iter()
-                .filter_map(|id| {
-                    cluster.node(id).and_then(|n| n.partition_by_group(*g)).map(|p| (id, p.log_start_offset()))
+                .filter_map(|id| cluster.node(id).and_then(|n| n.partition_by_group(*g)).map(|p| (id, p)))
+                .map(|(id, p)| {
+                    let applied = p.state_machine().applied().log_id.map_or(0, |l| l.index);
+                    (id, applied, p.log_start_offset())
                 })
                 .collect();
             (*g, starts)

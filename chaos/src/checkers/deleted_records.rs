@@ -62,15 +62,29 @@ pub fn check(history: &History) -> Vec<Violation> {
     out
 }
 
-/// White-box: converged replicas of one group report one log start offset.
-pub fn check_replicas(starts: &BTreeMap<u64, Vec<(u64, u64)>>) -> Vec<Violation> {
+/// One replica's view: its node, the last log index it applied, its log start offset.
+pub type ReplicaStart = (u64, u64, u64);
+
+/// White-box: replicas of one group that applied the same log prefix report one log start
+/// offset. (A trim entry occupies no offsets, so replicas whose high watermarks agree may still
+/// differ in whether they applied the last trim; only replicas at the same applied index are
+/// compared.)
+pub fn check_replicas(starts: &BTreeMap<u64, Vec<ReplicaStart>>) -> Vec<Violation> {
     let mut out = Vec::new();
     for (group, replicas) in starts {
-        if replicas.windows(2).any(|w| w[0].1 != w[1].1) {
-            out.push(Violation {
-                checker: "log-start-diverged",
-                detail: format!("group {group}: replicas (node, log start) disagree: {replicas:?}"),
-            });
+        let mut by_index: BTreeMap<u64, Vec<(u64, u64)>> = BTreeMap::new();
+        for &(node, applied, start) in replicas {
+            by_index.entry(applied).or_default().push((node, start));
+        }
+        for (applied, same) in by_index {
+            if same.windows(2).any(|w| w[0].1 != w[1].1) {
+                out.push(Violation {
+                    checker: "log-start-diverged",
+                    detail: format!(
+                        "group {group}: replicas that applied up to index {applied} disagree on the log start (node, start): {same:?}"
+                    ),
+                });
+            }
         }
     }
     out
@@ -120,9 +134,11 @@ mod tests {
 
     #[test]
     fn replicas_must_agree_on_the_log_start() {
-        let agree = BTreeMap::from([(7, vec![(1, 5), (2, 5), (3, 5)])]);
+        let agree = BTreeMap::from([(7, vec![(1, 40, 5), (2, 40, 5), (3, 40, 5)])]);
         assert!(check_replicas(&agree).is_empty());
-        let split = BTreeMap::from([(7, vec![(1, 5), (2, 4)])]);
+        let split = BTreeMap::from([(7, vec![(1, 40, 5), (2, 40, 4)])]);
         assert_eq!(check_replicas(&split)[0].checker, "log-start-diverged");
+        let behind = BTreeMap::from([(7, vec![(1, 40, 5), (2, 40, 5), (3, 39, 4)])]);
+        assert!(check_replicas(&behind).is_empty(), "one that has not applied the last trim yet");
     }
 }
