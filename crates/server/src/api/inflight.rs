@@ -41,6 +41,7 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{ready, Context, Poll};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http_body::{Body as HttpBody, Frame, SizeHint};
@@ -60,6 +61,14 @@ const PREFIX_BYTES: usize = 5;
 /// own default) cost 5-8% of acks=all throughput, every round of an A/B run
 /// (docs/benchmarks.md, "The request bytes budget"): a 1 MiB batch then needs 16 round trips.
 pub const CLIENT_STREAM_WINDOW_BYTES: u32 = 1 << 20;
+
+/// A message holding its bytes must arrive within this much time, plus [`MIN_RECEIVE_RATE`]'s
+/// worth for its length, or its request fails: otherwise a client declaring large messages and
+/// sending them slowly could hold the whole budget, and every other client would wait.
+pub const RECEIVE_GRACE: Duration = Duration::from_secs(10);
+/// The slowest a message holding its bytes may arrive, in bytes per second (1 MiB/s: a 64 MiB
+/// message has 74 s).
+pub const MIN_RECEIVE_RATE: u64 = 1 << 20;
 
 /// Largest flow-control window HTTP/2 allows (2^31 - 1).
 const MAX_HTTP2_WINDOW_BYTES: u32 = (1 << 31) - 1;
@@ -95,6 +104,8 @@ pub struct Budget {
     total_bytes: usize,
     max_message_bytes: usize,
     waiting: AtomicUsize,
+    receive_grace: Duration,
+    min_receive_rate: u64,
 }
 
 impl Budget {
@@ -106,7 +117,25 @@ impl Budget {
             total_bytes,
             max_message_bytes,
             waiting: AtomicUsize::new(0),
+            receive_grace: RECEIVE_GRACE,
+            min_receive_rate: MIN_RECEIVE_RATE,
         })
+    }
+
+    /// This budget with another receive deadline (tests).
+    #[cfg(test)]
+    fn with_receive_deadline(total_bytes: u64, max_message_bytes: usize, grace: Duration, rate: u64) -> Arc<Self> {
+        let mut budget = Self::new(total_bytes, max_message_bytes);
+        if let Some(b) = Arc::get_mut(&mut budget) {
+            b.receive_grace = grace;
+            b.min_receive_rate = rate.max(1);
+        }
+        budget
+    }
+
+    /// How long a message of `len` bytes may take to arrive once it holds its bytes.
+    fn receive_deadline(&self, len: u32) -> Duration {
+        self.receive_grace + Duration::from_secs(u64::from(len) / self.min_receive_rate)
     }
 
     /// Bytes held by requests now (with what the first waiting request has collected so far).
@@ -196,6 +225,8 @@ where
                 held: held.clone(),
                 scan: Scan::start(),
                 withheld: None,
+                deadline: None,
+                message_len: 0,
             })
         });
         let answered = self.inner.call(request);
@@ -313,6 +344,10 @@ struct Gated {
     scan: Scan,
     /// The withheld frame and the grant it waits for.
     withheld: Option<Withheld>,
+    /// While a message that holds its bytes is being received: when it must have arrived.
+    deadline: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// The length of the message being received.
+    message_len: u32,
 }
 
 struct Withheld {
@@ -321,6 +356,33 @@ struct Withheld {
 }
 
 impl Gated {
+    /// Starts the receive deadline of the message that now holds its bytes (if it is still
+    /// arriving).
+    fn start_deadline(&mut self) {
+        if matches!(self.scan, Scan::Message { .. }) {
+            let after = self.budget.receive_deadline(self.message_len);
+            self.deadline = Some(Box::pin(tokio::time::sleep(after)));
+        }
+    }
+
+    /// `Some(error)` once the message holding its bytes has missed its receive deadline.
+    fn missed_deadline(&mut self, cx: &mut Context<'_>) -> Option<Status> {
+        if !matches!(self.scan, Scan::Message { .. }) {
+            self.deadline = None;
+            return None;
+        }
+        let deadline = self.deadline.as_mut()?;
+        deadline.as_mut().poll(cx).is_ready().then(|| {
+            self.deadline = None;
+            Status::deadline_exceeded(format!(
+                "the {}-byte request message did not arrive within {:?} of being admitted (it holds request memory \
+                 other clients wait for)",
+                self.message_len,
+                self.budget.receive_deadline(self.message_len)
+            ))
+        })
+    }
+
     fn poll_withheld(
         &mut self,
         mut withheld: Withheld,
@@ -333,6 +395,7 @@ impl Gated {
             }
             Poll::Ready(Ok(permit)) => {
                 self.held.hold(permit);
+                self.start_deadline();
                 Poll::Ready(Some(Ok(withheld.frame)))
             }
             // The semaphore is never closed.
@@ -350,6 +413,9 @@ impl HttpBody for Gated {
         if let Some(withheld) = this.withheld.take() {
             return this.poll_withheld(withheld, cx);
         }
+        if let Some(late) = this.missed_deadline(cx) {
+            return Poll::Ready(Some(Err(late)));
+        }
         let frame = match ready!(Pin::new(&mut this.inner).poll_frame(cx)) {
             Some(Ok(frame)) => frame,
             ended => return Poll::Ready(ended),
@@ -359,6 +425,7 @@ impl HttpBody for Gated {
             Some(Err(refused)) => return Poll::Ready(Some(Err(refused))),
             Some(Ok(Some(len))) => len,
         };
+        this.message_len = len;
         let bytes = this.budget.cost(len);
         if bytes == 0 {
             return Poll::Ready(Some(Ok(frame)));
@@ -366,6 +433,7 @@ impl HttpBody for Gated {
         match this.budget.permits.clone().try_acquire_many_owned(bytes) {
             Ok(permit) => {
                 this.held.hold(permit);
+                this.start_deadline();
                 Poll::Ready(Some(Ok(frame)))
             }
             Err(_) => {
@@ -677,6 +745,45 @@ mod tests {
         assert_eq!(grpc_status(&second), Some("13"), "an incomplete message is INTERNAL (tonic's unexpected EOF)");
         assert_eq!(budget.in_use(), 0, "a failed request gives its bytes back when answered");
         drop((feed, feed3));
+    }
+
+    #[tokio::test]
+    async fn a_message_that_arrives_too_slowly_fails_and_gives_its_bytes_back() {
+        // 300 KiB at no less than 1 MiB/s after 200 ms of grace: 200 ms in all.
+        let budget =
+            Budget::with_receive_deadline(BUDGET_BYTES, MAX_GRPC_MESSAGE_BYTES, Duration::from_millis(200), 1 << 20);
+        tracing::info!("--- a request declares 300 KiB, sends 1 KiB of it, then nothing");
+        let (feed, call, mut started) = must_call(&budget);
+        feed.send([&prefix(300 << 10)[..], &[0; 1024][..]].concat().into()).unwrap();
+        must_see("the message holds its bytes", || budget.in_use() == 300 << 10).await;
+        let failed = tokio::time::timeout(TIMEOUT, call).await.unwrap().unwrap();
+        assert_eq!(grpc_status(&failed), Some("4"), "DEADLINE_EXCEEDED");
+        assert!(started.try_recv().is_err(), "no handler ran");
+        assert_eq!(budget.in_use(), 0, "the bytes came back");
+
+        tracing::info!("--- one that keeps arriving in time reaches its handler, and is not cut off later");
+        let (feed, call, mut started) = must_call(&budget);
+        let message = ProduceRequest {
+            topics: vec![TopicProduce {
+                topic: "t".into(),
+                partitions: vec![PartitionProduce { partition: 3, batch: vec![0u8; 100 << 10].into() }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let bytes = prost::Message::encode_to_vec(&message);
+        feed.send(prefix(bytes.len() as u32).into()).unwrap();
+        for chunk in bytes.chunks(16 << 10) {
+            feed.send(Bytes::copy_from_slice(chunk)).unwrap();
+        }
+        // The end of the body: a unary request is decoded once its stream ends.
+        drop(feed);
+        let partition = tokio::time::timeout(TIMEOUT, started.recv()).await.unwrap();
+        assert_eq!(partition, Some(3), "the handler got the whole message");
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        assert!(!call.is_finished(), "past the deadline, the admitted request still runs");
+        assert_eq!(budget.in_use(), bytes.len(), "and holds its bytes until it answers");
+        call.abort();
     }
 
     #[tokio::test]
