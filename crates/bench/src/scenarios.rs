@@ -181,6 +181,9 @@ pub struct RestartResult {
     /// From starting the processes to every partition taking an `acks=all` write and serving
     /// its old high watermark.
     pub restart_ms: f64,
+    /// Then one node alone (SIGTERM while the others serve): from starting its process to every
+    /// partition taking an `acks=all` write with it in sync (so it has caught up everywhere).
+    pub one_node_restart_ms: f64,
 }
 
 /// Writes `payload_mb` MB to an 8-partition RF-3 topic, stops all three nodes (SIGTERM), starts
@@ -238,7 +241,35 @@ pub async fn restart(env: &Env, payload_mb: u64) -> anyhow::Result<RestartResult
     }
     let restart_ms = started.elapsed().as_secs_f64() * 1000.0;
     deployment.check_running()?;
-    Ok(RestartResult { payload_bytes, disk_bytes, restart_ms })
+
+    eprintln!("restarting node 1 alone…");
+    let cluster = deployment.rill()?;
+    cluster.terminate(1, Duration::from_secs(60))?;
+    let started = Instant::now();
+    cluster.start_node(1)?;
+    // Node 1 stays in the in-sync replicas through a short restart (it leaves them only after
+    // replica.lag.time.max.ms), so an acks=all write is acknowledged only once node 1 has it:
+    // every partition taking one means node 1 has caught up everywhere.
+    let deadline = Instant::now() + READY_TIMEOUT;
+    for p in 0..partitions {
+        loop {
+            let written = client.produce("restart", p, vec![Record::new("after one node")], Acks::All).await;
+            let in_isr = match client.describe_topic("restart").await {
+                Ok(d) => d.partitions.get(p as usize).is_some_and(|d| d.isr.contains(&1)),
+                Err(_) => false,
+            };
+            if written.is_ok() && in_isr {
+                break;
+            }
+            if Instant::now() > deadline {
+                bail!("partition {p} did not take an acks=all write with node 1 in sync within {READY_TIMEOUT:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    let one_node_restart_ms = started.elapsed().as_secs_f64() * 1000.0;
+    deployment.check_running()?;
+    Ok(RestartResult { payload_bytes, disk_bytes, restart_ms, one_node_restart_ms })
 }
 
 fn dir_size(dir: &std::path::Path) -> u64 {
