@@ -137,6 +137,92 @@ pub fn decode(body: &Bytes) -> Result<EncodedOps> {
     Ok(EncodedOps { batch, value_offsets })
 }
 
+/// Where [`read_op`] reads a record's ops from: a stream over a segment file, so a record is
+/// walked without holding its body (see [`crate::vlog::SegmentCursor`]).
+pub trait OpSource {
+    /// Fills `buf` from the current position, moving past it.
+    fn read_exact(&mut self, buf: &mut [u8]) -> Result<()>;
+    /// Moves past `n` bytes without reading them.
+    fn skip(&mut self, n: u64);
+    /// The current position (a byte offset in the segment file).
+    fn position(&self) -> u64;
+}
+
+/// One op of a record as [`read_op`] streams it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StreamedOp {
+    /// A put, read up to its value: the value's `value_len` bytes start at `value_at` (a
+    /// position in the same file) and have been skipped.
+    Put {
+        /// Its keyspace.
+        keyspace: Keyspace,
+        /// Its key.
+        key: Vec<u8>,
+        /// Where its value starts in the file.
+        value_at: u64,
+        /// Its value's length.
+        value_len: u32,
+    },
+    /// A delete or range delete (read and skipped).
+    Other,
+}
+
+/// Reads the op count at the start of a record body from `src`.
+pub fn read_op_count(src: &mut impl OpSource) -> Result<u32> {
+    let mut b = [0; 4];
+    src.read_exact(&mut b)?;
+    Ok(u32::from_le_bytes(b))
+}
+
+/// Reads one op of a record body from `src`, which must not run past `body_end` (the position
+/// where the body ends). Values are skipped, not read: memory stays at one key, however large
+/// the record. Fields are not checked against the record's checksum, which needs the whole
+/// body; a caller that acts on a value must check the value's own checksum.
+pub fn read_op(src: &mut impl OpSource, body_end: u64) -> Result<StreamedOp> {
+    let mut head = [0; 2];
+    read_within(src, body_end, &mut head)?;
+    let (kind, keyspace) = (head[0], keyspace_of(head[1])?);
+    let key_len = field_len(src, body_end)?;
+    // `key_len` is within the body, which is within the segment file: bounded by what is there.
+    let mut key = vec![0; key_len as usize];
+    src.read_exact(&mut key)?;
+    match kind {
+        PUT => {
+            let value_len = field_len(src, body_end)?;
+            let value_at = src.position();
+            src.skip(value_len);
+            // `field_len` read it as a u32.
+            Ok(StreamedOp::Put { keyspace, key, value_at, value_len: value_len as u32 })
+        }
+        DELETE => Ok(StreamedOp::Other),
+        DELETE_RANGE => {
+            let end_len = field_len(src, body_end)?;
+            src.skip(end_len);
+            Ok(StreamedOp::Other)
+        }
+        other => Err(Error::Corruption(format!("value log record has unknown op kind {other}"))),
+    }
+}
+
+/// Reads `buf.len()` bytes that must end by `body_end`.
+fn read_within(src: &mut impl OpSource, body_end: u64, buf: &mut [u8]) -> Result<()> {
+    if src.position() + buf.len() as u64 > body_end {
+        return Err(Error::Corruption("value log record ends inside an op".into()));
+    }
+    src.read_exact(buf)
+}
+
+/// Reads a field's length prefix; the field must end by `body_end`.
+fn field_len(src: &mut impl OpSource, body_end: u64) -> Result<u64> {
+    let mut b = [0; 4];
+    read_within(src, body_end, &mut b)?;
+    let len = u64::from(u32::from_le_bytes(b));
+    if src.position() + len > body_end {
+        return Err(Error::Corruption("value log record ends inside an op".into()));
+    }
+    Ok(len)
+}
+
 /// A decoded record body.
 pub struct EncodedOps {
     /// The batch the record holds.
