@@ -4,7 +4,14 @@
 //!   write(batch) ──► value log (vlog/)            RocksDB (index/), WAL off
 //!                    one checksummed record ──►   keys; Raft log values as pointers
 //!                    per batch, fsync = sync()    into the value log; other values inline
+//!                          ▲
+//!   collector (gc) ────────┘ copies the live values of sparse segments, then deletes them
 //! ```
+//!
+//! Modules: [`record`] (a batch's encoding as one value log record, and streaming its ops),
+//! [`vlog`] (segment files: append, fsync gate, replay, reading values, walking a segment),
+//! [`gc`] (the collector: relocation passes, their pacing, the background thread). This file
+//! holds the engine itself: the writer, the index, flushes, recovery and segment deletion.
 //!
 //! One engine per node, one RocksDB column family per [`Keyspace`] (not one per partition:
 //! thousands of column families would each carry memtables and files). Every key is prefixed with
@@ -34,16 +41,23 @@
 //!
 //! # Space
 //! A segment file is deleted when no pointer into it is left and the persisted head is past it.
-//! Live pointers are counted per segment: exactly at open (a scan of the Raft log keyspace),
-//! then kept as an upper bound (deletes subtract the pointers they remove; a put that replaces a
-//! Raft log value without deleting it first leaves the old value counted until the next open).
+//! Live values and their bytes are counted per segment: exactly at open (a scan of the Raft log
+//! keyspace), then kept as an upper bound (deletes subtract the values they remove; a put that
+//! replaces a Raft log value without deleting it first leaves the old value counted until the
+//! segment is collected or the next open). The collector ([`gc`]) copies the live values of
+//! closed segments that are less than [`EngineConfig::gc_live_ratio`] live into the active
+//! segment, so the segments can go: disk use stays within `1 / ratio` × the live bytes plus the
+//! segments written since the last flush, whatever the other Raft groups keep, for at most
+//! `1 / (1 - ratio)` × the bytes written. [`RocksEngine::space`] reports it.
 
+pub mod gc;
 pub mod record;
 pub mod vlog;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use bytes::Bytes;
 use rill_storage::{Engine, Error, KeyValue, Keyspace, Result, WriteBatch, WriteOp};
@@ -52,6 +66,7 @@ use rocksdb::{
     ReadOptions, ReadTier, WriteOptions, DB, DEFAULT_COLUMN_FAMILY_NAME,
 };
 
+pub use crate::gc::{GcPass, SpaceStats};
 use crate::vlog::{LogPosition, ReplayStats, SegmentFiles, ValueLog, ValuePointer};
 
 /// Background compaction and flush threads. Two cores are common on small nodes; RocksDB's
@@ -86,7 +101,34 @@ pub struct EngineConfig {
     /// ... or, waiting for the flush and then deleting unreferenced segments, once deletes have
     /// released this many bytes of Raft log values (a deleted topic frees its disk promptly).
     pub flush_after_released_bytes: u64,
+    /// A closed segment whose live Raft log values are fewer bytes than this fraction of its
+    /// file is collected: its live values are copied to the active segment and it is deleted
+    /// ([`gc`]). In `[0, 1)`; 0 turns collection off. With ratio `r`, the collected part of the
+    /// log takes at most `1/r` × its live bytes, and collection writes at most `1/(1-r)` bytes
+    /// for every byte written by the engine's users (see [`gc`] for both bounds).
+    pub gc_live_ratio: f64,
+    /// The background collector reads and writes at most this many bytes per second.
+    pub gc_bytes_per_second: u64,
+    /// How often the background collector looks for segments to collect; `None` starts no
+    /// collector (then only [`RocksEngine::run_gc_once`] collects).
+    pub gc_interval: Option<Duration>,
 }
+
+/// Default [`EngineConfig::gc_live_ratio`]. At one half, disk use stays within twice the live
+/// bytes (plus the segments not yet flushed past, see [`gc`]) and collection at most doubles
+/// what is written to the value log, in the worst case of every segment just under half live;
+/// a lower ratio trades more disk for fewer copies, a higher one the reverse, and both costs
+/// grow without bound towards 0 and 1.
+pub const DEFAULT_GC_LIVE_RATIO: f64 = 0.5;
+
+/// Default [`EngineConfig::gc_bytes_per_second`]: 64 MiB/s, a fraction of a data-center SSD's
+/// sequential bandwidth (and of what the value log's own appends reach on this project's
+/// benchmarks), so collection does not starve the writes it makes room for.
+pub const DEFAULT_GC_BYTES_PER_SECOND: u64 = 64 << 20;
+
+/// Default [`EngineConfig::gc_interval`]: a pass finding nothing costs a lock and a look at each
+/// segment's counts, so looking every 10 s is cheap, and deleted data waits at most that long.
+pub const DEFAULT_GC_INTERVAL: Duration = Duration::from_secs(10);
 
 impl Default for EngineConfig {
     fn default() -> Self {
@@ -95,8 +137,62 @@ impl Default for EngineConfig {
             flush_after_log_bytes: 128 << 20,
             flush_after_index_bytes: 32 << 20,
             flush_after_released_bytes: 256 << 20,
+            gc_live_ratio: DEFAULT_GC_LIVE_RATIO,
+            gc_bytes_per_second: DEFAULT_GC_BYTES_PER_SECOND,
+            gc_interval: Some(DEFAULT_GC_INTERVAL),
         }
     }
+}
+
+impl EngineConfig {
+    /// Refuses settings the engine cannot run with.
+    fn validate(&self) -> Result<()> {
+        let invalid = |why: String| Err(Error::Unavailable(format!("invalid storage engine config: {why}")));
+        if !(0.0..1.0).contains(&self.gc_live_ratio) {
+            // At 1 or more every segment always qualifies (headers and keys are not live bytes):
+            // the collector would copy forever.
+            return invalid(format!("gc_live_ratio {} is not in [0, 1)", self.gc_live_ratio));
+        }
+        if self.gc_interval.is_some() && self.gc_bytes_per_second == 0 {
+            return invalid("gc_bytes_per_second is 0 with a background collector".into());
+        }
+        if self.segment_bytes == 0 {
+            return invalid("segment_bytes is 0".into());
+        }
+        Ok(())
+    }
+}
+
+/// What points into one value log segment: Raft log values and their bytes.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Live {
+    values: u64,
+    bytes: u64,
+}
+
+impl Live {
+    fn add(&mut self, other: Live) {
+        self.values += other.values;
+        self.bytes += other.bytes;
+    }
+
+    fn sub(&mut self, other: Live) {
+        self.values = self.values.saturating_sub(other.values);
+        self.bytes = self.bytes.saturating_sub(other.bytes);
+    }
+
+    fn of(ptr: ValuePointer) -> Self {
+        Self { values: 1, bytes: u64::from(ptr.len) }
+    }
+}
+
+/// Counters of what the engine did to the value log's space since it was opened.
+#[derive(Debug, Default, Clone, Copy)]
+struct SpaceCounters {
+    relocated_values: u64,
+    relocated_bytes: u64,
+    segments_deleted: u64,
+    gc_passes: u64,
 }
 
 /// Column family options of every keyspace: LZ4-compressed SST blocks (keys, pointers, hard
@@ -112,8 +208,13 @@ fn keyspace_options() -> Options {
 /// The writer's state, behind one lock: value log order is RocksDB's apply order.
 struct Writer {
     log: ValueLog,
-    /// Raft log values per segment that may still be referenced (an upper bound).
-    live: BTreeMap<u64, u64>,
+    /// Raft log values (and their bytes) per segment that may still be referenced: an upper
+    /// bound, exact at open and for a segment the collector has walked (see `Core::apply`).
+    live: BTreeMap<u64, Live>,
+    /// Segments the collector found damaged: left alone until the next open (their values
+    /// report `Corruption` when read, as before).
+    gc_skip: std::collections::BTreeSet<u64>,
+    counters: SpaceCounters,
     log_bytes_since_flush: u64,
     index_bytes_since_flush: u64,
     released_bytes_since_flush: u64,
@@ -123,19 +224,31 @@ struct Writer {
 }
 
 /// A RocksDB-indexed, value-log-backed [`Engine`].
+///
+/// Dropping it stops its collector (waiting for the batch in progress, at most
+/// [`gc::RELOCATION_BATCH_BYTES`]), fsyncs the value log and closes RocksDB.
 pub struct RocksEngine {
+    core: Arc<Core>,
+    /// The background collector, if [`EngineConfig::gc_interval`] asked for one.
+    gc: Option<gc::Worker>,
+}
+
+/// The engine's state, shared by the handle and the collector's thread.
+struct Core {
     /// Shared only so that a failed engine can leak it at drop (see `Drop`).
     db: Arc<DB>,
     path: PathBuf,
     config: EngineConfig,
     files: SegmentFiles,
     writer: Mutex<Writer>,
+    /// Held for a whole collection pass: passes never overlap.
+    gc_pass: Mutex<()>,
     replayed: ReplayStats,
 }
 
 impl std::fmt::Debug for RocksEngine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RocksEngine").field("path", &self.path).finish()
+        f.debug_struct("RocksEngine").field("path", &self.core.path).finish()
     }
 }
 
@@ -149,16 +262,16 @@ fn cf_of<'a>(db: &'a DB, name: &str) -> Result<&'a ColumnFamily> {
 
 /// Builds the RocksDB batch for one value log record at `at` ending at `end`: the batch's ops
 /// with every Raft log value replaced by its pointer, plus the new head. Returns it with the
-/// number of Raft log values it points to.
+/// Raft log values it points to.
 fn index_batch(
     db: &DB,
     ops: &[WriteOp],
     value_offsets: &[Option<u64>],
     at: LogPosition,
     end: LogPosition,
-) -> Result<(rocksdb::WriteBatch, u64)> {
+) -> Result<(rocksdb::WriteBatch, Live)> {
     let mut wb = rocksdb::WriteBatch::default();
-    let mut pointers = 0;
+    let mut pointers = Live::default();
     for (op, offset) in ops.iter().zip(value_offsets) {
         match op {
             WriteOp::Put { keyspace: Keyspace::RaftLog, key, value } => {
@@ -171,7 +284,7 @@ fn index_batch(
                     crc: crc32c::crc32c(value),
                 };
                 wb.put_cf(cf_of(db, Keyspace::RaftLog.name())?, key, ptr.encode());
-                pointers += 1;
+                pointers.add(Live::of(ptr));
             }
             WriteOp::Put { keyspace, key, value } => wb.put_cf(cf_of(db, keyspace.name())?, key, value),
             WriteOp::Delete { keyspace, key } => wb.delete_cf(cf_of(db, keyspace.name())?, key),
@@ -202,7 +315,52 @@ impl RocksEngine {
 
     /// Opens (creating if needed) the engine in directory `path`, replaying its value log.
     pub fn open_with(path: impl AsRef<Path>, config: EngineConfig) -> Result<Self> {
-        let path = path.as_ref().to_path_buf();
+        let core = Arc::new(Core::open(path.as_ref(), config)?);
+        let gc = match core.config.gc_interval {
+            Some(interval) => Some(gc::Worker::start(core.clone(), interval, core.config.gc_bytes_per_second)?),
+            None => None,
+        };
+        Ok(Self { core, gc })
+    }
+
+    /// The directory this engine lives in.
+    pub fn path(&self) -> &Path {
+        &self.core.path
+    }
+
+    /// What the open replayed from the value log.
+    pub fn replayed(&self) -> ReplayStats {
+        self.core.replayed
+    }
+
+    /// How much of the value log's disk space is live, and what collection did since the open.
+    pub fn space(&self) -> Result<SpaceStats> {
+        self.core.space()
+    }
+
+    /// Runs one collection pass now, at full speed (the background collector paces itself):
+    /// every closed segment behind the persisted head that is below the live ratio has its live
+    /// values copied to the active segment and is deleted. Waits for a pass of the background
+    /// collector in progress first. Returns what the pass did; an I/O failure fails the engine,
+    /// as a failed write does.
+    pub fn run_gc_once(&self) -> Result<GcPass> {
+        self.core.gc_pass(&mut gc::Unpaced, gc::RELOCATION_BATCH_BYTES)
+    }
+}
+
+impl Drop for RocksEngine {
+    /// Stops the collector before the engine's state closes (`Core`'s `Drop`).
+    fn drop(&mut self) {
+        if let Some(worker) = self.gc.take() {
+            worker.stop();
+        }
+    }
+}
+
+impl Core {
+    fn open(path: &Path, config: EngineConfig) -> Result<Self> {
+        config.validate()?;
+        let path = path.to_path_buf();
         if path.join("CURRENT").exists() {
             return Err(Error::Unavailable(format!(
                 "{} holds RocksDB files of an earlier Rill storage layout (log values inside RocksDB), \
@@ -239,12 +397,14 @@ impl RocksEngine {
         let writer = Writer {
             log,
             live,
+            gc_skip: Default::default(),
+            counters: SpaceCounters::default(),
             log_bytes_since_flush: replayed_bytes,
             index_bytes_since_flush: 0,
             released_bytes_since_flush: 0,
             failed: None,
         };
-        let engine = Self { db, path, config, files, writer: Mutex::new(writer), replayed };
+        let engine = Self { db, path, config, files, writer: Mutex::new(writer), gc_pass: Mutex::new(()), replayed };
         {
             let mut w = engine.lock_writer()?;
             // Replayed records are in memtables only: persist them before anything new, so a
@@ -263,25 +423,16 @@ impl RocksEngine {
         Ok(engine)
     }
 
-    /// The directory this engine lives in.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    /// What the open replayed from the value log.
-    pub fn replayed(&self) -> ReplayStats {
-        self.replayed
-    }
-
-    /// Counts the Raft log values that point into each segment, checking that the segment exists.
-    fn count_live(db: &DB, files: &SegmentFiles) -> Result<BTreeMap<u64, u64>> {
+    /// Counts the Raft log values that point into each segment and their bytes, checking that
+    /// the segment exists.
+    fn count_live(db: &DB, files: &SegmentFiles) -> Result<BTreeMap<u64, Live>> {
         let files = ValueLog::read_files(files)?;
-        let mut live = BTreeMap::new();
+        let mut live = BTreeMap::<u64, Live>::new();
         for item in db.iterator_cf(cf_of(db, Keyspace::RaftLog.name())?, IteratorMode::Start) {
             let (_, v) = item.map_err(io)?;
             let ptr = ValuePointer::decode(&v)?;
             vlog::segment_of(&files, ptr)?;
-            *live.entry(ptr.segment).or_insert(0) += 1;
+            live.entry(ptr.segment).or_default().add(Live::of(ptr));
         }
         Ok(live)
     }
@@ -308,9 +459,9 @@ impl RocksEngine {
     /// still referenced, so a batch with several log deletes (which may overlap) goes through a
     /// set of keys; the common single delete (a truncation, a purge, a group's removal) streams,
     /// keeping memory flat however long the range.
-    fn released_values(&self, ops: &[WriteOp]) -> Result<(BTreeMap<u64, u64>, u64)> {
+    fn released_values(&self, ops: &[WriteOp]) -> Result<(BTreeMap<u64, Live>, u64)> {
         let ranges: Vec<(Vec<u8>, Vec<u8>)> = ops.iter().filter_map(Self::log_delete_range).collect();
-        let mut per_segment = BTreeMap::new();
+        let mut per_segment = BTreeMap::<u64, Live>::new();
         let mut bytes = 0;
         let mut seen = std::collections::BTreeSet::new();
         for (start, end) in &ranges {
@@ -325,7 +476,7 @@ impl RocksEngine {
                     continue;
                 }
                 let ptr = ValuePointer::decode(&v)?;
-                *per_segment.entry(ptr.segment).or_insert(0) += 1;
+                per_segment.entry(ptr.segment).or_default().add(Live::of(ptr));
                 bytes += u64::from(ptr.len);
             }
         }
@@ -349,7 +500,19 @@ impl RocksEngine {
     }
 
     /// Appends `batch` to the value log and applies it to RocksDB, under the writer lock.
-    fn apply(&self, w: &mut Writer, batch: &WriteBatch, encoded: &record::EncodedBatch) -> Result<()> {
+    ///
+    /// `replaced` lists pointers the batch's puts overwrite (the collector's relocations, which
+    /// checked them under this lock): they are subtracted from their segments' live counts with
+    /// the values deletes remove. Any other put over a live log value leaves the old value
+    /// counted (Rill's log store deletes before it rewrites an index), so the counts are upper
+    /// bounds until the collector walks the segment.
+    fn apply(
+        &self,
+        w: &mut Writer,
+        batch: &WriteBatch,
+        encoded: &record::EncodedBatch,
+        replaced: &[ValuePointer],
+    ) -> Result<()> {
         let (released, released_bytes) = self.released_values(batch.ops())?;
         let at = w.log.append(&encoded.record)?;
         let end = LogPosition { segment: at.segment, offset: at.offset + encoded.record.len() as u64 };
@@ -357,12 +520,17 @@ impl RocksEngine {
         let index_bytes = wb.size_in_bytes() as u64;
         self.db.write_opt(wb, &no_wal()).map_err(io)?;
 
-        if pointers > 0 {
-            *w.live.entry(at.segment).or_insert(0) += pointers;
+        if pointers.values > 0 {
+            w.live.entry(at.segment).or_default().add(pointers);
         }
-        for (segment, count) in &released {
-            if let Some(n) = w.live.get_mut(segment) {
-                *n = n.saturating_sub(*count);
+        for (segment, gone) in &released {
+            if let Some(live) = w.live.get_mut(segment) {
+                live.sub(*gone);
+            }
+        }
+        for ptr in replaced {
+            if let Some(live) = w.live.get_mut(&ptr.segment) {
+                live.sub(Live::of(*ptr));
             }
         }
         w.log_bytes_since_flush += encoded.record.len() as u64;
@@ -404,13 +572,19 @@ impl RocksEngine {
         cf_of(&self.db, DEFAULT_COLUMN_FAMILY_NAME)
     }
 
-    /// Deletes the segments no pointer refers to any more and that the persisted head is past
-    /// (an open never replays them).
-    fn collect_garbage(&self, w: &mut Writer) -> Result<()> {
+    /// The head as RocksDB has it on disk (what an open would replay from), if any flush
+    /// happened.
+    fn persisted_head(&self) -> Result<Option<LogPosition>> {
         let mut ro = ReadOptions::default();
         ro.set_read_tier(ReadTier::Persisted);
         let persisted = self.db.get_pinned_cf_opt(self.cf_default()?, HEAD_KEY, &ro).map_err(io)?;
-        let Some(head) = persisted.map(|v| LogPosition::decode(&v)).transpose()? else {
+        persisted.map(|v| LogPosition::decode(&v)).transpose()
+    }
+
+    /// Deletes the segments no pointer refers to any more and that the persisted head is past
+    /// (an open never replays them).
+    fn collect_garbage(&self, w: &mut Writer) -> Result<()> {
+        let Some(head) = self.persisted_head()? else {
             return Ok(());
         };
         let active = w.log.active_segment();
@@ -418,7 +592,7 @@ impl RocksEngine {
             .log
             .segment_ids()?
             .into_iter()
-            .filter(|id| *id < head.segment && *id != active && w.live.get(id).copied().unwrap_or(0) == 0)
+            .filter(|id| *id < head.segment && *id != active && w.live.get(id).is_none_or(|l| l.values == 0))
             .collect();
         if !dead.is_empty() {
             // The deletes that released these segments may still be only in memtables and in
@@ -429,7 +603,9 @@ impl RocksEngine {
             w.log.remove(&dead)?;
             for id in &dead {
                 w.live.remove(id);
+                w.gc_skip.remove(id);
             }
+            w.counters.segments_deleted += dead.len() as u64;
         }
         Ok(())
     }
@@ -483,7 +659,7 @@ impl RocksEngine {
     }
 }
 
-impl Drop for RocksEngine {
+impl Drop for Core {
     /// Closing RocksDB flushes its memtables (its WAL is off); the value log they point into
     /// must be durable first.
     ///
@@ -505,13 +681,35 @@ impl Drop for RocksEngine {
 
 impl Engine for RocksEngine {
     fn write(&self, batch: WriteBatch, sync: bool) -> Result<()> {
+        self.core.write(batch, sync)
+    }
+
+    fn sync(&self) -> Result<()> {
+        self.core.sync()
+    }
+
+    fn get(&self, keyspace: Keyspace, key: &[u8]) -> Result<Option<Bytes>> {
+        self.core.get(keyspace, key)
+    }
+
+    fn scan(&self, keyspace: Keyspace, start: &[u8], end: &[u8], limit: usize) -> Result<Vec<KeyValue>> {
+        self.core.scan(keyspace, start, end, limit)
+    }
+
+    fn scan_rev(&self, keyspace: Keyspace, start: &[u8], end: &[u8], limit: usize) -> Result<Vec<KeyValue>> {
+        self.core.scan_rev(keyspace, start, end, limit)
+    }
+}
+
+impl Core {
+    fn write(&self, batch: WriteBatch, sync: bool) -> Result<()> {
         let encoded = record::encode(&batch)?;
         let mut w = self.lock_writer()?;
         if let Some(why) = &w.failed {
             return Err(Error::Unavailable(format!("an earlier storage failure: {why}")));
         }
         if !batch.is_empty() {
-            if let Err(e) = self.apply(&mut w, &batch, &encoded) {
+            if let Err(e) = self.apply(&mut w, &batch, &encoded, &[]) {
                 return Err(self.fail(&mut w, e));
             }
         }
@@ -559,7 +757,7 @@ impl Engine for RocksEngine {
     }
 }
 
-impl RocksEngine {
+impl Core {
     /// fsyncs segment `file`; a failure poisons the engine (after a failed fsync the kernel may
     /// have dropped the dirty pages, so a retry could report success for lost data).
     fn sync_segment(&self, (gate, file, id): (Arc<vlog::SyncGate>, Arc<std::fs::File>, u64)) -> Result<()> {
@@ -617,7 +815,7 @@ mod tests {
         conformance::run_all(RocksHarness::new);
     }
 
-    fn open_dir(dir: &Path, config: EngineConfig) -> Arc<RocksEngine> {
+    pub(crate) fn open_dir(dir: &Path, config: EngineConfig) -> Arc<RocksEngine> {
         Arc::new(RocksEngine::open_with(dir, config).unwrap())
     }
 
@@ -626,7 +824,7 @@ mod tests {
 
     /// Runs `work` (a name [`crash_child`] knows) on the engine in `dir` in a child process that
     /// then exits without closing anything: a process crash (memtables lost, page cache kept).
-    fn crash_after(dir: &Path, work: &str) {
+    pub(crate) fn crash_after(dir: &Path, work: &str) {
         let status = std::process::Command::new(std::env::current_exe().unwrap())
             .args(["--ignored", "--exact", "tests::crash_child", "--test-threads=1"])
             .env(CRASH_DIR, dir)
@@ -639,6 +837,7 @@ mod tests {
     fn crash_config(work: &str) -> EngineConfig {
         match work {
             "write-50" => EngineConfig { flush_after_log_bytes: 8 << 10, ..EngineConfig::default() },
+            gc if gc.starts_with("gc-") => crate::gc::tests::crash_config(),
             _ => EngineConfig::default(),
         }
     }
@@ -663,6 +862,7 @@ mod tests {
                 e.sync().unwrap();
                 put_log(&e, 5);
             }
+            gc if gc.starts_with("gc-") => crate::gc::tests::crash_work(gc, &e),
             other => panic!("unknown crash work {other}"),
         }
         std::process::exit(0);
@@ -710,8 +910,8 @@ mod tests {
         #[allow(clippy::disallowed_methods)] // a storage test outside any simulation
         let started = std::time::Instant::now();
         loop {
-            let pending = e.db.property_int_value("rocksdb.mem-table-flush-pending").unwrap().unwrap_or(0);
-            let running = e.db.property_int_value("rocksdb.num-running-flushes").unwrap().unwrap_or(0);
+            let pending = e.core.db.property_int_value("rocksdb.mem-table-flush-pending").unwrap().unwrap_or(0);
+            let running = e.core.db.property_int_value("rocksdb.num-running-flushes").unwrap().unwrap_or(0);
             if pending == 0 && running == 0 {
                 return;
             }
@@ -728,7 +928,7 @@ mod tests {
         for i in 0..10 {
             put_log(&e, i);
         }
-        let raw = e.db.get_cf(e.cf(Keyspace::RaftLog).unwrap(), log_key(3)).unwrap().unwrap();
+        let raw = e.core.db.get_cf(e.core.cf(Keyspace::RaftLog).unwrap(), log_key(3)).unwrap().unwrap();
         let ptr = ValuePointer::decode(&raw).unwrap();
         assert_eq!(ptr.len, 1000);
         let seg = std::fs::read(dir.path().join(VLOG_DIR).join(format!("{:020}.vlog", ptr.segment))).unwrap();
@@ -823,7 +1023,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let e = open_dir(dir.path(), EngineConfig::default());
         put_log(&e, 1);
-        let raw = e.db.get_cf(e.cf(Keyspace::RaftLog).unwrap(), log_key(1)).unwrap().unwrap();
+        let raw = e.core.db.get_cf(e.core.cf(Keyspace::RaftLog).unwrap(), log_key(1)).unwrap().unwrap();
         let ptr = ValuePointer::decode(&raw).unwrap();
         let path = dir.path().join(VLOG_DIR).join(format!("{:020}.vlog", ptr.segment));
         let f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
@@ -855,6 +1055,7 @@ mod tests {
             flush_after_log_bytes: 16 << 10,
             flush_after_index_bytes: 4 << 10,
             flush_after_released_bytes: 8 << 10,
+            ..EngineConfig::default()
         };
         let e = open_dir(dir.path(), config.clone());
         let done = std::sync::atomic::AtomicU64::new(0);
