@@ -150,4 +150,28 @@ pub trait Engine: Send + Sync + 'static {
 
     /// Up to `limit` entries with `start <= key < end`, in descending key order.
     fn scan_rev(&self, keyspace: Keyspace, start: &[u8], end: &[u8], limit: usize) -> Result<Vec<KeyValue>>;
+
+    /// The total length of the values of every key with `start <= key < end`: what a transfer
+    /// of that range will carry, known before it starts. The default scans the range in chunks
+    /// (constant memory); an engine that keeps value lengths beside its keys answers without
+    /// reading the values.
+    fn value_bytes(&self, keyspace: Keyspace, start: &[u8], end: &[u8]) -> Result<u64> {
+        const CHUNK: usize = 256;
+        let mut total = 0u64;
+        let mut from = start.to_vec();
+        loop {
+            let rows = self.scan(keyspace, &from, end, CHUNK)?;
+            let full = rows.len() == CHUNK;
+            for (_, v) in &rows {
+                total += v.len() as u64;
+            }
+            match rows.last() {
+                Some((k, _)) if full => {
+                    from = k.to_vec();
+                    from.push(0);
+                }
+                _ => return Ok(total),
+            }
+        }
+    }
 }
