@@ -150,15 +150,66 @@ pub struct Purged {
     pub log_id: LogId,
     /// First position still stored.
     pub start_position: u64,
+    /// The first log index kept whatever Raft purges (see `LogStore::retain_from`).
+    pub retained_from: Option<u64>,
 }
 
 impl Wire for Purged {
     fn encode(&self) -> Bytes {
-        pb::Purged { log_id: Some(log_id_to(&self.log_id)), start_position: self.start_position }.encode_to_vec().into()
+        pb::Purged {
+            log_id: Some(log_id_to(&self.log_id)),
+            start_position: self.start_position,
+            retained_from: self.retained_from,
+        }
+        .encode_to_vec()
+        .into()
     }
     fn decode(bytes: Bytes) -> Result<Self, String> {
         let p: pb::Purged = decode_pb(bytes, "purge point")?;
-        Ok(Self { log_id: log_id_from(need(p.log_id, "purged log id")?), start_position: p.start_position })
+        Ok(Self {
+            log_id: log_id_from(need(p.log_id, "purged log id")?),
+            start_position: p.start_position,
+            retained_from: p.retained_from,
+        })
+    }
+}
+
+/// An installation in progress (RaftMeta `i`, see `LogStore::install`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InstallMarker {
+    /// The snapshot's last log id: the log is purged up to it once installed.
+    pub last: LogId,
+    /// Position after the snapshot's last entry.
+    pub end_position: u64,
+    /// The carried entries, staged: the first index and how many (one per index).
+    pub first_index: Option<u64>,
+    /// How many entries were carried.
+    pub entry_count: u64,
+    /// The first position stored once installed.
+    pub start_position: u64,
+}
+
+impl Wire for InstallMarker {
+    fn encode(&self) -> Bytes {
+        pb::InstallMarker {
+            last: Some(log_id_to(&self.last)),
+            end_position: self.end_position,
+            first_index: self.first_index,
+            entry_count: self.entry_count,
+            start_position: self.start_position,
+        }
+        .encode_to_vec()
+        .into()
+    }
+    fn decode(bytes: Bytes) -> Result<Self, String> {
+        let p: pb::InstallMarker = decode_pb(bytes, "install marker")?;
+        Ok(Self {
+            last: log_id_from(need(p.last, "installed log id")?),
+            end_position: p.end_position,
+            first_index: p.first_index,
+            entry_count: p.entry_count,
+            start_position: p.start_position,
+        })
     }
 }
 
@@ -472,8 +523,18 @@ mod tests {
         let vote = Vote::new_committed(7, 2);
         assert_eq!(Vote::decode(vote.encode()).unwrap(), vote);
         assert_eq!(Vote::decode(Vote::new(3, 1).encode()).unwrap(), Vote::new(3, 1));
-        let purged = Purged { log_id: log_id(2, 40), start_position: 1234 };
+        let purged = Purged { log_id: log_id(2, 40), start_position: 1234, retained_from: None };
         assert_eq!(Purged::decode(purged.encode()).unwrap(), purged);
+        let purged = Purged { retained_from: Some(31), ..purged };
+        assert_eq!(Purged::decode(purged.encode()).unwrap(), purged);
+        let marker = InstallMarker {
+            last: log_id(3, 90),
+            end_position: 5000,
+            first_index: Some(70),
+            entry_count: 21,
+            start_position: 4100,
+        };
+        assert_eq!(InstallMarker::decode(marker.encode()).unwrap(), marker);
 
         let req = AppendEntriesRequest::<TypeConfig> {
             vote,
@@ -606,7 +667,7 @@ mod tests {
                 assert_eq!(Vote::decode(v.encode()), Ok(v));
                 let id = log_id(&mut rng);
                 assert_eq!(LogId::decode(id.encode()), Ok(id));
-                let purged = Purged { log_id: log_id(&mut rng), start_position: rng.gen() };
+                let purged = Purged { log_id: log_id(&mut rng), start_position: rng.gen(), retained_from: rng.gen() };
                 assert_eq!(Purged::decode(purged.encode()), Ok(purged));
 
                 let req = AppendEntriesRequest::<TypeConfig> {

@@ -27,9 +27,11 @@ use crate::types::{GroupId, NodeId};
 pub const MAX_SNAPSHOT_CHUNK_BYTES: usize = 16 * 1024 * 1024;
 /// The chunk size this node sends snapshots in (openraft's `snapshot_max_chunk_size`).
 pub const SNAPSHOT_CHUNK_BYTES: u64 = 3 * 1024 * 1024;
-/// The largest snapshot accepted. Snapshots of record partitions hold producer state, those of
-/// the metadata group and the state partitions their whole state; all are far smaller.
-pub const MAX_SNAPSHOT_BYTES: u64 = 1024 * 1024 * 1024;
+/// The largest snapshot accepted. A record partition's snapshot carries its retained records
+/// (streamed to storage as they arrive, see [`crate::transfer`]; the stream declares its size
+/// in its first chunk and the receiver refuses anything past it), so this bounds disk, not
+/// memory.
+pub const MAX_SNAPSHOT_BYTES: u64 = 256 << 30;
 
 /// What one chunk claims, as the intake needs it.
 #[derive(Debug, Clone, Copy)]

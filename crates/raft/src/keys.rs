@@ -7,6 +7,8 @@
 //! | RaftMeta  | group ‖ `v`                 | vote                         |
 //! | RaftMeta  | group ‖ `c`                 | committed log id             |
 //! | RaftMeta  | group ‖ `p`                 | last purged log id           |
+//! | RaftMeta  | group ‖ `i`                 | an installation in progress  |
+//! | RaftLog   | staging(group) ‖ index      | entries of a snapshot being received |
 //! | LogIndex  | group ‖ position            | log index of the entry starting at that position |
 //! | State     | group ‖ `s`                 | latest state machine snapshot |
 
@@ -38,6 +40,16 @@ pub fn group_end(group: GroupId) -> [u8; 8] {
     group.saturating_add(1).to_be_bytes()
 }
 
+/// The group id under which group `group` stages the entries of a snapshot it receives: the
+/// same id with the top bit set (group ids never use it), so staged entries sit in the Raft log
+/// keyspace (values in the value log) without mixing with the log.
+pub fn staging(group: GroupId) -> GroupId {
+    group | STAGING_BIT
+}
+
+/// The bit that marks a staging group id.
+pub const STAGING_BIT: u64 = 1 << 63;
+
 /// The `u64` suffix of a `group ‖ n` key.
 pub fn suffix_u64(key: &[u8]) -> Option<u64> {
     let tail: [u8; 8] = key.get(8..16)?.try_into().ok()?;
@@ -50,5 +62,7 @@ pub const VOTE: u8 = b'v';
 pub const COMMITTED: u8 = b'c';
 /// Last purged log id tag.
 pub const PURGED: u8 = b'p';
+/// Installation marker tag.
+pub const INSTALLING: u8 = b'i';
 /// Snapshot tag.
 pub const SNAPSHOT: u8 = b's';

@@ -24,6 +24,8 @@
 //! * [`network`] and [`service`]: the shared transport, client and server side; the service
 //!   checks that every message's node ids are its sender's own.
 //! * [`intake`]: the bounds an incoming snapshot keeps (contiguous chunks, sizes, a leader).
+//! * [`transfer`]: a snapshot as streamed — the state and the retained log entries, read from
+//!   the log as it is sent and staged in the engine as it arrives.
 //! * [`heartbeat`]: heartbeats of every group to one peer coalesced into one call.
 //! * [`liveness`]: node-level liveness from pings, with restart detection.
 //! * [`directory`]: which node leads each group, from the peers' reports on the pings.
@@ -51,6 +53,7 @@ pub mod quiesce;
 pub mod runtime;
 pub mod service;
 pub mod state_machine;
+pub mod transfer;
 pub mod types;
 
 pub use error::{Error, Result};

@@ -16,6 +16,22 @@
 //! * `save_vote` returns only after a sync.
 //! * `truncate`, `purge` and `save_committed` write unsynced; the next sync covers them, and the
 //!   engine's prefix guarantee means a surviving later append implies they survived too.
+//!
+//! # Purging, retained entries and snapshot installation
+//! Raft's purge point and what is physically deleted differ for a record partition: entries at
+//! or above its *retained floor* ([`LogStore::retain_from`]: the entry holding the log start
+//! offset of the newest snapshot) hold records that are still served, so a purge never deletes
+//! them, and neither does it delete entries a snapshot being sent still reads (a [`Pin`]). What
+//! Raft has purged but the log keeps is readable here (fetches) and never read by openraft.
+//!
+//! A follower installing a snapshot of such a group receives those entries with it
+//! ([`crate::transfer`]): they are staged under [`keys::staging`] while they arrive, and
+//! [`LogStore::install`] moves them into the log after the snapshot is persisted, recording an
+//! [`InstallMarker`] first so that a node which crashes mid-move finishes it when its log opens.
+//! openraft purges the log up to the snapshot without waiting for the state machine to install
+//! it; a purge that finds the snapshot it is about to install only moves the log's positions in
+//! memory, and appends wait for the installation, so no entry is written or acknowledged above a
+//! hole.
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt::Debug;
@@ -30,7 +46,7 @@ use rill_rt::mutation::Mutation;
 use rill_rt::sync::{mpsc, oneshot};
 use rill_storage::{Engine, Keyspace, Syncer, WriteBatch};
 
-use crate::codec::{self, Purged, StoredEntry, Wire};
+use crate::codec::{self, InstallMarker, Purged, StoredEntry, Wire};
 use crate::keys;
 use crate::types::{Entry, GroupId, LogId, StorageError, TypeConfig, Vote};
 
@@ -59,10 +75,23 @@ pub struct PositionedEntry {
 struct LogMeta {
     last_log_id: Option<LogId>,
     last_purged: Option<LogId>,
-    /// First position still in the log (the end of the purged prefix).
+    /// First position still in the log (the end of the physically deleted prefix).
     start_position: u64,
     /// Position after the last entry.
     end_position: u64,
+    /// First log index still stored (everything below it is deleted).
+    first_kept: u64,
+    /// Entries from this index on are kept whatever Raft purges (see [`LogStore::retain_from`]).
+    floor: Option<u64>,
+    /// A purge moved the log past a snapshot that is being installed: appends wait for it.
+    awaiting_install: bool,
+}
+
+/// A snapshot received in full and about to be installed (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ExpectedInstall {
+    /// The installation, as it will be recorded.
+    pub(crate) marker: InstallMarker,
 }
 
 struct FlushJob {
@@ -189,6 +218,14 @@ struct Shared {
     tail_budget: Arc<TailBudget>,
     flush_tx: mpsc::UnboundedSender<FlushJob>,
     proposals: Mutex<HashMap<u64, oneshot::Sender<Placement>>>,
+    /// The snapshot received in full, until openraft purges for it or the transfer ends.
+    expected: Mutex<Option<ExpectedInstall>>,
+    /// Signalled when an installation finishes (appends waiting on it go on).
+    installed: rill_rt::sync::Notify,
+    /// Lowest index each open snapshot transfer still reads, by pin id.
+    pins: Mutex<(u64, std::collections::BTreeMap<u64, u64>)>,
+    /// Snapshots installed since the log opened.
+    installs: AtomicUsize,
 }
 
 impl Shared {
@@ -206,6 +243,23 @@ impl Drop for Shared {
     fn drop(&mut self) {
         let cached = lock(&self.tail).bytes;
         self.tail_budget.account(cached, 0);
+    }
+}
+
+/// Keeps the entries from one index on from being deleted while a snapshot transfer reads
+/// them; dropping it deletes what its reads held back.
+pub struct Pin {
+    shared: Arc<Shared>,
+    id: u64,
+}
+
+impl Drop for Pin {
+    fn drop(&mut self) {
+        lock(&self.shared.pins).1.remove(&self.id);
+        let log = LogStore { shared: self.shared.clone() };
+        if let Err(e) = log.discard(false) {
+            tracing::warn!(group = self.shared.group, error = %e, "could not delete purged entries");
+        }
     }
 }
 
@@ -244,9 +298,34 @@ impl LogStore {
         tail_budget: Arc<TailBudget>,
     ) -> crate::Result<Self> {
         let corrupt = |reason: String| crate::Error::Corrupt { group, reason };
-        let (last_purged, purged_end) = match engine.get(Keyspace::RaftMeta, &keys::group_tag(group, keys::PURGED))? {
-            Some(b) => Purged::decode(b).map(|p| (Some(p.log_id), p.start_position)).map_err(corrupt)?,
-            None => (None, 0),
+        match engine.get(Keyspace::RaftMeta, &keys::group_tag(group, keys::INSTALLING))? {
+            Some(b) => {
+                let marker = InstallMarker::decode(b).map_err(corrupt)?;
+                tracing::info!(group, last = %marker.last, "finishing a snapshot installation interrupted by a restart");
+                move_staged(&*engine, group, &marker)?;
+            }
+            None => {
+                let staged = keys::staging(group);
+                let (start, end) = (keys::group_start(staged), keys::group_end(staged));
+                if !engine.scan(Keyspace::RaftLog, &start, &end, 1)?.is_empty() {
+                    // A transfer that never finished: nothing refers to what it staged.
+                    let mut b = WriteBatch::new();
+                    b.delete_range(Keyspace::RaftLog, start.to_vec(), end.to_vec());
+                    engine.write(b, false)?;
+                }
+            }
+        }
+        let (last_purged, purged_end, floor) =
+            match engine.get(Keyspace::RaftMeta, &keys::group_tag(group, keys::PURGED))? {
+                Some(b) => {
+                    Purged::decode(b).map(|p| (Some(p.log_id), p.start_position, p.retained_from)).map_err(corrupt)?
+                }
+                None => (None, 0, None),
+            };
+        let first = engine.scan(Keyspace::RaftLog, &keys::group_start(group), &keys::group_end(group), 1)?;
+        let first_kept = match first.first() {
+            Some((k, _)) => keys::suffix_u64(k).unwrap_or(0),
+            None => last_purged.map_or(0, |l| l.index + 1),
         };
         let last = engine.scan_rev(Keyspace::RaftLog, &keys::group_start(group), &keys::group_end(group), 1)?;
         let (last_log_id, end_position) = match last.into_iter().next() {
@@ -258,7 +337,15 @@ impl LogStore {
         };
         let (flush_tx, flush_rx) = mpsc::unbounded_channel();
         rill_rt::spawn(run_flusher(group, syncer.clone(), flush_rx));
-        let meta = LogMeta { last_log_id, last_purged, start_position: purged_end, end_position };
+        let meta = LogMeta {
+            last_log_id,
+            last_purged,
+            start_position: purged_end,
+            end_position,
+            first_kept,
+            floor,
+            awaiting_install: false,
+        };
         Ok(Self {
             shared: Arc::new(Shared {
                 group,
@@ -269,6 +356,10 @@ impl LogStore {
                 tail_budget,
                 flush_tx,
                 proposals: Mutex::new(HashMap::new()),
+                expected: Mutex::new(None),
+                installed: rill_rt::sync::Notify::new(),
+                pins: Mutex::new((0, std::collections::BTreeMap::new())),
+                installs: AtomicUsize::new(0),
             }),
         })
     }
@@ -388,7 +479,9 @@ impl LogStore {
     /// anything to remove (so repeated calls write nothing).
     pub fn destroy(engine: &dyn Engine, group: GroupId) -> crate::Result<bool> {
         let (start, end) = (keys::group_start(group), keys::group_end(group));
-        let mut present = false;
+        let staged = keys::staging(group);
+        let (staged_start, staged_end) = (keys::group_start(staged), keys::group_end(staged));
+        let mut present = !engine.scan(Keyspace::RaftLog, &staged_start, &staged_end, 1)?.is_empty();
         for ks in Keyspace::ALL {
             present |= !engine.scan(ks, &start, &end, 1)?.is_empty();
         }
@@ -399,8 +492,198 @@ impl LogStore {
         for ks in Keyspace::ALL {
             b.delete_range(ks, start.to_vec(), end.to_vec());
         }
+        b.delete_range(Keyspace::RaftLog, staged_start.to_vec(), staged_end.to_vec());
         engine.write(b, true)?;
         Ok(true)
+    }
+
+    /// Keeps every entry from log index `index` on, whatever Raft purges, and deletes what Raft
+    /// purged below it. A record partition's owner calls this with the entry holding the log
+    /// start offset of its newest snapshot: those entries are still served, and a follower
+    /// installing that snapshot receives them with it. The floor only moves up.
+    pub fn retain_from(&self, index: u64) -> crate::Result<()> {
+        {
+            let mut meta = lock(&self.shared.meta);
+            meta.floor = Some(meta.floor.map_or(index, |f| f.max(index)));
+        }
+        self.discard(false)
+    }
+
+    /// How many snapshots this log installed since it opened (tests and oracles).
+    pub fn installed_snapshots(&self) -> usize {
+        self.shared.installs.load(Ordering::Relaxed)
+    }
+
+    /// The floor set by [`LogStore::retain_from`] (or by an installation).
+    pub fn retained_from(&self) -> Option<u64> {
+        lock(&self.shared.meta).floor
+    }
+
+    /// The first log index still stored.
+    pub fn first_kept(&self) -> u64 {
+        lock(&self.shared.meta).first_kept
+    }
+
+    /// The last log index Raft has purged (openraft no longer reads at or below it).
+    pub fn last_purged_index(&self) -> Option<u64> {
+        lock(&self.shared.meta).last_purged.map(|l| l.index)
+    }
+
+    /// Deletes the entries Raft has purged that neither the floor nor an open transfer keeps,
+    /// and records the purge point — when anything is deleted, or always with `record` (a purge
+    /// by openraft, whose new purge point must be stored). A floor raised without a deletion is
+    /// recorded with the next one: a restart with the older, lower floor deletes less, never
+    /// more.
+    fn discard(&self, record: bool) -> crate::Result<()> {
+        let g = self.shared.group;
+        let mut meta = lock(&self.shared.meta);
+        let Some(last_purged) = meta.last_purged else { return Ok(()) };
+        let mut limit = last_purged.index.saturating_add(1);
+        if let Some(floor) = meta.floor {
+            limit = limit.min(floor);
+        }
+        if let Some(&pinned) = lock(&self.shared.pins).1.values().min() {
+            limit = limit.min(pinned);
+        }
+        let limit = limit.max(meta.first_kept);
+        if limit == meta.first_kept && !record {
+            return Ok(());
+        }
+        let start_position = if limit == meta.first_kept {
+            meta.start_position
+        } else {
+            match self.get_entry(limit).map_err(|e| crate::Error::Raft { group: g, reason: e.to_string() })? {
+                Some(e) => e.base,
+                None if meta.last_log_id.is_none_or(|l| l.index < limit) => meta.end_position,
+                None => meta.start_position,
+            }
+        };
+        let mut b = WriteBatch::new();
+        if limit > meta.first_kept {
+            b.delete_range(
+                Keyspace::RaftLog,
+                keys::group_u64(g, meta.first_kept).to_vec(),
+                keys::group_u64(g, limit).to_vec(),
+            );
+            b.delete_range(
+                Keyspace::LogIndex,
+                keys::group_u64(g, 0).to_vec(),
+                keys::group_u64(g, start_position).to_vec(),
+            );
+        }
+        let purged = Purged { log_id: last_purged, start_position, retained_from: meta.floor };
+        b.put(Keyspace::RaftMeta, keys::group_tag(g, keys::PURGED).to_vec(), purged.encode());
+        self.shared.engine.write(b, false)?;
+        if limit > meta.first_kept {
+            self.shared.with_tail(|tail| tail.purge(limit - 1));
+            meta.first_kept = limit;
+            meta.start_position = start_position;
+        }
+        Ok(())
+    }
+
+    /// Keeps the entries from `from` on while the returned pin lives (a snapshot transfer
+    /// reading them). Fails when they are deleted already.
+    pub fn pin(&self, from: u64) -> crate::Result<Pin> {
+        let meta = lock(&self.shared.meta);
+        if from < meta.first_kept {
+            return Err(crate::Error::Raft {
+                group: self.shared.group,
+                reason: format!("entries from index {from} on are needed but the log starts at {}", meta.first_kept),
+            });
+        }
+        let mut pins = lock(&self.shared.pins);
+        pins.0 += 1;
+        let id = pins.0;
+        pins.1.insert(id, from);
+        Ok(Pin { shared: self.shared.clone(), id })
+    }
+
+    /// Up to `max` stored entries, encoded as stored, from log index `from` on and before
+    /// `until`.
+    pub(crate) fn read_raw(&self, from: u64, until: u64, max: usize) -> crate::Result<Vec<(u64, Bytes)>> {
+        let g = self.shared.group;
+        let rows =
+            self.shared.engine.scan(Keyspace::RaftLog, &keys::group_u64(g, from), &keys::group_u64(g, until), max)?;
+        Ok(rows.into_iter().map(|(k, v)| (keys::suffix_u64(&k).unwrap_or(u64::MAX), v)).collect())
+    }
+
+    /// Total bytes of the stored entries from `from` up to (not including) `until`.
+    pub(crate) fn raw_bytes(&self, from: u64, until: u64) -> crate::Result<u64> {
+        let g = self.shared.group;
+        Ok(self.shared.engine.value_bytes(Keyspace::RaftLog, &keys::group_u64(g, from), &keys::group_u64(g, until))?)
+    }
+
+    /// Forgets whatever an unfinished transfer staged.
+    pub(crate) fn clear_staging(&self) -> crate::Result<()> {
+        let staged = keys::staging(self.shared.group);
+        let mut b = WriteBatch::new();
+        b.delete_range(Keyspace::RaftLog, keys::group_start(staged).to_vec(), keys::group_end(staged).to_vec());
+        Ok(self.shared.engine.write(b, false)?)
+    }
+
+    /// Stages received entries (index, encoded as stored) for [`LogStore::install`].
+    pub(crate) fn stage(&self, entries: &[(u64, Bytes)]) -> crate::Result<()> {
+        let staged = keys::staging(self.shared.group);
+        let mut b = WriteBatch::new();
+        for (index, bytes) in entries {
+            b.put(Keyspace::RaftLog, keys::group_u64(staged, *index).to_vec(), bytes.clone());
+        }
+        Ok(self.shared.engine.write(b, false)?)
+    }
+
+    /// Announces a snapshot received in full: a purge up to its last log id is openraft's
+    /// purge for installing it (see the module docs).
+    pub(crate) fn expect_install(&self, marker: InstallMarker) {
+        *lock(&self.shared.expected) = Some(ExpectedInstall { marker });
+    }
+
+    /// Forgets an announced snapshot openraft did not install (it was not newer than what this
+    /// replica had committed, or came from a deposed leader).
+    pub fn forget_expected_install(&self) {
+        lock(&self.shared.expected).take();
+    }
+
+    /// Gives up an installation the state machine could not do: appends waiting for it go on
+    /// (openraft stops the group after a state machine error; nothing was written).
+    pub(crate) fn abandon_install(&self) {
+        lock(&self.shared.meta).awaiting_install = false;
+        lock(&self.shared.expected).take();
+        self.shared.installed.notify_waiters();
+    }
+
+    /// Installs a received snapshot's log side: persists `snapshot` (the state machine's record,
+    /// durably) with an [`InstallMarker`], replaces every entry up to the snapshot's last log id
+    /// with the staged ones, and purges the log there. Appends waiting for it go on.
+    pub(crate) fn install(&self, marker: InstallMarker, snapshot: WriteBatch) -> crate::Result<()> {
+        let g = self.shared.group;
+        let result = (|| {
+            let mut b = snapshot;
+            b.put(Keyspace::RaftMeta, keys::group_tag(g, keys::INSTALLING).to_vec(), marker.encode());
+            self.shared.engine.write(b, true)?;
+            move_staged(&*self.shared.engine, g, &marker)
+        })();
+        let mut meta = lock(&self.shared.meta);
+        if result.is_ok() {
+            if meta.last_purged.is_none_or(|l| l.index < marker.last.index) {
+                meta.last_purged = Some(marker.last);
+            }
+            meta.first_kept = marker.first_index.unwrap_or(marker.last.index + 1);
+            meta.floor = marker.first_index;
+            meta.start_position = marker.start_position;
+            if meta.last_log_id.is_none_or(|l| l.index <= marker.last.index) {
+                meta.last_log_id = Some(marker.last);
+                meta.end_position = marker.end_position;
+            }
+            self.shared.with_tail(|tail| tail.purge(marker.last.index));
+            self.shared.installs.fetch_add(1, Ordering::Relaxed);
+        }
+        meta.awaiting_install = false;
+        drop(meta);
+        lock(&self.shared.expected).take();
+        self.shared.installed.notify_waiters();
+        tracing::info!(group = g, last = %marker.last, entries = marker.entry_count, ok = result.is_ok(), "installed snapshot");
+        result
     }
 
     fn get_entry(&self, index: u64) -> Result<Option<StoredEntry>, StorageError> {
@@ -412,6 +695,65 @@ impl LogStore {
     fn write(&self, batch: WriteBatch) -> Result<(), StorageError> {
         self.shared.engine.write(batch, false).map_err(write_err)
     }
+}
+
+/// Most staged entries moved into the log per write.
+const MOVE_BATCH_ENTRIES: usize = 64;
+
+/// The move of an installation (see [`LogStore::install`]): deletes the log up to the
+/// snapshot, copies the staged entries in, records the purge point and drops the marker. Each
+/// step may be repeated after a crash: the marker stays until the last one.
+fn move_staged(engine: &dyn Engine, g: GroupId, marker: &InstallMarker) -> crate::Result<()> {
+    let corrupt = |reason: String| crate::Error::Corrupt { group: g, reason };
+    let mut b = WriteBatch::new();
+    b.delete_range(
+        Keyspace::RaftLog,
+        keys::group_u64(g, 0).to_vec(),
+        keys::group_u64(g, marker.last.index + 1).to_vec(),
+    );
+    b.delete_range(
+        Keyspace::LogIndex,
+        keys::group_u64(g, 0).to_vec(),
+        keys::group_u64(g, marker.end_position).to_vec(),
+    );
+    engine.write(b, false)?;
+    let staged = keys::staging(g);
+    if let Some(first) = marker.first_index {
+        let end = first + marker.entry_count;
+        let mut next = first;
+        while next < end {
+            let rows = engine.scan(
+                Keyspace::RaftLog,
+                &keys::group_u64(staged, next),
+                &keys::group_u64(staged, end),
+                MOVE_BATCH_ENTRIES,
+            )?;
+            if rows.is_empty() {
+                return Err(corrupt(format!("staged snapshot entry {next} is missing")));
+            }
+            let mut b = WriteBatch::new();
+            for (k, v) in rows {
+                if keys::suffix_u64(&k) != Some(next) {
+                    return Err(corrupt(format!("staged snapshot entry {next} is missing")));
+                }
+                let e = codec::decode_entry(v.clone()).map_err(corrupt)?;
+                if e.units() > 0 {
+                    b.put(Keyspace::LogIndex, keys::group_u64(g, e.base).to_vec(), next.to_be_bytes().to_vec());
+                }
+                b.put(Keyspace::RaftLog, keys::group_u64(g, next).to_vec(), v);
+                next += 1;
+            }
+            engine.write(b, false)?;
+        }
+    }
+    let purged =
+        Purged { log_id: marker.last, start_position: marker.start_position, retained_from: marker.first_index };
+    let mut b = WriteBatch::new();
+    b.put(Keyspace::RaftMeta, keys::group_tag(g, keys::PURGED).to_vec(), purged.encode());
+    b.delete(Keyspace::RaftMeta, keys::group_tag(g, keys::INSTALLING).to_vec());
+    b.delete_range(Keyspace::RaftLog, keys::group_start(staged).to_vec(), keys::group_end(staged).to_vec());
+    engine.write(b, false)?;
+    Ok(())
 }
 
 async fn run_flusher(group: GroupId, syncer: Syncer, mut rx: mpsc::UnboundedReceiver<FlushJob>) {
@@ -530,6 +872,14 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
+        // After a purge for a snapshot not installed yet, nothing is written above the hole.
+        loop {
+            let installed = self.shared.installed.notified();
+            if !lock(&self.shared.meta).awaiting_install {
+                break;
+            }
+            installed.await;
+        }
         let g = self.shared.group;
         let mut batch = WriteBatch::new();
         let mut proposals: Vec<(oneshot::Sender<Placement>, Placement)> = Vec::new();
@@ -616,33 +966,43 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn purge(&mut self, log_id: LogId) -> Result<(), StorageError> {
-        let g = self.shared.group;
-        let end = match self.get_entry(log_id.index)? {
-            Some(e) => e.end(),
-            None => self.start_position(),
+        let expected = {
+            let mut e = lock(&self.shared.expected);
+            if e.is_some_and(|e| e.marker.last == log_id) {
+                e.take()
+            } else {
+                None
+            }
         };
-        let mut b = WriteBatch::new();
-        b.delete_range(
-            Keyspace::RaftLog,
-            keys::group_u64(g, 0).to_vec(),
-            keys::group_u64(g, log_id.index.saturating_add(1)).to_vec(),
-        );
-        b.delete_range(Keyspace::LogIndex, keys::group_u64(g, 0).to_vec(), keys::group_u64(g, end).to_vec());
-        b.put(
-            Keyspace::RaftMeta,
-            keys::group_tag(g, keys::PURGED).to_vec(),
-            Purged { log_id, start_position: end }.encode(),
-        );
         let mut meta = lock(&self.shared.meta);
-        self.write(b)?;
-        self.shared.with_tail(|tail| tail.purge(log_id.index));
-        meta.last_purged = Some(log_id);
-        meta.start_position = end;
+        if meta.last_purged.is_some_and(|l| l.index >= log_id.index) {
+            // An installation moved the log past this point already.
+            return Ok(());
+        }
+        if let Some(expected) = expected {
+            // openraft purges for a snapshot its state machine is installing: move the log's
+            // positions now (so the entries that follow are numbered right) and let appends
+            // wait; the installation writes the log (see `LogStore::install`).
+            meta.awaiting_install = true;
+            meta.last_purged = Some(log_id);
+            if meta.last_log_id.is_none_or(|l| l.index <= log_id.index) {
+                meta.last_log_id = Some(log_id);
+                meta.end_position = expected.marker.end_position;
+            }
+            self.shared.with_tail(|tail| tail.purge(log_id.index));
+            return Ok(());
+        }
         if meta.last_log_id.is_none_or(|l| l.index < log_id.index) {
+            let end = match self.get_entry(log_id.index)? {
+                Some(e) => e.end(),
+                None => meta.end_position,
+            };
             meta.last_log_id = Some(log_id);
             meta.end_position = end;
         }
-        Ok(())
+        meta.last_purged = Some(log_id);
+        drop(meta);
+        self.discard(true).map_err(write_err)
     }
 }
 

@@ -86,6 +86,7 @@ pub struct StartedGroup<M> {
 #[derive(Clone)]
 struct Hosted {
     raft: Raft,
+    log: LogStore,
     quiescence: Arc<Quiescence>,
 }
 
@@ -137,6 +138,11 @@ impl MultiRaft {
     /// The running group `id`, if hosted here.
     pub fn group(&self, id: GroupId) -> Option<Raft> {
         self.groups.read().unwrap_or_else(|p| p.into_inner()).get(&id).map(|h| h.raft.clone())
+    }
+
+    /// The log of group `id`, if hosted here.
+    pub fn log(&self, id: GroupId) -> Option<LogStore> {
+        self.groups.read().unwrap_or_else(|p| p.into_inner()).get(&id).map(|h| h.log.clone())
     }
 
     /// The quiescence of group `id`, if hosted here.
@@ -262,7 +268,7 @@ impl MultiRaft {
         }
         let log = LogStore::open(group, self.engine.clone(), self.syncer.clone(), self.tail_budget.clone())?;
         let pristine = log.is_pristine()?;
-        let sm = SmStore::open(group, self.engine.clone(), sm)?;
+        let sm = SmStore::open(group, self.engine.clone(), log.clone(), sm)?;
         // A replica with a log that did not lead starts quiescent: see `crate::quiesce`.
         let vote = log.clone().read_vote().await.map_err(|e| Error::Raft { group, reason: e.to_string() })?;
         let was_leader = vote.is_some_and(|v| v.committed && v.leader_id.node_id == self.node_id);
@@ -286,7 +292,7 @@ impl MultiRaft {
             _ => false,
         };
         let quiescence = Quiescence::new(group, raft.clone(), self.transport.clone(), quiesce, start_quiescent);
-        let hosted = Hosted { raft: raft.clone(), quiescence: quiescence.clone() };
+        let hosted = Hosted { raft: raft.clone(), log: log.clone(), quiescence: quiescence.clone() };
         self.groups.write().unwrap_or_else(|p| p.into_inner()).insert(group, hosted);
         tracing::debug!(node = self.node_id, group, initialized_now, start_quiescent, "raft group started");
         Ok(StartedGroup { raft, log, sm, pristine, initialized_now, quiescence })

@@ -189,10 +189,18 @@ impl RaftTransport for RaftService {
         };
         self.intake.admit(group, chunk).map_err(|e| Status::invalid_argument(e.to_string()))?;
         self.wake(group);
+        let done = req.done;
         let answer = raft.install_snapshot(req).await;
         if answer.is_err() {
             // openraft refused the chunk: the leader starts the transfer over.
             self.intake.forget(group);
+        }
+        if done {
+            // openraft has installed the snapshot (and purged for it) or decided not to:
+            // either way no purge is for it any more (see `rill_raft::log_store`).
+            if let Some(log) = self.multi.log(group) {
+                log.forget_expected_install();
+            }
         }
         reply(group, &answer)
     }

@@ -5,10 +5,14 @@
 //! applied *position* (the end position of the last applied entry, i.e. a partition's high
 //! watermark) — and persists snapshots in the engine's `State` keyspace. On restart the state
 //! machine is restored from its latest snapshot and openraft re-applies the committed log after
-//! it. Logs are never purged behind a snapshot (the partition log *is* the Raft log), so a
-//! snapshot only shortens restarts.
+//! it.
+//!
+//! A snapshot names the first position whose entries must travel with it
+//! ([`GroupStateMachine::retained_from`]: a partition's log start offset): a record partition's
+//! log is its data, so its log is purged only below that point, and a follower that needs the
+//! snapshot receives those entries with the state ([`crate::transfer`]). A group whose snapshot
+//! is its whole state names none, and its log is purged behind the snapshot.
 
-use std::io::Cursor;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use bytes::Bytes;
@@ -20,6 +24,8 @@ use rill_storage::{Engine, Keyspace, WriteBatch};
 
 use crate::codec;
 use crate::keys;
+use crate::log_store::LogStore;
+use crate::transfer::{SnapshotState, SnapshotStream};
 use crate::types::{
     Entry, GroupId, LogId, Payload, Response, SnapshotMeta, StorageError, StoredMembership, TypeConfig,
 };
@@ -38,6 +44,19 @@ pub trait GroupStateMachine: Send + 'static {
 
     /// Replaces the state with a snapshot made by [`GroupStateMachine::snapshot`].
     fn restore(&mut self, data: &[u8]) -> Result<(), String>;
+
+    /// The first position whose entries a snapshot taken now must carry to a follower, because
+    /// the state refers to them (a partition's log start offset: its records from there on).
+    /// `None` (the default): the snapshot is the whole state.
+    fn retained_from(&self) -> Option<u64> {
+        None
+    }
+
+    /// Called after a snapshot from the leader replaced the state: `position` is the end
+    /// position it covers (a partition's high watermark), which `restore` does not see.
+    fn installed(&mut self, position: u64) {
+        let _ = position;
+    }
 }
 
 /// What the adapter tracks for every group.
@@ -51,12 +70,14 @@ pub struct Applied {
     pub position: u64,
 }
 
-/// A snapshot as persisted and sent: openraft's metadata, the adapter's applied state and the
-/// state machine's own bytes (`proto/rill/raft.proto`: `StoredSnapshot`, `SnapshotData`).
+/// A snapshot as persisted: openraft's metadata, the adapter's applied state, the state
+/// machine's bytes and the first position whose entries go with it (`proto/rill/raft.proto`:
+/// `StoredSnapshot`; what is sent is [`crate::transfer`]'s stream).
 struct StoredSnapshot {
     meta: SnapshotMeta,
     applied: Applied,
     data: Bytes,
+    retained_from: Option<u64>,
 }
 
 impl StoredSnapshot {
@@ -65,6 +86,7 @@ impl StoredSnapshot {
             meta: Some(codec::snapshot_meta_to(&self.meta)),
             applied: Some(codec::applied_to(&self.applied)),
             data: self.data.clone(),
+            retained_from: self.retained_from,
         }
         .encode_to_vec()
         .into()
@@ -76,22 +98,12 @@ impl StoredSnapshot {
             meta: codec::snapshot_meta_from(p.meta.ok_or("snapshot metadata is missing")?),
             applied: codec::applied_from(p.applied.ok_or("snapshot applied state is missing")?),
             data: p.data,
+            retained_from: p.retained_from,
         })
     }
 
-    /// What a follower receives: the applied state and the state machine's bytes (openraft
-    /// carries the metadata itself).
-    fn wire(&self) -> Vec<u8> {
-        pb::SnapshotData { applied: Some(codec::applied_to(&self.applied)), data: self.data.clone() }.encode_to_vec()
-    }
-
-    fn from_wire(meta: &SnapshotMeta, bytes: Vec<u8>) -> Result<Self, String> {
-        let p = pb::SnapshotData::decode(Bytes::from(bytes)).map_err(|e| format!("undecodable snapshot: {e}"))?;
-        Ok(Self {
-            meta: meta.clone(),
-            applied: codec::applied_from(p.applied.ok_or("snapshot applied state is missing")?),
-            data: p.data,
-        })
+    fn state(&self) -> SnapshotState {
+        SnapshotState { applied: self.applied.clone(), data: self.data.clone(), retained_from: self.retained_from }
     }
 }
 
@@ -106,12 +118,14 @@ struct Inner<M> {
 pub struct SmStore<M> {
     group: GroupId,
     engine: Arc<dyn Engine>,
+    /// The group's log: snapshots carry entries from it and install entries into it.
+    log: LogStore,
     inner: Arc<Mutex<Inner<M>>>,
 }
 
 impl<M> Clone for SmStore<M> {
     fn clone(&self) -> Self {
-        Self { group: self.group, engine: self.engine.clone(), inner: self.inner.clone() }
+        Self { group: self.group, engine: self.engine.clone(), log: self.log.clone(), inner: self.inner.clone() }
     }
 }
 
@@ -125,7 +139,7 @@ fn snap_err(e: impl ToString) -> StorageError {
 
 impl<M: GroupStateMachine> SmStore<M> {
     /// Wraps `sm`, restoring it from the group's persisted snapshot when there is one.
-    pub fn open(group: GroupId, engine: Arc<dyn Engine>, mut sm: M) -> crate::Result<Self> {
+    pub fn open(group: GroupId, engine: Arc<dyn Engine>, log: LogStore, mut sm: M) -> crate::Result<Self> {
         let corrupt = |reason: String| crate::Error::Corrupt { group, reason };
         let stored = engine.get(Keyspace::State, &keys::group_tag(group, keys::SNAPSHOT))?;
         let (applied, snapshot) = match stored {
@@ -136,7 +150,7 @@ impl<M: GroupStateMachine> SmStore<M> {
             }
             None => (Applied::default(), None),
         };
-        Ok(Self { group, engine, inner: Arc::new(Mutex::new(Inner { sm, applied, snapshot, snapshot_seq: 0 })) })
+        Ok(Self { group, engine, log, inner: Arc::new(Mutex::new(Inner { sm, applied, snapshot, snapshot_seq: 0 })) })
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner<M>> {
@@ -154,15 +168,28 @@ impl<M: GroupStateMachine> SmStore<M> {
         self.lock().applied.clone()
     }
 
-    fn persist(&self, snapshot: &StoredSnapshot) -> Result<(), StorageError> {
-        let mut b = WriteBatch::new();
-        b.put(Keyspace::State, keys::group_tag(self.group, keys::SNAPSHOT).to_vec(), snapshot.encode());
-        self.engine.write(b, false).map_err(sm_err)
+    /// The newest snapshot's last log index and the first position it carries entries from.
+    pub fn snapshot_point(&self) -> Option<(u64, Option<u64>)> {
+        let inner = self.lock();
+        let s = inner.snapshot.as_ref()?;
+        Some((s.meta.last_log_id?.index, s.retained_from))
     }
 
-    /// The snapshot as sent to followers: the adapter's record, then the owner's state.
-    fn to_openraft(s: &StoredSnapshot) -> Result<Snapshot<TypeConfig>, StorageError> {
-        Ok(Snapshot { meta: s.meta.clone(), snapshot: Box::new(Cursor::new(s.wire())) })
+    fn persist_batch(&self, snapshot: &StoredSnapshot) -> WriteBatch {
+        let mut b = WriteBatch::new();
+        b.put(Keyspace::State, keys::group_tag(self.group, keys::SNAPSHOT).to_vec(), snapshot.encode());
+        b
+    }
+
+    fn persist(&self, snapshot: &StoredSnapshot) -> Result<(), StorageError> {
+        self.engine.write(self.persist_batch(snapshot), false).map_err(sm_err)
+    }
+
+    /// The snapshot as sent to followers: the state, then the entries it carries, read from the
+    /// log as they are sent.
+    fn to_openraft(&self, s: &StoredSnapshot) -> Snapshot<TypeConfig> {
+        let stream = SnapshotStream::outgoing(self.log.clone(), s.meta.last_log_id, s.state());
+        Snapshot { meta: s.meta.clone(), snapshot: Box::new(stream) }
     }
 }
 
@@ -179,10 +206,10 @@ impl<M: GroupStateMachine> RaftSnapshotBuilder<TypeConfig> for SmStore<M> {
             };
             let meta =
                 SnapshotMeta { last_log_id: last, last_membership: inner.applied.membership.clone(), snapshot_id };
-            StoredSnapshot { meta, applied: inner.applied.clone(), data }
+            StoredSnapshot { meta, applied: inner.applied.clone(), data, retained_from: inner.sm.retained_from() }
         };
         self.persist(&stored)?;
-        let out = Self::to_openraft(&stored)?;
+        let out = self.to_openraft(&stored);
         self.lock().snapshot = Some(stored);
         Ok(out)
     }
@@ -226,29 +253,55 @@ impl<M: GroupStateMachine> RaftStateMachine<TypeConfig> for SmStore<M> {
         self.clone()
     }
 
-    async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, StorageError> {
-        Ok(Box::new(Cursor::new(Vec::new())))
+    async fn begin_receiving_snapshot(&mut self) -> Result<Box<SnapshotStream>, StorageError> {
+        // Whatever an earlier, unfinished transfer staged is dropped first.
+        self.log.clear_staging().map_err(sm_err)?;
+        Ok(Box::new(SnapshotStream::incoming(self.log.clone())))
     }
 
     async fn install_snapshot(
         &mut self,
         meta: &SnapshotMeta,
-        snapshot: Box<Cursor<Vec<u8>>>,
+        snapshot: Box<SnapshotStream>,
     ) -> Result<(), StorageError> {
-        // The adapter's own record, then the owner's state (see `to_openraft`).
-        let stored = StoredSnapshot::from_wire(meta, snapshot.into_inner()).map_err(snap_err)?;
-        {
-            let mut inner = self.lock();
-            inner.sm.restore(&stored.data).map_err(snap_err)?;
-            inner.applied = stored.applied.clone();
+        let result = self.install(meta, &snapshot);
+        if result.is_err() {
+            self.log.abandon_install();
         }
-        self.persist(&stored)?;
-        self.lock().snapshot = Some(stored);
-        Ok(())
+        result
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError> {
         let inner = self.lock();
-        inner.snapshot.as_ref().map(Self::to_openraft).transpose()
+        Ok(inner.snapshot.as_ref().map(|s| self.to_openraft(s)))
+    }
+}
+
+impl<M: GroupStateMachine> SmStore<M> {
+    /// Installs a snapshot received in full (see [`LogStore::install`]).
+    fn install(&self, meta: &SnapshotMeta, snapshot: &SnapshotStream) -> Result<(), StorageError> {
+        let received = snapshot.received().cloned().ok_or_else(|| snap_err("snapshot was not received in full"))?;
+        if Some(received.marker.last) != meta.last_log_id {
+            return Err(snap_err(format!(
+                "snapshot received up to {} but announced up to {:?}",
+                received.marker.last, meta.last_log_id
+            )));
+        }
+        let state = received.state;
+        let stored = StoredSnapshot {
+            meta: meta.clone(),
+            applied: state.applied,
+            data: state.data,
+            retained_from: state.retained_from,
+        };
+        self.lock().sm.restore(&stored.data).map_err(snap_err)?;
+        // The state is persisted with the installation's marker, then the carried entries move
+        // into the log (see `LogStore::install`).
+        self.log.install(received.marker, self.persist_batch(&stored)).map_err(sm_err)?;
+        let mut inner = self.lock();
+        inner.sm.installed(stored.applied.position);
+        inner.applied = stored.applied.clone();
+        inner.snapshot = Some(stored);
+        Ok(())
     }
 }

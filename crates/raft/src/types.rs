@@ -1,7 +1,5 @@
 //! The openraft type configuration shared by every group.
 
-use std::io::Cursor;
-
 use bytes::Bytes;
 
 /// A node id. Ids start at 1; 0 is never a node.
@@ -43,7 +41,7 @@ openraft::declare_raft_types!(
         NodeId = NodeId,
         Node = openraft::BasicNode,
         Entry = openraft::Entry<TypeConfig>,
-        SnapshotData = Cursor<Vec<u8>>,
+        SnapshotData = crate::transfer::SnapshotStream,
         AsyncRuntime = crate::runtime::RtRuntime,
         Responder = openraft::impls::OneshotResponder<TypeConfig>,
 );
