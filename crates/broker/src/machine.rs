@@ -139,6 +139,17 @@ impl GroupStateMachine for PartitionStateMachine {
         Ok(snap.encode_to_vec().into())
     }
 
+    /// A follower installing a snapshot needs the records from the log start offset on.
+    fn retained_from(&self) -> Option<u64> {
+        Some(self.shared.index.lock().unwrap_or_else(|p| p.into_inner()).log_start())
+    }
+
+    /// The high watermark is the installed snapshot's end.
+    fn installed(&mut self, position: u64) {
+        self.shared.index.lock().unwrap_or_else(|p| p.into_inner()).raise_end(position);
+        self.shared.hw.send_replace(position);
+    }
+
     fn restore(&mut self, data: &[u8]) -> Result<(), String> {
         let s = pb::PartitionSnapshot::decode(data).map_err(|e| format!("undecodable partition snapshot: {e}"))?;
         let n = s.index_times.len();

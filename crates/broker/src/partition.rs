@@ -127,6 +127,7 @@ impl Partition {
         started: StartedGroup<PartitionStateMachine>,
         shared: SharedState,
         config: TopicConfig,
+        purge_every: Duration,
     ) -> Arc<Self> {
         let StartedGroup { raft, log, sm, quiescence, .. } = started;
         // The state machine may have been restored from a snapshot before anything was applied.
@@ -146,7 +147,7 @@ impl Partition {
             gate_changed: rill_rt::sync::Notify::new(),
             proposer,
         });
-        rill_rt::spawn(housekeeping(Arc::downgrade(&partition)));
+        rill_rt::spawn(housekeeping(Arc::downgrade(&partition), purge_every));
         partition
     }
 
@@ -280,6 +281,36 @@ impl Partition {
         logical.max(self.log.start_position())
     }
 
+    /// Purges this replica's log below the entry holding its newest snapshot's log start offset:
+    /// Raft forgets those entries (a follower that needs them gets the snapshot, which carries
+    /// the records from the log start on) and the log deletes them.
+    pub async fn purge_below_log_start(&self) -> Result<()> {
+        let Some((last, Some(from))) = self.sm.snapshot_point() else { return Ok(()) };
+        let storage = |e: rill_raft::Error| PartitionError::Storage(e.to_string());
+        let holding = self.log.index_of_position(from).map_err(storage)?;
+        let mut floor = holding.map_or(last + 1, |i| i.min(last + 1));
+        if rill_rt::mutation::active(rill_rt::mutation::Mutation::PurgeAheadOfLogStart) {
+            // Deliberate bug (simulation only): purge at the snapshot, retained records too.
+            floor = last + 1;
+        }
+        self.log.retain_from(floor).map_err(storage)?;
+        let Some(upto) = floor.checked_sub(1) else { return Ok(()) };
+        if self.log.last_purged_index().is_none_or(|p| p < upto) {
+            self.raft.trigger().purge_log(upto).await.map_err(|e| PartitionError::Storage(e.to_string()))?;
+        }
+        Ok(())
+    }
+
+    /// The log start offset as the state machine holds it, whatever the log stores (oracles).
+    pub fn applied_log_start(&self) -> u64 {
+        self.index.lock().unwrap_or_else(|p| p.into_inner()).log_start()
+    }
+
+    /// Snapshots this replica installed from a leader since it started (tests and oracles).
+    pub fn installed_snapshots(&self) -> usize {
+        self.log.installed_snapshots()
+    }
+
     /// Bytes of entries applied since the newest snapshot of this replica.
     pub fn bytes_since_snapshot(&self) -> u64 {
         let appended = self.index.lock().unwrap_or_else(|p| p.into_inner()).appended;
@@ -330,21 +361,38 @@ pub const RETENTION_CHECK_EVERY: Duration = Duration::from_secs(5);
 /// snapshot is small — the index and producer state — and its log is not purged behind it.)
 pub const SNAPSHOT_EVERY_BYTES: u64 = 64 << 20;
 
-/// On every replica: snapshots after [`SNAPSHOT_EVERY_BYTES`] of entries. While this replica
+/// How often, at most, a replica snapshots only because its log start offset moved (so that
+/// its log can be purged up to it: the purge point is the newest snapshot's log start), unless
+/// its node says otherwise.
+pub const PURGE_SNAPSHOT_EVERY: Duration = Duration::from_secs(30);
+
+/// On every replica: snapshots after [`SNAPSHOT_EVERY_BYTES`] of entries, or when the log start
+/// offset moved past the newest snapshot's (at most every `purge_every`), and purges
+/// the log below the entry holding the newest snapshot's log start offset. While this replica
 /// leads: proposes forgetting producers idle longer than
 /// `producer.id.expiration.ms`, and moving the log start offset past what `retention.ms` and
 /// `retention.bytes` no longer keep — so every replica forgets and deletes at the same point of
 /// the log. Retention is checked every [`RETENTION_CHECK_EVERY`] (sooner for a shorter
 /// `retention.ms`), idle producers about every minute.
-async fn housekeeping(partition: std::sync::Weak<Partition>) {
+async fn housekeeping(partition: std::sync::Weak<Partition>, purge_every: Duration) {
     let mut next_expiry = rill_rt::now();
+    let mut next_purge_snapshot = rill_rt::now();
     loop {
         let Some(p) = partition.upgrade() else { return };
         let config = p.config();
-        if p.bytes_since_snapshot() >= SNAPSHOT_EVERY_BYTES {
+        let snapshot_start = p.sm.snapshot_point().and_then(|(_, from)| from);
+        let start_moved = snapshot_start.unwrap_or(0) < p.applied_log_start();
+        let purge_due = start_moved && rill_rt::now() >= next_purge_snapshot;
+        if p.bytes_since_snapshot() >= SNAPSHOT_EVERY_BYTES || purge_due {
+            if purge_due {
+                next_purge_snapshot = rill_rt::now() + purge_every;
+            }
             if let Err(e) = p.raft.trigger().snapshot().await {
                 tracing::debug!(group = p.group, error = %e, "could not start a snapshot");
             }
+        }
+        if let Err(e) = p.purge_below_log_start().await {
+            tracing::debug!(group = p.group, error = %e, "could not purge the log");
         }
         if p.leader_term().is_some() {
             if let Err(e) = p.enforce_retention(&config).await {

@@ -20,17 +20,21 @@ pub enum Mutation {
     EmptyStateSnapshot,
     /// Fetches serve records below the log start offset (deleted records stay readable).
     ServeBelowLogStart,
+    /// A record partition purges its log at its snapshot, not below its log start offset
+    /// (retained records are deleted).
+    PurgeAheadOfLogStart,
 }
 
 impl Mutation {
     /// Every mutation.
-    pub const ALL: [Mutation; 6] = [
+    pub const ALL: [Mutation; 7] = [
         Mutation::AckBeforeSync,
         Mutation::ReadAboveHw,
         Mutation::SkipTruncate,
         Mutation::NoDedupe,
         Mutation::EmptyStateSnapshot,
         Mutation::ServeBelowLogStart,
+        Mutation::PurgeAheadOfLogStart,
     ];
 
     /// The name used on the command line (`chaos/run --mutation NAME`).
@@ -42,6 +46,7 @@ impl Mutation {
             Mutation::NoDedupe => "no-dedupe",
             Mutation::EmptyStateSnapshot => "empty-state-snapshot",
             Mutation::ServeBelowLogStart => "serve-below-log-start",
+            Mutation::PurgeAheadOfLogStart => "purge-ahead-of-log-start",
         }
     }
 

@@ -91,6 +91,10 @@ pub struct Config {
     pub state_snapshot_every_entries: u64,
     /// See `state_snapshot_every_entries`.
     pub state_log_kept_entries: u64,
+    /// A record partition whose log start offset moved snapshots (so that its log can be purged
+    /// below it) at most this often. Not settable from the file or flags; the simulation lowers
+    /// it so its runs purge record partitions and install their snapshots.
+    pub record_purge_every: Duration,
     /// How the internal listener and the connections to peers are secured.
     pub internal_tls: InternalTls,
     /// What the client listener lets one client hold open.
@@ -216,6 +220,7 @@ impl Config {
             transaction_state_partitions: DEFAULT_INTERNAL_TOPIC_PARTITIONS,
             state_snapshot_every_entries: rill_broker::state_partition::STATE_SNAPSHOT_EVERY_ENTRIES,
             state_log_kept_entries: rill_broker::state_partition::STATE_LOG_KEPT_BEHIND_SNAPSHOT,
+            record_purge_every: rill_broker::partition::PURGE_SNAPSHOT_EVERY,
             internal_tls: InternalTls::Insecure,
             client_limits: ClientLimits::default(),
         })
@@ -727,6 +732,7 @@ fn build(
         transaction_state_partitions,
         state_snapshot_every_entries: rill_broker::state_partition::STATE_SNAPSHOT_EVERY_ENTRIES,
         state_log_kept_entries: rill_broker::state_partition::STATE_LOG_KEPT_BEHIND_SNAPSHOT,
+        record_purge_every: rill_broker::partition::PURGE_SNAPSHOT_EVERY,
         internal_tls: InternalTls::Insecure,
         client_limits: ClientLimits::default(),
     })

@@ -83,6 +83,11 @@ impl Hosted {
         }
     }
 
+    /// The first position its log still stores.
+    pub fn stored_from(&self) -> u64 {
+        self.replica().log().start_position()
+    }
+
     /// The kind of its topic.
     pub fn kind(&self) -> PartitionKind {
         match self {
@@ -136,8 +141,15 @@ impl Node {
         // Founding members initialize the metadata group; a joining node waits to be added.
         let members: Option<BTreeMap<NodeId, BasicNode>> =
             (!config.join).then(|| config.members.iter().map(|(id, addr)| (*id, BasicNode::new(addr))).collect());
+        // The metadata group's snapshot is its whole state: its log is purged behind it, as a
+        // state partition's is.
+        let meta_options = GroupOptions {
+            snapshot_every_entries: config.state_snapshot_every_entries,
+            purge_behind_snapshot: Some(config.state_log_kept_entries),
+            ..GroupOptions::default()
+        };
         let StartedGroup { raft: meta_raft, .. } =
-            multi.start_group(META_GROUP, meta_sm, members, GroupOptions::default()).await?;
+            multi.start_group(META_GROUP, meta_sm, members, meta_options).await?;
         let node = Arc::new(Self {
             config,
             multi,
@@ -440,7 +452,11 @@ impl Node {
                 let shared = SharedState::new();
                 let started = self.multi.start_group(group, shared.state_machine(), initial, records).await?;
                 let (raft, pristine) = (started.raft.clone(), started.pristine);
-                (Hosted::Records(Partition::new(name, partition, node, started, shared, config)), raft, pristine)
+                {
+                    let purge_every = self.config.record_purge_every;
+                    let p = Partition::new(name, partition, node, started, shared, config, purge_every);
+                    (Hosted::Records(p), raft, pristine)
+                }
             }
             PartitionKind::ConsumerOffsets => {
                 let started = self.multi.start_group(group, OffsetsMachine::new(), initial, state).await?;

@@ -129,6 +129,7 @@ pub fn description_json(d: &TopicDescription) -> serde_json::Value {
             "log_end_offset": p.log_end_offset,
             "quiescent": p.quiescent,
             "retained_bytes": p.retained_bytes,
+            "stored_from_offset": p.stored_from_offset,
         })).collect::<Vec<_>>(),
         "configs": d.configs.iter().map(|c| (c.key.clone(), json!(c.value))).collect::<serde_json::Map<_, _>>(),
     })

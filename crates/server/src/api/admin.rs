@@ -135,6 +135,7 @@ fn describe_partition(topic: &str, partition: u32, replicas: &[u64], live: &Part
             error_message: String::new(),
             quiescent: l.quiescent,
             retained_bytes: l.retained_bytes,
+            stored_from_offset: l.stored_from_offset,
         },
         None => PartitionDescription {
             partition,
@@ -157,6 +158,7 @@ fn describe_partition(topic: &str, partition: u32, replicas: &[u64], live: &Part
             },
             quiescent: false,
             retained_bytes: 0,
+            stored_from_offset: -1,
         },
     }
 }

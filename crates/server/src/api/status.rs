@@ -42,6 +42,7 @@ pub fn local_status(node: &Node, group: GroupId) -> ReplicaStatus {
                 log_end_offset: s.log_end_offset as i64,
                 quiescent: s.quiescent,
                 retained_bytes: p.retained_bytes(),
+                stored_from_offset: p.stored_from() as i64,
             }
         }
     }
