@@ -103,6 +103,9 @@ impl SimCluster {
                         config.transaction_state_partitions = 2;
                         config.state_snapshot_every_entries = 20;
                         config.state_log_kept_entries = 5;
+                        // Record partitions snapshot and purge below their log start as soon
+                        // as it moves, so runs install snapshots that carry records.
+                        config.record_purge_every = Duration::from_millis(500);
                         let on_ready = move |node: Arc<Node>| {
                             live.lock().unwrap_or_else(|p| p.into_inner()).insert(id, node);
                         };

@@ -129,7 +129,13 @@ pub fn replica_logs(cluster: &SimCluster) -> Result<Vec<ReplicaLog>, String> {
         let Some(node) = cluster.node(id) else { continue };
         for p in node.partitions() {
             let entries = p.entry_bodies().map_err(|e| format!("node {id} group {}: {e}", p.group()))?;
-            out.push(ReplicaLog { node: id, group: p.group(), high_watermark: p.high_watermark(), entries });
+            out.push(ReplicaLog {
+                node: id,
+                group: p.group(),
+                high_watermark: p.high_watermark(),
+                log_start: p.applied_log_start(),
+                entries,
+            });
         }
     }
     Ok(out)

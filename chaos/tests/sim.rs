@@ -5,8 +5,9 @@
 //! has a test of the same name here. `smoke_leader_power_failure_and_rejoin`,
 //! `woken_quiescent_group_keeps_its_leader`, `concurrent_batches_share_entries`,
 //! `control_batches_take_offsets_and_are_skipped`,
-//! `state_partition_purges_and_installs_snapshots`, `a_failed_disk_takes_its_node_out` and
-//! `an_acks_0_flood_waits_for_the_log` are scripted.
+//! `state_partition_purges_and_installs_snapshots`,
+//! `record_partition_installs_a_snapshot_with_its_records`, `a_failed_disk_takes_its_node_out`
+//! and `an_acks_0_flood_waits_for_the_log` are scripted.
 
 #![cfg(madsim)]
 // Test code: a failed expectation is a failed test.
@@ -657,6 +658,112 @@ async fn state_partition_purges_and_installs_snapshots() {
     println!("trace-hash: {:016x} events={}", trace.hash(), trace.len());
 }
 
+/// A record partition purges its log below its log start offset, and a follower that was down
+/// while the leader purged past its log catches up from a snapshot that carries the retained
+/// records: afterwards it holds exactly the leader's entries from the log start on (index,
+/// offset and bytes), the same log start, and once it leads it serves every retained record and
+/// continues the numbering. (The simulation snapshots record partitions for a purge as soon as
+/// their log start moves.) Caught mutation: `purge-ahead-of-log-start`.
+#[madsim::test]
+async fn record_partition_installs_a_snapshot_with_its_records() {
+    let trace = begin_scripted();
+    let cluster = SimCluster::start(3);
+    let client = cluster.client().await;
+    let c = client.clone();
+    cluster
+        .on_client(async move {
+            wait_until("the topic created", || async { c.create_topic("ret", 1, 3, &[]).await.ok() }).await;
+            c.wait_for_leaders("ret", SETTLE).await.expect("ret has a leader")
+        })
+        .await;
+    let mut acked = cluster.on_client(produce(client.clone(), trace.clone(), "ret", "a", 30)).await;
+    let (leader, _) = wait_until("an agreed leader", || async { agreed_leader(&cluster) }).await;
+    let group = cluster.node(leader).expect("leader up").partitions()[0].group();
+    let follower = cluster.ids().into_iter().find(|id| *id != leader).expect("a follower");
+    let follower_last = group_metrics(&cluster, follower, group).and_then(|m| m.last_log_index).unwrap_or(0);
+    cluster.kill(follower);
+
+    acked.extend(cluster.on_client(produce(client.clone(), trace.clone(), "ret", "b", 40)).await);
+    let c = client.clone();
+    let start = cluster.on_client(async move { c.delete_records("ret", 0, 50).await }).await.expect("delete below 50");
+    assert_eq!(start, 50);
+    acked.extend(cluster.on_client(produce(client.clone(), trace.clone(), "ret", "c", 10)).await);
+    let leader_purged = wait_until("the leader purges below its log start", || {
+        let p = group_metrics(&cluster, leader, group).and_then(|m| m.purged).map(|p| p.index);
+        let first_base = cluster
+            .node(leader)
+            .and_then(|n| n.partitions()[0].entry_bodies().ok().and_then(|e| e.first().map(|(_, base, _)| *base)));
+        async move { p.filter(|p| *p > follower_last && first_base >= Some(45)) }
+    })
+    .await;
+    let l = cluster.node(leader).expect("leader up").partitions()[0].clone();
+    assert_eq!(l.log_start_offset(), 50, "the purge deleted only records below the log start");
+    drop(l);
+    cluster.restart(follower);
+    let installed = wait_until("the follower catches up", || {
+        let applied = |id| group_metrics(&cluster, id, group).and_then(|m| m.last_applied);
+        let done = applied(follower).is_some() && applied(follower) == applied(leader);
+        let snapshot = group_metrics(&cluster, follower, group).and_then(|m| m.snapshot);
+        async move { done.then_some(snapshot) }
+    })
+    .await;
+    assert!(
+        installed.is_some_and(|s| s.index >= leader_purged),
+        "the follower caught up from a snapshot covering what the leader purged: {installed:?} vs {leader_purged}"
+    );
+    let replica = |id: u64| cluster.node(id).expect("node up").partitions()[0].clone();
+    let (l, f) = (replica(leader), replica(follower));
+    assert!(f.installed_snapshots() >= 1, "the follower installed a snapshot");
+    assert_eq!(f.log_start_offset(), l.log_start_offset(), "the same log start offset");
+    assert_eq!(f.high_watermark(), l.high_watermark(), "the same high watermark");
+    let (le, fe) = (l.entry_bodies().expect("leader's log"), f.entry_bodies().expect("follower's log"));
+    let from_start = |e: &Vec<(u64, u64, bytes::Bytes)>| -> Vec<(u64, u64, bytes::Bytes)> {
+        let holding = e.iter().rposition(|(_, base, _)| *base <= 50).unwrap_or(0);
+        e[holding..].to_vec()
+    };
+    assert!(fe.first().is_some_and(|(_, base, _)| *base <= 50), "the follower holds the entry with the log start");
+    assert_eq!(from_start(&fe), from_start(&le), "the follower's entries from the log start on are the leader's");
+
+    cluster.kill(leader);
+    let c = client.clone();
+    let next = cluster
+        .on_client(async move {
+            wait_until("a produce after failover", || async {
+                c.produce("ret", 0, vec![Record::new("after")], Acks::All).await.ok().and_then(|a| a.base_offset)
+            })
+            .await
+        })
+        .await;
+    let hw_before = acked.iter().filter_map(|(_, o)| *o).max().map_or(0, |o| o + 1);
+    assert!(next >= hw_before, "new appends continue the numbering ({next} after {hw_before})");
+    let fresh = cluster.client().await;
+    let read = cluster
+        .on_client(async move {
+            let mut out = Vec::new();
+            let mut offset = 50;
+            loop {
+                let f = fresh.fetch("ret", 0, Some(offset), Duration::ZERO).await.expect("fetch from the log start");
+                if f.records.is_empty() {
+                    break out;
+                }
+                offset = f.next_offset;
+                out.extend(
+                    f.records.into_iter().map(|r| {
+                        (String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).into_owned(), r.offset)
+                    }),
+                );
+            }
+        })
+        .await;
+    for (v, offset) in &acked {
+        if let Some(o) = offset.filter(|o| *o >= 50) {
+            assert!(read.contains(&(v.clone(), o)), "retained record {v} at {o} is served after failover");
+        }
+    }
+    trace.record(format!("purged {leader_purged}, installed {installed:?}, next {next}"));
+    println!("trace-hash: {:016x} events={}", trace.hash(), trace.len());
+}
+
 /// Runs a generated scenario and fails on any violation.
 async fn scenario(name: &str) {
     init_logs();
@@ -699,6 +806,7 @@ async fn list_scenarios() {
     println!("concurrent_batches_share_entries\tscripted: concurrent batches merge into entries, each at its own offset (default)");
     println!("control_batches_take_offsets_and_are_skipped\tscripted: a transaction marker takes an offset; consumers skip it (default)");
     println!("state_partition_purges_and_installs_snapshots\tscripted: a coordinator partition purges behind snapshots; a follower catches up by one (default)");
+    println!("record_partition_installs_a_snapshot_with_its_records\tscripted: a record partition purges below its log start; a follower catches up by a snapshot carrying the retained records (default)");
     println!("an_acks_0_flood_waits_for_the_log\tscripted: 100 acks=0 requests of 1 MB on slow disks: no replica queues more than 32 MiB (default)");
     println!("a_failed_disk_takes_its_node_out\tscripted: the leader's syncs fail; it stops its groups and looks down, another replica leads (default)");
     for s in scenarios::SCENARIOS {
