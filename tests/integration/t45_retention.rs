@@ -12,6 +12,10 @@ use rill_client::{
 use crate::harness::{init_logs, read_all, text, wait_for, wait_for_ok, TestCluster, READY_TIMEOUT};
 use crate::t70_cli::rill;
 
+/// How long a partition may take to purge its log once its log start moved: the next
+/// housekeeping round (every 5 s) snapshots and purges.
+const PURGE_TIMEOUT: Duration = Duration::from_secs(60);
+
 async fn produce_numbered(client: &Client, topic: &str, batches: u32, per_batch: u32) -> anyhow::Result<()> {
     for b in 0..batches {
         let records = (0..per_batch).map(|i| Record::new(format!("v{}", b * per_batch + i))).collect();
@@ -205,9 +209,18 @@ async fn a_follower_down_during_retention_comes_back_with_the_same_log() -> anyh
     .await?;
     let before = read_all_from(&client, "kept", start).await?;
     assert_eq!(before.len() as u64, 300 - start, "every record from the log start on");
+    // The leader purges its log below the log start: the follower's log now ends below what
+    // the leader stores, so it can only catch up by a snapshot carrying the retained records.
+    let stored_from = wait_for(PURGE_TIMEOUT, "the leader to purge its log below the log start", || async {
+        let p = client.describe_topic("kept").await.ok()?.partitions[0].clone();
+        (p.stored_from_offset > 0).then_some(p.stored_from_offset)
+    })
+    .await?;
+    assert!(stored_from as u64 <= start, "nothing at or above the log start is purged: {stored_from} > {start}");
 
-    // The follower comes back, catches up (the trims are entries of the log it replays), and
-    // leads: the same log start, high watermark and records, and the numbering goes on.
+    // The follower comes back, catches up (by a snapshot that carries the records from the log
+    // start on), and leads: the same log start, high watermark and records, and the numbering
+    // goes on.
     cluster.start_node(follower)?;
     wait_for(READY_TIMEOUT, "the follower back in the ISR", || async {
         let d = client.describe_topic("kept").await.ok()?;
