@@ -167,7 +167,9 @@ pub fn file_len(file: &File, id: u64) -> Result<u64> {
 }
 
 /// Buffer of a segment walk: large enough that a walk reads in big sequential chunks, small
-/// enough to keep its memory flat.
+/// enough to keep its memory flat. Values shorter than this are read through (a skip lands in
+/// the buffer) and longer ones skipped. Skipping shorter ones with small reads would save
+/// little: the kernel's readahead (128 KiB by default) reads them from the disk anyway.
 const WALK_BUFFER_BYTES: usize = 256 << 10;
 
 /// Reads a segment front to back through a bounded buffer, with positioned reads (the file is
