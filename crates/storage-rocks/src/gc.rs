@@ -73,13 +73,13 @@
 //!   engine's users costs at most `1 / (1 - r)` bytes of value log writes in total (2 at ½),
 //!   copies of copies included.
 //! * **I/O and memory.** The background collector paces itself to
-//!   [`gc_bytes_per_second`](crate::EngineConfig::gc_bytes_per_second) (sleeping after each
-//!   MiB read or written for as long as that MiB may take, so the rate is never above it) and
-//!   holds one relocation batch and one walk buffer. Writers wait only for one batch's checks,
+//!   [`gc_bytes_per_second`](crate::EngineConfig::gc_bytes_per_second) (after each MiB read or
+//!   written it sleeps until the pass's bytes so far are due at that rate) and holds one
+//!   relocation batch and one walk buffer. Writers wait only for one batch's checks,
 //!   append and index write.
 //! * **Keeping up.** A walk reads about its whole segment (the readahead reads short dead
 //!   values anyway), so the paced collector gets through at most `gc_bytes_per_second` of
-//!   segments. A node whose deletes free space faster than that for long (retention deleting
+//!   segments (128 MiB/s by default, above the fastest a node's log has been written). A node whose deletes free space faster than that for long (retention deleting
 //!   everything written at a higher rate, with long-lived entries in every segment) builds a
 //!   backlog that shrinks once the rate drops; segments that die whole are deleted without a
 //!   walk and cost nothing.
@@ -467,19 +467,51 @@ impl StopSignal {
     }
 }
 
-/// Paces the background collector: after every [`PACE_QUANTUM_BYTES`] of I/O it sleeps for as
-/// long as those bytes take at the configured rate. The time the I/O itself took is not
-/// subtracted, so the rate stays below the limit (by the I/O's own share) without reading a
-/// clock.
+/// Paces the background collector: after every [`PACE_QUANTUM_BYTES`] of I/O it sleeps until
+/// the bytes charged since the pass began are due at the configured rate, so the time the I/O
+/// itself took counts (a pass runs at the rate, not below it). Credit for time spent below the
+/// rate is kept for at most [`PACE_CREDIT`], so a slow stretch is never followed by a long
+/// burst.
 struct Pacer<'a> {
     bytes_per_second: u64,
+    /// When the current accounting window began, and the bytes charged since.
+    since: rill_rt::Instant,
+    charged: u64,
     owed: u64,
     stop: &'a StopSignal,
 }
 
-impl Pacer<'_> {
-    fn pause_for(bytes: u64, bytes_per_second: u64) -> Duration {
+/// How far behind its rate the collector may fall and then catch up at full speed.
+const PACE_CREDIT: Duration = Duration::from_secs(1);
+
+impl<'a> Pacer<'a> {
+    fn new(bytes_per_second: u64, stop: &'a StopSignal) -> Self {
+        Self { bytes_per_second, since: rill_rt::now(), charged: 0, owed: 0, stop }
+    }
+
+    /// Starts a pass: nothing before it counts.
+    fn begin(&mut self) {
+        self.since = rill_rt::now();
+        self.charged = 0;
+        self.owed = 0;
+    }
+
+    /// How long `bytes` take at `bytes_per_second`.
+    fn time_for(bytes: u64, bytes_per_second: u64) -> Duration {
         Duration::from_secs_f64(bytes as f64 / bytes_per_second.max(1) as f64)
+    }
+
+    /// How long to sleep, `elapsed` into the window, for the bytes charged so far to be on pace.
+    fn pause(&mut self, elapsed: Duration) -> Duration {
+        let due = Self::time_for(self.charged, self.bytes_per_second);
+        if elapsed > due + PACE_CREDIT {
+            // Far below the rate (slow I/O, few live values): start a new window rather than
+            // owe a burst.
+            self.since = rill_rt::now();
+            self.charged = 0;
+            return Duration::ZERO;
+        }
+        due.saturating_sub(elapsed)
     }
 }
 
@@ -488,10 +520,12 @@ impl Throttle for Pacer<'_> {
         if self.stop.is_stopped() {
             return ControlFlow::Break(());
         }
+        self.charged += bytes;
         self.owed += bytes;
         if self.owed >= PACE_QUANTUM_BYTES {
-            let pause = Self::pause_for(std::mem::take(&mut self.owed), self.bytes_per_second);
-            if self.stop.sleep(pause) {
+            self.owed = 0;
+            let pause = self.pause(self.since.elapsed());
+            if !pause.is_zero() && self.stop.sleep(pause) {
                 return ControlFlow::Break(());
             }
         }
@@ -517,8 +551,9 @@ impl Worker {
         let thread = std::thread::Builder::new()
             .name("rill-vlog-gc".into())
             .spawn(move || {
-                let mut pacer = Pacer { bytes_per_second, owed: 0, stop: &signal };
+                let mut pacer = Pacer::new(bytes_per_second, &signal);
                 while !signal.sleep(interval) {
+                    pacer.begin();
                     if let Err(e) = core.gc_pass(&mut pacer, RELOCATION_BATCH_BYTES) {
                         if core.is_failed() {
                             tracing::error!(error = %e, "value log collector stopping: the engine failed");
@@ -1006,17 +1041,26 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn the_pacer_sleeps_for_what_the_bytes_take_at_the_rate() {
-        assert_eq!(Pacer::pause_for(64 << 20, 64 << 20), Duration::from_secs(1));
-        assert_eq!(Pacer::pause_for(1 << 20, 64 << 20), Duration::from_secs_f64(1.0 / 64.0));
+    fn the_pacer_keeps_a_pass_at_its_rate() {
+        assert_eq!(Pacer::time_for(64 << 20, 64 << 20), Duration::from_secs(1));
         let stop = StopSignal::default();
-        let mut pacer = Pacer { bytes_per_second: u64::MAX, owed: 0, stop: &stop };
-        assert!(pacer.charge(10).is_continue());
-        assert_eq!(pacer.owed, 10);
-        assert!(pacer.charge(PACE_QUANTUM_BYTES).is_continue());
-        assert_eq!(pacer.owed, 0, "a quantum was paid for");
+        let mut pacer = Pacer::new(64 << 20, &stop);
+        pacer.charged = 32 << 20;
+        // Half a second's bytes after 100 ms: sleep the other 400 ms.
+        assert_eq!(pacer.pause(Duration::from_millis(100)), Duration::from_millis(400));
+        // After 600 ms (the I/O took longer than the rate allows): no sleep.
+        assert_eq!(pacer.pause(Duration::from_millis(600)), Duration::ZERO);
+        assert_eq!(pacer.charged, 32 << 20, "within the credit the window goes on");
+        // Far behind: a new window, not a burst.
+        assert_eq!(pacer.pause(Duration::from_secs(5)), Duration::ZERO);
+        assert_eq!(pacer.charged, 0);
+
+        let mut fast = Pacer::new(u64::MAX, &stop);
+        assert!(fast.charge(10).is_continue());
+        assert!(fast.charge(PACE_QUANTUM_BYTES).is_continue());
+        assert_eq!(fast.owed, 0, "a quantum was paid for");
         stop.stop();
-        assert!(pacer.charge(1).is_break(), "a stopped collector ends its pass");
+        assert!(fast.charge(1).is_break(), "a stopped collector ends its pass");
         assert!(stop.sleep(Duration::from_secs(3600)), "a stopped signal does not sleep");
     }
 }

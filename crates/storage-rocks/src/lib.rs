@@ -121,10 +121,13 @@ pub struct EngineConfig {
 /// grow without bound towards 0 and 1.
 pub const DEFAULT_GC_LIVE_RATIO: f64 = 0.5;
 
-/// Default [`EngineConfig::gc_bytes_per_second`]: 64 MiB/s, a fraction of a data-center SSD's
-/// sequential bandwidth (and of what the value log's own appends reach on this project's
-/// benchmarks), so collection does not starve the writes it makes room for.
-pub const DEFAULT_GC_BYTES_PER_SECOND: u64 = 64 << 20;
+/// Default [`EngineConfig::gc_bytes_per_second`]: 128 MiB/s. In the worst case (long-lived
+/// entries in every segment) every segment is walked once, so a collector slower than the
+/// value log's writes falls behind for as long as they last; the fastest a node's log has been
+/// written is about 84 MB/s (84k msg/s of 1 KiB, acks=all RF 3, docs/benchmarks.md), and this
+/// leaves room above it while taking a quarter of a SATA SSD's sequential reads (a few percent
+/// of an NVMe drive's).
+pub const DEFAULT_GC_BYTES_PER_SECOND: u64 = 128 << 20;
 
 /// Default [`EngineConfig::gc_interval`]: a pass finding nothing costs a lock and a look at each
 /// segment's counts, so looking every 10 s is cheap, and deleted data waits at most that long.
