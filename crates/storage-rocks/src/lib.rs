@@ -148,6 +148,15 @@ impl Default for EngineConfig {
 }
 
 impl EngineConfig {
+    /// The default tuning with value log segments of `segment_bytes`, flushing the index at
+    /// least once per segment's worth of log. Deletion and collection wait until the persisted
+    /// head is past a segment, so with small segments (a test's few MiB) this keeps all but the
+    /// newest one or two within reach; with the default 128 MiB it changes nothing.
+    pub fn with_segment_bytes(segment_bytes: u64) -> Self {
+        let defaults = Self::default();
+        Self { segment_bytes, flush_after_log_bytes: defaults.flush_after_log_bytes.min(segment_bytes), ..defaults }
+    }
+
     /// Refuses settings the engine cannot run with.
     fn validate(&self) -> Result<()> {
         let invalid = |why: String| Err(Error::Unavailable(format!("invalid storage engine config: {why}")));
@@ -1121,6 +1130,30 @@ mod tests {
         drop(e);
         let e = open_dir(dir.path(), config);
         check(&e);
+    }
+
+    /// Small segments bring the flushes that deletion waits for with them; settings the
+    /// collector cannot run with are refused at open.
+    #[test]
+    fn engine_configs_are_shaped_and_checked() {
+        let small = EngineConfig::with_segment_bytes(4 << 20);
+        assert_eq!((small.segment_bytes, small.flush_after_log_bytes), (4 << 20, 4 << 20));
+        let default = EngineConfig::default();
+        let big = EngineConfig::with_segment_bytes(default.segment_bytes);
+        assert_eq!(big.flush_after_log_bytes, default.flush_after_log_bytes);
+        let dir = tempfile::tempdir().unwrap();
+        for bad in [
+            EngineConfig { gc_live_ratio: 1.0, ..EngineConfig::default() },
+            EngineConfig { gc_live_ratio: -0.1, ..EngineConfig::default() },
+            EngineConfig { gc_bytes_per_second: 0, ..EngineConfig::default() },
+            EngineConfig { segment_bytes: 0, ..EngineConfig::default() },
+        ] {
+            let err = RocksEngine::open_with(dir.path(), bad.clone()).unwrap_err();
+            assert!(
+                matches!(&err, Error::Unavailable(m) if m.contains("invalid storage engine config")),
+                "{bad:?}: {err}"
+            );
+        }
     }
 
     /// A data directory of the earlier layout (RocksDB files at its top) is refused, not
