@@ -29,6 +29,10 @@
 //! [log]
 //! level = "info"      # tracing filter, e.g. "info,rill_raft=debug"
 //! format = "text"     # or "json"
+//!
+//! [storage]  # the value log (docs/storage.md); unset keys keep the engine's defaults
+//! # segment-bytes = "128MiB"          # at least 1MiB
+//! # gc-bytes-per-second = "128MiB"    # the value log collector's pace
 //! ```
 //!
 //! Unknown keys are refused with their full path. Every key has an environment variable
@@ -99,7 +103,32 @@ pub struct Config {
     pub internal_tls: InternalTls,
     /// What the client listener lets one client hold open.
     pub client_limits: ClientLimits,
+    /// The storage engine's value log tuning.
+    pub storage: StorageTuning,
 }
+
+/// `[storage]`: the value log's tuning (docs/storage.md, "Space"). A key left unset keeps the
+/// engine's default (`rill_storage_rocks::EngineConfig`), which this crate cannot name under the
+/// simulation.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StorageTuning {
+    /// Value log segment size (`segment-bytes`; the engine's default is 128 MiB). Smaller
+    /// segments give deleted bytes back sooner (only closed segments are collected, and the
+    /// index is flushed at least once per segment) at the cost of more files, each kept open.
+    pub segment_bytes: Option<u64>,
+    /// Most bytes per second the value log collector reads and writes (`gc-bytes-per-second`;
+    /// the engine's default is 128 MiB/s). It must exceed the rate deletes free space at, or
+    /// garbage waits while that lasts.
+    pub gc_bytes_per_second: Option<u64>,
+}
+
+/// Smallest `[storage] segment-bytes`: every segment is an open file, and a batch larger than a
+/// segment gets one of its own, so much smaller segments would mean a file for nearly every
+/// batch of a busy node; 1 MiB still lets a test see retention give disk back after a few MiB.
+pub const MIN_SEGMENT_BYTES: u64 = 1 << 20;
+/// Smallest `[storage] gc-bytes-per-second`: slower, a collector could not keep up with even an
+/// idle node's background writes.
+pub const MIN_GC_BYTES_PER_SECOND: u64 = 1 << 20;
 
 /// Bounds on what clients may hold open on the client listener (`[limits]`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -223,6 +252,7 @@ impl Config {
             record_purge_every: rill_broker::partition::PURGE_SNAPSHOT_EVERY,
             internal_tls: InternalTls::Insecure,
             client_limits: ClientLimits::default(),
+            storage: StorageTuning::default(),
         })
     }
 }
@@ -248,6 +278,17 @@ struct FileConfig {
     log: FileLog,
     #[serde(default)]
     limits: FileLimits,
+    #[serde(default)]
+    storage: FileStorage,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+struct FileStorage {
+    #[serde(default, deserialize_with = "byte_size")]
+    segment_bytes: Option<u64>,
+    #[serde(default, deserialize_with = "byte_size")]
+    gc_bytes_per_second: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -352,7 +393,8 @@ fn parse_file(text: &str, path: &Path) -> Result<FileConfig> {
         return Err(Error::Config(format!(
             "{}: unknown key(s) {}; known keys: node-id, listen, advertise, internal-listen, internal-advertise, data-dir, [cluster] members, [cluster] join, [cluster] auto-leader-rebalance, \
              [cluster] consumer-offsets-partitions, [cluster] transaction-state-partitions, [tls] ca, cert, key, insecure-internal, [raft] heartbeat-interval, \
-             election-timeout-min, election-timeout-max, quiesce-after, [log] level, format, [limits] max-connections, max-concurrent-streams, max-request-bytes-in-flight",
+             election-timeout-min, election-timeout-max, quiesce-after, [log] level, format, [limits] max-connections, max-concurrent-streams, max-request-bytes-in-flight, \
+             [storage] segment-bytes, gc-bytes-per-second",
             path.display(),
             unknown.join(", ")
         )));
@@ -445,6 +487,13 @@ pub struct Args {
     /// default; at least 64MiB). Requests beyond wait.
     #[arg(long, env = "RILL_MAX_REQUEST_BYTES_IN_FLIGHT", value_parser = parse_bytes)]
     pub max_request_bytes_in_flight: Option<u64>,
+    /// Value log segment size (e.g. 128MiB, the default; at least 1MiB).
+    #[arg(long, env = "RILL_STORAGE_SEGMENT_BYTES", value_parser = parse_bytes)]
+    pub storage_segment_bytes: Option<u64>,
+    /// Most bytes per second the value log collector reads and writes (e.g. 128MiB, the
+    /// default; at least 1MiB).
+    #[arg(long, env = "RILL_STORAGE_GC_BYTES_PER_SECOND", value_parser = parse_bytes)]
+    pub storage_gc_bytes_per_second: Option<u64>,
 }
 
 impl Args {
@@ -525,6 +574,10 @@ impl Args {
             max_concurrent_streams: self.max_concurrent_streams.or(file.limits.max_concurrent_streams),
             max_request_bytes_in_flight: self.max_request_bytes_in_flight.or(file.limits.max_request_bytes_in_flight),
         })?;
+        config.storage = storage_tuning(FileStorage {
+            segment_bytes: self.storage_segment_bytes.or(file.storage.segment_bytes),
+            gc_bytes_per_second: self.storage_gc_bytes_per_second.or(file.storage.gc_bytes_per_second),
+        })?;
         Ok(config)
     }
 }
@@ -561,6 +614,22 @@ fn client_limits(given: FileLimits) -> Result<ClientLimits> {
         )));
     }
     Ok(limits)
+}
+
+/// The `[storage]` settings as given, each at least its minimum.
+fn storage_tuning(given: FileStorage) -> Result<StorageTuning> {
+    for (key, value, min) in [
+        ("segment-bytes", given.segment_bytes, MIN_SEGMENT_BYTES),
+        ("gc-bytes-per-second", given.gc_bytes_per_second, MIN_GC_BYTES_PER_SECOND),
+    ] {
+        if let Some(value) = value.filter(|v| *v < min) {
+            return Err(Error::Config(format!(
+                "[storage] {key} must be at least {} MiB, got {value} bytes",
+                min >> 20
+            )));
+        }
+    }
+    Ok(StorageTuning { segment_bytes: given.segment_bytes, gc_bytes_per_second: given.gc_bytes_per_second })
 }
 
 /// The `[tls]` settings: all three files, or the insecure setting, never both or neither.
@@ -735,6 +804,7 @@ fn build(
         record_purge_every: rill_broker::partition::PURGE_SNAPSHOT_EVERY,
         internal_tls: InternalTls::Insecure,
         client_limits: ClientLimits::default(),
+        storage: StorageTuning::default(),
     })
 }
 
@@ -825,6 +895,28 @@ heartbeat-interval = "50ms"
         assert!(budget("max-request-bytes-in-flight = -1", None).is_err());
         assert_eq!(parse_bytes("64 KiB"), Ok(64 << 10));
         assert!(parse_bytes("99999999999999GiB").is_err());
+    }
+
+    #[test]
+    fn storage_tuning_takes_units_and_minimums_and_defaults_to_the_engines() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = |text: &str, flags: &[&str]| {
+            let path = write(dir.path(), &format!("{GOOD}[storage]\n{text}\n"));
+            let mut args = vec!["rill-server", "--config", path.to_str().unwrap()];
+            args.extend_from_slice(flags);
+            Args::parse_from(args).load().map(|c| c.storage)
+        };
+        assert_eq!(storage("", &[]).unwrap(), StorageTuning::default());
+        let set = storage("segment-bytes = \"4MiB\"\ngc-bytes-per-second = \"32MiB\"", &[]).unwrap();
+        assert_eq!(set, StorageTuning { segment_bytes: Some(4 << 20), gc_bytes_per_second: Some(32 << 20) });
+        let flag = storage("segment-bytes = \"4MiB\"", &["--storage-segment-bytes", "8MiB"]).unwrap();
+        assert_eq!(flag.segment_bytes, Some(8 << 20));
+        let small = storage("segment-bytes = \"512KiB\"", &[]).unwrap_err().to_string();
+        assert!(small.contains("[storage] segment-bytes must be at least 1 MiB"), "{small}");
+        let slow = storage("", &["--storage-gc-bytes-per-second", "1000"]).unwrap_err().to_string();
+        assert!(slow.contains("[storage] gc-bytes-per-second must be at least 1 MiB"), "{slow}");
+        let unknown = storage("segment-size = \"4MiB\"", &[]).unwrap_err().to_string();
+        assert!(unknown.contains("storage.segment-size") && unknown.contains("[storage] segment-bytes"), "{unknown}");
     }
 
     #[test]

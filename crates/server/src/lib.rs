@@ -87,11 +87,18 @@ pub async fn start(
     }
 }
 
-/// Opens the node's RocksDB engine in `config.data_dir`.
+/// Opens the node's RocksDB engine in `config.data_dir`, tuned by `[storage]`.
 #[cfg(not(madsim))]
 pub fn open_engine(config: &Config) -> Result<Arc<dyn Engine>> {
     std::fs::create_dir_all(&config.data_dir)
         .map_err(|e| Error::Config(format!("cannot create data-dir {}: {e}", config.data_dir.display())))?;
-    let engine = rill_storage_rocks::RocksEngine::open(config.data_dir.join("db"))?;
+    let mut engine_config = match config.storage.segment_bytes {
+        Some(segment_bytes) => rill_storage_rocks::EngineConfig::with_segment_bytes(segment_bytes),
+        None => rill_storage_rocks::EngineConfig::default(),
+    };
+    if let Some(rate) = config.storage.gc_bytes_per_second {
+        engine_config.gc_bytes_per_second = rate;
+    }
+    let engine = rill_storage_rocks::RocksEngine::open_with(config.data_dir.join("db"), engine_config)?;
     Ok(Arc::new(engine))
 }
