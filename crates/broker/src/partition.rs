@@ -377,6 +377,7 @@ pub const PURGE_SNAPSHOT_EVERY: Duration = Duration::from_secs(30);
 async fn housekeeping(partition: std::sync::Weak<Partition>, purge_every: Duration) {
     let mut next_expiry = rill_rt::now();
     let mut next_purge_snapshot = rill_rt::now();
+    let mut next_retention = rill_rt::now();
     loop {
         let Some(p) = partition.upgrade() else { return };
         let config = p.config();
@@ -394,9 +395,15 @@ async fn housekeeping(partition: std::sync::Weak<Partition>, purge_every: Durati
         if let Err(e) = p.purge_below_log_start().await {
             tracing::debug!(group = p.group, error = %e, "could not purge the log");
         }
+        let check_every = config
+            .retention()
+            .map_or(RETENTION_CHECK_EVERY, |r| RETENTION_CHECK_EVERY.min((r / 2).max(Duration::from_millis(500))));
         if p.leader_term().is_some() {
-            if let Err(e) = p.enforce_retention(&config).await {
-                tracing::debug!(group = p.group, error = %e, "could not enforce retention");
+            if rill_rt::now() >= next_retention {
+                next_retention = rill_rt::now() + check_every;
+                if let Err(e) = p.enforce_retention(&config).await {
+                    tracing::debug!(group = p.group, error = %e, "could not enforce retention");
+                }
             }
             if rill_rt::now() >= next_expiry {
                 let expiration = config.producer_id_expiration_ms;
@@ -412,14 +419,12 @@ async fn housekeeping(partition: std::sync::Weak<Partition>, purge_every: Durati
                 }
             }
         }
-        let check_every = config
-            .retention()
-            .map_or(RETENTION_CHECK_EVERY, |r| RETENTION_CHECK_EVERY.min((r / 2).max(Duration::from_millis(500))));
         let raft = p.raft.clone();
         drop(p);
         if raft.metrics().borrow().running_state.is_err() {
             return;
         }
-        rill_rt::sleep(check_every).await;
+        // Purges follow the log start within `purge_every` when that is the shorter wait.
+        rill_rt::sleep(check_every.min(purge_every)).await;
     }
 }
