@@ -1,6 +1,7 @@
 //! What a node decodes from its own disk and from a snapshot a leader sends: every Raft group's
-//! persisted snapshot (`StoredSnapshot`, read when a group opens; `SnapshotData`, what an
-//! install carries) and the state machines' own snapshot and command formats — a partition's
+//! persisted snapshot (`StoredSnapshot`, read when a group opens), the snapshot stream an
+//! install receives (`RILLSNP1`: its header, `SnapshotData`, and the entries it carries,
+//! staged as they arrive) and the state machines' own snapshot and command formats — a partition's
 //! (time index, idempotent producers; append and expire-producers entries), `__consumer_offsets`
 //! (commits), `__transaction_state` (transactional ids) and the metadata.
 //!
@@ -8,10 +9,11 @@
 //!
 //! Properties: no panic; a snapshot a machine accepts re-encodes to a snapshot that restores
 //! to the same state; applying the bytes as a log entry leaves a state that round-trips too;
-//! the heap a restore holds is a small multiple of its input.
+//! the heap a restore holds is a small multiple of its input, and so is what receiving a stream
+//! holds; a stream is taken whole only when it is a valid one.
 #![no_main]
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
@@ -22,10 +24,25 @@ use rill_broker::machine::SharedState;
 use rill_coordinator::{OffsetsMachine, TransactionsMachine};
 use rill_fuzz::{peak_during, Counting};
 use rill_meta::MetaStateMachine;
+use rill_raft::log_store::{LogStore, TailBudget};
 use rill_raft::state_machine::SmStore;
+use rill_raft::transfer::SnapshotStream;
 use rill_raft::types::LogId;
 use rill_raft::{keys, GroupStateMachine, Payload};
-use rill_storage::{Engine, Keyspace, MemEngine, WriteBatch};
+use rill_storage::{Engine, Keyspace, MemEngine, Syncer, WriteBatch};
+use tokio::io::AsyncWriteExt;
+
+/// One runtime for every input: a group's log spawns its flusher task on it when it opens.
+fn runtime() -> &'static tokio::runtime::Runtime {
+    static RT: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    RT.get_or_init(|| tokio::runtime::Builder::new_current_thread().build().expect("a runtime"))
+}
+
+/// Group 7's log on `engine`.
+fn log_of(engine: &Arc<dyn Engine>) -> LogStore {
+    let _entered = runtime().enter();
+    LogStore::open(7, engine.clone(), Syncer::start(engine.clone()), TailBudget::new(1 << 20)).expect("the log opens")
+}
 
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;
@@ -86,16 +103,39 @@ fuzz_target!(|data: &[u8]| {
     b.put(Keyspace::State, keys::group_tag(7, keys::SNAPSHOT).to_vec(), bytes.clone());
     engine.write(b, true).expect("the memory engine writes");
     let engine: Arc<dyn Engine> = Arc::new(engine);
+    let log = log_of(&engine);
     let (opened, peak) =
-        peak_during(|| SmStore::open(7, engine.clone(), SharedState::new().state_machine()).map(|_| ()));
+        peak_during(|| SmStore::open(7, engine.clone(), log.clone(), SharedState::new().state_machine()).map(|_| ()));
     assert!(peak <= BYTES_PER_INPUT_BYTE * data.len() + SLACK_BYTES, "opening a group held {peak} bytes");
     drop(opened);
-    let _ = SmStore::open(7, engine.clone(), OffsetsMachine::new());
-    let _ = SmStore::open(7, engine.clone(), TransactionsMachine::new());
-    let _ = SmStore::open(7, engine, MetaStateMachine::new().0);
-    if let Ok(wire) = rill_proto::raft::SnapshotData::decode(bytes) {
+    let _ = SmStore::open(7, engine.clone(), log.clone(), OffsetsMachine::new());
+    let _ = SmStore::open(7, engine.clone(), log.clone(), TransactionsMachine::new());
+    let _ = SmStore::open(7, engine.clone(), log.clone(), MetaStateMachine::new().0);
+    if let Ok(wire) = rill_proto::raft::SnapshotData::decode(bytes.clone()) {
         for (_, mut m) in machines() {
             let _ = m.restore(&wire.data);
+        }
+    }
+
+    // The bytes as a snapshot stream a follower receives, as the magic and the header's length
+    // prefix followed by the input (so the header decoder and the entry frames are reached).
+    let mut framed = b"RILLSNP1".to_vec();
+    framed.extend_from_slice(&(data.len().min(64) as u32).to_be_bytes());
+    framed.extend_from_slice(data);
+    for stream in [data, &framed[..]] {
+        let (received, peak) = peak_during(|| {
+            runtime().block_on(async {
+                let mut s = SnapshotStream::incoming(log.clone());
+                let written = s.write_all(stream).await;
+                let shut = s.shutdown().await;
+                written.is_ok() && shut.is_ok() && s.received().is_some()
+            })
+        });
+        assert!(peak <= 4 * stream.len() + SLACK_BYTES, "receiving a stream held {peak} bytes for {}", stream.len());
+        if received {
+            // Only a well-formed stream is taken whole: its entries fit together and its
+            // checksum matched.
+            assert!(stream.len() >= 8 + 4 + 4, "a complete stream has a magic, a header and a trailer");
         }
     }
 });
