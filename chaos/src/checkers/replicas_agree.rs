@@ -54,7 +54,9 @@ pub fn check(logs: &[ReplicaLog]) -> Vec<Violation> {
         let Some(first) = replicas.first() else { continue };
         for other in &replicas[1..] {
             let bound = first.high_watermark.min(other.high_watermark);
-            let start_of = |l: &ReplicaLog| l.entries.first().map_or(0, |(_, base, _)| *base);
+            // Where a replica's log starts: its first entry, or (holding none) its high
+            // watermark — everything below was purged, which `replica-lost-retained` checks.
+            let start_of = |l: &ReplicaLog| l.entries.first().map_or(l.high_watermark, |(_, base, _)| *base);
             let from = start_of(first).max(start_of(other));
             let kept = |base: u64| base >= from && base < bound;
             let a: Vec<_> = first.entries.iter().filter(|(_, base, _)| kept(*base)).collect();
@@ -117,6 +119,13 @@ mod tests {
         assert!(check(&[a.clone(), b.clone()]).is_empty());
         let c = ReplicaLog { log_start: 3, ..log(3, 4, &[(3, 3, "w")]) };
         assert_eq!(check(&[a, c]).len(), 1);
+    }
+
+    #[test]
+    fn a_replica_that_purged_everything_below_its_high_watermark_agrees() {
+        let a = ReplicaLog { log_start: 66, ..log(1, 66, &[(79, 65, "last")]) };
+        let b = ReplicaLog { log_start: 66, ..log(2, 66, &[]) };
+        assert!(check(&[a, b]).is_empty());
     }
 
     #[test]
