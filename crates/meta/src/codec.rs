@@ -66,23 +66,34 @@ fn config_to(c: &TopicConfig) -> pb::TopicConfig {
         producer_id_expiration_ms: Some(c.producer_id_expiration_ms),
         retention_ms: Some(c.retention_ms),
         retention_bytes: Some(c.retention_bytes),
+        cleanup_policy: Some(c.cleanup_policy.as_str().to_string()),
+        delete_retention_ms: Some(c.delete_retention_ms),
+        min_compaction_lag_ms: Some(c.min_compaction_lag_ms),
     }
 }
 
 /// Settings missing from the stored form (written before they existed) take their defaults,
 /// except retention: a topic stored before retention existed kept everything, and keeps doing
 /// so until an operator sets a limit (an upgrade must not delete data).
-fn config_from(p: Option<pb::TopicConfig>, replication_factor: u32) -> TopicConfig {
+fn config_from(p: Option<pb::TopicConfig>, replication_factor: u32) -> Result<TopicConfig, String> {
     let d = TopicConfig::defaults(replication_factor);
     let p = p.unwrap_or_default();
-    TopicConfig {
+    let cleanup_policy = match p.cleanup_policy.as_deref() {
+        None => d.cleanup_policy,
+        Some(v) => crate::config::CleanupPolicy::parse(v)
+            .map_err(|e| format!("stored topic config: {} (written by a newer release?)", e.message))?,
+    };
+    Ok(TopicConfig {
         min_insync_replicas: p.min_insync_replicas.unwrap_or(d.min_insync_replicas),
         max_message_bytes: p.max_message_bytes.unwrap_or(d.max_message_bytes),
         replica_lag_time_max_ms: p.replica_lag_time_max_ms.unwrap_or(d.replica_lag_time_max_ms),
         producer_id_expiration_ms: p.producer_id_expiration_ms.unwrap_or(d.producer_id_expiration_ms),
         retention_ms: p.retention_ms.unwrap_or(crate::config::UNLIMITED),
         retention_bytes: p.retention_bytes.unwrap_or(crate::config::UNLIMITED),
-    }
+        cleanup_policy,
+        delete_retention_ms: p.delete_retention_ms.unwrap_or(d.delete_retention_ms),
+        min_compaction_lag_ms: p.min_compaction_lag_ms.unwrap_or(d.min_compaction_lag_ms),
+    })
 }
 
 fn topic_to(t: &TopicMeta) -> pb::Topic {
@@ -106,7 +117,7 @@ fn topic_from(p: pb::Topic) -> Result<TopicMeta, String> {
         id: p.id,
         kind: kind_from_raw(p.kind)?,
         topic_id: topic_id_from(&p.topic_id)?,
-        config: config_from(p.config, p.replication_factor),
+        config: config_from(p.config, p.replication_factor)?,
         name: p.name,
         replication_factor: p.replication_factor,
         partitions: p
@@ -337,6 +348,24 @@ mod tests {
         // Retention did not exist: such a topic keeps everything rather than 7 days.
         assert_eq!((back.config.retention(), back.config.retention_bytes()), (None, None));
         assert!(TopicConfig::defaults(3).retention().is_some(), "new topics get the default");
+        assert!(!back.config.compacted(), "compaction did not exist: such a topic is not compacted");
+    }
+
+    #[test]
+    fn a_compacted_topics_settings_round_trip_and_an_unknown_policy_is_refused() {
+        let mut t = topic();
+        t.config = TopicConfig::from_entries(
+            3,
+            &[("cleanup.policy".into(), "compact".into()), ("min.compaction.lag.ms".into(), "5".into())],
+        )
+        .unwrap();
+        assert_eq!(topic_from(topic_to(&t)).unwrap(), t);
+        let mut stored = topic_to(&t);
+        if let Some(c) = stored.config.as_mut() {
+            c.cleanup_policy = Some("tiered".into());
+        }
+        let e = topic_from(stored).unwrap_err();
+        assert!(e.contains("cleanup.policy"), "{e}");
     }
 
     #[test]

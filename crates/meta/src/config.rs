@@ -33,17 +33,74 @@ pub struct TopicConfig {
     /// `retention.bytes`: the oldest records are deleted while a partition holds more than this;
     /// [`UNLIMITED`] keeps them.
     pub retention_bytes: i64,
+    /// `cleanup.policy`: whether old records are deleted (retention), compacted (only the
+    /// newest record per key is kept), or both.
+    pub cleanup_policy: CleanupPolicy,
+    /// `delete.retention.ms`: on a compacted topic, how long a tombstone (a record with a null
+    /// value) is kept after compaction first passed it — the time a consumer reading from the
+    /// start has to see the deletion.
+    pub delete_retention_ms: u64,
+    /// `min.compaction.lag.ms`: on a compacted topic, a record is kept as written for at
+    /// least this long after its append, whatever newer records have its key.
+    pub min_compaction_lag_ms: u64,
+}
+
+/// `cleanup.policy`: `delete`, `compact`, or both (`compact,delete`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CleanupPolicy {
+    /// Records older or beyond what `retention.ms` / `retention.bytes` keep are deleted.
+    pub delete: bool,
+    /// Records superseded by a newer record with the same key are removed, and tombstones
+    /// after `delete.retention.ms`.
+    pub compact: bool,
+}
+
+impl CleanupPolicy {
+    /// Kafka's default: delete by retention, no compaction.
+    pub const DELETE: Self = Self { delete: true, compact: false };
+
+    /// Reads Kafka's spelling: a comma-separated list of `delete` and `compact`.
+    pub fn parse(value: &str) -> Result<Self, MetaError> {
+        let mut policy = Self { delete: false, compact: false };
+        for part in value.split(',') {
+            match part.trim() {
+                "delete" if !policy.delete => policy.delete = true,
+                "compact" if !policy.compact => policy.compact = true,
+                _ => {
+                    return Err(invalid(format!(
+                        "cleanup.policy must be delete, compact or compact,delete, got {value:?}"
+                    )))
+                }
+            }
+        }
+        Ok(policy)
+    }
+
+    /// Kafka's spelling.
+    pub fn as_str(self) -> &'static str {
+        match (self.compact, self.delete) {
+            (true, true) => "compact,delete",
+            (true, false) => "compact",
+            _ => "delete",
+        }
+    }
 }
 
 /// The configuration keys a topic accepts.
-pub const KEYS: [&str; 6] = [
+pub const KEYS: [&str; 9] = [
     "min.insync.replicas",
     "max.message.bytes",
     "replica.lag.time.max.ms",
     "producer.id.expiration.ms",
     "retention.ms",
     "retention.bytes",
+    "cleanup.policy",
+    "delete.retention.ms",
+    "min.compaction.lag.ms",
 ];
+
+/// Default `delete.retention.ms`: one day, as Kafka.
+pub const DEFAULT_DELETE_RETENTION: Duration = Duration::from_secs(24 * 3600);
 
 /// `retention.ms` / `retention.bytes` value meaning "no limit" (Kafka's -1).
 pub const UNLIMITED: i64 = -1;
@@ -74,6 +131,9 @@ impl TopicConfig {
             producer_id_expiration_ms: DEFAULT_PRODUCER_ID_EXPIRATION.as_millis() as u64,
             retention_ms: DEFAULT_RETENTION.as_millis() as i64,
             retention_bytes: UNLIMITED,
+            cleanup_policy: CleanupPolicy::DELETE,
+            delete_retention_ms: DEFAULT_DELETE_RETENTION.as_millis() as u64,
+            min_compaction_lag_ms: 0,
         }
     }
 
@@ -105,6 +165,9 @@ impl TopicConfig {
                 "producer.id.expiration.ms" => config.producer_id_expiration_ms = defaults.producer_id_expiration_ms,
                 "retention.ms" => config.retention_ms = defaults.retention_ms,
                 "retention.bytes" => config.retention_bytes = defaults.retention_bytes,
+                "cleanup.policy" => config.cleanup_policy = defaults.cleanup_policy,
+                "delete.retention.ms" => config.delete_retention_ms = defaults.delete_retention_ms,
+                "min.compaction.lag.ms" => config.min_compaction_lag_ms = defaults.min_compaction_lag_ms,
                 _ => config.replica_lag_time_max_ms = defaults.replica_lag_time_max_ms,
             }
         }
@@ -119,6 +182,9 @@ impl TopicConfig {
                 "producer.id.expiration.ms" => config.producer_id_expiration_ms = parse_ms(key, value)?,
                 "retention.ms" => config.retention_ms = parse_limit(key, value, parse_ms)?,
                 "retention.bytes" => config.retention_bytes = parse_limit(key, value, parse_bytes)?,
+                "cleanup.policy" => config.cleanup_policy = CleanupPolicy::parse(value)?,
+                "delete.retention.ms" => config.delete_retention_ms = parse_ms(key, value)?,
+                "min.compaction.lag.ms" => config.min_compaction_lag_ms = parse_ms(key, value)?,
                 _ => config.replica_lag_time_max_ms = parse_ms(key, value)?,
             }
         }
@@ -184,17 +250,33 @@ impl TopicConfig {
             ("producer.id.expiration.ms".into(), self.producer_id_expiration_ms.to_string()),
             ("retention.ms".into(), self.retention_ms.to_string()),
             ("retention.bytes".into(), self.retention_bytes.to_string()),
+            ("cleanup.policy".into(), self.cleanup_policy.as_str().into()),
+            ("delete.retention.ms".into(), self.delete_retention_ms.to_string()),
+            ("min.compaction.lag.ms".into(), self.min_compaction_lag_ms.to_string()),
         ]
     }
 
-    /// `retention.ms` as a duration; `None` when unlimited.
+    /// `retention.ms` as a duration; `None` when unlimited or when the cleanup policy does
+    /// not delete (a `compact`-only topic keeps its newest value per key forever).
     pub fn retention(&self) -> Option<Duration> {
+        if !self.cleanup_policy.delete {
+            return None;
+        }
         u64::try_from(self.retention_ms).ok().map(Duration::from_millis)
     }
 
-    /// `retention.bytes`; `None` when unlimited.
+    /// `retention.bytes`; `None` when unlimited or when the cleanup policy does not delete.
     pub fn retention_bytes(&self) -> Option<u64> {
+        if !self.cleanup_policy.delete {
+            return None;
+        }
         u64::try_from(self.retention_bytes).ok()
+    }
+
+    /// True when the topic is compacted (`cleanup.policy` has `compact`): records must have
+    /// keys, and only the newest record per key is kept below the cleaning point.
+    pub fn compacted(&self) -> bool {
+        self.cleanup_policy.compact
     }
 
     /// `replica.lag.time.max.ms` as a duration.
@@ -203,10 +285,10 @@ impl TopicConfig {
     }
 }
 
-/// Keys Kafka users expect that belong to compaction and segments, which Rill does not enforce
-/// yet: refused by name rather than accepted and silently ignored.
-pub const RESERVED_KEYS: [&str; 5] =
-    ["cleanup.policy", "segment.bytes", "segment.ms", "delete.retention.ms", "min.compaction.lag.ms"];
+/// Keys Kafka users expect that Rill does not take per topic: refused by name rather than
+/// accepted and silently ignored. Rill's unit of deletion is the sparse index's interval and
+/// the value log's segment (`[storage] segment-bytes`, per node), see `docs/storage.md`.
+pub const RESERVED_KEYS: [&str; 3] = ["segment.bytes", "segment.ms", "max.compaction.lag.ms"];
 
 fn check_key(key: &str) -> Result<(), MetaError> {
     if KEYS.contains(&key) {
@@ -214,7 +296,7 @@ fn check_key(key: &str) -> Result<(), MetaError> {
     }
     if RESERVED_KEYS.contains(&key) {
         return Err(invalid(format!(
-            "{key} is reserved for compaction and segments, which this version does not enforce yet; it is refused rather than ignored"
+            "{key} is not a per-topic setting in Rill (segments belong to the node's storage, see docs/storage.md); it is refused rather than ignored"
         )));
     }
     Err(invalid(format!("unknown topic config key {key:?}; known keys: {}", KEYS.join(", "))))
@@ -303,8 +385,38 @@ mod tests {
         assert!(TopicConfig::from_entries(3, &[kv("retention.ms", "-5")]).is_err());
         let reset = c.altered(3, &[], &["retention.ms".into(), "retention.bytes".into()]).unwrap();
         assert_eq!((reset.retention_ms, reset.retention_bytes), (d.retention_ms, d.retention_bytes));
-        let e = TopicConfig::from_entries(3, &[kv("cleanup.policy", "compact")]).unwrap_err();
-        assert!(e.message.contains("reserved"), "{e}");
+        let e = TopicConfig::from_entries(3, &[kv("segment.bytes", "1000")]).unwrap_err();
+        assert!(e.message.contains("not a per-topic setting"), "{e}");
+    }
+
+    #[test]
+    fn cleanup_policy_takes_kafkas_spellings_and_compact_only_keeps_everything() {
+        let d = TopicConfig::defaults(3);
+        assert_eq!((d.cleanup_policy, d.compacted()), (CleanupPolicy::DELETE, false));
+        assert_eq!((d.delete_retention_ms, d.min_compaction_lag_ms), (86_400_000, 0));
+        let c = TopicConfig::from_entries(
+            3,
+            &[kv("cleanup.policy", "compact"), kv("delete.retention.ms", "1s"), kv("min.compaction.lag.ms", "250")],
+        )
+        .unwrap();
+        assert!(c.compacted());
+        assert_eq!((c.delete_retention_ms, c.min_compaction_lag_ms), (1000, 250));
+        assert_eq!((c.retention(), c.retention_bytes()), (None, None), "compact alone deletes nothing by age or size");
+        for spelling in ["compact,delete", "delete, compact"] {
+            let c =
+                TopicConfig::from_entries(3, &[kv("cleanup.policy", spelling), kv("retention.bytes", "1k")]).unwrap();
+            assert_eq!(c.cleanup_policy, CleanupPolicy { delete: true, compact: true });
+            assert_eq!(c.cleanup_policy.as_str(), "compact,delete");
+            assert_eq!((c.retention(), c.retention_bytes()), (Some(DEFAULT_RETENTION), Some(1024)));
+        }
+        for bad in ["", "compact,compact", "remove", "compact;delete"] {
+            let e = TopicConfig::from_entries(3, &[kv("cleanup.policy", bad)]).unwrap_err();
+            assert!(e.message.contains("cleanup.policy must be"), "{bad}: {e}");
+        }
+        let back = c.altered(3, &[], &["cleanup.policy".into()]).unwrap();
+        assert_eq!(back.cleanup_policy, CleanupPolicy::DELETE);
+        let listed: Vec<String> = c.entries().into_iter().map(|(k, _)| k).collect();
+        assert!(KEYS.iter().all(|k| listed.iter().any(|l| l == k)), "every key is listed");
     }
 
     fn kv(k: &str, v: &str) -> (String, String) {
