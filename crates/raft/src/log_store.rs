@@ -178,6 +178,18 @@ impl TailCache {
         }
     }
 
+    /// Replaces the cached entry with `e`'s log index, if it is cached.
+    fn replace(&mut self, e: &StoredEntry) {
+        let Some(first) = self.entries.front().map(|f| f.entry.log_id.index) else { return };
+        let Some(slot) = e.entry.log_id.index.checked_sub(first).and_then(|i| usize::try_from(i).ok()) else {
+            return;
+        };
+        if let Some(old) = self.entries.get_mut(slot) {
+            self.bytes = self.bytes - Self::size(old) + Self::size(e);
+            *old = e.clone();
+        }
+    }
+
     /// Drops entries from log index `from` on.
     fn truncate(&mut self, from: u64) {
         while self.entries.back().is_some_and(|b| b.entry.log_id.index >= from) {
@@ -226,6 +238,9 @@ struct Shared {
     pins: Mutex<(u64, std::collections::BTreeMap<u64, u64>)>,
     /// Snapshots installed since the log opened.
     installs: AtomicUsize,
+    /// Held while an installation replaces the log and while an entry is rewritten, so that a
+    /// rewrite never lands between an installation's deletion and its copy.
+    replacing: Mutex<()>,
 }
 
 impl Shared {
@@ -360,6 +375,7 @@ impl LogStore {
                 installed: rill_rt::sync::Notify::new(),
                 pins: Mutex::new((0, std::collections::BTreeMap::new())),
                 installs: AtomicUsize::new(0),
+                replacing: Mutex::new(()),
             }),
         })
     }
@@ -657,6 +673,7 @@ impl LogStore {
     /// with the staged ones, and purges the log there. Appends waiting for it go on.
     pub(crate) fn install(&self, marker: InstallMarker, snapshot: WriteBatch) -> crate::Result<()> {
         let g = self.shared.group;
+        let replacing = lock(&self.shared.replacing);
         let result = (|| {
             let mut b = snapshot;
             b.put(Keyspace::RaftMeta, keys::group_tag(g, keys::INSTALLING).to_vec(), marker.encode());
@@ -680,10 +697,41 @@ impl LogStore {
         }
         meta.awaiting_install = false;
         drop(meta);
+        drop(replacing);
         lock(&self.shared.expected).take();
         self.shared.installed.notify_waiters();
         tracing::info!(group = g, last = %marker.last, entries = marker.entry_count, ok = result.is_ok(), "installed snapshot");
         result
+    }
+
+    /// Replaces the body of the stored normal entry at `index`, keeping its log id, its
+    /// position `base` and the positions it occupies. A record partition's compaction rewrites
+    /// committed entries below its snapshot point this way: no replay reads them, and openraft
+    /// reads them only to replicate them, where either body is valid (see `rill-broker`'s
+    /// `compaction`). Written unsynced: after a crash the entry holds either body. Returns
+    /// false, writing nothing, when the entry is no longer there as it was (purged, replaced by
+    /// an installation, another position).
+    pub fn rewrite(&self, index: u64, base: u64, body: Bytes) -> crate::Result<bool> {
+        let g = self.shared.group;
+        let _replacing = lock(&self.shared.replacing);
+        let meta = lock(&self.shared.meta);
+        if index < meta.first_kept || meta.awaiting_install || meta.last_log_id.is_none_or(|l| l.index < index) {
+            return Ok(false);
+        }
+        let raft = |e: StorageError| crate::Error::Raft { group: g, reason: e.to_string() };
+        let Some(mut stored) = self.get_entry(index).map_err(raft)? else { return Ok(false) };
+        let EntryPayload::Normal(payload) = &mut stored.entry.payload else { return Ok(false) };
+        if stored.base != base || stored.entry.log_id.index != index {
+            return Ok(false);
+        }
+        payload.body = body;
+        let encoded = codec::encode_entry(base, &stored.entry).map_err(|e| raft(write_err(e)))?;
+        let mut b = WriteBatch::new();
+        b.put(Keyspace::RaftLog, keys::group_u64(g, index).to_vec(), encoded);
+        self.shared.engine.write(b, false)?;
+        self.shared.with_tail(|tail| tail.replace(&stored));
+        drop(meta);
+        Ok(true)
     }
 
     fn get_entry(&self, index: u64) -> Result<Option<StoredEntry>, StorageError> {

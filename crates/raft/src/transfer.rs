@@ -774,4 +774,29 @@ mod tests {
         let mut late = late;
         assert!(late.seek(SeekFrom::End(0)).await.is_err(), "a transfer of deleted entries fails");
     }
+
+    #[tokio::test]
+    async fn a_rewritten_entry_keeps_its_place_and_is_what_the_log_serves() {
+        let engine = MemEngine::new();
+        write_log(&engine, 1, 4);
+        let log = open(&engine);
+        assert!(log.rewrite(2, 2, Bytes::from_static(b"compacted")).unwrap());
+        let read = log.read_positioned(1, 5, 10).unwrap();
+        let got: Vec<(u64, u64, u32, &[u8])> = read.iter().map(|e| (e.index, e.base, e.units, &e.body[..])).collect();
+        assert_eq!(
+            got,
+            vec![
+                (1, 0, 2, &b"t1-e1"[..]),
+                (2, 2, 2, &b"compacted"[..]),
+                (3, 4, 2, &b"t1-e3"[..]),
+                (4, 6, 2, &b"t1-e4"[..])
+            ]
+        );
+        assert_eq!(log.index_of_position(3).unwrap(), Some(2), "positions are untouched");
+        assert!(!log.rewrite(2, 4, Bytes::from_static(b"x")).unwrap(), "another position is refused");
+        assert!(!log.rewrite(9, 16, Bytes::from_static(b"x")).unwrap(), "an entry that is not there is refused");
+        drop(log);
+        let reopened = open(&engine);
+        assert_eq!(&reopened.read_positioned(2, 3, 1).unwrap()[0].body[..], b"compacted", "the rewrite is stored");
+    }
 }
