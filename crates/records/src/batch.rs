@@ -113,8 +113,15 @@ pub struct DecodedBatch {
     pub records: Vec<Record>,
 }
 
-/// The decompressed records region of a checked batch, and how many records it may hold.
-fn records_region(bytes: &Bytes, info: &BatchInfo, limit: usize) -> Result<Bytes, BatchError> {
+/// The decompressed records region of a checked batch, its declared record count checked
+/// against what the region can hold. A count of 0 is refused unless `allow_empty` (a batch as
+/// produced holds at least one record; one that compaction emptied holds none).
+pub(crate) fn records_region(
+    bytes: &Bytes,
+    info: &BatchInfo,
+    limit: usize,
+    allow_empty: bool,
+) -> Result<Bytes, BatchError> {
     let region = bytes.slice(BATCH_HEADER_LEN..);
     let plain = match info.compression()? {
         Compression::None if region.len() > limit => return Err(BatchError::TooLargeDecompressed { limit }),
@@ -123,7 +130,7 @@ fn records_region(bytes: &Bytes, info: &BatchInfo, limit: usize) -> Result<Bytes
     };
     let count = usize::try_from(info.record_count)
         .map_err(|_| BatchError::CountMismatch { declared: i64::from(info.record_count), actual: 0 })?;
-    if count == 0 {
+    if count == 0 && !allow_empty {
         return Err(BatchError::Empty);
     }
     // Bound the declared count by what the bytes can hold before trusting it for anything.
@@ -141,7 +148,7 @@ fn records_region(bytes: &Bytes, info: &BatchInfo, limit: usize) -> Result<Bytes
 /// offset deltas 0, 1, 2, … matching the record count. Returns the header.
 pub fn validate(bytes: &Bytes, limit: usize) -> Result<BatchInfo, BatchError> {
     let info = BatchInfo::parse(bytes)?;
-    let plain = records_region(bytes, &info, limit)?;
+    let plain = records_region(bytes, &info, limit, false)?;
     if info.last_offset_delta != info.record_count - 1 {
         return Err(BatchError::LastOffsetDelta {
             last_offset_delta: info.last_offset_delta,
@@ -168,10 +175,12 @@ pub fn validate(bytes: &Bytes, limit: usize) -> Result<BatchInfo, BatchError> {
 
 /// Decodes a batch fetched from a partition: the header and CRC are checked, the records
 /// decompressed within `limit` bytes and read; their offset deltas must increase (a compacted
-/// batch may skip some) and stay within the header's last offset delta.
+/// batch may skip some) and stay within the header's last offset delta. A batch compaction
+/// emptied (see [`crate::compact`]) decodes to no records; it still occupies
+/// [`BatchInfo::span`] offsets.
 pub fn decode(bytes: &Bytes, limit: usize) -> Result<DecodedBatch, BatchError> {
     let info = BatchInfo::parse(bytes)?;
-    let plain = records_region(bytes, &info, limit)?;
+    let plain = records_region(bytes, &info, limit, true)?;
     let count = info.record_count as usize;
     let mut reader = RecordReader::new(&plain);
     let mut records = Vec::with_capacity(count);

@@ -37,7 +37,7 @@ pub(crate) mod at {
 /// Bytes before the `batchLength` field's count starts (base offset and the field itself).
 const LOG_OVERHEAD: usize = 12;
 
-const ATTR_COMPRESSION: i16 = 0x07;
+pub(crate) const ATTR_COMPRESSION: i16 = 0x07;
 const ATTR_LOG_APPEND_TIME: i16 = 0x08;
 const ATTR_TRANSACTIONAL: i16 = 0x10;
 const ATTR_CONTROL: i16 = 0x20;
@@ -64,7 +64,9 @@ pub struct BatchInfo {
     pub partition_leader_epoch: i32,
     /// The raw attributes.
     pub attributes: i16,
-    /// Offset of the last record relative to the first.
+    /// Offset of the last record relative to the first — as produced. Compaction keeps it when
+    /// it drops records (the last one included), so the batch still covers the same offsets:
+    /// see [`BatchInfo::span`].
     pub last_offset_delta: i32,
     /// Timestamp of the first record (the base the records' deltas count from).
     pub base_timestamp: i64,
@@ -76,7 +78,8 @@ pub struct BatchInfo {
     pub producer_epoch: i16,
     /// Sequence number of the first record, or [`NO_SEQUENCE`].
     pub base_sequence: i32,
-    /// Number of records.
+    /// Number of records the batch holds. Equal to [`BatchInfo::span`] in a batch as produced;
+    /// smaller, down to 0, in one compaction rewrote. Never advance an offset by it.
     pub record_count: i32,
 }
 
@@ -135,6 +138,17 @@ impl BatchInfo {
         };
         info.compression()?;
         Ok(info)
+    }
+
+    /// How many offsets the batch occupies: `last_offset_delta + 1` (0 for a negative, hence
+    /// garbage, delta). The next batch starts this many offsets after this one's base.
+    ///
+    /// Compaction ([`crate::compact`]) drops records but keeps `last_offset_delta`, so in a
+    /// rewritten batch [`BatchInfo::record_count`] may be smaller than the span, even 0: every
+    /// consumer of stored batches — offset assignment on replay, fetch, the producer state a
+    /// batch advances — must advance by the span, never by the record count.
+    pub fn span(&self) -> u64 {
+        u64::try_from(self.last_offset_delta).map_or(0, |d| d.saturating_add(1))
     }
 
     /// The codec of the records.
