@@ -19,6 +19,9 @@
 //! * [`record`]: [`Record`] and [`Header`], one record's encoding.
 //! * [`batch`]: [`BatchBuilder`] (encoding), [`validate`] (what a server checks once on produce)
 //!   and [`decode`] (what a consumer reads).
+//! * [`compact`]: [`retain`] — a stored batch rewritten to keep only some of its records, for
+//!   log compaction: offsets preserved (a batch occupies [`BatchInfo::span`] offsets, whatever
+//!   its record count), the kept records' bytes copied, deterministic output.
 //! * [`control`]: control batches — transaction commit and abort markers.
 //! * [`compression`]: gzip, snappy (xerial framing, as Kafka's Java client writes it), lz4
 //!   (the LZ4 frame format Kafka uses) and zstd, decompressed under a bound checked while
@@ -29,6 +32,7 @@
 //! actually present before anything is allocated for them, and decompression stops at a limit.
 
 pub mod batch;
+pub mod compact;
 pub mod compression;
 pub mod control;
 pub mod error;
@@ -37,6 +41,7 @@ pub mod record;
 pub mod varint;
 
 pub use batch::{decode, validate, BatchBuilder, DecodedBatch};
+pub use compact::{retain, RecordView, Retained};
 pub use compression::Compression;
 pub use control::{ControlKind, ControlMarker};
 pub use error::BatchError;

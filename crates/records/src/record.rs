@@ -6,6 +6,8 @@
 //!  headerCount varint │ (headerKeyLength varint │ headerKey │ headerValueLength varint (-1: null) │ value)*
 //! ```
 
+use std::ops::Range;
+
 use bytes::Bytes;
 
 use crate::varint::{get_varint, get_varlong, put_varint, put_varlong, varint_len, varlong_len};
@@ -100,6 +102,18 @@ impl Record {
     }
 }
 
+/// One record as [`RecordReader`] read it.
+pub(crate) struct Scanned {
+    pub(crate) offset_delta: i32,
+    pub(crate) timestamp_ms: i64,
+    pub(crate) key: Option<Bytes>,
+    pub(crate) value: Option<Bytes>,
+    /// Empty unless collected.
+    pub(crate) headers: Vec<Header>,
+    /// Where the record's encoding (length prefix included) lies in the region.
+    pub(crate) encoding: Range<usize>,
+}
+
 /// Reads records one after another from the decompressed records region of a batch. Fields are
 /// zero-copy slices of that region. Nothing is allocated from a declared count or length
 /// before the bytes it describes are known to be there.
@@ -121,7 +135,27 @@ impl<'a> RecordReader<'a> {
     /// Reads the next record: its offset delta, and the record itself when `keep` (with `keep`
     /// false its fields are checked but not collected: validation).
     pub(crate) fn next(&mut self, base_timestamp: i64, keep: bool) -> Result<(i32, Option<Record>), String> {
+        let s = self.scan(base_timestamp, keep)?;
+        let record = keep.then(|| Record {
+            offset_delta: s.offset_delta,
+            timestamp_ms: s.timestamp_ms,
+            key: s.key,
+            value: s.value,
+            headers: s.headers,
+        });
+        Ok((s.offset_delta, record))
+    }
+
+    /// Reads the next record without collecting its headers (they are checked): its fields and
+    /// where its encoding lies in the region, so that it can be copied as it is.
+    pub(crate) fn next_raw(&mut self, base_timestamp: i64) -> Result<Scanned, String> {
+        self.scan(base_timestamp, false)
+    }
+
+    /// Reads and checks the next record, collecting its headers when `collect_headers`.
+    fn scan(&mut self, base_timestamp: i64, collect_headers: bool) -> Result<Scanned, String> {
         let d: &[u8] = self.data;
+        let start = self.pos;
         let length = get_varint(d, &mut self.pos).ok_or("bad record length")?;
         let length = usize::try_from(length).map_err(|_| format!("negative record length {length}"))?;
         let end = self
@@ -144,7 +178,7 @@ impl<'a> RecordReader<'a> {
         if count > (end - pos) / MIN_HEADER_BYTES {
             return Err(format!("{count} headers cannot fit in {} bytes", end - pos));
         }
-        let mut headers = Vec::with_capacity(if keep { count } else { 0 });
+        let mut headers = Vec::with_capacity(if collect_headers { count } else { 0 });
         for _ in 0..count {
             let klen = get_varint(body, &mut pos).ok_or("bad header key length")?;
             let klen = usize::try_from(klen).map_err(|_| format!("header key length {klen} is negative"))?;
@@ -152,7 +186,7 @@ impl<'a> RecordReader<'a> {
             let header_key = self.data.slice(pos..kend);
             pos = kend;
             let header_value = self.field(body, &mut pos, "header value")?;
-            if keep {
+            if collect_headers {
                 headers.push(Header { key: header_key, value: header_value });
             }
         }
@@ -160,14 +194,14 @@ impl<'a> RecordReader<'a> {
             return Err(format!("record declares {length} bytes but its fields take {}", pos - self.pos));
         }
         self.pos = end;
-        let record = keep.then(|| Record {
+        Ok(Scanned {
             offset_delta,
             timestamp_ms: base_timestamp.wrapping_add(ts_delta),
             key,
             value,
             headers,
-        });
-        Ok((offset_delta, record))
+            encoding: start..end,
+        })
     }
 
     /// A nullable length-prefixed field at `*pos`, within `body`.
