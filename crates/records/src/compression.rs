@@ -37,6 +37,11 @@ pub enum Compression {
 pub const ZSTD_MAX_WINDOW_LOG: u32 = 24;
 /// zstd compression level (Kafka's default, 3).
 const ZSTD_LEVEL: i32 = 3;
+/// gzip (deflate) compression level: zlib's default, 6, named rather than left to the backend's
+/// idea of a default, since the level decides the bytes.
+const GZIP_LEVEL: u32 = 6;
+/// The gzip header's OS byte: 255, "unknown" — not the building machine's OS.
+const GZIP_OS_UNKNOWN: u8 = 255;
 /// Uncompressed bytes per xerial snappy block (the xerial default).
 const SNAPPY_BLOCK: usize = 32 * 1024;
 /// The xerial snappy stream header: magic, version 1, compatible version 1.
@@ -83,13 +88,40 @@ impl Compression {
     }
 
     /// Compresses `plain`.
+    ///
+    /// Deterministic: the same `plain` gives the same bytes on every call and every machine
+    /// running the same build, because compaction ([`crate::compact`]) recompresses on each
+    /// replica and replicas compare bytes. Every codec runs with fixed settings, on one thread,
+    /// with nothing taken from the clock or the environment:
+    ///
+    /// * gzip: flate2 on its pure-Rust backend (miniz_oxide; no CPU-dependent code paths) at
+    ///   level 6, the header's mtime 0 and OS byte 255. Enabling another flate2 backend anywhere
+    ///   in the build (`zlib`, `zlib-ng`, `zlib-rs`, by feature unification) would change the
+    ///   bytes, and zlib-ng's may then depend on the CPU it runs on.
+    /// * snappy: the snap crate's raw encoder, pure Rust without CPU dispatch, in fixed 32 KiB
+    ///   xerial blocks.
+    /// * lz4: lz4_flex (pure Rust), a fixed frame layout: 64 KiB independent blocks, no
+    ///   checksums, no content size. Its match finder hashes 5 bytes on 64-bit targets and 4 on
+    ///   32-bit ones, so its output agrees across 64-bit little-endian machines (the ones Rill
+    ///   servers run on) but not with a 32-bit build.
+    /// * zstd: the zstd library (built from the source zstd-sys bundles, not a system
+    ///   library) at level 3, single-threaded (the `zstdmt` feature is off, so no worker
+    ///   threads whose count could change the frame), no checksum. zstd's choice of match finder
+    ///   depends only on the parameters, not on the CPU.
+    ///
+    /// A new version of a codec library may compress differently: what a rewrite produces is
+    /// fixed by `Cargo.lock`, and replicas running different builds can disagree on the bytes.
+    /// The `compressed_bytes_are_pinned` test (and `compact`'s `rewrites_are_the_same_bytes_everywhere`)
+    /// fails when an upgrade or a backend change alters them.
     pub fn compress(self, plain: &[u8]) -> Result<Vec<u8>, BatchError> {
         let fail = |e: std::io::Error| BatchError::Compression { codec: self.name(), reason: e.to_string() };
         match self {
             Self::None => Ok(plain.to_vec()),
             Self::Gzip => {
-                let mut enc =
-                    flate2::write::GzEncoder::new(Vec::with_capacity(plain.len() / 2), flate2::Compression::default());
+                let mut enc = flate2::GzBuilder::new()
+                    .mtime(0)
+                    .operating_system(GZIP_OS_UNKNOWN)
+                    .write(Vec::with_capacity(plain.len() / 2), flate2::Compression::new(GZIP_LEVEL));
                 enc.write_all(plain).map_err(fail)?;
                 enc.finish().map_err(fail)
             }
@@ -111,7 +143,10 @@ impl Compression {
             Self::Lz4 => {
                 let info = lz4_flex::frame::FrameInfo::new()
                     .block_size(lz4_flex::frame::BlockSize::Max64KB)
-                    .block_mode(lz4_flex::frame::BlockMode::Independent);
+                    .block_mode(lz4_flex::frame::BlockMode::Independent)
+                    .block_checksums(false)
+                    .content_checksum(false)
+                    .content_size(None);
                 let mut enc = lz4_flex::frame::FrameEncoder::with_frame_info(info, Vec::with_capacity(plain.len()));
                 enc.write_all(plain).map_err(fail)?;
                 enc.finish().map_err(|e| BatchError::Compression { codec: "lz4", reason: e.to_string() })
@@ -323,6 +358,30 @@ mod tests {
             assert_eq!(Compression::parse(c.name()), Some(c));
         }
         assert!(Compression::from_bits(5).is_err());
+    }
+
+    /// The length and CRC-32C of each codec's output for one fixed input. Replicas compare
+    /// compacted batches byte for byte, so compression must not vary between runs, machines or
+    /// threads; a failure here means a codec library or its settings changed what it writes.
+    #[test]
+    fn compressed_bytes_are_pinned() {
+        // Compressible with some variety: text-like runs, then pseudo-random bytes.
+        let mut plain: Vec<u8> =
+            (0..150_000u32).map(|i| b"the quick brown fox "[(i % 20) as usize] ^ (i / 997) as u8).collect();
+        plain.extend((0..50_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8));
+        let expected: [(Compression, usize, u32); 5] = [
+            (Compression::None, 200000, 0x13ad4a0f),
+            (Compression::Gzip, 5972, 0x9d492222),
+            (Compression::Snappy, 18785, 0xb57158c7),
+            (Compression::Lz4, 10299, 0x0755be58),
+            (Compression::Zstd, 9254, 0xae34a266),
+        ];
+        let actual = expected.map(|(c, _, _)| {
+            let packed = c.compress(&plain).unwrap();
+            assert_eq!(c.compress(&plain).unwrap(), packed, "{c:?}: twice the same");
+            (c, packed.len(), crc32c::crc32c(&packed))
+        });
+        assert_eq!(actual, expected);
     }
 
     #[test]
