@@ -400,7 +400,7 @@ impl Core {
         }
         let target = {
             let w = self.lock_writer()?;
-            (w.log.gate(), w.log.active_file(), w.log.active_segment())
+            w.log.sync_target()
         };
         self.sync_segment(target)
     }

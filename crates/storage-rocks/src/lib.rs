@@ -697,7 +697,7 @@ impl Drop for Core {
     /// the value log from the last good flush.
     fn drop(&mut self) {
         let synced = match self.writer.get_mut() {
-            Ok(w) if w.failed.is_none() => w.log.sync().map_err(|e| e.to_string()),
+            Ok(w) if w.failed.is_none() => w.log.seal().map_err(|e| e.to_string()),
             Ok(w) => Err(w.failed.clone().unwrap_or_default()),
             Err(_) => Err("storage writer lock poisoned".into()),
         };
@@ -748,7 +748,7 @@ impl Core {
             }
         }
         if sync {
-            let target = (w.log.gate(), w.log.active_file(), w.log.active_segment());
+            let target = w.log.sync_target();
             drop(w);
             return self.sync_segment(target);
         }
@@ -761,7 +761,7 @@ impl Core {
             if let Some(why) = &w.failed {
                 return Err(Error::Unavailable(format!("an earlier storage failure: {why}")));
             }
-            (w.log.gate(), w.log.active_file(), w.log.active_segment())
+            w.log.sync_target()
         };
         self.sync_segment(target)
     }
@@ -794,8 +794,8 @@ impl Core {
 impl Core {
     /// fsyncs segment `file`; a failure poisons the engine (after a failed fsync the kernel may
     /// have dropped the dirty pages, so a retry could report success for lost data).
-    fn sync_segment(&self, (gate, file, id): (Arc<vlog::SyncGate>, Arc<std::fs::File>, u64)) -> Result<()> {
-        gate.sync(&file, id).map_err(|e| match self.lock_writer() {
+    fn sync_segment(&self, target: vlog::SyncTarget) -> Result<()> {
+        target.sync().map_err(|e| match self.lock_writer() {
             Ok(mut w) => self.fail(&mut w, e),
             Err(_) => e,
         })

@@ -3,17 +3,38 @@
 //! Every [`WriteBatch`](rill_storage::WriteBatch) is appended here as one checksummed record
 //! (see [`crate::record`]) before RocksDB sees it. Raft log values are then never copied again:
 //! RocksDB stores a [`ValuePointer`] into the record instead. The log is a directory of
-//! segment files, `NNNNNNNNNNNNNNNNNNNN.vlog`, each starting with [`SEGMENT_MAGIC`]; only the
-//! newest (the *active* segment) is written, at its end, and a new one is started when it is
-//! full and at every open.
+//! segment files, `NNNNNNNNNNNNNNNNNNNN.vlog`; only the newest (the *active* segment) is
+//! written, at its end, and a new one is started when it is full and at every open.
+//!
+//! # Segment format
+//! ```text
+//! version 2 (written by this build)          version 1 (earlier builds; read, never written)
+//! 0     "RILLVLG2"                             0  "RILLVLG1"
+//! 8     synced-length slot A (16 bytes)        8  records…
+//! 2048  synced-length slot B (16 bytes)
+//! 4096  records…
+//!
+//! slot := version = 1: u8 | 0: [u8; 3] | synced_len: u64 LE | crc32c(first 12 bytes): u32 LE
+//! ```
+//! A slot says "the first `synced_len` bytes of this file are durable". It is written into the
+//! header before an fsync and made durable by that same fsync, so it costs no extra fsync; and
+//! since an fsync interrupted by a power failure may have written the slot but not all the data,
+//! the slot written before an fsync records what the *previous* fsync of the segment made
+//! durable, never what this one will. The slots alternate (the older one is overwritten), so a
+//! torn slot write leaves the other intact. A segment closed by a rotation or a clean close is
+//! sealed: one more fsync after its slot says its whole length.
 //!
 //! # Durability
 //! * [`ValueLog::sync`] fsyncs the active segment. Before a new segment is started the old one
-//!   is fsynced, so one sync covers every record appended before it, in any segment.
+//!   is sealed, so one sync covers every record appended before it, in any segment.
 //! * At open, [`ValueLog::open`] hands every intact record after a given position to the
-//!   caller in order (replay) and cuts a torn tail off the newest segment. Damage anywhere but
-//!   at the tail of the newest segment is corruption and refuses the open.
-
+//!   caller in order (replay) and checks the segment that position is in from its start.
+//!   Damage inside the synced part of a segment (below its synced length, or below the
+//!   position the index already covers) is corruption: the open fails naming the file and the
+//!   byte offset. So is damage anywhere in a segment that is not the newest, and a segment
+//!   shorter than its synced length. Only bytes past the synced length of the newest segment
+//!   are a torn tail (writes no fsync covered), and cut off. A version 1 segment has no synced
+//!   length: damage at the end of the newest one is cut as before.
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::io::{BufReader, ErrorKind, Read};
@@ -27,41 +48,207 @@ use rill_storage::{Error, Keyspace, Result};
 
 use crate::record;
 
-/// The first bytes of every segment file (format name and version).
-pub const SEGMENT_MAGIC: &[u8; 8] = b"RILLVLG1";
+/// The first bytes of every segment file this build writes (format name and version).
+pub const SEGMENT_MAGIC: &[u8; 8] = b"RILLVLG2";
+
+/// The first bytes of a segment written by an earlier build (records right after the magic, no
+/// synced length).
+pub const SEGMENT_MAGIC_V1: &[u8; 8] = b"RILLVLG1";
 
 const MAGIC_BYTES: u64 = SEGMENT_MAGIC.len() as u64;
 
+/// The header of a version 2 segment: magic and synced-length slots; records start after it.
+/// One 4 KiB page: small next to a segment (128 MiB by default), and the unit a page cache
+/// rewrites.
+pub const SEGMENT_HEADER_BYTES: u64 = 4096;
+
+/// Where the two synced-length slots are: in different 512-byte sectors of the header, so a
+/// torn write of one (a sector is what a disk writes atomically) leaves the other intact.
+const SLOT_OFFSETS: [u64; 2] = [8, 2048];
+
+/// Encoded size of a synced-length slot.
+const SLOT_BYTES: usize = 16;
+
+/// Version byte of the synced-length slot format.
+const SLOT_VERSION: u8 = 1;
+
+/// The layout of one segment file, by its magic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SegmentFormat {
+    /// Written by earlier builds: records from byte 8, no synced length.
+    V1,
+    /// Records from [`SEGMENT_HEADER_BYTES`], a synced length in the header.
+    V2,
+}
+
+impl SegmentFormat {
+    fn of(magic: &[u8]) -> Option<Self> {
+        match magic {
+            m if m == SEGMENT_MAGIC => Some(Self::V2),
+            m if m == SEGMENT_MAGIC_V1 => Some(Self::V1),
+            _ => None,
+        }
+    }
+
+    /// Where the first record starts.
+    pub fn data_start(self) -> u64 {
+        match self {
+            Self::V1 => MAGIC_BYTES,
+            Self::V2 => SEGMENT_HEADER_BYTES,
+        }
+    }
+}
+
 fn io_err(what: impl std::fmt::Display, e: std::io::Error) -> Error {
     Error::Io(format!("{what}: {e}"))
+}
+
+fn encode_slot(synced_len: u64) -> [u8; SLOT_BYTES] {
+    let mut out = [0; SLOT_BYTES];
+    out[0] = SLOT_VERSION;
+    out[4..12].copy_from_slice(&synced_len.to_le_bytes());
+    let crc = crc32c::crc32c(&out[..12]);
+    out[12..].copy_from_slice(&crc.to_le_bytes());
+    out
+}
+
+/// The synced length a slot records; `None` for a slot never written, torn or damaged.
+fn decode_slot(b: &[u8; SLOT_BYTES]) -> Option<u64> {
+    let mut crc = [0; 4];
+    crc.copy_from_slice(&b[12..]);
+    if b[0] != SLOT_VERSION || b[1..4] != [0; 3] || crc32c::crc32c(&b[..12]) != u32::from_le_bytes(crc) {
+        return None;
+    }
+    let mut len = [0; 8];
+    len.copy_from_slice(&b[4..12]);
+    Some(u64::from_le_bytes(len))
+}
+
+/// Both slots of a version 2 segment (`None` for one that does not decode).
+fn read_slots(file: &File) -> std::io::Result<[Option<u64>; 2]> {
+    let mut out = [None; 2];
+    for (slot, at) in out.iter_mut().zip(SLOT_OFFSETS) {
+        let mut b = [0; SLOT_BYTES];
+        file.read_exact_at(&mut b, at)?;
+        *slot = decode_slot(&b);
+    }
+    Ok(out)
+}
+
+/// Records `synced_len` in the slot that does not hold the larger synced length, so the other
+/// one survives if this write is torn. Durable with the file's next fsync.
+fn write_synced_len(file: &File, synced_len: u64) -> std::io::Result<()> {
+    let victim = match read_slots(file)? {
+        [None, _] => 0,
+        [_, None] => 1,
+        [Some(a), Some(b)] => usize::from(a > b),
+    };
+    file.write_all_at(&encode_slot(synced_len), SLOT_OFFSETS[victim])
+}
+
+/// What the gate knows of the active segment's durability.
+#[derive(Debug, Default)]
+struct GateState {
+    /// The newest segment synced through the gate.
+    segment: u64,
+    /// Bytes of it the last completed fsync made durable.
+    synced: u64,
+    /// The synced length its header records (durable or about to be).
+    recorded: u64,
 }
 
 /// Every fsync of the log goes through one gate, which remembers a failure. After a failed
 /// fsync the kernel may have dropped the dirty pages and reports the error to one caller only:
 /// a concurrent or later fsync of the same file can return success for data that is gone. So
 /// fsyncs are serialised, and once one failed every later one fails too.
+///
+/// The gate also keeps the active segment's synced length up to date (see the module docs).
 #[derive(Debug, Default)]
 pub struct SyncGate {
-    lock: Mutex<()>,
+    state: Mutex<GateState>,
     failed: AtomicBool,
 }
 
 impl SyncGate {
-    /// fsyncs segment `file` (id `id`, for messages).
-    pub fn sync(&self, file: &File, id: u64) -> Result<()> {
-        let _one_at_a_time = self.lock.lock().map_err(|_| Error::Unavailable("value log sync lock poisoned".into()))?;
+    fn lock(&self) -> Result<std::sync::MutexGuard<'_, GateState>> {
+        let state = self.state.lock().map_err(|_| Error::Unavailable("value log sync lock poisoned".into()))?;
         if self.failed() {
             return Err(Error::Unavailable("an earlier fsync of the value log failed".into()));
         }
+        Ok(state)
+    }
+
+    fn fsync(&self, file: &File, id: u64) -> Result<()> {
         file.sync_data().map_err(|e| {
             self.failed.store(true, Ordering::SeqCst);
             io_err(format_args!("syncing value log segment {id}"), e)
         })
     }
 
+    fn record(&self, file: &File, id: u64, synced_len: u64) -> Result<()> {
+        write_synced_len(file, synced_len).map_err(|e| {
+            self.failed.store(true, Ordering::SeqCst);
+            io_err(format_args!("recording the synced length of value log segment {id}"), e)
+        })
+    }
+
+    /// fsyncs segment `file` (id `id`, a version 2 segment), whose first `len` bytes have been
+    /// written. Its header is first told what the previous fsync of it made durable; `len` is
+    /// durable when this returns.
+    pub fn sync(&self, file: &File, id: u64, len: u64) -> Result<()> {
+        let mut s = self.lock()?;
+        if id > s.segment {
+            // A new segment is created with its header as its synced length.
+            *s = GateState { segment: id, synced: SEGMENT_HEADER_BYTES, recorded: SEGMENT_HEADER_BYTES };
+        }
+        let current = id == s.segment;
+        if current && s.synced > s.recorded {
+            self.record(file, id, s.synced)?;
+            s.recorded = s.synced;
+        }
+        self.fsync(file, id)?;
+        if current {
+            s.synced = s.synced.max(len);
+        }
+        Ok(())
+    }
+
+    /// Seals segment `file` (id `id`) at `len` bytes: fsyncs it, records `len` as its synced
+    /// length (version 2 only) and fsyncs again, so that its header covers all of it.
+    pub fn seal(&self, file: &File, id: u64, len: u64, format: SegmentFormat) -> Result<()> {
+        let mut s = self.lock()?;
+        self.fsync(file, id)?;
+        if format == SegmentFormat::V2 {
+            self.record(file, id, len)?;
+            self.fsync(file, id)?;
+            if id >= s.segment {
+                *s = GateState { segment: id, synced: len, recorded: len };
+            }
+        }
+        Ok(())
+    }
+
     /// True once an fsync failed.
     pub fn failed(&self) -> bool {
         self.failed.load(Ordering::SeqCst)
+    }
+}
+
+/// What an fsync of the active segment needs, taken under the writer lock so that the fsync
+/// itself can run without it: appends go on meanwhile, and `len` is what it covers for sure.
+#[derive(Debug, Clone)]
+pub struct SyncTarget {
+    gate: Arc<SyncGate>,
+    file: Arc<File>,
+    id: u64,
+    len: u64,
+}
+
+impl SyncTarget {
+    /// fsyncs the segment: every record appended before the target was taken is durable when
+    /// this returns.
+    pub fn sync(&self) -> Result<()> {
+        self.gate.sync(&self.file, self.id, self.len)
     }
 }
 
@@ -191,9 +378,13 @@ impl SegmentCursor {
         let mut cursor = Self { file, id, len, pos: 0, buf: Vec::new(), buf_at: 0, read_bytes: 0 };
         let mut magic = [0; MAGIC_BYTES as usize];
         record::OpSource::read_exact(&mut cursor, &mut magic)?;
-        if &magic != SEGMENT_MAGIC {
+        let Some(format) = SegmentFormat::of(&magic) else {
             return Err(Error::Corruption(format!("value log segment {id} does not start with {SEGMENT_MAGIC:?}")));
+        };
+        if len < format.data_start() {
+            return Err(Error::Corruption(format!("value log segment {id} is shorter than its header ({len} bytes)")));
         }
+        cursor.pos = format.data_start();
         Ok(cursor)
     }
 
@@ -372,58 +563,149 @@ fn list_segments(dir: &Path) -> Result<Vec<u64>> {
 enum SegmentEnd {
     /// Every byte was an intact record.
     Clean,
-    /// The bytes from this offset on are not an intact record.
+    /// The bytes from this offset on are a torn tail (past the synced length of the newest
+    /// segment), to be cut off; 0: the segment's creation was cut short.
     TornAt(u64),
 }
 
-/// Hands every intact record of segment `id` from `from` on to `apply`.
+/// The format of segment file `file` (at `path`, `len` bytes long), if it has a whole header.
+fn format_of(file: &File, len: u64) -> Option<SegmentFormat> {
+    let mut magic = [0; MAGIC_BYTES as usize];
+    if len < MAGIC_BYTES || file.read_exact_at(&mut magic, 0).is_err() {
+        return None;
+    }
+    SegmentFormat::of(&magic).filter(|f| len >= f.data_start())
+}
+
+/// The synced length a segment's header records (`None` for a version 1 segment); refuses a
+/// segment shorter than it.
+fn synced_len(file: &File, path: &Path, len: u64, format: SegmentFormat) -> Result<Option<u64>> {
+    if format == SegmentFormat::V1 {
+        return Ok(None);
+    }
+    let synced = match read_slots(file).map_err(|e| io_err(format_args!("reading {}", path.display()), e))? {
+        [None, None] => {
+            return Err(Error::Corruption(format!(
+                "{}: both synced-length slots (byte offsets {} and {}) are damaged",
+                path.display(),
+                SLOT_OFFSETS[0],
+                SLOT_OFFSETS[1]
+            )))
+        }
+        [a, b] => a.max(b).unwrap_or(SEGMENT_HEADER_BYTES),
+    };
+    if len < synced {
+        return Err(Error::Corruption(format!(
+            "{}: the file is {len} bytes long but its first {synced} bytes were synced: the bytes from offset {len} \
+             on are missing",
+            path.display()
+        )));
+    }
+    Ok(Some(synced))
+}
+
+/// Checks the header of a segment that is not replayed: a known format, and at least as long
+/// as its synced length.
+fn check_segment_header(dir: &Path, id: u64) -> Result<()> {
+    let path = segment_path(dir, id);
+    let file = File::open(&path).map_err(|e| io_err(format_args!("opening {}", path.display()), e))?;
+    let len = file_len(&file, id)?;
+    let Some(format) = format_of(&file, len) else {
+        return Err(Error::Corruption(format!("{}: no segment header at byte offset 0", path.display())));
+    };
+    synced_len(&file, &path, len, format).map(|_| ())
+}
+
+/// Hands every intact record of segment `id` at or after byte `from` to `apply`, in order,
+/// after checking every record before it too. Damage is corruption (an error naming the file
+/// and byte offset) below the segment's synced length or below `from`, and anywhere in a
+/// segment that is not the `newest`; past them it is a torn tail.
 fn replay_segment(
     dir: &Path,
     id: u64,
     from: u64,
+    newest: bool,
     apply: &mut impl FnMut(LogPosition, Bytes) -> Result<()>,
     stats: &mut ReplayStats,
 ) -> Result<SegmentEnd> {
     let path = segment_path(dir, id);
-    let file = File::open(&path).map_err(|e| io_err(format_args!("opening {}", path.display()), e))?;
+    let corrupt = |at: u64, what: &str, why: String| {
+        Err(Error::Corruption(format!("{}: {what} at byte offset {at}, {why}", path.display())))
+    };
+    // Where damage stops being a torn tail (the durable part, and what the index covers).
+    let classify = |at: u64, what: &str, protected: u64| {
+        if at < protected {
+            corrupt(
+                at,
+                what,
+                format!(
+                    "inside the first {protected} bytes, which are known durable; refusing to open rather than \
+                     cut acknowledged writes"
+                ),
+            )
+        } else if !newest {
+            corrupt(at, what, "in a segment that is not the newest".into())
+        } else {
+            Ok(SegmentEnd::TornAt(at))
+        }
+    };
+    let mut file = File::open(&path).map_err(|e| io_err(format_args!("opening {}", path.display()), e))?;
     let len = file.metadata().map_err(|e| io_err(format_args!("reading {}", path.display()), e))?.len();
-    let mut magic = [0; MAGIC_BYTES as usize];
-    if len < MAGIC_BYTES || file.read_exact_at(&mut magic, 0).is_err() || &magic != SEGMENT_MAGIC {
-        return Ok(SegmentEnd::TornAt(0));
-    }
+    let Some(format) = format_of(&file, len) else {
+        // A segment's header is written and fsynced before any record: a file no longer than
+        // a header without a whole one is a creation cut short.
+        if len <= SEGMENT_HEADER_BYTES {
+            return classify(0, "no complete segment header", from);
+        }
+        return corrupt(0, "no segment header", format!("in a file of {len} bytes"));
+    };
+    let synced = synced_len(&file, &path, len, format)?;
+    let from = from.max(format.data_start());
     if from > len {
         return Err(Error::Corruption(format!(
-            "value log segment {id} has {len} bytes but the engine's state covers it up to byte {from}"
+            "{}: the file has {len} bytes but the engine's state covers it up to byte offset {from}",
+            path.display()
         )));
     }
+    let protected = synced.unwrap_or(0).max(from);
+    let mut at = format.data_start();
+    use std::io::Seek;
+    file.seek(std::io::SeekFrom::Start(at)).map_err(|e| io_err(format_args!("reading {}", path.display()), e))?;
     let mut reader = BufReader::with_capacity(1 << 20, file);
-    std::io::copy(&mut (&mut reader).take(from), &mut std::io::sink())
-        .map_err(|e| io_err(format_args!("reading {}", path.display()), e))?;
-    let mut at = from;
     while at < len {
         let mut header = [0; record::HEADER_BYTES as usize];
         if len - at < record::HEADER_BYTES || reader.read_exact(&mut header).is_err() {
-            return Ok(SegmentEnd::TornAt(at));
+            return classify(at, "a record header cut short", protected);
         }
         let (body_len, crc) = record::parse_header(&header);
         // The encoder never writes a body shorter than its op count; a zeroed tail (a file
         // extended but not written before a power failure) would otherwise pass the checksum,
         // since the CRC32C of nothing is zero.
-        if u64::from(body_len) < record::MIN_BODY_BYTES || len - at - record::HEADER_BYTES < u64::from(body_len) {
-            return Ok(SegmentEnd::TornAt(at));
+        if u64::from(body_len) < record::MIN_BODY_BYTES {
+            return classify(at, "zeros, or a record length below the minimum,", protected);
+        }
+        if len - at - record::HEADER_BYTES < u64::from(body_len) {
+            return classify(at, "a record longer than the rest of the file", protected);
         }
         let mut body = vec![0; body_len as usize];
         match reader.read_exact(&mut body) {
             Ok(()) => {}
-            Err(e) if e.kind() == ErrorKind::UnexpectedEof => return Ok(SegmentEnd::TornAt(at)),
+            Err(e) if e.kind() == ErrorKind::UnexpectedEof => {
+                return classify(at, "a record cut short", protected);
+            }
             Err(e) => return Err(io_err(format_args!("reading {}", path.display()), e)),
         }
         if !record::body_is_intact(&body, crc) {
-            return Ok(SegmentEnd::TornAt(at));
+            return classify(at, "a record failing its checksum", protected);
         }
-        apply(LogPosition { segment: id, offset: at }, Bytes::from(body))?;
-        stats.records += 1;
-        at += record::HEADER_BYTES + u64::from(body_len);
+        let next = at + record::HEADER_BYTES + u64::from(body_len);
+        if at >= from {
+            apply(LogPosition { segment: id, offset: at }, Bytes::from(body))?;
+            stats.records += 1;
+        } else if next > from {
+            return corrupt(at, "a record", format!("which the engine's state says ends at byte offset {from}"));
+        }
+        at = next;
     }
     Ok(SegmentEnd::Clean)
 }
@@ -433,8 +715,10 @@ impl ValueLog {
     /// segment.
     ///
     /// Every intact record at or after `from` (`None`: from the beginning) is handed to `apply`
-    /// with its position, in log order. A torn tail of the newest segment is cut off (it holds
-    /// writes that were never synced); any other damage is an error.
+    /// with its position, in log order; the records before it in its segment are checked, not
+    /// handed over. Past the synced length of the newest segment, a torn tail is cut off (it
+    /// holds writes no fsync covered); any other damage is an error naming the file and offset
+    /// (see the module docs). Every segment from `from`'s on is sealed before this returns.
     pub fn open(
         dir: &Path,
         segment_bytes: u64,
@@ -461,26 +745,26 @@ impl ValueLog {
             let newest = i + 1 == ids.len();
             let start = match from {
                 Some(f) if id < f.segment => {
+                    check_segment_header(dir, id)?;
                     kept.push(id);
                     continue;
                 }
-                Some(f) if id == f.segment => f.offset.max(MAGIC_BYTES),
-                _ => MAGIC_BYTES,
+                Some(f) if id == f.segment => f.offset,
+                _ => 0,
             };
-            match replay_segment(dir, id, start, &mut apply, &mut stats)? {
+            match replay_segment(dir, id, start, newest, &mut apply, &mut stats)? {
                 SegmentEnd::Clean => kept.push(id),
-                SegmentEnd::TornAt(at) if !newest => {
-                    return Err(Error::Corruption(format!(
-                        "value log segment {id} in {} is damaged at byte {at} and is not the newest",
-                        dir.display()
-                    )));
-                }
                 SegmentEnd::TornAt(at) => {
                     let path = segment_path(dir, id);
                     let len = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(at);
                     stats.torn_bytes = len.saturating_sub(at);
-                    tracing::warn!(segment = id, at, bytes = stats.torn_bytes, "cutting a torn tail off the value log");
-                    if at < MAGIC_BYTES {
+                    tracing::warn!(
+                        file = %path.display(),
+                        at,
+                        bytes = stats.torn_bytes,
+                        "cutting a torn tail (past the synced length) off the value log"
+                    );
+                    if at == 0 {
                         std::fs::remove_file(&path)
                             .map_err(|e| io_err(format_args!("removing {}", path.display()), e))?;
                         sync_dir(dir)?;
@@ -499,13 +783,24 @@ impl ValueLog {
         let mut files = BTreeMap::new();
         for id in kept {
             let path = segment_path(dir, id);
-            let f = File::open(&path).map_err(|e| io_err(format_args!("opening {}", path.display()), e))?;
             // What was replayed may have survived a process crash only in the page cache; it is
             // about to be treated as stored (and flushed into the index), and writes will go to
-            // a new segment, so it must be durable first.
-            if from.is_none_or(|f| id >= f.segment) {
-                gate.sync(&f, id)?;
-            }
+            // a new segment, so it must be durable first, and its header must say so.
+            let f = if from.is_none_or(|f| id >= f.segment) {
+                let f = OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .open(&path)
+                    .map_err(|e| io_err(format_args!("opening {}", path.display()), e))?;
+                let len = file_len(&f, id)?;
+                let format = format_of(&f, len).ok_or_else(|| {
+                    Error::Corruption(format!("{}: no segment header at byte offset 0", path.display()))
+                })?;
+                gate.seal(&f, id, len, format)?;
+                f
+            } else {
+                File::open(&path).map_err(|e| io_err(format_args!("opening {}", path.display()), e))?
+            };
             files.insert(id, Arc::new(f));
         }
         let next = ids.last().map_or(1, |last| last + 1);
@@ -515,18 +810,23 @@ impl ValueLog {
         Ok((log, stats))
     }
 
+    /// Creates segment `id` with its header (recording the header itself as synced), durably.
     fn create_segment(dir: &Path, id: u64) -> Result<Active> {
         let path = segment_path(dir, id);
+        let mut header = vec![0; SEGMENT_HEADER_BYTES as usize];
+        header[..MAGIC_BYTES as usize].copy_from_slice(SEGMENT_MAGIC);
+        let slot = SLOT_OFFSETS[0] as usize;
+        header[slot..slot + SLOT_BYTES].copy_from_slice(&encode_slot(SEGMENT_HEADER_BYTES));
         let file = OpenOptions::new()
             .read(true)
             .write(true)
             .create_new(true)
             .open(&path)
-            .and_then(|f| f.write_all_at(SEGMENT_MAGIC, 0).map(|()| f))
+            .and_then(|f| f.write_all_at(&header, 0).map(|()| f))
             .and_then(|f| f.sync_all().map(|()| f))
             .map_err(|e| io_err(format_args!("creating {}", path.display()), e))?;
         sync_dir(dir)?;
-        Ok(Active { id, file: Arc::new(file), len: MAGIC_BYTES })
+        Ok(Active { id, file: Arc::new(file), len: SEGMENT_HEADER_BYTES })
     }
 
     /// The segment files, for readers.
@@ -552,7 +852,9 @@ impl ValueLog {
     /// Appends one encoded record (see [`record::encode`]) and returns where it starts. Starts a
     /// new segment first when this one is full (fsyncing the old one).
     pub fn append(&mut self, record: &[u8]) -> Result<LogPosition> {
-        if self.active.len > MAGIC_BYTES && self.active.len + record.len() as u64 > self.segment_bytes {
+        // `segment_bytes` counts records, not the header.
+        let records = self.active.len - SEGMENT_HEADER_BYTES;
+        if records > 0 && records + record.len() as u64 > self.segment_bytes {
             self.rotate()?;
         }
         let at = LogPosition { segment: self.active.id, offset: self.active.len };
@@ -565,7 +867,7 @@ impl ValueLog {
     }
 
     fn rotate(&mut self) -> Result<()> {
-        self.sync()?;
+        self.seal()?;
         let next = Self::create_segment(&self.dir, self.active.id + 1)?;
         let mut files = self.files.write().map_err(|_| Error::Unavailable("value log segment map poisoned".into()))?;
         files.insert(next.id, next.file.clone());
@@ -574,10 +876,10 @@ impl ValueLog {
         Ok(())
     }
 
-    /// The active segment's file (to fsync through [`ValueLog::gate`] without holding the
-    /// writer).
-    pub fn active_file(&self) -> Arc<File> {
-        self.active.file.clone()
+    /// What an fsync of every record appended so far needs, to run it without holding the
+    /// writer.
+    pub fn sync_target(&self) -> SyncTarget {
+        SyncTarget { gate: self.gate.clone(), file: self.active.file.clone(), id: self.active.id, len: self.active.len }
     }
 
     /// The gate every fsync of this log goes through.
@@ -585,9 +887,15 @@ impl ValueLog {
         self.gate.clone()
     }
 
-    /// Makes every appended record durable.
+    /// Makes every appended record durable (the header records the previous fsync's length).
     pub fn sync(&self) -> Result<()> {
-        self.gate.sync(&self.active.file, self.active.id)
+        self.sync_target().sync()
+    }
+
+    /// Makes every appended record durable and has the active segment's header say so: two
+    /// fsyncs, for a rotation or a clean close.
+    pub fn seal(&self) -> Result<()> {
+        self.gate.seal(&self.active.file, self.active.id, self.active.len, SegmentFormat::V2)
     }
 
     /// Deletes segments `ids` (none of them active).
@@ -682,6 +990,147 @@ mod tests {
         let (_, seen, stats) = open(dir.path(), None);
         assert_eq!(seen, vec![first]);
         assert_eq!(stats.torn_bytes, 64);
+    }
+
+    fn flip_byte(path: &Path, at: u64) {
+        let f = OpenOptions::new().read(true).write(true).open(path).unwrap();
+        let mut b = [0];
+        f.read_exact_at(&mut b, at).unwrap();
+        f.write_all_at(&[!b[0]], at).unwrap();
+    }
+
+    fn open_err(dir: &Path) -> String {
+        match ValueLog::open(dir, 1000, None, |_, _| Ok(())) {
+            Ok(_) => panic!("the open succeeded"),
+            Err(Error::Corruption(m)) => m,
+            Err(e) => panic!("not a corruption error: {e}"),
+        }
+    }
+
+    /// Three records, the first two synced by one fsync and the third by a second one: the
+    /// header records the first fsync's length (what a second fsync cut short by a power
+    /// failure leaves durable for sure).
+    fn three_records_two_syncs(dir: &Path) -> (Vec<LogPosition>, PathBuf) {
+        let (mut log, _, _) = open(dir, None);
+        let r1 = log.append(&batch(1)).unwrap();
+        let r2 = log.append(&batch(2)).unwrap();
+        log.sync().unwrap();
+        let r3 = log.append(&batch(3)).unwrap();
+        log.sync().unwrap();
+        let path = segment_path(dir, r1.segment);
+        let f = File::open(&path).unwrap();
+        assert_eq!(read_slots(&f).unwrap().into_iter().flatten().max(), Some(r3.offset), "the first sync's length");
+        (vec![r1, r2, r3], path)
+    }
+
+    /// Damage inside the synced part (a flipped byte, zeros, a length that runs past the
+    /// file, a file cut below its synced length) refuses the open, naming the file and offset.
+    #[test]
+    fn damage_inside_the_synced_part_refuses_the_open_naming_file_and_offset() {
+        let dir = tempfile::tempdir().unwrap();
+        let (at, path) = three_records_two_syncs(dir.path());
+        let pristine = std::fs::read(&path).unwrap();
+        let restore = || std::fs::write(&path, &pristine).unwrap();
+
+        flip_byte(&path, at[1].offset + record::HEADER_BYTES + 2);
+        let m = open_err(dir.path());
+        assert!(m.contains(&path.display().to_string()), "{m}");
+        assert!(m.contains(&format!("checksum at byte offset {}", at[1].offset)), "{m}");
+        assert!(m.contains("known durable"), "{m}");
+        restore();
+
+        let f = OpenOptions::new().write(true).open(&path).unwrap();
+        f.write_all_at(&[0; 8], at[0].offset).unwrap();
+        let m = open_err(dir.path());
+        assert!(m.contains(&format!("zeros, or a record length below the minimum, at byte offset {}", at[0].offset)));
+        restore();
+
+        f.write_all_at(&u32::MAX.to_le_bytes(), at[1].offset).unwrap();
+        let m = open_err(dir.path());
+        assert!(m.contains(&format!("longer than the rest of the file at byte offset {}", at[1].offset)), "{m}");
+        restore();
+
+        f.set_len(at[1].offset + 5).unwrap();
+        let m = open_err(dir.path());
+        assert!(m.contains(&format!("bytes from offset {} on are missing", at[1].offset + 5)), "{m}");
+        restore();
+
+        // Both slots damaged: the synced length is unknown, and that is corruption too.
+        for slot in SLOT_OFFSETS {
+            flip_byte(&path, slot + 5);
+        }
+        let m = open_err(dir.path());
+        assert!(m.contains("both synced-length slots"), "{m}");
+        restore();
+        // One damaged slot is a torn slot write: the other one is used.
+        flip_byte(&path, SLOT_OFFSETS[1] + 5);
+        let (_, seen, _) = open(dir.path(), None);
+        assert_eq!(seen, at);
+    }
+
+    /// Past the synced length of the newest segment, damage is a torn tail and is cut off; the
+    /// open then seals what it kept, so the same damage later would be corruption.
+    #[test]
+    fn damage_past_the_synced_length_is_cut_as_torn() {
+        let dir = tempfile::tempdir().unwrap();
+        let (at, path) = three_records_two_syncs(dir.path());
+        let full = std::fs::metadata(&path).unwrap().len();
+        flip_byte(&path, at[2].offset + record::HEADER_BYTES + 2);
+        let (log, seen, stats) = open(dir.path(), None);
+        assert_eq!(seen, at[..2]);
+        assert_eq!(stats.torn_bytes, full - at[2].offset);
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), at[2].offset);
+        drop(log);
+        let f = File::open(&path).unwrap();
+        assert_eq!(read_slots(&f).unwrap().into_iter().flatten().max(), Some(at[2].offset), "sealed at open");
+        flip_byte(&path, at[1].offset + record::HEADER_BYTES + 2);
+        assert!(open_err(dir.path()).contains(&format!("byte offset {}", at[1].offset)));
+    }
+
+    /// A rotation seals the segment it closes: its header covers the whole file.
+    #[test]
+    fn a_rotation_seals_the_closed_segment() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut log, _, _) = open(dir.path(), None);
+        let first = log.append(&batch(1)).unwrap();
+        while log.append(&batch(2)).unwrap().segment == first.segment {}
+        let path = segment_path(dir.path(), first.segment);
+        let f = File::open(&path).unwrap();
+        let len = f.metadata().unwrap().len();
+        assert_eq!(read_slots(&f).unwrap().into_iter().flatten().max(), Some(len));
+    }
+
+    /// A data directory of version 1 segments (no synced length) opens as before: a torn tail
+    /// of the newest is cut, its records replay, and new segments are version 2.
+    #[test]
+    fn version_1_segments_without_a_synced_length_still_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut old = SEGMENT_MAGIC_V1.to_vec();
+        let mut at = Vec::new();
+        for i in 0..3 {
+            at.push(LogPosition { segment: 7, offset: old.len() as u64 });
+            old.extend_from_slice(&batch(i));
+        }
+        std::fs::write(segment_path(dir.path(), 6), [&SEGMENT_MAGIC_V1[..], &batch(9)].concat()).unwrap();
+        let intact = old.len() as u64;
+        old.extend_from_slice(&batch(3)[..20]);
+        std::fs::write(segment_path(dir.path(), 7), &old).unwrap();
+        let (mut log, seen, stats) = open(dir.path(), None);
+        assert_eq!(seen.len(), 4);
+        assert_eq!(seen[1..], at);
+        assert_eq!(stats.torn_bytes, 20);
+        assert_eq!(std::fs::metadata(segment_path(dir.path(), 7)).unwrap().len(), intact);
+        assert_eq!(log.active_segment(), 8);
+        let next = log.append(&batch(4)).unwrap();
+        assert_eq!(next, LogPosition { segment: 8, offset: SEGMENT_HEADER_BYTES });
+        log.sync().unwrap();
+        drop(log);
+        let (_, seen, _) = open(dir.path(), Some(at[1]));
+        assert_eq!(seen, [&at[1..], &[next]].concat());
+        // A version 1 segment that is not the newest keeps today's rule: damage is corruption.
+        flip_byte(&segment_path(dir.path(), 7), at[2].offset + record::HEADER_BYTES + 1);
+        let m = open_err(dir.path());
+        assert!(m.contains("not the newest") && m.contains(&format!("byte offset {}", at[2].offset)), "{m}");
     }
 
     /// A walk yields exactly the Raft log puts, in order, with the offsets their values have;
