@@ -12,7 +12,6 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use rill_raft::Payload;
 use rill_records::{BatchInfo, Compression, MAX_DECOMPRESSED_BATCH_BYTES, NO_PRODUCER_ID};
 use rill_rt::mutation::Mutation;
 use rill_rt::sync::watch;
@@ -54,16 +53,18 @@ impl Partition {
     /// up to `max.message.bytes` is CPU work a request must not do on an async worker, where it
     /// would hold up every other request that worker serves. Uncompressed batches parse in
     /// place, in time linear in their (already received) size.
-    async fn check_batch_off_workers(batch: &Bytes, max_message_bytes: u32) -> Result<BatchInfo> {
+    /// On a compacted topic every record must have a key (compaction keeps the newest record
+    /// per key; a keyless one could never be superseded), which needs the records decoded.
+    async fn check_batch_off_workers(batch: &Bytes, max_message_bytes: u32, compacted: bool) -> Result<BatchInfo> {
         let compressed = BatchInfo::parse(batch).is_ok_and(|h| h.compression().is_ok_and(|c| c != Compression::None));
         if !compressed {
-            return Self::check_batch(batch, max_message_bytes);
+            return Self::check_batch(batch, max_message_bytes, compacted);
         }
         let batch = batch.clone();
-        rill_rt::blocking(move || Self::check_batch(&batch, max_message_bytes)).await
+        rill_rt::blocking(move || Self::check_batch(&batch, max_message_bytes, compacted)).await
     }
 
-    fn check_batch(batch: &Bytes, max_message_bytes: u32) -> Result<BatchInfo> {
+    fn check_batch(batch: &Bytes, max_message_bytes: u32, compacted: bool) -> Result<BatchInfo> {
         let bound = (max_message_bytes as usize).min(MAX_DECOMPRESSED_BATCH_BYTES);
         let info = rill_records::validate(batch, bound).map_err(PartitionError::InvalidBatch)?;
         if info.is_control() {
@@ -87,6 +88,16 @@ impl Partition {
                 info.producer_id, info.producer_epoch, info.base_sequence
             )));
         }
+        if compacted {
+            let bound = (max_message_bytes as usize).min(MAX_DECOMPRESSED_BATCH_BYTES);
+            let decoded = rill_records::decode(batch, bound).map_err(PartitionError::InvalidBatch)?;
+            if let Some(r) = decoded.records.iter().find(|r| r.key.is_none()) {
+                return Err(PartitionError::InvalidRecord(format!(
+                    "the record at offset delta {} has no key: a compacted topic (cleanup.policy=compact) keeps the newest record per key and refuses keyless ones",
+                    r.offset_delta
+                )));
+            }
+        }
         Ok(info)
     }
 
@@ -106,7 +117,7 @@ impl Partition {
         if let Some(to) = self.moving_to() {
             return Err(PartitionError::LeaderMoving { to });
         }
-        let info = Self::check_batch_off_workers(&batch, config.max_message_bytes).await?;
+        let info = Self::check_batch_off_workers(&batch, config.max_message_bytes, config.compacted()).await?;
         let idempotent = info.has_producer();
         if idempotent && acks != Acks::All {
             return Err(PartitionError::InvalidRequest("idempotent batches (producer id set) need acks=all".into()));
@@ -255,15 +266,7 @@ impl Partition {
 
     /// Proposes forgetting producers idle since before `older_than_ms` (leader only).
     pub async fn expire_producers(&self, older_than_ms: i64) -> Result<()> {
-        if self.leader_term().is_none() {
-            return Err(self.not_leader());
-        }
-        let payload = Payload { units: 0, body: command::encode_expire_producers(older_than_ms), proposal: 0 };
-        self.quiescence.wake();
-        self.raft.client_write(payload).await.map(|_| ()).map_err(|e| match e {
-            openraft::error::RaftError::APIError(e) => PartitionError::from_write(e, self.node_id),
-            openraft::error::RaftError::Fatal(_) => PartitionError::ShuttingDown,
-        })
+        self.propose_bookkeeping(command::encode_expire_producers(older_than_ms)).await.map(|_| ())
     }
 }
 

@@ -59,16 +59,23 @@ impl Partition {
     }
 
     async fn propose_trim(&self, before: u64) -> Result<u64> {
+        self.propose_bookkeeping(command::encode_trim(before)).await
+    }
+
+    /// Proposes an entry that occupies no offsets (trim, compact, expire producers) and waits
+    /// until it is applied. Returns the state machine's answer (the offset it reports). Leader
+    /// only.
+    pub(crate) async fn propose_bookkeeping(&self, body: bytes::Bytes) -> Result<u64> {
         if self.leader_term().is_none() {
             return Err(self.not_leader());
         }
-        let payload = Payload { units: 0, body: command::encode_trim(before), proposal: 0 };
+        let payload = Payload { units: 0, body, proposal: 0 };
         self.quiescence.wake();
         let written = self.raft.client_write(payload).await.map_err(|e| match e {
             openraft::error::RaftError::APIError(e) => PartitionError::from_write(e, self.node_id),
             openraft::error::RaftError::Fatal(_) => PartitionError::ShuttingDown,
         })?;
         decode_base_offset(&written.data.0)
-            .ok_or_else(|| PartitionError::Storage("the trim entry's answer is malformed".into()))
+            .ok_or_else(|| PartitionError::Storage("a bookkeeping entry's answer is malformed".into()))
     }
 }
