@@ -10,6 +10,10 @@
 //! * trim: `version ‖ 3 ‖ new log start offset (u64)`. Occupies no offsets. The leader proposes
 //!   it (retention, `DeleteRecords`) with the offset already chosen, so the state machine reads
 //!   no clock and every replica moves its log start to the same offset at the same point.
+//! * compact: `version ‖ 4 ‖ clean to (u64) ‖ tombstones before (u64) ‖ time (i64 ms) ‖
+//!   delete retention (u64 ms)`. Occupies no offsets. The leader proposes it for a compacted
+//!   topic with the offsets already chosen from its clock and the topic's settings (see
+//!   [`crate::cleaning`]); every replica moves its cleaning point at the same place in the log.
 //!
 //! Version 1 held protobuf-encoded batches; entries of that version are refused (data
 //! directories from before the move to Kafka's format do not open, see `docs/storage.md`).
@@ -20,6 +24,8 @@ const VERSION: u8 = 2;
 const KIND_APPEND: u8 = 1;
 const KIND_EXPIRE_PRODUCERS: u8 = 2;
 const KIND_TRIM: u8 = 3;
+const KIND_COMPACT: u8 = 4;
+const COMPACT_LEN: usize = 2 + 8 + 8 + 8 + 8;
 const HEADER_LEN: usize = 1 + 1 + 8 + 4;
 
 /// Encodes an append of `batches`, appended by the leader at `append_time_ms`.
@@ -70,6 +76,45 @@ pub fn trim(body: &[u8]) -> Option<u64> {
         return None;
     }
     Some(u64::from_le_bytes(body[2..10].try_into().ok()?))
+}
+
+/// A compact entry: the cleaning point the leader chose (see [`crate::cleaning`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Compact {
+    /// Records below this offset keep only the newest record per key.
+    pub clean_to: u64,
+    /// Tombstones below this offset (that are the newest record of their key) are removed.
+    pub tombstones_before: u64,
+    /// The leader's clock when it proposed the entry (ms since the epoch).
+    pub time_ms: i64,
+    /// The topic's `delete.retention.ms` then, so every replica prunes its cleaning history alike.
+    pub delete_retention_ms: u64,
+}
+
+/// Encodes a compact entry.
+pub fn encode_compact(c: &Compact) -> Bytes {
+    let mut out = BytesMut::with_capacity(COMPACT_LEN);
+    out.put_u8(VERSION);
+    out.put_u8(KIND_COMPACT);
+    out.put_u64_le(c.clean_to);
+    out.put_u64_le(c.tombstones_before);
+    out.put_i64_le(c.time_ms);
+    out.put_u64_le(c.delete_retention_ms);
+    out.freeze()
+}
+
+/// The cleaning point of a compact entry, if `body` is one.
+pub fn compact(body: &[u8]) -> Option<Compact> {
+    if body.len() < COMPACT_LEN || body[0] != VERSION || body[1] != KIND_COMPACT {
+        return None;
+    }
+    let word = |at: usize| -> Option<[u8; 8]> { body.get(at..at + 8)?.try_into().ok() };
+    Some(Compact {
+        clean_to: u64::from_le_bytes(word(2)?),
+        tombstones_before: u64::from_le_bytes(word(10)?),
+        time_ms: i64::from_le_bytes(word(18)?),
+        delete_retention_ms: u64::from_le_bytes(word(26)?),
+    })
 }
 
 /// The append time in an entry's header, without reading its batches.
@@ -141,5 +186,14 @@ mod tests {
         assert_eq!((append_time(&trim_entry), expire_producers(&trim_entry)), (None, None));
         assert_eq!(trim(&expire), None);
         assert_eq!(trim(&trim_entry[..9]), None);
+        let c = Compact { clean_to: 10, tombstones_before: 4, time_ms: -3, delete_retention_ms: u64::MAX };
+        let compact_entry = encode_compact(&c);
+        assert_eq!(compact(&compact_entry), Some(c));
+        assert_eq!(
+            (append_time(&compact_entry), trim(&compact_entry), expire_producers(&compact_entry)),
+            (None, None, None)
+        );
+        assert_eq!(compact(&compact_entry[..COMPACT_LEN - 1]), None);
+        assert_eq!(compact(&trim_entry), None);
     }
 }

@@ -138,6 +138,16 @@ impl SparseIndex {
         }
     }
 
+    /// About how many bytes of entries were appended from `offset` on (counted from the start
+    /// of the unit it falls in, as appended: compaction does not shrink this).
+    pub fn bytes_from(&self, offset: u64) -> u64 {
+        let i = self.points.partition_point(|p| p.offset <= offset);
+        match i {
+            0 => self.appended,
+            i => self.appended.saturating_sub(self.points[i - 1].bytes),
+        }
+    }
+
     /// Number of points.
     pub fn len(&self) -> usize {
         self.points.len()

@@ -19,17 +19,24 @@
 //! * [`partition`]: [`Partition`] — a record partition: produce, fetch, list offsets.
 //! * [`state_partition`]: [`StatePartition`] — a partition of an internal topic whose state
 //!   machine is its data (a coordinator's state): read on the caught-up leader, propose commands.
+//! * [`cleaning`]: [`cleaning::Cleaning`] — a compacted topic's replicated cleaning point: what
+//!   compaction may remove, chosen by the leader, identical on every replica.
+//! * [`compaction`]: rewriting a replica's entries below its cleaning point and its snapshot so
+//!   they keep only the newest record per key (offsets preserved).
 //! * [`retention`]: moving the log start offset — `DeleteRecords` and retention by time and
 //!   size.
 //! * [`producers`]: idempotent producer state (last five batches per producer id).
 //! * [`propose`]: [`Proposer`] — batches that arrive while the previous entry is being written go
 //!   to Raft together, as one entry.
 //!
-//! Offsets are Raft *positions*: an entry holding `n` records occupies `n` positions, assigned
-//! when it is appended and identical on every replica (see `rill_raft::log_store`). The high
+//! Offsets are Raft *positions*: an entry whose batches span `n` offsets occupies `n` positions,
+//! assigned when it is appended and identical on every replica (see `rill_raft::log_store`).
+//! Compaction removes records but never offsets: a batch keeps its span. The high
 //! watermark is the end position of the last applied (hence committed) entry.
 
+pub mod cleaning;
 pub mod command;
+pub mod compaction;
 pub mod error;
 pub mod handover;
 pub mod idempotence;
@@ -44,6 +51,7 @@ pub mod replica;
 pub mod retention;
 pub mod state_partition;
 
+pub use compaction::CompactionBudget;
 pub use error::{PartitionError, Result};
 pub use isr::{IsrTracker, IsrView};
 pub use machine::PartitionStateMachine;

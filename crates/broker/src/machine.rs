@@ -18,6 +18,7 @@ use rill_rt::sync::watch;
 
 use rill_records::BatchInfo;
 
+use crate::cleaning::Cleaning;
 use crate::command;
 use crate::index::{IndexPoint, SparseIndex};
 use crate::producers::ProducerStates;
@@ -31,6 +32,8 @@ pub struct SharedState {
     pub index: Arc<Mutex<SparseIndex>>,
     /// Idempotent producers' last batches.
     pub producers: Arc<Mutex<ProducerStates>>,
+    /// The cleaning point of a compacted topic (see [`crate::cleaning`]).
+    pub cleaning: Arc<Mutex<Cleaning>>,
     /// Bytes of entries the newest snapshot covers (its index's `appended`): how much a restart
     /// re-applies is the index's `appended` minus this.
     pub snapshotted_bytes: Arc<AtomicU64>,
@@ -43,6 +46,7 @@ impl SharedState {
             hw: Arc::new(watch::channel(0).0),
             index: Arc::default(),
             producers: Arc::default(),
+            cleaning: Arc::default(),
             snapshotted_bytes: Arc::default(),
         }
     }
@@ -85,12 +89,16 @@ impl PartitionStateMachine {
                     return;
                 }
             };
-            let count = u32::try_from(b.record_count).unwrap_or(0);
+            // A batch occupies its span of offsets and sequence numbers whatever compaction
+            // removed from it, so a replica applying a compacted entry remembers what the
+            // leader remembered from the original.
+            let span = b.span();
             // Control batches (transaction markers) advance no producer's sequence.
             if b.has_producer() && !b.is_control() {
+                let count = u32::try_from(span).unwrap_or(u32::MAX);
                 producers.apply_batch(b.producer_id, b.producer_epoch, b.base_sequence, count, offset, append_ms);
             }
-            offset += u64::from(count);
+            offset += span;
         }
     }
 }
@@ -110,6 +118,10 @@ impl GroupStateMachine for PartitionStateMachine {
             // `base` is the high watermark here: nothing above it can be deleted.
             answer = self.shared.index.lock().unwrap_or_else(|p| p.into_inner()).trim(before.min(base));
             tracing::debug!(index = log_id.index, log_start = answer, "log start offset moved");
+        } else if let Some(c) = command::compact(&payload.body) {
+            // `base` is the high watermark here: nothing above it is compacted.
+            answer = self.shared.cleaning.lock().unwrap_or_else(|p| p.into_inner()).apply(&c, base);
+            tracing::debug!(index = log_id.index, clean_to = answer, "cleaning point moved");
         }
         if payload.units > 0 {
             self.shared.hw.send_replace(end);
@@ -118,7 +130,8 @@ impl GroupStateMachine for PartitionStateMachine {
         Bytes::copy_from_slice(&answer.to_le_bytes())
     }
 
-    /// The snapshot: the log start offset, the sparse index and the producer state, as
+    /// The snapshot: the log start offset, the sparse index, the producer state and the
+    /// cleaning point, as
     /// `PartitionSnapshot` (`proto/rill/partition.proto`).
     fn snapshot(&self) -> Result<Bytes, String> {
         let mut snap = {
@@ -132,9 +145,17 @@ impl GroupStateMachine for PartitionStateMachine {
                 appended_bytes: ix.appended,
                 index_end: ix.end,
                 log_start_offset: ix.log_start,
+                ..Default::default()
             }
         };
         snap.producers = self.shared.producers.lock().unwrap_or_else(|p| p.into_inner()).to_proto();
+        {
+            let c = self.shared.cleaning.lock().unwrap_or_else(|p| p.into_inner());
+            snap.clean_to = c.clean_to;
+            snap.tombstones_before = c.tombstones_before;
+            snap.cleaning_offsets = c.history.iter().map(|p| p.offset).collect();
+            snap.cleaning_times = c.history.iter().map(|p| p.time_ms).collect();
+        }
         self.shared.snapshotted_bytes.store(snap.appended_bytes, Ordering::Relaxed);
         Ok(snap.encode_to_vec().into())
     }
@@ -181,6 +202,8 @@ impl GroupStateMachine for PartitionStateMachine {
             log_start: s.log_start_offset,
         };
         let producers = ProducerStates::from_proto(s.producers)?;
+        let cleaning = Cleaning::from_parts(s.clean_to, s.tombstones_before, &s.cleaning_offsets, &s.cleaning_times)?;
+        *self.shared.cleaning.lock().unwrap_or_else(|p| p.into_inner()) = cleaning;
         self.shared.snapshotted_bytes.store(index.appended, Ordering::Relaxed);
         *self.shared.index.lock().unwrap_or_else(|p| p.into_inner()) = index;
         *self.shared.producers.lock().unwrap_or_else(|p| p.into_inner()) = producers;

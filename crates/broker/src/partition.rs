@@ -12,7 +12,9 @@ use rill_rt::Instant;
 
 use rill_records::BatchInfo;
 
+use crate::cleaning::Cleaning;
 use crate::command;
+use crate::compaction::{CompactionBudget, Progress};
 use crate::error::{PartitionError, Result};
 use crate::idempotence::Gate;
 use crate::index::SparseIndex;
@@ -96,6 +98,8 @@ pub struct Partition {
     /// Bytes of entries the newest snapshot covers.
     pub(crate) snapshotted_bytes: Arc<std::sync::atomic::AtomicU64>,
     pub(crate) producers: Arc<Mutex<ProducerStates>>,
+    /// The applied cleaning point (compacted topics).
+    pub(crate) cleaning: Arc<Mutex<Cleaning>>,
     pub(crate) gate: Arc<rill_rt::sync::Mutex<Gate>>,
     /// Signalled whenever a batch enters the gate (for batches waiting on a predecessor).
     pub(crate) gate_changed: rill_rt::sync::Notify,
@@ -127,7 +131,7 @@ impl Partition {
         started: StartedGroup<PartitionStateMachine>,
         shared: SharedState,
         config: TopicConfig,
-        purge_every: Duration,
+        settings: Housekeeping,
     ) -> Arc<Self> {
         let StartedGroup { raft, log, sm, quiescence, .. } = started;
         // The state machine may have been restored from a snapshot before anything was applied.
@@ -143,11 +147,12 @@ impl Partition {
             index: shared.index,
             snapshotted_bytes: shared.snapshotted_bytes,
             producers: shared.producers,
+            cleaning: shared.cleaning,
             gate: Arc::default(),
             gate_changed: rill_rt::sync::Notify::new(),
             proposer,
         });
-        rill_rt::spawn(housekeeping(Arc::downgrade(&partition), purge_every));
+        rill_rt::spawn(housekeeping(Arc::downgrade(&partition), settings));
         partition
     }
 
@@ -202,7 +207,9 @@ impl Partition {
                 for data in batches {
                     let info = BatchInfo::parse_stored(&data)
                         .map_err(|err| PartitionError::Storage(format!("stored batch at offset {base}: {err}")))?;
-                    let count = u64::try_from(info.record_count).unwrap_or(0);
+                    // A compacted batch keeps its span of offsets with fewer records (or none:
+                    // the consumer still moves past it, so it never asks for the same offset again).
+                    let count = info.span();
                     if base + count > offset {
                         bytes += data.len();
                         out.batches.push(StoredBatch { base_offset: base, data, append_time_ms });
@@ -352,6 +359,16 @@ impl Partition {
     }
 }
 
+/// What a node gives each of its record partitions' housekeeping.
+#[derive(Debug, Clone)]
+pub struct Housekeeping {
+    /// How often, at most, a replica snapshots only because its log start offset or cleaning
+    /// point moved, and a leader proposes a new cleaning point ([`PURGE_SNAPSHOT_EVERY`]).
+    pub purge_every: Duration,
+    /// The node's compaction budget, shared by its partitions.
+    pub compaction: Arc<CompactionBudget>,
+}
+
 /// How often a leader checks its partition's retention (and every replica its snapshot).
 pub const RETENTION_CHECK_EVERY: Duration = Duration::from_secs(5);
 
@@ -367,23 +384,29 @@ pub const SNAPSHOT_EVERY_BYTES: u64 = 64 << 20;
 pub const PURGE_SNAPSHOT_EVERY: Duration = Duration::from_secs(30);
 
 /// On every replica: snapshots after [`SNAPSHOT_EVERY_BYTES`] of entries, or when the log start
-/// offset moved past the newest snapshot's (at most every `purge_every`), and purges
-/// the log below the entry holding the newest snapshot's log start offset. While this replica
-/// leads: proposes forgetting producers idle longer than
-/// `producer.id.expiration.ms`, and moving the log start offset past what `retention.ms` and
-/// `retention.bytes` no longer keep — so every replica forgets and deletes at the same point of
-/// the log. Retention is checked every [`RETENTION_CHECK_EVERY`] (sooner for a shorter
+/// offset or (compacted topics) the cleaning point moved past what the newest snapshot covers
+/// (at most every `purge_every`); purges the log below the entry holding the newest snapshot's
+/// log start offset; compacts below the cleaning point and the snapshot
+/// ([`crate::compaction`]). While this replica leads: proposes forgetting producers idle longer
+/// than `producer.id.expiration.ms`, moving the log start offset past what `retention.ms` and
+/// `retention.bytes` no longer keep, and (compacted topics, at most every `purge_every`) a new
+/// cleaning point — so every replica forgets, deletes and compacts at the same point of the
+/// log. Retention is checked every [`RETENTION_CHECK_EVERY`] (sooner for a shorter
 /// `retention.ms`), idle producers about every minute.
-async fn housekeeping(partition: std::sync::Weak<Partition>, purge_every: Duration) {
+async fn housekeeping(partition: std::sync::Weak<Partition>, settings: Housekeeping) {
+    let Housekeeping { purge_every, compaction } = settings;
     let mut next_expiry = rill_rt::now();
     let mut next_purge_snapshot = rill_rt::now();
     let mut next_retention = rill_rt::now();
+    let mut next_cleaning = rill_rt::now();
+    let mut progress = Progress::default();
     loop {
         let Some(p) = partition.upgrade() else { return };
         let config = p.config();
         let snapshot_start = p.sm.snapshot_point().and_then(|(_, from)| from);
         let start_moved = snapshot_start.unwrap_or(0) < p.applied_log_start();
-        let purge_due = start_moved && rill_rt::now() >= next_purge_snapshot;
+        let cleaning_moved = config.compacted() && p.sm.snapshot_position().unwrap_or(0) < p.cleaning_point().0;
+        let purge_due = (start_moved || cleaning_moved) && rill_rt::now() >= next_purge_snapshot;
         if p.bytes_since_snapshot() >= SNAPSHOT_EVERY_BYTES || purge_due {
             if purge_due {
                 next_purge_snapshot = rill_rt::now() + purge_every;
@@ -395,6 +418,11 @@ async fn housekeeping(partition: std::sync::Weak<Partition>, purge_every: Durati
         if let Err(e) = p.purge_below_log_start().await {
             tracing::debug!(group = p.group, error = %e, "could not purge the log");
         }
+        if config.compacted() {
+            if let Err(e) = p.compact_once(&compaction, &mut progress).await {
+                tracing::warn!(group = p.group, error = %e, "could not compact the log");
+            }
+        }
         let check_every = config
             .retention()
             .map_or(RETENTION_CHECK_EVERY, |r| RETENTION_CHECK_EVERY.min((r / 2).max(Duration::from_millis(500))));
@@ -403,6 +431,12 @@ async fn housekeeping(partition: std::sync::Weak<Partition>, purge_every: Durati
                 next_retention = rill_rt::now() + check_every;
                 if let Err(e) = p.enforce_retention(&config).await {
                     tracing::debug!(group = p.group, error = %e, "could not enforce retention");
+                }
+            }
+            if config.compacted() && rill_rt::now() >= next_cleaning {
+                next_cleaning = rill_rt::now() + purge_every;
+                if let Err(e) = p.schedule_compaction(&config, &progress).await {
+                    tracing::debug!(group = p.group, error = %e, "could not move the cleaning point");
                 }
             }
             if rill_rt::now() >= next_expiry {

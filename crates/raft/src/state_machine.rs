@@ -175,6 +175,11 @@ impl<M: GroupStateMachine> SmStore<M> {
         Some((s.meta.last_log_id?.index, s.retained_from))
     }
 
+    /// The position after the newest snapshot's last entry: what it covers.
+    pub fn snapshot_position(&self) -> Option<u64> {
+        self.lock().snapshot.as_ref().map(|s| s.applied.position)
+    }
+
     fn persist_batch(&self, snapshot: &StoredSnapshot) -> WriteBatch {
         let mut b = WriteBatch::new();
         b.put(Keyspace::State, keys::group_tag(self.group, keys::SNAPSHOT).to_vec(), snapshot.encode());

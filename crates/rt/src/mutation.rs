@@ -23,11 +23,14 @@ pub enum Mutation {
     /// A record partition purges its log at its snapshot, not below its log start offset
     /// (retained records are deleted).
     PurgeAheadOfLogStart,
+    /// A compacted partition compacts its whole log, above its cleaning point, its snapshot
+    /// and the high watermark (records that are not superseded below the cleaning point go).
+    CompactAboveHw,
 }
 
 impl Mutation {
     /// Every mutation.
-    pub const ALL: [Mutation; 7] = [
+    pub const ALL: [Mutation; 8] = [
         Mutation::AckBeforeSync,
         Mutation::ReadAboveHw,
         Mutation::SkipTruncate,
@@ -35,6 +38,7 @@ impl Mutation {
         Mutation::EmptyStateSnapshot,
         Mutation::ServeBelowLogStart,
         Mutation::PurgeAheadOfLogStart,
+        Mutation::CompactAboveHw,
     ];
 
     /// The name used on the command line (`chaos/run --mutation NAME`).
@@ -47,6 +51,7 @@ impl Mutation {
             Mutation::EmptyStateSnapshot => "empty-state-snapshot",
             Mutation::ServeBelowLogStart => "serve-below-log-start",
             Mutation::PurgeAheadOfLogStart => "purge-ahead-of-log-start",
+            Mutation::CompactAboveHw => "compact-above-hw",
         }
     }
 

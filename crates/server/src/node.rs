@@ -110,6 +110,8 @@ pub struct Node {
     /// The node's certificates for the internal listener, kept current with their files
     /// (`None`: the insecure setting).
     tls: Option<Arc<rill_tls::ReloadingTls>>,
+    /// What this node's compacted partitions share: one compaction pass at a time, paced.
+    compaction: Arc<rill_broker::CompactionBudget>,
 }
 
 impl Node {
@@ -158,6 +160,7 @@ impl Node {
             replicas: RwLock::new(HashMap::new()),
             producer_ids: rill_rt::sync::Mutex::new((0, 0)),
             tls,
+            compaction: rill_broker::CompactionBudget::new(rill_broker::compaction::BYTES_PER_SECOND),
         });
         rill_rt::spawn(reconcile(Arc::downgrade(&node), node.meta.clone()));
         rill_rt::spawn(register_members(Arc::downgrade(&node)));
@@ -453,8 +456,11 @@ impl Node {
                 let started = self.multi.start_group(group, shared.state_machine(), initial, records).await?;
                 let (raft, pristine) = (started.raft.clone(), started.pristine);
                 {
-                    let purge_every = self.config.record_purge_every;
-                    let p = Partition::new(name, partition, node, started, shared, config, purge_every);
+                    let housekeeping = rill_broker::partition::Housekeeping {
+                        purge_every: self.config.record_purge_every,
+                        compaction: self.compaction.clone(),
+                    };
+                    let p = Partition::new(name, partition, node, started, shared, config, housekeeping);
                     (Hosted::Records(p), raft, pristine)
                 }
             }
