@@ -1,20 +1,28 @@
-//! Record batches as a partition reads them on produce (`rill_records::validate`) and a consumer
-//! reads them on fetch (`rill_records::decode`), under a decompression limit, in every codec.
+//! Record batches as a partition reads them on produce (`rill_records::validate`), a consumer
+//! reads them on fetch (`rill_records::decode`) and compaction rewrites them
+//! (`rill_records::retain`), under a decompression limit, in every codec.
 //!
 //! Input: one byte of mode (bits 0-3 pick the limit, 256 B to 1 MiB; bit 7 fixes the length and
-//! CRC so the fuzzer gets past the checksum), then the batch.
+//! CRC so the fuzzer gets past the checksum), then the batch. Which records `retain` keeps comes
+//! from the batch's base offset field (bit `offsetDelta % 64`), which nothing else reads.
 //!
 //! Properties: no panic; what `validate` accepts `decode` reads, with the same header and offset
 //! deltas 0, 1, 2, …; a decoded batch has exactly its declared count of records, at most one per
-//! 7 bytes of its records within the limit, and re-encoding the records gives them back; the heap
-//! either call holds is bounded by a small multiple of the limit (or, uncompressed, of the batch).
+//! 7 bytes of its records within the limit, and re-encoding the records gives them back; `retain`
+//! refuses what `decode` refuses (control batches aside, whose records it leaves unread), and
+//! what it rewrites decodes under the same limit to the kept records, the span unchanged, and
+//! comes back unchanged when retained again; the heap each call holds is bounded by a small
+//! multiple of the limit (or, uncompressed, of the batch).
 #![no_main]
 
 use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
 use rill_fuzz::{fix_batch, limit_from, peak_during, Counting};
 use rill_records::record::MIN_RECORD_BYTES;
-use rill_records::{decode, validate, BatchBuilder, TimestampType, BATCH_HEADER_LEN, MAX_DECOMPRESSED_BATCH_BYTES};
+use rill_records::{
+    decode, retain, validate, BatchBuilder, BatchInfo, RecordView, Retained, TimestampType, BATCH_HEADER_LEN,
+    MAX_DECOMPRESSED_BATCH_BYTES,
+};
 
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;
@@ -29,6 +37,13 @@ const CODEC_STATE_BYTES: usize = 256 << 10;
 const DECODE_BYTES_PER_BYTE: usize = 36;
 /// Validation collects nothing: only the output buffer.
 const VALIDATE_BYTES_PER_BYTE: usize = 3;
+/// A rewrite holds the decompressed records (whose buffer may double while it grows), a copy of
+/// the kept ones, their compressed form and the new batch.
+const RETAIN_BYTES_PER_BYTE: usize = 8;
+/// What a compressor holds besides its output: miniz_oxide's deflate state (its dictionary,
+/// hash chains and code buffer) is the largest, a few hundred KiB; lz4's frame encoder holds a
+/// block and a hash table. (zstd's state is C, outside this count.)
+const COMPRESSOR_STATE_BYTES: usize = 1 << 20;
 
 fuzz_target!(|data: &[u8]| {
     let Some((&mode, rest)) = data.split_first() else { return };
@@ -41,6 +56,9 @@ fuzz_target!(|data: &[u8]| {
 
     let (validated, validate_peak) = peak_during(|| validate(&bytes, limit));
     let (decoded, decode_peak) = peak_during(|| decode(&bytes, limit));
+    let mask = bytes.get(..8).map_or(0, |b| u64::from_be_bytes(b.try_into().unwrap_or_default()));
+    let keep = |r: &RecordView<'_>| (mask >> (r.offset_delta.rem_euclid(64))) & 1 == 1;
+    let (retained, retain_peak) = peak_during(|| retain(&bytes, limit, keep));
 
     // The records region decompresses to at most the limit; uncompressed, it is a slice of the
     // batch and decoding copies none of it.
@@ -57,6 +75,28 @@ fuzz_target!(|data: &[u8]| {
         "decode held {decode_peak} bytes for a batch of {} under a limit of {limit}",
         bytes.len()
     );
+    assert!(
+        retain_peak <= RETAIN_BYTES_PER_BYTE * plain_max + state + COMPRESSOR_STATE_BYTES + 4096,
+        "retain held {retain_peak} bytes for a batch of {} under a limit of {limit}",
+        bytes.len()
+    );
+
+    let control = BatchInfo::parse(&bytes).is_ok_and(|i| i.is_control());
+    if !control {
+        assert_eq!(retained.as_ref().err(), decoded.as_ref().err(), "retain and decode disagree on the batch");
+    }
+    if let (Ok(Retained::Rewritten(out)), Ok(d)) = (&retained, &decoded) {
+        let after = match decode(out, limit) {
+            Ok(after) => after,
+            Err(e) => panic!("a rewritten batch does not decode: {e}"),
+        };
+        let kept: Vec<_> =
+            d.records.iter().filter(|r| (mask >> r.offset_delta.rem_euclid(64)) & 1 == 1).cloned().collect();
+        assert_eq!(after.records, kept, "a rewrite holds exactly the kept records");
+        assert_eq!(after.info.span(), d.info.span());
+        assert_eq!(after.info.last_offset_delta, d.info.last_offset_delta);
+        assert_eq!(retain(out, limit, keep), Ok(Retained::Unchanged), "retaining again changes nothing");
+    }
 
     if let Ok(info) = &validated {
         let d = match &decoded {
@@ -75,7 +115,8 @@ fuzz_target!(|data: &[u8]| {
 
     // Re-encoding what was read gives the same records (a builder numbers offsets densely and
     // writes create-time producer batches, so only those round-trip exactly).
-    let dense = d.records.iter().enumerate().all(|(i, r)| r.offset_delta as usize == i);
+    // (A batch of no records, as compaction leaves one, has nothing to re-encode.)
+    let dense = !d.records.is_empty() && d.records.iter().enumerate().all(|(i, r)| r.offset_delta as usize == i);
     if dense && !d.info.is_control() && d.info.timestamp_type() == TimestampType::CreateTime {
         let mut b = BatchBuilder::new(codec)
             .producer(d.info.producer_id, d.info.producer_epoch, d.info.base_sequence)
