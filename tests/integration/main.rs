@@ -17,6 +17,7 @@ mod t20_leader_kill;
 mod t30_min_insync;
 mod t40_majority_down;
 mod t45_retention;
+mod t46_compaction;
 mod t50_bad_input;
 mod t55_trust_boundary;
 mod t56_hostile_requests;

@@ -248,7 +248,7 @@ async fn a_follower_down_during_retention_comes_back_with_the_same_log() -> anyh
 }
 
 /// Bytes of the files under `dir` (apparent sizes, as `du --apparent-size` counts them).
-fn dir_bytes(dir: &std::path::Path) -> u64 {
+pub(crate) fn dir_bytes(dir: &std::path::Path) -> u64 {
     let mut total = 0;
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {

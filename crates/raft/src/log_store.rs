@@ -726,8 +726,12 @@ impl LogStore {
         }
         payload.body = body;
         let encoded = codec::encode_entry(base, &stored.entry).map_err(|e| raft(write_err(e)))?;
+        // Deleted first, in the same batch: the engine then counts the old body as garbage (a
+        // put over a live value is not looked up), so the value log gives its space back.
+        let key = keys::group_u64(g, index).to_vec();
         let mut b = WriteBatch::new();
-        b.put(Keyspace::RaftLog, keys::group_u64(g, index).to_vec(), encoded);
+        b.delete(Keyspace::RaftLog, key.clone());
+        b.put(Keyspace::RaftLog, key, encoded);
         self.shared.engine.write(b, false)?;
         self.shared.with_tail(|tail| tail.replace(&stored));
         drop(meta);
