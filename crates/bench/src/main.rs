@@ -71,7 +71,7 @@ struct BenchArgs {
     /// Override maxInFlight (messages awaiting acknowledgement per producer).
     #[arg(long)]
     in_flight: Option<usize>,
-    /// Also run Rill-only scenarios: idle, failover, restart (comma-separated), or skip the
+    /// Also run Rill-only scenarios: idle, failover, restart, compaction (comma-separated), or skip the
     /// throughput runs with --scenarios-only.
     #[arg(long, value_delimiter = ',')]
     scenario: Vec<String>,
@@ -84,6 +84,15 @@ struct BenchArgs {
     /// Payload megabytes written before the restart scenario's restart.
     #[arg(long, default_value_t = 1000)]
     restart_mb: u64,
+    /// Rounds per topic in the compaction scenario (alternating plain and compacted).
+    #[arg(long, default_value_t = 3)]
+    compaction_rounds: u32,
+    /// Length of one round of the compaction scenario.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "40s")]
+    compaction_round: Duration,
+    /// Distinct keys the compaction scenario writes.
+    #[arg(long, default_value_t = 10_000)]
+    compaction_keys: u32,
     /// Leader kills in the failover scenario.
     #[arg(long, default_value_t = 5)]
     failover_kills: u32,
@@ -177,8 +186,8 @@ async fn run(args: BenchArgs) -> anyhow::Result<()> {
         rill_idempotence: !args.no_idempotence,
     };
     for s in &args.scenario {
-        if !["idle", "failover", "restart"].contains(&s.as_str()) {
-            bail!("unknown scenario {s}; known: idle, failover, restart");
+        if !["idle", "failover", "restart", "compaction"].contains(&s.as_str()) {
+            bail!("unknown scenario {s}; known: idle, failover, restart, compaction");
         }
     }
     let json_out = args.output == Output::Json;
@@ -209,12 +218,19 @@ async fn run(args: BenchArgs) -> anyhow::Result<()> {
     let mut idle = None;
     let mut failover = None;
     let mut restart = None;
+    let mut compaction = None;
     for s in &args.scenario {
         match s.as_str() {
             "idle" => {
                 idle = Some(scenarios::idle_partitions(&env, args.idle_partitions, Duration::from_secs(30)).await?)
             }
             "failover" => failover = Some(scenarios::failover(&env, args.failover_kills, 2000).await?),
+            "compaction" => {
+                compaction = Some(
+                    scenarios::compaction(&env, args.compaction_rounds, args.compaction_round, args.compaction_keys)
+                        .await?,
+                )
+            }
             _ => restart = Some(scenarios::restart(&env, args.restart_mb).await?),
         }
     }
@@ -226,6 +242,7 @@ async fn run(args: BenchArgs) -> anyhow::Result<()> {
             "idle": idle,
             "failover": failover,
             "restart": restart,
+            "compaction": compaction,
         });
         println!("{}", serde_json::to_string_pretty(&doc)?);
         return Ok(());
@@ -266,6 +283,20 @@ async fn run(args: BenchArgs) -> anyhow::Result<()> {
             r.disk_bytes as f64 / 1e6,
             r.restart_ms,
             r.one_node_restart_ms
+        );
+    }
+    if let Some(c) = compaction {
+        let rates = |v: &[f64]| v.iter().map(|r| format!("{r:.0}")).collect::<Vec<_>>().join(", ");
+        println!(
+            "compaction: {} keys, 1 KB values, {:.0} s rounds: plain {} msg/s; compacted {} msg/s; median ratio {:.2}; \
+             compacted partition 0 holds {} records in {} offsets",
+            c.keys,
+            c.round_seconds,
+            rates(&c.plain_msgs_per_sec),
+            rates(&c.compacted_msgs_per_sec),
+            c.ratio,
+            c.partition0_records,
+            c.partition0_offsets
         );
     }
     Ok(())

@@ -1,5 +1,5 @@
 //! Rill-only measurements beyond throughput: CPU of idle partitions, leader failover under
-//! load, and restart time with a large log.
+//! load, restart time with a large log, and produce throughput while compaction runs.
 
 use std::time::{Duration, Instant};
 
@@ -270,6 +270,103 @@ pub async fn restart(env: &Env, payload_mb: u64) -> anyhow::Result<RestartResult
     let one_node_restart_ms = started.elapsed().as_secs_f64() * 1000.0;
     deployment.check_running()?;
     Ok(RestartResult { payload_bytes, disk_bytes, restart_ms, one_node_restart_ms })
+}
+
+/// Produce throughput on a compacted topic while its replicas compact, against the same load on
+/// a topic that is not compacted.
+#[derive(Debug, Clone, Serialize)]
+pub struct CompactionResult {
+    /// Distinct keys written (1 KB values).
+    pub keys: u32,
+    /// Seconds per round.
+    pub round_seconds: f64,
+    /// Acknowledged messages per second of each round on the topic without compaction
+    /// (`retention.bytes` 64 MiB per partition, so both topics hold a bounded log).
+    pub plain_msgs_per_sec: Vec<f64>,
+    /// The same on the compacted topic (`cleanup.policy=compact`).
+    pub compacted_msgs_per_sec: Vec<f64>,
+    /// Median compacted round over median plain round.
+    pub ratio: f64,
+    /// Offsets of the compacted topic's partition 0 after the rounds, and the records still in
+    /// them (compaction really ran).
+    pub partition0_offsets: u64,
+    /// See `partition0_offsets`.
+    pub partition0_records: u64,
+}
+
+/// Alternates `rounds` rounds of max-rate keyed writes (1 KB values, `keys` distinct keys,
+/// acks=all) to a plain and to a compacted topic, 8 RF-3 partitions each, on 3 nodes.
+pub async fn compaction(env: &Env, rounds: u32, round: Duration, keys: u32) -> anyhow::Result<CompactionResult> {
+    let mut deployment = start(env, "rill-compaction", 3, true).await?;
+    let client = Client::connect(&deployment.endpoints).await?;
+    let partitions = 8;
+    let isr = ("min.insync.replicas".to_string(), "2".to_string());
+    let plain = [isr.clone(), ("retention.bytes".to_string(), "64MiB".to_string())];
+    let compacted = [isr, ("cleanup.policy".to_string(), "compact".to_string())];
+    client.create_topic("plain", partitions, 3, &plain).await?;
+    client.create_topic("compacted", partitions, 3, &compacted).await?;
+    wait_for_leaders(&client, "plain").await?;
+    wait_for_leaders(&client, "compacted").await?;
+    let value = Bytes::from(vec![b'c'; 1024]);
+    let mut plain_msgs_per_sec = Vec::new();
+    let mut compacted_msgs_per_sec = Vec::new();
+    let mut n = 0u64;
+    for r in 0..rounds * 2 {
+        let topic = if r % 2 == 0 { "plain" } else { "compacted" };
+        let config =
+            ProducerConfig { linger: Duration::from_millis(1), batch_size: 1 << 20, ..ProducerConfig::default() };
+        let producer = Producer::new(client.clone(), config);
+        let started = Instant::now();
+        let mut pending = std::collections::VecDeque::new();
+        let mut acked = 0u64;
+        while started.elapsed() < round {
+            let key = format!("key-{}", n % u64::from(keys));
+            n += 1;
+            pending.push_back(producer.send(topic, Record::keyed(key, value.clone())).await?);
+            if pending.len() >= 4096 {
+                if let Some(d) = pending.pop_front() {
+                    d.await?;
+                    acked += 1;
+                }
+            }
+        }
+        for d in pending {
+            d.await?;
+            acked += 1;
+        }
+        producer.close().await;
+        let rate = acked as f64 / started.elapsed().as_secs_f64();
+        eprintln!("round {r}: {topic}: {rate:.0} msg/s");
+        if r % 2 == 0 { &mut plain_msgs_per_sec } else { &mut compacted_msgs_per_sec }.push(rate);
+        deployment.check_running()?;
+    }
+    let median = |v: &[f64]| {
+        let mut v = v.to_vec();
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2).copied().unwrap_or(0.0)
+    };
+    let ratio = median(&compacted_msgs_per_sec) / median(&plain_msgs_per_sec).max(1.0);
+    let partition0_offsets = client.list_offset("compacted", 0, OffsetSpec::Latest).await?;
+    let mut partition0_records = 0u64;
+    let mut offset = client.list_offset("compacted", 0, OffsetSpec::Earliest).await?;
+    while offset < partition0_offsets {
+        let f = client.fetch("compacted", 0, Some(offset), Duration::ZERO).await?;
+        if f.next_offset <= offset {
+            break;
+        }
+        partition0_records += f.records.len() as u64;
+        offset = f.next_offset;
+    }
+    deployment.check_running()?;
+    Ok(CompactionResult {
+        keys,
+        round_seconds: round.as_secs_f64(),
+        plain_msgs_per_sec,
+        compacted_msgs_per_sec,
+        ratio,
+        partition0_offsets,
+        partition0_records,
+    })
 }
 
 fn dir_size(dir: &std::path::Path) -> u64 {
