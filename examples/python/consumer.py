@@ -10,7 +10,7 @@ import argparse
 import os
 import time
 
-from rill_api import Cluster, common_pb2, decode_batch, records_pb2
+from rill_api import Cluster, batch_end, common_pb2, decode_batch, records_pb2
 
 RETRIABLE = {common_pb2.NOT_LEADER_OR_FOLLOWER, common_pb2.LEADER_NOT_AVAILABLE}
 
@@ -48,6 +48,8 @@ def main():
                 offset, read, last = o + 1, read + 1, time.time()
                 if args.max_messages is not None and read >= args.max_messages:
                     return
+            # Past the whole batch: a compacted one may end in offsets that hold no record.
+            offset = max(offset, batch_end(batch))
 
 
 if __name__ == "__main__":

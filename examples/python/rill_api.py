@@ -51,6 +51,13 @@ def decode_batch(batch):
     return [(batch.base_offset + r.offset - decoded.base_offset, r.key, r.value) for r in decoded]
 
 
+def batch_end(batch):
+    """The offset after a fetched RecordBatch: its base offset plus its span. A batch of a
+    compacted topic may hold fewer records than offsets, or none; a reader moves past the span
+    (as every Kafka client does), never past its last record only."""
+    return batch.base_offset + DefaultRecordBatch(batch.data).last_offset_delta + 1
+
+
 class Cluster:
     """Finds partition leaders through Admin.Metadata and keeps one channel per node."""
 
