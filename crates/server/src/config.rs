@@ -33,6 +33,7 @@
 //! [storage]  # the value log (docs/storage.md); unset keys keep the engine's defaults
 //! # segment-bytes = "128MiB"          # at least 1MiB
 //! # gc-bytes-per-second = "128MiB"    # the value log collector's pace
+//! # recovery-free-bytes = "64MiB"     # after a storage failure, restart once this much is writable
 //! ```
 //!
 //! Unknown keys are refused with their full path. Every key has an environment variable
@@ -120,7 +121,18 @@ pub struct StorageTuning {
     /// the engine's default is 128 MiB/s). It must exceed the rate deletes free space at, or
     /// garbage waits while that lasts.
     pub gc_bytes_per_second: Option<u64>,
+    /// After a storage failure (a full disk, an I/O error), the node restarts itself from its
+    /// durable state once its data directory takes a file of this many bytes, written and
+    /// fsynced (`recovery-free-bytes`; [`DEFAULT_RECOVERY_FREE_BYTES`] when unset). See
+    /// `crate::recovery`.
+    pub recovery_free_bytes: Option<u64>,
 }
+
+/// Default `[storage] recovery-free-bytes`: room for what a restart writes before it serves
+/// (a new value log segment, the index's flush of what it replayed: a few MiB) and for a
+/// follower's first catch-up, so that a disk freed by a little does not fail again at once.
+/// A node that fills it again fails safely and waits again.
+pub const DEFAULT_RECOVERY_FREE_BYTES: u64 = 64 << 20;
 
 /// Smallest `[storage] segment-bytes`: every segment is an open file, and a batch larger than a
 /// segment gets one of its own, so much smaller segments would mean a file for nearly every
@@ -129,6 +141,9 @@ pub const MIN_SEGMENT_BYTES: u64 = 1 << 20;
 /// Smallest `[storage] gc-bytes-per-second`: slower, a collector could not keep up with even an
 /// idle node's background writes.
 pub const MIN_GC_BYTES_PER_SECOND: u64 = 1 << 20;
+/// Smallest `[storage] recovery-free-bytes`: a restart writes a segment header and flushes the
+/// index before it serves, so a probe smaller than that would restart into a disk still full.
+pub const MIN_RECOVERY_FREE_BYTES: u64 = 1 << 20;
 
 /// Bounds on what clients may hold open on the client listener (`[limits]`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -289,6 +304,8 @@ struct FileStorage {
     segment_bytes: Option<u64>,
     #[serde(default, deserialize_with = "byte_size")]
     gc_bytes_per_second: Option<u64>,
+    #[serde(default, deserialize_with = "byte_size")]
+    recovery_free_bytes: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -394,7 +411,7 @@ fn parse_file(text: &str, path: &Path) -> Result<FileConfig> {
             "{}: unknown key(s) {}; known keys: node-id, listen, advertise, internal-listen, internal-advertise, data-dir, [cluster] members, [cluster] join, [cluster] auto-leader-rebalance, \
              [cluster] consumer-offsets-partitions, [cluster] transaction-state-partitions, [tls] ca, cert, key, insecure-internal, [raft] heartbeat-interval, \
              election-timeout-min, election-timeout-max, quiesce-after, [log] level, format, [limits] max-connections, max-concurrent-streams, max-request-bytes-in-flight, \
-             [storage] segment-bytes, gc-bytes-per-second",
+             [storage] segment-bytes, gc-bytes-per-second, recovery-free-bytes",
             path.display(),
             unknown.join(", ")
         )));
@@ -494,6 +511,10 @@ pub struct Args {
     /// default; at least 1MiB).
     #[arg(long, env = "RILL_STORAGE_GC_BYTES_PER_SECOND", value_parser = parse_bytes)]
     pub storage_gc_bytes_per_second: Option<u64>,
+    /// After a storage failure, restart from the durable state once the data directory takes a
+    /// file of this many bytes (e.g. 64MiB, the default; at least 1MiB).
+    #[arg(long, env = "RILL_STORAGE_RECOVERY_FREE_BYTES", value_parser = parse_bytes)]
+    pub storage_recovery_free_bytes: Option<u64>,
 }
 
 impl Args {
@@ -577,6 +598,7 @@ impl Args {
         config.storage = storage_tuning(FileStorage {
             segment_bytes: self.storage_segment_bytes.or(file.storage.segment_bytes),
             gc_bytes_per_second: self.storage_gc_bytes_per_second.or(file.storage.gc_bytes_per_second),
+            recovery_free_bytes: self.storage_recovery_free_bytes.or(file.storage.recovery_free_bytes),
         })?;
         Ok(config)
     }
@@ -621,6 +643,7 @@ fn storage_tuning(given: FileStorage) -> Result<StorageTuning> {
     for (key, value, min) in [
         ("segment-bytes", given.segment_bytes, MIN_SEGMENT_BYTES),
         ("gc-bytes-per-second", given.gc_bytes_per_second, MIN_GC_BYTES_PER_SECOND),
+        ("recovery-free-bytes", given.recovery_free_bytes, MIN_RECOVERY_FREE_BYTES),
     ] {
         if let Some(value) = value.filter(|v| *v < min) {
             return Err(Error::Config(format!(
@@ -629,7 +652,11 @@ fn storage_tuning(given: FileStorage) -> Result<StorageTuning> {
             )));
         }
     }
-    Ok(StorageTuning { segment_bytes: given.segment_bytes, gc_bytes_per_second: given.gc_bytes_per_second })
+    Ok(StorageTuning {
+        segment_bytes: given.segment_bytes,
+        gc_bytes_per_second: given.gc_bytes_per_second,
+        recovery_free_bytes: given.recovery_free_bytes,
+    })
 }
 
 /// The `[tls]` settings: all three files, or the insecure setting, never both or neither.
@@ -908,7 +935,18 @@ heartbeat-interval = "50ms"
         };
         assert_eq!(storage("", &[]).unwrap(), StorageTuning::default());
         let set = storage("segment-bytes = \"4MiB\"\ngc-bytes-per-second = \"32MiB\"", &[]).unwrap();
-        assert_eq!(set, StorageTuning { segment_bytes: Some(4 << 20), gc_bytes_per_second: Some(32 << 20) });
+        assert_eq!(
+            set,
+            StorageTuning {
+                segment_bytes: Some(4 << 20),
+                gc_bytes_per_second: Some(32 << 20),
+                recovery_free_bytes: None
+            }
+        );
+        let recovery = storage("recovery-free-bytes = \"8MiB\"", &[]).unwrap();
+        assert_eq!(recovery.recovery_free_bytes, Some(8 << 20));
+        let tiny = storage("", &["--storage-recovery-free-bytes", "4KiB"]).unwrap_err().to_string();
+        assert!(tiny.contains("[storage] recovery-free-bytes must be at least 1 MiB"), "{tiny}");
         let flag = storage("segment-bytes = \"4MiB\"", &["--storage-segment-bytes", "8MiB"]).unwrap();
         assert_eq!(flag.segment_bytes, Some(8 << 20));
         let small = storage("segment-bytes = \"512KiB\"", &[]).unwrap_err().to_string();

@@ -199,6 +199,27 @@ pub fn replica_starting(topic: &str, partition: u32, node: u64) -> WireError {
     )
 }
 
+/// This node's storage failed: it leads and acknowledges nothing until it has restarted from
+/// what is durable (see `crate::recovery`). Retriable: other replicas lead meanwhile.
+/// `leader` is the partition's leader elsewhere with its client address, when known.
+pub fn storage_failed(
+    topic: &str,
+    partition: u32,
+    node: u64,
+    reason: &str,
+    leader: Option<(NodeId, Option<String>)>,
+) -> WireError {
+    let mut e = WireError::new(
+        ErrorCode::StorageError,
+        format!(
+            "node {node}'s storage failed ({reason}): it serves no replica of {topic}/{partition} until it has restarted \
+             from its durable state; nothing was appended here; refresh metadata and retry on the new leader"
+        ),
+    );
+    e.leader = leader.map(|(id, addr)| LeaderHint { node_id: id, address: addr.unwrap_or_default() });
+    e
+}
+
 /// This node holds no replica of the partition.
 pub fn not_hosted(topic: &str, partition: u32, node: u64, replicas: &[u64]) -> WireError {
     WireError::new(
@@ -266,9 +287,17 @@ pub fn not_a_member_status(node: u64, rpc: &str) -> tonic::Status {
     tonic::Status::permission_denied(format!("{rpc} from node {node}, which is not a node of this cluster"))
 }
 
-/// A node whose storage failed for good answers its pings so (it no longer counts as alive).
+/// What a node whose storage failed answers its pings with (it no longer counts as alive).
+const STORAGE_FAILED_PREFIX: &str = "storage failed: ";
+
+/// A node whose storage failed answers its pings so (it no longer counts as alive).
 pub fn storage_failed_status(node: u64, reason: &str) -> tonic::Status {
-    tonic::Status::unavailable(format!("node {node}'s storage failed: {reason}"))
+    tonic::Status::unavailable(format!("node {node}'s {STORAGE_FAILED_PREFIX}{reason}"))
+}
+
+/// True for [`storage_failed_status`]'s answer.
+pub fn is_storage_failed_status(status: &tonic::Status) -> bool {
+    status.code() == tonic::Code::Unavailable && status.message().contains(STORAGE_FAILED_PREFIX)
 }
 
 /// An internal RPC reached a node that is stopping.

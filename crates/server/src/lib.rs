@@ -16,6 +16,8 @@
 //!   has run out.
 //! * [`api`]: the gRPC services.
 //! * [`errors`]: the one mapping from internal errors to wire error codes.
+//! * [`recovery`]: after a storage failure, waiting until the data directory takes writes again
+//!   (the binary then restarts itself from its durable state).
 //!
 //! The simulation boots nodes through the same [`start`] the binary uses; only the engine differs.
 
@@ -27,6 +29,8 @@ pub mod errors;
 pub mod failover;
 pub mod join;
 pub mod node;
+#[cfg(not(madsim))]
+pub mod recovery;
 
 use std::future::Future;
 use std::sync::Arc;

@@ -1,9 +1,11 @@
 //! `rill-server`: parses the configuration and runs [`rill_server::start`] until SIGTERM/SIGINT.
 
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use clap::Parser;
 use rill_server::config::LogFormat;
+use rill_server::recovery;
 use rill_server::{Args, Config};
 use tracing_subscriber::EnvFilter;
 
@@ -73,6 +75,26 @@ fn die_with_launcher() -> Result<(), String> {
     Ok(())
 }
 
+/// Exit status when a node whose storage failed could not restart itself: a supervisor
+/// restarting it does what the restart would have.
+const EXIT_RESTART_FAILED: u8 = 75;
+
+/// Replaces this process with a fresh `rill-server` run with the same arguments and
+/// environment (same process id, so a launcher or supervisor keeps tracking it): the new one
+/// opens the storage from what is durable, as after a crash (see `rill_server::recovery`).
+/// Nothing is closed first: closing the failed engine could flush state the disk does not have.
+fn restart_in_place(reason: &str) -> ! {
+    use std::os::unix::process::CommandExt;
+    tracing::warn!(reason, "restarting this node in place from its durable state");
+    let err = match std::env::current_exe() {
+        Ok(exe) => std::process::Command::new(exe).args(std::env::args_os().skip(1)).exec(),
+        Err(e) => e,
+    };
+    tracing::error!(error = %err, "cannot restart in place; exiting so that a supervisor restarts the node");
+    eprintln!("rill-server: storage failed ({reason}) and the restart in place failed: {err}");
+    std::process::exit(i32::from(EXIT_RESTART_FAILED));
+}
+
 fn main() -> ExitCode {
     if let Err(e) = die_with_launcher() {
         eprintln!("rill-server: {e}");
@@ -96,7 +118,18 @@ fn main() -> ExitCode {
     };
     let result = runtime.block_on(async {
         let engine = rill_server::open_engine(&config)?;
-        rill_server::start(config, engine, shutdown_signal(), |_| {}).await
+        let data_dir = config.data_dir.clone();
+        let free_bytes = config.storage.recovery_free_bytes.unwrap_or(rill_server::config::DEFAULT_RECOVERY_FREE_BYTES);
+        rill_server::start(config, engine, shutdown_signal(), move |node| {
+            tokio::spawn(async move {
+                let outcome = recovery::wait_until_writable(Arc::downgrade(&node), data_dir, free_bytes);
+                drop(node);
+                if let recovery::Recovery::Restart { reason } = outcome.await {
+                    restart_in_place(&reason);
+                }
+            });
+        })
+        .await
     });
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -68,7 +68,7 @@ pub async fn run(bootstrap: &[String], cmd: ClusterCommand) -> anyhow::Result<()
                     let nodes: Vec<_> = c
                         .nodes
                         .iter()
-                        .map(|n| json!({"node_id": n.node_id, "address": n.address, "alive": n.alive, "metadata_voter": n.metadata_voter, "leaders": leaders.get(&n.node_id).copied().unwrap_or(0), "internal_leaders": internal_leaders.get(&n.node_id).copied().unwrap_or(0)}))
+                        .map(|n| json!({"node_id": n.node_id, "address": n.address, "alive": n.alive, "metadata_voter": n.metadata_voter, "storage_failure": (!n.storage_failure.is_empty()).then_some(&n.storage_failure), "leaders": leaders.get(&n.node_id).copied().unwrap_or(0), "internal_leaders": internal_leaders.get(&n.node_id).copied().unwrap_or(0)}))
                         .collect();
                     println!(
                         "{}",
@@ -99,6 +99,9 @@ pub async fn run(bootstrap: &[String], cmd: ClusterCommand) -> anyhow::Result<()
                         ]);
                     }
                     println!("{t}");
+                    for n in c.nodes.iter().filter(|n| !n.storage_failure.is_empty()) {
+                        println!("node {}: {}", n.node_id, n.storage_failure);
+                    }
                     let user = topics.iter().filter(|t| !t.internal).count();
                     println!(
                         "{user} topic(s) and {} internal; under-replicated partitions: {}",

@@ -78,7 +78,8 @@ impl AdminApi {
         let probes = nodes.iter().map(|(id, addr)| {
             let metadata_voter = voters.contains(id);
             async move {
-                NodeDescription { node_id: *id, address: addr.clone(), alive: self.alive(*id).await, metadata_voter }
+                let (alive, storage_failure) = self.alive(*id).await;
+                NodeDescription { node_id: *id, address: addr.clone(), alive, metadata_voter, storage_failure }
             }
         });
         join_all(probes).await
@@ -93,11 +94,20 @@ impl AdminApi {
             .nodes()
             .into_iter()
             .filter(|(_, address)| !address.is_empty())
-            .map(|(id, address)| NodeDescription {
-                node_id: id,
-                address,
-                alive: id == self.node.id() || liveness.silent_for(id) < RECENTLY_HEARD,
-                metadata_voter: voters.contains(&id),
+            .map(|(id, address)| {
+                let storage_failure = if id == self.node.id() {
+                    self.node.multi().storage_failure().unwrap_or_default()
+                } else {
+                    String::new()
+                };
+                NodeDescription {
+                    node_id: id,
+                    address,
+                    alive: (id == self.node.id() && storage_failure.is_empty())
+                        || liveness.silent_for(id) < RECENTLY_HEARD,
+                    metadata_voter: voters.contains(&id),
+                    storage_failure,
+                }
             })
             .collect()
     }
@@ -107,17 +117,21 @@ impl AdminApi {
         self.probe_nodes().await.into_iter().filter(|n| n.alive).map(|n| n.node_id).collect()
     }
 
-    async fn alive(&self, id: u64) -> bool {
+    /// Whether node `id` answers a ping now, and why its storage failed if it says so (a node
+    /// whose storage failed answers pings with the reason: see `errors::storage_failed_status`).
+    async fn alive(&self, id: u64) -> (bool, String) {
         if id == self.node.id() {
-            return true;
+            let failure = self.node.multi().storage_failure();
+            return (failure.is_none(), failure.unwrap_or_default());
         }
         let Some(mut client) = self.node.cluster_client(id) else {
-            return false;
+            return (false, String::new());
         };
-        matches!(
-            rill_rt::timeout(PING_TIMEOUT, client.ping(PingRequest { from_node: self.node.id() })).await,
-            Ok(Ok(_))
-        )
+        match rill_rt::timeout(PING_TIMEOUT, client.ping(PingRequest { from_node: self.node.id() })).await {
+            Ok(Ok(_)) => (true, String::new()),
+            Ok(Err(status)) if errors::is_storage_failed_status(&status) => (false, status.message().to_string()),
+            _ => (false, String::new()),
+        }
     }
 }
 
@@ -383,6 +397,11 @@ impl Admin for AdminApi {
         let req = request.into_inner();
         limits::check_counts("Metadata", req.topics.len(), 0)?;
         self.authz.authorize(&principal, rpc::METADATA, &req)?;
+        // A node whose storage failed knows no current leaders (it left every group): clients
+        // are sent to another node, as to one that is down.
+        if let Some(reason) = self.node.multi().storage_failure() {
+            return Err(errors::storage_failed_status(self.node.id(), &reason));
+        }
         let meta = self.node.meta();
         // Every client topic the caller may describe, unless topics are named (an internal
         // topic only when named).

@@ -25,6 +25,10 @@ pub fn local_replica(node: &Node, topic: &str, topic_id: &[u8], partition: u32) 
     let Some(assignment) = t.partitions.get(partition as usize) else {
         return Err(errors::unknown_partition(topic, partition, t.partitions.len()));
     };
+    if let Some(reason) = node.multi().storage_failure() {
+        let leader = node.leader_of(assignment.group).filter(|l| *l != node.id()).map(|l| (l, node.client_addr(l)));
+        return Err(errors::storage_failed(topic, partition, node.id(), &reason, leader));
+    }
     match node.partition_by_group(assignment.group) {
         Some(p) => Ok(p),
         None if assignment.replicas.contains(&node.id()) => Err(errors::replica_starting(topic, partition, node.id())),
