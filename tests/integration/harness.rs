@@ -40,7 +40,17 @@ impl TestCluster {
     /// copies of the data directories `data_from/node-N` (left untouched); waits until the
     /// cluster answers.
     pub async fn start_with(n: u64, env: &[(&str, &str)], data_from: Option<&Path>) -> Result<Self> {
-        let dir = tempfile::tempdir()?;
+        Self::start_in(tempfile::tempdir()?, n, env, data_from).await
+    }
+
+    /// [`TestCluster::start_with`] in directory `dir`, which may already hold a node's data
+    /// directory (`dir/node-N`, say a mount point prepared by the test).
+    pub async fn start_in(
+        dir: tempfile::TempDir,
+        n: u64,
+        env: &[(&str, &str)],
+        data_from: Option<&Path>,
+    ) -> Result<Self> {
         if let Some(from) = data_from {
             for id in 1..=n {
                 let name = format!("node-{id}");

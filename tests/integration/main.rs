@@ -18,6 +18,8 @@ mod t30_min_insync;
 mod t40_majority_down;
 mod t45_retention;
 mod t46_compaction;
+mod t47_disk_full;
+mod t48_corruption;
 mod t50_bad_input;
 mod t55_trust_boundary;
 mod t56_hostile_requests;
