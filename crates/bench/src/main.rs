@@ -71,7 +71,8 @@ struct BenchArgs {
     /// Override maxInFlight (messages awaiting acknowledgement per producer).
     #[arg(long)]
     in_flight: Option<usize>,
-    /// Also run Rill-only scenarios: idle, failover, restart, compaction (comma-separated), or skip the
+    /// Also run Rill-only scenarios: idle, failover, restart, compaction, soak, catch-up
+    /// (comma-separated), or skip the
     /// throughput runs with --scenarios-only.
     #[arg(long, value_delimiter = ',')]
     scenario: Vec<String>,
@@ -93,6 +94,15 @@ struct BenchArgs {
     /// Distinct keys the compaction scenario writes.
     #[arg(long, default_value_t = 10_000)]
     compaction_keys: u32,
+    /// `retention.bytes` per partition of the soak scenario, in MiB.
+    #[arg(long, default_value_t = 64)]
+    soak_retention_mb: u64,
+    /// How many times its retention the soak scenario writes to each partition.
+    #[arg(long, default_value_t = 10)]
+    soak_factor: u64,
+    /// Payload megabytes the catch-up scenario's follower misses.
+    #[arg(long, default_value_t = 1000)]
+    catch_up_mb: u64,
     /// Leader kills in the failover scenario.
     #[arg(long, default_value_t = 5)]
     failover_kills: u32,
@@ -186,8 +196,8 @@ async fn run(args: BenchArgs) -> anyhow::Result<()> {
         rill_idempotence: !args.no_idempotence,
     };
     for s in &args.scenario {
-        if !["idle", "failover", "restart", "compaction"].contains(&s.as_str()) {
-            bail!("unknown scenario {s}; known: idle, failover, restart, compaction");
+        if !["idle", "failover", "restart", "compaction", "soak", "catch-up"].contains(&s.as_str()) {
+            bail!("unknown scenario {s}; known: idle, failover, restart, compaction, soak, catch-up");
         }
     }
     let json_out = args.output == Output::Json;
@@ -219,12 +229,16 @@ async fn run(args: BenchArgs) -> anyhow::Result<()> {
     let mut failover = None;
     let mut restart = None;
     let mut compaction = None;
+    let mut soak = None;
+    let mut catch_up = None;
     for s in &args.scenario {
         match s.as_str() {
             "idle" => {
                 idle = Some(scenarios::idle_partitions(&env, args.idle_partitions, Duration::from_secs(30)).await?)
             }
             "failover" => failover = Some(scenarios::failover(&env, args.failover_kills, 2000).await?),
+            "soak" => soak = Some(scenarios::soak(&env, args.soak_retention_mb, args.soak_factor).await?),
+            "catch-up" => catch_up = Some(scenarios::catch_up(&env, args.catch_up_mb).await?),
             "compaction" => {
                 compaction = Some(
                     scenarios::compaction(&env, args.compaction_rounds, args.compaction_round, args.compaction_keys)
@@ -243,6 +257,8 @@ async fn run(args: BenchArgs) -> anyhow::Result<()> {
             "failover": failover,
             "restart": restart,
             "compaction": compaction,
+            "soak": soak,
+            "catch_up": catch_up,
         });
         println!("{}", serde_json::to_string_pretty(&doc)?);
         return Ok(());
@@ -283,6 +299,30 @@ async fn run(args: BenchArgs) -> anyhow::Result<()> {
             r.disk_bytes as f64 / 1e6,
             r.restart_ms,
             r.one_node_restart_ms
+        );
+    }
+    if let Some(s) = soak {
+        let mb = |v: &[u64]| v.iter().map(|b| format!("{:.0}", *b as f64 / 1e6)).collect::<Vec<_>>().join(", ");
+        println!(
+            "soak: {:.0} MB written in {:.0} s to {} partitions keeping {:.0} MB each ({} MiB segments): \
+             largest data directory per node {} MB, at the end {} MB (bound {:.0} MB)",
+            s.payload_bytes as f64 / 1e6,
+            s.write_seconds,
+            s.partitions,
+            s.retention_bytes as f64 / 1e6,
+            s.segment_bytes >> 20,
+            mb(&s.max_node_bytes),
+            mb(&s.final_node_bytes),
+            s.bound_bytes as f64 / 1e6
+        );
+    }
+    if let Some(c) = catch_up {
+        println!(
+            "catch-up: a follower that missed {:.0} MB is back in every ISR {:.0} ms after it starts (by replication); \
+             {:.0} ms when retention deleted what it had (by a snapshot carrying the retained records)",
+            c.missed_bytes as f64 / 1e6,
+            c.replicated_ms,
+            c.snapshot_ms
         );
     }
     if let Some(c) = compaction {

@@ -1,5 +1,6 @@
 //! Rill-only measurements beyond throughput: CPU of idle partitions, leader failover under
-//! load, restart time with a large log, and produce throughput while compaction runs.
+//! load, restart time with a large log, produce throughput while compaction runs, disk use
+//! under retention, and how long a follower that missed data takes to catch up.
 
 use std::time::{Duration, Instant};
 
@@ -8,7 +9,7 @@ use bytes::Bytes;
 use rill_client::{Acks, Client, ClientOptions, OffsetSpec, Producer, ProducerConfig, Record};
 use serde::Serialize;
 
-use crate::systems::rill::{start, wait_for_leaders, READY_TIMEOUT};
+use crate::systems::rill::{start, start_with, wait_for_leaders, READY_TIMEOUT};
 use crate::systems::Env;
 
 /// CPU use of a cluster holding many idle partitions.
@@ -367,6 +368,189 @@ pub async fn compaction(env: &Env, rounds: u32, round: Duration, keys: u32) -> a
         partition0_offsets,
         partition0_records,
     })
+}
+
+/// Writes `payload_bytes` of 1 KB values to `topic` (acks=all, idempotent, 1 MiB batches).
+async fn write_payload(client: &Client, topic: &str, payload_bytes: u64) -> anyhow::Result<()> {
+    let config = ProducerConfig { linger: Duration::from_millis(1), batch_size: 1 << 20, ..ProducerConfig::default() };
+    let producer = Producer::new(client.clone(), config);
+    let value = Bytes::from(vec![b's'; 1024]);
+    let mut written = 0u64;
+    let mut pending = std::collections::VecDeque::new();
+    while written < payload_bytes {
+        pending.push_back(producer.send(topic, Record::new(value.clone())).await?);
+        written += value.len() as u64;
+        if pending.len() >= 4096 {
+            if let Some(d) = pending.pop_front() {
+                d.await?;
+            }
+        }
+    }
+    for d in pending {
+        d.await?;
+    }
+    producer.close().await;
+    Ok(())
+}
+
+/// Disk use of nodes writing many times their retention.
+#[derive(Debug, Clone, Serialize)]
+pub struct SoakResult {
+    /// `retention.bytes` of each partition.
+    pub retention_bytes: u64,
+    /// Partitions (RF 3).
+    pub partitions: u32,
+    /// Payload bytes written.
+    pub payload_bytes: u64,
+    /// Value log segment size.
+    pub segment_bytes: u64,
+    /// The bound every node's data directory must stay within: twice the live data (retention
+    /// plus one index unit per partition) plus three segments and 4 MiB.
+    pub bound_bytes: u64,
+    /// Largest data directory of each node, sampled every second while writing and after.
+    pub max_node_bytes: Vec<u64>,
+    /// Each node's data directory at the end.
+    pub final_node_bytes: Vec<u64>,
+    /// Seconds of writing.
+    pub write_seconds: f64,
+}
+
+/// Writes `factor` × the retention of every partition of a 4-partition RF-3 topic with
+/// `retention.bytes` = `retention_mb` MiB and 16 MiB value log segments, sampling each node's
+/// data directory every second; then waits (at most two minutes) for the last purges.
+pub async fn soak(env: &Env, retention_mb: u64, factor: u64) -> anyhow::Result<SoakResult> {
+    let segment_bytes = 16u64 << 20;
+    let vars = [("RILL_STORAGE_SEGMENT_BYTES", "16MiB")];
+    let mut deployment = start_with(env, "rill-soak", 3, true, &vars).await?;
+    let client = Client::connect(&deployment.endpoints).await?;
+    let partitions = 4u32;
+    let retention_bytes = retention_mb << 20;
+    let configs = [
+        ("min.insync.replicas".to_string(), "2".to_string()),
+        ("retention.bytes".to_string(), retention_bytes.to_string()),
+    ];
+    client.create_topic("soak", partitions, 3, &configs).await?;
+    wait_for_leaders(&client, "soak").await?;
+    let dirs: Vec<std::path::PathBuf> = {
+        let cluster = deployment.rill()?;
+        cluster.ids().into_iter().filter_map(|id| cluster.data_dir(id).map(std::path::Path::to_path_buf)).collect()
+    };
+    let live = u64::from(partitions) * (retention_bytes + (1 << 20)) + (1 << 20);
+    let bound_bytes = 2 * live + 3 * segment_bytes + (4 << 20);
+    let payload_bytes = factor * retention_bytes * u64::from(partitions);
+    eprintln!("writing {} MB to a topic keeping {} MiB per partition…", payload_bytes / 1_000_000, retention_mb);
+    let sampler_dirs = dirs.clone();
+    let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
+    let sampler = tokio::spawn(async move {
+        let mut max = vec![0u64; sampler_dirs.len()];
+        loop {
+            for (m, d) in max.iter_mut().zip(&sampler_dirs) {
+                *m = (*m).max(dir_size(d));
+            }
+            if *stop_rx.borrow() {
+                return max;
+            }
+            let _ = tokio::time::timeout(Duration::from_secs(1), stop_rx.changed()).await;
+        }
+    });
+    let started = Instant::now();
+    write_payload(&client, "soak", payload_bytes).await?;
+    let write_seconds = started.elapsed().as_secs_f64();
+    // The last retention checks, purges and collections after the writes stop.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while Instant::now() < deadline && dirs.iter().any(|d| dir_size(d) > bound_bytes) {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let _ = stop_tx.send(true);
+    let max_node_bytes = sampler.await?;
+    let final_node_bytes = dirs.iter().map(|d| dir_size(d)).collect();
+    deployment.check_running()?;
+    Ok(SoakResult {
+        retention_bytes,
+        partitions,
+        payload_bytes,
+        segment_bytes,
+        bound_bytes,
+        max_node_bytes,
+        final_node_bytes,
+        write_seconds,
+    })
+}
+
+/// How long a follower takes to catch up after missing writes.
+#[derive(Debug, Clone, Serialize)]
+pub struct CatchUpResult {
+    /// Payload bytes written while the follower was down.
+    pub missed_bytes: u64,
+    /// From starting the follower's process to it being in every partition's ISR, with the
+    /// whole log retained (it catches up by replication).
+    pub replicated_ms: f64,
+    /// The same on a topic whose `retention.bytes` (64 MiB per partition) deleted what the
+    /// follower had: it catches up by a snapshot carrying the retained records.
+    pub snapshot_ms: f64,
+}
+
+/// Stops node 3, writes `missed_mb` MB to a 4-partition RF-3 topic, starts node 3 and times
+/// until it is in every partition's ISR; once with the whole log retained, once under a small
+/// `retention.bytes`.
+pub async fn catch_up(env: &Env, missed_mb: u64) -> anyhow::Result<CatchUpResult> {
+    let missed_bytes = missed_mb * 1_000_000;
+    let mut times = Vec::new();
+    for retention in [None, Some(64u64 << 20)] {
+        let mut deployment = start(env, "rill-catch-up", 3, true).await?;
+        let client = Client::connect(&deployment.endpoints).await?;
+        let mut configs = vec![("min.insync.replicas".to_string(), "2".to_string())];
+        if let Some(r) = retention {
+            configs.push(("retention.bytes".to_string(), r.to_string()));
+        }
+        client.create_topic("catch-up", 4, 3, &configs).await?;
+        wait_for_leaders(&client, "catch-up").await?;
+        deployment.rill()?.terminate(3, Duration::from_secs(60))?;
+        eprintln!("node 3 stopped; writing {missed_mb} MB…");
+        write_payload(&client, "catch-up", missed_bytes).await?;
+        // Node 3 has left every ISR (after replica.lag.time.max.ms), so being back in all of
+        // them means it caught up.
+        let deadline = Instant::now() + READY_TIMEOUT;
+        while client.describe_topic("catch-up").await?.partitions.iter().any(|p| p.isr.contains(&3)) {
+            if Instant::now() > deadline {
+                bail!("node 3 stayed in an ISR for {READY_TIMEOUT:?} while stopped");
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        if retention.is_some() {
+            // Every leader's log is purged past what node 3 holds before it comes back.
+            let deadline = Instant::now() + READY_TIMEOUT;
+            loop {
+                let d = client.describe_topic("catch-up").await?;
+                if d.partitions.iter().all(|p| p.stored_from_offset > 0) {
+                    break;
+                }
+                if Instant::now() > deadline {
+                    bail!("the leaders did not purge their logs within {READY_TIMEOUT:?}");
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+        let started = Instant::now();
+        deployment.rill()?.start_node(3)?;
+        let deadline = Instant::now() + Duration::from_secs(600);
+        loop {
+            let d = client.describe_topic("catch-up").await?;
+            if d.partitions.iter().all(|p| p.isr.contains(&3)) {
+                break;
+            }
+            if Instant::now() > deadline {
+                bail!("node 3 was not back in every ISR within 600 s");
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        times.push(started.elapsed().as_secs_f64() * 1000.0);
+        deployment.check_running()?;
+        let dir = deployment.dir.clone();
+        drop(deployment);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+    Ok(CatchUpResult { missed_bytes, replicated_ms: times[0], snapshot_ms: times[1] })
 }
 
 fn dir_size(dir: &std::path::Path) -> u64 {

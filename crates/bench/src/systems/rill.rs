@@ -23,8 +23,23 @@ const TOPIC_READY_TIMEOUT: Duration = Duration::from_secs(60);
 /// Starts an `nodes`-node cluster under `env.data_dir/name` (mutual TLS between the nodes
 /// unless `internal_tls` is false) and waits until it is ready.
 pub async fn start(env: &Env, name: &str, nodes: u64, internal_tls: bool) -> anyhow::Result<Deployment> {
+    start_with(env, name, nodes, internal_tls, &[]).await
+}
+
+/// [`start`] with extra environment variables for every node (settings such as
+/// `RILL_STORAGE_SEGMENT_BYTES`).
+pub async fn start_with(
+    env: &Env,
+    name: &str,
+    nodes: u64,
+    internal_tls: bool,
+    vars: &[(&str, &str)],
+) -> anyhow::Result<Deployment> {
     let dir = env.fresh_dir(name)?;
     let mut spec = ClusterSpec::new(nodes, &dir, Ports::Base(env.base_port)).env("RUST_LOG", "warn");
+    for (k, v) in vars {
+        spec = spec.env(*k, *v);
+    }
     if !internal_tls {
         spec = spec.insecure_internal();
     }
