@@ -35,7 +35,8 @@
 //!   atomically across column families, and only after an fsync of the value log — so the
 //!   persisted RocksDB state never runs ahead of the durable value log.
 //! * On open, every value log record after the persisted head is applied to RocksDB again
-//!   ([`vlog::ValueLog::open`]), and a torn tail is cut off. A process crash loses nothing that
+//!   ([`vlog::ValueLog::open`]). A torn tail past the newest segment's synced length is cut off;
+//!   damage inside a segment's synced part refuses the open, naming the file and offset. A process crash loses nothing that
 //!   `write` returned for; a power failure loses at most the unsynced suffix of the log, which
 //!   is a suffix of the write order.
 //!

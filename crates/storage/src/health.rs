@@ -6,7 +6,8 @@
 //! engine's state is unknown. Either way nothing the node wrote can be called durable any more,
 //! so from the first failure on every write and sync is refused without asking the engine
 //! again, and the node takes itself out of replication (`rill-raft`'s `MultiRaft`) until it is
-//! restarted on a repaired disk. Reads still go through: a stopping node may still serve them.
+//! restarted from its durable state (`rill-server` restarts itself once its data directory takes
+//! writes again: see its `recovery` module). Reads still go through: a stopping node may still serve them.
 
 use std::sync::Arc;
 
