@@ -631,7 +631,7 @@ impl LogStore {
     }
 
     /// Forgets whatever an unfinished transfer staged.
-    pub(crate) fn clear_staging(&self) -> crate::Result<()> {
+    pub fn clear_staging(&self) -> crate::Result<()> {
         let staged = keys::staging(self.shared.group);
         let mut b = WriteBatch::new();
         b.delete_range(Keyspace::RaftLog, keys::group_start(staged).to_vec(), keys::group_end(staged).to_vec());
