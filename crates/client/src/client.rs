@@ -89,6 +89,14 @@ pub struct Client {
     metadata: Arc<Mutex<Metadata>>,
 }
 
+/// Whether a routed call answered with `e` is tried again (after following the leader hint or
+/// refreshing metadata): a refusal before anything was appended always; a node whose storage
+/// failed (`STORAGE_ERROR`: it stopped leading) only for reads, which have no effect to repeat.
+fn retriable(e: &Error, resend: Resend) -> bool {
+    e.is_retriable_without_effect()
+        || (resend == Resend::AlsoAfterTransportErrors && e.code() == Some(ErrorCode::StorageError))
+}
+
 pub(crate) fn backoff(attempt: u32) -> Duration {
     let exp = BASE_BACKOFF.saturating_mul(1 << attempt.min(10)).min(MAX_BACKOFF);
     let jitter: f64 = rill_rt::rng().gen_range(0.5..1.0);
@@ -424,7 +432,7 @@ impl Client {
             };
             match answer {
                 Ok(v) => return Ok(v),
-                Err((e, hint)) if e.is_retriable_without_effect() && rill_rt::now() < deadline => {
+                Err((e, hint)) if retriable(&e, resend) && rill_rt::now() < deadline => {
                     attempt += 1;
                     tracing::debug!(topic, partition, attempt, error = %e, "retrying");
                     if !self.learn_leader(topic, partition, hint.as_ref()) {
