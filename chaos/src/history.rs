@@ -13,8 +13,19 @@ pub type Partition = u32;
 /// What an operation tried to do.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum OpKind {
-    /// Append `value` (unique in the run) to `partition`.
-    Send { partition: Partition, value: String },
+    /// Append a record to `partition`. `value` is unique in the run and identifies the record:
+    /// it is the record's value, or (keyed workloads) its `id` header — so a tombstone, whose
+    /// value is null, is identified too.
+    Send {
+        /// Partition.
+        partition: Partition,
+        /// The record's unique id.
+        value: String,
+        /// The record's key (keyed workloads only).
+        key: Option<String>,
+        /// A tombstone: the key with a null value.
+        tombstone: bool,
+    },
     /// Read `partition` from `offset`.
     Poll { partition: Partition, offset: u64 },
     /// Delete the records of `partition` below `before` (`DeleteRecords`).
@@ -71,6 +82,16 @@ pub struct History {
     /// Whether acknowledged sends promise their offset (acks=all) or not (acks=1, where an
     /// acknowledged write may be lost and its offset reused).
     pub acks_promise_offsets: bool,
+    /// Whether the topic is compacted: offsets then have gaps where compaction removed records.
+    pub compacted: bool,
+    /// Compacted topics: per partition, the highest cleaning point `(clean_to,
+    /// tombstones_before)` any replica had applied once the final reads were done (white-box;
+    /// points only move forward, so every compaction the final reads saw was to at most it).
+    pub cleaning: BTreeMap<Partition, (u64, u64)>,
+    /// Compacted topics: `(clock, partition, clean_to)` whenever the highest `clean_to` any
+    /// replica had applied was seen to change (white-box, sampled): at any clock value, no
+    /// replica had compacted past the first sample taken at or after it.
+    pub cleaning_samples: Vec<(u64, Partition, u64)>,
 }
 
 impl History {
@@ -82,7 +103,7 @@ impl History {
     /// Acknowledged sends: (process, partition, value, offset), in invocation order.
     pub fn acked_sends(&self) -> impl Iterator<Item = (u32, Partition, &str, u64)> {
         self.ops.iter().filter_map(|op| match (&op.kind, &op.outcome) {
-            (OpKind::Send { partition, value }, Outcome::SendOk { offset }) => {
+            (OpKind::Send { partition, value, .. }, Outcome::SendOk { offset }) => {
                 Some((op.process, *partition, value.as_str(), *offset))
             }
             _ => None,
@@ -97,6 +118,33 @@ impl History {
             }
             _ => None,
         })
+    }
+
+    /// Compacted topics: an offset no replica had compacted to (none had a `clean_to` above it)
+    /// at logical time `at` — the first sample taken at or after `at`, else the final point
+    /// (`u64::MAX` when neither is known).
+    pub fn cleaning_bound(&self, partition: Partition, at: u64) -> u64 {
+        let sampled = self.cleaning_samples.iter().find(|(clock, p, _)| *p == partition && *clock >= at);
+        match (sampled, self.cleaning.get(&partition)) {
+            (Some((_, _, clean_to)), _) => *clean_to,
+            (None, Some((clean_to, _))) => *clean_to,
+            (None, None) => u64::MAX,
+        }
+    }
+
+    /// Every send, whatever its outcome: (op, partition, id, key, tombstone), in invocation order.
+    pub fn sends(&self) -> impl Iterator<Item = (&Op, Partition, &str, Option<&str>, bool)> {
+        self.ops.iter().filter_map(|op| match &op.kind {
+            OpKind::Send { partition, value, key, tombstone } => {
+                Some((op, *partition, value.as_str(), key.as_deref(), *tombstone))
+            }
+            _ => None,
+        })
+    }
+
+    /// Compacted topics: the cleaning point of `partition` (`(0, 0)` when none is known).
+    pub fn cleaning_point(&self, partition: Partition) -> (u64, u64) {
+        self.cleaning.get(&partition).copied().unwrap_or((0, 0))
     }
 
     /// Committed trims: (partition, log start afterwards, completion time), in invocation order.
@@ -176,6 +224,27 @@ impl Recorder {
         h.final_reads.insert(partition, records);
     }
 
+    /// Marks the topic compacted (offsets may have gaps where compaction removed records).
+    pub fn set_compacted(&self) {
+        self.lock().compacted = true;
+    }
+
+    /// Notes the highest `clean_to` any replica of `partition` has applied now (kept unless the
+    /// previous sample has the same clock and point).
+    pub fn sample_cleaning(&self, partition: Partition, clean_to: u64) {
+        let mut h = self.lock();
+        let clock = h.clock;
+        let last = h.cleaning_samples.iter().rev().find(|(_, p, _)| *p == partition);
+        if last != Some(&(clock, partition, clean_to)) {
+            h.cleaning_samples.push((clock, partition, clean_to));
+        }
+    }
+
+    /// Records the cleaning point of `partition` after the final reads.
+    pub fn final_cleaning_point(&self, partition: Partition, point: (u64, u64)) {
+        self.lock().cleaning.insert(partition, point);
+    }
+
     /// Number of operations so far.
     pub fn len(&self) -> usize {
         self.lock().ops.len()
@@ -214,7 +283,17 @@ pub mod build {
 
     /// A send of `v` to partition 0.
     pub fn send(v: &str) -> OpKind {
-        OpKind::Send { partition: 0, value: v.into() }
+        OpKind::Send { partition: 0, value: v.into(), key: None, tombstone: false }
+    }
+
+    /// A send of record `id` with key `k` to partition 0.
+    pub fn send_keyed(id: &str, k: &str) -> OpKind {
+        OpKind::Send { partition: 0, value: id.into(), key: Some(k.into()), tombstone: false }
+    }
+
+    /// A send of tombstone `id` for key `k` to partition 0.
+    pub fn send_tombstone(id: &str, k: &str) -> OpKind {
+        OpKind::Send { partition: 0, value: id.into(), key: Some(k.into()), tombstone: true }
     }
 
     /// Acknowledged at `o`.

@@ -1,5 +1,6 @@
 //! White-box oracles: what only the simulator can see — synced disk state at the moment of an
-//! acknowledgement, replica watermarks over time, and every replica's stored log.
+//! acknowledgement, replica watermarks over time, every replica's stored log and (compacted
+//! topics) its applied cleaning point.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -18,15 +19,16 @@ use crate::cluster::SimCluster;
 pub struct AckOracle {
     disks: BTreeMap<NodeId, MemEngine>,
     groups: Vec<GroupId>,
+    compacted: bool,
     checks: Arc<Mutex<Vec<AckCheck>>>,
 }
 
 impl AckOracle {
-    /// An oracle over `cluster`'s disks; `groups[p]` is partition `p`'s Raft group.
-    /// An oracle over `cluster`'s disks; `groups[p]` is partition `p`'s Raft group.
-    pub fn new(cluster: &SimCluster, groups: Vec<GroupId>) -> Self {
+    /// An oracle over `cluster`'s disks; `groups[p]` is partition `p`'s Raft group, of a
+    /// `compacted` topic or not.
+    pub fn new(cluster: &SimCluster, groups: Vec<GroupId>, compacted: bool) -> Self {
         let disks = cluster.ids().into_iter().filter_map(|id| cluster.disk(id).map(|d| (id, d.clone()))).collect();
-        Self { disks, groups, checks: Arc::default() }
+        Self { disks, groups, compacted, checks: Arc::default() }
     }
 
     /// Watches every acks=1 answer at the moment the leader gives it: its entry must be in the
@@ -35,10 +37,11 @@ impl AckOracle {
         let disks = self.disks.clone();
         let groups = self.groups.clone();
         let checks = self.checks.clone();
+        let compacted = self.compacted;
         rill_rt::probe::set_hook(move |probe| {
             let rill_rt::probe::Probe::LeaderAck { node, group, offset, .. } = *probe;
             let Some(partition) = groups.iter().position(|g| *g == group) else { return };
-            let durable = disks.get(&node).is_some_and(|d| durable_at(d, group, offset, None) == Durable::Holds);
+            let durable = disks.get(&node).is_some_and(|d| durable_at(d, group, offset, None).holds(compacted));
             let check =
                 AckCheck { partition: partition as u32, offset, durable_copies: usize::from(durable), required: 1 };
             checks.lock().unwrap_or_else(|p| p.into_inner()).push(check);
@@ -51,7 +54,7 @@ impl AckOracle {
     pub fn on_ack(&self, partition: u32, offset: u64, value: &str, required: usize) {
         let Some(group) = self.groups.get(partition as usize).copied() else { return };
         let durable_copies =
-            self.disks.values().filter(|d| durable_at(d, group, offset, Some(value)) == Durable::Holds).count();
+            self.disks.values().filter(|d| durable_at(d, group, offset, Some(value)).holds(self.compacted)).count();
         let check = AckCheck { partition, offset, durable_copies, required };
         self.checks.lock().unwrap_or_else(|p| p.into_inner()).push(check);
     }
@@ -69,8 +72,20 @@ enum Durable {
     Holds,
     /// Another value.
     Other,
+    /// A batch whose span covers the offset, without its record: compaction removed it
+    /// (possible only on a compacted topic, where a record can be superseded between the
+    /// leader's answer and the client's receiving it).
+    Compacted,
     /// Nothing.
     Nothing,
+}
+
+impl Durable {
+    /// Whether this counts as a synced copy: the record, or on a `compacted` topic the batch
+    /// compaction emptied of it.
+    fn holds(self, compacted: bool) -> bool {
+        self == Durable::Holds || (compacted && self == Durable::Compacted)
+    }
 }
 
 /// What `disk`'s synced state has at `offset` of `group`, compared with `value` (any record
@@ -94,14 +109,28 @@ fn durable_at(disk: &MemEngine, group: GroupId, offset: u64, value: Option<&str>
         for r in &batch.records {
             if base + u64::try_from(r.offset_delta).unwrap_or(0) == offset {
                 return match value {
-                    Some(v) if r.value.as_deref() != Some(v.as_bytes()) => Durable::Other,
+                    Some(v) if record_id(r).as_deref() != Some(v) => Durable::Other,
                     _ => Durable::Holds,
                 };
             }
         }
-        base += u64::try_from(batch.info.record_count).unwrap_or(0);
+        // A batch keeps its span of offsets whatever compaction removed from it.
+        let span = batch.info.span();
+        if (base..base + span).contains(&offset) {
+            return Durable::Compacted;
+        }
+        base += span;
     }
     Durable::Nothing
+}
+
+/// A stored record's unique id: its `id` header (keyed workloads), else its value.
+fn record_id(r: &rill_records::Record) -> Option<String> {
+    let id = r.headers.iter().find(|h| &h.key[..] == crate::workload::ID_HEADER.as_bytes());
+    match id {
+        Some(h) => h.value.as_deref().map(|v| String::from_utf8_lossy(v).into_owned()),
+        None => r.value.as_deref().map(|v| String::from_utf8_lossy(v).into_owned()),
+    }
 }
 
 /// Samples every live replica's high watermark and log end.
@@ -135,6 +164,7 @@ pub fn replica_logs(cluster: &SimCluster) -> Result<Vec<ReplicaLog>, String> {
                 high_watermark: p.high_watermark(),
                 log_start: p.applied_log_start(),
                 entries,
+                cleaning: p.config().compacted().then(|| p.cleaning_point()),
             });
         }
     }

@@ -40,6 +40,9 @@ pub struct Report {
     pub trace_hash: u64,
     /// Events in the trace.
     pub events: usize,
+    /// Compacted topics: the lowest final `clean_to` of any partition, and how many
+    /// acknowledged records compaction removed (absent from the final reads).
+    pub compaction: Option<(u64, usize)>,
 }
 
 impl Report {
@@ -48,8 +51,12 @@ impl Report {
         for v in &self.violations {
             println!("violation: {v}");
         }
+        let compaction = self
+            .compaction
+            .map(|(clean_to, removed)| format!(" clean_to={clean_to} removed={removed}"))
+            .unwrap_or_default();
         println!(
-            "stats: ops={} acked={} crash={} power={} partition={} pause={} loss={} delay={} violations={}",
+            "stats: ops={} acked={} crash={} power={} partition={} pause={} loss={} delay={} violations={}{compaction}",
             self.ops,
             self.acked,
             self.faults.get("crash"),
@@ -118,10 +125,12 @@ pub async fn run(scenario: &Scenario) -> Report {
     let admin = cluster.client().await;
     let rf = scenario.replication_factor;
     let parts = scenario.partitions;
+    let topic_configs = scenario.topic_configs;
     let c = admin.clone();
     let created = cluster
         .on_client(async move {
-            let configs = vec![("replica.lag.time.max.ms".to_string(), "3000".to_string())];
+            let mut configs = vec![("replica.lag.time.max.ms".to_string(), "3000".to_string())];
+            configs.extend(topic_configs.iter().map(|(k, v)| (k.to_string(), v.to_string())));
             loop {
                 match c.create_topic(TOPIC, parts, rf, &configs).await {
                     Ok(_) => return Ok(()),
@@ -153,7 +162,10 @@ pub async fn run(scenario: &Scenario) -> Report {
         AcksLevel::Leader => (Acks::Leader, 1),
     };
     let recorder = Recorder::new(scenario.acks == AcksLevel::All);
-    let oracle = AckOracle::new(&cluster, groups.clone());
+    if scenario.compacted() {
+        recorder.set_compacted();
+    }
+    let oracle = AckOracle::new(&cluster, groups.clone(), scenario.compacted());
     if scenario.acks == AcksLevel::Leader {
         oracle.watch_leader_acks();
     }
@@ -167,6 +179,7 @@ pub async fn run(scenario: &Scenario) -> Report {
         retry_grace: Duration::from_secs(30),
         recorder: recorder.clone(),
         oracle: oracle.clone(),
+        keys_per_partition: scenario.keys_per_partition,
     };
     let mut workers = Vec::new();
     for i in 0..processes {
@@ -192,9 +205,16 @@ pub async fn run(scenario: &Scenario) -> Report {
         let cluster = cluster.clone();
         let samples = samples.clone();
         let sampling = sampling.clone();
+        // Compacted topics: how far replicas may have compacted, as polls complete.
+        let cleaning = scenario.compacted().then(|| (groups.clone(), recorder.clone()));
         madsim::task::spawn(async move {
             while sampling.load(std::sync::atomic::Ordering::Relaxed) {
                 oracle::sample_watermarks(&cluster, &mut samples.lock().unwrap_or_else(|p| p.into_inner()));
+                if let Some((groups, recorder)) = &cleaning {
+                    for (p, g) in groups.iter().enumerate() {
+                        recorder.sample_cleaning(p as u32, cleaning_point(&cluster, *g).0);
+                    }
+                }
                 rill_rt::sleep(SAMPLE_EVERY).await;
             }
         })
@@ -233,6 +253,25 @@ pub async fn run(scenario: &Scenario) -> Report {
         violations.push(Violation { checker: "liveness", detail: e });
     }
     trace.record(format!("final reads done at {:?}", elapsed()));
+    let compaction = if scenario.compacted() {
+        for (p, g) in groups.iter().enumerate() {
+            let point = cleaning_point(&cluster, *g);
+            trace.record(format!("partition {p} cleaning point {point:?}"));
+            recorder.final_cleaning_point(p as u32, point);
+        }
+        let (lowest, removed) = compaction_done(&recorder.snapshot());
+        if lowest == 0 || removed == 0 {
+            violations.push(Violation {
+                checker: "compaction-idle",
+                detail: format!(
+                    "the scenario tested no compaction: lowest final clean_to {lowest}, {removed} acknowledged records removed"
+                ),
+            });
+        }
+        Some((lowest, removed))
+    } else {
+        None
+    };
 
     // --- checkers
     let history: History = recorder.snapshot();
@@ -275,7 +314,38 @@ pub async fn run(scenario: &Scenario) -> Report {
         violations,
         trace_hash: trace.hash(),
         events: trace.len(),
+        compaction,
     }
+}
+
+/// The highest cleaning point any live replica of `group` applied (points move forward along
+/// one replicated sequence, so the furthest replica's is the newest).
+fn cleaning_point(cluster: &SimCluster, group: GroupId) -> (u64, u64) {
+    cluster
+        .ids()
+        .into_iter()
+        .filter_map(|id| cluster.node(id).and_then(|n| n.partition_by_group(group)))
+        .map(|p| p.cleaning_point())
+        .max()
+        .unwrap_or_default()
+}
+
+/// Proof that compaction ran: the lowest final `clean_to` over the partitions, and how many
+/// acknowledged records (at or after the final read's start) the final reads lack.
+fn compaction_done(history: &History) -> (u64, usize) {
+    let lowest = history.cleaning.values().map(|(clean_to, _)| *clean_to).min().unwrap_or(0);
+    let present: std::collections::HashSet<(u32, &str)> = history
+        .final_reads
+        .iter()
+        .flat_map(|(p, records)| records.iter().map(move |(_, id)| (*p, id.as_str())))
+        .collect();
+    let removed = history
+        .acked_sends()
+        .filter(|(_, p, id, o)| {
+            *o >= history.final_starts.get(p).copied().unwrap_or(0) && !present.contains(&(*p, *id))
+        })
+        .count();
+    (lowest, removed)
 }
 
 /// Each group's replicas with the last log index each applied and its log start offset.

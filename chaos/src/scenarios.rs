@@ -74,6 +74,11 @@ pub struct Scenario {
     pub consumers: u32,
     /// A process deletes records (`DeleteRecords`) below random recent offsets.
     pub trimmer: bool,
+    /// Settings of the workload topic beyond the defaults (e.g. `cleanup.policy`).
+    pub topic_configs: &'static [(&'static str, &'static str)],
+    /// Producers send keyed records from this many keys per partition, some of them tombstones
+    /// (0: keyless records whose value is their id).
+    pub keys_per_partition: u32,
     /// How long faults are injected (simulated time).
     pub fault_phase: Duration,
     /// Fault kinds a seed may enable.
@@ -95,6 +100,8 @@ pub const SCENARIOS: &[Scenario] = &[
         producers: 3,
         consumers: 2,
         trimmer: false,
+        topic_configs: &[],
+        keys_per_partition: 0,
         fault_phase: Duration::from_secs(20),
         faults: ALL_FAULTS,
         default: true,
@@ -110,6 +117,8 @@ pub const SCENARIOS: &[Scenario] = &[
         producers: 3,
         consumers: 2,
         trimmer: false,
+        topic_configs: &[],
+        keys_per_partition: 0,
         fault_phase: Duration::from_secs(20),
         faults: ALL_FAULTS,
         default: true,
@@ -125,6 +134,8 @@ pub const SCENARIOS: &[Scenario] = &[
         producers: 2,
         consumers: 2,
         trimmer: false,
+        topic_configs: &[],
+        keys_per_partition: 0,
         fault_phase: Duration::from_secs(15),
         faults: ALL_FAULTS,
         default: true,
@@ -140,6 +151,8 @@ pub const SCENARIOS: &[Scenario] = &[
         producers: 3,
         consumers: 2,
         trimmer: false,
+        topic_configs: &[],
+        keys_per_partition: 0,
         fault_phase: Duration::from_secs(20),
         faults: ALL_FAULTS,
         default: true,
@@ -155,11 +168,41 @@ pub const SCENARIOS: &[Scenario] = &[
         producers: 2,
         consumers: 2,
         trimmer: true,
+        topic_configs: &[],
+        keys_per_partition: 0,
+        fault_phase: Duration::from_secs(20),
+        faults: ALL_FAULTS,
+        default: true,
+    },
+    Scenario {
+        name: "compaction",
+        description: "3 nodes, a compacted topic (cleanup.policy=compact, delete.retention.ms=1000): acks=all producers of keyed records and tombstones from 6 keys per partition, consumers, under every fault kind: compaction removes only superseded records and expired tombstones, offsets never shift, replicas agree modulo compaction",
+        nodes: 3,
+        partitions: 2,
+        replication_factor: 3,
+        acks: AcksLevel::All,
+        idempotent: false,
+        producers: 2,
+        consumers: 2,
+        trimmer: false,
+        topic_configs: &[
+            ("cleanup.policy", "compact"),
+            ("delete.retention.ms", "1000"),
+            ("min.compaction.lag.ms", "0"),
+        ],
+        keys_per_partition: 6,
         fault_phase: Duration::from_secs(20),
         faults: ALL_FAULTS,
         default: true,
     },
 ];
+
+impl Scenario {
+    /// Whether the workload topic is compacted (its `cleanup.policy` includes `compact`).
+    pub fn compacted(&self) -> bool {
+        self.topic_configs.iter().any(|(k, v)| *k == "cleanup.policy" && v.split(',').any(|p| p.trim() == "compact"))
+    }
+}
 
 /// The scenario called `name`.
 pub fn find(name: &str) -> Option<&'static Scenario> {

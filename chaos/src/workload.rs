@@ -1,12 +1,17 @@
 //! Workload processes: producers, assign-mode consumers and a trimmer (`DeleteRecords`),
 //! recording every operation.
+//!
+//! Records are identified by unique ids (`v<process>-<n>`): the value itself, or — keyed
+//! workloads, for compacted topics — an [`ID_HEADER`] header, so a tombstone (null value) is
+//! identified too. Keyed producers draw keys from a few per partition so keys repeat often
+//! (compaction then has superseded records to remove), and send a tombstone now and then.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use rand::Rng;
 use rill_client::Compression;
-use rill_client::{Acks, Client, ErrorCode, OffsetSpec, Record};
+use rill_client::{Acks, Client, ErrorCode, OffsetSpec, ReceivedRecord, Record};
 use rill_rt::Instant;
 
 use crate::history::{OpKind, Outcome, Recorder};
@@ -33,6 +38,36 @@ pub struct Workload {
     pub recorder: Recorder,
     /// Synced-copy oracle.
     pub oracle: AckOracle,
+    /// Keyed records from this many keys per partition, some of them tombstones (0: keyless
+    /// records whose value is their id).
+    pub keys_per_partition: u32,
+}
+
+/// The header that carries a keyed record's unique id.
+pub const ID_HEADER: &str = "id";
+
+/// One in this many keyed records is a tombstone.
+const TOMBSTONE_EVERY: u32 = 8;
+
+/// A received record's unique id: its [`ID_HEADER`] header, else its value.
+pub fn record_id(r: &ReceivedRecord) -> String {
+    let id = r.headers.iter().find(|(k, _)| k == ID_HEADER).map(|(_, v)| v.as_deref());
+    String::from_utf8_lossy(id.unwrap_or(r.value.as_deref()).unwrap_or_default()).into_owned()
+}
+
+/// The next record a producer sends to `partition` with id `id`, and its send operation:
+/// keyless with the id as value, or keyed (from a few keys per partition), now and then a
+/// tombstone, with the id in a header.
+fn next_record(w: &Workload, partition: u32, id: String) -> (Record, OpKind) {
+    if w.keys_per_partition == 0 {
+        let op = OpKind::Send { partition, value: id.clone(), key: None, tombstone: false };
+        return (Record::new(id), op);
+    }
+    let key = format!("k{partition}-{}", rill_rt::rng().gen_range(0..w.keys_per_partition));
+    let tombstone = rill_rt::rng().gen_range(0..TOMBSTONE_EVERY) == 0;
+    let mut record = if tombstone { Record::tombstone(key.clone()) } else { Record::keyed(key.clone(), id.clone()) };
+    record.headers.push((ID_HEADER.to_string(), Some(id.clone().into())));
+    (record, OpKind::Send { partition, value: id, key: Some(key), tombstone })
 }
 
 /// Classifies a failed send: `fail` only when the error proves nothing was appended.
@@ -58,17 +93,10 @@ pub async fn producer(process: u32, client: Client, w: Workload) {
         let partition = rill_rt::rng().gen_range(0..w.partitions);
         let value = format!("v{process}-{n}");
         n += 1;
-        let id = w.recorder.invoke(process, OpKind::Send { partition, value: value.clone() });
-        let result = client
-            .produce_with(
-                &w.topic,
-                partition,
-                vec![Record::new(value.clone())],
-                w.acks,
-                Compression::None,
-                w.produce_timeout,
-            )
-            .await;
+        let (record, op) = next_record(&w, partition, value.clone());
+        let id = w.recorder.invoke(process, op);
+        let result =
+            client.produce_with(&w.topic, partition, vec![record], w.acks, Compression::None, w.produce_timeout).await;
         let outcome = match result {
             Ok(ack) => match ack.base_offset {
                 Some(offset) => {
@@ -132,7 +160,8 @@ pub async fn idempotent_producer(process: u32, client: Client, w: Workload) {
         let seq = seqs.get(&partition).copied().unwrap_or(0);
         let value = format!("v{process}-{n}");
         n += 1;
-        let id = w.recorder.invoke(process, OpKind::Send { partition, value: value.clone() });
+        let id =
+            w.recorder.invoke(process, OpKind::Send { partition, value: value.clone(), key: None, tombstone: false });
         let wire = match rill_client::client::build_batch_for(
             vec![Record::new(value.clone())],
             Compression::None,
@@ -217,14 +246,11 @@ pub async fn consumer(process: u32, client: Client, w: Workload) {
         let id = w.recorder.invoke(process, OpKind::Poll { partition: p, offset });
         match client.fetch(&w.topic, p, Some(offset), Duration::from_millis(200)).await {
             Ok(f) => {
-                let records: Vec<(u64, String)> = f
-                    .records
-                    .iter()
-                    .map(|r| (r.offset, String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).into_owned()))
-                    .collect();
-                if let Some((last, _)) = records.last() {
-                    positions.insert(p, last + 1);
-                }
+                let records: Vec<(u64, String)> = f.records.iter().map(|r| (r.offset, record_id(r))).collect();
+                // Past every batch returned: on a compacted topic, past records compaction
+                // removed too (batches it emptied still take their offsets).
+                let next = records.last().map(|(last, _)| last + 1).into_iter().chain([f.next_offset, offset]).max();
+                positions.insert(p, next.unwrap_or(offset));
                 w.recorder.complete(id, Outcome::PollOk { records });
             }
             Err(e) => {
@@ -271,6 +297,8 @@ pub async fn final_reads(
                         rill_rt::sleep(Duration::from_millis(200)).await;
                         continue 'attempt;
                     }
+                    // A range compaction emptied: go on past it.
+                    Ok(f) if f.records.is_empty() && f.next_offset > offset => offset = f.next_offset,
                     Ok(f) if f.records.is_empty() => {
                         if offset >= target && offset >= f.high_watermark {
                             w.recorder.final_read(p, start, records);
@@ -281,9 +309,7 @@ pub async fn final_reads(
                     }
                     Ok(f) => {
                         offset = f.next_offset;
-                        records.extend(f.records.iter().map(|r| {
-                            (r.offset, String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).into_owned())
-                        }));
+                        records.extend(f.records.iter().map(|r| (r.offset, record_id(r))));
                     }
                 }
             }

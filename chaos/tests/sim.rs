@@ -802,6 +802,11 @@ async fn trims() {
     scenario("trims").await;
 }
 
+#[madsim::test]
+async fn compaction() {
+    scenario("compaction").await;
+}
+
 /// Not a scenario: prints every scenario with its description (`chaos/run --list`).
 #[madsim::test]
 async fn list_scenarios() {

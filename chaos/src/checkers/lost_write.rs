@@ -6,6 +6,11 @@
 //! (Jepsen's "unseen"), and one present elsewhere than its acknowledged offset broke the offset
 //! promise. Values acknowledged below the final read's start were deleted (`DeleteRecords`);
 //! [`super::deleted_records`] checks that only requested deletions happened.
+//!
+//! On a compacted topic a value acknowledged below the final cleaning point may be absent:
+//! [`super::compaction_kept`] decides whether compaction was allowed to remove it. Anywhere, a
+//! value present at another offset than acknowledged is a violation (offsets never shift), and
+//! at or above the cleaning point nothing may be absent.
 
 use std::collections::HashMap;
 
@@ -26,6 +31,7 @@ pub fn check(history: &History) -> Vec<Violation> {
             continue;
         }
         match at.get(&(p, v)) {
+            None if history.compacted && o < history.cleaning_point(p).0 => {}
             None => out.push(Violation {
                 checker: "lost-write",
                 detail: format!(
@@ -72,6 +78,23 @@ mod tests {
         assert_eq!(check(&h).len(), 1, "read from 0, a is lost");
         h.final_starts.insert(0, 1);
         assert!(check(&h).is_empty(), "read from 1: a was deleted");
+    }
+
+    #[test]
+    fn on_a_compacted_topic_only_values_below_the_cleaning_point_may_be_absent() {
+        let mut h = history(
+            vec![(1, send_keyed("a", "k"), ok(0)), (1, send_keyed("b", "k"), ok(1)), (1, send_keyed("c", "k"), ok(2))],
+            vec![(0, vec![(2, "c")])],
+        );
+        h.compacted = true;
+        h.cleaning.insert(0, (1, 0));
+        let v = check(&h);
+        assert_eq!(v.len(), 1, "b at 1 is above the cleaning point: {v:?}");
+        assert!(v[0].detail.contains("\"b\""));
+        h.cleaning.insert(0, (3, 0));
+        assert!(check(&h).is_empty(), "below the cleaning point compaction_kept judges");
+        h.final_reads.insert(0, vec![(2, "c".into()), (3, "a".into())]);
+        assert_eq!(check(&h).len(), 1, "a value at another offset is a violation even below the point");
     }
 
     #[test]

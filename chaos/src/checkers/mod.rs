@@ -2,11 +2,13 @@
 //! means the history is consistent with the guarantee.
 //!
 //! Client-visible (from the [`History`]): [`lost_write`], [`inconsistent_offsets`],
-//! [`duplicates`], [`poll_order`], [`send_order`], [`deleted_records`].
+//! [`duplicates`], [`poll_order`], [`send_order`], [`deleted_records`], [`compaction_kept`]
+//! (with the final cleaning point, white-box, as its oracle).
 //! White-box (from replica state only the simulator can see): [`replicas_agree`],
 //! [`watermarks`], [`ack_durability`], [`deleted_records::check_replicas`].
 
 pub mod ack_durability;
+pub mod compaction_kept;
 pub mod deleted_records;
 pub mod duplicates;
 pub mod inconsistent_offsets;
@@ -40,6 +42,7 @@ pub fn check_history(history: &History) -> Vec<Violation> {
         out.extend(lost_write::check(history));
         out.extend(send_order::check(history));
     }
+    out.extend(compaction_kept::check(history));
     out.extend(inconsistent_offsets::check(history));
     out.extend(duplicates::check(history));
     out.extend(poll_order::check(history));

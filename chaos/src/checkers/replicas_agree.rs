@@ -5,6 +5,28 @@
 //! can serve different committed data. And every replica still holds the entry with its log
 //! start offset and everything after it (`replica-lost-retained`): purging never deletes
 //! records that are still served.
+//!
+//! **Compacted topics.** Each replica rewrites its own entries below its applied cleaning
+//! point (and its snapshot), at its own pace, so two replicas' bytes differ until both
+//! compacted to the same point. Compaction is confluent — compacting in steps ends where
+//! compacting once to the last step's point does, [`rill_broker::compaction::compact_log`] —
+//! so the replicas are compared after compacting both to one point: the higher of their two
+//! applied points `(clean_to, tombstones_before)`, `P`. That is sound only if both logs hold
+//! every entry below `P`, since whether a record goes depends on newer records of its key below
+//! `P`:
+//!
+//! * the replica that applied `P` holds them all (`P` is at most the offset where its compact
+//!   entry sits, and a replica applies an entry only after every earlier one);
+//! * the other holds them up to its high watermark. When that is below `P`, its log is
+//!   completed with the first replica's entries from its high watermark up to `P` — committed
+//!   entries, which the second replica would hold byte for byte (modulo compaction) once it
+//!   caught up. Those borrowed entries are not compared themselves (they lie above the second
+//!   replica's high watermark); they only decide what compaction removes below it.
+//!
+//! Then, as for every topic, entries below both high watermarks and at or above where both logs
+//! start must be byte-identical. A replica that removed a record no newer record of its key
+//! below `P` supersedes (compaction above its point, above the high watermark, or a lost
+//! record) differs from the other after both are compacted to `P`, and is caught.
 
 use std::collections::BTreeMap;
 
@@ -25,6 +47,35 @@ pub struct ReplicaLog {
     pub log_start: u64,
     /// Data entries: (log index, first offset, body), in log order.
     pub entries: Vec<(u64, u64, Bytes)>,
+    /// Compacted topics: the replica's applied cleaning point `(clean_to, tombstones_before)`.
+    pub cleaning: Option<(u64, u64)>,
+}
+
+type Entries = Vec<(u64, u64, Bytes)>;
+
+/// The entries of replicas `a` and `b` to compare: as stored, or — compacted topics — both
+/// compacted to the higher of their cleaning points (see the module doc).
+fn comparable(a: &ReplicaLog, b: &ReplicaLog) -> Result<(Entries, Entries), String> {
+    if a.cleaning.is_none() && b.cleaning.is_none() {
+        return Ok((a.entries.clone(), b.entries.clone()));
+    }
+    let a_first = a.cleaning.unwrap_or_default() >= b.cleaning.unwrap_or_default();
+    let (hi, lo) = if a_first { (a, b) } else { (b, a) };
+    let (clean_to, tombstones_before) = hi.cleaning.unwrap_or_default();
+    let mut lo_view: Entries = lo.entries.clone();
+    if lo.high_watermark < clean_to {
+        lo_view.retain(|(_, base, _)| *base < lo.high_watermark);
+        lo_view.extend(hi.entries.iter().filter(|(_, base, _)| (lo.high_watermark..clean_to).contains(base)).cloned());
+    }
+    let compact = |entries: &Entries| -> Result<Entries, String> {
+        let positioned: Vec<(u64, Bytes)> = entries.iter().map(|(_, base, body)| (*base, body.clone())).collect();
+        let bodies = rill_broker::compaction::compact_log(&positioned, clean_to, tombstones_before)?;
+        Ok(entries.iter().zip(bodies).map(|((index, base, _), body)| (*index, *base, body)).collect())
+    };
+    let what = |l: &ReplicaLog| format!("node {} group {}", l.node, l.group);
+    let hi_compacted = compact(&hi.entries).map_err(|e| format!("{}: {e}", what(hi)))?;
+    let lo_compacted = compact(&lo_view).map_err(|e| format!("{}: {e}", what(lo)))?;
+    Ok(if a_first { (hi_compacted, lo_compacted) } else { (lo_compacted, hi_compacted) })
 }
 
 /// Checks `logs` (any number of replicas of any number of groups).
@@ -59,8 +110,15 @@ pub fn check(logs: &[ReplicaLog]) -> Vec<Violation> {
             let start_of = |l: &ReplicaLog| l.entries.first().map_or(l.high_watermark, |(_, base, _)| *base);
             let from = start_of(first).max(start_of(other));
             let kept = |base: u64| base >= from && base < bound;
-            let a: Vec<_> = first.entries.iter().filter(|(_, base, _)| kept(*base)).collect();
-            let b: Vec<_> = other.entries.iter().filter(|(_, base, _)| kept(*base)).collect();
+            let (first_entries, other_entries) = match comparable(first, other) {
+                Ok(e) => e,
+                Err(e) => {
+                    out.push(Violation { checker: "replicas-agree", detail: format!("cannot compact a log: {e}") });
+                    continue;
+                }
+            };
+            let a: Vec<_> = first_entries.iter().filter(|(_, base, _)| kept(*base)).collect();
+            let b: Vec<_> = other_entries.iter().filter(|(_, base, _)| kept(*base)).collect();
             if a != b {
                 let at = a.iter().zip(&b).position(|(x, y)| x != y).unwrap_or(a.len().min(b.len()));
                 let describe = |e: Option<&&(u64, u64, Bytes)>| {
@@ -95,6 +153,7 @@ mod tests {
             high_watermark: hw,
             log_start: 0,
             entries: entries.iter().map(|(i, b, s)| (*i, *b, Bytes::from_static(s.as_bytes()))).collect(),
+            cleaning: None,
         }
     }
 
@@ -136,6 +195,80 @@ mod tests {
         assert_eq!(v[0].checker, "replica-lost-retained");
         let b = ReplicaLog { log_start: 3, ..log(1, 4, &[(3, 3, "z")]) };
         assert!(check(&[b]).is_empty());
+    }
+
+    /// An append entry of single-record batches of key `k` (`None`: a tombstone).
+    fn append(records: &[(&'static str, Option<&'static str>)]) -> Bytes {
+        let batches: Vec<Bytes> = records
+            .iter()
+            .map(|(k, v)| {
+                let mut b = rill_records::BatchBuilder::new(rill_records::Compression::None);
+                b.push(rill_records::Record {
+                    key: Some(Bytes::from_static(k.as_bytes())),
+                    value: v.map(|v| Bytes::from_static(v.as_bytes())),
+                    ..rill_records::Record::default()
+                })
+                .unwrap();
+                b.build().unwrap()
+            })
+            .collect();
+        rill_broker::command::encode_append(1, &batches)
+    }
+
+    /// A compacted replica holding `entries` (index i+1 at offset i, one record each).
+    fn compacted(node: u64, hw: u64, point: (u64, u64), entries: Vec<Bytes>) -> ReplicaLog {
+        let entries = entries.into_iter().enumerate().map(|(i, body)| (i as u64 + 1, i as u64, body)).collect();
+        ReplicaLog { node, group: 7, high_watermark: hw, log_start: 0, entries, cleaning: Some(point) }
+    }
+
+    fn keyed_log() -> Vec<Bytes> {
+        vec![
+            append(&[("k", Some("a"))]),
+            append(&[("j", Some("b"))]),
+            append(&[("k", Some("c"))]),
+            append(&[("k", None)]),
+        ]
+    }
+
+    /// `log` compacted to `point` as a replica's compaction would leave it.
+    fn compacted_to(log: &[Bytes], point: (u64, u64)) -> Vec<Bytes> {
+        let positioned: Vec<(u64, Bytes)> = log.iter().cloned().enumerate().map(|(i, b)| (i as u64, b)).collect();
+        rill_broker::compaction::compact_log(&positioned, point.0, point.1).unwrap()
+    }
+
+    #[test]
+    fn compacted_replicas_agree_once_compacted_to_the_higher_point() {
+        let log = keyed_log();
+        let a = compacted(1, 4, (3, 0), compacted_to(&log, (3, 0)));
+        let b = compacted(2, 4, (0, 0), log.clone());
+        assert_ne!(a.entries, b.entries, "a removed k's a at 0");
+        assert!(check(&[a, b]).is_empty());
+        let c = compacted(3, 4, (4, 3), compacted_to(&log, (4, 3)));
+        let d = compacted(4, 4, (4, 3), compacted_to(&compacted_to(&log, (3, 0)), (4, 3)));
+        assert!(check(&[c, d]).is_empty(), "compacting in steps ends where compacting once does");
+    }
+
+    #[test]
+    fn a_replica_that_compacted_past_its_point_is_caught() {
+        let log = keyed_log();
+        // Compacted to 4 (its point is 2): a at 0 and c at 2 went, superseded only at 2 and 3.
+        let a = compacted(1, 4, (2, 0), compacted_to(&log, (4, 0)));
+        let b = compacted(2, 4, (2, 0), log.clone());
+        let v = check(&[a, b]);
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert_eq!(v[0].checker, "replicas-agree");
+    }
+
+    #[test]
+    fn a_replica_behind_the_point_is_completed_with_committed_entries() {
+        let log = keyed_log();
+        // a applied point 3 and compacted to it; b's high watermark is 2 and it lacks c at 2,
+        // which superseded a at 0: compared with a's entry at 2 borrowed, they agree.
+        let a = compacted(1, 4, (3, 0), compacted_to(&log, (3, 0)));
+        let b = compacted(2, 2, (0, 0), log[..2].to_vec());
+        assert!(check(&[a.clone(), b]).is_empty());
+        let other = compacted(3, 2, (0, 0), vec![append(&[("m", Some("x"))]), log[1].clone()]);
+        assert_eq!(check(&[a, other]).len(), 1, "a different record at 0 is still caught");
     }
 
     #[test]
