@@ -92,6 +92,9 @@ async fn a_compacted_topic_keeps_the_newest_value_per_key_on_every_replica() -> 
     .await?;
     // Offsets never shift: each newest value is where its produce put it.
     assert_eq!(compacted.first().map(|r| r.0), Some(19 * u64::from(KEYS) + 2), "{compacted:?}");
+    let out = rill(&cluster, &["topic", "describe", "prices", "--output", "json"], None)?;
+    let d: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    assert_eq!(d["partitions"][0]["cleaned_to_offset"], high_watermark, "describe shows the cleaning point: {d}");
 
     // Every replica compacted on its own: whichever node leads next serves the same.
     let leader = cluster.wait_for_leaders(&client, "prices").await?.partitions[0].leader.unwrap_or(0);

@@ -83,6 +83,14 @@ impl Hosted {
         }
     }
 
+    /// A compacted topic's applied cleaning point (0 for anything else).
+    pub fn cleaned_to(&self) -> u64 {
+        match self {
+            Self::Records(p) => p.cleaning_point().0,
+            _ => 0,
+        }
+    }
+
     /// The first position its log still stores.
     pub fn stored_from(&self) -> u64 {
         self.replica().log().start_position()

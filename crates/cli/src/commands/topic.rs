@@ -130,6 +130,7 @@ pub fn description_json(d: &TopicDescription) -> serde_json::Value {
             "quiescent": p.quiescent,
             "retained_bytes": p.retained_bytes,
             "stored_from_offset": p.stored_from_offset,
+            "cleaned_to_offset": p.cleaned_to_offset,
         })).collect::<Vec<_>>(),
         "configs": d.configs.iter().map(|c| (c.key.clone(), json!(c.value))).collect::<serde_json::Map<_, _>>(),
     })
@@ -146,8 +147,10 @@ fn print_description(d: &TopicDescription) {
         "HIGH WATERMARK",
         "LOG END",
         "RETAINED",
+        "CLEANED TO",
         "PROBLEM",
     ]);
+    let compacted = d.configs.iter().any(|c| c.key == "cleanup.policy" && c.value.contains("compact"));
     for p in &d.partitions {
         let list = |v: &[u64]| v.iter().map(u64::to_string).collect::<Vec<_>>().join(",");
         let num = |n: i64| {
@@ -166,6 +169,7 @@ fn print_description(d: &TopicDescription) {
             num(p.high_watermark),
             num(p.log_end_offset),
             if p.leader.is_some() && !d.internal { human_bytes(p.retained_bytes) } else { "-".to_string() },
+            if compacted { num(p.cleaned_to_offset) } else { "-".to_string() },
             p.error_message.clone(),
         ]);
     }

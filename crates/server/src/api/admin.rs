@@ -150,6 +150,7 @@ fn describe_partition(topic: &str, partition: u32, replicas: &[u64], live: &Part
             quiescent: l.quiescent,
             retained_bytes: l.retained_bytes,
             stored_from_offset: l.stored_from_offset,
+            cleaned_to_offset: l.cleaned_to_offset,
         },
         None => PartitionDescription {
             partition,
@@ -173,6 +174,7 @@ fn describe_partition(topic: &str, partition: u32, replicas: &[u64], live: &Part
             quiescent: false,
             retained_bytes: 0,
             stored_from_offset: -1,
+            cleaned_to_offset: -1,
         },
     }
 }

@@ -43,6 +43,7 @@ pub fn local_status(node: &Node, group: GroupId) -> ReplicaStatus {
                 quiescent: s.quiescent,
                 retained_bytes: p.retained_bytes(),
                 stored_from_offset: p.stored_from() as i64,
+                cleaned_to_offset: p.cleaned_to() as i64,
             }
         }
     }
