@@ -11,7 +11,8 @@
 //!   below that point, and a tombstone that is its key's newest record below
 //!   `tombstones_before`. Keyless records and control batches always stay. A batch keeps its
 //!   offsets whatever it loses (`rill_records::compact`), so offsets never shift, and an entry
-//!   keeps its place and positions (`LogStore::rewrite`).
+//!   keeps its place and positions (`LogStore::rewrite`). An entry a snapshot transfer is
+//!   reading is not rewritten (the stream declared its size); the pass ends before it.
 //! * **Where.** Only entries below the replica's newest snapshot: a restart re-applies the
 //!   entries after the snapshot, and they are as they were appended. Nothing at or above the
 //!   high watermark is ever rewritten (the cleaning point is at most the high watermark).
@@ -36,6 +37,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use bytes::Bytes;
+use rill_raft::log_store::Rewrite;
 use rill_records::compact::{retain, Retained};
 use rill_records::{BatchInfo, MAX_DECOMPRESSED_BATCH_BYTES};
 use rill_rt::mutation::{self, Mutation};
@@ -270,9 +272,10 @@ impl Partition {
                 budget.pace(read, started).await;
             }
         }
-        // 2. Rewrite every entry from the log start up to `to`.
+        // 2. Rewrite every entry from the log start up to `to`. One that a snapshot transfer
+        //    is reading stays as it is, and the pass ends there: everything below it is clean.
         let tombstones = tombstones_before.min(to);
-        let (mut rewritten, mut clean_bytes) = (0usize, 0u64);
+        let (mut rewritten, mut clean_bytes, mut done_to) = (0usize, 0u64, to);
         if let Some(mut index) = self.log.index_of_position(start).map_err(storage)? {
             'rewrite: loop {
                 let entries = self.log.read_positioned(index, u64::MAX, SCAN_ENTRIES).map_err(storage)?;
@@ -288,10 +291,16 @@ impl Partition {
                     let body = compact_entry(&e.body, e.base, &map, to, tombstones).map_err(PartitionError::Storage)?;
                     match body {
                         Some(body) => {
-                            clean_bytes += body.len() as u64;
-                            if self.log.rewrite(e.index, e.base, body).map_err(storage)? {
-                                rewritten += 1;
+                            let len = body.len() as u64;
+                            match self.log.rewrite(e.index, e.base, body).map_err(storage)? {
+                                Rewrite::Done => rewritten += 1,
+                                Rewrite::Gone => {}
+                                Rewrite::Held => {
+                                    done_to = e.base;
+                                    break 'rewrite;
+                                }
                             }
+                            clean_bytes += len;
                         }
                         None => clean_bytes += e.body.len() as u64,
                     }
@@ -299,8 +308,9 @@ impl Partition {
                 budget.pace(read, started).await;
             }
         }
-        tracing::debug!(group = self.group, to, tombstones, keys = map.len(), rewritten, "compacted");
-        *progress = Progress { clean_below: to, tombstones_below: tombstones, clean_bytes, installs };
+        tracing::debug!(group = self.group, to = done_to, tombstones, keys = map.len(), rewritten, "compacted");
+        let tombstones_below = tombstones.min(done_to);
+        *progress = Progress { clean_below: done_to, tombstones_below, clean_bytes, installs };
         Ok(true)
     }
 

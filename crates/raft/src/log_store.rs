@@ -261,8 +261,19 @@ impl Drop for Shared {
     }
 }
 
-/// Keeps the entries from one index on from being deleted while a snapshot transfer reads
-/// them; dropping it deletes what its reads held back.
+/// What [`LogStore::rewrite`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rewrite {
+    /// The entry holds the new body.
+    Done,
+    /// The entry is no longer there as it was; nothing was written.
+    Gone,
+    /// A snapshot transfer reads the entry; nothing was written (try again later).
+    Held,
+}
+
+/// Keeps the entries from one index on from being deleted (or rewritten) while a snapshot
+/// transfer reads them; dropping it deletes what its reads held back.
 pub struct Pin {
     shared: Arc<Shared>,
     id: u64,
@@ -709,20 +720,25 @@ impl LogStore {
     /// committed entries below its snapshot point this way: no replay reads them, and openraft
     /// reads them only to replicate them, where either body is valid (see `rill-broker`'s
     /// `compaction`). Written unsynced: after a crash the entry holds either body. Returns
-    /// false, writing nothing, when the entry is no longer there as it was (purged, replaced by
-    /// an installation, another position).
-    pub fn rewrite(&self, index: u64, base: u64, body: Bytes) -> crate::Result<bool> {
+    /// [`Rewrite::Gone`], writing nothing, when the entry is no longer there as it was (purged, replaced by
+    /// an installation, another position), and [`Rewrite::Held`] while a snapshot transfer
+    /// reads it (a [`Pin`]): a stream declares its size and may re-read a chunk, so the entries
+    /// it sends must not change under it.
+    pub fn rewrite(&self, index: u64, base: u64, body: Bytes) -> crate::Result<Rewrite> {
         let g = self.shared.group;
         let _replacing = lock(&self.shared.replacing);
         let meta = lock(&self.shared.meta);
         if index < meta.first_kept || meta.awaiting_install || meta.last_log_id.is_none_or(|l| l.index < index) {
-            return Ok(false);
+            return Ok(Rewrite::Gone);
+        }
+        if lock(&self.shared.pins).1.values().any(|&from| from <= index) {
+            return Ok(Rewrite::Held);
         }
         let raft = |e: StorageError| crate::Error::Raft { group: g, reason: e.to_string() };
-        let Some(mut stored) = self.get_entry(index).map_err(raft)? else { return Ok(false) };
-        let EntryPayload::Normal(payload) = &mut stored.entry.payload else { return Ok(false) };
+        let Some(mut stored) = self.get_entry(index).map_err(raft)? else { return Ok(Rewrite::Gone) };
+        let EntryPayload::Normal(payload) = &mut stored.entry.payload else { return Ok(Rewrite::Gone) };
         if stored.base != base || stored.entry.log_id.index != index {
-            return Ok(false);
+            return Ok(Rewrite::Gone);
         }
         payload.body = body;
         let encoded = codec::encode_entry(base, &stored.entry).map_err(|e| raft(write_err(e)))?;
@@ -735,7 +751,7 @@ impl LogStore {
         self.shared.engine.write(b, false)?;
         self.shared.with_tail(|tail| tail.replace(&stored));
         drop(meta);
-        Ok(true)
+        Ok(Rewrite::Done)
     }
 
     fn get_entry(&self, index: u64) -> Result<Option<StoredEntry>, StorageError> {

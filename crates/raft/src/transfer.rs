@@ -592,7 +592,7 @@ mod tests {
     use super::*;
     use crate::codec::Wire;
     use crate::keys;
-    use crate::log_store::TailBudget;
+    use crate::log_store::{Rewrite, TailBudget};
     use crate::types::Payload;
 
     const G: u64 = 5;
@@ -780,7 +780,7 @@ mod tests {
         let engine = MemEngine::new();
         write_log(&engine, 1, 4);
         let log = open(&engine);
-        assert!(log.rewrite(2, 2, Bytes::from_static(b"compacted")).unwrap());
+        assert_eq!(log.rewrite(2, 2, Bytes::from_static(b"compacted")).unwrap(), Rewrite::Done);
         let read = log.read_positioned(1, 5, 10).unwrap();
         let got: Vec<(u64, u64, u32, &[u8])> = read.iter().map(|e| (e.index, e.base, e.units, &e.body[..])).collect();
         assert_eq!(
@@ -793,8 +793,14 @@ mod tests {
             ]
         );
         assert_eq!(log.index_of_position(3).unwrap(), Some(2), "positions are untouched");
-        assert!(!log.rewrite(2, 4, Bytes::from_static(b"x")).unwrap(), "another position is refused");
-        assert!(!log.rewrite(9, 16, Bytes::from_static(b"x")).unwrap(), "an entry that is not there is refused");
+        assert_eq!(log.rewrite(2, 4, Bytes::from_static(b"x")).unwrap(), Rewrite::Gone, "another position");
+        assert_eq!(log.rewrite(9, 16, Bytes::from_static(b"x")).unwrap(), Rewrite::Gone, "an entry not there");
+        {
+            let _sending = log.pin(2).unwrap();
+            assert_eq!(log.rewrite(3, 4, Bytes::from_static(b"x")).unwrap(), Rewrite::Held, "a transfer reads it");
+            assert_eq!(log.rewrite(1, 0, Bytes::from_static(b"e1")).unwrap(), Rewrite::Done, "below the pin");
+        }
+        assert_eq!(log.rewrite(3, 4, Bytes::from_static(b"t1-e3")).unwrap(), Rewrite::Done, "once the pin is gone");
         drop(log);
         let reopened = open(&engine);
         assert_eq!(&reopened.read_positioned(2, 3, 1).unwrap()[0].body[..], b"compacted", "the rewrite is stored");
