@@ -57,6 +57,11 @@ fn invalid(reason: impl Into<String>) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, reason.into())
 }
 
+/// A pinned entry the sender expected is not in the log (it never should be: the pin keeps it).
+fn missing_entry(index: u64) -> io::Error {
+    io::Error::other(format!("log entry {index} is missing while sending a snapshot"))
+}
+
 fn storage(e: crate::Error) -> io::Error {
     io::Error::other(e.to_string())
 }
@@ -99,24 +104,7 @@ impl SnapshotStream {
 
     /// An empty stream to receive a snapshot into, staging its entries through `log`.
     pub fn incoming(log: LogStore) -> Self {
-        Self::Incoming(Box::new(Incoming {
-            log,
-            buf: BytesMut::new(),
-            step: Step::Magic,
-            received: 0,
-            declared: None,
-            crc: 0,
-            header: None,
-            next_index: 0,
-            next_position: None,
-            entries_seen: 0,
-            first_base: None,
-            last_log_id: None,
-            body_seen: 0,
-            staged: Vec::new(),
-            staged_bytes: 0,
-            done: None,
-        }))
+        Self::Incoming(Box::new(Incoming::new(log)))
     }
 
     /// The snapshot received in full (after openraft shut the stream down).
@@ -262,20 +250,14 @@ impl Outgoing {
                 let mut frames = BytesMut::new();
                 for (index, value) in rows {
                     if index != r.pos.next_index {
-                        return Err(io::Error::other(format!(
-                            "log entry {} is missing while sending a snapshot",
-                            r.pos.next_index
-                        )));
+                        return Err(missing_entry(r.pos.next_index));
                     }
                     frames.extend_from_slice(&(value.len() as u32).to_be_bytes());
                     frames.extend_from_slice(&value);
                     r.pos.next_index += 1;
                 }
                 if frames.is_empty() {
-                    return Err(io::Error::other(format!(
-                        "log entry {} is missing while sending a snapshot",
-                        r.pos.next_index
-                    )));
+                    return Err(missing_entry(r.pos.next_index));
                 }
                 r.pos.frame = frames.freeze();
                 continue;
@@ -327,13 +309,32 @@ pub struct Incoming {
 }
 
 impl Incoming {
+    /// Nothing received yet; entries are staged through `log`.
+    fn new(log: LogStore) -> Self {
+        Self {
+            log,
+            buf: BytesMut::new(),
+            step: Step::Magic,
+            received: 0,
+            declared: None,
+            crc: 0,
+            header: None,
+            next_index: 0,
+            next_position: None,
+            entries_seen: 0,
+            first_base: None,
+            last_log_id: None,
+            body_seen: 0,
+            staged: Vec::new(),
+            staged_bytes: 0,
+            done: None,
+        }
+    }
+
     /// The sender started over: forget what arrived.
     fn restart(&mut self) -> io::Result<()> {
         self.log.clear_staging().map_err(storage)?;
-        let fresh = SnapshotStream::incoming(self.log.clone());
-        if let SnapshotStream::Incoming(f) = fresh {
-            *self = *f;
-        }
+        *self = Self::new(self.log.clone());
         Ok(())
     }
 
