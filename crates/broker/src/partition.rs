@@ -400,6 +400,7 @@ async fn housekeeping(partition: std::sync::Weak<Partition>, settings: Housekeep
     let mut next_retention = rill_rt::now();
     let mut next_cleaning = rill_rt::now();
     let mut progress = Progress::default();
+    let mut purged_for = None;
     loop {
         let Some(p) = partition.upgrade() else { return };
         let config = p.config();
@@ -415,8 +416,13 @@ async fn housekeeping(partition: std::sync::Weak<Partition>, settings: Housekeep
                 tracing::debug!(group = p.group, error = %e, "could not start a snapshot");
             }
         }
-        if let Err(e) = p.purge_below_log_start().await {
-            tracing::debug!(group = p.group, error = %e, "could not purge the log");
+        // A purge depends only on the newest snapshot: once done for one, it is not redone.
+        let point = p.sm.snapshot_point();
+        if point.is_some() && point != purged_for {
+            match p.purge_below_log_start().await {
+                Ok(()) => purged_for = point,
+                Err(e) => tracing::debug!(group = p.group, error = %e, "could not purge the log"),
+            }
         }
         if config.compacted() {
             if let Err(e) = p.compact_once(&compaction, &mut progress).await {
