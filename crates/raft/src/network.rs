@@ -161,8 +161,7 @@ impl Transport {
             #[cfg(not(madsim))]
             Some(tls) => {
                 let settings = |e: rill_tls::TlsError| TransportError(format!("TLS settings for node {node}: {e}"));
-                let connector = rill_tls::connector::NodeConnector::new(tls.client_config().map_err(settings)?, node)
-                    .map_err(settings)?;
+                let connector = rill_tls::connector::NodeConnector::new(tls, node).map_err(settings)?;
                 endpoint.connect_with_connector_lazy(connector)
             }
             #[cfg(madsim)]

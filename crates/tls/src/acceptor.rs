@@ -6,22 +6,31 @@
 //!   accept loop ──► one task per connection: TLS handshake (bounded by HANDSHAKE_TIMEOUT)
 //!        │                         │ ok                         │ failed / timed out
 //!        │                         ▼                            ▼
-//!        │              channel ──► incoming stream ──► tonic    logged, connection dropped
+//!        │     registered in Connections (Tracked)              logged, connection dropped
+//!        │                         ▼
+//!        │              channel ──► incoming stream ──► tonic
 //!        └── stops when the stream is dropped (tonic drops it at shutdown)
 //! ```
 //!
-//! tonic implements `Connected` for `tokio_rustls::server::TlsStream<TcpStream>` with
-//! `TlsConnectInfo<TcpConnectInfo>`, which is what `tonic::Request::peer_certs()` reads: handlers
-//! see the calling node's certificate chain exactly as with tonic's own TLS.
+//! Each connection is registered in the node's [`crate::connections::Connections`] with the
+//! certificate chain its peer presented, so it can be closed once that certificate no longer
+//! verifies (a CA rotated out of `ca.pem`, an expired certificate). tonic implements
+//! `Connected` for `tokio_rustls::server::TlsStream<TcpStream>` with
+//! `TlsConnectInfo<TcpConnectInfo>`, which is what `tonic::Request::peer_certs()` reads, and
+//! [`Tracked`] passes it through: handlers see the calling node's certificate chain exactly as
+//! with tonic's own TLS.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::Stream;
-use rustls::ServerConfig;
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
+
+use crate::connections::{Connections, Side};
+use crate::tracked::Tracked;
+use crate::{ReloadingTls, TlsError};
 
 /// Longest a connection may take to complete its TLS handshake. A node's handshake takes
 /// milliseconds; this only bounds what a silent or slow connection holds (a task and a socket).
@@ -35,23 +44,25 @@ const ACCEPT_ERROR_BACKOFF: Duration = Duration::from_millis(100);
 /// only keeps a stalled server from piling them up.
 const ACCEPTED_QUEUE: usize = 64;
 
-/// The connections `listener` accepts, each after a successful TLS handshake with `config`
-/// (normally [`crate::ReloadingTls::server_config`]). Handshakes run concurrently, each in its
-/// own task with a [`HANDSHAKE_TIMEOUT`]; one that fails is logged and dropped and accepting
-/// goes on. The stream never yields an error and ends only when dropped, which stops the accept
-/// loop and closes the listener.
+/// The connections `listener` accepts, each after a successful TLS handshake with `tls`'s
+/// server configuration ([`ReloadingTls::server_config`]), registered in
+/// [`ReloadingTls::connections`]. Handshakes run concurrently, each in its own task with a
+/// [`HANDSHAKE_TIMEOUT`]; one that fails is logged and dropped and accepting goes on. The stream
+/// never yields an error and ends only when dropped, which stops the accept loop and closes the
+/// listener. Fails only when the server configuration cannot be built.
 pub fn incoming(
     listener: TcpListener,
-    config: Arc<ServerConfig>,
-) -> impl Stream<Item = Result<TlsStream<TcpStream>, std::io::Error>> + Send + 'static {
+    tls: &Arc<ReloadingTls>,
+) -> Result<impl Stream<Item = Result<Tracked<TlsStream<TcpStream>>, std::io::Error>> + Send + 'static, TlsError> {
+    let acceptor = TlsAcceptor::from(tls.server_config()?);
     let (tx, rx) = rill_rt::sync::mpsc::channel(ACCEPTED_QUEUE);
-    rill_rt::spawn(accept_loop(listener, TlsAcceptor::from(config), tx));
-    futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|tls| (Ok(tls), rx)) })
+    rill_rt::spawn(accept_loop(listener, acceptor, tls.connections().clone(), tx));
+    Ok(futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|tls| (Ok(tls), rx)) }))
 }
 
-type Accepted = rill_rt::sync::mpsc::Sender<TlsStream<TcpStream>>;
+type Accepted = rill_rt::sync::mpsc::Sender<Tracked<TlsStream<TcpStream>>>;
 
-async fn accept_loop(listener: TcpListener, acceptor: TlsAcceptor, tx: Accepted) {
+async fn accept_loop(listener: TcpListener, acceptor: TlsAcceptor, connections: Connections, tx: Accepted) {
     let local = listener.local_addr().ok();
     loop {
         let accepted = tokio::select! {
@@ -64,7 +75,7 @@ async fn accept_loop(listener: TcpListener, acceptor: TlsAcceptor, tx: Accepted)
                 if let Err(e) = tcp.set_nodelay(true) {
                     tracing::debug!(%peer, error = %e, "internal listener: cannot set TCP_NODELAY");
                 }
-                rill_rt::spawn(handshake(acceptor.clone(), tcp, peer, tx.clone()));
+                rill_rt::spawn(handshake(acceptor.clone(), tcp, peer, connections.clone(), tx.clone()));
             }
             Err(e) => {
                 tracing::warn!(listener = ?local, error = %e, "internal listener: accept failed");
@@ -74,11 +85,24 @@ async fn accept_loop(listener: TcpListener, acceptor: TlsAcceptor, tx: Accepted)
     }
 }
 
-async fn handshake(acceptor: TlsAcceptor, tcp: TcpStream, peer: std::net::SocketAddr, tx: Accepted) {
+async fn handshake(
+    acceptor: TlsAcceptor,
+    tcp: TcpStream,
+    peer: std::net::SocketAddr,
+    connections: Connections,
+    tx: Accepted,
+) {
     match rill_rt::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
         Ok(Ok(tls)) => {
+            // Client authentication is mandatory, so a handshake that succeeded has a chain.
+            let Some(chain) = tls.get_ref().1.peer_certificates() else {
+                tracing::warn!(%peer, "internal listener: a handshake completed without a client certificate; dropped");
+                return;
+            };
+            // Registered before tonic takes it, so a sweep meanwhile sees it too.
+            let registration = connections.register(Side::Accepted, Some(peer), Arc::new(chain.to_vec()));
             // Fails only when the server stopped: the connection is dropped.
-            let _ = tx.send(tls).await;
+            let _ = tx.send(Tracked::new(tls, registration)).await;
         }
         Ok(Err(e)) => {
             // A refused certificate is worth an operator's attention (a peer with the wrong CA

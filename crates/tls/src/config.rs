@@ -1,7 +1,8 @@
 //! The rustls configurations of the internal listener and of the connections to peers (real
 //! builds only). Their certificate resolvers and verifiers take the current material of a
 //! [`ReloadingTls`] at every handshake, so new connections use new files as soon as they are
-//! swapped in, while established connections keep what they were made with.
+//! swapped in; [`Keys::verify_peer`] checks an established connection's peer again with them
+//! ([`crate::connections`]).
 //!
 //! ```text
 //!   ReloadingTls ── current() ──► Keys { certified key, client verifier, server verifier }
@@ -23,6 +24,7 @@ use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
 use rustls::sign::CertifiedKey;
 use rustls::{ClientConfig, DigitallySignedStruct, DistinguishedName, RootCertStore, ServerConfig, SignatureScheme};
 
+use crate::connections::Side;
 use crate::error::TlsError;
 use crate::files::{certificates, NodeTls, TlsPaths};
 use crate::reload::ReloadingTls;
@@ -46,7 +48,7 @@ fn provider() -> Arc<CryptoProvider> {
 }
 
 /// The wall clock as rustls wants it (through `rill-rt`, the one sanctioned wall-clock read).
-fn now() -> UnixTime {
+pub(crate) fn now() -> UnixTime {
     UnixTime::since_unix_epoch(Duration::from_millis(u64::try_from(rill_rt::wall_clock_ms()).unwrap_or(0)))
 }
 
@@ -107,6 +109,28 @@ impl Keys {
         server_verifier.verify_server_cert(leaf, intermediates, &name, &[], now).map_err(not_accepted)?;
         client_verifier.verify_client_cert(leaf, intermediates, now).map_err(not_accepted)?;
         Ok(Self { certified: Arc::new(certified), client_verifier, server_verifier })
+    }
+
+    /// Checks a peer's chain (leaf first) again, as its handshake did on `side`: against these
+    /// CAs at `now`, and for a dialed peer, that it names the node dialed. An established
+    /// connection whose peer fails this is closed ([`crate::connections`]).
+    pub(crate) fn verify_peer(
+        &self,
+        side: Side,
+        chain: &[CertificateDer<'static>],
+        now: UnixTime,
+    ) -> Result<(), rustls::Error> {
+        let Some((leaf, intermediates)) = chain.split_first() else {
+            return Err(rustls::Error::NoCertificatesPresented);
+        };
+        match side {
+            Side::Accepted => self.client_verifier.verify_client_cert(leaf, intermediates, now).map(drop),
+            Side::Dialed { peer } => {
+                let name = ServerName::try_from(crate::node_name(peer))
+                    .map_err(|_| rustls::Error::General(format!("{} is not a DNS name", crate::node_name(peer))))?;
+                self.server_verifier.verify_server_cert(leaf, intermediates, &name, &[], now).map(drop)
+            }
+        }
     }
 }
 

@@ -7,6 +7,7 @@
 //! `node-<id>` and the CA every node trusts.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose,
@@ -87,12 +88,26 @@ impl ClusterCa {
     /// A certificate and key for node `id`: subject alternative name `node-<id>`, usable both to
     /// serve and to dial (mutual TLS). Returns (certificate PEM, key PEM).
     pub fn issue_node(&self, id: u64) -> Result<(String, String), TlsError> {
+        self.issue(id, None)
+    }
+
+    /// As [`ClusterCa::issue_node`], but the certificate expires `valid_for` from now (to the
+    /// second, as X.509 times go): for trying out what a node does with expired certificates.
+    pub fn issue_node_valid_for(&self, id: u64, valid_for: Duration) -> Result<(String, String), TlsError> {
+        self.issue(id, Some(valid_for))
+    }
+
+    fn issue(&self, id: u64, valid_for: Option<Duration>) -> Result<(String, String), TlsError> {
         let name = crate::node_name(id);
         let key = KeyPair::generate().map_err(issue_error)?;
         let mut params = CertificateParams::new(vec![name.clone()]).map_err(issue_error)?;
         params.distinguished_name.push(DnType::CommonName, name);
         params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth];
+        if let Some(valid_for) = valid_for {
+            let now_ms = u64::try_from(rill_rt::wall_clock_ms()).unwrap_or(0);
+            params.not_after = rcgen::date_time_ymd(1970, 1, 1) + Duration::from_millis(now_ms) + valid_for;
+        }
         let cert = params.signed_by(&key, &self.issuer).map_err(issue_error)?;
         Ok((cert.pem(), key.serialize_pem()))
     }

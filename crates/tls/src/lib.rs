@@ -14,6 +14,10 @@
 //!        ▼                                 ▼
 //!   acceptor::incoming ──► tonic server    connector::NodeConnector ──► tonic channel
 //!   (internal listener)                    (dialing node-<peer>)
+//!        │ each connection, registered       │
+//!        ▼                                   ▼
+//!   Connections: live connections and their peers' chains, checked again at every poll;
+//!   one whose peer no longer verifies (CA out of ca.pem, expired) is closed (Tracked)
 //! ```
 //!
 //! * [`files`]: [`TlsPaths`] and [`NodeTls`], the CA, certificate and key a node reads from PEM
@@ -26,14 +30,19 @@
 //! * `acceptor` (real builds): the internal listener's TCP accept loop with concurrent,
 //!   time-bounded TLS handshakes, as a stream for tonic's `serve_with_incoming_shutdown`.
 //! * `connector` (real builds): the tower connector a tonic channel dials a peer with.
+//! * `connections` (real builds): [`connections::Connections`], the established connections of
+//!   both sides with their peers' certificate chains, and the sweep that closes those whose peer
+//!   no longer verifies.
+//! * `tracked` (real builds): [`tracked::Tracked`], a connection's stream that fails once the
+//!   registry tells it to close, and leaves the registry when dropped.
 //! * [`issue`]: a throwaway CA and node certificates (rcgen), for `rill dev`, the test kit and
 //!   operators who want a starting point.
 //! * [`peer`]: which node a presented certificate names.
 //! * [`caller`]: [`Caller`], the peer behind an internal request, and whether it may speak for
 //!   the node ids its message names.
 //!
-//! The simulation has no TLS (madsim's network has none): `config`, `acceptor` and
-//! `connector`, and every rustls type, exist in real builds only.
+//! The simulation has no TLS (madsim's network has none): `config`, `acceptor`, `connector`,
+//! `connections` and `tracked`, and every rustls type, exist in real builds only.
 
 #[cfg(not(madsim))]
 pub mod acceptor;
@@ -41,12 +50,16 @@ pub mod caller;
 #[cfg(not(madsim))]
 pub mod config;
 #[cfg(not(madsim))]
+pub mod connections;
+#[cfg(not(madsim))]
 pub mod connector;
 pub mod error;
 pub mod files;
 pub mod issue;
 pub mod peer;
 pub mod reload;
+#[cfg(not(madsim))]
+pub mod tracked;
 
 pub use caller::{Caller, Impersonation};
 pub use error::TlsError;

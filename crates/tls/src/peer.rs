@@ -18,4 +18,17 @@ impl<'a> PeerCertificate<'a> {
         let Ok(name) = ServerName::try_from(crate::node_name(id)) else { return false };
         cert.verify_is_valid_for_subject_name(&name).is_ok()
     }
+
+    /// The node ids the certificate's DNS names spell (`node-<id>`), for logs that say whose a
+    /// certificate is. Not a check: whether a certificate may act as a node is [`Self::names`].
+    pub fn node_ids(&self) -> Vec<u64> {
+        let Ok(cert) = webpki::EndEntityCert::try_from(&self.0) else { return Vec::new() };
+        cert.valid_dns_names()
+            .filter_map(|name| {
+                let id: u64 = name.strip_prefix("node-")?.parse().ok()?;
+                // `node-02` is not node 2's name.
+                (crate::node_name(id) == name).then_some(id)
+            })
+            .collect()
+    }
 }

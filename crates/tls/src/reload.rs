@@ -33,6 +33,16 @@
 //! parses, the certificate names this node), plus what rustls needs to serve it (the key is the
 //! certificate's, the certificate chains to a CA in `ca.pem` and is valid now for both server and
 //! client authentication as `node-<id>`): the same checks at start and on reload.
+//!
+//! # Established connections follow the files too
+//!
+//! A handshake checks a peer's certificate once, but connections between nodes live for hours.
+//! So at every poll (real builds), after looking at the files, the watcher checks every
+//! established internal connection's peer certificate again with the material in use
+//! ([`ReloadingTls::close_unverified`], [`crate::connections`]): one whose peer no longer chains
+//! to a CA in `ca.pem`, has expired, or (dialed) no longer names the node dialed is closed, and
+//! the channel that dialed it reconnects with the current files. One whose peer still verifies
+//! is left alone, so a rotation within one CA reconnects nothing.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -52,7 +62,8 @@ pub const RELOAD_POLL_INTERVAL: Duration = Duration::from_secs(5);
 pub enum Reload {
     /// The files are as they were last read, or hold the same bytes.
     Unchanged,
-    /// New material is in use from now on, for new connections.
+    /// New material is in use from now on: for new connections, and established connections
+    /// are checked against it at the same poll ([`ReloadingTls::close_unverified`]).
     Reloaded {
         /// How many times material was swapped in since the start (the start's is 0).
         generation: u64,
@@ -101,8 +112,8 @@ impl Seen {
 /// A node's CA, certificate and key, read from [`TlsPaths`] at start and again whenever the
 /// files change (see the module documentation). The rustls configurations built from it
 /// ([`ReloadingTls::server_config`], [`ReloadingTls::client_config`]) use the current material
-/// for every new handshake; connections already established keep the material they were made
-/// with.
+/// for every new handshake; connections already established are checked against it at every
+/// poll, and closed once their peer's certificate no longer verifies.
 pub struct ReloadingTls {
     paths: TlsPaths,
     node_id: u64,
@@ -111,6 +122,10 @@ pub struct ReloadingTls {
     last_read: Mutex<Seen>,
     /// How many changed sets were refused.
     refused: AtomicU64,
+    /// The connections established with this material (any generation of it), checked again
+    /// at every poll.
+    #[cfg(not(madsim))]
+    connections: crate::connections::Connections,
 }
 
 impl std::fmt::Debug for ReloadingTls {
@@ -137,6 +152,8 @@ impl ReloadingTls {
             current: RwLock::new(Arc::new(material)),
             last_read: Mutex::new(seen),
             refused: AtomicU64::new(0),
+            #[cfg(not(madsim))]
+            connections: crate::connections::Connections::new(node_id),
         }))
     }
 
@@ -189,7 +206,7 @@ impl ReloadingTls {
                 cert = %self.paths.cert.display(),
                 ca = %self.paths.ca.display(),
                 generation,
-                "internal TLS: new certificate files in use for new connections"
+                "internal TLS: new certificate files in use"
             ),
             Reload::Refused(error) => {
                 self.refused.fetch_add(1, Ordering::Relaxed);
@@ -222,8 +239,52 @@ impl ReloadingTls {
         }
     }
 
-    /// Starts the task that checks the files every `interval` (normally
-    /// [`RELOAD_POLL_INTERVAL`]). It ends once nothing else holds this `ReloadingTls`.
+    /// The internal connections established now, accepted and dialed (see
+    /// [`crate::connections`]).
+    #[cfg(not(madsim))]
+    pub fn connections(&self) -> &crate::connections::Connections {
+        &self.connections
+    }
+
+    /// Checks every established connection's peer certificate again with the material in use
+    /// now (chains to a CA in the current `ca.pem`, valid now, and a dialed peer's names the
+    /// node dialed) and closes each that fails, logging the peer and why. So neither a CA a
+    /// rotation took out of `ca.pem` nor an expired certificate outlives a poll on a connection
+    /// made before; a connection whose peer still verifies is left alone. CPU-bound (a chain
+    /// verification per connection): call it off the async workers, as the watcher does.
+    #[cfg(not(madsim))]
+    pub fn close_unverified(&self) -> crate::connections::Sweep {
+        let material = self.current();
+        let now = crate::config::now();
+        self.connections.close_unverified(|side, chain| material.keys.verify_peer(side, chain, now))
+    }
+
+    /// One poll: [`ReloadingTls::check`], then, in real builds, [`ReloadingTls::close_unverified`]
+    /// at every poll, not only after a reload: a certificate expires without any file changing,
+    /// and a connection whose handshake ran on the old material while the new was being swapped
+    /// in registers just after the sweep that followed the swap, so it is caught by the next.
+    fn poll(&self) {
+        let reload = self.check();
+        #[cfg(not(madsim))]
+        {
+            let sweep = self.close_unverified();
+            if let Reload::Reloaded { generation } = reload {
+                tracing::info!(
+                    node = self.node_id,
+                    generation,
+                    kept = sweep.kept,
+                    closed = sweep.closed,
+                    "internal TLS: established connections checked against the new files"
+                );
+            }
+        }
+        #[cfg(madsim)]
+        drop(reload);
+    }
+
+    /// Starts the task that polls the files, and checks the established connections, every
+    /// `interval` (normally [`RELOAD_POLL_INTERVAL`]). It ends once nothing else holds this
+    /// `ReloadingTls`.
     pub fn spawn_watcher(self: &Arc<Self>, interval: Duration) -> rill_rt::JoinHandle<()> {
         rill_rt::spawn(watch(Arc::downgrade(self), interval))
     }
@@ -233,8 +294,9 @@ async fn watch(tls: Weak<ReloadingTls>, interval: Duration) {
     loop {
         rill_rt::sleep(interval).await;
         let Some(tls) = tls.upgrade() else { return };
-        // Three small reads, and now and then a parse: off the async workers.
-        rill_rt::blocking(move || drop(tls.check())).await;
+        // Three small reads, now and then a parse, and a chain verification per connection: off
+        // the async workers.
+        rill_rt::blocking(move || tls.poll()).await;
     }
 }
 
@@ -329,6 +391,59 @@ mod tests {
         std::fs::write(&paths.ca, "-----BEGIN CERTIFICATE-----\nnot base64\n").unwrap();
         must_refuse(&tls, "ca.pem");
         assert_eq!(tls.generation(), 2);
+    }
+
+    /// The DER chain of a certificate PEM.
+    #[cfg(not(madsim))]
+    fn chain(pem: &str) -> crate::caller::PeerChain {
+        use rustls_pki_types::pem::PemObject;
+        let certs = rustls_pki_types::CertificateDer::pem_slice_iter(pem.as_bytes()).map(|c| c.unwrap()).collect();
+        Arc::new(certs)
+    }
+
+    #[cfg(not(madsim))]
+    #[test]
+    fn established_connections_are_checked_again_with_the_material_in_use() {
+        use crate::connections::Side;
+        let dir = tempfile::tempdir().unwrap();
+        let a = ClusterCa::generate("a").unwrap();
+        let b = ClusterCa::generate("b").unwrap();
+        let paths = a.write_node(dir.path(), 1).unwrap();
+        std::fs::write(&paths.ca, format!("{}{}", a.cert_pem(), b.cert_pem())).unwrap();
+        let tls = ReloadingTls::load(paths.clone(), 1).unwrap();
+        let connections = tls.connections();
+        let peer = |ca: &ClusterCa, id| chain(&ca.issue_node(id).unwrap().0);
+
+        tracing::info!("--- peers from both CAs, accepted and dialed, all verify while both are trusted");
+        let _accepted_a = connections.register(Side::Accepted, None, peer(&a, 2));
+        let _dialed_a = connections.register(Side::Dialed { peer: 2 }, None, peer(&a, 2));
+        let _accepted_b = connections.register(Side::Accepted, None, peer(&b, 3));
+        let _dialed_b = connections.register(Side::Dialed { peer: 3 }, None, peer(&b, 3));
+        assert_eq!(tls.close_unverified(), crate::connections::Sweep { kept: 4, closed: 0 });
+
+        tracing::info!("--- A out of ca.pem: A's connections close, B's stay");
+        install(&paths, &b, 1);
+        std::fs::write(&paths.ca, b.cert_pem()).unwrap();
+        assert!(matches!(tls.check(), Reload::Reloaded { .. }));
+        assert_eq!(tls.close_unverified(), crate::connections::Sweep { kept: 2, closed: 2 });
+        let peers: Vec<_> = connections.live().into_iter().map(|c| c.peer).collect();
+        // Listed until their streams drop; told to close already.
+        assert_eq!(peers, ["node-2", "node-2", "node-3", "node-3"]);
+        assert_eq!(connections.closed(), 2);
+
+        tracing::info!("--- a dialed peer must still name the node dialed; an expired one fails");
+        let keys = &tls.current().keys;
+        let now = crate::config::now();
+        let named_3 = peer(&b, 3);
+        keys.verify_peer(Side::Dialed { peer: 3 }, &named_3, now).unwrap();
+        keys.verify_peer(Side::Dialed { peer: 4 }, &named_3, now).unwrap_err();
+        let hour = Duration::from_secs(3600);
+        let short = chain(&b.issue_node_valid_for(3, hour).unwrap().0);
+        keys.verify_peer(Side::Accepted, &short, now).unwrap();
+        let later = rustls_pki_types::UnixTime::since_unix_epoch(Duration::from_secs(now.as_secs()) + 2 * hour);
+        let expired = keys.verify_peer(Side::Accepted, &short, later).unwrap_err().to_string();
+        assert!(expired.contains("expired"), "{expired}");
+        keys.verify_peer(Side::Accepted, &[], now).unwrap_err();
     }
 
     #[test]

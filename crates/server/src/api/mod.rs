@@ -139,16 +139,15 @@ async fn serve_internal(node: Arc<Node>, shutdown: impl Future<Output = ()> + Se
         None => router.serve_with_shutdown(addr, shutdown).await.map_err(|e| failed(&e)),
         // Peers must present a certificate from the cluster's CA (docs/security.md). The
         // handshakes use the node's current certificate and CAs, which follow their files, so
-        // rotated certificates serve new connections without a restart; handlers still see the
-        // caller's certificate chain (`Request::peer_certs`).
+        // rotated certificates serve new connections without a restart, and an established
+        // connection whose peer's certificate no longer verifies is closed; handlers still see
+        // the caller's certificate chain (`Request::peer_certs`).
         #[cfg(not(madsim))]
         Some(tls) => {
-            let config = tls.server_config().map_err(|e| failed(&format!("TLS settings: {e}")))?;
             let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| failed(&e))?;
-            router
-                .serve_with_incoming_shutdown(rill_tls::acceptor::incoming(listener, config), shutdown)
-                .await
-                .map_err(|e| failed(&e))
+            let incoming =
+                rill_tls::acceptor::incoming(listener, tls).map_err(|e| failed(&format!("TLS settings: {e}")))?;
+            router.serve_with_incoming_shutdown(incoming, shutdown).await.map_err(|e| failed(&e))
         }
         #[cfg(madsim)]
         Some(_) => Err(Error::Serve("the simulation has no TLS: run it with the insecure setting".into())),
