@@ -211,7 +211,7 @@ impl Connections {
                         node = self.node_id,
                         peer = %entry.peer(),
                         side,
-                        remote = ?entry.remote,
+                        remote = %entry.remote.map_or_else(|| "unknown".to_string(), |a| a.to_string()),
                         %error,
                         "internal TLS: closing a connection whose peer certificate no longer verifies"
                     );
