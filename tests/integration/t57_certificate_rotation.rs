@@ -2,6 +2,9 @@
 //! "Rotating"): both CAs in `ca.pem`, new node certificates, then the old CA out. Each step is
 //! picked up by every node within its poll interval; afterwards the internal listener refuses a
 //! certificate from the old CA, answers one from the new, and the cluster still commits.
+//! Established connections follow: none is closed while both CAs are trusted, and once the old CA
+//! is out every connection made with its certificates (all of them, from the cluster's start) is
+//! closed, each for that reason, at the same poll.
 
 use std::path::Path;
 use std::time::Duration;
@@ -21,6 +24,19 @@ const RELOAD_TIMEOUT: Duration = Duration::from_secs(20);
 /// What a node logs when it starts using changed certificate files.
 const RELOADED: &str = "internal TLS: new certificate files in use";
 
+/// What a node logs once it checked its established connections against changed files.
+const CHECKED: &str = "internal TLS: established connections checked against the new files";
+
+/// What a node logs for each established connection it closes.
+const CLOSED: &str = "internal TLS: closing a connection whose peer certificate no longer verifies";
+
+/// The lines of every node's log in `1..=n` that contain `what`.
+fn log_lines(cluster: &TestCluster, n: u64, what: &str) -> Vec<String> {
+    (1..=n)
+        .flat_map(|id| cluster.log_text(id).lines().filter(|l| l.contains(what)).map(String::from).collect::<Vec<_>>())
+        .collect()
+}
+
 /// Replaces `path` whole (a temporary file renamed over it), as an operator should.
 fn replace(path: &Path, contents: &str) -> anyhow::Result<()> {
     let tmp = path.with_extension("new");
@@ -33,6 +49,15 @@ fn replace(path: &Path, contents: &str) -> anyhow::Result<()> {
 async fn wait_for_reloads(cluster: &TestCluster, n: u64, count: usize, what: &str) -> anyhow::Result<()> {
     wait_for(RELOAD_TIMEOUT, what, || async {
         (1..=n).all(|id| cluster.log_text(id).matches(RELOADED).count() >= count).then_some(())
+    })
+    .await
+}
+
+/// Waits until every node in `1..=n` logged `count` checks of its established connections
+/// after a reload (each follows its reload within the same poll).
+async fn wait_for_checks(cluster: &TestCluster, n: u64, count: usize) -> anyhow::Result<()> {
+    wait_for(RELOAD_TIMEOUT, "every node to check its established connections", || async {
+        (1..=n).all(|id| cluster.log_text(id).matches(CHECKED).count() >= count).then_some(())
     })
     .await
 }
@@ -73,10 +98,20 @@ async fn a_cluster_rotates_to_a_new_ca_without_a_restart() -> anyhow::Result<()>
         replace(&dir.join(format!("node-{id}.pem")), &cert)?;
     }
     wait_for_reloads(&cluster, 3, 2, "every node to use its new certificate").await?;
+    wait_for_checks(&cluster, 3, 2).await?;
+    let closed = log_lines(&cluster, 3, CLOSED);
+    assert!(closed.is_empty(), "a connection closed while both CAs were trusted: {closed:#?}");
 
-    tracing::info!("--- the old CA is taken out");
+    tracing::info!("--- the old CA is taken out: the connections made with its certificates close");
     replace(&dir.join("ca.pem"), new.cert_pem())?;
     wait_for_reloads(&cluster, 3, 3, "every node to trust only the new CA").await?;
+    wait_for_checks(&cluster, 3, 3).await?;
+    // Every connection between the nodes so far was made with the old CA's certificates (the
+    // cluster started with them and nothing reconnected since): each is closed by one end or
+    // both, and only because its peer's CA is no longer trusted.
+    let closed = log_lines(&cluster, 3, CLOSED);
+    assert!(!closed.is_empty(), "no connection made with the old CA was closed:\n{}", cluster.log_tails());
+    assert!(closed.iter().all(|l| l.contains("UnknownIssuer")), "{closed:#?}");
 
     tracing::info!("--- new connections: the old CA's certificates are refused, the new CA's answered");
     let (old_cert, old_key) = old.issue_node(2)?;
