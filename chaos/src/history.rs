@@ -124,7 +124,9 @@ impl History {
     /// at logical time `at` — the first sample taken at or after `at`, else the final point
     /// (`u64::MAX` when neither is known).
     pub fn cleaning_bound(&self, partition: Partition, at: u64) -> u64 {
-        let sampled = self.cleaning_samples.iter().find(|(clock, p, _)| *p == partition && *clock >= at);
+        // Samples are in clock order.
+        let from = self.cleaning_samples.partition_point(|(clock, _, _)| *clock < at);
+        let sampled = self.cleaning_samples[from..].iter().find(|(_, p, _)| *p == partition);
         match (sampled, self.cleaning.get(&partition)) {
             (Some((_, _, clean_to)), _) => *clean_to,
             (None, Some((clean_to, _))) => *clean_to,

@@ -123,16 +123,19 @@ pub fn check(logs: &[ReplicaLog]) -> Vec<Violation> {
                 let at = a.iter().zip(&b).position(|(x, y)| x != y).unwrap_or(a.len().min(b.len()));
                 let describe = |e: Option<&&(u64, u64, Bytes)>| {
                     e.map_or("nothing".to_string(), |(i, base, body)| {
-                        format!("index {i} offset {base} ({} bytes)", body.len())
+                        format!("index {i} offset {base} ({} bytes{})", body.len(), records(*base, body))
                     })
                 };
+                let point = |l: &ReplicaLog| l.cleaning.map_or(String::new(), |c| format!(" (cleaning point {c:?})"));
                 out.push(Violation {
                     checker: "replicas-agree",
                     detail: format!(
-                        "group {group}: below offset {bound}, node {} has {} where node {} has {}",
+                        "group {group}: below offset {bound}, node {}{} has {} where node {}{} has {}",
                         first.node,
+                        point(first),
                         describe(a.get(at)),
                         other.node,
+                        point(other),
                         describe(b.get(at))
                     ),
                 });
@@ -140,6 +143,29 @@ pub fn check(logs: &[ReplicaLog]) -> Vec<Violation> {
         }
     }
     out
+}
+
+/// The records of an append entry at `base`, as `; offset key=… id=…` (nothing for other
+/// entries or undecodable ones): what a difference between replicas is about.
+fn records(base: u64, body: &Bytes) -> String {
+    let Ok(batches) = rill_broker::command::decode_append(body.clone()) else { return String::new() };
+    let text = |b: &Option<Bytes>| b.as_deref().map_or("null".to_string(), |b| String::from_utf8_lossy(b).into_owned());
+    let mut out = Vec::new();
+    let mut batch_base = base;
+    for data in batches {
+        let Ok(batch) = rill_records::decode(&data, rill_records::MAX_DECOMPRESSED_BATCH_BYTES) else { break };
+        for r in &batch.records {
+            let id = r.headers.iter().find(|h| &h.key[..] == b"id").map_or_else(|| text(&r.value), |h| text(&h.value));
+            let tombstone = if r.value.is_none() { " tombstone" } else { "" };
+            out.push(format!("{} key={} id={id}{tombstone}", batch_base + r.offset_delta as u64, text(&r.key)));
+        }
+        batch_base += batch.info.span();
+    }
+    if out.is_empty() {
+        String::new()
+    } else {
+        format!("; {}", out.join(", "))
+    }
 }
 
 #[cfg(test)]
