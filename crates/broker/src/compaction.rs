@@ -38,6 +38,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use rill_raft::log_store::Rewrite;
+use rill_raft::NodeId;
 use rill_records::compact::{retain, Retained};
 use rill_records::{BatchInfo, MAX_DECOMPRESSED_BATCH_BYTES};
 use rill_rt::mutation::{self, Mutation};
@@ -219,6 +220,31 @@ pub fn compact_log(
 }
 
 impl Partition {
+    /// The offset below which every replica of the group holds every entry (the leader's view
+    /// of its followers' logs; 0 while one is unknown). A tombstone may go only below it: a
+    /// replica that held a deleted key's older record but not yet its tombstone would otherwise
+    /// receive the tombstone's entry compacted, without the tombstone, and keep the old value.
+    /// A follower the leader's log has been purged past gets a snapshot instead, which replaces
+    /// its whole log, so it sets no bound.
+    fn held_by_every_replica(&self) -> Result<u64> {
+        let storage = |e: rill_raft::Error| PartitionError::Storage(e.to_string());
+        let nodes: Vec<NodeId> =
+            self.raft.metrics().borrow().membership_config.membership().nodes().map(|(id, _)| *id).collect();
+        let matched = self.isr.borrow().matched.clone();
+        let purged = self.log.last_purged_index();
+        let mut held = self.log.end_position();
+        for n in nodes.into_iter().filter(|n| *n != self.node_id) {
+            let Some(&m) = matched.get(&n) else { return Ok(0) };
+            if purged.is_some_and(|p| m < p) {
+                continue;
+            }
+            if let Some(p) = self.log.position_after(m).map_err(storage)? {
+                held = held.min(p);
+            }
+        }
+        Ok(held)
+    }
+
     /// The cleaning point this replica has applied: `(clean_to, tombstones_before)`.
     pub fn cleaning_point(&self) -> (u64, u64) {
         let c = self.cleaning.lock().unwrap_or_else(|p| p.into_inner());
@@ -316,7 +342,8 @@ impl Partition {
 
     /// While this replica leads a compacted topic: proposes a new cleaning point when enough
     /// was appended since the last one (as many bytes as the compacted part holds, Kafka's
-    /// `min.cleanable.dirty.ratio` of 0.5), or when tombstones became old enough to go. The
+    /// `min.cleanable.dirty.ratio` of 0.5), or when tombstones became old enough to go (and
+    /// every replica holds them: [`Partition::held_by_every_replica`]). The
     /// point is at most the high watermark and before every record younger than
     /// `min.compaction.lag.ms`. Returns the cleaning point afterwards when one was proposed.
     pub(crate) async fn schedule_compaction(
@@ -331,11 +358,12 @@ impl Partition {
         let lag = i64::try_from(config.min_compaction_lag_ms).unwrap_or(i64::MAX);
         let clean_to =
             if lag == 0 { self.high_watermark() } else { self.offset_for_time(now.saturating_sub(lag) + 1)? };
-        let (current, current_tombstones, dirty_bytes, tombstones) = {
+        let (current, current_tombstones, dirty_bytes, horizon) = {
             let c = self.cleaning.lock().unwrap_or_else(|p| p.into_inner());
             let dirty = self.index.lock().unwrap_or_else(|p| p.into_inner()).bytes_from(c.clean_to());
             (c.clean_to(), c.tombstones_before(), dirty, c.tombstone_horizon(now, config.delete_retention_ms))
         };
+        let tombstones = horizon.min(self.held_by_every_replica()?).max(current_tombstones);
         let dirty_enough = clean_to > current && dirty_bytes.saturating_mul(2) >= progress.clean_bytes;
         if !dirty_enough && tombstones <= current_tombstones {
             return Ok(None);

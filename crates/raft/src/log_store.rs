@@ -417,6 +417,21 @@ impl LogStore {
         lock(&self.shared.meta).end_position
     }
 
+    /// The position after log index `index`: where a replica whose log ends at `index` ends in
+    /// positions. `None` when the entry after it is no longer stored (purged).
+    pub fn position_after(&self, index: u64) -> crate::Result<Option<u64>> {
+        let (last, end) = {
+            let meta = lock(&self.shared.meta);
+            (meta.last_log_id.map(|l| l.index), meta.end_position)
+        };
+        if last.is_none_or(|l| index >= l) {
+            return Ok(Some(end));
+        }
+        let g = self.shared.group;
+        let next = self.get_entry(index + 1).map_err(|e| crate::Error::Raft { group: g, reason: e.to_string() })?;
+        Ok(next.map(|e| e.base))
+    }
+
     /// Registers interest in the entry proposed with tag `proposal`: the receiver yields its
     /// placement once the entry is durable in this node's log. Call before proposing; drop the
     /// receiver (or call [`LogStore::forget_proposal`]) if the proposal fails.
