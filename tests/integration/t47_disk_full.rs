@@ -1,6 +1,6 @@
 //! A full disk: node 1's data directory is a small loop-mounted ext4 file system. Writing until
 //! it fills makes node 1 stop leading and acknowledging and say why (its log, `DescribeCluster`,
-//! `STORAGE_ERROR` answers to produces), while the other two carry on; every record
+//! `NOT_LEADER_OR_FOLLOWER` answers to produces, naming the failure), while the other two carry on; every record
 //! acknowledged before and during the outage survives. Freeing space (a filler file made
 //! beforehand on the same file system) makes node 1 restart itself from its durable state,
 //! catch up and lead again, with every acknowledged record intact.
@@ -137,7 +137,7 @@ async fn must_produce_acknowledged(
             }
             Err(e) => {
                 tracing::info!(error = %e, "produce not acknowledged; retrying");
-                // STORAGE_ERROR is not retried by the client itself: look the leader up again.
+                // An unknown outcome (the failed leader's last writes): look the leader up again.
                 let _ = client.refresh_metadata(&[TOPIC.to_string()]).await;
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
@@ -236,7 +236,7 @@ async fn a_full_disk_stops_the_node_safely_and_freeing_space_brings_it_back() ->
         .await?
         .into_inner();
     let result = &answer.topics[0].partitions[0];
-    assert_eq!(result.error_code, ErrorCode::StorageError as i32, "{result:?}");
+    assert_eq!(result.error_code, ErrorCode::NotLeaderOrFollower as i32, "{result:?}");
     assert!(result.error_message.contains("No space left on device"), "{result:?}");
     must_produce_acknowledged(&client, partition, &mut next, &mut acked, READY_TIMEOUT).await?;
     for _ in 0..10 {

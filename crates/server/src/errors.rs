@@ -200,7 +200,10 @@ pub fn replica_starting(topic: &str, partition: u32, node: u64) -> WireError {
 }
 
 /// This node's storage failed: it leads and acknowledges nothing until it has restarted from
-/// what is durable (see `crate::recovery`). Retriable: other replicas lead meanwhile.
+/// what is durable (see `crate::recovery`). Answered `NOT_LEADER_OR_FOLLOWER` — which is what
+/// the node now is, refused before anything was done — so every client retries on the new
+/// leader at once, non-idempotent writes included (`STORAGE_ERROR` is also what a write that
+/// failed midway gets, whose outcome is unknown). The message says why.
 /// `leader` is the partition's leader elsewhere with its client address, when known.
 pub fn storage_failed(
     topic: &str,
@@ -210,7 +213,7 @@ pub fn storage_failed(
     leader: Option<(NodeId, Option<String>)>,
 ) -> WireError {
     let mut e = WireError::new(
-        ErrorCode::StorageError,
+        ErrorCode::NotLeaderOrFollower,
         format!(
             "node {node}'s storage failed ({reason}): it serves no replica of {topic}/{partition} until it has restarted \
              from its durable state; nothing was appended here; refresh metadata and retry on the new leader"
