@@ -9,10 +9,12 @@
 //!   at the first offset appended within `min.compaction.lag.ms`, so nothing uncommitted and
 //!   nothing younger than the lag is ever compacted.
 //! * `tombstones_before`: below it a tombstone that is the newest record of its key is removed
-//!   too. It is always an earlier `clean_to` that was applied at least `delete.retention.ms`
+//!   too. It is at most an earlier `clean_to` that was applied at least `delete.retention.ms`
 //!   ago by the leader's clock: a tombstone stays readable for that long after compaction first
 //!   removed the values it deletes, so a consumer reading from the start has that long to see
-//!   the deletion (Kafka's rule).
+//!   the deletion (Kafka's rule). And it is at most where every replica's log reaches: a
+//!   replica holding a key's older record but not yet its tombstone would otherwise receive the
+//!   tombstone's entry already compacted, and keep the old value as the key's newest record.
 //!
 //! What a replica's log holds below `clean_to` is then a function of the records and these two
 //! offsets alone, whenever and however often each replica rewrites its entries
