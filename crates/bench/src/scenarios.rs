@@ -359,7 +359,7 @@ pub async fn compaction(env: &Env, rounds: u32, round: Duration, keys: u32) -> a
         offset = f.next_offset;
     }
     deployment.check_running()?;
-    Ok(CompactionResult {
+    let result = CompactionResult {
         keys,
         round_seconds: round.as_secs_f64(),
         plain_msgs_per_sec,
@@ -367,7 +367,20 @@ pub async fn compaction(env: &Env, rounds: u32, round: Duration, keys: u32) -> a
         ratio,
         partition0_offsets,
         partition0_records,
-    })
+    };
+    finish(deployment, "compaction", &result);
+    Ok(result)
+}
+
+/// Stops `deployment` and removes its data (the next scenario needs the disk), after printing
+/// `result` on stderr so that it is kept even if a later scenario fails.
+fn finish(deployment: crate::systems::Deployment, name: &str, result: &impl Serialize) {
+    eprintln!("{name}: {}", serde_json::to_string(result).unwrap_or_default());
+    let dir = deployment.dir.clone();
+    drop(deployment);
+    if let Err(e) = std::fs::remove_dir_all(&dir) {
+        eprintln!("could not remove {}: {e}", dir.display());
+    }
 }
 
 /// Writes `payload_bytes` of 1 KB values to `topic` (acks=all, idempotent, 1 MiB batches).
@@ -465,7 +478,7 @@ pub async fn soak(env: &Env, retention_mb: u64, factor: u64) -> anyhow::Result<S
     let max_node_bytes = sampler.await?;
     let final_node_bytes = dirs.iter().map(|d| dir_size(d)).collect();
     deployment.check_running()?;
-    Ok(SoakResult {
+    let result = SoakResult {
         retention_bytes,
         partitions,
         payload_bytes,
@@ -474,7 +487,9 @@ pub async fn soak(env: &Env, retention_mb: u64, factor: u64) -> anyhow::Result<S
         max_node_bytes,
         final_node_bytes,
         write_seconds,
-    })
+    };
+    finish(deployment, "soak", &result);
+    Ok(result)
 }
 
 /// How long a follower takes to catch up after missing writes.
@@ -544,13 +559,14 @@ pub async fn catch_up(env: &Env, missed_mb: u64) -> anyhow::Result<CatchUpResult
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        times.push(started.elapsed().as_secs_f64() * 1000.0);
+        let ms = started.elapsed().as_secs_f64() * 1000.0;
+        times.push(ms);
         deployment.check_running()?;
-        let dir = deployment.dir.clone();
-        drop(deployment);
-        let _ = std::fs::remove_dir_all(dir);
+        finish(deployment, "catch-up round", &ms);
     }
-    Ok(CatchUpResult { missed_bytes, replicated_ms: times[0], snapshot_ms: times[1] })
+    let result = CatchUpResult { missed_bytes, replicated_ms: times[0], snapshot_ms: times[1] };
+    eprintln!("catch-up: {}", serde_json::to_string(&result).unwrap_or_default());
+    Ok(result)
 }
 
 fn dir_size(dir: &std::path::Path) -> u64 {
