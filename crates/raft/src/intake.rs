@@ -27,6 +27,8 @@ use crate::types::{GroupId, NodeId};
 pub const MAX_SNAPSHOT_CHUNK_BYTES: usize = 16 * 1024 * 1024;
 /// The chunk size this node sends snapshots in (openraft's `snapshot_max_chunk_size`).
 pub const SNAPSHOT_CHUNK_BYTES: u64 = 3 * 1024 * 1024;
+/// How long a sender waits for one chunk's answer (openraft's `install_snapshot_timeout`).
+pub const SNAPSHOT_CHUNK_TIMEOUT_MS: u64 = 10_000;
 /// The largest snapshot accepted. A record partition's snapshot carries its retained records
 /// (streamed to storage as they arrive, see [`crate::transfer`]; the stream declares its size
 /// in its first chunk and the receiver refuses anything past it), so this bounds disk, not
@@ -93,6 +95,21 @@ struct Transfer {
     snapshot_id: String,
     vote: Vote<NodeId>,
     next: u64,
+    /// Where the last admitted chunk began (it ended at `next`).
+    last: u64,
+    /// The last admitted chunk ended the transfer (kept to recognise it if it is sent again).
+    done: bool,
+}
+
+/// What to do with an admitted chunk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admitted {
+    /// Hand it to openraft.
+    Apply,
+    /// The last chunk again, already applied: a sender whose answer was lost (a timeout)
+    /// sends the same chunk again, and openraft's sender keeps resending it rather than
+    /// starting over, so refusing it would stall the transfer. Answer it as accepted.
+    Repeated,
 }
 
 /// Per-group receive progress of incoming snapshots.
@@ -104,22 +121,30 @@ pub struct SnapshotIntake {
 impl SnapshotIntake {
     /// Checks `chunk` of group `group` and records its progress; `Err` refuses it (and
     /// forgets the transfer).
-    pub fn admit(&self, group: GroupId, chunk: Chunk<'_>) -> Result<(), ChunkRefused> {
+    pub fn admit(&self, group: GroupId, chunk: Chunk<'_>) -> Result<Admitted, ChunkRefused> {
         let mut transfers = self.transfers.lock().unwrap_or_else(|p| p.into_inner());
-        let verdict = check(transfers.get(&group), group, chunk);
+        let current = transfers.get(&group);
+        if current.is_some_and(|t| {
+            t.snapshot_id == chunk.snapshot_id
+                && t.vote == *chunk.vote
+                && t.last == chunk.offset
+                && t.next == chunk.offset.saturating_add(chunk.len as u64)
+                && chunk.len > 0
+        }) {
+            return Ok(Admitted::Repeated);
+        }
+        let verdict = check(current, group, chunk);
         match verdict {
-            Ok(_) if chunk.done => {
-                transfers.remove(&group);
-            }
             Ok(next) => {
-                let transfer = Transfer { snapshot_id: chunk.snapshot_id.to_string(), vote: *chunk.vote, next };
-                transfers.insert(group, transfer);
+                let snapshot_id = chunk.snapshot_id.to_string();
+                let done = chunk.done;
+                transfers.insert(group, Transfer { snapshot_id, vote: *chunk.vote, next, last: chunk.offset, done });
             }
             Err(_) => {
                 transfers.remove(&group);
             }
         }
-        verdict.map(|_| ())
+        verdict.map(|_| Admitted::Apply)
     }
 
     /// Forgets group `group`'s transfer (the group stopped, or openraft refused a chunk).
@@ -136,11 +161,11 @@ fn check(current: Option<&Transfer>, group: GroupId, chunk: Chunk<'_>) -> Result
     if chunk.len > MAX_SNAPSHOT_CHUNK_BYTES {
         return Err(ChunkRefused::ChunkTooLarge { group, len: chunk.len });
     }
-    let continues =
-        current.filter(|t| t.snapshot_id == chunk.snapshot_id && t.vote == *chunk.vote && t.next == chunk.offset);
+    let continues = current
+        .filter(|t| !t.done && t.snapshot_id == chunk.snapshot_id && t.vote == *chunk.vote && t.next == chunk.offset);
     // Offset 0 always starts a transfer (a leader that restarts one begins there).
     if chunk.offset != 0 && continues.is_none() {
-        let expected = current.filter(|t| t.snapshot_id == chunk.snapshot_id).map_or(0, |t| t.next);
+        let expected = current.filter(|t| !t.done && t.snapshot_id == chunk.snapshot_id).map_or(0, |t| t.next);
         return Err(ChunkRefused::NotContiguous { group, offset: chunk.offset, expected });
     }
     let next = chunk.offset.saturating_add(chunk.len as u64);
@@ -166,9 +191,9 @@ mod tests {
     fn contiguous_chunks_of_one_snapshot_are_admitted() {
         let intake = SnapshotIntake::default();
         let v = leader(3, 1);
-        assert_eq!(intake.admit(7, chunk(&v, "s", 0, 100, false)), Ok(()));
-        assert_eq!(intake.admit(7, chunk(&v, "s", 100, 50, false)), Ok(()));
-        assert_eq!(intake.admit(7, chunk(&v, "s", 150, 0, true)), Ok(()));
+        assert_eq!(intake.admit(7, chunk(&v, "s", 0, 100, false)), Ok(Admitted::Apply));
+        assert_eq!(intake.admit(7, chunk(&v, "s", 100, 50, false)), Ok(Admitted::Apply));
+        assert_eq!(intake.admit(7, chunk(&v, "s", 150, 0, true)), Ok(Admitted::Apply));
         // Done: the next transfer starts from 0 again.
         assert!(matches!(
             intake.admit(7, chunk(&v, "s", 150, 1, false)),
@@ -186,7 +211,23 @@ mod tests {
             Err(ChunkRefused::NotContiguous { group: 7, offset: 1 << 40, expected: 100 })
         );
         assert!(intake.admit(7, chunk(&v, "s", 100, 10, false)).is_err(), "the refused transfer is gone");
-        assert_eq!(intake.admit(7, chunk(&v, "s", 0, 10, false)), Ok(()), "a restart from 0 is fine");
+        assert_eq!(intake.admit(7, chunk(&v, "s", 0, 10, false)), Ok(Admitted::Apply), "a restart from 0 is fine");
+    }
+
+    #[test]
+    fn the_last_chunk_sent_again_is_answered_without_being_applied_twice() {
+        let intake = SnapshotIntake::default();
+        let v = leader(3, 1);
+        assert_eq!(intake.admit(7, chunk(&v, "s", 0, 100, false)), Ok(Admitted::Apply));
+        assert_eq!(intake.admit(7, chunk(&v, "s", 0, 100, false)), Ok(Admitted::Repeated), "its answer was lost");
+        assert_eq!(intake.admit(7, chunk(&v, "s", 100, 50, false)), Ok(Admitted::Apply));
+        assert_eq!(intake.admit(7, chunk(&v, "s", 100, 50, false)), Ok(Admitted::Repeated));
+        assert!(intake.admit(7, chunk(&v, "s", 0, 100, false)).is_ok(), "an older chunk restarts the transfer");
+        assert_eq!(intake.admit(7, chunk(&v, "s", 100, 10, true)), Ok(Admitted::Apply));
+        assert_eq!(intake.admit(7, chunk(&v, "s", 100, 10, true)), Ok(Admitted::Repeated), "the last one too");
+        assert!(intake.admit(7, chunk(&v, "s", 110, 5, false)).is_err(), "nothing continues a finished transfer");
+        let other = leader(4, 2);
+        assert_eq!(intake.admit(7, chunk(&other, "s", 0, 100, false)), Ok(Admitted::Apply), "another leader's");
     }
 
     #[test]
@@ -207,7 +248,7 @@ mod tests {
         // Other groups are independent.
         intake.admit(1, chunk(&v, "a", 0, 10, false)).unwrap();
         intake.admit(2, chunk(&v, "a", 0, 5, false)).unwrap();
-        assert_eq!(intake.admit(1, chunk(&v, "a", 10, 1, true)), Ok(()));
+        assert_eq!(intake.admit(1, chunk(&v, "a", 10, 1, true)), Ok(Admitted::Apply));
     }
 
     #[test]

@@ -241,6 +241,9 @@ impl MultiRaft {
             max_in_snapshot_log_to_keep: opts.purge_behind_snapshot.unwrap_or(u64::MAX),
             // Receivers refuse chunks above `intake::MAX_SNAPSHOT_CHUNK_BYTES`.
             snapshot_max_chunk_size: crate::intake::SNAPSHOT_CHUNK_BYTES,
+            // openraft's default (200 ms) is less than a 3 MiB chunk may take on a busy node
+            // that is also collecting its value log; a chunk that times out is sent again.
+            install_snapshot_timeout: crate::intake::SNAPSHOT_CHUNK_TIMEOUT_MS,
             ..Default::default()
         };
         config.validate().map_err(|e| Error::Raft { group, reason: e.to_string() })

@@ -18,7 +18,7 @@ use openraft::Vote;
 use rill_tls::{Caller, Impersonation};
 
 use crate::codec::Wire;
-use crate::intake::{Chunk, SnapshotIntake};
+use crate::intake::{Admitted, Chunk, SnapshotIntake};
 use crate::multi::MultiRaft;
 use crate::types::{GroupId, NodeId, Raft, TypeConfig};
 
@@ -187,8 +187,18 @@ impl RaftTransport for RaftService {
             len: req.data.len(),
             done: req.done,
         };
-        self.intake.admit(group, chunk).map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let admitted = self.intake.admit(group, chunk).map_err(|e| Status::invalid_argument(e.to_string()))?;
         self.wake(group);
+        if admitted == Admitted::Repeated {
+            // Applied already; answer as openraft did (its vote), without applying it again.
+            let vote = raft.metrics().borrow().vote;
+            return reply(
+                group,
+                &Ok::<_, openraft::error::RaftError<NodeId, openraft::error::InstallSnapshotError>>(
+                    openraft::raft::InstallSnapshotResponse { vote },
+                ),
+            );
+        }
         let done = req.done;
         let answer = raft.install_snapshot(req).await;
         if answer.is_err() {
