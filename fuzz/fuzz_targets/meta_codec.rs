@@ -17,8 +17,10 @@ use rill_meta::codec::{decode_command, decode_result, decode_state, encode_comma
 static ALLOCATOR: Counting = Counting;
 
 /// Heap a decode may hold per input byte: prost's message plus the converted value (a map node
-/// per topic or node), for as little as two bytes per repeated element.
-const BYTES_PER_INPUT_BYTE: usize = 256;
+/// per topic or node), for as little as two bytes per repeated element. A topic's settings
+/// grew with the compaction keys (`pb::TopicConfig` holds a string), so an empty topic entry
+/// of two bytes costs about 740 bytes while it is decoded.
+const BYTES_PER_INPUT_BYTE: usize = 384;
 /// Fixed overhead.
 const SLACK_BYTES: usize = 16 << 10;
 
