@@ -198,24 +198,7 @@ pub async fn restart(env: &Env, payload_mb: u64) -> anyhow::Result<RestartResult
     wait_for_leaders(&client, "restart").await?;
     let payload_bytes = payload_mb * 1_000_000;
     eprintln!("writing {payload_mb} MB (acks=all)…");
-    let config = ProducerConfig { linger: Duration::from_millis(1), batch_size: 1 << 20, ..ProducerConfig::default() };
-    let producer = Producer::new(client.clone(), config);
-    let value = Bytes::from(vec![b'r'; 1024]);
-    let mut written = 0u64;
-    let mut pending = std::collections::VecDeque::new();
-    while written < payload_bytes {
-        pending.push_back(producer.send("restart", Record::new(value.clone())).await?);
-        written += value.len() as u64;
-        if pending.len() >= 4096 {
-            if let Some(d) = pending.pop_front() {
-                d.await?;
-            }
-        }
-    }
-    for d in pending {
-        d.await?;
-    }
-    producer.close().await;
+    write_payload(&client, "restart", payload_bytes).await?;
     let mut high_watermarks = Vec::new();
     for p in 0..partitions {
         high_watermarks.push(client.list_offset("restart", p, OffsetSpec::Latest).await?);
@@ -383,7 +366,8 @@ fn finish(deployment: crate::systems::Deployment, name: &str, result: &impl Seri
     }
 }
 
-/// Writes `payload_bytes` of 1 KB values to `topic` (acks=all, idempotent, 1 MiB batches).
+/// Writes `payload_bytes` of 1 KB values to `topic` (acks=all, idempotent, 1 MiB batches, at
+/// most 4,096 awaiting acknowledgement).
 async fn write_payload(client: &Client, topic: &str, payload_bytes: u64) -> anyhow::Result<()> {
     let config = ProducerConfig { linger: Duration::from_millis(1), batch_size: 1 << 20, ..ProducerConfig::default() };
     let producer = Producer::new(client.clone(), config);
