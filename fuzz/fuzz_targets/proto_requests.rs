@@ -156,6 +156,8 @@ fn commit_offsets(req: groups::CommitOffsetsRequest) {
         command: Some(cpb::offsets_command::Command::Commit(cpb::CommitOffsets {
             group_id: req.group_id.clone(),
             offsets,
+            member_id: String::new(),
+            member_epoch: -1,
         })),
     };
     let mut m = OffsetsMachine::new();
@@ -166,7 +168,50 @@ fn commit_offsets(req: groups::CommitOffsetsRequest) {
     }
 }
 
+/// A consumer group heartbeat as the coordinator decides it: against no group, then (when it
+/// changed something) once more against the group it made, every change applied to a machine's
+/// group state as a replica would.
+fn consumer_group_heartbeat(r: groups::ConsumerGroupHeartbeatRequest) {
+    use rill_coordinator::groups::{self as cg, group::ConsumerGroups};
+    let owned = r.owned.as_ref().map(|o| {
+        let mut set = cg::TopicPartitions::new();
+        for t in o.topics.iter().take(64) {
+            set.entry(t.topic.clone()).or_default().extend(t.partitions.iter().take(64).copied());
+        }
+        set
+    });
+    let req = cg::HeartbeatRequest {
+        group_id: r.group_id,
+        member_id: r.member_id,
+        member_epoch: r.member_epoch,
+        instance_id: r.instance_id,
+        rack_id: r.rack_id,
+        rebalance_timeout_ms: r.rebalance_timeout_ms,
+        subscribed_topics: r.subscribed_topics.map(|s| s.topics),
+        server_assignor: r.server_assignor,
+        rebalance_mode: r.rebalance_mode,
+        owned,
+        client_id: r.client_id,
+        client_host: "127.0.0.1".into(),
+    };
+    // Every subscribed topic exists with a few partitions.
+    let topics = |name: &str| Some(cg::SubscribedTopic { topic_id: [1; 16], partitions: (name.len() % 7) as u32 });
+    let mut groups = ConsumerGroups::default();
+    let mut id = || "member-1".to_string();
+    for _ in 0..2 {
+        let Ok(d) = cg::heartbeat::heartbeat(groups.get(&req.group_id), &req, &topics, cg::Timeouts::default(), 1, &mut id)
+        else {
+            return;
+        };
+        let Some(change) = d.change else { return };
+        assert_eq!(groups.apply(&change), cg::group::Applied::Changed, "a change decided from the applied state applies");
+    }
+}
+
 fuzz_target!(|data: &[u8]| {
+    if let Some(r) = decoded::<groups::ConsumerGroupHeartbeatRequest>(data) {
+        consumer_group_heartbeat(r);
+    }
     if let Some(r) = decoded::<records::ProduceRequest>(data) {
         produce(r);
     }

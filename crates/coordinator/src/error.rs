@@ -27,6 +27,27 @@ pub enum CoordinatorError {
     /// A malformed request field.
     #[error("invalid request: {0}")]
     InvalidRequest(String),
+    /// The group has no member with this id (never joined, left, or removed after its session).
+    #[error("group {group_id:?} has no member {member_id:?}; join again with member epoch 0")]
+    UnknownMemberId { group_id: String, member_id: String },
+    /// The member's epoch is not its current one: it was fenced (removed, or replaced) and must
+    /// rejoin with epoch 0, owning nothing.
+    #[error("member {member_id:?} sent epoch {sent}, its epoch is {current}: it is fenced; rejoin with epoch 0")]
+    FencedMemberEpoch { member_id: String, sent: i32, current: i32 },
+    /// Another member holds this static instance id and has not left.
+    #[error("instance id {instance_id:?} is held by member {member_id:?}, which has not left the group")]
+    UnreleasedInstanceId { instance_id: String, member_id: String },
+    /// A member's commit for partitions it does not own at its epoch.
+    #[error(
+        "member {member_id:?} does not own {partition} at epoch {sent} (its epoch is {current}): nothing was committed"
+    )]
+    StaleMemberEpoch { member_id: String, sent: i32, current: i32, partition: String },
+    /// The server-side assignor asked for does not exist.
+    #[error("unknown server assignor {0:?}: uniform or range")]
+    UnsupportedAssignor(String),
+    /// The group has as many members as it may.
+    #[error("group {group_id:?} already has {max} members, the most a group may have")]
+    GroupMaxSizeReached { group_id: String, max: usize },
     /// Storage failed, or a stored state is corrupt.
     #[error("coordinator storage failure: {0}")]
     Storage(String),

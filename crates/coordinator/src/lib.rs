@@ -7,7 +7,10 @@
 //! ```
 //!
 //! * [`hash`]: which partition of an internal topic an id belongs to (Kafka's rule).
-//! * [`offsets`]: the `consumer-offsets` kind — consumer groups' committed offsets.
+//! * [`offsets`]: the `consumer-offsets` kind — consumer groups' committed offsets, and the
+//!   machine that also holds their membership.
+//! * [`groups`]: consumer groups (KIP-848) — members, epochs, target and current assignments,
+//!   the server-side assignors, and the coordinator's decisions for heartbeats and timeouts.
 //! * [`transactions`]: the `transaction-state` kind — each transactional id's producer id and
 //!   epoch, bumped by `InitProducerId` to fence older instances.
 //! * [`error`]: the coordinators' error enum, [`CoordinatorError`].
@@ -18,6 +21,7 @@
 //! bookkeeping every replica repeats identically.
 
 pub mod error;
+pub mod groups;
 pub mod hash;
 pub mod offsets;
 pub mod transactions;

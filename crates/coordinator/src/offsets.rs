@@ -18,6 +18,7 @@ use rill_raft::types::LogId;
 use rill_raft::{GroupStateMachine, Payload};
 
 use crate::error::{CoordinatorError, Result};
+use crate::groups::group::{Applied, ConsumerGroups};
 
 /// Longest group id accepted (bytes): ids are keys in the coordinator's state and its snapshot.
 pub const MAX_GROUP_ID_BYTES: usize = 255;
@@ -92,6 +93,7 @@ impl OffsetsState {
 
     fn to_proto(&self) -> pb::OffsetsSnapshot {
         pb::OffsetsSnapshot {
+            consumer_groups: Vec::new(),
             groups: self
                 .groups
                 .iter()
@@ -115,10 +117,72 @@ fn committed_to(topic: &str, partition: u32, c: &CommittedOffset) -> pb::Committ
     }
 }
 
-/// The state machine of a `__consumer_offsets` partition.
+/// What the machine answers a group change with: it applied, or lost a compare-and-set.
+pub(crate) const APPLIED: &[u8] = b"ok";
+pub(crate) const CONFLICT: &[u8] = b"conflict";
+/// What the machine answers a commit it refused (the committer is no longer entitled to it).
+const REFUSED: &[u8] = b"refused";
+
+/// Who commits: a member of a consumer group at its member epoch, or nobody (an assign-mode
+/// consumer committing for a group without members).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Committer<'a> {
+    /// No membership: the group must have no members.
+    Standalone,
+    /// A member and the member epoch it commits at.
+    Member { member_id: &'a str, epoch: i32 },
+}
+
+/// Whether `committer` may commit `partitions` of `group_id`: a member must exist, commit at an
+/// epoch not ahead of its own, and own every partition (assigned, or still being revoked — so a
+/// member reconciling to a newer epoch may still commit what it keeps or is giving up); a
+/// standalone commit needs a group without members. Checked on the leader before proposing and
+/// again in `apply`, so a member fenced in between commits nothing.
+pub fn check_commit<'p>(
+    groups: &ConsumerGroups,
+    group_id: &str,
+    committer: Committer<'_>,
+    mut partitions: impl Iterator<Item = (&'p str, u32)>,
+) -> Result<()> {
+    let group = groups.get(group_id);
+    let Committer::Member { member_id, epoch } = committer else {
+        return match group {
+            Some(g) if !g.members.is_empty() => {
+                Err(CoordinatorError::UnknownMemberId { group_id: group_id.to_string(), member_id: String::new() })
+            }
+            _ => Ok(()),
+        };
+    };
+    let Some(member) = group.and_then(|g| g.members.get(member_id)) else {
+        return Err(CoordinatorError::UnknownMemberId {
+            group_id: group_id.to_string(),
+            member_id: member_id.to_string(),
+        });
+    };
+    if epoch > member.epoch || member.is_away() {
+        return Err(CoordinatorError::FencedMemberEpoch {
+            member_id: member_id.to_string(),
+            sent: epoch,
+            current: member.epoch,
+        });
+    }
+    match partitions.find(|(topic, partition)| !member.owns(topic, *partition)) {
+        Some((topic, partition)) => Err(CoordinatorError::StaleMemberEpoch {
+            member_id: member_id.to_string(),
+            sent: epoch,
+            current: member.epoch,
+            partition: format!("{topic}-{partition}"),
+        }),
+        None => Ok(()),
+    }
+}
+
+/// The state machine of a `__consumer_offsets` partition: the committed offsets and the
+/// membership of every consumer group that hashes to it.
 #[derive(Debug, Default)]
 pub struct OffsetsMachine {
     state: OffsetsState,
+    groups: ConsumerGroups,
 }
 
 impl OffsetsMachine {
@@ -131,12 +195,34 @@ impl OffsetsMachine {
     pub fn state(&self) -> &OffsetsState {
         &self.state
     }
+
+    /// The consumer groups' membership.
+    pub fn groups(&self) -> &ConsumerGroups {
+        &self.groups
+    }
 }
 
 impl GroupStateMachine for OffsetsMachine {
     fn apply(&mut self, log_id: &LogId, _base: u64, payload: &Payload) -> Bytes {
         match pb::OffsetsCommand::decode(payload.body.clone()).map(|c| c.command) {
-            Ok(Some(pb::offsets_command::Command::Commit(c))) => self.state.apply(c),
+            Ok(Some(pb::offsets_command::Command::Commit(c))) => {
+                let committer = if c.member_id.is_empty() {
+                    Committer::Standalone
+                } else {
+                    Committer::Member { member_id: &c.member_id, epoch: c.member_epoch }
+                };
+                let partitions = c.offsets.iter().map(|o| (o.topic.as_str(), o.partition));
+                if check_commit(&self.groups, &c.group_id, committer, partitions).is_err() {
+                    return Bytes::from_static(REFUSED);
+                }
+                self.state.apply(c);
+            }
+            Ok(Some(pb::offsets_command::Command::GroupChange(c))) => {
+                return match self.groups.apply(&c) {
+                    Applied::Changed => Bytes::from_static(APPLIED),
+                    Applied::Conflict => Bytes::from_static(CONFLICT),
+                };
+            }
             Ok(None) => tracing::error!(index = log_id.index, "offsets command without a kind; skipped"),
             Err(e) => tracing::error!(index = log_id.index, error = %e, "undecodable offsets command; skipped"),
         }
@@ -148,16 +234,24 @@ impl GroupStateMachine for OffsetsMachine {
             // Deliberate bug (simulation only): the snapshot loses the state.
             return Ok(Bytes::new());
         }
-        Ok(self.state.to_proto().encode_to_vec().into())
+        let mut snapshot = self.state.to_proto();
+        snapshot.consumer_groups = self.groups.to_proto();
+        Ok(snapshot.encode_to_vec().into())
     }
 
     fn restore(&mut self, data: &[u8]) -> Result<(), String> {
         let s = pb::OffsetsSnapshot::decode(data).map_err(|e| format!("undecodable offsets snapshot: {e}"))?;
         let mut state = OffsetsState::default();
         for g in s.groups {
-            state.apply(pb::CommitOffsets { group_id: g.group_id, offsets: g.offsets });
+            state.apply(pb::CommitOffsets {
+                group_id: g.group_id,
+                offsets: g.offsets,
+                member_id: String::new(),
+                member_epoch: -1,
+            });
         }
         self.state = state;
+        self.groups = ConsumerGroups::from_proto(&s.consumer_groups);
         Ok(())
     }
 }
@@ -182,6 +276,7 @@ pub fn validate_group_id(group: &str) -> Result<()> {
 pub async fn commit(
     partition: &StatePartition<OffsetsMachine>,
     group: &str,
+    committer: Committer<'_>,
     offsets: &[OffsetCommit],
     timeout: Duration,
 ) -> Result<()> {
@@ -192,9 +287,18 @@ pub async fn commit(
             offsets.len()
         )));
     }
+    partition.read(|m| {
+        check_commit(m.groups(), group, committer, offsets.iter().map(|o| (o.topic.as_str(), o.partition)))
+    })??;
+    let (member_id, member_epoch) = match committer {
+        Committer::Standalone => (String::new(), -1),
+        Committer::Member { member_id, epoch } => (member_id.to_string(), epoch),
+    };
     let now = rill_rt::wall_clock_ms();
     let command = pb::OffsetsCommand {
         command: Some(pb::offsets_command::Command::Commit(pb::CommitOffsets {
+            member_id,
+            member_epoch,
             group_id: group.to_string(),
             offsets: offsets
                 .iter()
@@ -213,7 +317,21 @@ pub async fn commit(
                 .collect(),
         })),
     };
-    partition.propose(command.encode_to_vec().into(), timeout).await?;
+    let answer = partition.propose(command.encode_to_vec().into(), timeout).await?;
+    if answer.as_ref() == REFUSED {
+        // The member was fenced, or gave a partition up, between the check and the commit.
+        return Err(match committer {
+            Committer::Standalone => {
+                CoordinatorError::UnknownMemberId { group_id: group.to_string(), member_id: String::new() }
+            }
+            Committer::Member { member_id, epoch } => CoordinatorError::StaleMemberEpoch {
+                member_id: member_id.to_string(),
+                sent: epoch,
+                current: -1,
+                partition: "a committed partition".into(),
+            },
+        });
+    }
     Ok(())
 }
 
@@ -228,6 +346,8 @@ mod tests {
 
     fn commit(offsets: &[(&str, u32, i64)]) -> Payload {
         let c = pb::CommitOffsets {
+            member_id: String::new(),
+            member_epoch: -1,
             group_id: "g".into(),
             offsets: offsets
                 .iter()

@@ -106,6 +106,8 @@ pub struct Config {
     pub client_limits: ClientLimits,
     /// The storage engine's value log tuning.
     pub storage: StorageTuning,
+    /// `[groups]`: consumer group members' session timeout and heartbeat interval.
+    pub groups: rill_coordinator::groups::Timeouts,
 }
 
 /// `[storage]`: the value log's tuning (docs/storage.md, "Space"). A key left unset keeps the
@@ -268,6 +270,7 @@ impl Config {
             internal_tls: InternalTls::Insecure,
             client_limits: ClientLimits::default(),
             storage: StorageTuning::default(),
+            groups: rill_coordinator::groups::Timeouts::default(),
         })
     }
 }
@@ -295,6 +298,17 @@ struct FileConfig {
     limits: FileLimits,
     #[serde(default)]
     storage: FileStorage,
+    #[serde(default)]
+    groups: FileGroups,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+struct FileGroups {
+    #[serde(default, deserialize_with = "duration")]
+    session_timeout: Option<Duration>,
+    #[serde(default, deserialize_with = "duration")]
+    heartbeat_interval: Option<Duration>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -411,7 +425,7 @@ fn parse_file(text: &str, path: &Path) -> Result<FileConfig> {
             "{}: unknown key(s) {}; known keys: node-id, listen, advertise, internal-listen, internal-advertise, data-dir, [cluster] members, [cluster] join, [cluster] auto-leader-rebalance, \
              [cluster] consumer-offsets-partitions, [cluster] transaction-state-partitions, [tls] ca, cert, key, insecure-internal, [raft] heartbeat-interval, \
              election-timeout-min, election-timeout-max, quiesce-after, [log] level, format, [limits] max-connections, max-concurrent-streams, max-request-bytes-in-flight, \
-             [storage] segment-bytes, gc-bytes-per-second, recovery-free-bytes",
+             [storage] segment-bytes, gc-bytes-per-second, recovery-free-bytes, [groups] session-timeout, heartbeat-interval",
             path.display(),
             unknown.join(", ")
         )));
@@ -515,6 +529,14 @@ pub struct Args {
     /// file of this many bytes (e.g. 64MiB, the default; at least 1MiB).
     #[arg(long, env = "RILL_STORAGE_RECOVERY_FREE_BYTES", value_parser = parse_bytes)]
     pub storage_recovery_free_bytes: Option<u64>,
+    /// How long a consumer group member may go without a heartbeat before it is removed and its
+    /// partitions reassigned (Kafka's `group.consumer.session.timeout.ms`; default 45s).
+    #[arg(long, env = "RILL_GROUP_SESSION_TIMEOUT", value_parser = humantime::parse_duration)]
+    pub group_session_timeout: Option<Duration>,
+    /// How often consumer group members heartbeat (Kafka's `group.consumer.heartbeat.interval.ms`;
+    /// default 5s; less than the session timeout).
+    #[arg(long, env = "RILL_GROUP_HEARTBEAT_INTERVAL", value_parser = humantime::parse_duration)]
+    pub group_heartbeat_interval: Option<Duration>,
 }
 
 impl Args {
@@ -600,8 +622,33 @@ impl Args {
             gc_bytes_per_second: self.storage_gc_bytes_per_second.or(file.storage.gc_bytes_per_second),
             recovery_free_bytes: self.storage_recovery_free_bytes.or(file.storage.recovery_free_bytes),
         })?;
+        config.groups = group_timeouts(
+            self.group_session_timeout.or(file.groups.session_timeout),
+            self.group_heartbeat_interval.or(file.groups.heartbeat_interval),
+        )?;
         Ok(config)
     }
+}
+
+/// The `[groups]` settings: a session of 1 s to 1 h, and a heartbeat interval shorter than it
+/// (so a healthy member always heartbeats within its session).
+fn group_timeouts(session: Option<Duration>, interval: Option<Duration>) -> Result<rill_coordinator::groups::Timeouts> {
+    let defaults = rill_coordinator::groups::Timeouts::default();
+    let ms = |d: Duration| u32::try_from(d.as_millis()).unwrap_or(u32::MAX);
+    let t = rill_coordinator::groups::Timeouts {
+        session_ms: session.map_or(defaults.session_ms, ms),
+        heartbeat_interval_ms: interval.map_or(defaults.heartbeat_interval_ms, ms),
+    };
+    if !(1_000..=3_600_000).contains(&t.session_ms) {
+        return Err(Error::Config(format!("[groups] session-timeout must be 1s to 1h, got {} ms", t.session_ms)));
+    }
+    if t.heartbeat_interval_ms == 0 || t.heartbeat_interval_ms >= t.session_ms {
+        return Err(Error::Config(format!(
+            "[groups] heartbeat-interval must be more than 0 and less than the session timeout ({} ms), got {} ms",
+            t.session_ms, t.heartbeat_interval_ms
+        )));
+    }
+    Ok(t)
 }
 
 /// The `[limits]` settings as given: the counts at least 1, the byte budget at least one
@@ -832,6 +879,7 @@ fn build(
         internal_tls: InternalTls::Insecure,
         client_limits: ClientLimits::default(),
         storage: StorageTuning::default(),
+        groups: rill_coordinator::groups::Timeouts::default(),
     })
 }
 

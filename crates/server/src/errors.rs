@@ -144,6 +144,12 @@ pub fn coordinator(e: &CoordinatorError) -> WireError {
             WireError::new(ErrorCode::InvalidTransactionTimeout, message)
         }
         CoordinatorError::InvalidRequest(_) => WireError::new(ErrorCode::InvalidRequest, message),
+        CoordinatorError::UnknownMemberId { .. } => WireError::new(ErrorCode::UnknownMemberId, message),
+        CoordinatorError::FencedMemberEpoch { .. } => WireError::new(ErrorCode::FencedMemberEpoch, message),
+        CoordinatorError::UnreleasedInstanceId { .. } => WireError::new(ErrorCode::UnreleasedInstanceId, message),
+        CoordinatorError::StaleMemberEpoch { .. } => WireError::new(ErrorCode::StaleMemberEpoch, message),
+        CoordinatorError::UnsupportedAssignor(_) => WireError::new(ErrorCode::UnsupportedAssignor, message),
+        CoordinatorError::GroupMaxSizeReached { .. } => WireError::new(ErrorCode::GroupMaxSizeReached, message),
         CoordinatorError::Storage(_) => WireError::new(ErrorCode::StorageError, message),
     }
 }

@@ -12,6 +12,8 @@
 //! * [`node`]: [`Node`] — metadata group, partition replicas, reconciler, metadata proposals.
 //! * [`join`]: adding a node to a running cluster (`--join`).
 //! * [`balance`]: preferred-leader balancing.
+//! * [`group_sessions`]: consumer group members' session and rebalance timers on the
+//!   coordinator's leader.
 //! * [`failover`]: a designated follower stands for election as soon as a silent leader's lease
 //!   has run out.
 //! * [`api`]: the gRPC services.
@@ -27,6 +29,7 @@ pub mod config;
 pub mod error;
 pub mod errors;
 pub mod failover;
+pub mod group_sessions;
 pub mod join;
 pub mod node;
 #[cfg(not(madsim))]

@@ -120,6 +120,8 @@ pub struct Node {
     tls: Option<Arc<rill_tls::ReloadingTls>>,
     /// What this node's compacted partitions share: one compaction pass at a time, paced.
     compaction: Arc<rill_broker::CompactionBudget>,
+    /// Session and rebalance timers of the consumer group members this node coordinates.
+    group_sessions: rill_coordinator::groups::sessions::Sessions,
 }
 
 impl Node {
@@ -160,6 +162,7 @@ impl Node {
         };
         let StartedGroup { raft: meta_raft, .. } =
             multi.start_group(META_GROUP, meta_sm, members, meta_options).await?;
+        let node_config_groups = config.groups;
         let node = Arc::new(Self {
             config,
             multi,
@@ -169,10 +172,14 @@ impl Node {
             producer_ids: rill_rt::sync::Mutex::new((0, 0)),
             tls,
             compaction: rill_broker::CompactionBudget::new(rill_broker::compaction::BYTES_PER_SECOND),
+            group_sessions: rill_coordinator::groups::sessions::Sessions::new(std::time::Duration::from_millis(
+                u64::from(node_config_groups.session_ms),
+            )),
         });
         rill_rt::spawn(reconcile(Arc::downgrade(&node), node.meta.clone()));
         rill_rt::spawn(register_members(Arc::downgrade(&node)));
         rill_rt::spawn(crate::failover::run(Arc::downgrade(&node)));
+        rill_rt::spawn(crate::group_sessions::run(Arc::downgrade(&node)));
         if node.config.auto_leader_rebalance {
             rill_rt::spawn(crate::balance::run(Arc::downgrade(&node)));
         }
@@ -183,6 +190,11 @@ impl Node {
     /// This node's id.
     pub fn id(&self) -> NodeId {
         self.config.node_id
+    }
+
+    /// Session and rebalance timers of the consumer group members this node coordinates.
+    pub fn group_sessions(&self) -> &rill_coordinator::groups::sessions::Sessions {
+        &self.group_sessions
     }
 
     /// The configuration.

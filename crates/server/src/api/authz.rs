@@ -23,7 +23,7 @@ use rill_proto::admin::{
     DeleteRecordsRequest, DeleteTopicRequest, DescribeClusterRequest, DescribeTopicRequest, FindCoordinatorRequest,
     ListTopicsRequest, MetadataRequest,
 };
-use rill_proto::groups::{CommitOffsetsRequest, FetchOffsetsRequest};
+use rill_proto::groups::{CommitOffsetsRequest, ConsumerGroupHeartbeatRequest, FetchOffsetsRequest};
 use rill_proto::records::{FetchRequest, InitProducerIdRequest, ListOffsetsRequest, ProduceRequest};
 
 /// The name the cluster resource goes by (Kafka's is `kafka-cluster`).
@@ -61,6 +61,8 @@ pub mod rpc {
     pub const ADMIT_NODE: &str = "/rill.admin.Admin/AdmitNode";
     /// `/rill.admin.Admin/DeleteRecords`.
     pub const DELETE_RECORDS: &str = "/rill.admin.Admin/DeleteRecords";
+    /// `/rill.groups.Groups/ConsumerGroupHeartbeat`.
+    pub const CONSUMER_GROUP_HEARTBEAT: &str = "/rill.groups.Groups/ConsumerGroupHeartbeat";
     /// `/rill.groups.Groups/CommitOffsets`.
     pub const COMMIT_OFFSETS: &str = "/rill.groups.Groups/CommitOffsets";
     /// `/rill.groups.Groups/FetchOffsets`.
@@ -195,6 +197,8 @@ pub const RULES: &[Rule] = &[
     Rule { rpc: rpc::ADMIT_NODE, needs: &[(R::Cluster, Op::Alter, Named)] },
     // Kafka's DeleteRecords needs Delete on the topic.
     Rule { rpc: rpc::DELETE_RECORDS, needs: &[(R::Topic, Op::Delete, Named)] },
+    // Kafka's ConsumerGroupHeartbeat: Read on the group; Describe on each subscribed topic.
+    Rule { rpc: rpc::CONSUMER_GROUP_HEARTBEAT, needs: &[(R::Group, Op::Read, Named), (R::Topic, Op::Describe, Named)] },
     Rule { rpc: rpc::COMMIT_OFFSETS, needs: &[(R::Group, Op::Read, Named), (R::Topic, Op::Read, Named)] },
     Rule { rpc: rpc::FETCH_OFFSETS, needs: &[(R::Group, Op::Describe, Named), (R::Topic, Op::Describe, Named)] },
 ];
@@ -394,6 +398,16 @@ impl Resources for FindCoordinatorRequest {
         match (kind, CoordinatorKind::try_from(self.kind)) {
             (R::Group, Ok(CoordinatorKind::Group)) => vec![self.key.as_str()],
             (R::TransactionalId, Ok(CoordinatorKind::Transaction)) => vec![self.key.as_str()],
+            _ => Vec::new(),
+        }
+    }
+}
+
+impl Resources for ConsumerGroupHeartbeatRequest {
+    fn names(&self, kind: ResourceType) -> Vec<&str> {
+        match kind {
+            R::Group => vec![self.group_id.as_str()],
+            R::Topic => self.subscribed_topics.iter().flat_map(|s| s.topics.iter().map(String::as_str)).collect(),
             _ => Vec::new(),
         }
     }

@@ -5,14 +5,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rill_broker::StatePartition;
-use rill_coordinator::offsets::{self, MAX_OFFSET_METADATA_BYTES};
+use rill_coordinator::groups::{self as consumer_groups, HeartbeatRequest, SubscribedTopic, TopicPartitions};
+use rill_coordinator::offsets::{self, Committer, MAX_OFFSET_METADATA_BYTES};
 use rill_coordinator::{OffsetCommit, OffsetsMachine};
 use rill_meta::PartitionKind;
 use rill_proto::common::ErrorCode;
 use rill_proto::groups::groups_server::Groups;
 use rill_proto::groups::{
-    CommitOffsetsRequest, CommitOffsetsResponse, CommitPartitionResult, CommitTopicResult, FetchOffsetsPartitionResult,
-    FetchOffsetsRequest, FetchOffsetsResponse, FetchOffsetsTopicResult,
+    CommitOffsetsRequest, CommitOffsetsResponse, CommitPartitionResult, CommitTopicResult,
+    ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, FetchOffsetsPartitionResult, FetchOffsetsRequest,
+    FetchOffsetsResponse, FetchOffsetsTopicResult, OwnedPartitions, TopicPartitions as WirePartitions,
 };
 use tonic::{Request, Response, Status};
 
@@ -24,6 +26,8 @@ use crate::node::{Hosted, Node};
 
 /// How long a commit may take to be committed by the coordinator's partition.
 const COMMIT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a membership change may take to be committed: well within a member's session.
+const HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The `Groups` service.
 pub struct GroupsApi {
@@ -35,6 +39,11 @@ impl GroupsApi {
     /// The service for `node`.
     pub fn new(node: Arc<Node>, authz: Authorization) -> Self {
         Self { node, authz }
+    }
+
+    /// The node's session timers of consumer group members.
+    fn sessions(&self) -> &consumer_groups::sessions::Sessions {
+        self.node.group_sessions()
     }
 
     /// The group's coordinator partition, when this node leads it... or the error to answer.
@@ -65,6 +74,33 @@ fn fetch_error(e: WireError) -> FetchOffsetsResponse {
     }
 }
 
+fn heartbeat_error(e: WireError) -> ConsumerGroupHeartbeatResponse {
+    ConsumerGroupHeartbeatResponse {
+        error_code: e.code as i32,
+        error_message: e.message,
+        coordinator: e.leader,
+        ..Default::default()
+    }
+}
+
+fn partitions_from_wire(owned: &OwnedPartitions) -> TopicPartitions {
+    let mut out = TopicPartitions::new();
+    for t in owned.topics.iter().filter(|t| !t.partitions.is_empty()) {
+        out.entry(t.topic.clone()).or_default().extend(t.partitions.iter().copied());
+    }
+    out
+}
+
+fn partitions_to_wire(set: &TopicPartitions) -> OwnedPartitions {
+    OwnedPartitions {
+        topics: set
+            .iter()
+            .filter(|(_, p)| !p.is_empty())
+            .map(|(topic, p)| WirePartitions { topic: topic.clone(), partitions: p.iter().copied().collect() })
+            .collect(),
+    }
+}
+
 fn partition_ok(partition: u32) -> CommitPartitionResult {
     CommitPartitionResult { partition, error_code: ErrorCode::None as i32, error_message: String::new() }
 }
@@ -75,6 +111,72 @@ fn partition_error(partition: u32, e: WireError) -> CommitPartitionResult {
 
 #[tonic::async_trait]
 impl Groups for GroupsApi {
+    async fn consumer_group_heartbeat(
+        &self,
+        request: Request<ConsumerGroupHeartbeatRequest>,
+    ) -> Result<Response<ConsumerGroupHeartbeatResponse>, Status> {
+        let principal = self.authz.principal(&request);
+        let client_host = request.remote_addr().map(|a| a.ip().to_string()).unwrap_or_default();
+        let req = request.into_inner();
+        let subscribed = req.subscribed_topics.as_ref().map_or(0, |s| s.topics.len());
+        let owned = req.owned.as_ref().map_or(0, |o| o.topics.iter().map(|t| t.partitions.len()).sum());
+        limits::check_counts("ConsumerGroupHeartbeat", subscribed, owned)?;
+        self.authz.authorize(&principal, rpc::CONSUMER_GROUP_HEARTBEAT, &req)?;
+        let coordinator = match self.coordinator(&req.group_id) {
+            Ok(c) => c,
+            Err(e) => return Ok(Response::new(heartbeat_error(e))),
+        };
+        let meta = self.node.meta();
+        // Internal topics are never assigned to consumers.
+        let topics = |name: &str| {
+            let t = meta.topics.get(name).filter(|t| !t.is_internal())?;
+            Some(SubscribedTopic { topic_id: t.topic_id, partitions: t.partitions.len() as u32 })
+        };
+        let decided = HeartbeatRequest {
+            group_id: req.group_id.clone(),
+            member_id: req.member_id,
+            member_epoch: req.member_epoch,
+            instance_id: req.instance_id,
+            rack_id: req.rack_id,
+            rebalance_timeout_ms: req.rebalance_timeout_ms,
+            subscribed_topics: req.subscribed_topics.map(|s| s.topics),
+            server_assignor: req.server_assignor,
+            rebalance_mode: req.rebalance_mode,
+            owned: req.owned.as_ref().map(partitions_from_wire),
+            client_id: req.client_id,
+            client_host,
+        };
+        let decision = match consumer_groups::consumer_heartbeat(
+            &coordinator,
+            &decided,
+            &topics,
+            self.node.config().groups,
+            HEARTBEAT_TIMEOUT,
+        )
+        .await
+        {
+            Ok(d) => d,
+            Err(e) => return Ok(Response::new(heartbeat_error(errors::coordinator(&e)))),
+        };
+        self.sessions().heard(
+            coordinator.replica().group(),
+            &decided.group_id,
+            &decided.member_id,
+            decision.member.as_ref(),
+        );
+        let answer = decision.answer;
+        Ok(Response::new(ConsumerGroupHeartbeatResponse {
+            error_code: ErrorCode::None as i32,
+            error_message: String::new(),
+            coordinator: None,
+            member_id: answer.member_id,
+            member_epoch: answer.member_epoch,
+            heartbeat_interval_ms: answer.heartbeat_interval_ms,
+            session_timeout_ms: self.node.config().groups.session_ms,
+            assignment: answer.assignment.as_ref().map(partitions_to_wire),
+        }))
+    }
+
     async fn commit_offsets(
         &self,
         request: Request<CommitOffsetsRequest>,
@@ -85,12 +187,16 @@ impl Groups for GroupsApi {
             Ok(c) => c,
             Err(e) => return Ok(Response::new(commit_error(e))),
         };
-        if !req.member_id.is_empty() || req.generation_id >= 0 {
-            let e = errors::invalid_request(
-                "this group has no members (consumer group membership is not available yet): commit with member_id \"\" and generation_id -1",
-            );
-            return Ok(Response::new(commit_error(e)));
-        }
+        let committer = match (req.member_id.as_str(), req.generation_id) {
+            ("", g) if g < 0 => Committer::Standalone,
+            ("", _) => {
+                let e = errors::invalid_request(
+                    "a commit without a member id must carry generation_id -1 (a group without members)",
+                );
+                return Ok(Response::new(commit_error(e)));
+            }
+            (member_id, epoch) => Committer::Member { member_id, epoch },
+        };
         // Check every offset against the metadata this node holds; commit the good ones.
         let meta = self.node.meta();
         limits::check_counts("CommitOffsets", req.topics.len(), req.topics.iter().map(|t| t.partitions.len()).sum())?;
@@ -133,7 +239,7 @@ impl Groups for GroupsApi {
             results.push(CommitTopicResult { topic: t.topic, partitions });
         }
         if !accepted.is_empty() {
-            if let Err(e) = offsets::commit(&coordinator, &req.group_id, &accepted, COMMIT_TIMEOUT).await {
+            if let Err(e) = offsets::commit(&coordinator, &req.group_id, committer, &accepted, COMMIT_TIMEOUT).await {
                 return Ok(Response::new(commit_error(errors::coordinator(&e))));
             }
         }

@@ -1,0 +1,114 @@
+//! Consumer groups with server-side assignment (KIP-848), kept by the group's coordinator: the
+//! leader of the `__consumer_offsets` partition the group id hashes to, beside the group's
+//! committed offsets.
+//!
+//! ```text
+//!  heartbeat ─► read the applied group ─► heartbeat::heartbeat (pure: validate, epochs, target,
+//!              (caught-up leader)          reconcile) ─► change? ─► propose (compare-and-set on
+//!                                                                    the group's version)
+//!                                                                 ─► applied: answer
+//!                                                                 ─► conflict: decide again
+//! ```
+//!
+//! * [`group`]: the replicated state — group epoch, target assignment and its epoch, members with
+//!   their epochs and current assignments — and how a change applies.
+//! * [`assignor`]: the server-side assignors (`uniform`, `range`), run on the leader only.
+//! * [`reconcile`]: how a member's current assignment moves toward its target without two
+//!   members ever owning one partition.
+//! * [`heartbeat`]: the coordinator's decisions for a heartbeat (join, heartbeat, leave) and for
+//!   an expired session or rebalance timer.
+//! * [`sessions`]: the leader's session and rebalance timers (soft state, never replicated).
+//!
+//! **Only changes are replicated.** A heartbeat that changes nothing is answered from the
+//! applied state and never written; session timers are the leader's soft state (a new leader
+//! re-arms them, starting every member's session afresh). The target assignment is computed on
+//! the leader and its result replicated, never recomputed in `apply`.
+
+pub mod assignor;
+pub mod group;
+pub mod heartbeat;
+pub mod reconcile;
+pub mod sessions;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use prost::Message;
+use rill_broker::StatePartition;
+use rill_proto::coordinator as pb;
+
+pub use assignor::{Assignor, TopicPartitions};
+pub use group::{ConsumerGroup, GroupState, Member, MemberState, RebalanceMode, SubscribedTopic};
+pub use heartbeat::{Decision, HeartbeatAnswer, HeartbeatRequest, Timeouts, TopicLookup};
+
+use crate::error::{CoordinatorError, Result};
+use crate::offsets::{OffsetsMachine, APPLIED};
+
+/// How often a change that lost its compare-and-set is decided again before giving up: each
+/// loss means another request for the same group changed it first.
+const CAS_ATTEMPTS: usize = 8;
+
+/// On the group's coordinator: decides `req`, proposes what it changes and answers once that is
+/// committed (synced on a majority). A heartbeat that changes nothing proposes nothing.
+pub async fn consumer_heartbeat(
+    partition: &StatePartition<OffsetsMachine>,
+    req: &HeartbeatRequest,
+    topics: TopicLookup<'_>,
+    timeouts: Timeouts,
+    timeout: Duration,
+) -> Result<Decision> {
+    for _ in 0..CAS_ATTEMPTS {
+        let now_ms = rill_rt::wall_clock_ms();
+        let decision = partition.read(|m| {
+            heartbeat::heartbeat(m.groups().get(&req.group_id), req, topics, timeouts, now_ms, &mut new_member_id)
+        })??;
+        let Some(change) = &decision.change else { return Ok(decision) };
+        if propose(partition, change, timeout).await? {
+            return Ok(decision);
+        }
+    }
+    Err(contended(&req.group_id))
+}
+
+/// On the group's coordinator: removes member `member_id` if it is still at `epoch` (its session
+/// or rebalance timer expired). True when it was removed.
+pub async fn fence_member(
+    partition: &StatePartition<OffsetsMachine>,
+    group_id: &str,
+    member_id: &str,
+    epoch: i32,
+    timeout: Duration,
+) -> Result<bool> {
+    for _ in 0..CAS_ATTEMPTS {
+        let change =
+            partition.read(|m| m.groups().get(group_id).and_then(|g| heartbeat::fence(g, member_id, epoch)))?;
+        let Some(change) = change else { return Ok(false) };
+        if propose(partition, &change, timeout).await? {
+            return Ok(true);
+        }
+    }
+    Err(contended(group_id))
+}
+
+/// Proposes `change`; false when it lost its compare-and-set.
+async fn propose(
+    partition: &StatePartition<OffsetsMachine>,
+    change: &pb::ConsumerGroupChange,
+    timeout: Duration,
+) -> Result<bool> {
+    let command = pb::OffsetsCommand { command: Some(pb::offsets_command::Command::GroupChange(change.clone())) };
+    let answer: Bytes = partition.propose(command.encode_to_vec().into(), timeout).await?;
+    Ok(answer.as_ref() == APPLIED)
+}
+
+fn contended(group_id: &str) -> CoordinatorError {
+    CoordinatorError::NotAvailable(format!(
+        "group {group_id:?} changed {CAS_ATTEMPTS} times in a row while this request was decided; retry"
+    ))
+}
+
+/// A member id for a member that joins without one: 128 random bits, as Kafka's clients make
+/// (KIP-1082), in hex.
+fn new_member_id() -> String {
+    format!("{:016x}{:016x}", rill_rt::random_u64(), rill_rt::random_u64())
+}

@@ -1,0 +1,56 @@
+//! Consumer group members' session and rebalance timers on the coordinator's leader.
+//!
+//! Every second, for each `__consumer_offsets` partition this node hosts: while it leads the
+//! partition with its log applied, every member of its groups has a timer (a new leader arms a
+//! full session for each — `rill_coordinator::groups::sessions`); otherwise its timers are
+//! dropped. Expired members are removed by a proposed command that applies only if the member is
+//! still at the epoch its timer saw, so a heartbeat racing the timer wins.
+
+use std::sync::Weak;
+use std::time::Duration;
+
+use rill_coordinator::groups;
+
+use crate::node::{Hosted, Node};
+
+/// How often timers are checked: a member is removed at most this long after its timeout.
+const CHECK_EVERY: Duration = Duration::from_secs(1);
+/// How long removing one expired member may take to be committed.
+const FENCE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Runs until the node is dropped.
+pub async fn run(node: Weak<Node>) {
+    loop {
+        rill_rt::sleep(CHECK_EVERY).await;
+        let Some(n) = node.upgrade() else { return };
+        let sessions = n.group_sessions();
+        let mut led = Vec::new();
+        for hosted in n.replicas() {
+            let Hosted::Offsets(p) = hosted else { continue };
+            let group = p.replica().group();
+            match p.read(|m| sessions.adopt(group, m.groups())) {
+                Ok(()) => led.push(p),
+                Err(_) => sessions.forget(group),
+            }
+        }
+        for expired in sessions.expired(rill_rt::now()) {
+            let Some(p) = led.iter().find(|p| p.replica().group() == expired.partition) else { continue };
+            match groups::fence_member(p, &expired.group_id, &expired.member_id, expired.epoch, FENCE_TIMEOUT).await {
+                Ok(true) => tracing::info!(
+                    group = %expired.group_id,
+                    member = %expired.member_id,
+                    epoch = expired.epoch,
+                    "removed a consumer group member: {}",
+                    expired.reason
+                ),
+                Ok(false) => {}
+                Err(e) => tracing::warn!(
+                    group = %expired.group_id,
+                    member = %expired.member_id,
+                    error = %e,
+                    "could not remove an expired consumer group member; retrying"
+                ),
+            }
+        }
+    }
+}
