@@ -6,16 +6,28 @@
 //!        └► keeps one fetch in flight per unpaused partition while its buffer has room
 //! ```
 //!
-//! This is assign mode: the application chooses the partitions. With a `group_id`, a partition
-//! without a position starts at the offset the group committed for it (else at `start`), and
-//! [`Consumer::commit`] records the positions under the group (Kafka's "simple" consumer group:
-//! no membership; that comes with consumer groups). Records of a partition are returned in
+//! Two modes:
+//! * **assign**: the application chooses the partitions ([`Consumer::assign`]). With a
+//!   `group_id`, a partition without a position starts at the offset the group committed for it
+//!   (else at `start`), and [`Consumer::commit`] records the positions under the group (Kafka's
+//!   "simple" consumer group: no membership).
+//! * **subscribe**: the consumer joins `group_id` as a member ([`Consumer::subscribe`], KIP-848)
+//!   and the group's coordinator decides its partitions (`crate::membership` heartbeats in the
+//!   background). Inside `poll`, partitions the coordinator takes away are revoked — the
+//!   [`RebalanceListener`] hears of them, their positions are committed, their buffered records
+//!   dropped — and new ones start at the group's committed offsets. A consumer fenced by the
+//!   coordinator, or with no successful heartbeat for the session timeout by its own clock,
+//!   declares every partition **lost**: nothing is committed and none of their buffered records
+//!   is handed out afterwards. Commits carry the member id and epoch, so a member that lost a
+//!   partition can no longer commit it.
+//!
+//! Records of a partition are returned in
 //! offset order, each once, without gaps (offsets are dense), unless the application seeks or
 //! the partition's records below the position were deleted (retention, `DeleteRecords`): then
 //! [`ConsumerConfig::auto_offset_reset`] decides, and [`Consumer::take_resets`] reports what was
 //! skipped.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -23,6 +35,7 @@ use rill_rt::sync::mpsc;
 use rill_rt::JoinHandle;
 
 use crate::error::{Error, Result};
+use crate::membership::{Membership, MembershipConfig};
 use crate::record::{FetchedPartition, OffsetSpec};
 use crate::Client;
 use rill_proto::common::ErrorCode;
@@ -123,6 +136,20 @@ pub struct ConsumerConfig {
     pub max_buffered_bytes_per_partition: usize,
     /// Most records one `poll` returns.
     pub max_poll_records: usize,
+    /// With `Some(interval)`, `poll` commits the positions at most this often — only what
+    /// earlier polls returned, so only work the application has finished when it polls again.
+    pub auto_commit_interval: Option<Duration>,
+    /// A static member's `group.instance.id` (subscribe mode).
+    pub group_instance_id: Option<String>,
+    /// How long a subscribed consumer may take to revoke partitions between polls (Kafka's
+    /// `max.poll.interval.ms`).
+    pub rebalance_timeout: Duration,
+    /// The server-side assignor to ask for ("uniform" or "range"; `None`: the group's default).
+    pub server_assignor: Option<String>,
+    /// The rebalance mode to ask for ("cooperative" or "eager"; `None`: cooperative).
+    pub rebalance_mode: Option<String>,
+    /// The client's `client.id`, shown by `rill group describe`.
+    pub client_id: String,
 }
 
 impl Default for ConsumerConfig {
@@ -135,9 +162,34 @@ impl Default for ConsumerConfig {
             partition_max_bytes: 1 << 20,
             max_buffered_bytes_per_partition: 4 << 20,
             max_poll_records: 500,
+            auto_commit_interval: None,
+            group_instance_id: None,
+            rebalance_timeout: Duration::from_secs(300),
+            server_assignor: None,
+            rebalance_mode: None,
+            client_id: "rill-client".to_string(),
         }
     }
 }
+
+/// What a subscribed consumer tells the application about its partitions. Called inside
+/// [`Consumer::poll`], between the records it returns.
+pub trait RebalanceListener: Send + Sync {
+    /// The consumer now owns `partitions`; they start at the group's committed offsets.
+    fn on_assigned(&mut self, _partitions: &[TopicPartition]) {}
+    /// The consumer gives `partitions` up; their positions are committed right after this
+    /// returns (an application processing in the background finishes them here).
+    fn on_revoked(&mut self, _partitions: &[TopicPartition]) {}
+    /// The consumer lost `partitions` without revoking them (fenced, or its session ran out):
+    /// nothing was committed, their buffered records are dropped, and another member may own
+    /// them already.
+    fn on_lost(&mut self, _partitions: &[TopicPartition]) {}
+}
+
+/// A listener that ignores every event.
+struct NoListener;
+
+impl RebalanceListener for NoListener {}
 
 #[derive(Default)]
 struct PartitionState {
@@ -173,6 +225,10 @@ pub struct Consumer {
     results_rx: mpsc::UnboundedReceiver<Fetched>,
     next_turn: usize,
     resets: Vec<OffsetResetEvent>,
+    /// Subscribe mode: the group membership.
+    membership: Option<Membership>,
+    listener: Box<dyn RebalanceListener>,
+    last_auto_commit: rill_rt::Instant,
 }
 
 impl Consumer {
@@ -188,6 +244,120 @@ impl Consumer {
             results_rx,
             next_turn: 0,
             resets: Vec::new(),
+            membership: None,
+            listener: Box::new(NoListener),
+            last_auto_commit: rill_rt::now(),
+        }
+    }
+
+    /// Joins the consumer's group (`group_id`) as a member consuming `topics`: the group's
+    /// coordinator assigns the partitions, and `poll` follows its decisions. Replaces any
+    /// assignment made with [`Consumer::assign`].
+    pub fn subscribe(&mut self, topics: &[&str]) -> Result<()> {
+        let Some(group_id) = self.config.group_id.clone() else {
+            return Err(Error::InvalidArgument("subscribe needs a consumer with a group_id".into()));
+        };
+        if topics.is_empty() {
+            return Err(Error::InvalidArgument("subscribe needs at least one topic".into()));
+        }
+        if self.membership.is_some() {
+            return Err(Error::InvalidArgument("the consumer is subscribed already".into()));
+        }
+        self.assign([]);
+        let config = MembershipConfig {
+            group_id,
+            topics: topics.iter().map(|t| t.to_string()).collect(),
+            instance_id: self.config.group_instance_id.clone(),
+            rebalance_timeout: self.config.rebalance_timeout,
+            server_assignor: self.config.server_assignor.clone(),
+            rebalance_mode: self.config.rebalance_mode.clone(),
+            client_id: self.config.client_id.clone(),
+        };
+        self.membership = Some(Membership::start(self.client.clone(), config));
+        Ok(())
+    }
+
+    /// Sets what hears of assigned, revoked and lost partitions (subscribe mode).
+    pub fn set_rebalance_listener(&mut self, listener: impl RebalanceListener + 'static) {
+        self.listener = Box::new(listener);
+    }
+
+    /// The member id and epoch of a subscribed consumer, once it has joined.
+    pub fn member(&self) -> Option<(String, i32)> {
+        self.membership.as_ref().and_then(Membership::member)
+    }
+
+    /// Subscribe mode: drops every partition if the membership is lost — fenced by the
+    /// coordinator, or no successful heartbeat for the session timeout by this consumer's clock.
+    fn check_lost(&mut self) {
+        let Some(m) = &self.membership else { return };
+        let lost = {
+            let mut s = m.lock();
+            let expired = !s.owned.is_empty() && s.last_success.elapsed() > s.session_timeout;
+            if !(s.fenced || expired) {
+                return;
+            }
+            tracing::warn!(
+                member = %s.member_id,
+                fenced = s.fenced,
+                last_error = ?s.last_error,
+                "group membership lost: dropping every partition"
+            );
+            s.fenced = false;
+            s.epoch = 0;
+            s.assignment = None;
+            s.owned.clear();
+            s.last_success = rill_rt::now();
+            self.partitions.keys().cloned().collect::<Vec<_>>()
+        };
+        m.wake();
+        self.assign([]);
+        if !lost.is_empty() {
+            self.listener.on_lost(&lost);
+        }
+    }
+
+    /// Subscribe mode: acts on the newest assignment — revokes (commits, then releases) what it
+    /// leaves out and takes what it adds — and has the next heartbeat report it.
+    async fn follow_assignment(&mut self) -> Result<()> {
+        let Some(m) = &self.membership else { return Ok(()) };
+        let Some(target) = m.lock().assignment.take() else { return Ok(()) };
+        let current: BTreeSet<TopicPartition> = self.partitions.keys().cloned().collect();
+        let revoked: Vec<TopicPartition> = current.difference(&target).cloned().collect();
+        let added: Vec<TopicPartition> = target.difference(&current).cloned().collect();
+        if !revoked.is_empty() {
+            self.listener.on_revoked(&revoked);
+            let positions: Vec<(TopicPartition, u64)> =
+                revoked.iter().filter_map(|tp| self.position(tp).map(|p| (tp.clone(), p))).collect();
+            if let Err(e) = self.commit_offsets(positions).await {
+                tracing::warn!(error = %e, "committing revoked partitions failed; the next owner starts at the last commit");
+            }
+        }
+        let keep: Vec<TopicPartition> = target.iter().cloned().collect();
+        self.assign(keep);
+        if !added.is_empty() {
+            self.listener.on_assigned(&added);
+        }
+        if let Some(m) = &self.membership {
+            let mut s = m.lock();
+            s.owned = target;
+            s.report = true;
+        }
+        if let Some(m) = &self.membership {
+            m.wake();
+        }
+        Ok(())
+    }
+
+    /// Commits the positions if `auto_commit_interval` has passed since the last commit.
+    async fn auto_commit(&mut self) {
+        let Some(every) = self.config.auto_commit_interval else { return };
+        if self.last_auto_commit.elapsed() < every {
+            return;
+        }
+        self.last_auto_commit = rill_rt::now();
+        if let Err(e) = self.commit().await {
+            tracing::warn!(error = %e, "auto-commit failed");
         }
     }
 
@@ -264,11 +434,16 @@ impl Consumer {
     /// Errors that a retry can fix (a leader moving, a lost connection) are retried in the
     /// background; others (an offset out of range, a deleted topic) are returned.
     pub async fn poll(&mut self, timeout: Duration) -> Result<Vec<ConsumerRecord>> {
-        self.resolve_positions().await?;
+        // What earlier polls returned has been processed once the application polls again.
+        self.auto_commit().await;
         let deadline = rill_rt::now() + timeout;
         loop {
+            self.check_lost();
+            self.follow_assignment().await?;
+            self.resolve_positions().await?;
             self.reset_out_of_range().await?;
             self.start_fetches();
+            self.check_lost();
             let out = self.drain();
             if !out.is_empty() {
                 return Ok(out);
@@ -311,7 +486,26 @@ impl Consumer {
         Ok(())
     }
 
-    /// Stops background fetches.
+    /// With auto-commit, commits the positions (everything earlier polls returned); leaves the
+    /// group (subscribe mode: at once, so its partitions are reassigned; a static member's wait
+    /// for it for the session timeout); stops background fetches. Without auto-commit the
+    /// application commits what it finished before calling this.
+    pub async fn shutdown(mut self) -> Result<()> {
+        let auto_commit = self.config.group_id.is_some() && self.config.auto_commit_interval.is_some();
+        let committed = if auto_commit { self.commit().await } else { Ok(()) };
+        if let Some(m) = self.membership.take() {
+            let owned: Vec<TopicPartition> = self.partitions.keys().cloned().collect();
+            if !owned.is_empty() {
+                self.listener.on_revoked(&owned);
+            }
+            m.leave(&self.client).await;
+        }
+        self.close();
+        committed
+    }
+
+    /// Stops background fetches (and heartbeats, without leaving: the group notices when the
+    /// session times out).
     pub fn close(mut self) {
         for st in self.partitions.values_mut() {
             if let Some(h) = st.in_flight.take() {
@@ -357,6 +551,7 @@ impl Consumer {
 
     /// Commits `offsets` (per partition, the next offset to read) under the consumer's group:
     /// for an application that processed only part of what `poll` returned.
+    /// A subscribed consumer commits as its member, at its epoch, and only partitions it owns.
     pub async fn commit_offsets(&self, offsets: impl IntoIterator<Item = (TopicPartition, u64)>) -> Result<()> {
         let Some(group) = &self.config.group_id else {
             return Err(Error::InvalidArgument("commit needs a consumer with a group_id".into()));
@@ -366,7 +561,17 @@ impl Consumer {
         if offsets.is_empty() {
             return Ok(());
         }
-        self.client.commit_offsets(group, &offsets).await
+        match &self.membership {
+            None => self.client.commit_offsets(group, &offsets).await,
+            Some(m) => {
+                let Some((member_id, epoch)) = m.member() else {
+                    return Err(Error::InvalidArgument(
+                        "not a member of the group (joining, or lost): nothing to commit".into(),
+                    ));
+                };
+                self.client.commit_offsets_as(group, Some((&member_id, epoch)), &offsets).await
+            }
+        }
     }
 
     fn start_fetches(&mut self) {

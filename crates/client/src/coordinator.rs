@@ -8,7 +8,10 @@ use std::collections::BTreeMap;
 use rill_proto::admin::{CoordinatorKind, FindCoordinatorRequest};
 use rill_proto::common::{ErrorCode, LeaderHint};
 use rill_proto::groups::groups_client::GroupsClient;
-use rill_proto::groups::{CommitOffsetsRequest, CommitPartition, CommitTopic, FetchOffsetsRequest, FetchOffsetsTopic};
+use rill_proto::groups::{
+    CommitOffsetsRequest, CommitPartition, CommitTopic, ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse,
+    FetchOffsetsRequest, FetchOffsetsTopic,
+};
 use rill_proto::records::InitProducerIdRequest;
 
 use crate::client::backoff;
@@ -142,6 +145,19 @@ impl Client {
     /// (without group membership: Kafka's "simple" consumer group). Fails on the first partition
     /// the coordinator refused.
     pub async fn commit_offsets(&self, group: &str, offsets: &[(TopicPartition, u64, String)]) -> Result<()> {
+        self.commit_offsets_as(group, None, offsets).await
+    }
+
+    /// Commits `offsets` for `group` as member `member` (id, member epoch) of a consumer group,
+    /// or without membership (`None`). A member may commit only partitions it owns:
+    /// `STALE_MEMBER_EPOCH` otherwise, `UNKNOWN_MEMBER_ID` / `FENCED_MEMBER_EPOCH` once it is no
+    /// longer a member.
+    pub async fn commit_offsets_as(
+        &self,
+        group: &str,
+        member: Option<(&str, i32)>,
+        offsets: &[(TopicPartition, u64, String)],
+    ) -> Result<()> {
         let mut by_topic: BTreeMap<&str, Vec<CommitPartition>> = BTreeMap::new();
         for (tp, offset, metadata) in offsets {
             let offset =
@@ -154,8 +170,8 @@ impl Client {
         }
         let req = CommitOffsetsRequest {
             group_id: group.to_string(),
-            member_id: String::new(),
-            generation_id: -1,
+            member_id: member.map(|(id, _)| id.to_string()).unwrap_or_default(),
+            generation_id: member.map_or(-1, |(_, epoch)| epoch),
             topics: by_topic
                 .into_iter()
                 .map(|(topic, partitions)| CommitTopic { topic: topic.to_string(), partitions })
@@ -181,6 +197,30 @@ impl Client {
                     }
                 }
                 Ok(Ok(()))
+            }
+        })
+        .await
+    }
+
+    /// One `ConsumerGroupHeartbeat` at the group's coordinator (following `NOT_COORDINATOR`,
+    /// retrying while it loads, within the retry budget). Member errors (`FENCED_MEMBER_EPOCH`,
+    /// `UNKNOWN_MEMBER_ID`, …) are returned for the caller to act on.
+    pub async fn consumer_group_heartbeat(
+        &self,
+        req: ConsumerGroupHeartbeatRequest,
+    ) -> Result<ConsumerGroupHeartbeatResponse> {
+        let wait = self.options().request_slack * 3;
+        let group = req.group_id.clone();
+        self.at_coordinator(Coordinator::Group, &group, |addr| {
+            let req = req.clone();
+            async move {
+                let mut stub = GroupsClient::new(self.channel(&addr)?);
+                let mut resp = answer_within(&addr, wait, stub.consumer_group_heartbeat(req)).await?;
+                if let Err(f) = check(resp.error_code, std::mem::take(&mut resp.error_message), resp.coordinator.take())
+                {
+                    return Ok(Err(f));
+                }
+                Ok(Ok(resp))
             }
         })
         .await

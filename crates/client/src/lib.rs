@@ -24,7 +24,9 @@
 //! * [`Producer`] — batching (`batch_size`, `linger`), compression, Kafka's partitioners, a
 //!   future per record, `flush`, `close`.
 //! * [`Consumer`] — assign, seek (offset, beginning, end, time), pipelined `poll`, pause/resume;
-//!   with a group id, starts from the group's committed offsets and commits its positions.
+//!   with a group id, starts from the group's committed offsets and commits its positions; or
+//!   `subscribe` as a member of a consumer group, with a [`RebalanceListener`].
+//! * [`membership`] — a subscribed consumer's heartbeats to its group's coordinator (KIP-848).
 //! * [`coordinator`] — requests a coordinator serves: committed offsets, transactional
 //!   producer ids; found with `Admin.FindCoordinator`.
 //! * [`partitioner`] — Kafka's default partitioner (murmur2), bit for bit.
@@ -41,12 +43,15 @@ pub mod client;
 pub mod consumer;
 pub mod coordinator;
 pub mod error;
+pub mod membership;
 pub mod partitioner;
 pub mod producer;
 pub mod record;
 
 pub use client::{Client, ClientOptions, DELETE_BELOW_HIGH_WATERMARK};
-pub use consumer::{Consumer, ConsumerConfig, ConsumerRecord, OffsetReset, OffsetResetEvent, TopicPartition};
+pub use consumer::{
+    Consumer, ConsumerConfig, ConsumerRecord, OffsetReset, OffsetResetEvent, RebalanceListener, TopicPartition,
+};
 pub use coordinator::{CommittedOffset, Coordinator};
 pub use error::{Error, Result};
 pub use producer::{DeliveryFuture, Producer, ProducerConfig};

@@ -41,10 +41,20 @@ pub struct ConsumeArgs {
     /// Keep waiting for new records until interrupted (the default without --timeout-ms).
     #[arg(long)]
     follow: bool,
-    /// Consume as this group: start where it committed (unless a start is given), and commit
-    /// after each batch of records printed (assign mode: no group membership yet).
+    /// Consume as a member of this consumer group: the group's coordinator assigns the
+    /// partitions (shared with the group's other members), each starts where the group
+    /// committed (else at the end, or the beginning with --from-beginning), and what is printed
+    /// is committed after it is printed. Ctrl-C commits and leaves the group. With --partition,
+    /// reads that partition without membership and commits under the group.
     #[arg(long)]
     group: Option<String>,
+    /// A static member's instance id (with --group): restarting within the session timeout
+    /// keeps its partitions.
+    #[arg(long, requires = "group")]
+    instance_id: Option<String>,
+    /// The group's assignor: `uniform` (default) or `range` (with --group).
+    #[arg(long, requires = "group")]
+    assignor: Option<String>,
     /// When a position is out of range (its records were deleted by retention or `rill topic
     /// trim`): continue at the `earliest` kept record or at the `latest` end, with a warning
     /// saying how many offsets were skipped, or stop with an error (`none`).
@@ -97,15 +107,29 @@ pub async fn run(bootstrap: &[String], args: ConsumeArgs) -> anyhow::Result<()> 
         Reset::Latest => OffsetReset::Latest,
         Reset::None => OffsetReset::None,
     };
+    let subscribe = args.group.is_some() && args.partition.is_none();
+    if subscribe && (args.offset.is_some() || args.from_timestamp.is_some()) {
+        bail!("--offset and --from-timestamp need --partition with --group: a group member starts where the group committed");
+    }
     let config = ConsumerConfig {
         group_id: args.group.clone(),
-        start: OffsetSpec::Latest,
+        start: if args.from_beginning { OffsetSpec::Earliest } else { OffsetSpec::Latest },
         auto_offset_reset,
+        group_instance_id: args.instance_id.clone(),
+        server_assignor: args.assignor.clone(),
+        client_id: "rill-cli".to_string(),
         ..ConsumerConfig::default()
     };
     let mut consumer = Consumer::new(client, config);
-    let tps: Vec<TopicPartition> = partitions.iter().map(|p| TopicPartition::new(&args.topic, *p)).collect();
-    consumer.assign(tps.clone());
+    let tps: Vec<TopicPartition> = if subscribe {
+        consumer.subscribe(&[&args.topic])?;
+        Vec::new()
+    } else {
+        partitions.iter().map(|p| TopicPartition::new(&args.topic, *p)).collect()
+    };
+    if !subscribe {
+        consumer.assign(tps.clone());
+    }
     for tp in &tps {
         let position = match (args.offset, args.from_beginning, args.from_timestamp) {
             (Some(o), _, _) => {
@@ -124,9 +148,17 @@ pub async fn run(bootstrap: &[String], args: ConsumeArgs) -> anyhow::Result<()> 
     let mut printed = 0u64;
     let mut last_record = tokio::time::Instant::now();
     let stdout = std::io::stdout();
+    let interrupted = tokio::signal::ctrl_c();
+    tokio::pin!(interrupted);
     loop {
         let wait = idle_limit.map_or(POLL_WAIT, |l| l.min(POLL_WAIT));
-        let records = consumer.poll(wait).await.with_context(|| format!("cannot read {}", args.topic))?;
+        let records = tokio::select! {
+            polled = consumer.poll(wait) => polled.with_context(|| format!("cannot read {}", args.topic))?,
+            _ = &mut interrupted => {
+                // Everything printed is committed already; leave so the partitions move at once.
+                return consumer.shutdown().await.context("cannot leave the group cleanly");
+            }
+        };
         for r in consumer.take_resets() {
             eprintln!(
                 "warning: {}/{}: offset {} is out of range (deleted by retention or a trim?); skipped {} offset(s), continuing at {}",
@@ -177,13 +209,8 @@ pub async fn run(bootstrap: &[String], args: ConsumeArgs) -> anyhow::Result<()> 
             // prints them again, never skips them.
             consumer.commit_offsets(printed_up_to).await.context("cannot commit the group's offsets")?;
         }
-        if done {
-            consumer.close();
-            return Ok(());
-        }
-        if idle_limit.is_some_and(|l| last_record.elapsed() >= l) {
-            consumer.close();
-            return Ok(());
+        if done || idle_limit.is_some_and(|l| last_record.elapsed() >= l) {
+            return consumer.shutdown().await.context("cannot leave the group cleanly");
         }
     }
 }

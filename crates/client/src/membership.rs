@@ -1,0 +1,246 @@
+//! A consumer's membership in a consumer group (KIP-848): a background task that heartbeats the
+//! group's coordinator, and what it shares with the [`crate::Consumer`] that owns it.
+//!
+//! ```text
+//!  task: join (epoch 0) ─► heartbeat every interval (sooner when the consumer has acted on an
+//!        assignment) ─► answer: epoch, new assignment? ─► shared.assignment
+//!  consumer.poll: lost? (fenced, or no successful heartbeat for the session timeout, on the
+//!        consumer's own clock) ─► drop every partition and its buffered records, rejoin
+//!                 new assignment? ─► revoke (commit, release) what it leaves out ─► take the rest
+//!                                ─► shared.owned, and wake the task to report it
+//! ```
+//!
+//! The task never changes what the consumer owns: only the consumer does, inside `poll`, so the
+//! application sees revocations and new partitions between polls, never during one.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rill_proto::common::ErrorCode;
+use rill_proto::groups::{ConsumerGroupHeartbeatRequest, OwnedPartitions, SubscribedTopics, TopicPartitions};
+use rill_rt::sync::Notify;
+use rill_rt::{Instant, JoinHandle};
+
+use crate::consumer::TopicPartition;
+use crate::Client;
+
+/// How a consumer joins a group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MembershipConfig {
+    /// The group.
+    pub group_id: String,
+    /// The topics to consume.
+    pub topics: Vec<String>,
+    /// A static member's `group.instance.id`: a restart that leaves (closes) and rejoins within
+    /// the session timeout keeps its partitions.
+    pub instance_id: Option<String>,
+    /// How long the consumer may take to revoke partitions (Kafka's `max.poll.interval.ms`).
+    pub rebalance_timeout: Duration,
+    /// "uniform" or "range"; `None` for the group's default.
+    pub server_assignor: Option<String>,
+    /// "cooperative" or "eager"; `None` for cooperative.
+    pub rebalance_mode: Option<String>,
+    /// The client's `client.id`.
+    pub client_id: String,
+}
+
+/// What the task and the consumer share.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    /// The member id ("" until the first answer).
+    pub member_id: String,
+    /// The member epoch of the last answer (0: joining).
+    pub epoch: i32,
+    /// The newest assignment the coordinator sent that the consumer has not acted on yet.
+    pub assignment: Option<BTreeSet<TopicPartition>>,
+    /// What the consumer owns now; reported in the next heartbeat when `report` is set.
+    pub owned: BTreeSet<TopicPartition>,
+    pub report: bool,
+    /// The coordinator no longer counts this consumer as a member: it owns nothing. Set by the
+    /// task; the consumer drops its partitions and clears it, then the task rejoins.
+    pub fenced: bool,
+    /// When a heartbeat last succeeded (the session runs from there).
+    pub last_success: Instant,
+    /// The session timeout the coordinator applies.
+    pub session_timeout: Duration,
+    /// Why the last heartbeat failed, for logs and errors.
+    pub last_error: Option<String>,
+}
+
+/// A consumer's membership: the task and its shared state.
+pub(crate) struct Membership {
+    pub config: MembershipConfig,
+    pub shared: Arc<Mutex<Shared>>,
+    wake: Arc<Notify>,
+    task: JoinHandle<()>,
+}
+
+/// The session timeout assumed until the coordinator says (Kafka's default).
+const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(45);
+/// The heartbeat interval assumed until the coordinator says.
+const DEFAULT_HEARTBEAT_INTERVAL: Duration = Duration::from_secs(5);
+/// Wait after a failed heartbeat before the next.
+const RETRY_AFTER: Duration = Duration::from_millis(200);
+
+impl Membership {
+    /// Starts heartbeating for `config` over `client`.
+    pub fn start(client: Client, config: MembershipConfig) -> Self {
+        let shared = Arc::new(Mutex::new(Shared {
+            member_id: String::new(),
+            epoch: 0,
+            assignment: None,
+            owned: BTreeSet::new(),
+            report: true,
+            fenced: false,
+            last_success: rill_rt::now(),
+            session_timeout: DEFAULT_SESSION_TIMEOUT,
+            last_error: None,
+        }));
+        let wake = Arc::new(Notify::new());
+        let task = rill_rt::spawn(run(client, config.clone(), shared.clone(), wake.clone()));
+        Self { config, shared, wake, task }
+    }
+
+    /// Locks the shared state (a panic elsewhere leaves plain data behind: keep using it).
+    pub fn lock(&self) -> std::sync::MutexGuard<'_, Shared> {
+        lock(&self.shared)
+    }
+
+    /// Asks the task to heartbeat now (the consumer acted on an assignment).
+    pub fn wake(&self) {
+        self.wake.notify_one();
+    }
+
+    /// The member id and epoch commits are made under (`None` before the first join answer).
+    pub fn member(&self) -> Option<(String, i32)> {
+        let s = self.lock();
+        (!s.member_id.is_empty() && s.epoch > 0 && !s.fenced).then(|| (s.member_id.clone(), s.epoch))
+    }
+
+    /// Stops heartbeating and leaves the group: -1, or -2 for a static member (its partitions
+    /// wait for it for the session timeout). Best effort: a member that cannot reach the
+    /// coordinator is removed when its session times out.
+    pub async fn leave(self, client: &Client) {
+        self.task.abort();
+        let (member_id, epoch) = {
+            let s = self.lock();
+            (s.member_id.clone(), s.epoch)
+        };
+        if member_id.is_empty() || epoch <= 0 {
+            return;
+        }
+        let leave_epoch = if self.config.instance_id.is_some() { -2 } else { -1 };
+        let req = ConsumerGroupHeartbeatRequest {
+            group_id: self.config.group_id.clone(),
+            member_id,
+            member_epoch: leave_epoch,
+            instance_id: self.config.instance_id.clone(),
+            ..Default::default()
+        };
+        if let Err(e) = client.consumer_group_heartbeat(req).await {
+            tracing::warn!(group = %self.config.group_id, error = %e, "leaving the group failed; the session will time out");
+        }
+    }
+}
+
+impl Drop for Membership {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+fn lock(shared: &Mutex<Shared>) -> std::sync::MutexGuard<'_, Shared> {
+    shared.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The heartbeat loop.
+async fn run(client: Client, config: MembershipConfig, shared: Arc<Mutex<Shared>>, wake: Arc<Notify>) {
+    let mut interval = DEFAULT_HEARTBEAT_INTERVAL;
+    loop {
+        let req = {
+            let mut s = lock(&shared);
+            if s.fenced {
+                // Wait for the consumer to drop what it owned before rejoining.
+                None
+            } else {
+                Some(request(&config, &mut s))
+            }
+        };
+        let Some(req) = req else {
+            rill_rt::sleep(RETRY_AFTER).await;
+            continue;
+        };
+        let wait = match client.consumer_group_heartbeat(req).await {
+            Ok(resp) => {
+                let mut s = lock(&shared);
+                s.member_id = resp.member_id;
+                s.epoch = resp.member_epoch;
+                s.last_success = rill_rt::now();
+                s.last_error = None;
+                if resp.session_timeout_ms > 0 {
+                    s.session_timeout = Duration::from_millis(u64::from(resp.session_timeout_ms));
+                }
+                if resp.heartbeat_interval_ms > 0 {
+                    interval = Duration::from_millis(u64::from(resp.heartbeat_interval_ms));
+                }
+                if let Some(assignment) = resp.assignment {
+                    s.assignment = Some(from_wire(&assignment));
+                }
+                interval
+            }
+            Err(e) => {
+                let mut s = lock(&shared);
+                s.last_error = Some(e.to_string());
+                if matches!(e.code(), Some(ErrorCode::FencedMemberEpoch | ErrorCode::UnknownMemberId)) {
+                    tracing::warn!(group = %config.group_id, member = %s.member_id, error = %e, "fenced: every partition is lost; rejoining");
+                    s.fenced = true;
+                    s.epoch = 0;
+                    s.assignment = None;
+                } else {
+                    tracing::debug!(group = %config.group_id, error = %e, "heartbeat failed; retrying");
+                }
+                RETRY_AFTER
+            }
+        };
+        let _ = rill_rt::timeout(wait, wake.notified()).await;
+    }
+}
+
+/// The next heartbeat: a full join at epoch 0; otherwise the epoch, and what the consumer owns
+/// when that changed.
+fn request(config: &MembershipConfig, s: &mut Shared) -> ConsumerGroupHeartbeatRequest {
+    let joining = s.epoch == 0;
+    let report = joining || std::mem::take(&mut s.report);
+    ConsumerGroupHeartbeatRequest {
+        group_id: config.group_id.clone(),
+        member_id: s.member_id.clone(),
+        member_epoch: s.epoch,
+        instance_id: config.instance_id.clone(),
+        rack_id: None,
+        rebalance_timeout_ms: joining.then(|| u32::try_from(config.rebalance_timeout.as_millis()).unwrap_or(u32::MAX)),
+        subscribed_topics: joining.then(|| SubscribedTopics { topics: config.topics.clone() }),
+        server_assignor: if joining { config.server_assignor.clone() } else { None },
+        rebalance_mode: if joining { config.rebalance_mode.clone() } else { None },
+        owned: report.then(|| if joining { OwnedPartitions::default() } else { to_wire(&s.owned) }),
+        client_id: config.client_id.clone(),
+    }
+}
+
+/// Partitions as the wire carries them.
+pub(crate) fn to_wire(set: &BTreeSet<TopicPartition>) -> OwnedPartitions {
+    let mut by_topic: BTreeMap<&str, Vec<u32>> = BTreeMap::new();
+    for tp in set {
+        by_topic.entry(&tp.topic).or_default().push(tp.partition);
+    }
+    OwnedPartitions {
+        topics: by_topic
+            .into_iter()
+            .map(|(topic, partitions)| TopicPartitions { topic: topic.to_string(), partitions })
+            .collect(),
+    }
+}
+
+fn from_wire(owned: &OwnedPartitions) -> BTreeSet<TopicPartition> {
+    owned.topics.iter().flat_map(|t| t.partitions.iter().map(|p| TopicPartition::new(t.topic.clone(), *p))).collect()
+}
