@@ -1,0 +1,309 @@
+//! Consumer groups (KIP-848) against a real 3-node cluster, with the Rust client's subscribe
+//! mode: members share a topic's partitions (2 → 3 → 8 members give 3+3, 2+2+2, six busy and
+//! two idle), a member that stops heartbeating loses its partitions after the session timeout
+//! and the next owner starts exactly at its last commit, a static member restarting within its
+//! session keeps its partitions with no revocation elsewhere, the group survives its
+//! coordinator's leader being killed, and commits are fenced by membership.
+//!
+//! Members run in this process; "crashing" one stops its heartbeats and fetches without
+//! leaving the group, which is what the coordinator sees of a SIGKILLed consumer.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rill_client::{
+    Acks, Client, Consumer, ConsumerConfig, Coordinator, ErrorCode, OffsetSpec, RebalanceListener, Record,
+    TopicPartition,
+};
+
+use crate::harness::{init_logs, wait_for, wait_for_ok, TestCluster, READY_TIMEOUT};
+
+const TOPIC: &str = "events";
+const PARTITIONS: u32 = 6;
+/// Short member timeouts so the test sees expiry quickly.
+const GROUP_ENV: &[(&str, &str)] = &[("RILL_GROUP_SESSION_TIMEOUT", "6s"), ("RILL_GROUP_HEARTBEAT_INTERVAL", "300ms")];
+/// How long a group may take to settle after a change (session expiry included).
+const SETTLE: Duration = Duration::from_secs(30);
+
+/// What a running member has seen.
+#[derive(Debug, Default)]
+struct View {
+    assignment: BTreeSet<TopicPartition>,
+    /// Per partition, every offset handed out, in order.
+    consumed: BTreeMap<u32, Vec<u64>>,
+    revoked: usize,
+    lost: usize,
+    /// The member id and epoch after the last poll.
+    member: Option<(String, i32)>,
+}
+
+struct Listener(Arc<Mutex<View>>);
+
+impl RebalanceListener for Listener {
+    fn on_revoked(&mut self, partitions: &[TopicPartition]) {
+        self.0.lock().unwrap().revoked += partitions.len();
+    }
+    fn on_lost(&mut self, partitions: &[TopicPartition]) {
+        self.0.lock().unwrap().lost += partitions.len();
+    }
+}
+
+/// A member polling in its own task, committing what each poll returned after recording it.
+struct Member {
+    view: Arc<Mutex<View>>,
+    stop: Arc<AtomicBool>,
+    /// Leave (true) or vanish without leaving (false) when stopped.
+    leave: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+impl Member {
+    fn start(client: &Client, group: &str, instance: Option<&str>, pace: Option<Duration>) -> anyhow::Result<Self> {
+        let config = ConsumerConfig {
+            group_id: Some(group.to_string()),
+            start: OffsetSpec::Earliest,
+            group_instance_id: instance.map(str::to_string),
+            max_poll_records: if pace.is_some() { 5 } else { 500 },
+            ..ConsumerConfig::default()
+        };
+        let mut consumer = Consumer::new(client.clone(), config);
+        let view = Arc::new(Mutex::new(View::default()));
+        consumer.set_rebalance_listener(Listener(view.clone()));
+        consumer.subscribe(&[TOPIC])?;
+        let (stop, leave) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(true)));
+        let task = tokio::spawn({
+            let (view, stop, leave) = (view.clone(), stop.clone(), leave.clone());
+            async move {
+                while !stop.load(Ordering::SeqCst) {
+                    let records = consumer.poll(Duration::from_millis(100)).await?;
+                    {
+                        let mut v = view.lock().unwrap();
+                        for r in &records {
+                            v.consumed.entry(r.partition).or_default().push(r.offset);
+                        }
+                        v.assignment = consumer.assignment().into_iter().collect();
+                        v.member = consumer.member();
+                    }
+                    if !records.is_empty() {
+                        // As an application would: a refused commit (the partition moved on, the
+                        // membership was lost) is reported, and the records come again to
+                        // whoever owns the partition next.
+                        if let Err(e) = consumer.commit().await {
+                            tracing::warn!(error = %e, "commit refused");
+                        }
+                    }
+                    if let Some(pace) = pace {
+                        tokio::time::sleep(pace).await; // a slow application, not synchronisation
+                    }
+                }
+                if leave.load(Ordering::SeqCst) {
+                    consumer.shutdown().await?;
+                } else {
+                    consumer.close();
+                }
+                Ok(())
+            }
+        });
+        Ok(Self { view, stop, leave, task })
+    }
+
+    fn assignment(&self) -> BTreeSet<TopicPartition> {
+        self.view.lock().unwrap().assignment.clone()
+    }
+
+    /// Stops, leaving the group (`leave`) or vanishing as a crashed process would.
+    async fn stop(self, leave: bool) -> anyhow::Result<Arc<Mutex<View>>> {
+        self.leave.store(leave, Ordering::SeqCst);
+        self.stop.store(true, Ordering::SeqCst);
+        self.task.await??;
+        Ok(self.view)
+    }
+}
+
+/// Waits until the members' assignments have the sizes `sizes` (sorted) and together cover
+/// every partition once.
+async fn wait_for_sizes(members: &[&Member], sizes: &[usize]) -> anyhow::Result<()> {
+    let what = format!("assignment sizes {sizes:?}");
+    wait_for(SETTLE, &what, || async {
+        let assignments: Vec<BTreeSet<TopicPartition>> = members.iter().map(|m| m.assignment()).collect();
+        let mut got: Vec<usize> = assignments.iter().map(BTreeSet::len).collect();
+        got.sort_unstable();
+        let union: BTreeSet<&TopicPartition> = assignments.iter().flatten().collect();
+        let total: usize = got.iter().sum();
+        (got == sizes && union.len() == total && total == PARTITIONS as usize).then_some(())
+    })
+    .await
+}
+
+/// Produces `per_partition` records to every partition, retrying while leaders move (a retry
+/// may write a batch twice; the checks count at least, never exactly, what is written here).
+async fn produce(client: &Client, per_partition: u64, tag: &str) -> anyhow::Result<()> {
+    for p in 0..PARTITIONS {
+        let records: Vec<Record> = (0..per_partition).map(|i| Record::new(format!("{tag}-{p}-{i}"))).collect();
+        wait_for_ok(READY_TIMEOUT, "a produce", || client.produce(TOPIC, p, records.clone(), Acks::All)).await?;
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn members_share_the_partitions_and_a_crashed_member_is_replaced_at_its_last_commit() -> anyhow::Result<()> {
+    init_logs();
+    let cluster = TestCluster::start_with(3, GROUP_ENV, None).await?;
+    let client = cluster.client().await?;
+    cluster.create_topic(&client, TOPIC, PARTITIONS, 3, &[]).await?;
+    produce(&client, 100, "a").await?;
+
+    tracing::info!("--- a slow member owns all six; a second joins: 3 + 3");
+    let slow = Member::start(&client, "billing", None, Some(Duration::from_millis(100)))?;
+    wait_for_sizes(&[&slow], &[6]).await?;
+    let fast = Member::start(&client, "billing", None, None)?;
+    wait_for_sizes(&[&slow, &fast], &[3, 3]).await?;
+    // The partitions the slow member kept: the fast one has never owned them.
+    let slow_partitions: Vec<u32> = slow.assignment().iter().map(|tp| tp.partition).collect();
+
+    tracing::info!("--- the slow member crashes after committing some, not all, of its records");
+    wait_for(SETTLE, "the slow member to consume 20 records of a partition", || async {
+        slow.view.lock().unwrap().consumed.values().any(|o| o.len() >= 20).then_some(())
+    })
+    .await?;
+    let slow_view = slow.stop(false).await?;
+    let tps: Vec<TopicPartition> = slow_partitions.iter().map(|p| TopicPartition::new(TOPIC, *p)).collect();
+    // The crashed member sent nothing after its last poll's commit: these are final.
+    let committed = client.committed_offsets("billing", &tps).await?;
+    assert!(slow_view.lock().unwrap().lost == 0, "a crash is not seen by the crashed member");
+
+    tracing::info!("--- after the session timeout the survivor owns all six");
+    wait_for_sizes(&[&fast], &[6]).await?;
+    wait_for(SETTLE, "the survivor to read the crashed member's partitions to the end", || async {
+        let v = fast.view.lock().unwrap();
+        slow_partitions.iter().all(|p| v.consumed.get(p).and_then(|o| o.last()) == Some(&99)).then_some(())
+    })
+    .await?;
+    let consumed = fast.view.lock().unwrap().consumed.clone();
+    for tp in &tps {
+        let start = committed.get(tp).cloned().flatten().map_or(0, |c| c.offset);
+        let seen = &consumed[&tp.partition];
+        assert_eq!(seen.first(), Some(&start), "{tp:?}: the next owner starts exactly at the last commit");
+        let expected: Vec<u64> = (start..100).collect();
+        assert_eq!(seen, &expected, "{tp:?}: every record from the commit on, once, in order");
+    }
+    assert!(
+        tps.iter().any(|tp| committed.get(tp).cloned().flatten().is_some_and(|c| c.offset > 0 && c.offset < 100)),
+        "the crash came mid-partition: {committed:?}"
+    );
+
+    tracing::info!("--- 3 members: 2 + 2 + 2; 8 members: six busy, two idle");
+    let mut members =
+        vec![fast, Member::start(&client, "billing", None, None)?, Member::start(&client, "billing", None, None)?];
+    wait_for_sizes(&members.iter().collect::<Vec<_>>(), &[2, 2, 2]).await?;
+    for _ in 0..5 {
+        members.push(Member::start(&client, "billing", None, None)?);
+    }
+    wait_for_sizes(&members.iter().collect::<Vec<_>>(), &[0, 0, 1, 1, 1, 1, 1, 1]).await?;
+
+    tracing::info!("--- the coordinator's node is killed: the group carries on with a new coordinator");
+    let (coordinator, _) = client.find_coordinator(Coordinator::Group, "billing").await?;
+    let mut cluster = cluster;
+    cluster.kill(coordinator)?;
+    produce(&client, 10, "b").await?;
+    wait_for(SETTLE, "every record produced after the kill to be consumed", || async {
+        let total: usize = members
+            .iter()
+            .map(|m| {
+                m.view.lock().unwrap().consumed.values().map(|o| o.iter().filter(|&&x| x >= 100).count()).sum::<usize>()
+            })
+            .sum();
+        (total >= 10 * PARTITIONS as usize).then_some(())
+    })
+    .await?;
+    wait_for_sizes(&members.iter().collect::<Vec<_>>(), &[0, 0, 1, 1, 1, 1, 1, 1]).await?;
+    for m in members {
+        let view = m.stop(true).await?;
+        assert_eq!(view.lock().unwrap().lost, 0, "a coordinator failover loses no member's partitions");
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_static_member_restarting_within_its_session_keeps_its_partitions() -> anyhow::Result<()> {
+    init_logs();
+    let cluster = TestCluster::start_with(3, GROUP_ENV, None).await?;
+    let client = cluster.client().await?;
+    cluster.create_topic(&client, TOPIC, PARTITIONS, 3, &[]).await?;
+
+    let a = Member::start(&client, "static", Some("a"), None)?;
+    let b = Member::start(&client, "static", Some("b"), None)?;
+    wait_for_sizes(&[&a, &b], &[3, 3]).await?;
+    let (a_owns, b_owns) = (a.assignment(), b.assignment());
+    let a_revoked = a.view.lock().unwrap().revoked;
+
+    tracing::info!("--- b restarts: leaves as a static member and comes back under a new member id");
+    b.stop(true).await?;
+    let b2 = Member::start(&client, "static", Some("b"), None)?;
+    wait_for_sizes(&[&a, &b2], &[3, 3]).await?;
+    assert_eq!(b2.assignment(), b_owns, "the same partitions came back to instance b");
+    assert_eq!(a.assignment(), a_owns);
+    assert_eq!(a.view.lock().unwrap().revoked, a_revoked, "nothing was revoked from a");
+
+    tracing::info!("--- a second process with instance id b is refused while b is in");
+    let mut twin = Consumer::new(
+        client.clone(),
+        ConsumerConfig {
+            group_id: Some("static".into()),
+            group_instance_id: Some("b".into()),
+            ..ConsumerConfig::default()
+        },
+    );
+    twin.subscribe(&[TOPIC])?;
+    let twin_view = Arc::new(Mutex::new(View::default()));
+    twin.set_rebalance_listener(Listener(twin_view.clone()));
+    for _ in 0..10 {
+        twin.poll(Duration::from_millis(200)).await?;
+    }
+    assert!(twin.assignment().is_empty(), "the twin owns nothing");
+    assert_eq!(twin.member(), None, "the twin never joined");
+    twin.close();
+    a.stop(true).await?;
+    b2.stop(true).await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commits_are_fenced_by_membership() -> anyhow::Result<()> {
+    init_logs();
+    let cluster = TestCluster::start_with(3, GROUP_ENV, None).await?;
+    let client = cluster.client().await?;
+    cluster.create_topic(&client, TOPIC, PARTITIONS, 3, &[]).await?;
+    let a = Member::start(&client, "fenced", None, None)?;
+    let b = Member::start(&client, "fenced", None, None)?;
+    wait_for_sizes(&[&a, &b], &[3, 3]).await?;
+    let a_owns = a.assignment();
+    let not_a: TopicPartition =
+        (0..PARTITIONS).map(|p| TopicPartition::new(TOPIC, p)).find(|tp| !a_owns.contains(tp)).unwrap();
+    let commit = |tp: &TopicPartition| vec![(tp.clone(), 1u64, String::new())];
+
+    tracing::info!("--- without membership, or for a partition it does not own: refused");
+    let err = client.commit_offsets("fenced", &commit(&not_a)).await.expect_err("the group has members");
+    assert_eq!(err.code(), Some(ErrorCode::UnknownMemberId), "{err}");
+    // The member id and epoch a commits under (stable: the group is settled).
+    let (a_id, a_epoch) = a.view.lock().unwrap().member.clone().expect("a has joined");
+    let err = client.commit_offsets_as("fenced", Some((&a_id, a_epoch)), &commit(&not_a)).await.expect_err("not a's");
+    assert_eq!(err.code(), Some(ErrorCode::StaleMemberEpoch), "{err}");
+    let mine = a_owns.iter().next().unwrap().clone();
+    client.commit_offsets_as("fenced", Some((&a_id, a_epoch)), &commit(&mine)).await?;
+    let err = client
+        .commit_offsets_as("fenced", Some((&a_id, a_epoch + 1)), &commit(&mine))
+        .await
+        .expect_err("an epoch from the future");
+    assert_eq!(err.code(), Some(ErrorCode::FencedMemberEpoch), "{err}");
+
+    tracing::info!("--- once a's session has run out, its commits are refused");
+    a.stop(false).await?;
+    wait_for_sizes(&[&b], &[6]).await?;
+    let err = client.commit_offsets_as("fenced", Some((&a_id, a_epoch)), &commit(&mine)).await.expect_err("fenced");
+    assert_eq!(err.code(), Some(ErrorCode::UnknownMemberId), "{err}");
+    b.stop(true).await?;
+    Ok(())
+}
