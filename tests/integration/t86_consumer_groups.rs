@@ -19,6 +19,7 @@ use rill_client::{
 };
 
 use crate::harness::{init_logs, wait_for, wait_for_ok, TestCluster, READY_TIMEOUT};
+use crate::t70_cli::rill;
 
 const TOPIC: &str = "events";
 const PARTITIONS: u32 = 6;
@@ -305,5 +306,59 @@ async fn commits_are_fenced_by_membership() -> anyhow::Result<()> {
     let err = client.commit_offsets_as("fenced", Some((&a_id, a_epoch)), &commit(&mine)).await.expect_err("fenced");
     assert_eq!(err.code(), Some(ErrorCode::UnknownMemberId), "{err}");
     b.stop(true).await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_consumes_as_a_member_and_describes_members_and_lag() -> anyhow::Result<()> {
+    init_logs();
+    let cluster = TestCluster::start_with(3, GROUP_ENV, None).await?;
+    let client = cluster.client().await?;
+    cluster.create_topic(&client, TOPIC, PARTITIONS, 3, &[]).await?;
+    produce(&client, 10, "c").await?;
+    let json = |out: std::process::Output| -> anyhow::Result<serde_json::Value> {
+        anyhow::ensure!(out.status.success(), "rill failed: {}", String::from_utf8_lossy(&out.stderr));
+        Ok(serde_json::from_slice(&out.stdout)?)
+    };
+
+    tracing::info!("--- rill consume --group: a member of its own, reads everything, commits, leaves");
+    let out = rill(&cluster, &["consume", TOPIC, "--group", "cli", "--from-beginning", "--max-messages", "60"], None)?;
+    anyhow::ensure!(out.status.success(), "consume failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 60);
+
+    tracing::info!("--- rill group list / describe: the group is empty, caught up; then 5 behind");
+    let listed = json(rill(&cluster, &["group", "list", "--output", "json"], None)?)?;
+    let cli = listed.as_array().unwrap().iter().find(|g| g["group"] == "cli").expect("listed");
+    assert_eq!(
+        (cli["protocol"].as_str(), cli["state"].as_str(), cli["members"].as_u64()),
+        (Some("consumer"), Some("empty"), Some(0))
+    );
+    let described = json(rill(&cluster, &["group", "describe", "cli", "--output", "json"], None)?)?;
+    let partitions = described["partitions"].as_array().unwrap();
+    assert_eq!(partitions.len(), PARTITIONS as usize);
+    assert!(partitions.iter().all(|p| p["committed_offset"] == 10 && p["lag"] == 0 && p["lag_seconds"] == 0.0));
+    wait_for_ok(READY_TIMEOUT, "a produce", || {
+        client.produce(TOPIC, 0, (0..5).map(|i| Record::new(format!("d{i}"))).collect(), Acks::All)
+    })
+    .await?;
+    let described = json(rill(&cluster, &["group", "describe", "cli", "--output", "json"], None)?)?;
+    let p0 = described["partitions"].as_array().unwrap().iter().find(|p| p["partition"] == 0).unwrap().clone();
+    assert_eq!(
+        (p0["committed_offset"].as_u64(), p0["high_watermark"].as_u64(), p0["lag"].as_u64()),
+        (Some(10), Some(15), Some(5))
+    );
+    assert!(p0["lag_seconds"].as_f64().is_some_and(|s| s >= 0.0), "{p0}");
+
+    tracing::info!("--- a live member shows up with its assignment; an unknown group is an error");
+    let m = Member::start(&client, "cli", None, None)?;
+    wait_for_sizes(&[&m], &[6]).await?;
+    let described = json(rill(&cluster, &["group", "describe", "cli", "--output", "json"], None)?)?;
+    assert_eq!(described["state"], "stable");
+    assert_eq!(described["members"].as_array().unwrap().len(), 1);
+    assert_eq!(described["members"][0]["assignment"].as_array().unwrap().len(), PARTITIONS as usize);
+    m.stop(true).await?;
+    let out = rill(&cluster, &["group", "describe", "no-such-group"], None)?;
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no members and no committed offsets"), "{out:?}");
     Ok(())
 }

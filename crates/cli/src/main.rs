@@ -44,6 +44,9 @@ enum Command {
     /// Cluster state.
     #[command(subcommand)]
     Cluster(commands::cluster::ClusterCommand),
+    /// Consumer groups: list them, describe members and lag.
+    #[command(subcommand)]
+    Group(commands::group::GroupCommand),
     /// Run a local cluster of rill-server processes until Ctrl-C.
     Dev(commands::dev::DevArgs),
     /// Certificates for mutual TLS between nodes: a cluster CA, node certificates.
@@ -88,6 +91,7 @@ fn main() -> ExitCode {
             Command::Produce(a) => commands::produce::run(&cli.bootstrap, a).await,
             Command::Consume(a) => commands::consume::run(&cli.bootstrap, a).await,
             Command::Cluster(c) => commands::cluster::run(&cli.bootstrap, c).await,
+            Command::Group(c) => commands::group::run(&cli.bootstrap, c).await,
             Command::Dev(a) => commands::dev::run(a).await,
             Command::Bench { .. } | Command::Tls(_) => Ok(()),
         }

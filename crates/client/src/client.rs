@@ -737,6 +737,7 @@ fn decode_fetch(p: &pb::FetchPartitionResult, offset: u64) -> Result<FetchedPart
             out.records.push(ReceivedRecord {
                 offset: o,
                 timestamp_ms: r.timestamp_ms,
+                append_time_ms: b.append_time_ms,
                 key: r.key,
                 value: r.value,
                 headers: r

@@ -10,7 +10,8 @@ use rill_proto::common::{ErrorCode, LeaderHint};
 use rill_proto::groups::groups_client::GroupsClient;
 use rill_proto::groups::{
     CommitOffsetsRequest, CommitPartition, CommitTopic, ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse,
-    FetchOffsetsRequest, FetchOffsetsTopic,
+    DescribeGroupRequest, DescribeGroupResponse, FetchOffsetsRequest, FetchOffsetsTopic, GroupListing,
+    ListGroupsRequest,
 };
 use rill_proto::records::InitProducerIdRequest;
 
@@ -18,6 +19,9 @@ use crate::client::backoff;
 use crate::consumer::TopicPartition;
 use crate::error::{self, Error, Result};
 use crate::Client;
+
+/// The internal topic holding consumer groups' offsets and membership.
+pub const CONSUMER_OFFSETS_TOPIC: &str = "__consumer_offsets";
 
 /// Which coordinator.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -224,6 +228,58 @@ impl Client {
             }
         })
         .await
+    }
+
+    /// A group's state, members and committed offsets, from its coordinator
+    /// (`GROUP_ID_NOT_FOUND` for a group with neither members nor offsets).
+    pub async fn describe_group(&self, group: &str) -> Result<DescribeGroupResponse> {
+        let req = DescribeGroupRequest { group_id: group.to_string() };
+        let wait = self.options().request_slack * 3;
+        self.at_coordinator(Coordinator::Group, group, |addr| {
+            let req = req.clone();
+            async move {
+                let mut stub = GroupsClient::new(self.channel(&addr)?);
+                let mut resp = answer_within(&addr, wait, stub.describe_group(req)).await?;
+                if let Err(f) = check(resp.error_code, std::mem::take(&mut resp.error_message), resp.coordinator.take())
+                {
+                    return Ok(Err(f));
+                }
+                Ok(Ok(resp))
+            }
+        })
+        .await
+    }
+
+    /// Every group of the cluster, by id: each node lists the groups of the `__consumer_offsets`
+    /// partitions it leads, so every partition's leader is asked.
+    pub async fn list_groups(&self) -> Result<Vec<GroupListing>> {
+        let offsets = self.describe_topic(CONSUMER_OFFSETS_TOPIC).await?;
+        let leaders: std::collections::BTreeSet<u64> = offsets.partitions.iter().filter_map(|p| p.leader).collect();
+        if offsets.partitions.iter().any(|p| p.leader.is_none()) {
+            return Err(error::server(
+                ErrorCode::CoordinatorNotAvailable as i32,
+                format!("a partition of {CONSUMER_OFFSETS_TOPIC} has no leader right now; retry"),
+            ));
+        }
+        let nodes = self.describe_cluster().await?.nodes;
+        let wait = self.options().request_slack * 3;
+        let mut groups: BTreeMap<String, GroupListing> = BTreeMap::new();
+        for node in leaders {
+            let addr = nodes
+                .iter()
+                .find(|n| n.node_id == node && !n.address.is_empty())
+                .map(|n| n.address.clone())
+                .ok_or_else(|| Error::Transport(format!("node {node} has no known address")))?;
+            let mut stub = GroupsClient::new(self.channel(&addr)?);
+            let resp = answer_within(&addr, wait, stub.list_groups(ListGroupsRequest {})).await?;
+            if resp.error_code != ErrorCode::None as i32 {
+                return Err(error::server(resp.error_code, resp.error_message));
+            }
+            for g in resp.groups {
+                groups.insert(g.group_id.clone(), g);
+            }
+        }
+        Ok(groups.into_values().collect())
     }
 
     /// The offsets `group` committed for `partitions` (`None` where it committed none).

@@ -88,6 +88,9 @@ pub struct ReceivedRecord {
     /// Timestamp (ms since the epoch): the producer's create time, or the broker's append time
     /// when the batch says so.
     pub timestamp_ms: i64,
+    /// When the partition's leader appended its batch (ms since the epoch): what consumer lag
+    /// in seconds is measured from.
+    pub append_time_ms: i64,
     /// Key; `None` is null.
     pub key: Option<Bytes>,
     /// Value; `None` is null (a tombstone, with a key).

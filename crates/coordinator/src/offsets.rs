@@ -72,6 +72,11 @@ impl OffsetsState {
         self.groups.get(group).into_iter().flat_map(|g| g.iter())
     }
 
+    /// The ids of every group with offsets, in order.
+    pub fn group_ids(&self) -> impl Iterator<Item = &String> {
+        self.groups.keys()
+    }
+
     /// Number of groups with offsets.
     pub fn group_count(&self) -> usize {
         self.groups.len()

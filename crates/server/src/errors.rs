@@ -181,6 +181,11 @@ pub fn missing_batch(partition: u32) -> WireError {
     WireError::new(ErrorCode::InvalidRequest, format!("partition {partition} has no record batch"))
 }
 
+/// A group with neither members nor committed offsets.
+pub fn group_not_found(group_id: &str) -> WireError {
+    WireError::new(ErrorCode::GroupIdNotFound, format!("group {group_id:?} has no members and no committed offsets"))
+}
+
 /// A request names the same partition twice.
 pub fn duplicate_partition(topic: &str, partition: u32) -> WireError {
     WireError::new(

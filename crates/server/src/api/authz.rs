@@ -23,7 +23,9 @@ use rill_proto::admin::{
     DeleteRecordsRequest, DeleteTopicRequest, DescribeClusterRequest, DescribeTopicRequest, FindCoordinatorRequest,
     ListTopicsRequest, MetadataRequest,
 };
-use rill_proto::groups::{CommitOffsetsRequest, ConsumerGroupHeartbeatRequest, FetchOffsetsRequest};
+use rill_proto::groups::{
+    CommitOffsetsRequest, ConsumerGroupHeartbeatRequest, DescribeGroupRequest, FetchOffsetsRequest, ListGroupsRequest,
+};
 use rill_proto::records::{FetchRequest, InitProducerIdRequest, ListOffsetsRequest, ProduceRequest};
 
 /// The name the cluster resource goes by (Kafka's is `kafka-cluster`).
@@ -63,6 +65,10 @@ pub mod rpc {
     pub const DELETE_RECORDS: &str = "/rill.admin.Admin/DeleteRecords";
     /// `/rill.groups.Groups/ConsumerGroupHeartbeat`.
     pub const CONSUMER_GROUP_HEARTBEAT: &str = "/rill.groups.Groups/ConsumerGroupHeartbeat";
+    /// `/rill.groups.Groups/ListGroups`.
+    pub const LIST_GROUPS: &str = "/rill.groups.Groups/ListGroups";
+    /// `/rill.groups.Groups/DescribeGroup`.
+    pub const DESCRIBE_GROUP: &str = "/rill.groups.Groups/DescribeGroup";
     /// `/rill.groups.Groups/CommitOffsets`.
     pub const COMMIT_OFFSETS: &str = "/rill.groups.Groups/CommitOffsets";
     /// `/rill.groups.Groups/FetchOffsets`.
@@ -199,6 +205,9 @@ pub const RULES: &[Rule] = &[
     Rule { rpc: rpc::DELETE_RECORDS, needs: &[(R::Topic, Op::Delete, Named)] },
     // Kafka's ConsumerGroupHeartbeat: Read on the group; Describe on each subscribed topic.
     Rule { rpc: rpc::CONSUMER_GROUP_HEARTBEAT, needs: &[(R::Group, Op::Read, Named), (R::Topic, Op::Describe, Named)] },
+    // Kafka's ListGroups and DescribeGroups: Describe on each group (listings filtered).
+    Rule { rpc: rpc::LIST_GROUPS, needs: &[(R::Group, Op::Describe, Filter)] },
+    Rule { rpc: rpc::DESCRIBE_GROUP, needs: &[(R::Group, Op::Describe, Named)] },
     Rule { rpc: rpc::COMMIT_OFFSETS, needs: &[(R::Group, Op::Read, Named), (R::Topic, Op::Read, Named)] },
     Rule { rpc: rpc::FETCH_OFFSETS, needs: &[(R::Group, Op::Describe, Named), (R::Topic, Op::Describe, Named)] },
 ];
@@ -410,6 +419,18 @@ impl Resources for ConsumerGroupHeartbeatRequest {
             R::Topic => self.subscribed_topics.iter().flat_map(|s| s.topics.iter().map(String::as_str)).collect(),
             _ => Vec::new(),
         }
+    }
+}
+
+impl Resources for ListGroupsRequest {
+    fn names(&self, _kind: ResourceType) -> Vec<&str> {
+        Vec::new()
+    }
+}
+
+impl Resources for DescribeGroupRequest {
+    fn names(&self, kind: ResourceType) -> Vec<&str> {
+        only(kind, R::Group, &self.group_id)
     }
 }
 

@@ -1,5 +1,6 @@
-//! The public `Groups` service: consumer groups' committed offsets, served by each group's
-//! coordinator (the leader of the `__consumer_offsets` partition the group id hashes to).
+//! The public `Groups` service: consumer groups' membership (KIP-848 heartbeats), committed
+//! offsets and descriptions, served by each group's coordinator (the leader of the
+//! `__consumer_offsets` partition the group id hashes to).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,12 +14,13 @@ use rill_proto::common::ErrorCode;
 use rill_proto::groups::groups_server::Groups;
 use rill_proto::groups::{
     CommitOffsetsRequest, CommitOffsetsResponse, CommitPartitionResult, CommitTopicResult,
-    ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, FetchOffsetsPartitionResult, FetchOffsetsRequest,
-    FetchOffsetsResponse, FetchOffsetsTopicResult, OwnedPartitions, TopicPartitions as WirePartitions,
+    ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, DescribeGroupRequest, DescribeGroupResponse,
+    FetchOffsetsPartitionResult, FetchOffsetsRequest, FetchOffsetsResponse, FetchOffsetsTopicResult, GroupListing,
+    ListGroupsRequest, ListGroupsResponse, MemberDescription, OwnedPartitions, TopicPartitions as WirePartitions,
 };
 use tonic::{Request, Response, Status};
 
-use crate::api::authz::{rpc, Authorization};
+use crate::api::authz::{rpc, Authorization, ResourceType};
 use crate::api::limits::{self, SeenPartitions};
 use crate::api::routing::coordinator_here;
 use crate::errors::{self, WireError};
@@ -83,6 +85,39 @@ fn heartbeat_error(e: WireError) -> ConsumerGroupHeartbeatResponse {
     }
 }
 
+/// One group as `ListGroups` shows it, from its coordinator's state.
+fn listing(m: &OffsetsMachine, group_id: &str) -> GroupListing {
+    match m.groups().get(group_id) {
+        Some(g) => GroupListing {
+            group_id: group_id.to_string(),
+            protocol: "consumer".into(),
+            state: g.state().name().into(),
+            members: g.members.len() as u32,
+        },
+        None => GroupListing {
+            group_id: group_id.to_string(),
+            protocol: "simple".into(),
+            state: consumer_groups::GroupState::Empty.name().into(),
+            members: 0,
+        },
+    }
+}
+
+fn describe_member(g: &consumer_groups::ConsumerGroup, m: &consumer_groups::Member) -> MemberDescription {
+    MemberDescription {
+        member_id: m.member_id.clone(),
+        instance_id: m.instance_id.clone(),
+        client_id: m.client_id.clone(),
+        client_host: m.client_host.clone(),
+        subscribed_topics: m.subscribed.iter().cloned().collect(),
+        member_epoch: m.epoch,
+        state: if m.is_away() { "away".into() } else { m.state.name().into() },
+        assignment: Some(partitions_to_wire(&m.assigned)),
+        revoking: Some(partitions_to_wire(&m.revoking)),
+        target: Some(partitions_to_wire(&g.target_of(&m.member_id))),
+    }
+}
+
 fn partitions_from_wire(owned: &OwnedPartitions) -> TopicPartitions {
     let mut out = TopicPartitions::new();
     for t in owned.topics.iter().filter(|t| !t.partitions.is_empty()) {
@@ -111,6 +146,100 @@ fn partition_error(partition: u32, e: WireError) -> CommitPartitionResult {
 
 #[tonic::async_trait]
 impl Groups for GroupsApi {
+    async fn list_groups(&self, request: Request<ListGroupsRequest>) -> Result<Response<ListGroupsResponse>, Status> {
+        let principal = self.authz.principal(&request);
+        let req = request.into_inner();
+        self.authz.authorize(&principal, rpc::LIST_GROUPS, &req)?;
+        let mut groups = Vec::new();
+        for hosted in self.node.replicas() {
+            let Hosted::Offsets(p) = hosted else { continue };
+            // Only a caught-up leader answers for its partition; the client asks every leader.
+            let Ok(listed) = p.read(|m| {
+                let ids: std::collections::BTreeSet<&String> =
+                    m.state().group_ids().chain(m.groups().iter().map(|g| &g.group_id)).collect();
+                ids.into_iter().map(|id| listing(m, id)).collect::<Vec<_>>()
+            }) else {
+                continue;
+            };
+            groups.extend(
+                listed
+                    .into_iter()
+                    .filter(|g| self.authz.lists(&principal, rpc::LIST_GROUPS, ResourceType::Group, &g.group_id)),
+            );
+        }
+        groups.sort_by(|a, b| a.group_id.cmp(&b.group_id));
+        Ok(Response::new(ListGroupsResponse {
+            error_code: ErrorCode::None as i32,
+            error_message: String::new(),
+            groups,
+        }))
+    }
+
+    async fn describe_group(
+        &self,
+        request: Request<DescribeGroupRequest>,
+    ) -> Result<Response<DescribeGroupResponse>, Status> {
+        let principal = self.authz.principal(&request);
+        let req = request.into_inner();
+        self.authz.authorize(&principal, rpc::DESCRIBE_GROUP, &req)?;
+        let describe_error = |e: WireError| DescribeGroupResponse {
+            error_code: e.code as i32,
+            error_message: e.message,
+            coordinator: e.leader,
+            ..Default::default()
+        };
+        let coordinator = match self.coordinator(&req.group_id) {
+            Ok(c) => c,
+            Err(e) => return Ok(Response::new(describe_error(e))),
+        };
+        let meta = self.node.meta();
+        // An offset counts only while the topic still has the id it had at commit time.
+        let current = |topic: &str, id: &[u8; 16]| meta.topics.get(topic).is_some_and(|t| t.topic_id == *id);
+        let described = coordinator.read(|m| {
+            let listed = listing(m, &req.group_id);
+            let mut resp = DescribeGroupResponse {
+                error_code: ErrorCode::None as i32,
+                group_id: req.group_id.clone(),
+                protocol: listed.protocol,
+                state: listed.state,
+                ..Default::default()
+            };
+            if let Some(g) = m.groups().get(&req.group_id) {
+                resp.assignor = g.assignor.name().into();
+                resp.rebalance_mode = g.mode.name().into();
+                resp.group_epoch = g.epoch;
+                resp.target_epoch = g.target_epoch;
+                resp.members = g.members.values().map(|mem| describe_member(g, mem)).collect();
+            }
+            for ((topic, partition), c) in m.state().group(&req.group_id) {
+                if !current(topic, &c.topic_id) {
+                    continue;
+                }
+                if resp.offsets.last().is_none_or(|t| &t.topic != topic) {
+                    resp.offsets.push(FetchOffsetsTopicResult { topic: topic.clone(), partitions: Vec::new() });
+                }
+                if let Some(t) = resp.offsets.last_mut() {
+                    t.partitions.push(FetchOffsetsPartitionResult {
+                        partition: *partition,
+                        offset: c.offset,
+                        metadata: c.metadata.clone(),
+                        commit_time_ms: c.commit_time_ms,
+                        error_code: ErrorCode::None as i32,
+                        error_message: String::new(),
+                    });
+                }
+            }
+            resp
+        });
+        Ok(Response::new(match described {
+            Ok(resp) if resp.protocol == "simple" && resp.offsets.is_empty() => {
+                describe_error(errors::group_not_found(&req.group_id))
+            }
+            Ok(resp) => resp,
+            Err(e) => describe_error(errors::coordinator(&e.into())),
+        }))
+    }
+
     async fn consumer_group_heartbeat(
         &self,
         request: Request<ConsumerGroupHeartbeatRequest>,
