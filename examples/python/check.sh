@@ -32,6 +32,10 @@ if "$py" "$here/consumer.py" py --partition 1 --offset 0 --max-messages 1 >"$dat
 fi
 grep -q '^OFFSET_OUT_OF_RANGE' "$data/below" || { cat "$data/below"; exit 1; }
 diff <(printf '2 k three\n') <("$py" "$here/consumer.py" py --partition 1 --offset 2 --max-messages 1)
+# A consumer group over grpcio: two members share the partitions, commit as members, leave.
+"$bin/rill" topic create py-group --partitions 2 --replication-factor 3 >/dev/null
+diff <(printf 'shared 1+1\ncommit own partition: NONE\ncommit other'"'"'s partition: STALE_MEMBER_EPOCH\nleft\n') \
+  <("$py" "$here/group.py" py-group --group py-members)
 for codec in none gzip snappy lz4 zstd; do
   "$bin/rill" topic create "py-$codec" --partitions 1 --replication-factor 3 >/dev/null
   "$py" "$here/producer.py" "py-$codec" "a-$codec" "b-$codec" --compression "$codec" >/dev/null
@@ -55,4 +59,4 @@ for _ in $(seq 1 180); do
   sleep 1
 done
 [ -n "$compacted" ] || { cat "$data/compacted"; echo "the compacted topic still serves superseded records" >&2; exit 1; }
-echo "python example: produced and consumed 3 records; the rill CLI reads the same; DeleteRecords from Python moved the log start; kafka-python and Rill read each other's batches with every codec; kafka-python reads a compacted topic's rewritten batches"
+echo "python example: produced and consumed 3 records; the rill CLI reads the same; DeleteRecords from Python moved the log start; two grpcio group members shared a topic and were fenced from each other's partitions; kafka-python and Rill read each other's batches with every codec; kafka-python reads a compacted topic's rewritten batches"

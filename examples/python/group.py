@@ -1,0 +1,121 @@
+#!/usr/bin/env python3
+"""Two members of one consumer group over gRPC (Groups.ConsumerGroupHeartbeat, KIP-848), without
+the Rust client: they join, share the topic's partitions cooperatively, commit as members, and
+leave.
+
+    group.py TOPIC --group G [--bootstrap ...]
+
+Prints, once the group is stable, how the partitions were shared (`shared 1+1`), then the codes
+of a commit of a partition the member owns (NONE) and of one it does not (STALE_MEMBER_EPOCH),
+and `left`.
+"""
+import argparse
+import os
+import time
+
+from rill_api import Cluster, admin_pb2, common_pb2
+import groups_pb2  # noqa: E402
+import groups_pb2_grpc  # noqa: E402
+
+RETRY = {common_pb2.NOT_COORDINATOR, common_pb2.COORDINATOR_LOAD_IN_PROGRESS, common_pb2.COORDINATOR_NOT_AVAILABLE}
+
+
+class Member:
+    """One member: its id, epoch and what it owns; it acts on every assignment at once."""
+
+    def __init__(self, stub, group, topic, name):
+        self.stub, self.group, self.topic, self.name = stub, group, topic, name
+        self.member_id, self.epoch, self.owned = "", 0, set()
+
+    def heartbeat(self):
+        joining = self.epoch == 0
+        req = groups_pb2.ConsumerGroupHeartbeatRequest(
+            group_id=self.group,
+            member_id=self.member_id,
+            member_epoch=self.epoch,
+            client_id=f"python-{self.name}",
+            owned=groups_pb2.OwnedPartitions(
+                topics=[groups_pb2.TopicPartitions(topic=self.topic, partitions=sorted(self.owned))]
+            ),
+        )
+        if joining:
+            req.rebalance_timeout_ms = 30000
+            req.subscribed_topics.topics.append(self.topic)
+        resp = self.stub.ConsumerGroupHeartbeat(req, timeout=10)
+        if resp.error_code in RETRY:
+            time.sleep(0.2)
+            return
+        if resp.error_code != common_pb2.NONE:
+            raise SystemExit(f"{self.name}: {common_pb2.ErrorCode.Name(resp.error_code)}: {resp.error_message}")
+        self.member_id, self.epoch = resp.member_id, resp.member_epoch
+        if resp.HasField("assignment"):
+            # Revoking is leaving a partition out of the next heartbeat's owned partitions.
+            self.owned = {p for t in resp.assignment.topics for p in t.partitions}
+
+    def commit(self, partition):
+        req = groups_pb2.CommitOffsetsRequest(
+            group_id=self.group,
+            member_id=self.member_id,
+            generation_id=self.epoch,
+            topics=[
+                groups_pb2.CommitTopic(
+                    topic=self.topic, partitions=[groups_pb2.CommitPartition(partition=partition, offset=0)]
+                )
+            ],
+        )
+        resp = self.stub.CommitOffsets(req, timeout=10)
+        code = resp.error_code or resp.topics[0].partitions[0].error_code
+        return common_pb2.ErrorCode.Name(code)
+
+    def leave(self):
+        req = groups_pb2.ConsumerGroupHeartbeatRequest(group_id=self.group, member_id=self.member_id, member_epoch=-1)
+        resp = self.stub.ConsumerGroupHeartbeat(req, timeout=10)
+        if resp.error_code != common_pb2.NONE or resp.member_epoch != -1:
+            raise SystemExit(f"{self.name}: leaving failed: {resp}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("topic")
+    ap.add_argument("--group", required=True)
+    ap.add_argument("--bootstrap", default=os.environ.get("RILL_BOOTSTRAP", "127.0.0.1:7001"))
+    args = ap.parse_args()
+
+    cluster = Cluster(args.bootstrap)
+    partitions = cluster.partitions(args.topic)
+    stub = None
+    for _ in range(50):
+        found = cluster.admin().FindCoordinator(
+            admin_pb2.FindCoordinatorRequest(kind=admin_pb2.GROUP, key=args.group), timeout=10
+        )
+        if found.error_code == common_pb2.NONE:
+            stub = groups_pb2_grpc.GroupsStub(cluster.channel(found.coordinator.address))
+            break
+        time.sleep(0.2)
+    if stub is None:
+        raise SystemExit(f"no coordinator for group {args.group}")
+
+    a, b = Member(stub, args.group, args.topic, "a"), Member(stub, args.group, args.topic, "b")
+    a.heartbeat()
+    b.heartbeat()
+    # Both heartbeat until their assignments cover the topic once and neither changes.
+    for _ in range(100):
+        before = (a.epoch, set(a.owned), b.epoch, set(b.owned))
+        a.heartbeat()
+        b.heartbeat()
+        stable = before == (a.epoch, a.owned, b.epoch, b.owned)
+        if stable and not (a.owned & b.owned) and len(a.owned | b.owned) == partitions:
+            break
+        time.sleep(0.1)
+    else:
+        raise SystemExit(f"the group did not settle: a={a.owned} b={b.owned}")
+    print(f"shared {len(a.owned)}+{len(b.owned)}")
+    print(f"commit own partition: {a.commit(min(a.owned))}")
+    print(f"commit other's partition: {a.commit(min(b.owned))}")
+    a.leave()
+    b.leave()
+    print("left")
+
+
+if __name__ == "__main__":
+    main()
