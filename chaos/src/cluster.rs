@@ -106,6 +106,9 @@ impl SimCluster {
                         // Record partitions snapshot and purge below their log start as soon
                         // as it moves, so runs install snapshots that carry records.
                         config.record_purge_every = Duration::from_millis(500);
+                        // Consumer group members expire within a run's fault phase.
+                        config.groups =
+                            rill_coordinator::groups::Timeouts { session_ms: 6_000, heartbeat_interval_ms: 500 };
                         let on_ready = move |node: Arc<Node>| {
                             live.lock().unwrap_or_else(|p| p.into_inner()).insert(id, node);
                         };

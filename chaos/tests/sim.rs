@@ -6,21 +6,26 @@
 //! `woken_quiescent_group_keeps_its_leader`, `concurrent_batches_share_entries`,
 //! `control_batches_take_offsets_and_are_skipped`,
 //! `state_partition_purges_and_installs_snapshots`,
-//! `record_partition_installs_a_snapshot_with_its_records`, `a_failed_disk_takes_its_node_out`
-//! and `an_acks_0_flood_waits_for_the_log` are scripted.
+//! `record_partition_installs_a_snapshot_with_its_records`, `a_failed_disk_takes_its_node_out`,
+//! `an_acks_0_flood_waits_for_the_log` and `consumer_group_members_never_share_a_partition` are
+//! scripted.
 
 #![cfg(madsim)]
 // Test code: a failed expectation is a failed test.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rill_broker::{PartitionError, ReplicaState};
+use rill_chaos::checkers::group_ownership::{self, CommitWatch};
+use rill_chaos::checkers::Violation;
 use rill_chaos::cluster::{init_logs, SimCluster, SimOptions};
 use rill_chaos::scenarios;
 use rill_chaos::trace::Trace;
-use rill_client::{Acks, Client, Record};
+use rill_client::{Acks, Client, Consumer, ConsumerConfig, OffsetSpec, Record};
 use rill_server::node::Hosted;
 
 /// Simulated time allowed for elections and catch-up.
@@ -769,6 +774,245 @@ async fn record_partition_installs_a_snapshot_with_its_records() {
 }
 
 /// Runs a generated scenario and fails on any violation.
+/// Partitions of the topic the consumer group `g` shares in `consumer_group_members_never_share_a_partition`.
+const MEMBER_PARTITIONS: u32 = 6;
+
+/// How a simulated group member should go on.
+const RUN: u8 = 0;
+const CRASH: u8 = 1;
+const LEAVE: u8 = 2;
+
+/// One member of group `g` on its own client host: polls `members`, records what it is handed,
+/// commits after each poll; `ctl` makes it crash (stop without leaving) or leave.
+async fn group_member(
+    bootstrap: Vec<String>,
+    id: usize,
+    ctl: Arc<AtomicU8>,
+    delivered: Arc<Mutex<Vec<(u32, u64, usize)>>>,
+) {
+    let client = rill_chaos::cluster::connect(bootstrap).await;
+    let config = ConsumerConfig {
+        group_id: Some("g".into()),
+        start: OffsetSpec::Earliest,
+        rebalance_timeout: Duration::from_secs(10),
+        ..ConsumerConfig::default()
+    };
+    let mut consumer = Consumer::new(client, config);
+    consumer.subscribe(&["members"]).expect("subscribe");
+    loop {
+        match ctl.load(Ordering::SeqCst) {
+            CRASH => return consumer.close(),
+            LEAVE => {
+                let _ = consumer.shutdown().await;
+                return;
+            }
+            _ => {}
+        }
+        // Errors are transient under faults (a leader moving): the member polls again.
+        let Ok(records) = consumer.poll(Duration::from_millis(100)).await else { continue };
+        delivered.lock().unwrap().extend(records.iter().map(|r| (r.partition, r.offset, id)));
+        if !records.is_empty() {
+            let _ = consumer.commit().await;
+        }
+    }
+}
+
+/// Every replica's applied state of group `g`: double owners and committed offsets going back.
+fn check_group_state(cluster: &SimCluster, watch: &mut CommitWatch) -> Vec<Violation> {
+    let mut out = Vec::new();
+    for id in cluster.ids() {
+        let Some(node) = cluster.node(id) else { continue };
+        let incarnation = cluster.incarnation(id);
+        for hosted in node.replicas() {
+            let Hosted::Offsets(p) = hosted else { continue };
+            let (group, committed) = p.peek(|m| {
+                let committed: Vec<(String, u32, i64)> =
+                    m.state().group("g").map(|((t, p), c)| (t.clone(), *p, c.offset)).collect();
+                (m.groups().get("g").cloned(), committed)
+            });
+            if let Some(g) = group {
+                out.extend(group_ownership::double_owners(&g));
+            }
+            for (topic, partition, offset) in committed {
+                out.extend(watch.observe(id, incarnation, &topic, partition, offset));
+            }
+        }
+    }
+    out
+}
+
+/// The coordinator leader's view of group `g`, once its leader has applied its log.
+fn led_group(cluster: &SimCluster) -> Option<(rill_coordinator::groups::ConsumerGroup, BTreeMap<u32, i64>)> {
+    cluster.ids().into_iter().find_map(|id| {
+        let node = cluster.node(id)?;
+        node.replicas().into_iter().find_map(|hosted| {
+            let Hosted::Offsets(p) = hosted else { return None };
+            p.read(|m| {
+                let g = m.groups().get("g").cloned()?;
+                let committed = m.state().group("g").map(|((_, p), c)| (*p, c.offset)).collect();
+                Some((g, committed))
+            })
+            .ok()
+            .flatten()
+        })
+    })
+}
+
+/// Scripted: a consumer group of up to four members sharing six partitions while members join,
+/// crash (stop heartbeating), leave, and the group's coordinator is killed and restarted, with a
+/// producer writing throughout. Every replica's applied group state is sampled every 20 ms: no
+/// partition ever has two owners, and no committed offset goes back. After the faults the group
+/// settles with every partition owned, every committed offset at the high watermark, and every
+/// record handed out at least once. Caught mutation: `double-assign`.
+#[madsim::test]
+async fn consumer_group_members_never_share_a_partition() {
+    let trace = begin_scripted();
+    let cluster = Arc::new(SimCluster::start_with(SimOptions {
+        nodes: 3,
+        client_hosts: 6,
+        sync_latency: Duration::from_millis(1),
+    }));
+    let client = cluster.client().await;
+    let c = client.clone();
+    cluster
+        .on_client(async move {
+            wait_until("the topic created", || async {
+                c.create_topic("members", MEMBER_PARTITIONS, 3, &[]).await.ok()
+            })
+            .await;
+            c.wait_for_leaders("members", SETTLE).await.expect("members has leaders");
+            c.wait_for_leaders(rill_meta::CONSUMER_OFFSETS_TOPIC, SETTLE).await.expect("the offsets topic has leaders")
+        })
+        .await;
+
+    // A producer writing one record to every partition every 100 ms until told to stop.
+    let producing = Arc::new(AtomicU8::new(RUN));
+    let producer = {
+        let (bootstrap, producing) = (cluster.bootstrap(), producing.clone());
+        cluster.client_host(5).spawn(async move {
+            let client = rill_chaos::cluster::connect(bootstrap).await;
+            let mut n = 0u64;
+            while producing.load(Ordering::SeqCst) == RUN {
+                for p in 0..MEMBER_PARTITIONS {
+                    let _ = client.produce("members", p, vec![Record::new(format!("r{n}-{p}"))], Acks::All).await;
+                }
+                n += 1;
+                madsim::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    };
+
+    // The sampler: every replica's group state, every 20 ms, until told to stop.
+    let violations: Arc<Mutex<Vec<Violation>>> = Arc::default();
+    let sampling = Arc::new(AtomicU8::new(RUN));
+    let sampler = {
+        let (cluster, violations, sampling) = (cluster.clone(), violations.clone(), sampling.clone());
+        madsim::task::spawn(async move {
+            let mut watch = CommitWatch::default();
+            while sampling.load(Ordering::SeqCst) == RUN {
+                let found = check_group_state(&cluster, &mut watch);
+                violations.lock().unwrap().extend(found);
+                madsim::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+    };
+
+    let delivered: Arc<Mutex<Vec<(u32, u64, usize)>>> = Arc::default();
+    let mut members: Vec<(Arc<AtomicU8>, madsim::task::JoinHandle<()>)> = Vec::new();
+    let start_member = |members: &mut Vec<(Arc<AtomicU8>, madsim::task::JoinHandle<()>)>| {
+        let id = members.len();
+        let ctl = Arc::new(AtomicU8::new(RUN));
+        let task = cluster.client_host(id).spawn(group_member(cluster.bootstrap(), id, ctl.clone(), delivered.clone()));
+        members.push((ctl, task));
+        trace.record(format!("member {id} starts at {:?}", elapsed()));
+    };
+    let mut rng = rill_rt::rng();
+    let mut pause = |lo: u64, hi: u64| Duration::from_millis(rand::Rng::gen_range(&mut rng, lo..hi));
+
+    for _ in 0..3 {
+        start_member(&mut members);
+    }
+    madsim::time::sleep(pause(2_000, 4_000)).await;
+    let coordinator = wait_until("the group's coordinator", || {
+        let c = cluster.node(1).and_then(|n| n.coordinator_partition(rill_meta::PartitionKind::ConsumerOffsets, "g"));
+        let leader = c.and_then(|(_, group)| {
+            cluster
+                .ids()
+                .into_iter()
+                .find(|id| group_metrics(&cluster, *id, group).is_some_and(|m| m.current_leader == Some(*id)))
+        });
+        async move { leader }
+    })
+    .await;
+    trace.record(format!("kill coordinator node {coordinator} at {:?}", elapsed()));
+    cluster.kill(coordinator);
+    madsim::time::sleep(pause(1_000, 3_000)).await;
+    start_member(&mut members);
+    madsim::time::sleep(pause(1_000, 3_000)).await;
+    cluster.restart(coordinator);
+    trace.record(format!("restart node {coordinator} at {:?}", elapsed()));
+    madsim::time::sleep(pause(1_000, 3_000)).await;
+    members[0].0.store(CRASH, Ordering::SeqCst);
+    trace.record(format!("member 0 crashes at {:?}", elapsed()));
+    madsim::time::sleep(pause(1_000, 3_000)).await;
+    members[1].0.store(LEAVE, Ordering::SeqCst);
+    trace.record(format!("member 1 leaves at {:?}", elapsed()));
+    start_member(&mut members);
+    madsim::time::sleep(pause(2_000, 4_000)).await;
+
+    tracing::info!("--- the producer stops; the group settles");
+    producing.store(LEAVE, Ordering::SeqCst);
+    producer.await.expect("the producer");
+    let c = client.clone();
+    let high_watermarks: BTreeMap<u32, i64> = cluster
+        .on_client(async move {
+            let mut hw = BTreeMap::new();
+            for p in 0..MEMBER_PARTITIONS {
+                let o = wait_until("a high watermark", || async {
+                    c.list_offset("members", p, rill_client::OffsetSpec::Latest).await.ok()
+                })
+                .await;
+                hw.insert(p, o as i64);
+            }
+            hw
+        })
+        .await;
+    let live = 3; // members 2, 3, 4
+    let (group, committed) = wait_until("the group stable, every partition owned and committed to the end", || {
+        let led = led_group(&cluster).filter(|(g, committed)| {
+            let owned: usize = g.members.values().map(|m| rill_coordinator::groups::group::count(&m.assigned)).sum();
+            g.state() == rill_coordinator::groups::GroupState::Stable
+                && g.members.len() == live
+                && owned == MEMBER_PARTITIONS as usize
+                && committed == &high_watermarks
+        });
+        async move { led }
+    })
+    .await;
+    sampling.store(LEAVE, Ordering::SeqCst);
+    sampler.await.expect("the sampler");
+    for (ctl, _) in &members {
+        ctl.store(LEAVE, Ordering::SeqCst);
+    }
+    for (_, task) in members {
+        task.await.expect("a member");
+    }
+
+    let violations = violations.lock().unwrap().clone();
+    for v in violations.iter().take(5) {
+        println!("  violation {v}");
+    }
+    assert!(violations.is_empty(), "{} violations", violations.len());
+    let delivered = delivered.lock().unwrap().clone();
+    for (p, hw) in &high_watermarks {
+        let seen: std::collections::BTreeSet<u64> = delivered.iter().filter(|d| d.0 == *p).map(|d| d.1).collect();
+        let missing: Vec<u64> = (0..*hw as u64).filter(|o| !seen.contains(o)).collect();
+        assert!(missing.is_empty(), "partition {p}: offsets {missing:?} were never handed out (at-least-once)");
+    }
+    trace.record(format!("group epoch {} committed {committed:?} delivered {}", group.epoch, delivered.len()));
+    println!("trace-hash: {:016x} events={}", trace.hash(), trace.len());
+}
+
 async fn scenario(name: &str) {
     init_logs();
     let sc = scenarios::find(name).expect("scenario exists");
@@ -818,6 +1062,7 @@ async fn list_scenarios() {
     println!("record_partition_installs_a_snapshot_with_its_records\tscripted: a record partition purges below its log start; a follower catches up by a snapshot carrying the retained records (default)");
     println!("an_acks_0_flood_waits_for_the_log\tscripted: 100 acks=0 requests of 1 MB on slow disks: no replica queues more than 32 MiB (default)");
     println!("a_failed_disk_takes_its_node_out\tscripted: the leader's syncs fail; it stops its groups and looks down, another replica leads (default)");
+    println!("consumer_group_members_never_share_a_partition\tscripted: group members join, crash and leave while the coordinator is killed: no partition ever has two owners, commits never go back, everything is handed out (default)");
     for s in scenarios::SCENARIOS {
         println!("{}\t{}{}", s.name, s.description, if s.default { " (default)" } else { "" });
     }

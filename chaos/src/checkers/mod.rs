@@ -5,12 +5,14 @@
 //! [`duplicates`], [`poll_order`], [`send_order`], [`deleted_records`], [`compaction_kept`]
 //! (with the final cleaning point, white-box, as its oracle).
 //! White-box (from replica state only the simulator can see): [`replicas_agree`],
-//! [`watermarks`], [`ack_durability`], [`deleted_records::check_replicas`].
+//! [`watermarks`], [`ack_durability`], [`deleted_records::check_replicas`],
+//! [`group_ownership`] (consumer groups' coordinator state).
 
 pub mod ack_durability;
 pub mod compaction_kept;
 pub mod deleted_records;
 pub mod duplicates;
+pub mod group_ownership;
 pub mod inconsistent_offsets;
 pub mod lost_write;
 pub mod poll_order;

@@ -26,11 +26,14 @@ pub enum Mutation {
     /// A compacted partition compacts its whole log, above its cleaning point, its snapshot
     /// and the high watermark (records that are not superseded below the cleaning point go).
     CompactAboveHw,
+    /// A consumer group's coordinator hands a member its target partitions at once, even while
+    /// another member still owns them (two owners of one partition).
+    DoubleAssign,
 }
 
 impl Mutation {
     /// Every mutation.
-    pub const ALL: [Mutation; 8] = [
+    pub const ALL: [Mutation; 9] = [
         Mutation::AckBeforeSync,
         Mutation::ReadAboveHw,
         Mutation::SkipTruncate,
@@ -39,6 +42,7 @@ impl Mutation {
         Mutation::ServeBelowLogStart,
         Mutation::PurgeAheadOfLogStart,
         Mutation::CompactAboveHw,
+        Mutation::DoubleAssign,
     ];
 
     /// The name used on the command line (`chaos/run --mutation NAME`).
@@ -52,6 +56,7 @@ impl Mutation {
             Mutation::ServeBelowLogStart => "serve-below-log-start",
             Mutation::PurgeAheadOfLogStart => "purge-ahead-of-log-start",
             Mutation::CompactAboveHw => "compact-above-hw",
+            Mutation::DoubleAssign => "double-assign",
         }
     }
 
@@ -61,18 +66,18 @@ impl Mutation {
     }
 
     #[cfg_attr(not(madsim), allow(dead_code))]
-    fn bit(self) -> u8 {
-        1 << (self as u8)
+    fn bit(self) -> u16 {
+        1 << (self as u16)
     }
 }
 
 #[cfg(madsim)]
-static ACTIVE: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+static ACTIVE: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(0);
 
 /// Switches the mutations of this simulation run (simulation builds only).
 #[cfg(madsim)]
 pub fn set(mutations: &[Mutation]) {
-    let bits = mutations.iter().fold(0u8, |acc, m| acc | m.bit());
+    let bits = mutations.iter().fold(0u16, |acc, m| acc | m.bit());
     ACTIVE.store(bits, std::sync::atomic::Ordering::Relaxed);
 }
 
