@@ -225,6 +225,9 @@ pub struct Consumer {
     results_rx: mpsc::UnboundedReceiver<Fetched>,
     next_turn: usize,
     resets: Vec<OffsetResetEvent>,
+    /// The last fetch epoch handed out: consumer-wide, so a partition revoked and assigned
+    /// again never takes a result of a fetch made before.
+    fetch_epochs: u64,
     /// Subscribe mode: the group membership.
     membership: Option<Membership>,
     listener: Box<dyn RebalanceListener>,
@@ -244,6 +247,7 @@ impl Consumer {
             results_rx,
             next_turn: 0,
             resets: Vec::new(),
+            fetch_epochs: 0,
             membership: None,
             listener: Box::new(NoListener),
             last_auto_commit: rill_rt::now(),
@@ -262,6 +266,12 @@ impl Consumer {
         }
         if self.membership.is_some() {
             return Err(Error::InvalidArgument("the consumer is subscribed already".into()));
+        }
+        if self.config.rebalance_timeout.is_zero() || self.config.rebalance_timeout > Duration::from_secs(3600) {
+            return Err(Error::InvalidArgument(format!(
+                "rebalance_timeout {:?} is out of range (1 ms to 1 h)",
+                self.config.rebalance_timeout
+            )));
         }
         self.assign([]);
         let config = MembershipConfig {
@@ -308,6 +318,8 @@ impl Consumer {
             s.assignment = None;
             s.owned.clear();
             s.last_success = rill_rt::now();
+            // An answer to a heartbeat already on its way belongs to the lost membership.
+            s.generation += 1;
             self.partitions.keys().cloned().collect::<Vec<_>>()
         };
         m.wake();
@@ -321,7 +333,14 @@ impl Consumer {
     /// leaves out and takes what it adds — and has the next heartbeat report it.
     async fn follow_assignment(&mut self) -> Result<()> {
         let Some(m) = &self.membership else { return Ok(()) };
-        let Some(target) = m.lock().assignment.take() else { return Ok(()) };
+        let (target, fatal) = {
+            let s = m.lock();
+            (s.assignment.clone(), s.fatal.clone())
+        };
+        if let Some(e) = fatal {
+            return Err(e);
+        }
+        let Some(target) = target else { return Ok(()) };
         let current: BTreeSet<TopicPartition> = self.partitions.keys().cloned().collect();
         let revoked: Vec<TopicPartition> = current.difference(&target).cloned().collect();
         let added: Vec<TopicPartition> = target.difference(&current).cloned().collect();
@@ -340,8 +359,12 @@ impl Consumer {
         }
         if let Some(m) = &self.membership {
             let mut s = m.lock();
+            // Only now may heartbeats report it: the consumer owns exactly this. A newer
+            // assignment that arrived meanwhile stays for the next poll.
+            if s.assignment.as_ref() == Some(&target) {
+                s.assignment = None;
+            }
             s.owned = target;
-            s.report = true;
         }
         if let Some(m) = &self.membership {
             m.wake();
@@ -389,6 +412,8 @@ impl Consumer {
 
     /// Moves `tp` to `offset`, dropping anything buffered.
     pub fn seek(&mut self, tp: &TopicPartition, offset: u64) -> Result<()> {
+        self.fetch_epochs += 1;
+        let epoch = self.fetch_epochs;
         let st = self
             .partitions
             .get_mut(tp)
@@ -396,7 +421,7 @@ impl Consumer {
         if let Some(h) = st.in_flight.take() {
             h.abort();
         }
-        st.epoch += 1;
+        st.epoch = epoch;
         st.out_of_range = None;
         st.position = Some(offset);
         st.fetch_position = offset;

@@ -10,8 +10,8 @@ use rill_proto::common::{ErrorCode, LeaderHint};
 use rill_proto::groups::groups_client::GroupsClient;
 use rill_proto::groups::{
     CommitOffsetsRequest, CommitPartition, CommitTopic, ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse,
-    DescribeGroupRequest, DescribeGroupResponse, FetchOffsetsRequest, FetchOffsetsTopic, GroupListing,
-    ListGroupsRequest,
+    DeleteGroupRequest, DeleteOffsetsRequest, DescribeGroupRequest, DescribeGroupResponse, FetchOffsetsRequest,
+    FetchOffsetsTopic, GroupListing, ListGroupsRequest,
 };
 use rill_proto::records::InitProducerIdRequest;
 
@@ -245,6 +245,48 @@ impl Client {
                     return Ok(Err(f));
                 }
                 Ok(Ok(resp))
+            }
+        })
+        .await
+    }
+
+    /// Deletes `group` — its committed offsets and membership record — if it has no members
+    /// (`GROUP_NOT_EMPTY` otherwise).
+    pub async fn delete_group(&self, group: &str) -> Result<()> {
+        let req = DeleteGroupRequest { group_id: group.to_string() };
+        let wait = self.options().request_slack * 3;
+        self.at_coordinator(Coordinator::Group, group, |addr| {
+            let req = req.clone();
+            async move {
+                let mut stub = GroupsClient::new(self.channel(&addr)?);
+                let r = answer_within(&addr, wait, stub.delete_group(req)).await?;
+                Ok(check(r.error_code, r.error_message, r.coordinator))
+            }
+        })
+        .await
+    }
+
+    /// Deletes `group`'s committed offsets of `partitions` (`GROUP_SUBSCRIBED_TO_TOPIC` while a
+    /// member subscribes to one of their topics).
+    pub async fn delete_offsets(&self, group: &str, partitions: &[TopicPartition]) -> Result<()> {
+        let mut by_topic: BTreeMap<&str, Vec<u32>> = BTreeMap::new();
+        for tp in partitions {
+            by_topic.entry(&tp.topic).or_default().push(tp.partition);
+        }
+        let req = DeleteOffsetsRequest {
+            group_id: group.to_string(),
+            topics: by_topic
+                .into_iter()
+                .map(|(topic, partitions)| FetchOffsetsTopic { topic: topic.to_string(), partitions })
+                .collect(),
+        };
+        let wait = self.options().request_slack * 3;
+        self.at_coordinator(Coordinator::Group, group, |addr| {
+            let req = req.clone();
+            async move {
+                let mut stub = GroupsClient::new(self.channel(&addr)?);
+                let r = answer_within(&addr, wait, stub.delete_offsets(req)).await?;
+                Ok(check(r.error_code, r.error_message, r.coordinator))
             }
         })
         .await

@@ -54,9 +54,10 @@ pub(crate) struct Shared {
     pub epoch: i32,
     /// The newest assignment the coordinator sent that the consumer has not acted on yet.
     pub assignment: Option<BTreeSet<TopicPartition>>,
-    /// What the consumer owns now; reported in the next heartbeat when `report` is set.
+    /// What the consumer owns now: every heartbeat reports it — except while an assignment
+    /// waits for the consumer to act on it (a report then could be older than what the consumer
+    /// is about to own, and the coordinator would count partitions revoked that are not).
     pub owned: BTreeSet<TopicPartition>,
-    pub report: bool,
     /// The coordinator no longer counts this consumer as a member: it owns nothing. Set by the
     /// task; the consumer drops its partitions and clears it, then the task rejoins.
     pub fenced: bool,
@@ -66,6 +67,12 @@ pub(crate) struct Shared {
     pub session_timeout: Duration,
     /// Why the last heartbeat failed, for logs and errors.
     pub last_error: Option<String>,
+    /// A refusal that retrying cannot fix (an invalid request, an unknown assignor, a full
+    /// group): `poll` returns it.
+    pub fatal: Option<crate::Error>,
+    /// Bumped when the consumer declares the membership lost: an answer to a request made
+    /// before that is dropped, so a late success cannot resurrect the old membership.
+    pub generation: u64,
 }
 
 /// A consumer's membership: the task and its shared state.
@@ -87,15 +94,18 @@ impl Membership {
     /// Starts heartbeating for `config` over `client`.
     pub fn start(client: Client, config: MembershipConfig) -> Self {
         let shared = Arc::new(Mutex::new(Shared {
-            member_id: String::new(),
+            // The client makes its member id (KIP-1082): a join retried after a lost answer is
+            // the same member, never a second one.
+            member_id: format!("{:016x}{:016x}", rill_rt::random_u64(), rill_rt::random_u64()),
             epoch: 0,
             assignment: None,
             owned: BTreeSet::new(),
-            report: true,
             fenced: false,
             last_success: rill_rt::now(),
             session_timeout: DEFAULT_SESSION_TIMEOUT,
             last_error: None,
+            fatal: None,
+            generation: 0,
         }));
         let wake = Arc::new(Notify::new());
         let task = rill_rt::spawn(run(client, config.clone(), shared.clone(), wake.clone()));
@@ -127,7 +137,8 @@ impl Membership {
             let s = self.lock();
             (s.member_id.clone(), s.epoch)
         };
-        if member_id.is_empty() || epoch <= 0 {
+        // A member still joining (epoch 0) may have joined already: leaving is harmless if not.
+        if member_id.is_empty() || (epoch == 0 && self.config.instance_id.is_some()) {
             return;
         }
         let leave_epoch = if self.config.instance_id.is_some() { -2 } else { -1 };
@@ -154,64 +165,100 @@ fn lock(shared: &Mutex<Shared>) -> std::sync::MutexGuard<'_, Shared> {
     shared.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+/// Refusals a retry cannot fix.
+fn is_fatal(code: Option<ErrorCode>) -> bool {
+    matches!(
+        code,
+        Some(
+            ErrorCode::InvalidRequest
+                | ErrorCode::InvalidGroupId
+                | ErrorCode::UnsupportedAssignor
+                | ErrorCode::GroupMaxSizeReached
+        )
+    )
+}
+
 /// The heartbeat loop.
 async fn run(client: Client, config: MembershipConfig, shared: Arc<Mutex<Shared>>, wake: Arc<Notify>) {
     let mut interval = DEFAULT_HEARTBEAT_INTERVAL;
     loop {
         let req = {
             let mut s = lock(&shared);
-            if s.fenced {
+            if s.fenced || s.fatal.is_some() {
                 // Wait for the consumer to drop what it owned before rejoining.
                 None
             } else {
-                Some(request(&config, &mut s))
+                Some((request(&config, &mut s), s.generation, rill_rt::now()))
             }
         };
-        let Some(req) = req else {
+        let Some((req, generation, sent_at)) = req else {
             rill_rt::sleep(RETRY_AFTER).await;
             continue;
         };
-        let wait = match client.consumer_group_heartbeat(req).await {
-            Ok(resp) => {
-                let mut s = lock(&shared);
-                s.member_id = resp.member_id;
-                s.epoch = resp.member_epoch;
-                s.last_success = rill_rt::now();
-                s.last_error = None;
-                if resp.session_timeout_ms > 0 {
-                    s.session_timeout = Duration::from_millis(u64::from(resp.session_timeout_ms));
+        let answer = client.consumer_group_heartbeat(req).await;
+        let wait = {
+            let mut s = lock(&shared);
+            if s.generation != generation {
+                // The consumer declared this membership lost meanwhile: rejoin instead.
+                Duration::ZERO
+            } else {
+                match answer {
+                    Ok(resp) => {
+                        s.member_id = resp.member_id;
+                        s.epoch = resp.member_epoch;
+                        // The session runs from when the request left, as the coordinator's runs from
+                        // when it was heard: this consumer declares it lost no later than the
+                        // coordinator removes it.
+                        s.last_success = sent_at;
+                        s.last_error = None;
+                        if resp.session_timeout_ms > 0 {
+                            s.session_timeout = Duration::from_millis(u64::from(resp.session_timeout_ms));
+                        }
+                        if resp.heartbeat_interval_ms > 0 {
+                            interval = Duration::from_millis(u64::from(resp.heartbeat_interval_ms));
+                        }
+                        if let Some(assignment) = resp.assignment {
+                            let assignment = from_wire(&assignment);
+                            // The newest answer decides; one equal to what the consumer owns asks nothing.
+                            s.assignment = (assignment != s.owned).then_some(assignment);
+                        }
+                        interval
+                    }
+                    Err(e) => {
+                        s.last_error = Some(e.to_string());
+                        if matches!(e.code(), Some(ErrorCode::FencedMemberEpoch | ErrorCode::UnknownMemberId)) {
+                            tracing::warn!(group = %config.group_id, member = %s.member_id, error = %e, "fenced: every partition is lost; rejoining");
+                            s.fenced = true;
+                            s.epoch = 0;
+                            s.assignment = None;
+                        } else if is_fatal(e.code()) {
+                            tracing::error!(group = %config.group_id, error = %e, "the group refused this member");
+                            s.fatal = Some(e);
+                        } else {
+                            tracing::debug!(group = %config.group_id, error = %e, "heartbeat failed; retrying");
+                        }
+                        RETRY_AFTER
+                    }
                 }
-                if resp.heartbeat_interval_ms > 0 {
-                    interval = Duration::from_millis(u64::from(resp.heartbeat_interval_ms));
-                }
-                if let Some(assignment) = resp.assignment {
-                    s.assignment = Some(from_wire(&assignment));
-                }
-                interval
-            }
-            Err(e) => {
-                let mut s = lock(&shared);
-                s.last_error = Some(e.to_string());
-                if matches!(e.code(), Some(ErrorCode::FencedMemberEpoch | ErrorCode::UnknownMemberId)) {
-                    tracing::warn!(group = %config.group_id, member = %s.member_id, error = %e, "fenced: every partition is lost; rejoining");
-                    s.fenced = true;
-                    s.epoch = 0;
-                    s.assignment = None;
-                } else {
-                    tracing::debug!(group = %config.group_id, error = %e, "heartbeat failed; retrying");
-                }
-                RETRY_AFTER
             }
         };
-        let _ = rill_rt::timeout(wait, wake.notified()).await;
+        if !wait.is_zero() {
+            let _ = rill_rt::timeout(wait, wake.notified()).await;
+        }
     }
 }
 
-/// The next heartbeat: a full join at epoch 0; otherwise the epoch, and what the consumer owns
-/// when that changed.
+/// The next heartbeat: a full join at epoch 0; otherwise the epoch and what the consumer owns
+/// (left out while an assignment waits for the consumer to act on it).
 fn request(config: &MembershipConfig, s: &mut Shared) -> ConsumerGroupHeartbeatRequest {
     let joining = s.epoch == 0;
-    let report = joining || std::mem::take(&mut s.report);
+    let owned = if joining {
+        Some(OwnedPartitions::default())
+    } else if s.assignment.is_some() {
+        None
+    } else {
+        Some(to_wire(&s.owned))
+    };
     ConsumerGroupHeartbeatRequest {
         group_id: config.group_id.clone(),
         member_id: s.member_id.clone(),
@@ -222,7 +269,7 @@ fn request(config: &MembershipConfig, s: &mut Shared) -> ConsumerGroupHeartbeatR
         subscribed_topics: joining.then(|| SubscribedTopics { topics: config.topics.clone() }),
         server_assignor: if joining { config.server_assignor.clone() } else { None },
         rebalance_mode: if joining { config.rebalance_mode.clone() } else { None },
-        owned: report.then(|| if joining { OwnedPartitions::default() } else { to_wire(&s.owned) }),
+        owned,
         client_id: config.client_id.clone(),
     }
 }

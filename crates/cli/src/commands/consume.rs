@@ -76,7 +76,8 @@ enum Reset {
     None,
 }
 
-fn parse_time(s: &str) -> Result<i64, String> {
+/// A time: milliseconds since the epoch, or a duration ago such as `10m`.
+pub(crate) fn parse_time(s: &str) -> Result<i64, String> {
     if let Ok(ms) = s.parse::<i64>() {
         return Ok(ms);
     }
@@ -207,7 +208,13 @@ pub async fn run(bootstrap: &[String], args: ConsumeArgs) -> anyhow::Result<()> 
         if args.group.is_some() && !printed_up_to.is_empty() {
             // After the records are written, exactly what was written: a crash before this
             // prints them again, never skips them.
-            consumer.commit_offsets(printed_up_to).await.context("cannot commit the group's offsets")?;
+            match consumer.commit_offsets(printed_up_to).await {
+                Ok(()) => {}
+                // A member whose partition moved on (or whose membership was lost) keeps
+                // consuming what it owns now; the records come again to the partition's owner.
+                Err(e) if subscribe => eprintln!("warning: commit refused: {e}"),
+                Err(e) => return Err(e).context("cannot commit the group's offsets"),
+            }
         }
         if done || idle_limit.is_some_and(|l| last_record.elapsed() >= l) {
             return consumer.shutdown().await.context("cannot leave the group cleanly");
