@@ -356,7 +356,50 @@ async fn the_cli_consumes_as_a_member_and_describes_members_and_lag() -> anyhow:
     assert_eq!(described["state"], "stable");
     assert_eq!(described["members"].as_array().unwrap().len(), 1);
     assert_eq!(described["members"][0]["assignment"].as_array().unwrap().len(), PARTITIONS as usize);
+
+    tracing::info!("--- while a member is in: no reset, no delete");
+    let out = rill(&cluster, &["group", "reset-offsets", "cli", "--topic", TOPIC, "--to-earliest", "--execute"], None)?;
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("stop them"), "{out:?}");
+    let out = rill(&cluster, &["group", "delete", "cli"], None)?;
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("stop them first"), "{out:?}");
     m.stop(true).await?;
+
+    tracing::info!("--- reset-offsets: a dry run changes nothing; --execute commits");
+    let committed_of = |d: &serde_json::Value, p: u64| {
+        d["partitions"].as_array().unwrap().iter().find(|x| x["partition"] == p).map(|x| x["committed_offset"].clone())
+    };
+    let out = rill(&cluster, &["group", "reset-offsets", "cli", "--topic", TOPIC, "--to-earliest"], None)?;
+    anyhow::ensure!(out.status.success(), "dry run failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("dry run"));
+    let before = json(rill(&cluster, &["group", "describe", "cli", "--output", "json"], None)?)?;
+    let out = rill(&cluster, &["group", "reset-offsets", "cli", "--topic", TOPIC, "--to-earliest", "--execute"], None)?;
+    anyhow::ensure!(out.status.success(), "reset failed: {}", String::from_utf8_lossy(&out.stderr));
+    let after = json(rill(&cluster, &["group", "describe", "cli", "--output", "json"], None)?)?;
+    assert_ne!(committed_of(&before, 1), Some(serde_json::json!(0)), "the dry run changed nothing");
+    assert!((0..PARTITIONS as u64).all(|p| committed_of(&after, p) == Some(serde_json::json!(0))), "{after}");
+    let out = rill(
+        &cluster,
+        &["group", "reset-offsets", "cli", "--topic", TOPIC, "--partition", "1", "--shift-by", "3", "--execute"],
+        None,
+    )?;
+    anyhow::ensure!(out.status.success(), "shift failed: {}", String::from_utf8_lossy(&out.stderr));
+    let shifted = json(rill(&cluster, &["group", "describe", "cli", "--output", "json"], None)?)?;
+    assert_eq!(committed_of(&shifted, 1), Some(serde_json::json!(3)));
+    assert_eq!(committed_of(&shifted, 2), Some(serde_json::json!(0)));
+
+    tracing::info!("--- delete-offsets, then delete the group");
+    let out = rill(&cluster, &["group", "delete-offsets", "cli", "--topic", TOPIC, "--partition", "1"], None)?;
+    anyhow::ensure!(out.status.success(), "delete-offsets failed: {}", String::from_utf8_lossy(&out.stderr));
+    let trimmed = json(rill(&cluster, &["group", "describe", "cli", "--output", "json"], None)?)?;
+    assert_eq!(committed_of(&trimmed, 1), None, "partition 1 has no committed offset (and no owner)");
+    assert_eq!(committed_of(&trimmed, 2), Some(serde_json::json!(0)));
+    let out = rill(&cluster, &["group", "delete", "cli"], None)?;
+    anyhow::ensure!(out.status.success(), "delete failed: {}", String::from_utf8_lossy(&out.stderr));
+    let out = rill(&cluster, &["group", "describe", "cli"], None)?;
+    assert!(
+        !out.status.success() && String::from_utf8_lossy(&out.stderr).contains("no members and no committed offsets"),
+        "{out:?}"
+    );
     let out = rill(&cluster, &["group", "describe", "no-such-group"], None)?;
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("no members and no committed offsets"), "{out:?}");

@@ -44,7 +44,7 @@ enum Command {
     /// Cluster state.
     #[command(subcommand)]
     Cluster(commands::cluster::ClusterCommand),
-    /// Consumer groups: list them, describe members and lag.
+    /// Consumer groups: list, describe (members, lag), reset offsets, delete.
     #[command(subcommand)]
     Group(commands::group::GroupCommand),
     /// Run a local cluster of rill-server processes until Ctrl-C.

@@ -42,6 +42,15 @@ pub enum CoordinatorError {
         "member {member_id:?} does not own {partition} at epoch {sent} (its epoch is {current}): nothing was committed"
     )]
     StaleMemberEpoch { member_id: String, sent: i32, current: i32, partition: String },
+    /// The group has members (deleting it, resetting its offsets).
+    #[error("group {group_id:?} has {members} member(s); stop them first")]
+    GroupNotEmpty { group_id: String, members: usize },
+    /// A member of the group subscribes to the topic whose offsets are to be deleted.
+    #[error("a member of group {group_id:?} subscribes to {topic:?}: its offsets cannot be deleted")]
+    GroupSubscribedToTopic { group_id: String, topic: String },
+    /// The group has neither members nor committed offsets.
+    #[error("group {0:?} has no members and no committed offsets")]
+    GroupIdNotFound(String),
     /// The server-side assignor asked for does not exist.
     #[error("unknown server assignor {0:?}: uniform or range")]
     UnsupportedAssignor(String),

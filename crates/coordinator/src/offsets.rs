@@ -72,6 +72,22 @@ impl OffsetsState {
         self.groups.get(group).into_iter().flat_map(|g| g.iter())
     }
 
+    /// Removes every offset of `group`.
+    fn remove_group(&mut self, group: &str) {
+        self.groups.remove(group);
+    }
+
+    /// Removes the offsets of `partitions` of `group` (a group left without offsets goes).
+    fn remove_offsets<'a>(&mut self, group: &str, partitions: impl Iterator<Item = (&'a str, u32)>) {
+        let Some(g) = self.groups.get_mut(group) else { return };
+        for (topic, partition) in partitions {
+            g.remove(&(topic.to_string(), partition));
+        }
+        if g.is_empty() {
+            self.groups.remove(group);
+        }
+    }
+
     /// The ids of every group with offsets, in order.
     pub fn group_ids(&self) -> impl Iterator<Item = &String> {
         self.groups.keys()
@@ -138,9 +154,9 @@ pub enum Committer<'a> {
     Member { member_id: &'a str, epoch: i32 },
 }
 
-/// Whether `committer` may commit `partitions` of `group_id`: a member must exist, commit at an
-/// epoch not ahead of its own, and own every partition (assigned, or still being revoked — so a
-/// member reconciling to a newer epoch may still commit what it keeps or is giving up); a
+/// Whether `committer` may commit `partitions` of `group_id`: a member must exist, commit at its
+/// current epoch, and own every partition (assigned, or still being revoked — a member's epoch
+/// moves only after it has revoked, so it commits what it gives up at the epoch it had); a
 /// standalone commit needs a group without members. Checked on the leader before proposing and
 /// again in `apply`, so a member fenced in between commits nothing.
 pub fn check_commit<'p>(
@@ -169,6 +185,17 @@ pub fn check_commit<'p>(
             member_id: member_id.to_string(),
             sent: epoch,
             current: member.epoch,
+        });
+    }
+    if epoch < member.epoch {
+        // A commit made before the member's epoch moved: what it owned then may have been
+        // another member's since (and come back), so it is refused; the member commits again
+        // at its current epoch.
+        return Err(CoordinatorError::StaleMemberEpoch {
+            member_id: member_id.to_string(),
+            sent: epoch,
+            current: member.epoch,
+            partition: "(any: the epoch is stale)".into(),
         });
     }
     match partitions.find(|(topic, partition)| !member.owns(topic, *partition)) {
@@ -221,6 +248,22 @@ impl GroupStateMachine for OffsetsMachine {
                     return Bytes::from_static(REFUSED);
                 }
                 self.state.apply(c);
+            }
+            Ok(Some(pb::offsets_command::Command::DeleteGroup(d))) => {
+                if check_delete_group(&self.state, &self.groups, &d.group_id).is_err() {
+                    return Bytes::from_static(REFUSED);
+                }
+                self.state.remove_group(&d.group_id);
+                self.groups.remove(&d.group_id);
+            }
+            Ok(Some(pb::offsets_command::Command::DeleteOffsets(d))) => {
+                let topics = d.partitions.iter().map(|t| t.topic.as_str());
+                if check_delete_offsets(&self.groups, &d.group_id, topics).is_err() {
+                    return Bytes::from_static(REFUSED);
+                }
+                let partitions =
+                    d.partitions.iter().flat_map(|t| t.partitions.iter().map(move |p| (t.topic.as_str(), *p)));
+                self.state.remove_offsets(&d.group_id, partitions);
             }
             Ok(Some(pb::offsets_command::Command::GroupChange(c))) => {
                 return match self.groups.apply(&c) {
@@ -340,6 +383,93 @@ pub async fn commit(
     Ok(())
 }
 
+/// Whether `group_id` may be deleted: it exists (members or offsets) and has no members.
+pub fn check_delete_group(offsets: &OffsetsState, groups: &ConsumerGroups, group_id: &str) -> Result<()> {
+    match groups.get(group_id) {
+        Some(g) if !g.members.is_empty() => {
+            Err(CoordinatorError::GroupNotEmpty { group_id: group_id.to_string(), members: g.members.len() })
+        }
+        Some(_) => Ok(()),
+        None if offsets.groups.contains_key(group_id) => Ok(()),
+        None => Err(CoordinatorError::GroupIdNotFound(group_id.to_string())),
+    }
+}
+
+/// Whether offsets of `topics` may be deleted from `group_id`: no member subscribes to one.
+pub fn check_delete_offsets<'t>(
+    groups: &ConsumerGroups,
+    group_id: &str,
+    mut topics: impl Iterator<Item = &'t str>,
+) -> Result<()> {
+    let Some(g) = groups.get(group_id) else { return Ok(()) };
+    match topics.find(|t| g.members.values().any(|m| m.subscribed.contains(*t))) {
+        Some(topic) => {
+            Err(CoordinatorError::GroupSubscribedToTopic { group_id: group_id.to_string(), topic: topic.to_string() })
+        }
+        None => Ok(()),
+    }
+}
+
+/// On the group's coordinator: deletes `group_id` — its offsets and membership record — if it
+/// has no members (checked again when the command applies).
+pub async fn delete_group(partition: &StatePartition<OffsetsMachine>, group_id: &str, timeout: Duration) -> Result<()> {
+    validate_group_id(group_id)?;
+    partition.read(|m| check_delete_group(m.state(), m.groups(), group_id))??;
+    let command = pb::OffsetsCommand {
+        command: Some(pb::offsets_command::Command::DeleteGroup(pb::DeleteGroup { group_id: group_id.to_string() })),
+    };
+    let answer = partition.propose(command.encode_to_vec().into(), timeout).await?;
+    if answer.as_ref() == REFUSED {
+        // A member joined between the check and the command.
+        return Err(CoordinatorError::GroupNotEmpty { group_id: group_id.to_string(), members: 1 });
+    }
+    Ok(())
+}
+
+/// On the group's coordinator: deletes the offsets of `partitions` (topic, partition) of
+/// `group_id`, unless a member subscribes to one of their topics (checked again in apply).
+pub async fn delete_offsets(
+    partition: &StatePartition<OffsetsMachine>,
+    group_id: &str,
+    partitions: &[(String, u32)],
+    timeout: Duration,
+) -> Result<()> {
+    validate_group_id(group_id)?;
+    if partitions.len() > MAX_OFFSETS_PER_COMMIT {
+        return Err(CoordinatorError::InvalidRequest(format!(
+            "{} partitions in one request; at most {MAX_OFFSETS_PER_COMMIT}",
+            partitions.len()
+        )));
+    }
+    partition.read(|m| {
+        if !m.state().groups.contains_key(group_id) && m.groups().get(group_id).is_none() {
+            return Err(CoordinatorError::GroupIdNotFound(group_id.to_string()));
+        }
+        check_delete_offsets(m.groups(), group_id, partitions.iter().map(|(t, _)| t.as_str()))
+    })??;
+    let mut by_topic: BTreeMap<&str, Vec<u32>> = BTreeMap::new();
+    for (topic, p) in partitions {
+        by_topic.entry(topic).or_default().push(*p);
+    }
+    let command = pb::OffsetsCommand {
+        command: Some(pb::offsets_command::Command::DeleteOffsets(pb::DeleteOffsets {
+            group_id: group_id.to_string(),
+            partitions: by_topic
+                .into_iter()
+                .map(|(topic, partitions)| pb::TopicPartitionSet { topic: topic.to_string(), partitions })
+                .collect(),
+        })),
+    };
+    let answer = partition.propose(command.encode_to_vec().into(), timeout).await?;
+    if answer.as_ref() == REFUSED {
+        return Err(CoordinatorError::GroupSubscribedToTopic {
+            group_id: group_id.to_string(),
+            topic: "one of the topics (a member subscribed meanwhile)".into(),
+        });
+    }
+    Ok(())
+}
+
 /// On the group's coordinator: runs `read` with the committed offsets state.
 pub fn read<R>(partition: &StatePartition<OffsetsMachine>, read: impl FnOnce(&OffsetsState) -> R) -> Result<R> {
     Ok(partition.read(|m| read(m.state()))?)
@@ -389,6 +519,52 @@ mod tests {
         // Garbage in the log changes nothing, on every replica alike.
         m.apply(&id, 0, &Payload { units: 0, body: Bytes::from_static(b"\xff\xff"), proposal: 0 });
         assert_eq!(back.state(), m.state());
+    }
+
+    fn command(c: pb::offsets_command::Command) -> Payload {
+        Payload { units: 0, body: pb::OffsetsCommand { command: Some(c) }.encode_to_vec().into(), proposal: 0 }
+    }
+
+    /// Group `g` with one member `m` subscribed to topic `a`, joined through a group change.
+    fn with_member(m: &mut OffsetsMachine) {
+        let member =
+            crate::groups::Member { member_id: "m".into(), subscribed: ["a".to_string()].into(), ..Default::default() };
+        let change = pb::ConsumerGroupChange {
+            group_id: "g".into(),
+            expect_version: 0,
+            meta: Some(crate::groups::ConsumerGroup { group_id: "g".into(), ..Default::default() }.meta_to_proto()),
+            upsert_members: vec![crate::groups::group::member_to_proto(&member)],
+            ..Default::default()
+        };
+        m.apply(&LogId::default(), 0, &command(pb::offsets_command::Command::GroupChange(change)));
+    }
+
+    #[test]
+    fn groups_are_deleted_only_without_members_and_offsets_only_of_unsubscribed_topics() {
+        let id = LogId::default();
+        let mut m = OffsetsMachine::new();
+        m.apply(&id, 0, &commit(&[("a", 0, 10), ("b", 0, 20)]));
+        with_member(&mut m);
+        let delete_group =
+            || command(pb::offsets_command::Command::DeleteGroup(pb::DeleteGroup { group_id: "g".into() }));
+        let delete_offsets = |topic: &str| {
+            command(pb::offsets_command::Command::DeleteOffsets(pb::DeleteOffsets {
+                group_id: "g".into(),
+                partitions: vec![pb::TopicPartitionSet { topic: topic.into(), partitions: vec![0] }],
+            }))
+        };
+        assert_eq!(m.apply(&id, 0, &delete_group()).as_ref(), REFUSED, "the group has a member");
+        assert_eq!(m.apply(&id, 0, &delete_offsets("a")).as_ref(), REFUSED, "the member subscribes to a");
+        assert!(m.apply(&id, 0, &delete_offsets("b")).is_empty());
+        assert_eq!(m.state().committed("g", "b", 0), None);
+        assert_eq!(m.state().committed("g", "a", 0).map(|c| c.offset), Some(10));
+        assert!(matches!(check_delete_group(m.state(), m.groups(), "nope"), Err(CoordinatorError::GroupIdNotFound(_))));
+        // Without members the group goes, offsets and all.
+        let mut empty = OffsetsMachine::new();
+        empty.apply(&id, 0, &commit(&[("a", 0, 10)]));
+        assert!(empty.apply(&id, 0, &delete_group()).is_empty());
+        assert_eq!(empty.state().group_count(), 0);
+        assert!(empty.groups().is_empty());
     }
 
     #[test]

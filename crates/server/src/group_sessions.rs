@@ -35,6 +35,10 @@ pub async fn run(node: Weak<Node>) {
         }
         for expired in sessions.expired(rill_rt::now()) {
             let Some(p) = led.iter().find(|p| p.replica().group() == expired.partition) else { continue };
+            // Removing an earlier member may have taken a while: one heard since then stays.
+            if !sessions.still_expired(&expired, rill_rt::now()) {
+                continue;
+            }
             match groups::fence_member(p, &expired.group_id, &expired.member_id, expired.epoch, FENCE_TIMEOUT).await {
                 Ok(true) => tracing::info!(
                     group = %expired.group_id,

@@ -1,4 +1,5 @@
-//! `rill group list | describe`: consumer groups, their members and their lag.
+//! `rill group list | describe | reset-offsets | delete-offsets | delete`: consumer groups,
+//! their members and their lag, and managing an inactive group's offsets.
 //!
 //! Lag per partition: in messages, the high watermark minus the committed offset; in seconds,
 //! now minus the append time of the record at the committed offset (the oldest record not yet
@@ -10,7 +11,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Subcommand;
 use comfy_table::Table;
-use rill_client::{Client, OffsetSpec};
+use rill_client::{Client, OffsetSpec, TopicPartition};
 use rill_proto::groups::{DescribeGroupResponse, OwnedPartitions};
 use serde_json::json;
 
@@ -31,6 +32,62 @@ pub enum GroupCommand {
         #[arg(long, value_enum, default_value_t)]
         output: Output,
     },
+    /// Moves a group's committed offsets of a topic (the group must have no members). Shows
+    /// the change and does nothing unless --execute is given.
+    ResetOffsets {
+        /// The group id.
+        group: String,
+        /// The topic.
+        #[arg(long)]
+        topic: String,
+        /// Only these partitions (default: all).
+        #[arg(long)]
+        partition: Vec<u32>,
+        #[command(flatten)]
+        to: ResetTo,
+        /// Commit the new offsets (without it: a dry run).
+        #[arg(long)]
+        execute: bool,
+    },
+    /// Deletes a group's committed offsets of a topic (no member may subscribe to it).
+    DeleteOffsets {
+        /// The group id.
+        group: String,
+        /// The topic.
+        #[arg(long)]
+        topic: String,
+        /// Only these partitions (default: all).
+        #[arg(long)]
+        partition: Vec<u32>,
+    },
+    /// Deletes a group: its committed offsets and membership (the group must have no members).
+    Delete {
+        /// The group id.
+        group: String,
+    },
+}
+
+/// Where `reset-offsets` moves each partition: exactly one of these.
+#[derive(Debug, clap::Args)]
+#[group(required = true, multiple = false)]
+pub struct ResetTo {
+    /// The partition's log start offset.
+    #[arg(long)]
+    to_earliest: bool,
+    /// The partition's high watermark (skip everything stored).
+    #[arg(long)]
+    to_latest: bool,
+    /// This offset (clamped to the partition's log start and high watermark).
+    #[arg(long)]
+    to_offset: Option<u64>,
+    /// The first record appended at or after this time (ms since the epoch, or a duration ago
+    /// like 10m); the high watermark when there is none.
+    #[arg(long, value_parser = super::consume::parse_time)]
+    to_timestamp: Option<i64>,
+    /// The committed offset moved by N (negative: back), clamped; from the log start when the
+    /// group committed none.
+    #[arg(long, allow_hyphen_values = true)]
+    shift_by: Option<i64>,
 }
 
 /// One partition's committed offset and lag.
@@ -68,6 +125,18 @@ pub async fn run(bootstrap: &[String], cmd: GroupCommand) -> anyhow::Result<()> 
                 }
             }
         }
+        GroupCommand::ResetOffsets { group, topic, partition, to, execute } => {
+            reset_offsets(&client, &group, &topic, &partition, &to, execute).await?;
+        }
+        GroupCommand::DeleteOffsets { group, topic, partition } => {
+            let tps = partitions_of(&client, &topic, &partition).await?;
+            client.delete_offsets(&group, &tps).await.with_context(|| format!("cannot delete offsets of {group:?}"))?;
+            println!("deleted the committed offsets of {} partition(s) of {topic} for group {group}", tps.len());
+        }
+        GroupCommand::Delete { group } => {
+            client.delete_group(&group).await.with_context(|| format!("cannot delete group {group:?}"))?;
+            println!("deleted group {group}");
+        }
         GroupCommand::Describe { group, output } => {
             let d = client.describe_group(&group).await.with_context(|| format!("cannot describe group {group:?}"))?;
             let lags = lags(&client, &d).await?;
@@ -77,6 +146,80 @@ pub async fn run(bootstrap: &[String], cmd: GroupCommand) -> anyhow::Result<()> 
             }
         }
     }
+    Ok(())
+}
+
+/// The partitions of `topic` named in `only` (all of them when empty), checked to exist.
+async fn partitions_of(client: &Client, topic: &str, only: &[u32]) -> anyhow::Result<Vec<TopicPartition>> {
+    let count = client.partition_count(topic).await.with_context(|| format!("cannot find topic {topic:?}"))?;
+    if let Some(p) = only.iter().find(|p| **p >= count) {
+        anyhow::bail!("partition {p} does not exist: topic {topic:?} has {count} partition(s)");
+    }
+    let chosen: BTreeSet<u32> = if only.is_empty() { (0..count).collect() } else { only.iter().copied().collect() };
+    Ok(chosen.into_iter().map(|p| TopicPartition::new(topic, p)).collect())
+}
+
+/// `rill group reset-offsets`: shows (and with `execute` commits) the new offsets.
+async fn reset_offsets(
+    client: &Client,
+    group: &str,
+    topic: &str,
+    only: &[u32],
+    to: &ResetTo,
+    execute: bool,
+) -> anyhow::Result<()> {
+    let tps = partitions_of(client, topic, only).await?;
+    // Kafka's rule: a group's offsets move only while no member could be committing over them
+    // (the coordinator refuses a commit without membership to a group with members anyway).
+    match client.describe_group(group).await {
+        Ok(d) if !d.members.is_empty() => {
+            anyhow::bail!("group {group:?} has {} member(s): stop them before resetting its offsets", d.members.len())
+        }
+        Ok(_) => {}
+        Err(e) if e.code() == Some(rill_client::ErrorCode::GroupIdNotFound) => {}
+        Err(e) => return Err(e).with_context(|| format!("cannot describe group {group:?}")),
+    }
+    let committed = client.committed_offsets(group, &tps).await.context("cannot read the committed offsets")?;
+    let mut moves = Vec::new();
+    for tp in &tps {
+        let earliest = client.list_offset(&tp.topic, tp.partition, OffsetSpec::Earliest).await?;
+        let latest = client.list_offset(&tp.topic, tp.partition, OffsetSpec::Latest).await?;
+        let current = committed.get(tp).cloned().flatten().map(|c| c.offset);
+        let target = if to.to_earliest {
+            earliest
+        } else if to.to_latest {
+            latest
+        } else if let Some(o) = to.to_offset {
+            o.clamp(earliest, latest)
+        } else if let Some(ts) = to.to_timestamp {
+            client.list_offset(&tp.topic, tp.partition, OffsetSpec::Timestamp(ts)).await?
+        } else if let Some(n) = to.shift_by {
+            let from = current.unwrap_or(earliest) as i128 + i128::from(n);
+            (from.max(0) as u64).clamp(earliest, latest)
+        } else {
+            anyhow::bail!("say where to: --to-earliest, --to-latest, --to-offset, --to-timestamp or --shift-by");
+        };
+        moves.push((tp.clone(), current, target));
+    }
+    let mut t = Table::new();
+    t.set_header(vec!["TOPIC", "PARTITION", "CURRENT", "NEW"]);
+    for (tp, current, target) in &moves {
+        t.add_row(vec![
+            tp.topic.clone(),
+            tp.partition.to_string(),
+            current.map_or_else(|| "-".to_string(), |c| c.to_string()),
+            target.to_string(),
+        ]);
+    }
+    println!("{t}");
+    if !execute {
+        eprintln!("dry run: nothing changed; add --execute to commit these offsets");
+        return Ok(());
+    }
+    let offsets: Vec<(TopicPartition, u64, String)> =
+        moves.into_iter().map(|(tp, _, target)| (tp, target, String::new())).collect();
+    client.commit_offsets(group, &offsets).await.with_context(|| format!("cannot commit {group:?}'s new offsets"))?;
+    eprintln!("committed {} offset(s) for group {group}", offsets.len());
     Ok(())
 }
 

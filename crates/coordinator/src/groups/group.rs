@@ -363,6 +363,11 @@ impl ConsumerGroups {
         self.groups.is_empty()
     }
 
+    /// Forgets the group `group_id` (deleted while it had no members).
+    pub(crate) fn remove(&mut self, group_id: &str) {
+        self.groups.remove(group_id);
+    }
+
     /// Applies `change` if the group is at the version it was decided from.
     pub fn apply(&mut self, change: &pb::ConsumerGroupChange) -> Applied {
         let current = self.groups.get(&change.group_id).map_or(0, |g| g.version);

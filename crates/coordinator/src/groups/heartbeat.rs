@@ -242,6 +242,10 @@ fn leave(group: Option<&ConsumerGroup>, req: &HeartbeatRequest) -> Result<Decisi
                 req.member_id, req.instance_id
             )));
         }
+        if member.is_away() {
+            // A retried static leave: already away, its reservation running.
+            return Ok(Decision { change: None, answer, member: Some(member.clone()) });
+        }
         let mut away = member.clone();
         away.previous_epoch = away.epoch;
         away.epoch = STATIC_LEAVE_EPOCH;
@@ -716,6 +720,7 @@ mod tests {
         };
         assert_eq!(co.send(&leave).unwrap().member_epoch, STATIC_LEAVE_EPOCH);
         assert_eq!(co.group().epoch, epoch, "a static leave moves nothing");
+        assert!(co.decide(&leave).unwrap().change.is_none(), "a retried static leave changes nothing");
         // The others keep heartbeating: nothing moves to them.
         let (mut a, mut c) = (clients[0].clone(), clients[2].clone());
         co.beat(&mut a, &["t"]).unwrap();

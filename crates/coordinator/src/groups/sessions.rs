@@ -135,6 +135,15 @@ impl Sessions {
             .collect()
     }
 
+    /// True while `expired`'s timer (of that member at that epoch) has still run out at `now`:
+    /// a heartbeat heard since restarted it, and the member must not be removed.
+    pub fn still_expired(&self, expired: &Expired, now: Instant) -> bool {
+        let key = (expired.partition, expired.group_id.clone(), expired.member_id.clone());
+        self.timers().get(&key).is_some_and(|t| {
+            t.epoch == expired.epoch && (t.session_ends <= now || t.revoke_by.is_some_and(|by| by <= now))
+        })
+    }
+
     /// Number of members with timers.
     pub fn len(&self) -> usize {
         self.timers().len()
@@ -185,7 +194,17 @@ mod tests {
         s.heard(1, "g", "b", Some(&member("b", 4, MemberState::Stable)));
         assert!(s.expired(after_revoke).is_empty());
         let after_session = rill_rt::now() + Duration::from_millis(u64::from(SESSION_TIMEOUT_MS) + 1);
-        assert_eq!(s.expired(after_session).len(), 2);
+        let expired = s.expired(after_session);
+        assert_eq!(expired.len(), 2);
+        assert!(s.still_expired(&expired[0], after_session));
+        // Heard again before the removal was proposed: it stays.
+        s.heard(
+            1,
+            "g",
+            &expired[0].member_id,
+            Some(&member(&expired[0].member_id, expired[0].epoch, MemberState::Stable)),
+        );
+        assert!(!s.still_expired(&expired[0], rill_rt::now() + Duration::from_secs(1)));
         // A member that left has no timer.
         s.heard(1, "g", "a", None);
         assert_eq!(s.len(), 1);

@@ -24,7 +24,8 @@ use rill_proto::admin::{
     ListTopicsRequest, MetadataRequest,
 };
 use rill_proto::groups::{
-    CommitOffsetsRequest, ConsumerGroupHeartbeatRequest, DescribeGroupRequest, FetchOffsetsRequest, ListGroupsRequest,
+    CommitOffsetsRequest, ConsumerGroupHeartbeatRequest, DeleteGroupRequest, DeleteOffsetsRequest,
+    DescribeGroupRequest, FetchOffsetsRequest, ListGroupsRequest,
 };
 use rill_proto::records::{FetchRequest, InitProducerIdRequest, ListOffsetsRequest, ProduceRequest};
 
@@ -69,6 +70,10 @@ pub mod rpc {
     pub const LIST_GROUPS: &str = "/rill.groups.Groups/ListGroups";
     /// `/rill.groups.Groups/DescribeGroup`.
     pub const DESCRIBE_GROUP: &str = "/rill.groups.Groups/DescribeGroup";
+    /// `/rill.groups.Groups/DeleteGroup`.
+    pub const DELETE_GROUP: &str = "/rill.groups.Groups/DeleteGroup";
+    /// `/rill.groups.Groups/DeleteOffsets`.
+    pub const DELETE_OFFSETS: &str = "/rill.groups.Groups/DeleteOffsets";
     /// `/rill.groups.Groups/CommitOffsets`.
     pub const COMMIT_OFFSETS: &str = "/rill.groups.Groups/CommitOffsets";
     /// `/rill.groups.Groups/FetchOffsets`.
@@ -208,6 +213,9 @@ pub const RULES: &[Rule] = &[
     // Kafka's ListGroups and DescribeGroups: Describe on each group (listings filtered).
     Rule { rpc: rpc::LIST_GROUPS, needs: &[(R::Group, Op::Describe, Filter)] },
     Rule { rpc: rpc::DESCRIBE_GROUP, needs: &[(R::Group, Op::Describe, Named)] },
+    // Kafka's DeleteGroups: Delete on the group; OffsetDelete: Delete on the group, Read on each topic.
+    Rule { rpc: rpc::DELETE_GROUP, needs: &[(R::Group, Op::Delete, Named)] },
+    Rule { rpc: rpc::DELETE_OFFSETS, needs: &[(R::Group, Op::Delete, Named), (R::Topic, Op::Read, Named)] },
     Rule { rpc: rpc::COMMIT_OFFSETS, needs: &[(R::Group, Op::Read, Named), (R::Topic, Op::Read, Named)] },
     Rule { rpc: rpc::FETCH_OFFSETS, needs: &[(R::Group, Op::Describe, Named), (R::Topic, Op::Describe, Named)] },
 ];
@@ -431,6 +439,22 @@ impl Resources for ListGroupsRequest {
 impl Resources for DescribeGroupRequest {
     fn names(&self, kind: ResourceType) -> Vec<&str> {
         only(kind, R::Group, &self.group_id)
+    }
+}
+
+impl Resources for DeleteGroupRequest {
+    fn names(&self, kind: ResourceType) -> Vec<&str> {
+        only(kind, R::Group, &self.group_id)
+    }
+}
+
+impl Resources for DeleteOffsetsRequest {
+    fn names(&self, kind: ResourceType) -> Vec<&str> {
+        match kind {
+            R::Group => vec![self.group_id.as_str()],
+            R::Topic => self.topics.iter().map(|t| t.topic.as_str()).collect(),
+            _ => Vec::new(),
+        }
     }
 }
 

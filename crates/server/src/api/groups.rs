@@ -14,7 +14,8 @@ use rill_proto::common::ErrorCode;
 use rill_proto::groups::groups_server::Groups;
 use rill_proto::groups::{
     CommitOffsetsRequest, CommitOffsetsResponse, CommitPartitionResult, CommitTopicResult,
-    ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, DescribeGroupRequest, DescribeGroupResponse,
+    ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, DeleteGroupRequest, DeleteGroupResponse,
+    DeleteOffsetsRequest, DeleteOffsetsResponse, DescribeGroupRequest, DescribeGroupResponse,
     FetchOffsetsPartitionResult, FetchOffsetsRequest, FetchOffsetsResponse, FetchOffsetsTopicResult, GroupListing,
     ListGroupsRequest, ListGroupsResponse, MemberDescription, OwnedPartitions, TopicPartitions as WirePartitions,
 };
@@ -173,6 +174,60 @@ impl Groups for GroupsApi {
             error_message: String::new(),
             groups,
         }))
+    }
+
+    async fn delete_group(
+        &self,
+        request: Request<DeleteGroupRequest>,
+    ) -> Result<Response<DeleteGroupResponse>, Status> {
+        let principal = self.authz.principal(&request);
+        let req = request.into_inner();
+        self.authz.authorize(&principal, rpc::DELETE_GROUP, &req)?;
+        let error = |e: WireError| DeleteGroupResponse {
+            error_code: e.code as i32,
+            error_message: e.message,
+            coordinator: e.leader,
+        };
+        let coordinator = match self.coordinator(&req.group_id) {
+            Ok(c) => c,
+            Err(e) => return Ok(Response::new(error(e))),
+        };
+        Ok(Response::new(match offsets::delete_group(&coordinator, &req.group_id, COMMIT_TIMEOUT).await {
+            Ok(()) => DeleteGroupResponse::default(),
+            Err(e) => error(errors::coordinator(&e)),
+        }))
+    }
+
+    async fn delete_offsets(
+        &self,
+        request: Request<DeleteOffsetsRequest>,
+    ) -> Result<Response<DeleteOffsetsResponse>, Status> {
+        let principal = self.authz.principal(&request);
+        let req = request.into_inner();
+        limits::check_counts("DeleteOffsets", req.topics.len(), req.topics.iter().map(|t| t.partitions.len()).sum())?;
+        self.authz.authorize(&principal, rpc::DELETE_OFFSETS, &req)?;
+        let error = |e: WireError| DeleteOffsetsResponse {
+            error_code: e.code as i32,
+            error_message: e.message,
+            coordinator: e.leader,
+        };
+        let coordinator = match self.coordinator(&req.group_id) {
+            Ok(c) => c,
+            Err(e) => return Ok(Response::new(error(e))),
+        };
+        let partitions: Vec<(String, u32)> =
+            req.topics.iter().flat_map(|t| t.partitions.iter().map(|p| (t.topic.clone(), *p))).collect();
+        if partitions.is_empty() {
+            return Ok(Response::new(error(errors::invalid_request(
+                "name at least one partition whose offset to delete",
+            ))));
+        }
+        Ok(Response::new(
+            match offsets::delete_offsets(&coordinator, &req.group_id, &partitions, COMMIT_TIMEOUT).await {
+                Ok(()) => DeleteOffsetsResponse::default(),
+                Err(e) => error(errors::coordinator(&e)),
+            },
+        ))
     }
 
     async fn describe_group(
