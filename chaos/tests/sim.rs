@@ -773,7 +773,6 @@ async fn record_partition_installs_a_snapshot_with_its_records() {
     println!("trace-hash: {:016x} events={}", trace.hash(), trace.len());
 }
 
-/// Runs a generated scenario and fails on any violation.
 /// Partitions of the topic the consumer group `g` shares in `consumer_group_members_never_share_a_partition`.
 const MEMBER_PARTITIONS: u32 = 6;
 
@@ -1013,6 +1012,7 @@ async fn consumer_group_members_never_share_a_partition() {
     println!("trace-hash: {:016x} events={}", trace.hash(), trace.len());
 }
 
+/// Runs a generated scenario and fails on any violation.
 async fn scenario(name: &str) {
     init_logs();
     let sc = scenarios::find(name).expect("scenario exists");
