@@ -10,8 +10,8 @@ use rill_proto::common::{ErrorCode, LeaderHint};
 use rill_proto::groups::groups_client::GroupsClient;
 use rill_proto::groups::{
     CommitOffsetsRequest, CommitPartition, CommitTopic, ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse,
-    DeleteGroupRequest, DeleteOffsetsRequest, DescribeGroupRequest, DescribeGroupResponse, FetchOffsetsRequest,
-    FetchOffsetsTopic, GroupListing, ListGroupsRequest,
+    DeleteGroupRequest, DeleteGroupResponse, DeleteOffsetsRequest, DeleteOffsetsResponse, DescribeGroupRequest,
+    DescribeGroupResponse, FetchOffsetsRequest, FetchOffsetsTopic, GroupListing, ListGroupsRequest,
 };
 use rill_proto::records::InitProducerIdRequest;
 
@@ -19,6 +19,7 @@ use crate::client::backoff;
 use crate::consumer::TopicPartition;
 use crate::error::{self, Error, Result};
 use crate::Client;
+use tonic::transport::Channel;
 
 /// The internal topic holding consumer groups' offsets and membership.
 pub const CONSUMER_OFFSETS_TOPIC: &str = "__consumer_offsets";
@@ -62,6 +63,32 @@ fn check(code: i32, message: String, hint: Option<LeaderHint>) -> Answer<()> {
     } else {
         Err((error::server(code, message), hint))
     }
+}
+
+/// A `Groups` answer's whole-request status: its code, message and coordinator hint.
+trait GroupsStatus {
+    fn take_status(&mut self) -> (i32, String, Option<LeaderHint>);
+}
+
+macro_rules! groups_status {
+    ($($answer:ty),*) => {
+        $(impl GroupsStatus for $answer {
+            fn take_status(&mut self) -> (i32, String, Option<LeaderHint>) {
+                (self.error_code, std::mem::take(&mut self.error_message), self.coordinator.take())
+            }
+        })*
+    };
+}
+
+groups_status!(ConsumerGroupHeartbeatResponse, DescribeGroupResponse, DeleteGroupResponse, DeleteOffsetsResponse);
+
+/// `partitions` by topic, as `FetchOffsets` and `DeleteOffsets` name them.
+fn by_topic(partitions: &[TopicPartition]) -> Vec<FetchOffsetsTopic> {
+    let mut by_topic: BTreeMap<&str, Vec<u32>> = BTreeMap::new();
+    for tp in partitions {
+        by_topic.entry(&tp.topic).or_default().push(tp.partition);
+    }
+    by_topic.into_iter().map(|(topic, partitions)| FetchOffsetsTopic { topic: topic.to_string(), partitions }).collect()
 }
 
 /// Awaits one call to `addr` for at most `wait`; no answer and gRPC failures are transport errors.
@@ -213,80 +240,53 @@ impl Client {
         &self,
         req: ConsumerGroupHeartbeatRequest,
     ) -> Result<ConsumerGroupHeartbeatResponse> {
-        let wait = self.options().request_slack * 3;
         let group = req.group_id.clone();
-        self.at_coordinator(Coordinator::Group, &group, |addr| {
-            let req = req.clone();
-            async move {
-                let mut stub = GroupsClient::new(self.channel(&addr)?);
-                let mut resp = answer_within(&addr, wait, stub.consumer_group_heartbeat(req)).await?;
-                if let Err(f) = check(resp.error_code, std::mem::take(&mut resp.error_message), resp.coordinator.take())
-                {
-                    return Ok(Err(f));
-                }
-                Ok(Ok(resp))
-            }
-        })
-        .await
+        self.at_group_coordinator(&group, req, |mut stub, req| async move { stub.consumer_group_heartbeat(req).await })
+            .await
     }
 
     /// A group's state, members and committed offsets, from its coordinator
     /// (`GROUP_ID_NOT_FOUND` for a group with neither members nor offsets).
     pub async fn describe_group(&self, group: &str) -> Result<DescribeGroupResponse> {
         let req = DescribeGroupRequest { group_id: group.to_string() };
-        let wait = self.options().request_slack * 3;
-        self.at_coordinator(Coordinator::Group, group, |addr| {
-            let req = req.clone();
-            async move {
-                let mut stub = GroupsClient::new(self.channel(&addr)?);
-                let mut resp = answer_within(&addr, wait, stub.describe_group(req)).await?;
-                if let Err(f) = check(resp.error_code, std::mem::take(&mut resp.error_message), resp.coordinator.take())
-                {
-                    return Ok(Err(f));
-                }
-                Ok(Ok(resp))
-            }
-        })
-        .await
+        self.at_group_coordinator(group, req, |mut stub, req| async move { stub.describe_group(req).await }).await
     }
 
     /// Deletes `group` — its committed offsets and membership record — if it has no members
     /// (`GROUP_NOT_EMPTY` otherwise).
     pub async fn delete_group(&self, group: &str) -> Result<()> {
         let req = DeleteGroupRequest { group_id: group.to_string() };
-        let wait = self.options().request_slack * 3;
-        self.at_coordinator(Coordinator::Group, group, |addr| {
-            let req = req.clone();
-            async move {
-                let mut stub = GroupsClient::new(self.channel(&addr)?);
-                let r = answer_within(&addr, wait, stub.delete_group(req)).await?;
-                Ok(check(r.error_code, r.error_message, r.coordinator))
-            }
-        })
-        .await
+        self.at_group_coordinator(group, req, |mut stub, req| async move { stub.delete_group(req).await }).await?;
+        Ok(())
     }
 
     /// Deletes `group`'s committed offsets of `partitions` (`GROUP_SUBSCRIBED_TO_TOPIC` while a
     /// member subscribes to one of their topics).
     pub async fn delete_offsets(&self, group: &str, partitions: &[TopicPartition]) -> Result<()> {
-        let mut by_topic: BTreeMap<&str, Vec<u32>> = BTreeMap::new();
-        for tp in partitions {
-            by_topic.entry(&tp.topic).or_default().push(tp.partition);
-        }
-        let req = DeleteOffsetsRequest {
-            group_id: group.to_string(),
-            topics: by_topic
-                .into_iter()
-                .map(|(topic, partitions)| FetchOffsetsTopic { topic: topic.to_string(), partitions })
-                .collect(),
-        };
+        let req = DeleteOffsetsRequest { group_id: group.to_string(), topics: by_topic(partitions) };
+        self.at_group_coordinator(group, req, |mut stub, req| async move { stub.delete_offsets(req).await }).await?;
+        Ok(())
+    }
+
+    /// Sends `req` with `call` to `group`'s coordinator (following `NOT_COORDINATOR`, retrying
+    /// while it loads, within the retry budget); a whole-request error code is returned as the
+    /// error.
+    async fn at_group_coordinator<Req, Resp, F, Fut>(&self, group: &str, req: Req, call: F) -> Result<Resp>
+    where
+        Req: Clone,
+        Resp: GroupsStatus,
+        F: Fn(GroupsClient<Channel>, Req) -> Fut,
+        Fut: std::future::Future<Output = std::result::Result<tonic::Response<Resp>, tonic::Status>>,
+    {
         let wait = self.options().request_slack * 3;
+        let call = &call;
         self.at_coordinator(Coordinator::Group, group, |addr| {
             let req = req.clone();
             async move {
-                let mut stub = GroupsClient::new(self.channel(&addr)?);
-                let r = answer_within(&addr, wait, stub.delete_offsets(req)).await?;
-                Ok(check(r.error_code, r.error_message, r.coordinator))
+                let stub = GroupsClient::new(self.channel(&addr)?);
+                let mut resp = answer_within(&addr, wait, call(stub, req)).await?;
+                let (code, message, hint) = resp.take_status();
+                Ok(check(code, message, hint).map(|()| resp))
             }
         })
         .await
@@ -330,17 +330,7 @@ impl Client {
         group: &str,
         partitions: &[TopicPartition],
     ) -> Result<BTreeMap<TopicPartition, Option<CommittedOffset>>> {
-        let mut by_topic: BTreeMap<&str, Vec<u32>> = BTreeMap::new();
-        for tp in partitions {
-            by_topic.entry(&tp.topic).or_default().push(tp.partition);
-        }
-        let req = FetchOffsetsRequest {
-            group_id: group.to_string(),
-            topics: by_topic
-                .into_iter()
-                .map(|(topic, partitions)| FetchOffsetsTopic { topic: topic.to_string(), partitions })
-                .collect(),
-        };
+        let req = FetchOffsetsRequest { group_id: group.to_string(), topics: by_topic(partitions) };
         let wait = self.options().request_slack * 3;
         self.at_coordinator(Coordinator::Group, group, |addr| {
             let req = req.clone();
