@@ -21,8 +21,8 @@ use rill_proto::coordinator as pb;
 
 use super::assignor::{AssignmentSpec, Assignor, MemberSpec, TopicPartitions};
 use super::group::{
-    contains, member_to_proto, partitions_to_proto, target_to_proto, ConsumerGroup, Member, MemberState, RebalanceMode,
-    SubscribedTopic, LEAVE_EPOCH, STATIC_LEAVE_EPOCH,
+    contains, member_to_proto, target_to_proto, ConsumerGroup, Member, MemberState, RebalanceMode, SubscribedTopic,
+    LEAVE_EPOCH, STATIC_LEAVE_EPOCH,
 };
 use super::reconcile::reconcile;
 use crate::error::{CoordinatorError, Result};
@@ -486,11 +486,6 @@ fn validate(req: &HeartbeatRequest) -> Result<()> {
         }
     }
     Ok(())
-}
-
-/// The partitions of `set` as sent on the wire.
-pub fn assignment_to_proto(set: &TopicPartitions) -> Vec<pb::TopicPartitionSet> {
-    partitions_to_proto(set)
 }
 
 #[cfg(test)]
