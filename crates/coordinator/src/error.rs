@@ -28,7 +28,9 @@ pub enum CoordinatorError {
     #[error("invalid request: {0}")]
     InvalidRequest(String),
     /// The group has no member with this id (never joined, left, or removed after its session).
-    #[error("group {group_id:?} has no member {member_id:?}; join again with member epoch 0")]
+    #[error(
+        "group {group_id:?} has no member {member_id:?}; join again (member epoch 0, or a JoinGroup with an empty member id)"
+    )]
     UnknownMemberId { group_id: String, member_id: String },
     /// The member's epoch is not its current one: it was fenced (removed, or replaced) and must
     /// rejoin with epoch 0, owning nothing.
@@ -57,6 +59,31 @@ pub enum CoordinatorError {
     /// The group has as many members as it may.
     #[error("group {group_id:?} already has {max} members, the most a group may have")]
     GroupMaxSizeReached { group_id: String, max: usize },
+    /// A classic group member's generation is not the group's: the group moved on without it.
+    #[error(
+        "member {member_id:?} of group {group_id:?} sent generation {sent}, the group is at generation {current}; rejoin the group"
+    )]
+    IllegalGeneration { group_id: String, member_id: String, sent: i32, current: i32 },
+    /// A classic member's protocol type or protocols do not fit the group, or the group id is in
+    /// use by the other group protocol.
+    #[error("group {group_id:?}: {reason}")]
+    InconsistentGroupProtocol { group_id: String, reason: String },
+    /// A classic member's session timeout is outside the coordinator's range.
+    #[error(
+        "session timeout {got_ms} ms is out of range: the coordinator accepts {min_ms} to {max_ms} ms (group.min.session.timeout.ms, group.max.session.timeout.ms)"
+    )]
+    InvalidSessionTimeout { got_ms: u32, min_ms: u32, max_ms: u32 },
+    /// The classic group is rebalancing; the member takes part by joining again.
+    #[error("group {group_id:?} is rebalancing; join again (JoinGroup) to take part in the next generation")]
+    RebalanceInProgress { group_id: String },
+    /// A new dynamic member of a classic group was given a member id: it joins again with it.
+    #[error("group {group_id:?} gave the new member the id {member_id:?}; join again with that member id")]
+    MemberIdRequired { group_id: String, member_id: String },
+    /// Another member id holds this static member's instance id now.
+    #[error(
+        "instance id {instance_id:?} of group {group_id:?} belongs to another member id than {member_id:?}: a process started later with the same instance id replaced this one; stop one of the two"
+    )]
+    FencedInstanceId { group_id: String, instance_id: String, member_id: String },
     /// Storage failed, or a stored state is corrupt.
     #[error("coordinator storage failure: {0}")]
     Storage(String),

@@ -10,7 +10,9 @@
 //! * [`offsets`]: the `consumer-offsets` kind — consumer groups' committed offsets, and the
 //!   machine that also holds their membership.
 //! * [`groups`]: consumer groups (KIP-848) — members, epochs, target and current assignments,
-//!   the server-side assignors, and the coordinator's decisions for heartbeats and timeouts.
+//!   the server-side assignors, and the coordinator's decisions for heartbeats and timeouts — and
+//!   classic groups ([`groups::classic`]: Kafka's JoinGroup / SyncGroup protocol, a sans-IO
+//!   engine on the leader over a replicated record per group).
 //! * [`transactions`]: the `transaction-state` kind — each transactional id's producer id and
 //!   epoch, bumped by `InitProducerId` to fence older instances.
 //! * [`error`]: the coordinators' error enum, [`CoordinatorError`].

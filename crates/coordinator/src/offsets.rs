@@ -18,6 +18,7 @@ use rill_raft::types::LogId;
 use rill_raft::{GroupStateMachine, Payload};
 
 use crate::error::{CoordinatorError, Result};
+use crate::groups::classic::{ClassicApplied, ClassicGroups, Replicated};
 use crate::groups::group::{Applied, ConsumerGroups};
 
 /// Longest group id accepted (bytes): ids are keys in the coordinator's state and its snapshot.
@@ -115,6 +116,7 @@ impl OffsetsState {
     fn to_proto(&self) -> pb::OffsetsSnapshot {
         pb::OffsetsSnapshot {
             consumer_groups: Vec::new(),
+            classic_groups: Vec::new(),
             groups: self
                 .groups
                 .iter()
@@ -141,38 +143,68 @@ fn committed_to(topic: &str, partition: u32, c: &CommittedOffset) -> pb::Committ
 /// What the machine answers a group change with: it applied, or lost a compare-and-set.
 pub(crate) const APPLIED: &[u8] = b"ok";
 pub(crate) const CONFLICT: &[u8] = b"conflict";
-/// What the machine answers a commit it refused (the committer is no longer entitled to it).
-const REFUSED: &[u8] = b"refused";
+/// What the machine answers a command it refused (a commit whose committer is no longer
+/// entitled to it, a delete of a group with members, a classic record over a KIP-848 group with
+/// members).
+pub(crate) const REFUSED: &[u8] = b"refused";
 
-/// Who commits: a member of a consumer group at its member epoch, or nobody (an assign-mode
-/// consumer committing for a group without members).
+/// Who commits: a member of a consumer group at its member epoch, a member of a classic group at
+/// its generation, or nobody (an assign-mode consumer committing for a group without members).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Committer<'a> {
-    /// No membership: the group must have no members.
+    /// No membership: the group must have no members (of either protocol).
     Standalone,
-    /// A member and the member epoch it commits at.
+    /// A member of a KIP-848 group and the member epoch it commits at.
     Member { member_id: &'a str, epoch: i32 },
+    /// A member of a classic group and the generation it commits at. The leader first checks
+    /// what only its memory knows ([`crate::groups::classic::ClassicEngine::check_commit`]).
+    Classic { member_id: &'a str, generation: i32 },
 }
 
-/// Whether `committer` may commit `partitions` of `group_id`: a member must exist, commit at its
-/// current epoch, and own every partition (assigned, or still being revoked — a member's epoch
-/// moves only after it has revoked, so it commits what it gives up at the epoch it had); a
-/// standalone commit needs a group without members. Checked on the leader before proposing and
-/// again in `apply`, so a member fenced in between commits nothing.
+/// Whether `committer` may commit `partitions` of `group_id`, by the applied state. A KIP-848
+/// member must exist, commit at its current epoch, and own every partition (assigned, or still
+/// being revoked — a member's epoch moves only after it has revoked, so it commits what it gives
+/// up at the epoch it had). A classic member must be in the group's stored record at the stored
+/// generation (the generation whose assignments it holds). A standalone commit needs a group
+/// without members of either protocol. Checked on the leader before proposing and again in
+/// `apply`, so a member fenced in between, or a commit decided against a generation since
+/// replaced, commits nothing.
 pub fn check_commit<'p>(
     groups: &ConsumerGroups,
+    classic: &ClassicGroups,
     group_id: &str,
     committer: Committer<'_>,
     mut partitions: impl Iterator<Item = (&'p str, u32)>,
 ) -> Result<()> {
     let group = groups.get(group_id);
-    let Committer::Member { member_id, epoch } = committer else {
-        return match group {
-            Some(g) if !g.members.is_empty() => {
+    let (member_id, epoch) = match committer {
+        Committer::Standalone => {
+            let members = group.is_some_and(|g| !g.members.is_empty()) || classic.has_members(group_id);
+            return if members {
                 Err(CoordinatorError::UnknownMemberId { group_id: group_id.to_string(), member_id: String::new() })
-            }
-            _ => Ok(()),
-        };
+            } else {
+                Ok(())
+            };
+        }
+        Committer::Classic { member_id, generation } => {
+            let Some(g) = classic.get(group_id).filter(|g| g.members.contains_key(member_id)) else {
+                return Err(CoordinatorError::UnknownMemberId {
+                    group_id: group_id.to_string(),
+                    member_id: member_id.to_string(),
+                });
+            };
+            return if g.generation == generation {
+                Ok(())
+            } else {
+                Err(CoordinatorError::IllegalGeneration {
+                    group_id: group_id.to_string(),
+                    member_id: member_id.to_string(),
+                    sent: generation,
+                    current: g.generation,
+                })
+            };
+        }
+        Committer::Member { member_id, epoch } => (member_id, epoch),
     };
     let Some(member) = group.and_then(|g| g.members.get(member_id)) else {
         return Err(CoordinatorError::UnknownMemberId {
@@ -210,11 +242,14 @@ pub fn check_commit<'p>(
 }
 
 /// The state machine of a `__consumer_offsets` partition: the committed offsets and the
-/// membership of every consumer group that hashes to it.
+/// membership of every consumer group that hashes to it — KIP-848 groups and classic groups, a
+/// group id being one or the other (an id whose group of one protocol has members is refused to
+/// the other; an empty group of either is taken over by the other).
 #[derive(Debug, Default)]
 pub struct OffsetsMachine {
     state: OffsetsState,
     groups: ConsumerGroups,
+    classic: ClassicGroups,
 }
 
 impl OffsetsMachine {
@@ -232,6 +267,16 @@ impl OffsetsMachine {
     pub fn groups(&self) -> &ConsumerGroups {
         &self.groups
     }
+
+    /// The classic groups' records.
+    pub fn classic_groups(&self) -> &ClassicGroups {
+        &self.classic
+    }
+
+    /// What the classic group engine decides against.
+    pub fn replicated(&self) -> Replicated<'_> {
+        Replicated { classic: &self.classic, consumer: &self.groups }
+    }
 }
 
 impl GroupStateMachine for OffsetsMachine {
@@ -244,17 +289,26 @@ impl GroupStateMachine for OffsetsMachine {
                     Committer::Member { member_id: &c.member_id, epoch: c.member_epoch }
                 };
                 let partitions = c.offsets.iter().map(|o| (o.topic.as_str(), o.partition));
-                if check_commit(&self.groups, &c.group_id, committer, partitions).is_err() {
+                if check_commit(&self.groups, &self.classic, &c.group_id, committer, partitions).is_err() {
+                    return Bytes::from_static(REFUSED);
+                }
+                self.state.apply(c);
+            }
+            Ok(Some(pb::offsets_command::Command::ClassicCommit(c))) => {
+                let committer = Committer::Classic { member_id: &c.member_id, generation: c.member_epoch };
+                let partitions = c.offsets.iter().map(|o| (o.topic.as_str(), o.partition));
+                if check_commit(&self.groups, &self.classic, &c.group_id, committer, partitions).is_err() {
                     return Bytes::from_static(REFUSED);
                 }
                 self.state.apply(c);
             }
             Ok(Some(pb::offsets_command::Command::DeleteGroup(d))) => {
-                if check_delete_group(&self.state, &self.groups, &d.group_id).is_err() {
+                if check_delete_group(&self.state, &self.groups, &self.classic, &d.group_id).is_err() {
                     return Bytes::from_static(REFUSED);
                 }
                 self.state.remove_group(&d.group_id);
                 self.groups.remove(&d.group_id);
+                self.classic.remove(&d.group_id);
             }
             Ok(Some(pb::offsets_command::Command::DeleteOffsets(d))) => {
                 let topics = d.partitions.iter().map(|t| t.topic.as_str());
@@ -266,9 +320,37 @@ impl GroupStateMachine for OffsetsMachine {
                 self.state.remove_offsets(&d.group_id, partitions);
             }
             Ok(Some(pb::offsets_command::Command::GroupChange(c))) => {
+                if self.classic.has_members(&c.group_id) {
+                    // A classic group holds the id: the heartbeat is decided again, and refused.
+                    return Bytes::from_static(CONFLICT);
+                }
                 return match self.groups.apply(&c) {
-                    Applied::Changed => Bytes::from_static(APPLIED),
+                    Applied::Changed => {
+                        if self.groups.get(&c.group_id).is_some_and(|g| !g.members.is_empty()) {
+                            // Takes the id over from an empty classic group, if there was one.
+                            self.classic.remove(&c.group_id);
+                        }
+                        Bytes::from_static(APPLIED)
+                    }
                     Applied::Conflict => Bytes::from_static(CONFLICT),
+                };
+            }
+            Ok(Some(pb::offsets_command::Command::ClassicGroup(r))) => {
+                let Some(group_id) = r.group.as_ref().map(|g| g.group_id.clone()) else {
+                    return Bytes::from_static(CONFLICT);
+                };
+                if self.groups.get(&group_id).is_some_and(|g| !g.members.is_empty()) {
+                    return Bytes::from_static(REFUSED);
+                }
+                return match self.classic.apply(&r) {
+                    ClassicApplied::Changed => {
+                        if self.classic.has_members(&group_id) {
+                            // Takes the id over from an empty KIP-848 group, if there was one.
+                            self.groups.remove(&group_id);
+                        }
+                        Bytes::from_static(APPLIED)
+                    }
+                    ClassicApplied::Conflict => Bytes::from_static(CONFLICT),
                 };
             }
             Ok(None) => tracing::error!(index = log_id.index, "offsets command without a kind; skipped"),
@@ -284,6 +366,7 @@ impl GroupStateMachine for OffsetsMachine {
         }
         let mut snapshot = self.state.to_proto();
         snapshot.consumer_groups = self.groups.to_proto();
+        snapshot.classic_groups = self.classic.to_proto();
         Ok(snapshot.encode_to_vec().into())
     }
 
@@ -300,6 +383,7 @@ impl GroupStateMachine for OffsetsMachine {
         }
         self.state = state;
         self.groups = ConsumerGroups::from_proto(&s.consumer_groups);
+        self.classic = ClassicGroups::from_proto(&s.classic_groups);
         Ok(())
     }
 }
@@ -335,35 +419,39 @@ pub async fn commit(
             offsets.len()
         )));
     }
-    partition.read(|m| {
-        check_commit(m.groups(), group, committer, offsets.iter().map(|o| (o.topic.as_str(), o.partition)))
-    })??;
+    let partitions = || offsets.iter().map(|o| (o.topic.as_str(), o.partition));
+    partition.read(|m| check_commit(m.groups(), m.classic_groups(), group, committer, partitions()))??;
     let (member_id, member_epoch) = match committer {
         Committer::Standalone => (String::new(), -1),
         Committer::Member { member_id, epoch } => (member_id.to_string(), epoch),
+        Committer::Classic { member_id, generation } => (member_id.to_string(), generation),
     };
     let now = rill_rt::wall_clock_ms();
+    let commit = pb::CommitOffsets {
+        member_id,
+        member_epoch,
+        group_id: group.to_string(),
+        offsets: offsets
+            .iter()
+            .map(|o| {
+                committed_to(
+                    &o.topic,
+                    o.partition,
+                    &CommittedOffset {
+                        offset: o.offset,
+                        metadata: o.metadata.clone(),
+                        topic_id: o.topic_id,
+                        commit_time_ms: now,
+                    },
+                )
+            })
+            .collect(),
+    };
     let command = pb::OffsetsCommand {
-        command: Some(pb::offsets_command::Command::Commit(pb::CommitOffsets {
-            member_id,
-            member_epoch,
-            group_id: group.to_string(),
-            offsets: offsets
-                .iter()
-                .map(|o| {
-                    committed_to(
-                        &o.topic,
-                        o.partition,
-                        &CommittedOffset {
-                            offset: o.offset,
-                            metadata: o.metadata.clone(),
-                            topic_id: o.topic_id,
-                            commit_time_ms: now,
-                        },
-                    )
-                })
-                .collect(),
-        })),
+        command: Some(match committer {
+            Committer::Classic { .. } => pb::offsets_command::Command::ClassicCommit(commit),
+            Committer::Standalone | Committer::Member { .. } => pb::offsets_command::Command::Commit(commit),
+        }),
     };
     let answer = partition.propose(command.encode_to_vec().into(), timeout).await?;
     if answer.as_ref() == REFUSED {
@@ -378,20 +466,42 @@ pub async fn commit(
                 current: -1,
                 partition: "a committed partition".into(),
             },
+            // The group's generation moved (or the member left) meanwhile: say which.
+            Committer::Classic { member_id, generation } => partition
+                .read(|m| check_commit(m.groups(), m.classic_groups(), group, committer, partitions()))?
+                .err()
+                .unwrap_or(CoordinatorError::IllegalGeneration {
+                    group_id: group.to_string(),
+                    member_id: member_id.to_string(),
+                    sent: generation,
+                    current: -1,
+                }),
         });
     }
     Ok(())
 }
 
-/// Whether `group_id` may be deleted: it exists (members or offsets) and has no members.
-pub fn check_delete_group(offsets: &OffsetsState, groups: &ConsumerGroups, group_id: &str) -> Result<()> {
-    match groups.get(group_id) {
-        Some(g) if !g.members.is_empty() => {
-            Err(CoordinatorError::GroupNotEmpty { group_id: group_id.to_string(), members: g.members.len() })
-        }
-        Some(_) => Ok(()),
-        None if offsets.groups.contains_key(group_id) => Ok(()),
-        None => Err(CoordinatorError::GroupIdNotFound(group_id.to_string())),
+/// Whether `group_id` may be deleted: it exists (members or offsets) and has no members, by its
+/// KIP-848 record or its classic one. (A classic group's first generation is stored only once its
+/// leader syncs: the server also asks the leader's engine,
+/// [`crate::groups::classic::ClassicEngine::has_members`].)
+pub fn check_delete_group(
+    offsets: &OffsetsState,
+    groups: &ConsumerGroups,
+    classic: &ClassicGroups,
+    group_id: &str,
+) -> Result<()> {
+    let not_empty = |members: usize| CoordinatorError::GroupNotEmpty { group_id: group_id.to_string(), members };
+    if let Some(g) = groups.get(group_id).filter(|g| !g.members.is_empty()) {
+        return Err(not_empty(g.members.len()));
+    }
+    if let Some(g) = classic.get(group_id).filter(|g| g.has_members()) {
+        return Err(not_empty(g.members.len()));
+    }
+    if groups.get(group_id).is_some() || classic.get(group_id).is_some() || offsets.groups.contains_key(group_id) {
+        Ok(())
+    } else {
+        Err(CoordinatorError::GroupIdNotFound(group_id.to_string()))
     }
 }
 
@@ -414,7 +524,7 @@ pub fn check_delete_offsets<'t>(
 /// has no members (checked again when the command applies).
 pub async fn delete_group(partition: &StatePartition<OffsetsMachine>, group_id: &str, timeout: Duration) -> Result<()> {
     validate_group_id(group_id)?;
-    partition.read(|m| check_delete_group(m.state(), m.groups(), group_id))??;
+    partition.read(|m| check_delete_group(m.state(), m.groups(), m.classic_groups(), group_id))??;
     let command = pb::OffsetsCommand {
         command: Some(pb::offsets_command::Command::DeleteGroup(pb::DeleteGroup { group_id: group_id.to_string() })),
     };
@@ -442,7 +552,10 @@ pub async fn delete_offsets(
         )));
     }
     partition.read(|m| {
-        if !m.state().groups.contains_key(group_id) && m.groups().get(group_id).is_none() {
+        if !m.state().groups.contains_key(group_id)
+            && m.groups().get(group_id).is_none()
+            && m.classic_groups().get(group_id).is_none()
+        {
             return Err(CoordinatorError::GroupIdNotFound(group_id.to_string()));
         }
         check_delete_offsets(m.groups(), group_id, partitions.iter().map(|(t, _)| t.as_str()))
@@ -558,13 +671,52 @@ mod tests {
         assert!(m.apply(&id, 0, &delete_offsets("b")).is_empty());
         assert_eq!(m.state().committed("g", "b", 0), None);
         assert_eq!(m.state().committed("g", "a", 0).map(|c| c.offset), Some(10));
-        assert!(matches!(check_delete_group(m.state(), m.groups(), "nope"), Err(CoordinatorError::GroupIdNotFound(_))));
+        assert!(matches!(
+            check_delete_group(m.state(), m.groups(), m.classic_groups(), "nope"),
+            Err(CoordinatorError::GroupIdNotFound(_))
+        ));
         // Without members the group goes, offsets and all.
         let mut empty = OffsetsMachine::new();
         empty.apply(&id, 0, &commit(&[("a", 0, 10)]));
         assert!(empty.apply(&id, 0, &delete_group()).is_empty());
         assert_eq!(empty.state().group_count(), 0);
         assert!(empty.groups().is_empty());
+    }
+
+    #[test]
+    fn a_classic_group_is_in_the_snapshot_and_its_members_keep_it_from_deletes_and_standalone_commits() {
+        use crate::groups::classic::{ClassicGroup, ClassicMember};
+        let id = LogId::default();
+        let mut m = OffsetsMachine::new();
+        assert!(m.apply(&id, 0, &commit(&[("a", 0, 10)])).is_empty(), "no members: a standalone commit applies");
+        let member =
+            ClassicMember { member_id: "m".into(), assignment: Bytes::from_static(b"a-0"), ..Default::default() };
+        let group = ClassicGroup {
+            group_id: "g".into(),
+            generation: 3,
+            protocol_type: "consumer".into(),
+            protocol: Some("range".into()),
+            leader: Some("m".into()),
+            members: [("m".to_string(), member)].into(),
+            ..Default::default()
+        };
+        let record = pb::ClassicGroupRecord { expect_version: 0, group: Some(group.to_proto()) };
+        let write = command(pb::offsets_command::Command::ClassicGroup(record));
+        assert_eq!(m.apply(&id, 0, &write).as_ref(), APPLIED);
+        assert_eq!(m.apply(&id, 0, &write).as_ref(), CONFLICT, "decided from version 0, the group is at 1");
+        assert_eq!(m.apply(&id, 0, &commit(&[("a", 0, 11)])).as_ref(), REFUSED, "the group has a member");
+        let delete = command(pb::offsets_command::Command::DeleteGroup(pb::DeleteGroup { group_id: "g".into() }));
+        assert_eq!(m.apply(&id, 0, &delete).as_ref(), REFUSED);
+        assert_eq!(
+            check_delete_group(m.state(), m.groups(), m.classic_groups(), "g"),
+            Err(CoordinatorError::GroupNotEmpty { group_id: "g".into(), members: 1 })
+        );
+        let snap = m.snapshot().unwrap();
+        let mut back = OffsetsMachine::new();
+        back.restore(&snap).unwrap();
+        assert_eq!(back.classic_groups(), m.classic_groups());
+        assert_eq!(back.classic_groups().get("g").map(|g| (g.version, g.generation)), Some((1, 3)));
+        assert_eq!(back.state(), m.state());
     }
 
     #[test]

@@ -153,6 +153,14 @@ pub fn coordinator(e: &CoordinatorError) -> WireError {
         CoordinatorError::GroupIdNotFound(_) => WireError::new(ErrorCode::GroupIdNotFound, message),
         CoordinatorError::UnsupportedAssignor(_) => WireError::new(ErrorCode::UnsupportedAssignor, message),
         CoordinatorError::GroupMaxSizeReached { .. } => WireError::new(ErrorCode::GroupMaxSizeReached, message),
+        CoordinatorError::IllegalGeneration { .. } => WireError::new(ErrorCode::IllegalGeneration, message),
+        CoordinatorError::InconsistentGroupProtocol { .. } => {
+            WireError::new(ErrorCode::InconsistentGroupProtocol, message)
+        }
+        CoordinatorError::InvalidSessionTimeout { .. } => WireError::new(ErrorCode::InvalidSessionTimeout, message),
+        CoordinatorError::RebalanceInProgress { .. } => WireError::new(ErrorCode::RebalanceInProgress, message),
+        CoordinatorError::MemberIdRequired { .. } => WireError::new(ErrorCode::MemberIdRequired, message),
+        CoordinatorError::FencedInstanceId { .. } => WireError::new(ErrorCode::FencedInstanceId, message),
         CoordinatorError::Storage(_) => WireError::new(ErrorCode::StorageError, message),
     }
 }

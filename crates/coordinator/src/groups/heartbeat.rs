@@ -20,6 +20,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use rill_proto::coordinator as pb;
 
 use super::assignor::{AssignmentSpec, Assignor, MemberSpec, TopicPartitions};
+use super::classic::ClassicGroup;
 use super::group::{
     contains, member_to_proto, target_to_proto, ConsumerGroup, Member, MemberState, RebalanceMode, SubscribedTopic,
     LEAVE_EPOCH, STATIC_LEAVE_EPOCH,
@@ -203,6 +204,24 @@ pub fn heartbeat(
     };
     let change = diff(group, &before, &g);
     Ok(Decision { change, answer, member: Some(member) })
+}
+
+/// Whether a `ConsumerGroupHeartbeat` may use `group_id`, whose classic record is `classic`: not
+/// while a classic group with members holds the id (`INCONSISTENT_GROUP_PROTOCOL`, as Kafka
+/// answers a consumer of the other protocol). An empty classic group is taken over.
+pub fn check_not_classic(classic: Option<&ClassicGroup>, group_id: &str) -> Result<()> {
+    match classic {
+        Some(g) if g.has_members() => Err(CoordinatorError::InconsistentGroupProtocol {
+            group_id: group_id.to_string(),
+            reason: format!(
+                "the group id belongs to a classic group ({} protocol) with {} member(s); \
+                 use group.protocol=classic, or another group id",
+                if g.protocol_type.is_empty() { "unknown" } else { &g.protocol_type },
+                g.members.len()
+            ),
+        }),
+        _ => Ok(()),
+    }
 }
 
 /// Decides what an expired timer does: the member `member_id`, if it is still at `epoch`, is
@@ -825,6 +844,20 @@ mod tests {
         assert_eq!(co.groups.apply(&first), Applied::Changed);
         assert_eq!(co.groups.apply(&second), Applied::Conflict, "b was decided before a joined");
         assert_eq!(co.group().members.len(), 1);
+    }
+
+    #[test]
+    fn a_classic_group_with_members_keeps_its_id() {
+        use crate::groups::classic::{ClassicGroup, ClassicMember};
+        let mut classic = ClassicGroup { group_id: "g".into(), protocol_type: "consumer".into(), ..Default::default() };
+        assert!(check_not_classic(None, "g").is_ok(), "no classic group");
+        assert!(check_not_classic(Some(&classic), "g").is_ok(), "an empty classic group is taken over");
+        classic.members.insert("m".into(), ClassicMember { member_id: "m".into(), ..Default::default() });
+        let refused = check_not_classic(Some(&classic), "g");
+        assert!(
+            matches!(&refused, Err(CoordinatorError::InconsistentGroupProtocol { reason, .. }) if reason.contains("consumer")),
+            "{refused:?}"
+        );
     }
 
     #[test]

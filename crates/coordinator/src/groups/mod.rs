@@ -1,6 +1,7 @@
-//! Consumer groups with server-side assignment (KIP-848), kept by the group's coordinator: the
-//! leader of the `__consumer_offsets` partition the group id hashes to, beside the group's
-//! committed offsets.
+//! Consumer groups, kept by the group's coordinator: the leader of the `__consumer_offsets`
+//! partition the group id hashes to, beside the group's committed offsets. Two protocols, one per
+//! group id: server-side assignment (KIP-848, this module's top level) and Kafka's classic
+//! JoinGroup / SyncGroup protocol ([`classic`]).
 //!
 //! ```text
 //!  heartbeat ─► read the applied group ─► heartbeat::heartbeat (pure: validate, epochs, target,
@@ -18,6 +19,8 @@
 //! * [`heartbeat`]: the coordinator's decisions for a heartbeat (join, heartbeat, leave) and for
 //!   an expired session or rebalance timer.
 //! * [`sessions`]: the leader's session and rebalance timers (soft state, never replicated).
+//! * [`classic`]: classic groups (JoinGroup / SyncGroup / Heartbeat / LeaveGroup): their
+//!   replicated record and the leader's sans-IO engine for join and sync phases.
 //!
 //! **Only changes are replicated.** A heartbeat that changes nothing is answered from the
 //! applied state and never written; session timers are the leader's soft state (a new leader
@@ -25,6 +28,7 @@
 //! the leader and its result replicated, never recomputed in `apply`.
 
 pub mod assignor;
+pub mod classic;
 pub mod group;
 pub mod heartbeat;
 pub mod reconcile;
@@ -60,6 +64,7 @@ pub async fn consumer_heartbeat(
     for _ in 0..CAS_ATTEMPTS {
         let now_ms = rill_rt::wall_clock_ms();
         let decision = partition.read(|m| {
+            heartbeat::check_not_classic(m.classic_groups().get(&req.group_id), &req.group_id)?;
             heartbeat::heartbeat(m.groups().get(&req.group_id), req, topics, timeouts, now_ms, &mut new_member_id)
         })??;
         let Some(change) = &decision.change else { return Ok(decision) };

@@ -1,0 +1,105 @@
+//! Classic consumer groups: Kafka's JoinGroup / SyncGroup / Heartbeat / LeaveGroup protocol, in
+//! which the group's leader (a client) computes the assignment and the coordinator hands it out.
+//! Kept by the group's coordinator — the leader of the `__consumer_offsets` partition the group
+//! id hashes to — beside the group's offsets and the KIP-848 groups.
+//!
+//! ```text
+//!  JoinGroup / SyncGroup ─► ClassicEngine (the leader's memory: states, parked requests, timers)
+//!  Heartbeat / LeaveGroup        │ decides against the applied records (Replicated)
+//!  tick (next_deadline)          ▼
+//!                             effects ─► Respond(handle, answer) ─► the waiting request
+//!                                     └► Persist(record) ─► propose (compare-and-set on the
+//!                                           group's version) ─► applied / failed ─► persisted()
+//! ```
+//!
+//! * [`state`]: the replicated record of a group — what Kafka writes of it — and how it applies.
+//! * [`live`]: one group in the leader's memory: state, members, who leads, which protocol.
+//! * [`engine`]: the leader's decisions for requests, persists and deadlines.
+//! * [`api`]: the engine's requests, answers and effects.
+//! * [`timers`]: the engine's queue of deadlines.
+//! * [`config`]: the settings, with Kafka's defaults.
+//!
+//! **Driving it.** A server keeps one [`ClassicEngine`] per `__consumer_offsets` partition it
+//! leads, built with [`ClassicEngine::new`] from the caught-up leader's applied state, and
+//! dropped (after [`ClassicEngine::resign`]) when it stops leading. Each request gets a fresh
+//! [`Handle`]; the server calls the engine under its lock with the applied state
+//! ([`crate::OffsetsMachine::replicated`]) and the clock, and carries out the effects in order:
+//! a `Respond` answers the request waiting on that handle; a `Persist` is proposed with
+//! [`persist`] and its outcome reported with [`ClassicEngine::persisted`] (whose effects are
+//! carried out the same way). It calls [`ClassicEngine::tick`] when
+//! [`ClassicEngine::next_deadline`] (asked after every call) comes. Offset commits of classic
+//! members are checked with [`ClassicEngine::check_commit`] and then committed as
+//! [`crate::offsets::Committer::Classic`].
+//!
+//! **Only what Kafka writes is replicated**: a generation's assignments once its leader syncs, a
+//! group becoming empty, a static member's id replaced. Join phases, parked requests and timers
+//! are the leader's soft state; a new leader finds every group with members `Stable` at its stored
+//! generation, gives every member a full session, and clients whose join or sync was in flight
+//! retry against it, as with Kafka.
+
+pub mod api;
+pub mod config;
+pub mod engine;
+pub mod live;
+pub mod state;
+pub mod timers;
+
+use std::time::Duration;
+
+use prost::Message;
+use rill_broker::StatePartition;
+use rill_proto::coordinator as pb;
+
+pub use api::{
+    Answer, Effect, Handle, Heartbeat, JoinAnswer, JoinGroup, JoinedMember, LeaveGroup, LeaveOutcome, Leaving, Left,
+    Persist, PersistId, Replicated, SyncAnswer, SyncGroup,
+};
+pub use config::ClassicConfig;
+pub use engine::{persist_failure, ClassicDescription, ClassicEngine, DescribedMember, MemberIds};
+pub use live::ClassicState;
+pub use state::{ClassicApplied, ClassicGroup, ClassicGroups, ClassicMember, Protocol};
+
+use crate::error::{CoordinatorError, Result};
+use crate::offsets::{OffsetsMachine, APPLIED, REFUSED};
+
+/// On the group's coordinator: proposes `persist`'s record and returns once it is applied
+/// (committed on a majority) — `Ok` — or why not: the group changed since it was decided (a lost
+/// compare-and-set), its id is a KIP-848 group's with members, or the proposal failed. The
+/// result goes to [`ClassicEngine::persisted`] as is.
+pub async fn persist(partition: &StatePartition<OffsetsMachine>, persist: &Persist, timeout: Duration) -> Result<()> {
+    let command =
+        pb::OffsetsCommand { command: Some(pb::offsets_command::Command::ClassicGroup(persist.record.clone())) };
+    let answer = partition.propose(command.encode_to_vec().into(), timeout).await?;
+    applied(&persist.group_id, &answer)
+}
+
+/// What the state machine's answer to a classic group record means.
+pub(crate) fn applied(group_id: &str, answer: &[u8]) -> Result<()> {
+    match answer {
+        a if a == APPLIED => Ok(()),
+        a if a == REFUSED => Err(CoordinatorError::InconsistentGroupProtocol {
+            group_id: group_id.to_string(),
+            reason: "a consumer group of the KIP-848 protocol took the group id meanwhile".into(),
+        }),
+        _ => Err(CoordinatorError::NotAvailable(format!(
+            "classic group {group_id:?} was changed by another write while this one was decided"
+        ))),
+    }
+}
+
+/// A member id as Kafka makes them: `prefix-UUID` (the prefix is the member's instance id, or
+/// its client id), random through `rill_rt`.
+pub fn random_member_id(prefix: &str) -> String {
+    let (a, b) = (rill_rt::random_u64(), rill_rt::random_u64());
+    format!(
+        "{prefix}-{:08x}-{:04x}-{:04x}-{:04x}-{:012x}",
+        a >> 32,
+        (a >> 16) & 0xffff,
+        a & 0xffff,
+        b >> 48,
+        b & 0xffff_ffff_ffff
+    )
+}
+
+#[cfg(test)]
+mod tests;
