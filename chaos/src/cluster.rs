@@ -239,6 +239,17 @@ impl SimCluster {
         }
     }
 
+    /// Freezes client host `n` (every task on it, a consumer's heartbeats too) until
+    /// [`SimCluster::resume_client`].
+    pub fn pause_client(&self, n: usize) {
+        self.handle.pause(self.client_host(n).id());
+    }
+
+    /// Unfreezes client host `n`.
+    pub fn resume_client(&self, n: usize) {
+        self.handle.resume(self.client_host(n).id());
+    }
+
     /// Drops every message from server `from` to server `to`.
     pub fn cut_link(&self, from: NodeId, to: NodeId) {
         if let (Some(a), Some(b)) = (self.nodes.get(&from), self.nodes.get(&to)) {

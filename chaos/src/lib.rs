@@ -17,7 +17,7 @@
 //!   code, unit-tested in every build).
 //! * [`scenarios`]: the named scenarios and what they enable.
 //! * [`cluster`], [`faults`], [`workload`], [`oracle`], [`run`]: the simulation itself (madsim
-//!   builds only).
+//!   builds only); [`group_run`]: consumer group members under faults and the `groups` scenario.
 //! * [`trace`]: the event record whose hash proves a seed replays exactly.
 
 // A test harness: a broken precondition (no node up, no topic) is a failed run, said loudly.
@@ -32,6 +32,8 @@ pub mod trace;
 pub mod cluster;
 #[cfg(madsim)]
 pub mod faults;
+#[cfg(madsim)]
+pub mod group_run;
 #[cfg(madsim)]
 pub mod oracle;
 #[cfg(madsim)]

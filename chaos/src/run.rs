@@ -81,11 +81,16 @@ pub const LONG_FACTOR: u32 = 10;
 
 /// The fault phase of `scenario` in this run: `LONG_FACTOR` times longer with `RILL_SIM_LONG`.
 fn fault_phase(scenario: &Scenario) -> Duration {
+    fault_phase_of(scenario.fault_phase)
+}
+
+/// A fault phase of `base` in this run: `LONG_FACTOR` times longer with `RILL_SIM_LONG`.
+pub fn fault_phase_of(base: Duration) -> Duration {
     let long = std::env::var("RILL_SIM_LONG").is_ok_and(|v| !v.is_empty() && v != "0");
     if long {
-        scenario.fault_phase * LONG_FACTOR
+        base * LONG_FACTOR
     } else {
-        scenario.fault_phase
+        base
     }
 }
 

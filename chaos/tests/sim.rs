@@ -16,16 +16,16 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use rill_broker::{PartitionError, ReplicaState};
-use rill_chaos::checkers::group_ownership::{self, CommitWatch};
-use rill_chaos::checkers::Violation;
+use rill_chaos::checkers::group_delivery;
 use rill_chaos::cluster::{init_logs, SimCluster, SimOptions};
+use rill_chaos::group_run::{self, CRASH, LEAVE, RUN};
 use rill_chaos::scenarios;
 use rill_chaos::trace::Trace;
-use rill_client::{Acks, Client, Consumer, ConsumerConfig, OffsetSpec, Record};
+use rill_client::{Acks, Client, Record};
 use rill_server::node::Hosted;
 
 /// Simulated time allowed for elections and catch-up.
@@ -773,89 +773,8 @@ async fn record_partition_installs_a_snapshot_with_its_records() {
     println!("trace-hash: {:016x} events={}", trace.hash(), trace.len());
 }
 
-/// Partitions of the topic the consumer group `g` shares in `consumer_group_members_never_share_a_partition`.
-const MEMBER_PARTITIONS: u32 = 6;
-
-/// How a simulated group member should go on.
-const RUN: u8 = 0;
-const CRASH: u8 = 1;
-const LEAVE: u8 = 2;
-
-/// One member of group `g` on its own client host: polls `members`, records what it is handed,
-/// commits after each poll; `ctl` makes it crash (stop without leaving) or leave.
-async fn group_member(
-    bootstrap: Vec<String>,
-    id: usize,
-    ctl: Arc<AtomicU8>,
-    delivered: Arc<Mutex<Vec<(u32, u64, usize)>>>,
-) {
-    let client = rill_chaos::cluster::connect(bootstrap).await;
-    let config = ConsumerConfig {
-        group_id: Some("g".into()),
-        start: OffsetSpec::Earliest,
-        rebalance_timeout: Duration::from_secs(10),
-        ..ConsumerConfig::default()
-    };
-    let mut consumer = Consumer::new(client, config);
-    consumer.subscribe(&["members"]).expect("subscribe");
-    loop {
-        match ctl.load(Ordering::SeqCst) {
-            CRASH => return consumer.close(),
-            LEAVE => {
-                let _ = consumer.shutdown().await;
-                return;
-            }
-            _ => {}
-        }
-        // Errors are transient under faults (a leader moving): the member polls again.
-        let Ok(records) = consumer.poll(Duration::from_millis(100)).await else { continue };
-        delivered.lock().unwrap().extend(records.iter().map(|r| (r.partition, r.offset, id)));
-        if !records.is_empty() {
-            let _ = consumer.commit().await;
-        }
-    }
-}
-
-/// Every replica's applied state of group `g`: double owners and committed offsets going back.
-fn check_group_state(cluster: &SimCluster, watch: &mut CommitWatch) -> Vec<Violation> {
-    let mut out = Vec::new();
-    for id in cluster.ids() {
-        let Some(node) = cluster.node(id) else { continue };
-        let incarnation = cluster.incarnation(id);
-        for hosted in node.replicas() {
-            let Hosted::Offsets(p) = hosted else { continue };
-            let (group, committed) = p.peek(|m| {
-                let committed: Vec<(String, u32, i64)> =
-                    m.state().group("g").map(|((t, p), c)| (t.clone(), *p, c.offset)).collect();
-                (m.groups().get("g").cloned(), committed)
-            });
-            if let Some(g) = group {
-                out.extend(group_ownership::double_owners(&g));
-            }
-            for (topic, partition, offset) in committed {
-                out.extend(watch.observe(id, incarnation, &topic, partition, offset));
-            }
-        }
-    }
-    out
-}
-
-/// The coordinator leader's view of group `g`, once its leader has applied its log.
-fn led_group(cluster: &SimCluster) -> Option<(rill_coordinator::groups::ConsumerGroup, BTreeMap<u32, i64>)> {
-    cluster.ids().into_iter().find_map(|id| {
-        let node = cluster.node(id)?;
-        node.replicas().into_iter().find_map(|hosted| {
-            let Hosted::Offsets(p) = hosted else { return None };
-            p.read(|m| {
-                let g = m.groups().get("g").cloned()?;
-                let committed = m.state().group("g").map(|((_, p), c)| (*p, c.offset)).collect();
-                Some((g, committed))
-            })
-            .ok()
-            .flatten()
-        })
-    })
-}
+/// Partitions of the topic the consumer group shares in `consumer_group_members_never_share_a_partition`.
+const MEMBER_PARTITIONS: u32 = group_run::PARTITIONS;
 
 /// Scripted: a consumer group of up to four members sharing six partitions while members join,
 /// crash (stop heartbeating), leave, and the group's coordinator is killed and restarted, with a
@@ -886,42 +805,24 @@ async fn consumer_group_members_never_share_a_partition() {
 
     // A producer writing one record to every partition every 100 ms until told to stop.
     let producing = Arc::new(AtomicU8::new(RUN));
-    let producer = {
-        let (bootstrap, producing) = (cluster.bootstrap(), producing.clone());
-        cluster.client_host(5).spawn(async move {
-            let client = rill_chaos::cluster::connect(bootstrap).await;
-            let mut n = 0u64;
-            while producing.load(Ordering::SeqCst) == RUN {
-                for p in 0..MEMBER_PARTITIONS {
-                    let _ = client.produce("members", p, vec![Record::new(format!("r{n}-{p}"))], Acks::All).await;
-                }
-                n += 1;
-                madsim::time::sleep(Duration::from_millis(100)).await;
-            }
-        })
-    };
+    let producer = group_run::producer(&cluster, 5, "members", producing.clone());
 
     // The sampler: every replica's group state, every 20 ms, until told to stop.
-    let violations: Arc<Mutex<Vec<Violation>>> = Arc::default();
     let sampling = Arc::new(AtomicU8::new(RUN));
-    let sampler = {
-        let (cluster, violations, sampling) = (cluster.clone(), violations.clone(), sampling.clone());
-        madsim::task::spawn(async move {
-            let mut watch = CommitWatch::default();
-            while sampling.load(Ordering::SeqCst) == RUN {
-                let found = check_group_state(&cluster, &mut watch);
-                violations.lock().unwrap().extend(found);
-                madsim::time::sleep(Duration::from_millis(20)).await;
-            }
-        })
-    };
+    let sampler = group_run::sampler(cluster.clone(), sampling.clone());
 
-    let delivered: Arc<Mutex<Vec<(u32, u64, usize)>>> = Arc::default();
+    let delivered: group_run::Deliveries = Arc::default();
     let mut members: Vec<(Arc<AtomicU8>, madsim::task::JoinHandle<()>)> = Vec::new();
     let start_member = |members: &mut Vec<(Arc<AtomicU8>, madsim::task::JoinHandle<()>)>| {
         let id = members.len();
         let ctl = Arc::new(AtomicU8::new(RUN));
-        let task = cluster.client_host(id).spawn(group_member(cluster.bootstrap(), id, ctl.clone(), delivered.clone()));
+        let task = cluster.client_host(id).spawn(group_run::member(
+            cluster.bootstrap(),
+            id,
+            "members",
+            ctl.clone(),
+            delivered.clone(),
+        ));
         members.push((ctl, task));
         trace.record(format!("member {id} starts at {:?}", elapsed()));
     };
@@ -962,34 +863,17 @@ async fn consumer_group_members_never_share_a_partition() {
     tracing::info!("--- the producer stops; the group settles");
     producing.store(LEAVE, Ordering::SeqCst);
     producer.await.expect("the producer");
-    let c = client.clone();
-    let high_watermarks: BTreeMap<u32, i64> = cluster
-        .on_client(async move {
-            let mut hw = BTreeMap::new();
-            for p in 0..MEMBER_PARTITIONS {
-                let o = wait_until("a high watermark", || async {
-                    c.list_offset("members", p, rill_client::OffsetSpec::Latest).await.ok()
-                })
-                .await;
-                hw.insert(p, o as i64);
-            }
-            hw
-        })
-        .await;
+    let high_watermarks = group_run::high_watermarks(&cluster, "members").await;
     let live = 3; // members 2, 3, 4
     let (group, committed) = wait_until("the group stable, every partition owned and committed to the end", || {
-        let led = led_group(&cluster).filter(|(g, committed)| {
-            let owned: usize = g.members.values().map(|m| rill_coordinator::groups::group::count(&m.assigned)).sum();
-            g.state() == rill_coordinator::groups::GroupState::Stable
-                && g.members.len() == live
-                && owned == MEMBER_PARTITIONS as usize
-                && committed == &high_watermarks
+        let led = group_run::led_group(&cluster).filter(|(g, committed)| {
+            group_run::settled(g, live) && group_delivery::lagging(committed, &high_watermarks).is_empty()
         });
         async move { led }
     })
     .await;
     sampling.store(LEAVE, Ordering::SeqCst);
-    sampler.await.expect("the sampler");
+    let mut violations = sampler.await.expect("the sampler");
     for (ctl, _) in &members {
         ctl.store(LEAVE, Ordering::SeqCst);
     }
@@ -997,17 +881,13 @@ async fn consumer_group_members_never_share_a_partition() {
         task.await.expect("a member");
     }
 
-    let violations = violations.lock().unwrap().clone();
+    let delivered = delivered.lock().unwrap().clone();
+    violations.extend(group_delivery::epoch_order(&delivered));
+    violations.extend(group_delivery::skipped(&delivered, &high_watermarks));
     for v in violations.iter().take(5) {
         println!("  violation {v}");
     }
     assert!(violations.is_empty(), "{} violations", violations.len());
-    let delivered = delivered.lock().unwrap().clone();
-    for (p, hw) in &high_watermarks {
-        let seen: std::collections::BTreeSet<u64> = delivered.iter().filter(|d| d.0 == *p).map(|d| d.1).collect();
-        let missing: Vec<u64> = (0..*hw as u64).filter(|o| !seen.contains(o)).collect();
-        assert!(missing.is_empty(), "partition {p}: offsets {missing:?} were never handed out (at-least-once)");
-    }
     trace.record(format!("group epoch {} committed {committed:?} delivered {}", group.epoch, delivered.len()));
     println!("trace-hash: {:016x} events={}", trace.hash(), trace.len());
 }
@@ -1051,6 +931,17 @@ async fn compaction() {
     scenario("compaction").await;
 }
 
+/// Generated: consumer group members join, crash mid-batch, leave and pause past their session
+/// while nodes crash and the network partitions (`rill_chaos::group_run`). Caught mutations:
+/// `commit-before-process`, `double-assign`.
+#[madsim::test]
+async fn groups() {
+    init_logs();
+    let report = group_run::run_generated().await;
+    report.print();
+    assert!(report.violations.is_empty(), "{} violation(s); first: {}", report.violations.len(), report.violations[0]);
+}
+
 /// Not a scenario: prints every scenario with its description (`chaos/run --list`).
 #[madsim::test]
 async fn list_scenarios() {
@@ -1063,6 +954,7 @@ async fn list_scenarios() {
     println!("an_acks_0_flood_waits_for_the_log\tscripted: 100 acks=0 requests of 1 MB on slow disks: no replica queues more than 32 MiB (default)");
     println!("a_failed_disk_takes_its_node_out\tscripted: the leader's syncs fail; it stops its groups and looks down, another replica leads (default)");
     println!("consumer_group_members_never_share_a_partition\tscripted: group members join, crash and leave while the coordinator is killed: no partition ever has two owners, commits never go back, everything is handed out (default)");
+    println!("groups\tgenerated: consumer group members join, crash mid-batch, leave and pause past their session under every node fault; ownership in epoch order, nothing skipped, lag reaches 0 (default)");
     for s in scenarios::SCENARIOS {
         println!("{}\t{}{}", s.name, s.description, if s.default { " (default)" } else { "" });
     }

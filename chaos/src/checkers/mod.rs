@@ -3,7 +3,8 @@
 //!
 //! Client-visible (from the [`History`]): [`lost_write`], [`inconsistent_offsets`],
 //! [`duplicates`], [`poll_order`], [`send_order`], [`deleted_records`], [`compaction_kept`]
-//! (with the final cleaning point, white-box, as its oracle).
+//! (with the final cleaning point, white-box, as its oracle), [`group_delivery`] (what consumer
+//! group members handed out).
 //! White-box (from replica state only the simulator can see): [`replicas_agree`],
 //! [`watermarks`], [`ack_durability`], [`deleted_records::check_replicas`],
 //! [`group_ownership`] (consumer groups' coordinator state).
@@ -12,6 +13,7 @@ pub mod ack_durability;
 pub mod compaction_kept;
 pub mod deleted_records;
 pub mod duplicates;
+pub mod group_delivery;
 pub mod group_ownership;
 pub mod inconsistent_offsets;
 pub mod lost_write;

@@ -569,8 +569,12 @@ impl Consumer {
     /// Commits the position of every assigned partition that has one (the next offset `poll`
     /// returns) under the consumer's group. Call it after processing what `poll` returned.
     pub async fn commit(&self) -> Result<()> {
-        let positions: Vec<(TopicPartition, u64)> =
-            self.partitions.iter().filter_map(|(tp, st)| st.position.map(|p| (tp.clone(), p))).collect();
+        let ahead = rill_rt::mutation::active(rill_rt::mutation::Mutation::CommitBeforeProcess);
+        let positions: Vec<(TopicPartition, u64)> = self
+            .partitions
+            .iter()
+            .filter_map(|(tp, st)| st.position.map(|p| (tp.clone(), if ahead { st.fetch_position.max(p) } else { p })))
+            .collect();
         self.commit_offsets(positions).await
     }
 

@@ -1,6 +1,6 @@
 //! Deliberate bugs, for proving the simulation's checkers can fail.
 //!
-//! Each [`Mutation`] breaks one guarantee at one site in node code. The simulation switches one
+//! Each [`Mutation`] breaks one guarantee at one site in node or client code. The simulation switches one
 //! on for a run and expects its checkers to report violations. In a normal build
 //! [`active`] is a constant `false`, so the mutated branches are compiled out of the real
 //! server.
@@ -29,11 +29,14 @@ pub enum Mutation {
     /// A consumer group's coordinator hands a member its target partitions at once, even while
     /// another member still owns them (two owners of one partition).
     DoubleAssign,
+    /// A consumer commits what it has fetched, not what `poll` has returned: records still
+    /// buffered count as processed, so a crash skips them.
+    CommitBeforeProcess,
 }
 
 impl Mutation {
     /// Every mutation.
-    pub const ALL: [Mutation; 9] = [
+    pub const ALL: [Mutation; 10] = [
         Mutation::AckBeforeSync,
         Mutation::ReadAboveHw,
         Mutation::SkipTruncate,
@@ -43,6 +46,7 @@ impl Mutation {
         Mutation::PurgeAheadOfLogStart,
         Mutation::CompactAboveHw,
         Mutation::DoubleAssign,
+        Mutation::CommitBeforeProcess,
     ];
 
     /// The name used on the command line (`chaos/run --mutation NAME`).
@@ -57,6 +61,7 @@ impl Mutation {
             Mutation::PurgeAheadOfLogStart => "purge-ahead-of-log-start",
             Mutation::CompactAboveHw => "compact-above-hw",
             Mutation::DoubleAssign => "double-assign",
+            Mutation::CommitBeforeProcess => "commit-before-process",
         }
     }
 
