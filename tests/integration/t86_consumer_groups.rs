@@ -405,3 +405,130 @@ async fn the_cli_consumes_as_a_member_and_describes_members_and_lag() -> anyhow:
     assert!(String::from_utf8_lossy(&out.stderr).contains("no members and no committed offsets"), "{out:?}");
     Ok(())
 }
+
+/// A child process killed when the test ends, however it ends.
+struct Reaped(std::process::Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Collects the lines `stream` writes, as they come.
+fn collect_lines(stream: impl std::io::Read + Send + 'static) -> Arc<Mutex<Vec<String>>> {
+    let lines = Arc::new(Mutex::new(Vec::new()));
+    let sink = lines.clone();
+    std::thread::spawn(move || {
+        for line in std::io::BufRead::lines(std::io::BufReader::new(stream)).map_while(Result::ok) {
+            sink.lock().unwrap().push(line);
+        }
+    });
+    lines
+}
+
+fn signal(child: &std::process::Child, signal: nix::sys::signal::Signal) -> anyhow::Result<()> {
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id())?);
+    nix::sys::signal::kill(pid, signal)?;
+    Ok(())
+}
+
+/// A member in its own process (`rill consume --group`) is frozen with SIGSTOP past its session
+/// timeout while the node leading its group's coordinator partition is SIGKILLed, and records
+/// are produced meanwhile; the other member takes over every partition and commits everything.
+/// Continued with SIGCONT, the frozen member reports its partitions lost and prints none of the
+/// records produced while it was frozen (neither from a fetch answered while it was stopped nor
+/// after it rejoins), and no committed offset goes back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_frozen_past_its_session_through_a_coordinator_failover_hands_out_nothing_it_lost(
+) -> anyhow::Result<()> {
+    use nix::sys::signal::Signal;
+    use std::process::{Command, Stdio};
+
+    init_logs();
+    let mut cluster = TestCluster::start_with(3, GROUP_ENV, None).await?;
+    let client = cluster.client().await?;
+    cluster.create_topic(&client, TOPIC, PARTITIONS, 3, &[]).await?;
+    produce(&client, 10, "a").await?;
+    let tps: Vec<TopicPartition> = (0..PARTITIONS).map(|p| TopicPartition::new(TOPIC, p)).collect();
+    let committed_everywhere = |want: BTreeMap<u32, u64>| {
+        let (client, tps) = (client.clone(), tps.clone());
+        async move {
+            let committed = client.committed_offsets("frozen", &tps).await.ok()?;
+            let got: BTreeMap<u32, u64> =
+                committed.iter().filter_map(|(tp, c)| c.as_ref().map(|c| (tp.partition, c.offset))).collect();
+            (got == want).then_some(got)
+        }
+    };
+
+    tracing::info!("--- member A (its own process) and member B share the partitions; everything is committed");
+    let mut child = Command::new(crate::harness::bin("rill"))
+        .arg("--bootstrap")
+        .arg(cluster.bootstrap_arg())
+        .args(["consume", TOPIC, "--group", "frozen", "--from-beginning", "--output", "json"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
+    let a = Reaped(child);
+    let a_out = collect_lines(stdout.ok_or_else(|| anyhow::anyhow!("no stdout"))?);
+    let a_err = collect_lines(stderr.ok_or_else(|| anyhow::anyhow!("no stderr"))?);
+    wait_for(SETTLE, "member A assigned", || async {
+        a_err.lock().unwrap().iter().any(|l| l.starts_with("assigned:")).then_some(())
+    })
+    .await?;
+    let b = Member::start(&client, "frozen", None, None)?;
+    let tens: BTreeMap<u32, u64> = (0..PARTITIONS).map(|p| (p, 10)).collect();
+    wait_for(SETTLE, "B owning 3 partitions, every offset committed at 10", || async {
+        let done = committed_everywhere(tens.clone()).await;
+        (b.assignment().len() == 3).then_some(done).flatten()
+    })
+    .await?;
+
+    tracing::info!("--- A is frozen; the coordinator's node is killed; more records arrive");
+    signal(&a.0, Signal::SIGSTOP)?;
+    let (coordinator, _) = client.find_coordinator(Coordinator::Group, "frozen").await?;
+    cluster.kill(coordinator)?;
+    produce(&client, 10, "b").await?;
+    let mut ends = BTreeMap::new();
+    for p in 0..PARTITIONS {
+        let end =
+            wait_for_ok(READY_TIMEOUT, "a high watermark", || client.list_offset(TOPIC, p, OffsetSpec::Latest)).await?;
+        ends.insert(p, end);
+    }
+    wait_for(SETTLE, "B owning every partition after A's session, everything committed", || async {
+        let done = committed_everywhere(ends.clone()).await;
+        (b.assignment().len() == PARTITIONS as usize).then_some(done).flatten()
+    })
+    .await?;
+
+    tracing::info!("--- A continues: it reports its partitions lost and rejoins; nothing of b is printed by it");
+    signal(&a.0, Signal::SIGCONT)?;
+    wait_for(SETTLE, "A reporting its partitions lost", || async {
+        a_err.lock().unwrap().iter().any(|l| l.starts_with("warning: lost:")).then_some(())
+    })
+    .await?;
+    wait_for(SETTLE, "A back in the group: the partitions shared 3 + 3 again", || async {
+        let lines = a_err.lock().unwrap().clone();
+        let lost_at = lines.iter().position(|l| l.starts_with("warning: lost:"))?;
+        let reassigned = lines[lost_at..].iter().any(|l| l.starts_with("assigned:"));
+        (reassigned && b.assignment().len() == 3).then_some(())
+    })
+    .await?;
+    let after =
+        wait_for(SETTLE, "the committed offsets", || async { client.committed_offsets("frozen", &tps).await.ok() })
+            .await?;
+    let after: BTreeMap<u32, u64> =
+        after.iter().filter_map(|(tp, c)| c.as_ref().map(|c| (tp.partition, c.offset))).collect();
+    assert_eq!(after, ends, "no committed offset moved after A came back (they stay at the log end)");
+    let printed_b: Vec<String> =
+        a_out.lock().unwrap().iter().filter(|l| l.contains("\"value\":\"b-")).cloned().collect();
+    assert!(printed_b.is_empty(), "A printed records it had lost: {:?}", &printed_b[..printed_b.len().min(5)]);
+    let seen_b: usize = b.view.lock().unwrap().consumed.values().map(|o| o.iter().filter(|&&x| x >= 10).count()).sum();
+    assert!(seen_b >= 10 * PARTITIONS as usize, "B handed out every record of b: {seen_b}");
+    b.stop(true).await?;
+    drop(a);
+    Ok(())
+}

@@ -123,6 +123,7 @@ pub async fn run(bootstrap: &[String], args: ConsumeArgs) -> anyhow::Result<()> 
     };
     let mut consumer = Consumer::new(client, config);
     let tps: Vec<TopicPartition> = if subscribe {
+        consumer.set_rebalance_listener(Report);
         consumer.subscribe(&[&args.topic])?;
         Vec::new()
     } else {
@@ -219,5 +220,33 @@ pub async fn run(bootstrap: &[String], args: ConsumeArgs) -> anyhow::Result<()> 
         if done || idle_limit.is_some_and(|l| last_record.elapsed() >= l) {
             return consumer.shutdown().await.context("cannot leave the group cleanly");
         }
+    }
+}
+
+/// Tells the user on stderr which partitions this member takes and gives up, so a rebalance
+/// is visible next to the records.
+struct Report;
+
+impl Report {
+    fn list(partitions: &[TopicPartition]) -> String {
+        partitions.iter().map(|tp| format!("{}/{}", tp.topic, tp.partition)).collect::<Vec<_>>().join(", ")
+    }
+}
+
+impl rill_client::RebalanceListener for Report {
+    fn on_assigned(&mut self, partitions: &[TopicPartition]) {
+        eprintln!("assigned: {}", Self::list(partitions));
+    }
+
+    fn on_revoked(&mut self, partitions: &[TopicPartition]) {
+        eprintln!("revoked: {}", Self::list(partitions));
+    }
+
+    fn on_lost(&mut self, partitions: &[TopicPartition]) {
+        eprintln!(
+            "warning: lost: {} (this member was fenced or missed its session); their unprinted records are dropped and \
+             their next owner starts at the last commit",
+            Self::list(partitions)
+        );
     }
 }
