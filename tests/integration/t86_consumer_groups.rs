@@ -532,3 +532,55 @@ async fn a_member_frozen_past_its_session_through_a_coordinator_failover_hands_o
     drop(a);
     Ok(())
 }
+
+/// `offsets.retention.ms`: a live group keeps its committed offsets however old they get; once
+/// its last member leaves they expire after the retention (counted from then), and the empty
+/// group goes with them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_groups_offsets_expire_after_the_retention_a_live_groups_never() -> anyhow::Result<()> {
+    const RETENTION: Duration = Duration::from_secs(5);
+    init_logs();
+    let mut env = GROUP_ENV.to_vec();
+    env.extend([("RILL_OFFSETS_RETENTION", "5s"), ("RILL_OFFSETS_RETENTION_CHECK_INTERVAL", "1s")]);
+    let cluster = TestCluster::start_with(3, &env, None).await?;
+    let client = cluster.client().await?;
+    cluster.create_topic(&client, TOPIC, PARTITIONS, 3, &[]).await?;
+    produce(&client, 10, "r").await?;
+    let tps: Vec<TopicPartition> = (0..PARTITIONS).map(|p| TopicPartition::new(TOPIC, p)).collect();
+    let committed = || async {
+        let c = client.committed_offsets("kept", &tps).await.ok()?;
+        Some(c.values().filter(|c| c.is_some()).count())
+    };
+
+    let member = Member::start(&client, "kept", None, None)?;
+    wait_for(SETTLE, "every partition committed", || async {
+        (committed().await? == PARTITIONS as usize).then_some(())
+    })
+    .await?;
+    tracing::info!("--- with its member in, the group keeps its offsets past the retention");
+    let since = tokio::time::Instant::now();
+    let window = RETENTION + Duration::from_secs(3);
+    let kept = wait_for(window + SETTLE, "the retention and two checks to pass", || async {
+        let n = committed().await?;
+        (n != PARTITIONS as usize || since.elapsed() >= window).then_some(n)
+    })
+    .await?;
+    assert_eq!(kept, PARTITIONS as usize, "a live group's offsets expired");
+
+    tracing::info!("--- the member leaves: the offsets stay for the retention, then go with the group");
+    // Taken before the leave: the group is empty no earlier than this.
+    let left = tokio::time::Instant::now();
+    member.stop(true).await?;
+    let n = wait_for(SETTLE, "the offsets read", committed).await?;
+    if left.elapsed() < RETENTION {
+        assert_eq!(n, PARTITIONS as usize, "offsets expired before the retention");
+    }
+    wait_for(SETTLE, "the offsets expired", || async { (committed().await? == 0).then_some(()) }).await?;
+    assert!(left.elapsed() >= RETENTION, "the offsets expired {:?} after the group emptied", left.elapsed());
+    wait_for(SETTLE, "the empty group gone", || async {
+        let gone = client.describe_group("kept").await.err()?.code() == Some(ErrorCode::GroupIdNotFound);
+        gone.then_some(())
+    })
+    .await?;
+    Ok(())
+}

@@ -89,6 +89,21 @@ impl OffsetsState {
         }
     }
 
+    /// Removes the offsets of `group` listed in `expired` that were not committed again since
+    /// (their commit time is still the one listed).
+    fn expire(&mut self, group: &str, expired: &[pb::ExpiredOffset]) {
+        let Some(g) = self.groups.get_mut(group) else { return };
+        for e in expired {
+            let key = (e.topic.clone(), e.partition);
+            if g.get(&key).is_some_and(|c| c.commit_time_ms == e.commit_time_ms) {
+                g.remove(&key);
+            }
+        }
+        if g.is_empty() {
+            self.groups.remove(group);
+        }
+    }
+
     /// The ids of every group with offsets, in order.
     pub fn group_ids(&self) -> impl Iterator<Item = &String> {
         self.groups.keys()
@@ -277,6 +292,58 @@ impl OffsetsMachine {
     pub fn replicated(&self) -> Replicated<'_> {
         Replicated { classic: &self.classic, consumer: &self.groups }
     }
+
+    /// True when `group_id` has members of either protocol.
+    fn has_members(&self, group_id: &str) -> bool {
+        self.groups.get(group_id).is_some_and(|g| !g.members.is_empty()) || self.classic.has_members(group_id)
+    }
+
+    /// When `group_id` lost its last member, by its membership records (0: it has none).
+    fn empty_since(&self, group_id: &str) -> i64 {
+        let consumer = self.groups.get(group_id).map_or(0, |g| g.empty_since_ms);
+        let classic = self.classic.get(group_id).filter(|g| !g.has_members()).map_or(0, |g| g.updated_ms);
+        consumer.max(classic)
+    }
+
+    /// What `offsets.retention.ms` (`retention_ms`) has expired at `now_ms` (Kafka's rule since
+    /// KIP-211): only groups without members of either protocol lose offsets, each offset
+    /// `retention_ms` after the later of its commit and the moment its group lost its last
+    /// member, so a live group's offsets never expire however old. A group whose membership
+    /// record outlived its offsets by `retention_ms` goes too. One command per group, at most
+    /// [`MAX_OFFSETS_PER_COMMIT`] offsets each; decided on the leader with its clock, re-checked
+    /// in `apply`.
+    pub fn expired_offsets(&self, now_ms: i64, retention_ms: i64) -> Vec<pb::ExpireOffsets> {
+        let ids: std::collections::BTreeSet<&String> = self
+            .state
+            .group_ids()
+            .chain(self.groups.iter().map(|g| &g.group_id))
+            .chain(self.classic.iter().map(|g| &g.group_id))
+            .collect();
+        let expired = |since: i64| now_ms.saturating_sub(since) >= retention_ms;
+        let mut out = Vec::new();
+        for group_id in ids {
+            if self.has_members(group_id) {
+                continue;
+            }
+            let empty_since = self.empty_since(group_id);
+            let offsets: Vec<pb::ExpiredOffset> = self
+                .state
+                .group(group_id)
+                .filter(|(_, c)| expired(c.commit_time_ms.max(empty_since)))
+                .take(MAX_OFFSETS_PER_COMMIT)
+                .map(|((topic, partition), c)| pb::ExpiredOffset {
+                    topic: topic.clone(),
+                    partition: *partition,
+                    commit_time_ms: c.commit_time_ms,
+                })
+                .collect();
+            let no_offsets = self.state.group(group_id).next().is_none();
+            if !offsets.is_empty() || (no_offsets && expired(empty_since)) {
+                out.push(pb::ExpireOffsets { group_id: group_id.clone(), offsets, empty_since_ms: empty_since });
+            }
+        }
+        out
+    }
 }
 
 impl GroupStateMachine for OffsetsMachine {
@@ -334,6 +401,17 @@ impl GroupStateMachine for OffsetsMachine {
                     }
                     Applied::Conflict => Bytes::from_static(CONFLICT),
                 };
+            }
+            Ok(Some(pb::offsets_command::Command::ExpireOffsets(e))) => {
+                if self.has_members(&e.group_id) || self.empty_since(&e.group_id) != e.empty_since_ms {
+                    return Bytes::from_static(REFUSED);
+                }
+                self.state.expire(&e.group_id, &e.offsets);
+                if self.state.group(&e.group_id).next().is_none() {
+                    // Neither offsets nor members: the group is gone (Kafka's group cleanup).
+                    self.groups.remove(&e.group_id);
+                    self.classic.remove(&e.group_id);
+                }
             }
             Ok(Some(pb::offsets_command::Command::ClassicGroup(r))) => {
                 let Some(group_id) = r.group.as_ref().map(|g| g.group_id.clone()) else {
@@ -583,6 +661,25 @@ pub async fn delete_offsets(
     Ok(())
 }
 
+/// On the coordinator: removes what `offsets.retention.ms` (`retention_ms`) has expired now
+/// ([`OffsetsMachine::expired_offsets`]), one command per group. Returns how many offsets the
+/// applied commands listed (an offset committed again meanwhile stays, and is still counted).
+pub async fn expire(partition: &StatePartition<OffsetsMachine>, retention_ms: i64, timeout: Duration) -> Result<usize> {
+    let now_ms = rill_rt::wall_clock_ms();
+    let commands = partition.read(|m| m.expired_offsets(now_ms, retention_ms))?;
+    let mut removed = 0;
+    for e in commands {
+        let count = e.offsets.len();
+        let command = pb::OffsetsCommand { command: Some(pb::offsets_command::Command::ExpireOffsets(e)) };
+        let answer: Bytes = partition.propose(command.encode_to_vec().into(), timeout).await?;
+        // Refused: a member joined (or came and went) since the decision; its offsets stay.
+        if answer.as_ref() != REFUSED {
+            removed += count;
+        }
+    }
+    Ok(removed)
+}
+
 /// On the group's coordinator: runs `read` with the committed offsets state.
 pub fn read<R>(partition: &StatePartition<OffsetsMachine>, read: impl FnOnce(&OffsetsState) -> R) -> Result<R> {
     Ok(partition.read(|m| read(m.state()))?)
@@ -650,6 +747,105 @@ mod tests {
             ..Default::default()
         };
         m.apply(&LogId::default(), 0, &command(pb::offsets_command::Command::GroupChange(change)));
+    }
+
+    fn commit_at(offsets: &[(&str, u32, i64)], at_ms: i64) -> Payload {
+        let mut c = pb::OffsetsCommand::decode(commit(offsets).body).unwrap();
+        if let Some(pb::offsets_command::Command::Commit(c)) = &mut c.command {
+            c.offsets.iter_mut().for_each(|o| o.commit_time_ms = at_ms);
+        }
+        Payload { units: 0, body: c.encode_to_vec().into(), proposal: 0 }
+    }
+
+    fn expire(m: &mut OffsetsMachine, e: &pb::ExpireOffsets) -> Bytes {
+        m.apply(&LogId::default(), 0, &command(pb::offsets_command::Command::ExpireOffsets(e.clone())))
+    }
+
+    /// Removes member `m` of group `g` as its expired session would, at `now_ms`.
+    fn fence_at(m: &mut OffsetsMachine, now_ms: i64) {
+        let g = m.groups().get("g").cloned().unwrap();
+        let epoch = g.members["m"].epoch;
+        let change = crate::groups::heartbeat::fence(&g, "m", epoch, now_ms).unwrap();
+        assert_eq!(m.apply(&LogId::default(), 0, &command(pb::offsets_command::Command::GroupChange(change))), APPLIED);
+    }
+
+    #[test]
+    fn offsets_expire_only_after_their_group_has_been_empty_for_the_retention() {
+        let mut m = OffsetsMachine::new();
+        let id = LogId::default();
+        // Without members: each offset `retention` after its commit.
+        m.apply(&id, 0, &commit_at(&[("a", 0, 10), ("a", 1, 20)], 5));
+        assert!(m.expired_offsets(104, 100).is_empty(), "not yet");
+        let decided = m.expired_offsets(105, 100);
+        assert_eq!(decided.len(), 1);
+        assert_eq!(decided[0].offsets.len(), 2);
+        // Committed again before the expiry applies: that offset stays.
+        m.apply(&id, 0, &commit_at(&[("a", 1, 25)], 50));
+        assert_ne!(expire(&mut m, &decided[0]), REFUSED);
+        assert_eq!(m.state().committed("g", "a", 0), None);
+        assert_eq!(m.state().committed("g", "a", 1).map(|c| c.offset), Some(25));
+
+        // A member in: nothing expires, however old.
+        with_member(&mut m);
+        assert!(m.expired_offsets(1_000_000, 100).is_empty(), "a live group keeps its offsets");
+        let refused = pb::ExpireOffsets {
+            group_id: "g".into(),
+            offsets: vec![pb::ExpiredOffset { topic: "a".into(), partition: 1, commit_time_ms: 50 }],
+            empty_since_ms: 0,
+        };
+        assert_eq!(expire(&mut m, &refused), REFUSED, "apply refuses it too");
+        assert!(m.state().committed("g", "a", 1).is_some());
+
+        // The member goes at 1,000: the retention runs from then, not from the commit at 50.
+        fence_at(&mut m, 1_000);
+        assert_eq!(m.groups().get("g").map(|g| g.empty_since_ms), Some(1_000));
+        assert!(m.expired_offsets(1_099, 100).is_empty());
+        let decided = m.expired_offsets(1_100, 100);
+        assert_eq!(decided.len(), 1);
+        assert_eq!(decided[0].empty_since_ms, 1_000);
+
+        // Someone joined and left meanwhile (empty again since 2,000): the decision is stale.
+        with_member_again(&mut m);
+        fence_at(&mut m, 2_000);
+        assert_eq!(expire(&mut m, &decided[0]), REFUSED);
+        assert!(m.state().committed("g", "a", 1).is_some());
+
+        // Decided again: applied; with no offsets and no members the group is gone.
+        let decided = m.expired_offsets(2_100, 100);
+        assert_ne!(expire(&mut m, &decided[0]), REFUSED);
+        assert_eq!(m.state().group("g").count(), 0);
+        assert!(m.groups().get("g").is_none(), "the empty group's record went with its last offset");
+        assert!(m.expired_offsets(1_000_000, 100).is_empty(), "nothing left");
+    }
+
+    /// Member `m` joins group `g` again (the group record exists, empty).
+    fn with_member_again(m: &mut OffsetsMachine) {
+        let g = m.groups().get("g").cloned().unwrap();
+        let member =
+            crate::groups::Member { member_id: "m".into(), subscribed: ["a".to_string()].into(), ..Default::default() };
+        let mut meta = g.meta_to_proto();
+        meta.empty_since_ms = 0;
+        let change = pb::ConsumerGroupChange {
+            group_id: "g".into(),
+            expect_version: g.version,
+            meta: Some(meta),
+            upsert_members: vec![crate::groups::group::member_to_proto(&member)],
+            ..Default::default()
+        };
+        assert_eq!(m.apply(&LogId::default(), 0, &command(pb::offsets_command::Command::GroupChange(change))), APPLIED);
+    }
+
+    #[test]
+    fn an_empty_group_without_offsets_goes_after_the_retention() {
+        let mut m = OffsetsMachine::new();
+        with_member(&mut m);
+        fence_at(&mut m, 500);
+        assert!(m.expired_offsets(599, 100).is_empty());
+        let decided = m.expired_offsets(600, 100);
+        assert_eq!(decided.len(), 1);
+        assert!(decided[0].offsets.is_empty());
+        assert_ne!(expire(&mut m, &decided[0]), REFUSED);
+        assert!(m.groups().get("g").is_none());
     }
 
     #[test]

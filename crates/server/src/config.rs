@@ -108,6 +108,26 @@ pub struct Config {
     pub storage: StorageTuning,
     /// `[groups]`: consumer group members' session timeout and heartbeat interval.
     pub groups: rill_coordinator::groups::Timeouts,
+    /// `[groups]`: how long an empty group keeps its committed offsets, and how often that is
+    /// checked.
+    pub offsets_retention: OffsetsRetention,
+}
+
+/// `[groups] offsets-retention`, `offsets-retention-check-interval`: a group without members
+/// loses each committed offset this long after the later of its commit and the moment the group
+/// became empty (Kafka's `offsets.retention.ms`, KIP-211); a live group's offsets never expire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OffsetsRetention {
+    /// Kafka's `offsets.retention.ms` (default 7 days).
+    pub retention: Duration,
+    /// Kafka's `offsets.retention.check.interval.ms` (default 10 minutes).
+    pub check_every: Duration,
+}
+
+impl Default for OffsetsRetention {
+    fn default() -> Self {
+        Self { retention: Duration::from_secs(7 * 24 * 3600), check_every: Duration::from_secs(600) }
+    }
 }
 
 /// `[storage]`: the value log's tuning (docs/storage.md, "Space"). A key left unset keeps the
@@ -271,6 +291,7 @@ impl Config {
             client_limits: ClientLimits::default(),
             storage: StorageTuning::default(),
             groups: rill_coordinator::groups::Timeouts::default(),
+            offsets_retention: OffsetsRetention::default(),
         })
     }
 }
@@ -309,6 +330,10 @@ struct FileGroups {
     session_timeout: Option<Duration>,
     #[serde(default, deserialize_with = "duration")]
     heartbeat_interval: Option<Duration>,
+    #[serde(default, deserialize_with = "duration")]
+    offsets_retention: Option<Duration>,
+    #[serde(default, deserialize_with = "duration")]
+    offsets_retention_check_interval: Option<Duration>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -425,7 +450,7 @@ fn parse_file(text: &str, path: &Path) -> Result<FileConfig> {
             "{}: unknown key(s) {}; known keys: node-id, listen, advertise, internal-listen, internal-advertise, data-dir, [cluster] members, [cluster] join, [cluster] auto-leader-rebalance, \
              [cluster] consumer-offsets-partitions, [cluster] transaction-state-partitions, [tls] ca, cert, key, insecure-internal, [raft] heartbeat-interval, \
              election-timeout-min, election-timeout-max, quiesce-after, [log] level, format, [limits] max-connections, max-concurrent-streams, max-request-bytes-in-flight, \
-             [storage] segment-bytes, gc-bytes-per-second, recovery-free-bytes, [groups] session-timeout, heartbeat-interval",
+             [storage] segment-bytes, gc-bytes-per-second, recovery-free-bytes, [groups] session-timeout, heartbeat-interval, offsets-retention, offsets-retention-check-interval",
             path.display(),
             unknown.join(", ")
         )));
@@ -537,6 +562,15 @@ pub struct Args {
     /// default 5s; less than the session timeout).
     #[arg(long, env = "RILL_GROUP_HEARTBEAT_INTERVAL", value_parser = humantime::parse_duration)]
     pub group_heartbeat_interval: Option<Duration>,
+    /// How long a consumer group without members keeps each committed offset, counted from the
+    /// later of its commit and the moment the group became empty (Kafka's `offsets.retention.ms`;
+    /// default 7d).
+    #[arg(long, env = "RILL_OFFSETS_RETENTION", value_parser = humantime::parse_duration)]
+    pub offsets_retention: Option<Duration>,
+    /// How often the coordinators look for expired offsets (Kafka's
+    /// `offsets.retention.check.interval.ms`; default 10m).
+    #[arg(long, env = "RILL_OFFSETS_RETENTION_CHECK_INTERVAL", value_parser = humantime::parse_duration)]
+    pub offsets_retention_check_interval: Option<Duration>,
 }
 
 impl Args {
@@ -626,6 +660,10 @@ impl Args {
             self.group_session_timeout.or(file.groups.session_timeout),
             self.group_heartbeat_interval.or(file.groups.heartbeat_interval),
         )?;
+        config.offsets_retention = offsets_retention(
+            self.offsets_retention.or(file.groups.offsets_retention),
+            self.offsets_retention_check_interval.or(file.groups.offsets_retention_check_interval),
+        )?;
         Ok(config)
     }
 }
@@ -649,6 +687,21 @@ fn group_timeouts(session: Option<Duration>, interval: Option<Duration>) -> Resu
         )));
     }
     Ok(t)
+}
+
+/// The offsets retention settings: both at least one second.
+fn offsets_retention(retention: Option<Duration>, check_every: Option<Duration>) -> Result<OffsetsRetention> {
+    let defaults = OffsetsRetention::default();
+    let r = OffsetsRetention {
+        retention: retention.unwrap_or(defaults.retention),
+        check_every: check_every.unwrap_or(defaults.check_every),
+    };
+    for (name, d) in [("offsets-retention", r.retention), ("offsets-retention-check-interval", r.check_every)] {
+        if d < Duration::from_secs(1) {
+            return Err(Error::Config(format!("[groups] {name} must be at least 1s, got {} ms", d.as_millis())));
+        }
+    }
+    Ok(r)
 }
 
 /// The `[limits]` settings as given: the counts at least 1, the byte budget at least one
@@ -880,6 +933,7 @@ fn build(
         client_limits: ClientLimits::default(),
         storage: StorageTuning::default(),
         groups: rill_coordinator::groups::Timeouts::default(),
+        offsets_retention: OffsetsRetention::default(),
     })
 }
 

@@ -1,10 +1,15 @@
-//! Consumer group members' session and rebalance timers on the coordinator's leader.
+//! Consumer groups' timers on the coordinator's leader: members' session and rebalance timers,
+//! and the expiry of empty groups' offsets.
 //!
 //! Every second, for each `__consumer_offsets` partition this node hosts: while it leads the
 //! partition with its log applied, every member of its groups has a timer (a new leader arms a
 //! full session for each — `rill_coordinator::groups::sessions`); otherwise its timers are
 //! dropped. Expired members are removed by a proposed command that applies only if the member is
 //! still at the epoch its timer saw, so a heartbeat racing the timer wins.
+//!
+//! Every `[groups] offsets-retention-check-interval`, each led partition removes the offsets
+//! `offsets-retention` has expired (`rill_coordinator::offsets::expire`: groups without members
+//! only; re-checked in `apply`, so a member joining meanwhile keeps them).
 
 use std::sync::Weak;
 use std::time::Duration;
@@ -20,6 +25,7 @@ const FENCE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Runs until the node is dropped.
 pub async fn run(node: Weak<Node>) {
+    let mut retention_checked = rill_rt::now();
     loop {
         rill_rt::sleep(CHECK_EVERY).await;
         let Some(n) = node.upgrade() else { return };
@@ -31,6 +37,20 @@ pub async fn run(node: Weak<Node>) {
             match p.read(|m| sessions.adopt(group, m.groups())) {
                 Ok(()) => led.push(p),
                 Err(_) => sessions.forget(group),
+            }
+        }
+        let retention = n.config().offsets_retention;
+        if retention_checked.elapsed() >= retention.check_every {
+            retention_checked = rill_rt::now();
+            let retention_ms = i64::try_from(retention.retention.as_millis()).unwrap_or(i64::MAX);
+            for p in &led {
+                match rill_coordinator::offsets::expire(p, retention_ms, FENCE_TIMEOUT).await {
+                    Ok(0) => {}
+                    Ok(count) => {
+                        tracing::info!(partition = p.replica().group(), offsets = count, "expired committed offsets")
+                    }
+                    Err(e) => tracing::warn!(error = %e, "could not expire committed offsets; next check retries"),
+                }
             }
         }
         for expired in sessions.expired(rill_rt::now()) {

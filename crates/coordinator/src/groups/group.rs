@@ -219,6 +219,8 @@ pub struct ConsumerGroup {
     pub subscribed_topics: BTreeMap<String, SubscribedTopic>,
     /// The coordinator's clock when the group was created.
     pub created_ms: i64,
+    /// The coordinator's clock when the group lost its last member; 0 while it has members.
+    pub empty_since_ms: i64,
     /// Members by id.
     pub members: BTreeMap<String, Member>,
     /// The target assignment by member id.
@@ -287,6 +289,7 @@ impl ConsumerGroup {
                 })
                 .collect(),
             created_ms: self.created_ms,
+            empty_since_ms: self.empty_since_ms,
         }
     }
 
@@ -296,6 +299,7 @@ impl ConsumerGroup {
         self.assignor = Assignor::parse(&meta.assignor).unwrap_or_default();
         self.mode = RebalanceMode::from_proto(meta.mode);
         self.created_ms = meta.created_ms;
+        self.empty_since_ms = meta.empty_since_ms;
         self.subscribed_topics = meta
             .subscribed_topics
             .iter()

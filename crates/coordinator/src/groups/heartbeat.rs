@@ -131,7 +131,7 @@ pub fn heartbeat(
 ) -> Result<Decision> {
     validate(req)?;
     if req.member_epoch == LEAVE_EPOCH || req.member_epoch == STATIC_LEAVE_EPOCH {
-        return leave(group, req);
+        return leave(group, req, now_ms);
     }
     let mut g = match group {
         Some(g) => g.clone(),
@@ -202,7 +202,7 @@ pub fn heartbeat(
         heartbeat_interval_ms: timeouts.heartbeat_interval_ms,
         assignment: (member_changed || req.owned.is_some()).then(|| member.assigned.clone()),
     };
-    let change = diff(group, &before, &g);
+    let change = diff(group, &before, &g, now_ms);
     Ok(Decision { change, answer, member: Some(member) })
 }
 
@@ -227,8 +227,8 @@ pub fn check_not_classic(classic: Option<&ClassicGroup>, group_id: &str) -> Resu
 /// Decides what an expired timer does: the member `member_id`, if it is still at `epoch`, is
 /// removed from the group (its session timed out, or it did not revoke within its rebalance
 /// timeout) and the group epoch moves so its partitions are reassigned. `None`: nothing to do
-/// (it heartbeated, left or moved on meanwhile).
-pub fn fence(group: &ConsumerGroup, member_id: &str, epoch: i32) -> Option<pb::ConsumerGroupChange> {
+/// (it heartbeated, left or moved on meanwhile). `now_ms` is the coordinator's clock.
+pub fn fence(group: &ConsumerGroup, member_id: &str, epoch: i32, now_ms: i64) -> Option<pb::ConsumerGroupChange> {
     let member = group.members.get(member_id)?;
     if member.epoch != epoch {
         return None;
@@ -236,13 +236,13 @@ pub fn fence(group: &ConsumerGroup, member_id: &str, epoch: i32) -> Option<pb::C
     let mut g = group.clone();
     g.members.remove(member_id);
     g.epoch += 1;
-    diff(Some(group), group, &g)
+    diff(Some(group), group, &g, now_ms)
 }
 
 /// A member leaving: [`LEAVE_EPOCH`] removes it at once (its partitions are reassigned);
 /// [`STATIC_LEAVE_EPOCH`] keeps a static member's partitions for it until its session times out.
 /// Leaving twice answers the same (a retried leave whose first answer was lost).
-fn leave(group: Option<&ConsumerGroup>, req: &HeartbeatRequest) -> Result<Decision> {
+fn leave(group: Option<&ConsumerGroup>, req: &HeartbeatRequest, now_ms: i64) -> Result<Decision> {
     let answer = HeartbeatAnswer {
         member_id: req.member_id.clone(),
         member_epoch: req.member_epoch,
@@ -269,11 +269,11 @@ fn leave(group: Option<&ConsumerGroup>, req: &HeartbeatRequest) -> Result<Decisi
         away.previous_epoch = away.epoch;
         away.epoch = STATIC_LEAVE_EPOCH;
         g.members.insert(away.member_id.clone(), away.clone());
-        return Ok(Decision { change: diff(Some(group), group, &g), answer, member: Some(away) });
+        return Ok(Decision { change: diff(Some(group), group, &g, now_ms), answer, member: Some(away) });
     }
     g.members.remove(&req.member_id);
     g.epoch += 1;
-    Ok(Decision { change: diff(Some(group), group, &g), answer, member: None })
+    Ok(Decision { change: diff(Some(group), group, &g, now_ms), answer, member: None })
 }
 
 /// The member joining with epoch 0, and whether that bumps the group epoch.
@@ -418,13 +418,20 @@ fn assign(g: &ConsumerGroup) -> BTreeMap<String, TopicPartitions> {
 }
 
 /// The change that turns `before` into `after` (`None` when they are equal); `existing` is the
-/// applied group it was decided from (`None`: the change creates it).
+/// applied group it was decided from (`None`: the change creates it). A group losing its last
+/// member records `now_ms` as the time it became empty (its offsets' retention runs from there).
 fn diff(
     existing: Option<&ConsumerGroup>,
     before: &ConsumerGroup,
     after: &ConsumerGroup,
+    now_ms: i64,
 ) -> Option<pb::ConsumerGroupChange> {
     let mut after = after.clone();
+    after.empty_since_ms = match (before.members.is_empty(), after.members.is_empty()) {
+        (_, false) => 0,
+        (false, true) => now_ms,
+        (true, true) => before.empty_since_ms,
+    };
     // A member's target goes with it.
     after.target.retain(|id, _| after.members.contains_key(id));
     let meta_changed = before.meta_to_proto() != after.meta_to_proto();
@@ -707,8 +714,8 @@ mod tests {
         let mut clients = vec![Client::default(), Client::default()];
         co.settle(&mut clients, &["t"]);
         let (id, epoch) = (clients[1].member_id.clone(), clients[1].epoch);
-        assert!(fence(co.group(), &id, epoch - 1).is_none(), "a timer armed at an older epoch does nothing");
-        let change = fence(co.group(), &id, epoch).expect("fenced");
+        assert!(fence(co.group(), &id, epoch - 1, 0).is_none(), "a timer armed at an older epoch does nothing");
+        let change = fence(co.group(), &id, epoch, 0).expect("fenced");
         assert_eq!(co.groups.apply(&change), Applied::Changed);
         assert!(!co.group().members.contains_key(&id));
         assert!(!co.group().target.contains_key(&id), "its target went with it");
@@ -922,7 +929,7 @@ mod tests {
                     3 if !clients.is_empty() => {
                         let i = next(clients.len() as u64) as usize;
                         let g = co.groups.get("g").cloned();
-                        if let Some(change) = g.and_then(|g| fence(&g, &clients[i].member_id, clients[i].epoch)) {
+                        if let Some(change) = g.and_then(|g| fence(&g, &clients[i].member_id, clients[i].epoch, 0)) {
                             assert_eq!(co.groups.apply(&change), Applied::Changed);
                             clients.remove(i);
                         }

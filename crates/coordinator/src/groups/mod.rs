@@ -85,8 +85,9 @@ pub async fn fence_member(
     timeout: Duration,
 ) -> Result<bool> {
     for _ in 0..CAS_ATTEMPTS {
+        let now_ms = rill_rt::wall_clock_ms();
         let change =
-            partition.read(|m| m.groups().get(group_id).and_then(|g| heartbeat::fence(g, member_id, epoch)))?;
+            partition.read(|m| m.groups().get(group_id).and_then(|g| heartbeat::fence(g, member_id, epoch, now_ms)))?;
         let Some(change) = change else { return Ok(false) };
         if propose(partition, &change, timeout).await? {
             return Ok(true);
