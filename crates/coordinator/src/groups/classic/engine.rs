@@ -40,7 +40,7 @@ use super::api::{
     Replicated, SyncAnswer, SyncGroup,
 };
 use super::config::ClassicConfig;
-use super::live::{ClassicState, JoinTimer, LiveGroup};
+use super::live::{member_bytes, protocols_bytes, ClassicState, JoinTimer, LiveGroup, RECORD_HEADER_BYTES};
 use super::state::{ClassicGroup, ClassicGroups, ClassicMember, Protocol};
 use super::timers::{TimerKind, Timers};
 use crate::error::{CoordinatorError, Result};
@@ -53,6 +53,46 @@ pub const MAX_PROTOCOLS_PER_MEMBER: usize = 64;
 /// Longest prefix (client id or instance id) handed to the member id generator, so that with its
 /// suffix (Kafka's `-` and a UUID: 37 bytes) a member id stays within [`MAX_ID_BYTES`].
 pub const MAX_MEMBER_ID_PREFIX_BYTES: usize = MAX_ID_BYTES - 37;
+/// Shortest rebalance timeout a member may send. A join phase waits this long for the members to
+/// rejoin and a sync phase for them to sync, so a client that heartbeats every few seconds needs
+/// at least about a second; 0 would make a join phase nobody rejoins re-arm at once, forever.
+/// (JoinGroup v0 has no rebalance timeout: the client's session timeout is sent, at least
+/// [`super::config::MIN_SESSION_TIMEOUT_MS`]; later versions send the consumer's
+/// `max.poll.interval.ms`, five minutes by default.)
+pub const MIN_REBALANCE_TIMEOUT_MS: u32 = 1_000;
+/// Most metadata bytes one protocol of a member may carry. A Kafka consumer's is its
+/// subscription (topics, owned partitions, user data, rack): kilobytes, some hundreds of
+/// kilobytes for thousands of topics. Every member's metadata is stored in the group's record and
+/// sent to the leader in one JoinGroup answer.
+pub const MAX_PROTOCOL_METADATA_BYTES: usize = 1 << 20;
+/// Most bytes one member's protocols may take together (names and metadata): room for two
+/// assignors each carrying a full-size subscription (consumers list e.g. `range` and
+/// `cooperative-sticky`, with the same subscription in each).
+pub const MAX_MEMBER_METADATA_BYTES: usize = 2 << 20;
+/// Most bytes of one member's assignment in the leader's SyncGroup. A consumer's is its
+/// partitions (a few bytes each) and user data: a mebibyte holds hundreds of thousands of
+/// partitions.
+pub const MAX_ASSIGNMENT_BYTES: usize = 1 << 20;
+/// Most bytes of a classic group's stored record: every member with its protocols and its
+/// assignment, rewritten each generation as one Raft entry. Half the largest gRPC message
+/// ([`rill_proto::MAX_GRPC_MESSAGE_BYTES`]), so an append carrying it always fits one message;
+/// 32 times Kafka's default `max.message.bytes` of `__consumer_offsets` (1 MiB), which is what
+/// bounds a Kafka group's stored metadata.
+pub const MAX_GROUP_RECORD_BYTES: usize = rill_proto::MAX_GRPC_MESSAGE_BYTES / 2;
+/// Most bytes of all assignments of the leader's SyncGroup together (member ids and contents):
+/// half of the stored record, the other half being the members' ids and metadata.
+pub const MAX_SYNC_ASSIGNMENTS_BYTES: usize = MAX_GROUP_RECORD_BYTES / 2;
+/// Most bytes the members may take in the stored record besides their assignments' contents
+/// ([`super::live::member_bytes`] summed): a JoinGroup that would pass it is refused, so that the
+/// group's record with any assignments the leader may send stays within
+/// [`MAX_GROUP_RECORD_BYTES`]. (With 255-byte ids a member takes about 1.1 KiB plus its metadata,
+/// so even a group of `group.max.size` members has room for several KiB of metadata each.)
+pub const MAX_GROUP_MEMBERS_BYTES: usize = MAX_GROUP_RECORD_BYTES - MAX_SYNC_ASSIGNMENTS_BYTES - RECORD_HEADER_BYTES;
+/// How long after a failed attempt to store that a group became empty it is tried again. Until it
+/// is stored the record still lists the members that left, which refuses standalone commits,
+/// DeleteGroup, offsets expiry and a KIP-848 group taking the id; a failed proposal is usually a
+/// timeout or a lost compare-and-set, gone a second later.
+pub const EMPTY_PERSIST_RETRY_MS: u32 = 1_000;
 
 /// Makes a member id from a prefix (the member's instance id, or its client id): Kafka's is
 /// `prefix-UUID`. Injected so that tests get the same ids every run.
@@ -202,7 +242,7 @@ impl ClassicEngine {
     /// leader's assignments are stored.
     pub fn sync(&mut self, now_ms: i64, replicated: Replicated<'_>, handle: Handle, req: &SyncGroup) -> Vec<Effect> {
         let mut c = Call::new(now_ms, replicated);
-        match validate_group_id(&req.group_id) {
+        match validate_sync(req) {
             Err(e) => c.sync(handle, Err(e)),
             Ok(()) => self.with_group(&mut c, &req.group_id, |e, c, g| e.sync_group(c, g, handle, req)),
         }
@@ -235,8 +275,8 @@ impl ClassicEngine {
 
     /// A LeaveGroup: each member named is removed (a static member may be named by its instance
     /// id alone) and a rebalance starts. A member id handed out and not used yet may leave too;
-    /// that alone starts no rebalance (Kafka's does: the id was never in a generation, so
-    /// nothing of the group's assignment changes) but may let a join phase that waited for it end.
+    /// as in Kafka, that alone starts no rebalance (the id was never in a generation, so nothing
+    /// of the group's assignment changes) but may let a join phase that waited for it end.
     pub fn leave(&mut self, now_ms: i64, replicated: Replicated<'_>, req: &LeaveGroup) -> Result<LeaveOutcome> {
         validate_group_id(&req.group_id)?;
         let mut c = Call::new(now_ms, replicated);
@@ -254,6 +294,7 @@ impl ClassicEngine {
                         None => Err(g.unknown_member("")),
                     }
                 } else if g.pending.remove(&leaving.member_id).is_some() {
+                    e.timers.cancel(&g.group_id, TimerKind::Pending(leaving.member_id.clone()));
                     released = true;
                     Ok(())
                 } else {
@@ -296,7 +337,8 @@ impl ClassicEngine {
     }
 
     /// Fires every deadline due at `now_ms`: join phases that end, members that did not sync,
-    /// sessions that ran out, member ids handed out and never used.
+    /// sessions that ran out, member ids handed out and never used, and storing again that a
+    /// group became empty.
     pub fn tick(&mut self, now_ms: i64, replicated: Replicated<'_>) -> Vec<Effect> {
         let mut c = Call::new(now_ms, replicated);
         for (at_ms, group_id, kind) in self.timers.due(now_ms) {
@@ -320,6 +362,12 @@ impl ClassicEngine {
             }
             self.timers.pop();
         }
+    }
+
+    /// Entries in the deadline queue (stale ones included).
+    #[cfg(test)]
+    pub(super) fn queued_deadlines(&self) -> usize {
+        self.timers.len()
     }
 
     /// Whether a classic member may commit offsets now, by what only the leader's memory knows
@@ -429,6 +477,13 @@ impl ClassicEngine {
             return Err(CoordinatorError::InvalidSessionTimeout { got_ms: req.session_timeout_ms, min_ms, max_ms });
         }
         let invalid = |why: String| Err(CoordinatorError::InvalidRequest(why));
+        if req.rebalance_timeout_ms < MIN_REBALANCE_TIMEOUT_MS {
+            return invalid(format!(
+                "rebalance timeout {} ms; at least {MIN_REBALANCE_TIMEOUT_MS} ms (JoinGroup v0, which has none, \
+                 sends the session timeout)",
+                req.rebalance_timeout_ms
+            ));
+        }
         for (what, value) in [
             ("member id", Some(&req.member_id)),
             ("instance id", req.instance_id.as_ref()),
@@ -449,6 +504,13 @@ impl ClassicEngine {
         if let Some(p) = req.protocols.iter().find(|p| p.name.is_empty() || p.name.len() > MAX_ID_BYTES) {
             return invalid(format!("protocol name {:?} is empty or longer than {MAX_ID_BYTES} bytes", p.name));
         }
+        if let Some(p) = req.protocols.iter().find(|p| p.metadata.len() > MAX_PROTOCOL_METADATA_BYTES) {
+            return invalid(format!(
+                "protocol {:?} carries {} bytes of metadata; at most {MAX_PROTOCOL_METADATA_BYTES}",
+                p.name,
+                p.metadata.len()
+            ));
+        }
         if replicated.consumer.get(&req.group_id).is_some_and(|g| !g.members.is_empty()) {
             return Err(CoordinatorError::InconsistentGroupProtocol {
                 group_id: req.group_id.clone(),
@@ -463,6 +525,12 @@ impl ClassicEngine {
                 protocols.push(p.clone());
             }
         }
+        let metadata_bytes: usize = protocols.iter().map(|p| p.name.len() + p.metadata.len()).sum();
+        if metadata_bytes > MAX_MEMBER_METADATA_BYTES {
+            return invalid(format!(
+                "the member's protocols take {metadata_bytes} bytes; at most {MAX_MEMBER_METADATA_BYTES}"
+            ));
+        }
         Ok(JoinGroup { protocols, ..req.clone() })
     }
 
@@ -470,13 +538,18 @@ impl ClassicEngine {
         if !self.accepts(g, &req.member_id) {
             // Kafka drops the member that asked (it may have been one) and refuses it.
             self.remove_member(c, g, &req.member_id);
-            g.pending.remove(&req.member_id);
+            if g.pending.remove(&req.member_id).is_some() {
+                self.timers.cancel(&g.group_id, TimerKind::Pending(req.member_id.clone()));
+            }
             let max = self.config.max_size;
             return c.join(handle, Err(CoordinatorError::GroupMaxSizeReached { group_id: g.group_id.clone(), max }));
         }
         if let Some(reason) = g.inconsistency(&req.protocol_type, &req.protocols) {
             let group_id = g.group_id.clone();
             return c.join(handle, Err(CoordinatorError::InconsistentGroupProtocol { group_id, reason }));
+        }
+        if let Err(e) = check_record_room(g, req) {
+            return c.join(handle, Err(e));
         }
         if req.member_id.is_empty() {
             self.join_new(c, g, handle, req);
@@ -502,8 +575,27 @@ impl ClassicEngine {
         }
     }
 
+    /// Whether another member id may be handed out: the ids handed out and not used yet, with the
+    /// members [`Self::accepts`] counts in the group's state, stay below the size limit.
+    fn accepts_pending(&self, g: &LiveGroup) -> bool {
+        let members = match g.state {
+            ClassicState::PreparingRebalance => g.members.values().filter(|m| m.awaiting_join.is_some()).count(),
+            ClassicState::Empty | ClassicState::CompletingRebalance | ClassicState::Stable => g.members.len(),
+        };
+        members + g.pending.len() < self.config.max_size
+    }
+
     /// A member joining without a member id.
     fn join_new(&mut self, c: &mut Call<'_>, g: &mut LiveGroup, handle: Handle, req: &JoinGroup) {
+        let kip_394 = req.instance_id.is_none() && !req.legacy_member_id;
+        // KIP-394: the member gets its id first, so a client whose JoinGroup times out and is
+        // retried does not leave a member behind each time; the id expires unused after the
+        // session timeout. Ids handed out count against the group's size limit as the members
+        // they are about to become, so a client asking over and over cannot grow them unbounded.
+        if kip_394 && !self.accepts_pending(g) {
+            let (group_id, max) = (g.group_id.clone(), self.config.max_size);
+            return c.join(handle, Err(CoordinatorError::GroupMaxSizeReached { group_id, max }));
+        }
         let prefix = req.instance_id.as_deref().unwrap_or(&req.client_id);
         let new_id = (self.member_ids)(truncated(prefix, MAX_MEMBER_ID_PREFIX_BYTES));
         if let Some(instance) = &req.instance_id {
@@ -512,12 +604,9 @@ impl ClassicEngine {
                 None => self.add_and_rebalance(c, g, handle, req, new_id),
             };
         }
-        if req.legacy_member_id {
+        if !kip_394 {
             return self.add_and_rebalance(c, g, handle, req, new_id);
         }
-        // KIP-394: the member gets its id first, so a client whose JoinGroup times out and is
-        // retried does not leave a member behind each time; the id expires unused after the
-        // session timeout.
         let at_ms = c.after(req.session_timeout_ms);
         g.pending.insert(new_id.clone(), at_ms);
         self.timers.arm(at_ms, &g.group_id, TimerKind::Pending(new_id.clone()));
@@ -555,10 +644,8 @@ impl ClassicEngine {
     /// A member rejoins with (perhaps) new protocols and timeouts: its JoinGroup is parked.
     fn update_and_rebalance(&mut self, c: &mut Call<'_>, g: &mut LiveGroup, handle: Handle, req: &JoinGroup) {
         let superseded = rebalancing(g);
+        g.update_member(&req.member_id, req.protocols.clone(), req.session_timeout_ms, req.rebalance_timeout_ms);
         if let Some(m) = g.members.get_mut(&req.member_id) {
-            m.record.protocols = req.protocols.clone();
-            m.record.session_timeout_ms = req.session_timeout_ms;
-            m.record.rebalance_timeout_ms = req.rebalance_timeout_ms;
             if let Some(earlier) = m.awaiting_join.replace(handle) {
                 // The client gave up on its earlier JoinGroup and sent another.
                 c.join(earlier, Err(superseded));
@@ -591,6 +678,7 @@ impl ClassicEngine {
             g.new_member_added = true;
         }
         g.insert(record, &req.protocol_type, Some(handle), true);
+        self.timers.cancel(&g.group_id, TimerKind::Pending(member_id.clone()));
         let at_ms = c.after(self.config.new_member_join_timeout_ms);
         self.arm_session(g, &member_id, at_ms);
         self.maybe_rebalance(c, g);
@@ -611,6 +699,7 @@ impl ClassicEngine {
         new_id: String,
     ) {
         let Some(old) = g.rename(old_id, &new_id) else { return c.join(handle, Err(g.unknown_member(old_id))) };
+        self.timers.cancel(&g.group_id, TimerKind::Session(old_id.to_string()));
         let fenced = || CoordinatorError::FencedInstanceId {
             group_id: g.group_id.clone(),
             instance_id: old.record.instance_id.clone().unwrap_or_default(),
@@ -622,10 +711,8 @@ impl ClassicEngine {
         if let Some(h) = old.awaiting_sync {
             c.sync(h, Err(fenced()));
         }
+        g.update_member(&new_id, req.protocols.clone(), req.session_timeout_ms, req.rebalance_timeout_ms);
         if let Some(m) = g.members.get_mut(&new_id) {
-            m.record.protocols = req.protocols.clone();
-            m.record.session_timeout_ms = req.session_timeout_ms;
-            m.record.rebalance_timeout_ms = req.rebalance_timeout_ms;
             m.awaiting_join = Some(handle);
         }
         self.rearm_session(c, g, &new_id);
@@ -676,7 +763,12 @@ impl ClassicEngine {
                     }
                 }
                 synced(g, &req.member_id);
-                if g.leader.as_ref() == Some(&req.member_id) {
+                if g.leader.as_ref() == Some(&req.member_id) && g.assignment_in_flight == Some(g.generation) {
+                    // The leader sent its SyncGroup again while its assignments are being
+                    // stored: it is answered with those (what every member gets), and these are
+                    // ignored — storing them too could hand members different ones.
+                    tracing::debug!(group = %g.group_id, generation = g.generation, "second leader SyncGroup ignored");
+                } else if g.leader.as_ref() == Some(&req.member_id) {
                     // The leader's assignments: stored first, then handed out. A member the
                     // leader left out gets an empty one; ids not in the group are ignored.
                     let assignments: BTreeMap<String, Bytes> = req
@@ -687,6 +779,7 @@ impl ClassicEngine {
                         .collect();
                     let record = g.to_record(c.now_ms, Some(&assignments));
                     let (group_id, generation) = (g.group_id.clone(), g.generation);
+                    g.assignment_in_flight = Some(generation);
                     self.persist(c, g, record, InFlight::Assignment { group_id, generation, assignments });
                 }
             }
@@ -703,6 +796,9 @@ impl ClassicEngine {
     fn on_persisted(&mut self, c: &mut Call<'_>, g: &mut LiveGroup, flight: InFlight, result: Result<()>) {
         match flight {
             InFlight::Assignment { generation, assignments, .. } => {
+                if g.assignment_in_flight == Some(generation) {
+                    g.assignment_in_flight = None;
+                }
                 // The group may have moved on meanwhile (a member joined or left): then a new
                 // generation supersedes this one and its syncs were answered already.
                 if g.state != ClassicState::CompletingRebalance || g.generation != generation {
@@ -745,15 +841,20 @@ impl ClassicEngine {
                         let mut answer = current_answer(g, &new_id, is_leader);
                         answer.skip_assignment = is_leader;
                         c.join(handle, Ok(answer));
+                        // Its session may have run out while it was parked (then it was paused):
+                        // it starts again with the answer, as Kafka's does on every response.
+                        self.rearm_session(c, g, &new_id);
                     }
                     Err(e) => {
                         // Not stored: the predecessor is the member again, as before.
                         g.rename(&new_id, &old.member_id);
-                        if let Some(m) = g.members.get_mut(&old.member_id) {
-                            m.record.protocols = old.protocols;
-                            m.record.session_timeout_ms = old.session_timeout_ms;
-                            m.record.rebalance_timeout_ms = old.rebalance_timeout_ms;
-                        }
+                        self.timers.cancel(&g.group_id, TimerKind::Session(new_id.clone()));
+                        g.update_member(
+                            &old.member_id,
+                            old.protocols,
+                            old.session_timeout_ms,
+                            old.rebalance_timeout_ms,
+                        );
                         self.rearm_session(c, g, &old.member_id);
                         c.join(handle, Err(persist_failure(e)));
                     }
@@ -761,9 +862,11 @@ impl ClassicEngine {
             }
             InFlight::Empty { group_id } => {
                 if let Err(e) = result {
-                    // Harmless: an empty generation has nobody to confuse; the stored one may
-                    // come back after a failover.
-                    tracing::warn!(group = %group_id, error = %e, "storing a classic group that became empty failed");
+                    // Until it is stored, the record lists the members that left: standalone
+                    // commits, DeleteGroup, offsets expiry and a KIP-848 group taking the id are
+                    // refused. Tried again shortly (see `retry_empty`).
+                    tracing::warn!(group = %group_id, error = %e, "storing a classic group that became empty failed; will retry");
+                    self.arm_empty_retry(c, g);
                 }
             }
         }
@@ -792,12 +895,42 @@ impl ClassicEngine {
             TimerKind::Pending(id) => {
                 if g.pending.get(&id) == Some(&at_ms) {
                     g.pending.remove(&id);
-                    if g.state == ClassicState::PreparingRebalance && g.all_joined() {
-                        self.complete_join(c, g);
-                    }
+                    // Not the initial join phase: only its timer ends it (as Kafka's).
+                    self.maybe_complete_join(c, g);
+                }
+            }
+            TimerKind::EmptyRetry => {
+                if g.empty_retry_ms == Some(at_ms) {
+                    g.empty_retry_ms = None;
+                    self.retry_empty(c, g);
                 }
             }
         }
+    }
+
+    /// Storing that the group became empty is tried again in a while.
+    fn arm_empty_retry(&mut self, c: &Call<'_>, g: &mut LiveGroup) {
+        let at_ms = c.after(EMPTY_PERSIST_RETRY_MS);
+        g.empty_retry_ms = Some(at_ms);
+        self.timers.arm(at_ms, &g.group_id, TimerKind::EmptyRetry);
+    }
+
+    /// Stores again that the group is empty, if it still is in memory while its record lists
+    /// members (a new generation, or a record without members, makes it moot). With another
+    /// record of the group in flight it waits for that one to be reported, so the compare-and-set
+    /// is decided against the version that record leaves.
+    fn retry_empty(&mut self, c: &mut Call<'_>, g: &mut LiveGroup) {
+        let moot =
+            g.state != ClassicState::Empty || !g.members.is_empty() || !c.replicated.classic.has_members(&g.group_id);
+        if moot {
+            return;
+        }
+        if g.persists_in_flight > 0 {
+            return self.arm_empty_retry(c, g);
+        }
+        let record = g.to_record(c.now_ms, None);
+        let group_id = g.group_id.clone();
+        self.persist(c, g, record, InFlight::Empty { group_id });
     }
 
     /// The join phase's deadline: the initial rebalance waits once more if a member joined
@@ -846,8 +979,9 @@ impl ClassicEngine {
         self.remove_member(c, g, member_id);
         match g.state {
             ClassicState::Stable | ClassicState::CompletingRebalance => self.maybe_rebalance(c, g),
-            ClassicState::PreparingRebalance if g.all_joined() => self.complete_join(c, g),
-            ClassicState::PreparingRebalance | ClassicState::Empty => {}
+            // Not the initial join phase: only its timer ends it (as Kafka's).
+            ClassicState::PreparingRebalance => self.maybe_complete_join(c, g),
+            ClassicState::Empty => {}
         }
     }
 
@@ -972,6 +1106,8 @@ impl ClassicEngine {
     /// there joins again).
     fn remove_member(&mut self, c: &mut Call<'_>, g: &mut LiveGroup, member_id: &str) {
         let Some(m) = g.remove(member_id) else { return };
+        self.timers.cancel(&g.group_id, TimerKind::Session(member_id.to_string()));
+        self.timers.cancel(&g.group_id, TimerKind::Pending(member_id.to_string()));
         if let Some(h) = m.awaiting_join {
             c.join(h, Err(g.unknown_member(member_id)));
         }
@@ -1021,6 +1157,11 @@ impl ClassicEngine {
     fn put_back(&mut self, c: &Call<'_>, g: LiveGroup) {
         if !g.is_idle() || c.replicated.classic.has_members(&g.group_id) {
             self.groups.insert(g.group_id.clone(), g);
+        } else {
+            // Forgotten: whatever the queue still holds for it is stale.
+            for kind in [TimerKind::Join, TimerKind::Sync, TimerKind::EmptyRetry] {
+                self.timers.cancel(&g.group_id, kind);
+            }
         }
     }
 
@@ -1057,8 +1198,57 @@ impl ClassicEngine {
             TimerKind::Sync => g.sync_timer.is_some_and(|(at, _)| at == at_ms),
             TimerKind::Session(id) => g.members.get(id).is_some_and(|m| m.session_deadline_ms == Some(at_ms)),
             TimerKind::Pending(id) => g.pending.get(id) == Some(&at_ms),
+            TimerKind::EmptyRetry => g.empty_retry_ms == Some(at_ms),
         }
     }
+}
+
+/// Checks a SyncGroup before the group is looked at: its group id, and the leader's assignments
+/// within [`MAX_ASSIGNMENT_BYTES`] each and [`MAX_SYNC_ASSIGNMENTS_BYTES`] together.
+fn validate_sync(req: &SyncGroup) -> Result<()> {
+    validate_group_id(&req.group_id)?;
+    let invalid = |why: String| Err(CoordinatorError::InvalidRequest(why));
+    if let Some((id, a)) = req.assignments.iter().find(|(_, a)| a.len() > MAX_ASSIGNMENT_BYTES) {
+        return invalid(format!("the assignment of {id:?} is {} bytes; at most {MAX_ASSIGNMENT_BYTES}", a.len()));
+    }
+    let total: usize = req.assignments.iter().map(|(id, a)| id.len() + a.len()).sum();
+    if total > MAX_SYNC_ASSIGNMENTS_BYTES {
+        return invalid(format!("the assignments take {total} bytes together; at most {MAX_SYNC_ASSIGNMENTS_BYTES}"));
+    }
+    Ok(())
+}
+
+/// Whether the group's stored record has room for `req`'s member (new, or replacing its own
+/// protocols, or a static member's): its members may take at most [`MAX_GROUP_MEMBERS_BYTES`]
+/// besides their assignments.
+fn check_record_room(g: &LiveGroup, req: &JoinGroup) -> Result<()> {
+    let existing = if req.member_id.is_empty() {
+        req.instance_id.as_deref().and_then(|i| g.static_member(i))
+    } else {
+        Some(req.member_id.as_str())
+    };
+    let after = match existing.and_then(|id| g.members.get(id)) {
+        Some(m) => {
+            g.members_bytes.saturating_sub(protocols_bytes(&m.record.protocols)) + protocols_bytes(&req.protocols)
+        }
+        None => {
+            let joining = ClassicMember {
+                instance_id: req.instance_id.clone(),
+                client_id: req.client_id.clone(),
+                client_host: req.client_host.clone(),
+                protocols: req.protocols.clone(),
+                ..ClassicMember::default()
+            };
+            g.members_bytes + member_bytes(&joining)
+        }
+    };
+    if after > MAX_GROUP_MEMBERS_BYTES {
+        return Err(CoordinatorError::InvalidRequest(format!(
+            "the group's stored record has no room for this member's metadata: its members would take {after} \
+             bytes; at most {MAX_GROUP_MEMBERS_BYTES}"
+        )));
+    }
+    Ok(())
 }
 
 /// The member has synced in this generation (the sync deadline stops once everyone has).

@@ -12,6 +12,31 @@ use rill_proto::coordinator as pb;
 use super::api::{Handle, JoinedMember};
 use super::state::{member_to_proto, ClassicGroup, ClassicMember, Protocol};
 use crate::error::{CoordinatorError, Result};
+use crate::groups::heartbeat::MAX_ID_BYTES;
+
+/// The most protobuf spends on a string, bytes or message field besides its contents: a tag (1–2
+/// bytes) and a length varint (at most 5 bytes for anything under 32 GiB).
+const FIELD_OVERHEAD_BYTES: usize = 8;
+/// The most a number field takes: a tag and a varint of at most 10 bytes (a negative `i32` too).
+const NUMBER_FIELD_BYTES: usize = 12;
+/// The most a classic group record takes besides its members: group id, protocol type,
+/// selected protocol and leader (each at most 255 bytes, with overhead) and three numbers.
+pub(super) const RECORD_HEADER_BYTES: usize = 4 * 1024;
+
+/// Bytes the protocols take in a member's stored record, at most (names, metadata, overhead).
+pub(super) fn protocols_bytes(protocols: &[Protocol]) -> usize {
+    protocols.iter().map(|p| p.name.len() + p.metadata.len() + 3 * FIELD_OVERHEAD_BYTES).sum()
+}
+
+/// Bytes a member takes in the group's stored record, at most, *without* its assignment's
+/// contents (whose field overhead is counted). Its member id is counted at the longest an id may
+/// be, as a static member's restart replaces it with another.
+pub(super) fn member_bytes(m: &ClassicMember) -> usize {
+    let strings =
+        MAX_ID_BYTES + m.instance_id.as_ref().map_or(0, String::len) + m.client_id.len() + m.client_host.len();
+    // The member's own wrapper, its four strings and its assignment: one overhead each.
+    strings + 6 * FIELD_OVERHEAD_BYTES + 2 * NUMBER_FIELD_BYTES + protocols_bytes(&m.protocols)
+}
 
 /// A classic group's state (Kafka's `ClassicGroupState`, without `Dead`: a group this node stops
 /// leading is simply dropped).
@@ -110,6 +135,14 @@ pub(super) struct LiveGroup {
     pub(super) sync_timer: Option<(i64, i32)>,
     /// A member joined during the initial rebalance since its timer was last armed.
     pub(super) new_member_added: bool,
+    /// Storing that the group became empty failed; it is tried again then.
+    pub(super) empty_retry_ms: Option<i64>,
+    /// The generation whose leader's assignments are being stored (a second SyncGroup from the
+    /// leader meanwhile is not stored again).
+    pub(super) assignment_in_flight: Option<i32>,
+    /// What the members take in the stored record, at most, without their assignments'
+    /// contents: the sum of [`member_bytes`].
+    pub(super) members_bytes: usize,
     next_seq: u64,
     /// Records proposed and not yet reported.
     pub(super) persists_in_flight: u32,
@@ -135,6 +168,9 @@ impl LiveGroup {
             join_timer: None,
             sync_timer: None,
             new_member_added: false,
+            empty_retry_ms: None,
+            assignment_in_flight: None,
+            members_bytes: 0,
             next_seq: 0,
             persists_in_flight: 0,
             next_version: 0,
@@ -162,6 +198,7 @@ impl LiveGroup {
             && self.pending.is_empty()
             && self.persists_in_flight == 0
             && self.join_timer.is_none()
+            && self.empty_retry_ms.is_none()
     }
 
     fn first_member(&self) -> Option<String> {
@@ -182,6 +219,7 @@ impl LiveGroup {
             self.protocol_type = Some(protocol_type.to_string());
         }
         let id = record.member_id.clone();
+        self.members_bytes += member_bytes(&record);
         let member = LiveMember {
             record,
             awaiting_join,
@@ -193,12 +231,33 @@ impl LiveGroup {
         self.next_seq += 1;
         self.pending.remove(&id);
         self.leader.get_or_insert_with(|| id.clone());
-        self.members.insert(id, member);
+        if let Some(replaced) = self.members.insert(id, member) {
+            self.members_bytes = self.members_bytes.saturating_sub(member_bytes(&replaced.record));
+        }
+    }
+
+    /// Member `member_id` rejoined (or restarted, if static) with `protocols` and timeouts.
+    pub(super) fn update_member(
+        &mut self,
+        member_id: &str,
+        protocols: Vec<Protocol>,
+        session_timeout_ms: u32,
+        rebalance_timeout_ms: u32,
+    ) {
+        let Some(m) = self.members.get_mut(member_id) else { return };
+        self.members_bytes =
+            self.members_bytes.saturating_sub(protocols_bytes(&m.record.protocols)) + protocols_bytes(&protocols);
+        m.record.protocols = protocols;
+        m.record.session_timeout_ms = session_timeout_ms;
+        m.record.rebalance_timeout_ms = rebalance_timeout_ms;
     }
 
     /// Removes member `member_id` (a new leader is the earliest member left).
     pub(super) fn remove(&mut self, member_id: &str) -> Option<LiveMember> {
         let removed = self.members.remove(member_id);
+        if let Some(m) = &removed {
+            self.members_bytes = self.members_bytes.saturating_sub(member_bytes(&m.record));
+        }
         self.pending.remove(member_id);
         self.pending_sync.remove(member_id);
         if self.leader.as_deref() == Some(member_id) {
@@ -439,6 +498,38 @@ mod tests {
         assert!(g.inconsistency("connect", &[p("range")]).is_some(), "another protocol type");
         assert!(g.inconsistency("", &[p("range")]).is_some());
         assert!(g.inconsistency("consumer", &[]).is_some());
+    }
+
+    #[test]
+    fn the_byte_count_follows_the_members_and_bounds_the_stored_record() {
+        use prost::Message;
+        let long = |c: char| c.to_string().repeat(MAX_ID_BYTES);
+        let mut g = group(&[("a", &["range"]), ("b", &["range", "sticky"]), ("c", &["range"])]);
+        let sum = |g: &LiveGroup| g.members.values().map(|m| member_bytes(&m.record)).sum::<usize>();
+        assert_eq!(g.members_bytes, sum(&g));
+        let big = Protocol { name: long('p'), metadata: Bytes::from(vec![1; 100_000]) };
+        g.update_member("a", vec![big.clone(), Protocol { name: "range".into(), metadata: Bytes::new() }], 1, 1);
+        g.rename("b", &long('b'));
+        g.remove("c");
+        assert_eq!(g.members_bytes, sum(&g), "kept up to date");
+        // Every field at its longest.
+        g.group_id = long('g');
+        g.protocol_type = Some(long('t'));
+        g.protocol = Some(long('p'));
+        g.leader = Some(long('b'));
+        g.generation = -1;
+        for m in g.members.values_mut() {
+            m.record.instance_id = Some(long('i'));
+            m.record.client_id = long('c');
+            m.record.client_host = long('h');
+            m.record.session_timeout_ms = u32::MAX;
+            m.record.rebalance_timeout_ms = u32::MAX;
+        }
+        let assignments: BTreeMap<String, Bytes> =
+            g.members.keys().map(|id| (id.clone(), Bytes::from(vec![2; 70_000]))).collect();
+        let record = g.to_record(i64::MIN, Some(&assignments));
+        let bound = RECORD_HEADER_BYTES + sum(&g) + 2 * 70_000;
+        assert!(record.encoded_len() <= bound, "{} > {bound}", record.encoded_len());
     }
 
     #[test]

@@ -12,6 +12,10 @@ use rill_raft::types::LogId;
 use rill_raft::{GroupStateMachine, Payload};
 
 use super::config::INITIAL_REBALANCE_DELAY_MS;
+use super::engine::{
+    EMPTY_PERSIST_RETRY_MS, MAX_ASSIGNMENT_BYTES, MAX_GROUP_MEMBERS_BYTES, MAX_GROUP_RECORD_BYTES,
+    MAX_PROTOCOL_METADATA_BYTES, MAX_SYNC_ASSIGNMENTS_BYTES, MIN_REBALANCE_TIMEOUT_MS,
+};
 use super::*;
 use crate::error::CoordinatorError;
 use crate::groups::group::{member_to_proto, ConsumerGroup, Member};
@@ -1092,4 +1096,308 @@ fn a_group_whose_emptying_was_not_stored_stays_empty_on_its_leader() {
     assert_eq!((d.state, d.generation), (ClassicState::Empty, 2), "the leader keeps what it knows");
     assert!(matches!(co.heartbeat(&a), Err(CoordinatorError::UnknownMemberId { .. })));
     assert_eq!(co.describe().state, ClassicState::Empty);
+}
+
+#[test]
+fn a_hundred_thousand_heartbeats_leave_the_deadline_queue_small() {
+    let mut co = Coordinator::new();
+    let mut consumers = vec![Consumer::dynamic("a"), Consumer::dynamic("b")];
+    co.stable_group(&mut consumers);
+    let [a, b] = <[Consumer; 2]>::try_from(consumers).unwrap();
+
+    tracing::info!("--- b heartbeats as usual; a spams 100 heartbeats a millisecond for a second");
+    co.heartbeat(&b).unwrap();
+    for _ in 0..1_000 {
+        for _ in 0..100 {
+            co.heartbeat(&a).unwrap();
+            // A server asks for the next deadline after every call.
+            co.engine.next_deadline();
+        }
+        co.advance(1);
+    }
+    // A session per member, and the group's sync deadline left from its generation.
+    assert!(co.engine.queued_deadlines() <= 3, "{} deadlines queued", co.engine.queued_deadlines());
+
+    tracing::info!("--- the sessions still run: b, silent since, goes 10 s after its heartbeat");
+    let b_heard = co.now - 1_000;
+    co.advance_to(b_heard + i64::from(SESSION_MS) - 1);
+    co.heartbeat(&a).unwrap();
+    assert_eq!(co.describe().state, ClassicState::Stable);
+    co.advance(1);
+    assert_eq!(co.describe().state, ClassicState::PreparingRebalance);
+    assert!(matches!(co.heartbeat(&b), Err(CoordinatorError::UnknownMemberId { .. })));
+}
+
+#[test]
+fn member_ids_handed_out_count_against_the_group_size() {
+    let mut co = Coordinator::with_config(ClassicConfig { max_size: 3, ..ClassicConfig::default() });
+    let mut a = Consumer::dynamic("a");
+    co.stable_group(std::slice::from_mut(&mut a));
+
+    tracing::info!("--- 100,000 JoinGroups without a member id: two ids are handed out, then no more");
+    let spammer = Consumer::dynamic("spam");
+    let mut ids = Vec::new();
+    for _ in 0..100_000 {
+        let h = co.join(&spammer.join_req());
+        match co.must_join_answer(h) {
+            Err(CoordinatorError::MemberIdRequired { member_id, .. }) => ids.push(member_id),
+            Err(CoordinatorError::GroupMaxSizeReached { max: 3, .. }) => {}
+            other => panic!("unexpected answer {other:?}"),
+        }
+        co.engine.next_deadline();
+    }
+    assert_eq!(ids, ["spam-2", "spam-3"], "a member and two ids make three");
+    assert_eq!(co.describe().pending_members, 2);
+    assert!(co.engine.queued_deadlines() <= 4, "{} deadlines queued", co.engine.queued_deadlines());
+    assert_eq!(co.describe().state, ClassicState::Stable);
+
+    tracing::info!("--- an id handed out still joins; once they expire, ids are handed out again");
+    let mut b = Consumer { member_id: ids[0].clone(), ..Consumer::dynamic("b") };
+    let b_join = co.join(&b.join_req());
+    let a_join = co.join(&a.join_req());
+    assert!(!co.is_answered(b_join), "the phase waits for the other id handed out");
+    co.advance(SESSION_MS);
+    assert_eq!(co.must_join(&mut b, b_join).generation, 2);
+    co.must_join(&mut a, a_join);
+    assert_eq!(co.describe().pending_members, 0);
+    let h = co.join(&spammer.join_req());
+    assert!(matches!(co.must_join_answer(h), Err(CoordinatorError::MemberIdRequired { .. })));
+}
+
+#[test]
+fn storing_that_the_group_became_empty_is_retried_until_it_is_stored() {
+    let mut co = Coordinator::new();
+    let mut a = Consumer::dynamic("a");
+    co.stable_group(std::slice::from_mut(&mut a));
+    let standalone_commit = |co: &Coordinator| {
+        let m = &co.machine;
+        check_commit(m.groups(), m.classic_groups(), GROUP, Committer::Standalone, std::iter::empty())
+    };
+
+    tracing::info!("--- a leaves; storing the empty group fails, twice");
+    co.hold_persists = true;
+    co.leave(vec![a.leaving()]);
+    let persist = co.held.pop().expect("the empty group is persisted");
+    co.fail(persist, CoordinatorError::Timeout { waited_ms: 5_000, what: "commit" });
+    assert!(co.stored().has_members(), "the record still lists a");
+    assert!(standalone_commit(&co).is_err());
+    assert!(check_delete_group(co.machine.state(), co.machine.groups(), co.machine.classic_groups(), GROUP).is_err());
+    co.advance(EMPTY_PERSIST_RETRY_MS - 1);
+    assert!(co.held.is_empty());
+    co.advance(1);
+    let persist = co.held.pop().expect("stored again");
+    assert_eq!(persist.record.group.as_ref().map(|g| (g.generation, g.members.len())), Some((2, 0)));
+    co.fail(persist, CoordinatorError::NotAvailable("a lost proposal".into()));
+
+    tracing::info!("--- the third attempt is stored: commits without a member and DeleteGroup pass");
+    co.hold_persists = false;
+    co.advance(EMPTY_PERSIST_RETRY_MS);
+    let stored = co.stored();
+    assert_eq!((stored.generation, stored.members.len()), (2, 0));
+    standalone_commit(&co).unwrap();
+    check_delete_group(co.machine.state(), co.machine.groups(), co.machine.classic_groups(), GROUP).unwrap();
+    assert!(co.engine.next_deadline().is_none(), "nothing more to retry");
+    assert!(co.engine.describe(GROUP, &ClassicGroups::default()).is_none(), "nothing kept in memory");
+}
+
+#[test]
+fn a_restarted_static_members_session_runs_again_once_its_new_id_is_stored() {
+    let mut co = Coordinator::new();
+    let mut consumers = vec![Consumer::with_instance("a", "instance-a"), Consumer::with_instance("b", "instance-b")];
+    co.stable_group(&mut consumers);
+    let [a, old_b] = <[Consumer; 2]>::try_from(consumers).unwrap();
+
+    tracing::info!("--- b restarts; storing its new id takes longer than its session");
+    let mut b = Consumer { member_id: String::new(), ..old_b };
+    co.hold_persists = true;
+    let h = co.join(&b.join_req());
+    for _ in 0..4 {
+        co.advance(3_000);
+        co.heartbeat(&a).unwrap();
+    }
+    assert_eq!(co.describe().members.len(), 2, "a parked member needs no heartbeat");
+    let persist = co.held.pop().expect("the new id is persisted");
+    co.hold_persists = false;
+    co.store(persist);
+    co.must_join(&mut b, h);
+    let answered = co.now;
+
+    tracing::info!("--- b never heartbeats after its answer: its session ends a session timeout later");
+    co.advance_to(answered + i64::from(SESSION_MS) - 1);
+    co.heartbeat(&a).unwrap();
+    assert_eq!(co.describe().state, ClassicState::Stable);
+    co.advance(1);
+    assert_eq!(co.describe().state, ClassicState::PreparingRebalance, "b's session ran out");
+    assert!(matches!(co.heartbeat(&b), Err(CoordinatorError::UnknownMemberId { .. })));
+}
+
+#[test]
+fn the_initial_join_phase_ends_only_by_its_timer() {
+    let config = ClassicConfig { initial_rebalance_delay_ms: 20_000, ..ClassicConfig::default() };
+
+    tracing::info!("--- an id handed out expires during the initial delay: the phase goes on");
+    let mut co = Coordinator::with_config(config);
+    let b = Consumer::dynamic("b");
+    let first = co.join(&b.join_req());
+    assert!(matches!(co.must_join_answer(first), Err(CoordinatorError::MemberIdRequired { .. })));
+    let mut a = Consumer::dynamic("a");
+    let a_join = co.join_new(&mut a);
+    co.advance_to(i64::from(SESSION_MS));
+    assert_eq!(co.describe().pending_members, 0, "b's id expired");
+    assert!(!co.is_answered(a_join), "the initial phase lasts its delay");
+    co.advance_to(19_999);
+    assert!(!co.is_answered(a_join));
+    co.advance_to(20_000);
+    assert_eq!(co.must_join(&mut a, a_join).generation, 1);
+
+    tracing::info!("--- a new member dropped during the initial delay: the phase goes on too");
+    let mut co = Coordinator::with_config(ClassicConfig { new_member_join_timeout_ms: 10_000, ..config });
+    let mut a = Consumer::dynamic("a");
+    let a_join = co.join_new(&mut a);
+    co.advance_to(5_000);
+    let mut b = Consumer::dynamic("b");
+    let b_join = co.join_new(&mut b);
+    co.advance_to(10_000);
+    assert!(matches!(co.must_join_answer(a_join), Err(CoordinatorError::UnknownMemberId { .. })), "a timed out");
+    assert!(!co.is_answered(b_join), "b is the only one left, and the phase still waits");
+    assert_eq!(co.describe().state, ClassicState::PreparingRebalance);
+}
+
+#[test]
+fn rebalance_timeouts_below_the_minimum_are_refused() {
+    let mut co = Coordinator::new();
+    let c = Consumer::dynamic("x");
+    for rebalance_timeout_ms in [0, MIN_REBALANCE_TIMEOUT_MS - 1] {
+        let h = co.join(&JoinGroup { rebalance_timeout_ms, ..c.join_req() });
+        match co.must_join_answer(h) {
+            Err(CoordinatorError::InvalidRequest(why)) => assert!(why.contains("rebalance timeout"), "{why}"),
+            other => panic!("{rebalance_timeout_ms} ms: expected INVALID_REQUEST, got {other:?}"),
+        }
+    }
+    assert!(co.engine.describe(GROUP, co.machine.classic_groups()).is_none(), "nothing was kept");
+    let h = co.join(&JoinGroup { rebalance_timeout_ms: MIN_REBALANCE_TIMEOUT_MS, ..c.join_req() });
+    assert!(matches!(co.must_join_answer(h), Err(CoordinatorError::MemberIdRequired { .. })));
+}
+
+#[test]
+fn metadata_assignments_and_the_stored_record_are_bounded() {
+    let mut co = Coordinator::new();
+    let refusal = |co: &mut Coordinator, c: &Consumer| {
+        let h = co.join(&c.join_req());
+        co.must_join_answer(h)
+    };
+
+    tracing::info!("--- a protocol's metadata, and a member's protocols together");
+    let mib = Bytes::from(vec![7u8; MAX_PROTOCOL_METADATA_BYTES]);
+    let over = Bytes::from(vec![7u8; MAX_PROTOCOL_METADATA_BYTES + 1]);
+    let too_big =
+        Consumer { protocols: vec![Protocol { name: "range".into(), metadata: over }], ..Consumer::dynamic("x") };
+    assert!(matches!(refusal(&mut co, &too_big), Err(CoordinatorError::InvalidRequest(_))));
+    let three = ["range", "sticky", "roundrobin"].map(|name| Protocol { name: name.into(), metadata: mib.clone() });
+    let too_many = Consumer { protocols: three.to_vec(), ..Consumer::dynamic("x") };
+    assert!(matches!(refusal(&mut co, &too_many), Err(CoordinatorError::InvalidRequest(_))));
+    let at_limit =
+        Consumer { protocols: vec![Protocol { name: "range".into(), metadata: mib }], ..Consumer::dynamic("x") };
+    assert!(matches!(refusal(&mut co, &at_limit), Err(CoordinatorError::MemberIdRequired { .. })));
+    co.leave(vec![Leaving { member_id: "x-1".into(), instance_id: None }]);
+
+    tracing::info!("--- members join until the stored record has no room for another's metadata");
+    let almost = Bytes::from(vec![7u8; MAX_PROTOCOL_METADATA_BYTES - 4_096]);
+    let big = |name: &str| Consumer {
+        protocols: vec![
+            Protocol { name: "range".into(), metadata: almost.clone() },
+            Protocol { name: "sticky".into(), metadata: almost.clone() },
+        ],
+        ..Consumer::dynamic(name)
+    };
+    let mut consumers = Vec::new();
+    let mut handles = Vec::new();
+    for i in 0..20 {
+        let mut c = big(&format!("c{i}"));
+        let first = co.join(&c.join_req());
+        match co.must_join_answer(first) {
+            Err(CoordinatorError::MemberIdRequired { member_id, .. }) => c.member_id = member_id,
+            Err(CoordinatorError::InvalidRequest(why)) => {
+                assert!(why.contains("no room"), "{why}");
+                break;
+            }
+            other => panic!("unexpected answer {other:?}"),
+        }
+        handles.push(co.join(&c.join_req()));
+        consumers.push(c);
+    }
+    let per_member = 2 * almost.len();
+    assert_eq!(consumers.len(), MAX_GROUP_MEMBERS_BYTES / per_member, "as many as fit");
+    co.wait_for_initial_rebalance(&handles);
+    let mut leader = None;
+    for (c, h) in consumers.iter_mut().zip(&handles) {
+        let answer = co.must_join(c, *h);
+        if !answer.members.is_empty() {
+            leader = Some(c.clone());
+        }
+    }
+    let leader = leader.expect("a leader");
+
+    tracing::info!("--- the leader's assignments: each, and together");
+    let one_over = Bytes::from(vec![1u8; MAX_ASSIGNMENT_BYTES + 1]);
+    let h = co.sync(&leader.sync_req(vec![(leader.member_id.clone(), one_over)]));
+    assert!(matches!(co.must_sync_answer(h), Err(CoordinatorError::InvalidRequest(_))));
+    let full = Bytes::from(vec![1u8; MAX_ASSIGNMENT_BYTES]);
+    let n = MAX_SYNC_ASSIGNMENTS_BYTES / MAX_ASSIGNMENT_BYTES + 1;
+    let too_much: Vec<(String, Bytes)> = (0..n).map(|i| (format!("m{i}"), full.clone())).collect();
+    let h = co.sync(&leader.sync_req(too_much));
+    assert!(matches!(co.must_sync_answer(h), Err(CoordinatorError::InvalidRequest(_))));
+    assert!(co.machine.classic_groups().get(GROUP).is_none(), "nothing stored");
+    assert_eq!(co.describe().state, ClassicState::CompletingRebalance, "the leader may sync again");
+
+    tracing::info!("--- the largest assignments allowed fit the stored record with every member");
+    let handles: Vec<Handle> = consumers
+        .iter()
+        .filter(|c| c.member_id != leader.member_id)
+        .map(|c| co.sync(&c.sync_req(Vec::new())))
+        .collect();
+    co.hold_persists = true;
+    let all = consumers.iter().map(|c| (c.member_id.clone(), full.clone())).collect();
+    let h = co.sync(&leader.sync_req(all));
+    let persist = co.held.pop().expect("the assignments are persisted");
+    let record_bytes = persist.record.group.as_ref().map_or(0, |g| g.encoded_len());
+    assert!(record_bytes > MAX_GROUP_MEMBERS_BYTES && record_bytes <= MAX_GROUP_RECORD_BYTES, "{record_bytes}");
+    co.store(persist);
+    for h in handles.into_iter().chain([h]) {
+        assert_eq!(co.must_sync_answer(h).unwrap().assignment.len(), MAX_ASSIGNMENT_BYTES);
+    }
+}
+
+#[test]
+fn a_second_leader_sync_while_its_assignment_is_stored_is_not_stored_again() {
+    let mut co = Coordinator::new();
+    let mut a = Consumer::dynamic("a");
+    let mut b = Consumer::dynamic("b");
+    let (ha, hb) = (co.join_new(&mut a), co.join_new(&mut b));
+    co.wait_for_initial_rebalance(&[ha, hb]);
+    assert_eq!(co.must_join(&mut a, ha).leader, a.member_id);
+    co.must_join(&mut b, hb);
+
+    tracing::info!("--- the leader syncs, and again with other assignments before the first is stored");
+    co.hold_persists = true;
+    let b_sync = co.sync(&b.sync_req(Vec::new()));
+    let first = vec![(a.member_id.clone(), Bytes::from("a: 0")), (b.member_id.clone(), Bytes::from("b: 1"))];
+    let a_first = co.sync(&a.sync_req(first));
+    let second = vec![(a.member_id.clone(), Bytes::from("a: 0, 1")), (b.member_id.clone(), Bytes::new())];
+    let a_second = co.sync(&a.sync_req(second));
+    assert_eq!(co.held.len(), 1, "the second assignment is not stored");
+    assert!(
+        matches!(co.must_sync_answer(a_first), Err(CoordinatorError::RebalanceInProgress { .. })),
+        "the superseded SyncGroup is answered"
+    );
+
+    tracing::info!("--- the first assignment is stored: everyone gets it");
+    let persist = co.held.pop().unwrap();
+    co.hold_persists = false;
+    co.store(persist);
+    assert_eq!(co.must_sync(&mut a, a_second).assignment, Bytes::from("a: 0"));
+    assert_eq!(co.must_sync(&mut b, b_sync).assignment, Bytes::from("b: 1"));
+    assert_eq!(co.stored().members[&b.member_id].assignment, Bytes::from("b: 1"));
+    assert_eq!(co.stored().version, 1);
+    assert_eq!(co.describe().state, ClassicState::Stable);
 }
