@@ -298,6 +298,11 @@ impl OffsetsMachine {
         self.groups.get(group_id).is_some_and(|g| !g.members.is_empty()) || self.classic.has_members(group_id)
     }
 
+    /// The versions of `group_id`'s KIP-848 and classic records (0: none).
+    fn versions(&self, group_id: &str) -> (u64, u64) {
+        (self.groups.get(group_id).map_or(0, |g| g.version), self.classic.version(group_id))
+    }
+
     /// When `group_id` lost its last member, by its membership records (0: it has none).
     fn empty_since(&self, group_id: &str) -> i64 {
         let consumer = self.groups.get(group_id).map_or(0, |g| g.empty_since_ms);
@@ -339,7 +344,14 @@ impl OffsetsMachine {
                 .collect();
             let no_offsets = self.state.group(group_id).next().is_none();
             if !offsets.is_empty() || (no_offsets && expired(empty_since)) {
-                out.push(pb::ExpireOffsets { group_id: group_id.clone(), offsets, empty_since_ms: empty_since });
+                let (consumer_version, classic_version) = self.versions(group_id);
+                out.push(pb::ExpireOffsets {
+                    group_id: group_id.clone(),
+                    offsets,
+                    empty_since_ms: empty_since,
+                    consumer_version,
+                    classic_version,
+                });
             }
         }
         out
@@ -403,7 +415,10 @@ impl GroupStateMachine for OffsetsMachine {
                 };
             }
             Ok(Some(pb::offsets_command::Command::ExpireOffsets(e))) => {
-                if self.has_members(&e.group_id) || self.empty_since(&e.group_id) != e.empty_since_ms {
+                if self.has_members(&e.group_id)
+                    || self.empty_since(&e.group_id) != e.empty_since_ms
+                    || self.versions(&e.group_id) != (e.consumer_version, e.classic_version)
+                {
                     return Bytes::from_static(REFUSED);
                 }
                 self.state.expire(&e.group_id, &e.offsets);
@@ -561,8 +576,8 @@ pub async fn commit(
 
 /// Whether `group_id` may be deleted: it exists (members or offsets) and has no members, by its
 /// KIP-848 record or its classic one. (A classic group's first generation is stored only once its
-/// leader syncs: the server also asks the leader's engine,
-/// [`crate::groups::classic::ClassicEngine::has_members`].)
+/// leader syncs: a server is to also ask the leader's engine,
+/// [`crate::groups::classic::ClassicEngine::has_members`], once the Kafka listener wires it.)
 pub fn check_delete_group(
     offsets: &OffsetsState,
     groups: &ConsumerGroups,
@@ -791,7 +806,7 @@ mod tests {
         let refused = pb::ExpireOffsets {
             group_id: "g".into(),
             offsets: vec![pb::ExpiredOffset { topic: "a".into(), partition: 1, commit_time_ms: 50 }],
-            empty_since_ms: 0,
+            ..Default::default()
         };
         assert_eq!(expire(&mut m, &refused), REFUSED, "apply refuses it too");
         assert!(m.state().committed("g", "a", 1).is_some());
@@ -809,6 +824,12 @@ mod tests {
         fence_at(&mut m, 2_000);
         assert_eq!(expire(&mut m, &decided[0]), REFUSED);
         assert!(m.state().committed("g", "a", 1).is_some());
+
+        // Joined and left within the same millisecond: the record's version still tells.
+        let decided = m.expired_offsets(2_100, 100);
+        with_member_again(&mut m);
+        fence_at(&mut m, 2_000);
+        assert_eq!(expire(&mut m, &decided[0]), REFUSED, "same empty-since time, another version");
 
         // Decided again: applied; with no offsets and no members the group is gone.
         let decided = m.expired_offsets(2_100, 100);

@@ -14,7 +14,7 @@
 use std::sync::Weak;
 use std::time::Duration;
 
-use rill_coordinator::groups;
+use rill_coordinator::{groups, CoordinatorError};
 
 use crate::node::{Hosted, Node};
 
@@ -25,7 +25,6 @@ const FENCE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Runs until the node is dropped.
 pub async fn run(node: Weak<Node>) {
-    let mut retention_checked = rill_rt::now();
     loop {
         rill_rt::sleep(CHECK_EVERY).await;
         let Some(n) = node.upgrade() else { return };
@@ -37,20 +36,6 @@ pub async fn run(node: Weak<Node>) {
             match p.read(|m| sessions.adopt(group, m.groups())) {
                 Ok(()) => led.push(p),
                 Err(_) => sessions.forget(group),
-            }
-        }
-        let retention = n.config().offsets_retention;
-        if retention_checked.elapsed() >= retention.check_every {
-            retention_checked = rill_rt::now();
-            let retention_ms = i64::try_from(retention.retention.as_millis()).unwrap_or(i64::MAX);
-            for p in &led {
-                match rill_coordinator::offsets::expire(p, retention_ms, FENCE_TIMEOUT).await {
-                    Ok(0) => {}
-                    Ok(count) => {
-                        tracing::info!(partition = p.replica().group(), offsets = count, "expired committed offsets")
-                    }
-                    Err(e) => tracing::warn!(error = %e, "could not expire committed offsets; next check retries"),
-                }
             }
         }
         for expired in sessions.expired(rill_rt::now()) {
@@ -74,6 +59,37 @@ pub async fn run(node: Weak<Node>) {
                     error = %e,
                     "could not remove an expired consumer group member; retrying"
                 ),
+            }
+        }
+    }
+}
+
+/// Expires committed offsets every `[groups] offsets-retention-check-interval` on the
+/// `__consumer_offsets` partitions this node leads, until the node is dropped. Its own task, so
+/// a slow proposal (a lost quorum) never delays the session timers.
+pub async fn run_offsets_retention(node: Weak<Node>) {
+    loop {
+        let Some(every) = node.upgrade().map(|n| n.config().offsets_retention.check_every) else { return };
+        rill_rt::sleep(every).await;
+        let Some(n) = node.upgrade() else { return };
+        let retention_ms = i64::try_from(n.config().offsets_retention.retention.as_millis()).unwrap_or(i64::MAX);
+        let offsets: Vec<_> = n
+            .replicas()
+            .into_iter()
+            .filter_map(|hosted| match hosted {
+                Hosted::Offsets(p) => Some(p),
+                _ => None,
+            })
+            .collect();
+        drop(n);
+        for p in offsets {
+            // Only the caught-up leader decides; elsewhere `expire` answers not-the-coordinator.
+            match rill_coordinator::offsets::expire(&p, retention_ms, FENCE_TIMEOUT).await {
+                Ok(0) | Err(CoordinatorError::NotCoordinator { .. } | CoordinatorError::LoadInProgress) => {}
+                Ok(count) => {
+                    tracing::info!(partition = p.replica().group(), offsets = count, "expired committed offsets")
+                }
+                Err(e) => tracing::warn!(error = %e, "could not expire committed offsets; the next check retries"),
             }
         }
     }
