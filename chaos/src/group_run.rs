@@ -52,12 +52,32 @@ pub const CRASH: u8 = 1;
 /// Leave the group gracefully.
 pub const LEAVE: u8 = 2;
 
-/// Records the members handed to their application, in the order they did.
-pub type Deliveries = Arc<Mutex<Vec<Delivery>>>;
+/// What the members' polls returned, and what their application processed, each in the order
+/// it happened.
+#[derive(Debug, Default)]
+pub struct Log {
+    /// Every record a `poll` returned, logged before the member awaits anything else: what the
+    /// client handed out, and at which epoch (for [`group_delivery::epoch_order`]).
+    pub polled: Vec<Delivery>,
+    /// Every record the member finished processing (for [`group_delivery::skipped`]: a member
+    /// that crashes mid-batch leaves the rest of the batch to the next owner).
+    pub processed: Vec<Delivery>,
+}
+
+/// The members' shared [`Log`].
+pub type Deliveries = Arc<Mutex<Log>>;
+
+/// Checks both lists of `log` against the final high watermarks `hw`.
+pub fn check_deliveries(log: &Log, hw: &BTreeMap<u32, u64>) -> Vec<Violation> {
+    let mut out = group_delivery::epoch_order(&log.polled);
+    out.extend(group_delivery::skipped(&log.processed, hw));
+    out
+}
 
 /// One member of [`GROUP`] subscribed to `topic`: polls, hands out record by record (each takes
 /// a millisecond of "work"), commits after each batch (again after the next poll if that
-/// failed). `ctl` makes it crash or leave; a crash lands between two records of a batch.
+/// failed) — odd members in the background ([`rill_client::Consumer::commit_async`]). `ctl`
+/// makes it crash or leave; a crash lands between two records of a batch.
 pub async fn member(bootstrap: Vec<String>, id: usize, topic: &'static str, ctl: Arc<AtomicU8>, delivered: Deliveries) {
     let client = connect(bootstrap).await;
     let config = ConsumerConfig {
@@ -71,6 +91,8 @@ pub async fn member(bootstrap: Vec<String>, id: usize, topic: &'static str, ctl:
     let mut consumer = rill_client::Consumer::new(client, config);
     consumer.subscribe(&[topic]).expect("subscribe");
     let mut uncommitted = false;
+    let background = id % 2 == 1;
+    let mut pending: Option<rill_client::PendingCommit> = None;
     loop {
         match ctl.load(Ordering::SeqCst) {
             CRASH => return consumer.close(),
@@ -82,19 +104,36 @@ pub async fn member(bootstrap: Vec<String>, id: usize, topic: &'static str, ctl:
         }
         // Errors are transient under faults (a leader moving): the member polls again.
         let Ok(records) = consumer.poll(Duration::from_millis(100)).await else { continue };
-        // No await since `poll` returned: this is the epoch the records were handed out at.
+        // No await since `poll` returned: this is the epoch the records were handed out at. (A
+        // member frozen mid-batch may process the rest of a batch after it was fenced: that is
+        // the application's at-least-once duplicate, not a lease the client kept.)
         let epoch = consumer.member().map_or(-1, |(_, e)| e);
-        for r in &records {
+        let batch: Vec<Delivery> =
+            records.iter().map(|r| Delivery { member: id, epoch, partition: r.partition, offset: r.offset }).collect();
+        delivered.lock().unwrap().polled.extend(batch.iter().copied());
+        for d in batch {
             if ctl.load(Ordering::SeqCst) == CRASH {
                 return consumer.close();
             }
-            delivered.lock().unwrap().push(Delivery { member: id, epoch, partition: r.partition, offset: r.offset });
+            delivered.lock().unwrap().processed.push(d);
             rill_rt::sleep(Duration::from_millis(1)).await;
         }
         // A commit that failed (a coordinator moving) is tried again after the next poll, even
         // an empty one: the last records before the producer stops must be committed too.
         uncommitted |= !records.is_empty();
-        if uncommitted {
+        if background {
+            // Odd members commit in the background, so commits overlap each other and the
+            // polls; an idle poll collects the newest one's outcome.
+            if records.is_empty() {
+                if let Some(p) = pending.take() {
+                    uncommitted |= p.await.is_err();
+                }
+            }
+            if uncommitted {
+                pending = Some(consumer.commit_async());
+                uncommitted = false;
+            }
+        } else if uncommitted {
             uncommitted = consumer.commit().await.is_err();
         }
     }
@@ -318,13 +357,16 @@ pub async fn run_generated() -> Report {
     // Heal: the producer stops; the group must settle at the log end.
     producing.store(LEAVE, Ordering::SeqCst);
     let acked = producer.await.expect("the producer");
-    let hw = high_watermarks(&cluster, TOPIC).await;
+    let mut hw: BTreeMap<u32, u64>;
     let live = running.len();
     let deadline = rill_rt::now() + LIVENESS_BOUND;
     let mut last_committed = BTreeMap::new();
     let mut last_group = None;
     let mut violations = Vec::new();
     loop {
+        // A produce that timed out may still be committed by a new leader after the first
+        // reading: the log end is read again until the group has caught up with it.
+        hw = high_watermarks(&cluster, TOPIC).await;
         if let Some((g, committed)) = led_group(&cluster) {
             let caught_up = group_delivery::lagging(&committed, &hw).is_empty();
             last_committed = committed;
@@ -353,10 +395,11 @@ pub async fn run_generated() -> Report {
         r.ctl.store(LEAVE, Ordering::SeqCst);
     }
 
-    let delivered = delivered.lock().unwrap().clone();
-    violations.extend(group_delivery::epoch_order(&delivered));
-    violations.extend(group_delivery::skipped(&delivered, &hw));
-    trace.record(format!("high watermarks {hw:?}, committed {last_committed:?}, {} deliveries", delivered.len()));
+    let log = delivered.lock().unwrap();
+    violations.extend(check_deliveries(&log, &hw));
+    trace.record(format!("high watermarks {hw:?}, committed {last_committed:?}, {} processed", log.processed.len()));
+    let processed = log.processed.len();
+    drop(log);
     trace.record(format!("end at {:?}", elapsed()));
     if std::env::var_os("RILL_PRINT_TRACE").is_some() {
         for e in trace.events() {
@@ -364,7 +407,7 @@ pub async fn run_generated() -> Report {
         }
     }
     Report {
-        ops: delivered.len(),
+        ops: processed,
         acked: usize::try_from(acked).unwrap_or(usize::MAX),
         faults: fault_counts,
         violations,

@@ -584,3 +584,32 @@ async fn an_empty_groups_offsets_expire_after_the_retention_a_live_groups_never(
     .await?;
     Ok(())
 }
+
+/// Background commits (`commit_offsets_async`) land in the order they were made: fifty of them
+/// sent without waiting leave the last one's offset, and a synchronous commit after them is not
+/// overtaken by them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn background_commits_land_in_the_order_they_were_made() -> anyhow::Result<()> {
+    init_logs();
+    let cluster = TestCluster::start(3).await?;
+    let client = cluster.client().await?;
+    cluster.create_topic(&client, TOPIC, PARTITIONS, 3, &[]).await?;
+    let tp = TopicPartition::new(TOPIC, 0);
+    let config = ConsumerConfig { group_id: Some("in-order".into()), ..ConsumerConfig::default() };
+    let mut consumer = Consumer::new(client.clone(), config);
+    let pending: Vec<_> = (1..=50).map(|o| consumer.commit_offsets_async([(tp.clone(), o)])).collect();
+    let mut outcomes = Vec::new();
+    for p in pending {
+        outcomes.push(p.await.is_ok());
+    }
+    assert!(outcomes.iter().all(|ok| *ok), "every background commit succeeded: {outcomes:?}");
+    let committed = client.committed_offsets("in-order", std::slice::from_ref(&tp)).await?;
+    assert_eq!(committed[&tp].as_ref().map(|c| c.offset), Some(50), "the last commit made is the one that stays");
+
+    // A synchronous commit waits for the background ones made before it.
+    let _early = consumer.commit_offsets_async([(tp.clone(), 60)]);
+    consumer.commit_offsets([(tp.clone(), 70)]).await?;
+    let committed = client.committed_offsets("in-order", std::slice::from_ref(&tp)).await?;
+    assert_eq!(committed[&tp].as_ref().map(|c| c.offset), Some(70));
+    Ok(())
+}

@@ -5,7 +5,12 @@
 //!   owner revoked it or was fenced. So the members that hand out one partition, in the order they
 //!   hand it out, carry increasing epochs: a member that hands out a partition at an epoch no
 //!   newer than another member already handed it out at was still serving a lease it had lost
-//!   (a paused member that missed its fencing, or two owners at once).
+//!   (a paused member that missed its fencing, or two owners at once). It takes what `poll`
+//!   returned, with the epoch right after it returned: a batch already returned is the
+//!   application's, even if the member is fenced while processing it. Members are told apart by
+//!   the scenario's numbering; a static member taking its predecessor's place keeps that
+//!   member's epoch, so a scenario with static members would have to tell them apart by
+//!   instance id.
 //! * **At-least-once** ([`skipped`]): every record below the final high watermark was handed out
 //!   by some member. Members commit only after their work, so a member that crashes leaves its
 //!   unfinished records to the next owner; a record that nobody handed out was skipped by a

@@ -34,6 +34,7 @@ use bytes::Bytes;
 use rill_rt::sync::mpsc;
 use rill_rt::JoinHandle;
 
+use crate::commits::{Committer, PendingCommit};
 use crate::error::{Error, Result};
 use crate::membership::{Membership, MembershipConfig};
 use crate::record::{FetchedPartition, OffsetSpec};
@@ -232,6 +233,8 @@ pub struct Consumer {
     membership: Option<Membership>,
     listener: Box<dyn RebalanceListener>,
     last_auto_commit: rill_rt::Instant,
+    /// Background commits, started by the first one.
+    committer: Option<Committer>,
 }
 
 impl Consumer {
@@ -251,6 +254,7 @@ impl Consumer {
             membership: None,
             listener: Box::new(NoListener),
             last_auto_commit: rill_rt::now(),
+            committer: None,
         }
     }
 
@@ -511,11 +515,16 @@ impl Consumer {
         Ok(())
     }
 
-    /// With auto-commit, commits the positions (everything earlier polls returned); leaves the
+    /// Waits for background commits already asked for; with auto-commit, commits the
+    /// positions (everything earlier polls returned); leaves the
     /// group (subscribe mode: at once, so its partitions are reassigned; a static member's wait
     /// for it for the session timeout); stops background fetches. Without auto-commit the
     /// application commits what it finished before calling this.
     pub async fn shutdown(mut self) -> Result<()> {
+        // Background commits asked for before go out first, while this is still a member.
+        if let Some(c) = &self.committer {
+            c.drain().await;
+        }
         let auto_commit = self.config.group_id.is_some() && self.config.auto_commit_interval.is_some();
         let committed = if auto_commit { self.commit().await } else { Ok(()) };
         if let Some(m) = self.membership.take() {
@@ -569,37 +578,74 @@ impl Consumer {
     /// Commits the position of every assigned partition that has one (the next offset `poll`
     /// returns) under the consumer's group. Call it after processing what `poll` returned.
     pub async fn commit(&self) -> Result<()> {
-        let ahead = rill_rt::mutation::active(rill_rt::mutation::Mutation::CommitBeforeProcess);
-        let positions: Vec<(TopicPartition, u64)> = self
-            .partitions
-            .iter()
-            .filter_map(|(tp, st)| st.position.map(|p| (tp.clone(), if ahead { st.fetch_position.max(p) } else { p })))
-            .collect();
-        self.commit_offsets(positions).await
+        self.commit_offsets(self.positions()).await
     }
 
     /// Commits `offsets` (per partition, the next offset to read) under the consumer's group:
     /// for an application that processed only part of what `poll` returned.
     /// A subscribed consumer commits as its member, at its epoch, and only partitions it owns.
+    /// Background commits asked for before this one land first.
     pub async fn commit_offsets(&self, offsets: impl IntoIterator<Item = (TopicPartition, u64)>) -> Result<()> {
+        let offsets: Vec<(TopicPartition, u64, String)> =
+            offsets.into_iter().map(|(tp, o)| (tp, o, String::new())).collect();
+        if self.config.group_id.is_some() && offsets.is_empty() {
+            return Ok(());
+        }
+        let (group, member) = self.committer_identity()?;
+        if let Some(c) = &self.committer {
+            c.drain().await;
+        }
+        let member = member.as_ref().map(|(id, epoch)| (id.as_str(), *epoch));
+        self.client.commit_offsets_as(&group, member, &offsets).await
+    }
+
+    /// Like [`Consumer::commit`], in the background: returns at once, with a [`PendingCommit`]
+    /// to await for the outcome (or to drop). The positions, and the member epoch a subscribed
+    /// consumer commits at, are taken now. A consumer's commits — background or not — land in
+    /// the order they were made, so an earlier one never overwrites a later one.
+    pub fn commit_async(&mut self) -> PendingCommit {
+        let positions = self.positions();
+        self.commit_offsets_async(positions)
+    }
+
+    /// Like [`Consumer::commit_offsets`], in the background (see [`Consumer::commit_async`]).
+    pub fn commit_offsets_async(&mut self, offsets: impl IntoIterator<Item = (TopicPartition, u64)>) -> PendingCommit {
+        let offsets: Vec<(TopicPartition, u64, String)> =
+            offsets.into_iter().map(|(tp, o)| (tp, o, String::new())).collect();
+        if self.config.group_id.is_some() && offsets.is_empty() {
+            return PendingCommit::done();
+        }
+        let (group, member) = match self.committer_identity() {
+            Ok(who) => who,
+            Err(e) => return PendingCommit::failed(e),
+        };
+        let client = self.client.clone();
+        self.committer.get_or_insert_with(|| Committer::start(client)).submit(group, member, offsets)
+    }
+
+    /// Every assigned partition's position (the next offset `poll` returns), where known.
+    fn positions(&self) -> Vec<(TopicPartition, u64)> {
+        let ahead = rill_rt::mutation::active(rill_rt::mutation::Mutation::CommitBeforeProcess);
+        self.partitions
+            .iter()
+            .filter_map(|(tp, st)| st.position.map(|p| (tp.clone(), if ahead { st.fetch_position.max(p) } else { p })))
+            .collect()
+    }
+
+    /// The group this consumer commits to, and the member (id, epoch) it commits as — `None`
+    /// for an assign-mode consumer.
+    fn committer_identity(&self) -> Result<(String, Option<(String, i32)>)> {
         let Some(group) = &self.config.group_id else {
             return Err(Error::InvalidArgument("commit needs a consumer with a group_id".into()));
         };
-        let offsets: Vec<(TopicPartition, u64, String)> =
-            offsets.into_iter().map(|(tp, o)| (tp, o, String::new())).collect();
-        if offsets.is_empty() {
-            return Ok(());
-        }
         match &self.membership {
-            None => self.client.commit_offsets(group, &offsets).await,
-            Some(m) => {
-                let Some((member_id, epoch)) = m.member() else {
-                    return Err(Error::InvalidArgument(
-                        "not a member of the group (joining, or lost): nothing to commit".into(),
-                    ));
-                };
-                self.client.commit_offsets_as(group, Some((&member_id, epoch)), &offsets).await
-            }
+            None => Ok((group.clone(), None)),
+            Some(m) => match m.member() {
+                Some(member) => Ok((group.clone(), Some(member))),
+                None => Err(Error::InvalidArgument(
+                    "not a member of the group (joining, or lost): nothing to commit".into(),
+                )),
+            },
         }
     }
 

@@ -26,6 +26,8 @@
 //! * [`Consumer`] — assign, seek (offset, beginning, end, time), pipelined `poll`, pause/resume;
 //!   with a group id, starts from the group's committed offsets and commits its positions; or
 //!   `subscribe` as a member of a consumer group, with a [`RebalanceListener`].
+//! * [`commits`] — a consumer's background commits ([`Consumer::commit_async`]), landing in the
+//!   order they were made.
 //! * [`membership`] — a subscribed consumer's heartbeats to its group's coordinator (KIP-848).
 //! * [`coordinator`] — requests a coordinator serves: committed offsets, transactional
 //!   producer ids; found with `Admin.FindCoordinator`.
@@ -40,6 +42,7 @@
 
 pub mod admin;
 pub mod client;
+pub mod commits;
 pub mod consumer;
 pub mod coordinator;
 pub mod error;
@@ -49,6 +52,7 @@ pub mod producer;
 pub mod record;
 
 pub use client::{Client, ClientOptions, DELETE_BELOW_HIGH_WATERMARK};
+pub use commits::PendingCommit;
 pub use consumer::{
     Consumer, ConsumerConfig, ConsumerRecord, OffsetReset, OffsetResetEvent, RebalanceListener, TopicPartition,
 };
