@@ -8,7 +8,9 @@
 //! * [`runner`] — one workload on one system: open-loop or max-rate producers, consumers,
 //!   publish and end-to-end latency histograms, consumer catch-up, CPU per server process.
 //! * [`scenarios`] — Rill-only measurements beyond throughput: idle partitions, leader
-//!   failover, restart with a large log.
+//!   failover, restart with a large log, compaction, a retention soak, follower catch-up.
+//! * [`groups`] — Rill-only consumer group measurements: rebalance pauses, cooperative vs
+//!   eager.
 //! * [`report`] — the table, the Rill/peer ratios, JSON.
 //!
 //! This is a measuring tool for real clusters on real clocks: it never runs under the
@@ -16,6 +18,7 @@
 #![allow(clippy::disallowed_methods)]
 
 pub mod driver;
+pub mod groups;
 pub mod process;
 pub mod report;
 pub mod runner;

@@ -13,10 +13,11 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use clap::Parser;
+use rill_bench::groups::rebalance::RebalanceSettings;
 use rill_bench::runner::{PayloadKind, RunSettings};
 use rill_bench::systems::{Env, Variant};
 use rill_bench::workload::Workload;
-use rill_bench::{report, scenarios, BenchPlan};
+use rill_bench::{groups, report, scenarios, BenchPlan};
 use serde_json::json;
 
 /// Output style.
@@ -71,8 +72,8 @@ struct BenchArgs {
     /// Override maxInFlight (messages awaiting acknowledgement per producer).
     #[arg(long)]
     in_flight: Option<usize>,
-    /// Also run Rill-only scenarios: idle, failover, restart, compaction, soak, catch-up
-    /// (comma-separated), or skip the
+    /// Also run Rill-only scenarios: idle, failover, restart, compaction, soak, catch-up,
+    /// group-rebalance (comma-separated), or skip the
     /// throughput runs with --scenarios-only.
     #[arg(long, value_delimiter = ',')]
     scenario: Vec<String>,
@@ -106,6 +107,19 @@ struct BenchArgs {
     /// Leader kills in the failover scenario.
     #[arg(long, default_value_t = 5)]
     failover_kills: u32,
+    /// Consumer group members' heartbeat interval in the group scenarios (the nodes'
+    /// `[groups] heartbeat-interval`; 5s is Rill's and Kafka's default).
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "5s")]
+    group_heartbeat_interval: Duration,
+    /// Records per second (over 6 partitions) in the group-rebalance scenario.
+    #[arg(long, default_value_t = 600)]
+    group_rebalance_rate: u64,
+    /// Members the group-rebalance scenario grows to, one join at a time.
+    #[arg(long, default_value_t = 6)]
+    group_rebalance_members: usize,
+    /// Wait after the group is stable before the next member joins (group-rebalance).
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "5s")]
+    group_join_after: Duration,
     /// Message filler: `distinct` random bytes per message (what a system's own compression
     /// cannot shrink), or `repeated`, the same bytes in every message (the OpenMessaging
     /// Benchmark's single payload file, which flatters systems that compress stored batches).
@@ -187,6 +201,9 @@ fn main() -> ExitCode {
     }
 }
 
+/// The Rill-only scenarios `--scenario` accepts.
+const SCENARIOS: [&str; 7] = ["idle", "failover", "restart", "compaction", "soak", "catch-up", "group-rebalance"];
+
 /// Runs the bench.
 async fn run(args: BenchArgs) -> anyhow::Result<()> {
     let env = Env {
@@ -196,8 +213,8 @@ async fn run(args: BenchArgs) -> anyhow::Result<()> {
         rill_idempotence: !args.no_idempotence,
     };
     for s in &args.scenario {
-        if !["idle", "failover", "restart", "compaction", "soak", "catch-up"].contains(&s.as_str()) {
-            bail!("unknown scenario {s}; known: idle, failover, restart, compaction, soak, catch-up");
+        if !SCENARIOS.contains(&s.as_str()) {
+            bail!("unknown scenario {s}; known: {}", SCENARIOS.join(", "));
         }
     }
     let json_out = args.output == Output::Json;
@@ -231,8 +248,18 @@ async fn run(args: BenchArgs) -> anyhow::Result<()> {
     let mut compaction = None;
     let mut soak = None;
     let mut catch_up = None;
+    let mut group_rebalance = None;
     for s in &args.scenario {
         match s.as_str() {
+            "group-rebalance" => {
+                let settings = RebalanceSettings {
+                    rate: args.group_rebalance_rate,
+                    max_members: args.group_rebalance_members,
+                    join_after: args.group_join_after,
+                    heartbeat_interval: args.group_heartbeat_interval,
+                };
+                group_rebalance = Some(groups::rebalance::group_rebalance(&env, &settings).await?)
+            }
             "idle" => {
                 idle = Some(scenarios::idle_partitions(&env, args.idle_partitions, Duration::from_secs(30)).await?)
             }
@@ -259,6 +286,7 @@ async fn run(args: BenchArgs) -> anyhow::Result<()> {
             "compaction": compaction,
             "soak": soak,
             "catch_up": catch_up,
+            "group_rebalance": group_rebalance,
         });
         println!("{}", serde_json::to_string_pretty(&doc)?);
         return Ok(());
@@ -338,6 +366,9 @@ async fn run(args: BenchArgs) -> anyhow::Result<()> {
             c.partition0_records,
             c.partition0_offsets
         );
+    }
+    if let Some(r) = group_rebalance {
+        println!("{}", groups::report::group_rebalance_table(&r));
     }
     Ok(())
 }

@@ -357,7 +357,7 @@ pub async fn compaction(env: &Env, rounds: u32, round: Duration, keys: u32) -> a
 
 /// Stops `deployment` and removes its data (the next scenario needs the disk), after printing
 /// `result` on stderr so that it is kept even if a later scenario fails.
-fn finish(deployment: crate::systems::Deployment, name: &str, result: &impl Serialize) {
+pub(crate) fn finish(deployment: crate::systems::Deployment, name: &str, result: &impl Serialize) {
     eprintln!("{name}: {}", serde_json::to_string(result).unwrap_or_default());
     let dir = deployment.dir.clone();
     drop(deployment);

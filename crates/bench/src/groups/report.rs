@@ -1,0 +1,105 @@
+//! The group scenarios' results as text: the rebalance joins side by side per mode, with
+//! eager/cooperative ratios of medians.
+
+use comfy_table::{presets::UTF8_BORDERS_ONLY, Cell, CellAlignment, Table};
+
+use super::median;
+use super::rebalance::{ModeResult, RebalanceResult};
+
+fn ms(v: Option<f64>) -> String {
+    v.map_or_else(|| "-".to_string(), |v| format!("{v:.0}"))
+}
+
+fn right(text: String) -> Cell {
+    Cell::new(text).set_alignment(CellAlignment::Right)
+}
+
+/// One row per join; per mode: time to stable, the largest pause of a partition that kept its
+/// owner and of one that moved, and how many moved. Then medians and eager/cooperative ratios.
+pub fn group_rebalance_table(r: &RebalanceResult) -> String {
+    let mut t = Table::new();
+    t.load_preset(UTF8_BORDERS_ONLY);
+    let mut header = vec!["members".to_string()];
+    for m in &r.modes {
+        for col in ["stable ms", "unmoved pause ms", "moved pause ms", "moved"] {
+            header.push(format!("{} {col}", m.mode));
+        }
+    }
+    t.set_header(header);
+    let joins = r.modes.iter().map(|m| m.joins.len()).max().unwrap_or(0);
+    for j in 0..joins {
+        let mut row = vec![right(format!("{}", j + 1))];
+        for m in &r.modes {
+            match m.joins.get(j) {
+                Some(join) => {
+                    row.push(right(format!("{:.0}", join.stable_ms)));
+                    row.push(right(ms(join.unmoved_pause_ms)));
+                    row.push(right(ms(join.moved_pause_ms)));
+                    row.push(right(if j == 0 { "-".into() } else { join.moved.len().to_string() }));
+                }
+                None => row.extend((0..4).map(|_| right("-".into()))),
+            }
+        }
+        t.add_row(row);
+    }
+    let mut out = format!(
+        "group-rebalance: {} partitions, {} records/s asked ({} sent), heartbeat interval {} ms, next join {} ms after stable\n{t}",
+        r.partitions,
+        r.rate,
+        r.sent_msgs_per_sec.iter().map(|s| format!("{s:.0}")).collect::<Vec<_>>().join(" / "),
+        r.heartbeat_interval_ms,
+        r.join_after_ms,
+    );
+    for m in &r.modes {
+        let s = summary(m);
+        out.push_str(&format!(
+            "\n{}: median stable {:.0} ms; unmoved pause max {:.0} ms, median {:.0} ms; moved pause median {:.0} ms; \
+             {} duplicates, {} partitions revoked, {} lost, {} producer errors",
+            m.mode,
+            s.stable,
+            s.unmoved_max,
+            s.unmoved_median,
+            s.moved_median,
+            m.duplicates,
+            m.revoked,
+            m.lost,
+            m.producer_errors
+        ));
+    }
+    if let (Some(c), Some(e)) =
+        (r.modes.iter().find(|m| m.mode == "cooperative"), r.modes.iter().find(|m| m.mode == "eager"))
+    {
+        let (c, e) = (summary(c), summary(e));
+        let ratio = |e: f64, c: f64| if c > 0.0 { format!("{:.2}", e / c) } else { "n/a (cooperative 0)".into() };
+        out.push_str(&format!(
+            "\neager / cooperative (medians over joins 2..): stable {}; moved pause {}; unmoved pause {}",
+            ratio(e.stable_later, c.stable_later),
+            ratio(e.moved_median, c.moved_median),
+            ratio(e.unmoved_median, c.unmoved_median)
+        ));
+    }
+    out
+}
+
+struct Summary {
+    /// Median time to stable over every join.
+    stable: f64,
+    /// The same over joins into a busy group (2 and later).
+    stable_later: f64,
+    unmoved_max: f64,
+    unmoved_median: f64,
+    moved_median: f64,
+}
+
+fn summary(m: &ModeResult) -> Summary {
+    let later = m.joins.iter().skip(1);
+    let unmoved: Vec<f64> = later.clone().filter_map(|j| j.unmoved_pause_ms).collect();
+    let moved: Vec<f64> = later.clone().filter_map(|j| j.moved_pause_ms).collect();
+    Summary {
+        stable: median(&m.joins.iter().map(|j| j.stable_ms).collect::<Vec<_>>()),
+        stable_later: median(&later.map(|j| j.stable_ms).collect::<Vec<_>>()),
+        unmoved_max: unmoved.iter().copied().fold(0.0, f64::max),
+        unmoved_median: median(&unmoved),
+        moved_median: median(&moved),
+    }
+}
