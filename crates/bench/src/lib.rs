@@ -9,8 +9,8 @@
 //!   publish and end-to-end latency histograms, consumer catch-up, CPU per server process.
 //! * [`scenarios`] — Rill-only measurements beyond throughput: idle partitions, leader
 //!   failover, restart with a large log, compaction, a retention soak, follower catch-up.
-//! * [`groups`] — Rill-only consumer group measurements: rebalance pauses, cooperative vs
-//!   eager.
+//! * [`groups`] — Rill-only consumer group measurements: rebalance pauses (cooperative vs
+//!   eager), coordinator failover to the next commit.
 //! * [`report`] — the table, the Rill/peer ratios, JSON.
 //!
 //! This is a measuring tool for real clusters on real clocks: it never runs under the

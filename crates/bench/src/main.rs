@@ -73,7 +73,7 @@ struct BenchArgs {
     #[arg(long)]
     in_flight: Option<usize>,
     /// Also run Rill-only scenarios: idle, failover, restart, compaction, soak, catch-up,
-    /// group-rebalance (comma-separated), or skip the
+    /// group-rebalance, group-failover (comma-separated), or skip the
     /// throughput runs with --scenarios-only.
     #[arg(long, value_delimiter = ',')]
     scenario: Vec<String>,
@@ -120,6 +120,9 @@ struct BenchArgs {
     /// Wait after the group is stable before the next member joins (group-rebalance).
     #[arg(long, value_parser = humantime::parse_duration, default_value = "5s")]
     group_join_after: Duration,
+    /// Coordinator kills in the group-failover scenario.
+    #[arg(long, default_value_t = 5)]
+    group_failover_kills: u32,
     /// Message filler: `distinct` random bytes per message (what a system's own compression
     /// cannot shrink), or `repeated`, the same bytes in every message (the OpenMessaging
     /// Benchmark's single payload file, which flatters systems that compress stored batches).
@@ -202,7 +205,8 @@ fn main() -> ExitCode {
 }
 
 /// The Rill-only scenarios `--scenario` accepts.
-const SCENARIOS: [&str; 7] = ["idle", "failover", "restart", "compaction", "soak", "catch-up", "group-rebalance"];
+const SCENARIOS: [&str; 8] =
+    ["idle", "failover", "restart", "compaction", "soak", "catch-up", "group-rebalance", "group-failover"];
 
 /// Runs the bench.
 async fn run(args: BenchArgs) -> anyhow::Result<()> {
@@ -249,6 +253,7 @@ async fn run(args: BenchArgs) -> anyhow::Result<()> {
     let mut soak = None;
     let mut catch_up = None;
     let mut group_rebalance = None;
+    let mut group_failover = None;
     for s in &args.scenario {
         match s.as_str() {
             "group-rebalance" => {
@@ -259,6 +264,12 @@ async fn run(args: BenchArgs) -> anyhow::Result<()> {
                     heartbeat_interval: args.group_heartbeat_interval,
                 };
                 group_rebalance = Some(groups::rebalance::group_rebalance(&env, &settings).await?)
+            }
+            "group-failover" => {
+                group_failover = Some(
+                    groups::failover::group_failover(&env, args.group_failover_kills, args.group_heartbeat_interval)
+                        .await?,
+                )
             }
             "idle" => {
                 idle = Some(scenarios::idle_partitions(&env, args.idle_partitions, Duration::from_secs(30)).await?)
@@ -287,6 +298,7 @@ async fn run(args: BenchArgs) -> anyhow::Result<()> {
             "soak": soak,
             "catch_up": catch_up,
             "group_rebalance": group_rebalance,
+            "group_failover": group_failover,
         });
         println!("{}", serde_json::to_string_pretty(&doc)?);
         return Ok(());
@@ -369,6 +381,9 @@ async fn run(args: BenchArgs) -> anyhow::Result<()> {
     }
     if let Some(r) = group_rebalance {
         println!("{}", groups::report::group_rebalance_table(&r));
+    }
+    if let Some(f) = group_failover {
+        println!("{}", groups::report::group_failover_summary(&f));
     }
     Ok(())
 }

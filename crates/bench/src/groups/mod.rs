@@ -5,6 +5,8 @@
 //! * [`rebalance`] — `group-rebalance`: members join one by one under a steady producer; per
 //!   join, the processing pause of partitions that kept their owner and of those that moved,
 //!   and the time to a stable group, in cooperative and in eager mode.
+//! * [`failover`] — `group-failover`: SIGKILL of the group's coordinator; time to each member's
+//!   next successful commit, and whether a member lost its partitions.
 //! * [`report`] — the three results as text.
 //!
 //! ```text
@@ -14,6 +16,7 @@
 //!       └─► stable? (every member at the group epoch, owning its target, acted on it)
 //! ```
 
+pub mod failover;
 pub mod member;
 pub mod rebalance;
 pub mod report;
@@ -186,6 +189,30 @@ fn stable(d: &DescribeGroupResponse, members: &[GroupMember], partitions: u32) -
         };
         if *epoch != d.group_epoch || view.assignment != member::partitions_of(described.assignment.as_ref()) {
             return Err(format!("member {i} has not acted on its assignment yet"));
+        }
+    }
+    Ok(())
+}
+
+/// Waits until every partition of `topics` has its full ISR and is led by its preferred replica
+/// (the first in its replica list): after a node restarts, leadership moves back to it within
+/// seconds (preferred-leader balancing), and a measurement started before that would include
+/// those moves.
+pub(crate) async fn wait_settled_leaders(client: &Client, topics: &[&str], timeout: Duration) -> anyhow::Result<()> {
+    let deadline = Instant::now() + timeout;
+    for topic in topics {
+        loop {
+            if let Ok(d) = client.describe_topic(topic).await {
+                if d.partitions.iter().all(|p| {
+                    p.leader.is_some() && p.leader == p.replicas.first().copied() && p.isr.len() == p.replicas.len()
+                }) {
+                    break;
+                }
+            }
+            if Instant::now() > deadline {
+                bail!("{topic}: leaders not back on their preferred replicas with full ISRs within {timeout:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
     Ok(())

@@ -1,8 +1,9 @@
 //! The group scenarios' results as text: the rebalance joins side by side per mode, with
-//! eager/cooperative ratios of medians.
+//! eager/cooperative ratios of medians; the failover kills.
 
 use comfy_table::{presets::UTF8_BORDERS_ONLY, Cell, CellAlignment, Table};
 
+use super::failover::GroupFailoverResult;
 use super::median;
 use super::rebalance::{ModeResult, RebalanceResult};
 
@@ -102,4 +103,31 @@ fn summary(m: &ModeResult) -> Summary {
         unmoved_median: median(&unmoved),
         moved_median: median(&moved),
     }
+}
+
+/// One line per kill, then min/median/max.
+pub fn group_failover_summary(f: &GroupFailoverResult) -> String {
+    let mut out = format!(
+        "group-failover: {} members committing after every poll (heartbeat interval {} ms, load {:.0} msg/s, {} failed sends)",
+        f.members, f.heartbeat_interval_ms, f.load_msgs_per_sec, f.load_errors
+    );
+    for (i, k) in f.kills.iter().enumerate() {
+        let per: Vec<String> = k.commit_ms.iter().map(|m| ms(*m)).collect();
+        out.push_str(&format!(
+            "\n  kill {}: coordinator node {} → node {}: kill → next commit {} ms; failed commits {:?}; lost {}, moved {}{}",
+            i + 1,
+            k.node,
+            k.new_coordinator.map_or("?".into(), |n| n.to_string()),
+            per.join(", "),
+            k.failed_commits,
+            k.lost,
+            k.moved,
+            k.first_failure.as_ref().map(|w| format!(" (first failure: {w})")).unwrap_or_default()
+        ));
+    }
+    out.push_str(&format!(
+        "\n  kill → next commit: min {:.0} / median {:.0} / max {:.0} ms; partitions lost {}",
+        f.commit_ms_min, f.commit_ms_median, f.commit_ms_max, f.lost_partitions
+    ));
+    out
 }
