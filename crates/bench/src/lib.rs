@@ -10,7 +10,7 @@
 //! * [`scenarios`] — Rill-only measurements beyond throughput: idle partitions, leader
 //!   failover, restart with a large log, compaction, a retention soak, follower catch-up.
 //! * [`groups`] — Rill-only consumer group measurements: rebalance pauses (cooperative vs
-//!   eager), coordinator failover to the next commit.
+//!   eager), coordinator failover to the next commit, CPU of many heartbeating groups.
 //! * [`report`] — the table, the Rill/peer ratios, JSON.
 //!
 //! This is a measuring tool for real clusters on real clocks: it never runs under the

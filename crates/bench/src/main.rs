@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use clap::Parser;
+use rill_bench::groups::heartbeats::HeartbeatSettings;
 use rill_bench::groups::rebalance::RebalanceSettings;
 use rill_bench::runner::{PayloadKind, RunSettings};
 use rill_bench::systems::{Env, Variant};
@@ -73,7 +74,7 @@ struct BenchArgs {
     #[arg(long)]
     in_flight: Option<usize>,
     /// Also run Rill-only scenarios: idle, failover, restart, compaction, soak, catch-up,
-    /// group-rebalance, group-failover (comma-separated), or skip the
+    /// group-rebalance, group-failover, group-heartbeats (comma-separated), or skip the
     /// throughput runs with --scenarios-only.
     #[arg(long, value_delimiter = ',')]
     scenario: Vec<String>,
@@ -123,6 +124,12 @@ struct BenchArgs {
     /// Coordinator kills in the group-failover scenario.
     #[arg(long, default_value_t = 5)]
     group_failover_kills: u32,
+    /// Groups (3 members each) in the group-heartbeats scenario.
+    #[arg(long, default_value_t = 1000)]
+    heartbeat_groups: u32,
+    /// CPU measuring window of the group-heartbeats scenario (idle, then with the groups).
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "30s")]
+    heartbeat_measure: Duration,
     /// Message filler: `distinct` random bytes per message (what a system's own compression
     /// cannot shrink), or `repeated`, the same bytes in every message (the OpenMessaging
     /// Benchmark's single payload file, which flatters systems that compress stored batches).
@@ -205,8 +212,17 @@ fn main() -> ExitCode {
 }
 
 /// The Rill-only scenarios `--scenario` accepts.
-const SCENARIOS: [&str; 8] =
-    ["idle", "failover", "restart", "compaction", "soak", "catch-up", "group-rebalance", "group-failover"];
+const SCENARIOS: [&str; 9] = [
+    "idle",
+    "failover",
+    "restart",
+    "compaction",
+    "soak",
+    "catch-up",
+    "group-rebalance",
+    "group-failover",
+    "group-heartbeats",
+];
 
 /// Runs the bench.
 async fn run(args: BenchArgs) -> anyhow::Result<()> {
@@ -254,6 +270,7 @@ async fn run(args: BenchArgs) -> anyhow::Result<()> {
     let mut catch_up = None;
     let mut group_rebalance = None;
     let mut group_failover = None;
+    let mut group_heartbeats = None;
     for s in &args.scenario {
         match s.as_str() {
             "group-rebalance" => {
@@ -270,6 +287,14 @@ async fn run(args: BenchArgs) -> anyhow::Result<()> {
                     groups::failover::group_failover(&env, args.group_failover_kills, args.group_heartbeat_interval)
                         .await?,
                 )
+            }
+            "group-heartbeats" => {
+                let settings = HeartbeatSettings {
+                    groups: args.heartbeat_groups,
+                    heartbeat_interval: args.group_heartbeat_interval,
+                    measure: args.heartbeat_measure,
+                };
+                group_heartbeats = Some(groups::heartbeats::group_heartbeats(&env, &settings).await?)
             }
             "idle" => {
                 idle = Some(scenarios::idle_partitions(&env, args.idle_partitions, Duration::from_secs(30)).await?)
@@ -299,6 +324,7 @@ async fn run(args: BenchArgs) -> anyhow::Result<()> {
             "catch_up": catch_up,
             "group_rebalance": group_rebalance,
             "group_failover": group_failover,
+            "group_heartbeats": group_heartbeats,
         });
         println!("{}", serde_json::to_string_pretty(&doc)?);
         return Ok(());
@@ -384,6 +410,9 @@ async fn run(args: BenchArgs) -> anyhow::Result<()> {
     }
     if let Some(f) = group_failover {
         println!("{}", groups::report::group_failover_summary(&f));
+    }
+    if let Some(h) = group_heartbeats {
+        println!("{}", groups::report::group_heartbeats_summary(&h));
     }
     Ok(())
 }

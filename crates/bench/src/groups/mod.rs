@@ -7,6 +7,7 @@
 //!   and the time to a stable group, in cooperative and in eager mode.
 //! * [`failover`] — `group-failover`: SIGKILL of the group's coordinator; time to each member's
 //!   next successful commit, and whether a member lost its partitions.
+//! * [`heartbeats`] — `group-heartbeats`: CPU per node of many idle groups heartbeating.
 //! * [`report`] — the three results as text.
 //!
 //! ```text
@@ -17,6 +18,7 @@
 //! ```
 
 pub mod failover;
+pub mod heartbeats;
 pub mod member;
 pub mod rebalance;
 pub mod report;

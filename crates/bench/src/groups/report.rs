@@ -1,9 +1,10 @@
 //! The group scenarios' results as text: the rebalance joins side by side per mode, with
-//! eager/cooperative ratios of medians; the failover kills.
+//! eager/cooperative ratios of medians; the failover kills; the heartbeat CPU.
 
 use comfy_table::{presets::UTF8_BORDERS_ONLY, Cell, CellAlignment, Table};
 
 use super::failover::GroupFailoverResult;
+use super::heartbeats::HeartbeatsResult;
 use super::median;
 use super::rebalance::{ModeResult, RebalanceResult};
 
@@ -130,4 +131,30 @@ pub fn group_failover_summary(f: &GroupFailoverResult) -> String {
         f.commit_ms_min, f.commit_ms_median, f.commit_ms_max, f.lost_partitions
     ));
     out
+}
+
+/// CPU per node idle and with the groups, and the load generator's.
+pub fn group_heartbeats_summary(h: &HeartbeatsResult) -> String {
+    let pct = |v: &[f64]| v.iter().map(|c| format!("{c:.1}%")).collect::<Vec<_>>().join(", ");
+    format!(
+        "group-heartbeats: {} groups × 3 = {} members ({}), heartbeat interval {} ms, stable after {:.1} s\n  \
+         CPU per node over {:.0} s: idle {}; with the groups {}; load generator {:.1}%\n  \
+         {:.0} heartbeats/s (p50 {:.2} ms, p99 {:.2} ms, max {:.1} ms), {} errors, {} rejoins; {} groups stable after",
+        h.groups,
+        h.members,
+        h.members_are,
+        h.heartbeat_interval_ms,
+        h.settle_seconds,
+        h.seconds,
+        pct(&h.idle_cpu_percent_per_node),
+        pct(&h.cpu_percent_per_node),
+        h.generator_cpu_percent,
+        h.heartbeats_per_sec,
+        h.heartbeat_p50_ms,
+        h.heartbeat_p99_ms,
+        h.heartbeat_max_ms,
+        h.heartbeat_errors,
+        h.rejoins,
+        h.stable_groups_after
+    )
 }
