@@ -118,8 +118,10 @@ struct BenchArgs {
     /// Members the group-rebalance scenario grows to, one join at a time.
     #[arg(long, default_value_t = 6)]
     group_rebalance_members: usize,
-    /// Wait after the group is stable before the next member joins (group-rebalance).
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "5s")]
+    /// Least wait after the group is stable before the next member joins (group-rebalance);
+    /// each join adds a different fraction of the heartbeat interval, so joins fall at spread
+    /// phases of the members' heartbeats.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "3s")]
     group_join_after: Duration,
     /// Coordinator kills in the group-failover scenario.
     #[arg(long, default_value_t = 5)]

@@ -4,8 +4,13 @@
 //!
 //! A steady producer writes `rate` records per second round-robin over 6 partitions; members
 //! (each a `Consumer` in subscribe mode in its own task, processing = recording partition,
-//! offset and receive time) join one at a time, the next `join_after` after the group became
-//! stable, up to `max_members`. Per join:
+//! offset and receive time) join one at a time, up to `max_members`. Member *n* + 1 joins
+//! `join_after` + φ(*n*) × the heartbeat interval after the group became stable with *n*, where
+//! φ(*n*) = frac(*n* × 0.618…) spreads the joins evenly over the phase of the members' heartbeats
+//! (the same sequence in both modes). The phase matters: a member hears of a rebalance only at
+//! its next heartbeat, and after a rebalance the members heartbeat nearly in step, so joins a
+//! whole number of intervals after it would all find the others about to heartbeat (or just
+//! done) and measure one phase only. Per join:
 //!
 //! * **time to stable**: from creating the new member's consumer to the group stable with it
 //!   (see [`super::wait_stable`]);
@@ -34,6 +39,8 @@ pub const PARTITIONS: u32 = 6;
 const BASELINE_SKIP: Duration = Duration::from_secs(1);
 /// Records flow this long before the first member joins.
 const WARMUP: Duration = Duration::from_secs(2);
+/// The golden ratio's fractional part: successive multiples of it, modulo 1, spread evenly.
+const PHASE_STEP: f64 = 0.618_033_988_749_895;
 
 /// What the scenario runs.
 #[derive(Debug, Clone)]
@@ -42,7 +49,8 @@ pub struct RebalanceSettings {
     pub rate: u64,
     /// Members at the end (one joins at a time, from 1).
     pub max_members: usize,
-    /// Wait after the group is stable before the next member joins.
+    /// Least wait after the group is stable before the next member joins (plus a fraction of
+    /// the heartbeat interval that differs per join, [`join_phase`]).
     pub join_after: Duration,
     /// The coordinator's heartbeat interval (`[groups] heartbeat-interval`).
     pub heartbeat_interval: Duration,
@@ -59,7 +67,7 @@ pub struct RebalanceResult {
     pub sent_msgs_per_sec: Vec<f64>,
     /// The members' heartbeat interval, in ms.
     pub heartbeat_interval_ms: u64,
-    /// Wait between a stable group and the next join, in ms.
+    /// Least wait between a stable group and the next join, in ms.
     pub join_after_ms: u64,
     /// Cooperative first, then eager.
     pub modes: Vec<ModeResult>,
@@ -88,6 +96,8 @@ pub struct ModeResult {
 pub struct JoinResult {
     /// Members after the join.
     pub members: usize,
+    /// How long after the group was stable without it the member joined, ms.
+    pub joined_after_ms: f64,
     /// From creating the new member's consumer to a stable group, ms.
     pub stable_ms: f64,
     /// Partitions whose owner changed.
@@ -174,7 +184,8 @@ async fn run_mode(
     let mut members: Vec<GroupMember> = Vec::new();
     // Per join: when the new member started, when the group was stable, who owned what then.
     let mut joins: Vec<(Instant, Instant, BTreeMap<u32, usize>)> = Vec::new();
-    for n in 1..=settings.max_members.max(1) {
+    let last = settings.max_members.max(1);
+    for n in 1..=last {
         let member = GroupMember::start(&deployment.endpoints, &options).await?;
         let started = member.started;
         members.push(member);
@@ -182,7 +193,8 @@ async fn run_mode(
         let owners = owners(&members);
         eprintln!("  {mode}: member {n} joined; stable after {:.0} ms", (stable - started).as_secs_f64() * 1000.0);
         joins.push((started, stable, owners));
-        tokio::time::sleep(settings.join_after).await;
+        let phase = if n == last { 0.0 } else { join_phase(n + 1) };
+        tokio::time::sleep(settings.join_after + settings.heartbeat_interval.mul_f64(phase)).await;
     }
     let observed_until = Instant::now();
     let totals = producer.stop().await?;
@@ -198,6 +210,7 @@ async fn run_mode(
         let Some((_, prev_stable, owners_before)) = i.checked_sub(1).and_then(|j| joins.get(j)) else {
             results.push(JoinResult {
                 members: 1,
+                joined_after_ms: 0.0,
                 stable_ms,
                 moved: Vec::new(),
                 unmoved_pause_ms: None,
@@ -249,6 +262,7 @@ async fn run_mode(
             .collect();
         results.push(JoinResult {
             members: i + 1,
+            joined_after_ms: (*started - *prev_stable).as_secs_f64() * 1000.0,
             stable_ms,
             slow_polls,
             unmoved_pause_ms: max_of(false),
@@ -266,6 +280,12 @@ async fn run_mode(
         producer_errors: totals.errors,
     };
     Ok((result, totals.msgs_per_sec))
+}
+
+/// φ of the join that brings the group to `members` (2 or more): member *n* + 1 joins
+/// `join_after` + φ × the heartbeat interval after the group was stable with *n*.
+pub fn join_phase(members: usize) -> f64 {
+    (members.saturating_sub(1) as f64 * PHASE_STEP).fract()
 }
 
 /// Who owns each partition (member index in join order), as the members see it.

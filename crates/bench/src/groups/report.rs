@@ -6,7 +6,7 @@ use comfy_table::{presets::UTF8_BORDERS_ONLY, Cell, CellAlignment, Table};
 use super::failover::GroupFailoverResult;
 use super::heartbeats::HeartbeatsResult;
 use super::median;
-use super::rebalance::{ModeResult, RebalanceResult};
+use super::rebalance::{join_phase, ModeResult, RebalanceResult};
 
 fn ms(v: Option<f64>) -> String {
     v.map_or_else(|| "-".to_string(), |v| format!("{v:.0}"))
@@ -16,21 +16,23 @@ fn right(text: String) -> Cell {
     Cell::new(text).set_alignment(CellAlignment::Right)
 }
 
-/// One row per join; per mode: time to stable, the largest pause of a partition that kept its
-/// owner and of one that moved, and how many moved. Then medians and eager/cooperative ratios.
+/// One row per join with its phase; per mode: time to stable, the largest pause of a partition
+/// that kept its owner and of one that moved, and how many moved. Then medians and eager/cooperative ratios.
 pub fn group_rebalance_table(r: &RebalanceResult) -> String {
     let mut t = Table::new();
     t.load_preset(UTF8_BORDERS_ONLY);
-    let mut header = vec!["members".to_string()];
+    let mut header = vec!["members".to_string(), "phase".to_string()];
     for m in &r.modes {
-        for col in ["stable ms", "unmoved pause ms", "moved pause ms", "moved"] {
-            header.push(format!("{} {col}", m.mode));
+        let mode = if m.mode == "cooperative" { "coop" } else { m.mode.as_str() };
+        for col in ["stable", "kept pause", "moved pause", "moved"] {
+            header.push(format!("{mode} {col}"));
         }
     }
     t.set_header(header);
     let joins = r.modes.iter().map(|m| m.joins.len()).max().unwrap_or(0);
     for j in 0..joins {
-        let mut row = vec![right(format!("{}", j + 1))];
+        let phase = if j == 0 { "-".to_string() } else { format!("{:.2}", join_phase(j + 1)) };
+        let mut row = vec![right(format!("{}", j + 1)), right(phase)];
         for m in &r.modes {
             match m.joins.get(j) {
                 Some(join) => {
@@ -45,7 +47,9 @@ pub fn group_rebalance_table(r: &RebalanceResult) -> String {
         t.add_row(row);
     }
     let mut out = format!(
-        "group-rebalance: {} partitions, {} records/s asked ({} sent), heartbeat interval {} ms, next join {} ms after stable\n{t}",
+        "group-rebalance: {} partitions, {} records/s asked ({} sent), heartbeat interval {} ms, \
+         next join {} ms + phase × interval after stable; times in ms, pauses are the largest of \
+         partitions that kept their owner / moved\n{t}",
         r.partitions,
         r.rate,
         r.sent_msgs_per_sec.iter().map(|s| format!("{s:.0}")).collect::<Vec<_>>().join(" / "),
