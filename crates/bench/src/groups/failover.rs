@@ -5,7 +5,10 @@
 //! hashes to (`FindCoordinator` names its node). That node is SIGKILLed; per member, the time
 //! runs from the kill to the end of its first successful commit *called after* the kill (a
 //! commit already in flight at the kill is not counted, even if it succeeds later: it may have
-//! been applied before). Target: under 2 s. Then: did any member lose its partitions (its
+//! been applied before). Target: under 2 s. Beside the members, a probe (a client that does not
+//! retry by itself) times when `FindCoordinator` first names another node and when that node
+//! first answers `DescribeGroup` (it has loaded the group), to tell the coordinator's failover
+//! apart from the members' clients finding it. Then: did any member lose its partitions (its
 //! listener's `on_lost`: a fenced member, or a session that ran out by its own clock), and did
 //! any partition change owner. The node is restarted, and the next kill waits until every
 //! partition is back on its preferred leader with a full ISR and the group is stable.
@@ -13,7 +16,7 @@
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use rill_client::{Client, Coordinator};
+use rill_client::{Client, ClientOptions, Coordinator};
 use serde::Serialize;
 
 use super::member::{GroupMember, MemberOptions};
@@ -70,6 +73,12 @@ pub struct CoordinatorKill {
     /// The coordinator after the kill, as `FindCoordinator` named it once every member had
     /// committed.
     pub new_coordinator: Option<u64>,
+    /// Kill → `FindCoordinator` first names another node, ms (the coordinator partition has a
+    /// new leader and the metadata says so).
+    pub elected_ms: Option<f64>,
+    /// Kill → the new coordinator first answers `DescribeGroup` (it has applied its log and
+    /// serves the group), ms.
+    pub serving_ms: Option<f64>,
     /// Per member: kill → end of its first successful commit called after the kill, ms
     /// (`None`: none within 60 s).
     pub commit_ms: Vec<Option<f64>>,
@@ -109,6 +118,9 @@ pub async fn group_failover(
     // The internal topic exists once a group has used it; from here on leaders must be settled.
     wait_settled_leaders(&client, &[topic, CONSUMER_OFFSETS], SETTLE_TIMEOUT).await?;
 
+    // Single attempts: the probe's own 5 ms loop is the retry schedule.
+    let options = ClientOptions { retry_budget: Duration::ZERO, ..ClientOptions::default() };
+    let probe_client = Client::connect_with(&deployment.endpoints, options).await?;
     let mut results = Vec::new();
     for k in 1..=kills {
         tokio::time::sleep(BEFORE_KILL).await;
@@ -118,6 +130,7 @@ pub async fn group_failover(
         let (node, _) = client.find_coordinator(Coordinator::Group, group).await.context("FindCoordinator")?;
         deployment.rill()?.kill(node)?;
         let killed_at = Instant::now();
+        let probe = tokio::spawn(probe_coordinator(probe_client.clone(), group, node, killed_at + COMMIT_DEADLINE));
 
         // Per member: the first successful commit called after the kill.
         let deadline = killed_at + COMMIT_DEADLINE;
@@ -148,6 +161,8 @@ pub async fn group_failover(
             }
         }
         let new_coordinator = client.find_coordinator(Coordinator::Group, group).await.ok().map(|(n, _)| n);
+        let (elected, serving) = probe.await.context("the coordinator probe")?;
+        let since_kill = |t: Option<Instant>| t.map(|t| (t - killed_at).as_secs_f64() * 1000.0);
         let shown: Vec<String> = commit_ms.iter().map(|m| m.map_or("none".into(), |ms| format!("{ms:.0}"))).collect();
         eprintln!(
             "  kill {k} of {kills}: coordinator node {node} killed; next commit per member: {} ms",
@@ -167,6 +182,8 @@ pub async fn group_failover(
         results.push(CoordinatorKill {
             node,
             new_coordinator,
+            elected_ms: since_kill(elected),
+            serving_ms: since_kill(serving),
             commit_ms,
             failed_commits,
             first_failure: first_failure.map(|(_, why)| why),
@@ -191,4 +208,29 @@ pub async fn group_failover(
     };
     crate::scenarios::finish(deployment, "group-failover", &result);
     Ok(result)
+}
+
+/// Polls every 5 ms until `deadline`: when `FindCoordinator` first names a node other than
+/// `killed`, and when that coordinator first answers `DescribeGroup` for `group`.
+async fn probe_coordinator(
+    client: Client,
+    group: &'static str,
+    killed: u64,
+    deadline: Instant,
+) -> (Option<Instant>, Option<Instant>) {
+    let mut elected = None;
+    while Instant::now() < deadline {
+        if elected.is_none() {
+            if let Ok((node, _)) = client.find_coordinator(Coordinator::Group, group).await {
+                if node != killed {
+                    elected = Some(Instant::now());
+                }
+            }
+        }
+        if elected.is_some() && client.describe_group(group).await.is_ok() {
+            return (elected, Some(Instant::now()));
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    (elected, None)
 }

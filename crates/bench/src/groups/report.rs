@@ -119,10 +119,13 @@ pub fn group_failover_summary(f: &GroupFailoverResult) -> String {
     for (i, k) in f.kills.iter().enumerate() {
         let per: Vec<String> = k.commit_ms.iter().map(|m| ms(*m)).collect();
         out.push_str(&format!(
-            "\n  kill {}: coordinator node {} → node {}: kill → next commit {} ms; failed commits {:?}; lost {}, moved {}{}",
+            "\n  kill {}: coordinator node {} → node {} (named after {} ms, serving after {} ms): kill → next commit {} ms; \
+             failed commits {:?}; lost {}, moved {}{}",
             i + 1,
             k.node,
             k.new_coordinator.map_or("?".into(), |n| n.to_string()),
+            ms(k.elected_ms),
+            ms(k.serving_ms),
             per.join(", "),
             k.failed_commits,
             k.lost,
