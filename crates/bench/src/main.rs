@@ -123,6 +123,10 @@ struct BenchArgs {
     /// phases of the members' heartbeats.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "3s")]
     group_join_after: Duration,
+    /// How long each member's poll waits for records in the group-rebalance scenario (a
+    /// member acts on a new assignment only inside poll).
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "100ms")]
+    group_poll_timeout: Duration,
     /// Coordinator kills in the group-failover scenario.
     #[arg(long, default_value_t = 5)]
     group_failover_kills: u32,
@@ -281,6 +285,7 @@ async fn run(args: BenchArgs) -> anyhow::Result<()> {
                     max_members: args.group_rebalance_members,
                     join_after: args.group_join_after,
                     heartbeat_interval: args.group_heartbeat_interval,
+                    poll_timeout: args.group_poll_timeout,
                 };
                 group_rebalance = Some(groups::rebalance::group_rebalance(&env, &settings).await?)
             }

@@ -19,7 +19,7 @@ use anyhow::Context;
 use rill_client::{Client, ClientOptions, Coordinator};
 use serde::Serialize;
 
-use super::member::{GroupMember, MemberOptions};
+use super::member::{GroupMember, MemberOptions, POLL_TIMEOUT};
 use super::{
     create_topic, median, start_cluster, stop_all, wait_settled_leaders, wait_stable, SteadyProducer, STABLE_TIMEOUT,
 };
@@ -109,6 +109,7 @@ pub async fn group_failover(
         topic: topic.to_string(),
         rebalance_mode: None,
         commit_every_poll: true,
+        poll_timeout: POLL_TIMEOUT,
     };
     let mut members = Vec::new();
     for _ in 0..MEMBERS {

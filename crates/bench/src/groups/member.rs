@@ -14,9 +14,9 @@ use rill_client::{Client, Consumer, ConsumerConfig, OffsetSpec, RebalanceListene
 use rill_proto::groups::OwnedPartitions;
 use tokio::task::JoinHandle;
 
-/// How long one `poll` waits for records: short, so a member acts on a new assignment (which
-/// happens inside `poll`) promptly even when its partitions are quiet.
-const POLL_TIMEOUT: Duration = Duration::from_millis(100);
+/// How long one `poll` waits for records, by default: short, so a member acts on a new
+/// assignment (which happens inside `poll`) promptly even when it has no records to return.
+pub const POLL_TIMEOUT: Duration = Duration::from_millis(100);
 /// A `poll` taking this much longer than its timeout was held up inside (revoking partitions
 /// commits their positions; new partitions look up their committed offsets): recorded.
 const SLOW_POLL_SLACK: Duration = Duration::from_millis(50);
@@ -35,6 +35,8 @@ pub struct MemberOptions {
     pub rebalance_mode: Option<String>,
     /// Commit after every poll (and time each commit), instead of auto-committing every second.
     pub commit_every_poll: bool,
+    /// How long each `poll` waits for records.
+    pub poll_timeout: Duration,
 }
 
 /// One record received.
@@ -121,17 +123,17 @@ impl GroupMember {
         consumer.set_rebalance_listener(Listener(view.clone()));
         consumer.subscribe(&[options.topic.as_str()]).context("subscribe")?;
         let stop = Arc::new(AtomicBool::new(false));
-        let commit_every_poll = options.commit_every_poll;
+        let (commit_every_poll, poll_timeout) = (options.commit_every_poll, options.poll_timeout);
         let task = tokio::spawn({
             let (view, stop) = (view.clone(), stop.clone());
             async move {
                 while !stop.load(Ordering::SeqCst) {
                     let polled = Instant::now();
-                    let records = consumer.poll(POLL_TIMEOUT).await.context("poll")?;
+                    let records = consumer.poll(poll_timeout).await.context("poll")?;
                     let at = Instant::now();
                     {
                         let mut v = lock(&view);
-                        if at - polled > POLL_TIMEOUT + SLOW_POLL_SLACK {
+                        if at - polled > poll_timeout + SLOW_POLL_SLACK {
                             v.slow_polls.push((polled, at - polled));
                         }
                         v.receipts.extend(records.iter().map(|r| Receipt {

@@ -54,6 +54,8 @@ pub struct RebalanceSettings {
     pub join_after: Duration,
     /// The coordinator's heartbeat interval (`[groups] heartbeat-interval`).
     pub heartbeat_interval: Duration,
+    /// How long each member's `poll` waits for records.
+    pub poll_timeout: Duration,
 }
 
 /// The scenario's result: one run per rebalance mode.
@@ -67,6 +69,8 @@ pub struct RebalanceResult {
     pub sent_msgs_per_sec: Vec<f64>,
     /// The members' heartbeat interval, in ms.
     pub heartbeat_interval_ms: u64,
+    /// The members' poll timeout, in ms.
+    pub poll_timeout_ms: u64,
     /// Least wait between a stable group and the next join, in ms.
     pub join_after_ms: u64,
     /// Cooperative first, then eager.
@@ -159,6 +163,7 @@ pub async fn group_rebalance(env: &Env, settings: &RebalanceSettings) -> anyhow:
         rate: settings.rate,
         sent_msgs_per_sec,
         heartbeat_interval_ms: settings.heartbeat_interval.as_millis() as u64,
+        poll_timeout_ms: settings.poll_timeout.as_millis() as u64,
         join_after_ms: settings.join_after.as_millis() as u64,
         modes,
     };
@@ -179,8 +184,13 @@ async fn run_mode(
     let producer = SteadyProducer::start(&client, &topic, PARTITIONS, settings.rate);
     tokio::time::sleep(WARMUP).await;
     let t0 = Instant::now();
-    let options =
-        MemberOptions { group: group.clone(), topic, rebalance_mode: Some(mode.to_string()), commit_every_poll: false };
+    let options = MemberOptions {
+        group: group.clone(),
+        topic,
+        rebalance_mode: Some(mode.to_string()),
+        commit_every_poll: false,
+        poll_timeout: settings.poll_timeout,
+    };
     let mut members: Vec<GroupMember> = Vec::new();
     // Per join: when the new member started, when the group was stable, who owned what then.
     let mut joins: Vec<(Instant, Instant, BTreeMap<u32, usize>)> = Vec::new();

@@ -47,13 +47,14 @@ pub fn group_rebalance_table(r: &RebalanceResult) -> String {
         t.add_row(row);
     }
     let mut out = format!(
-        "group-rebalance: {} partitions, {} records/s asked ({} sent), heartbeat interval {} ms, \
+        "group-rebalance: {} partitions, {} records/s asked ({} sent), heartbeat interval {} ms, poll timeout {} ms, \
          next join {} ms + phase × interval after stable; times in ms, pauses are the largest of \
          partitions that kept their owner / moved\n{t}",
         r.partitions,
         r.rate,
         r.sent_msgs_per_sec.iter().map(|s| format!("{s:.0}")).collect::<Vec<_>>().join(" / "),
         r.heartbeat_interval_ms,
+        r.poll_timeout_ms,
         r.join_after_ms,
     );
     for m in &r.modes {
