@@ -48,6 +48,8 @@ pub struct Receipt {
     pub offset: u64,
     /// When `poll` returned it.
     pub at: Instant,
+    /// Its create time (ms since the epoch): set by the producing client when it sent the batch.
+    pub created_ms: i64,
 }
 
 /// One successful commit.
@@ -140,6 +142,7 @@ impl GroupMember {
                             partition: r.partition,
                             offset: r.offset,
                             at,
+                            created_ms: r.timestamp_ms,
                         }));
                         v.assignment = consumer.assignment().iter().map(|tp| tp.partition).collect();
                         v.member = consumer.member();

@@ -24,7 +24,7 @@
 //!   that moved to another member.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 
@@ -145,6 +145,10 @@ pub struct PartitionPause {
     pub normal_gap_ms: f64,
     /// `longest_gap_ms − normal_gap_ms`, at least 0.
     pub pause_ms: f64,
+    /// Records of the partition the producer sent (by their create time) during that gap:
+    /// about rate ÷ partitions per second of it when records waited on the way to the
+    /// consumer; none when the producer itself stalled.
+    pub sent_during_gap: usize,
 }
 
 /// Runs the joins in cooperative mode, then in eager mode, on one cluster.
@@ -184,6 +188,7 @@ async fn run_mode(
     let producer = SteadyProducer::start(&client, &topic, PARTITIONS, settings.rate);
     tokio::time::sleep(WARMUP).await;
     let t0 = Instant::now();
+    let wall0_ms = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64() * 1000.0);
     let options = MemberOptions {
         group: group.clone(),
         topic,
@@ -213,6 +218,13 @@ async fn run_mode(
     let secs = |t: Instant| t.saturating_duration_since(t0).as_secs_f64();
     let receipts: Vec<Receipt> = views.iter().flat_map(|v| v.receipts.iter().copied()).collect();
     let (events, duplicates) = progress(&receipts, t0);
+    // Each record's create time as seconds after t0 (the producer's clock is this machine's).
+    let by_offset: BTreeMap<(u32, u64), i64> =
+        receipts.iter().map(|r| ((r.partition, r.offset), r.created_ms)).collect();
+    let mut created: BTreeMap<u32, Vec<f64>> = BTreeMap::new();
+    for ((partition, _), ms) in by_offset {
+        created.entry(partition).or_default().push((ms as f64 - wall0_ms) / 1000.0);
+    }
     let end = secs(observed_until);
     let mut results = Vec::new();
     for (i, (started, stable, owners_after)) in joins.iter().enumerate() {
@@ -239,7 +251,11 @@ async fn run_mode(
             times.push(end);
             let (gap_start, longest) = longest_gap_overlapping(&times, window.0, window.1);
             let normal = longest_gap_within(&times, baseline.0, baseline.1);
+            let sent_during_gap = created
+                .get(&p)
+                .map_or(0, |c| c.iter().filter(|t| **t > gap_start && **t < gap_start + longest).count());
             partitions.push(PartitionPause {
+                sent_during_gap,
                 partition: p,
                 owner_before: owners_before.get(&p).copied(),
                 owner_after: owners_after.get(&p).copied(),
@@ -368,12 +384,12 @@ mod tests {
         let t0 = Instant::now();
         let at = |ms: u64| t0 + Duration::from_millis(ms);
         let receipts = [
-            Receipt { partition: 0, offset: 0, at: at(0) },
-            Receipt { partition: 0, offset: 1, at: at(10) },
+            Receipt { partition: 0, offset: 0, at: at(0), created_ms: 0 },
+            Receipt { partition: 0, offset: 1, at: at(10), created_ms: 0 },
             // A new owner starting at the last commit (offset 1) receives it again, later.
-            Receipt { partition: 0, offset: 1, at: at(500) },
-            Receipt { partition: 0, offset: 2, at: at(510) },
-            Receipt { partition: 1, offset: 0, at: at(5) },
+            Receipt { partition: 0, offset: 1, at: at(500), created_ms: 0 },
+            Receipt { partition: 0, offset: 2, at: at(510), created_ms: 0 },
+            Receipt { partition: 1, offset: 0, at: at(5), created_ms: 0 },
         ];
         let (events, duplicates) = progress(&receipts, t0);
         assert_eq!(duplicates, 1);
