@@ -18,7 +18,7 @@ use rill_raft::types::LogId;
 use rill_raft::{GroupStateMachine, Payload};
 
 use crate::error::{CoordinatorError, Result};
-use crate::groups::classic::{ClassicApplied, ClassicGroups, Replicated};
+use crate::groups::classic::{ClassicGroups, Replicated};
 use crate::groups::group::{Applied, ConsumerGroups};
 
 /// Longest group id accepted (bytes): ids are keys in the coordinator's state and its snapshot.
@@ -194,7 +194,7 @@ pub fn check_commit<'p>(
     let group = groups.get(group_id);
     let (member_id, epoch) = match committer {
         Committer::Standalone => {
-            let members = group.is_some_and(|g| !g.members.is_empty()) || classic.has_members(group_id);
+            let members = groups.has_members(group_id) || classic.has_members(group_id);
             return if members {
                 Err(CoordinatorError::UnknownMemberId { group_id: group_id.to_string(), member_id: String::new() })
             } else {
@@ -295,7 +295,21 @@ impl OffsetsMachine {
 
     /// True when `group_id` has members of either protocol.
     fn has_members(&self, group_id: &str) -> bool {
-        self.groups.get(group_id).is_some_and(|g| !g.members.is_empty()) || self.classic.has_members(group_id)
+        self.groups.has_members(group_id) || self.classic.has_members(group_id)
+    }
+
+    /// Whether commit `c` still applies (`check_commit` against the applied state); `classic`:
+    /// its `member_epoch` is a classic member's generation.
+    fn may_commit(&self, c: &pb::CommitOffsets, classic: bool) -> bool {
+        let committer = if classic {
+            Committer::Classic { member_id: &c.member_id, generation: c.member_epoch }
+        } else if c.member_id.is_empty() {
+            Committer::Standalone
+        } else {
+            Committer::Member { member_id: &c.member_id, epoch: c.member_epoch }
+        };
+        let partitions = c.offsets.iter().map(|o| (o.topic.as_str(), o.partition));
+        check_commit(&self.groups, &self.classic, &c.group_id, committer, partitions).is_ok()
     }
 
     /// The versions of `group_id`'s KIP-848 and classic records (0: none).
@@ -362,21 +376,15 @@ impl GroupStateMachine for OffsetsMachine {
     fn apply(&mut self, log_id: &LogId, _base: u64, payload: &Payload) -> Bytes {
         match pb::OffsetsCommand::decode(payload.body.clone()).map(|c| c.command) {
             Ok(Some(pb::offsets_command::Command::Commit(c))) => {
-                let committer = if c.member_id.is_empty() {
-                    Committer::Standalone
-                } else {
-                    Committer::Member { member_id: &c.member_id, epoch: c.member_epoch }
-                };
-                let partitions = c.offsets.iter().map(|o| (o.topic.as_str(), o.partition));
-                if check_commit(&self.groups, &self.classic, &c.group_id, committer, partitions).is_err() {
+                let classic = false;
+                if !self.may_commit(&c, classic) {
                     return Bytes::from_static(REFUSED);
                 }
                 self.state.apply(c);
             }
             Ok(Some(pb::offsets_command::Command::ClassicCommit(c))) => {
-                let committer = Committer::Classic { member_id: &c.member_id, generation: c.member_epoch };
-                let partitions = c.offsets.iter().map(|o| (o.topic.as_str(), o.partition));
-                if check_commit(&self.groups, &self.classic, &c.group_id, committer, partitions).is_err() {
+                let classic = true;
+                if !self.may_commit(&c, classic) {
                     return Bytes::from_static(REFUSED);
                 }
                 self.state.apply(c);
@@ -405,7 +413,7 @@ impl GroupStateMachine for OffsetsMachine {
                 }
                 return match self.groups.apply(&c) {
                     Applied::Changed => {
-                        if self.groups.get(&c.group_id).is_some_and(|g| !g.members.is_empty()) {
+                        if self.groups.has_members(&c.group_id) {
                             // Takes the id over from an empty classic group, if there was one.
                             self.classic.remove(&c.group_id);
                         }
@@ -432,18 +440,18 @@ impl GroupStateMachine for OffsetsMachine {
                 let Some(group_id) = r.group.as_ref().map(|g| g.group_id.clone()) else {
                     return Bytes::from_static(CONFLICT);
                 };
-                if self.groups.get(&group_id).is_some_and(|g| !g.members.is_empty()) {
+                if self.groups.has_members(&group_id) {
                     return Bytes::from_static(REFUSED);
                 }
                 return match self.classic.apply(&r) {
-                    ClassicApplied::Changed => {
+                    Applied::Changed => {
                         if self.classic.has_members(&group_id) {
                             // Takes the id over from an empty KIP-848 group, if there was one.
                             self.groups.remove(&group_id);
                         }
                         Bytes::from_static(APPLIED)
                     }
-                    ClassicApplied::Conflict => Bytes::from_static(CONFLICT),
+                    Applied::Conflict => Bytes::from_static(CONFLICT),
                 };
             }
             Ok(None) => tracing::error!(index = log_id.index, "offsets command without a kind; skipped"),

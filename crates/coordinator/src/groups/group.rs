@@ -331,7 +331,7 @@ impl ConsumerGroup {
     }
 }
 
-/// What applying a change did.
+/// What applying a compare-and-set change to a group (KIP-848 or classic) did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Applied {
     /// The change took effect.
@@ -365,6 +365,11 @@ impl ConsumerGroups {
     /// True when there are none.
     pub fn is_empty(&self) -> bool {
         self.groups.is_empty()
+    }
+
+    /// True when `group_id` exists with members.
+    pub fn has_members(&self, group_id: &str) -> bool {
+        self.groups.get(group_id).is_some_and(|g| !g.members.is_empty())
     }
 
     /// Forgets the group `group_id` (deleted while it had no members).

@@ -64,7 +64,7 @@ pub use api::{
 pub use config::ClassicConfig;
 pub use engine::{persist_failure, ClassicDescription, ClassicEngine, DescribedMember, MemberIds};
 pub use live::ClassicState;
-pub use state::{ClassicApplied, ClassicGroup, ClassicGroups, ClassicMember, Protocol};
+pub use state::{ClassicGroup, ClassicGroups, ClassicMember, Protocol};
 
 use crate::error::{CoordinatorError, Result};
 use crate::offsets::{OffsetsMachine, APPLIED, REFUSED};

@@ -17,6 +17,8 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 use rill_proto::coordinator as pb;
 
+use crate::groups::group::Applied;
+
 /// A protocol a member supports: a name (an assignor, for consumers) and opaque metadata (a
 /// consumer's subscription).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -117,15 +119,6 @@ impl ClassicGroup {
     }
 }
 
-/// What applying a record did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ClassicApplied {
-    /// The record took effect.
-    Changed,
-    /// The group was not at the version the record was decided from: nothing changed.
-    Conflict,
-}
-
 /// Every classic group of one `__consumer_offsets` partition.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ClassicGroups {
@@ -170,16 +163,16 @@ impl ClassicGroups {
 
     /// Applies `record` if the group is at the version it was decided from. A record without a
     /// group changes nothing (every replica skips it alike).
-    pub fn apply(&mut self, record: &pb::ClassicGroupRecord) -> ClassicApplied {
-        let Some(group) = &record.group else { return ClassicApplied::Conflict };
+    pub fn apply(&mut self, record: &pb::ClassicGroupRecord) -> Applied {
+        let Some(group) = &record.group else { return Applied::Conflict };
         let current = self.version(&group.group_id);
         if current != record.expect_version {
-            return ClassicApplied::Conflict;
+            return Applied::Conflict;
         }
         let mut g = ClassicGroup::from_proto(group);
         g.version = current + 1;
         self.groups.insert(g.group_id.clone(), g);
-        ClassicApplied::Changed
+        Applied::Changed
     }
 
     /// Every group as stored in a snapshot.
@@ -263,16 +256,16 @@ mod tests {
     fn records_apply_only_at_the_version_they_were_decided_from() {
         let mut groups = ClassicGroups::default();
         let first = pb::ClassicGroupRecord { expect_version: 0, group: Some(group(1, &["a", "b"]).to_proto()) };
-        assert_eq!(groups.apply(&first), ClassicApplied::Changed);
+        assert_eq!(groups.apply(&first), Applied::Changed);
         assert_eq!(groups.version("g"), 1);
-        assert_eq!(groups.apply(&first), ClassicApplied::Conflict, "decided before the first applied");
+        assert_eq!(groups.apply(&first), Applied::Conflict, "decided before the first applied");
         let second = pb::ClassicGroupRecord { expect_version: 1, group: Some(group(2, &["a"]).to_proto()) };
-        assert_eq!(groups.apply(&second), ClassicApplied::Changed);
+        assert_eq!(groups.apply(&second), Applied::Changed);
         let g = groups.get("g").unwrap();
         assert_eq!((g.version, g.generation, g.members.len()), (2, 2, 1));
         assert_eq!(g.members["a"].metadata("range"), Bytes::from_static(b"sub"));
         assert_eq!(g.members["a"].metadata("sticky"), Bytes::new());
-        assert_eq!(groups.apply(&pb::ClassicGroupRecord { expect_version: 2, group: None }), ClassicApplied::Conflict);
+        assert_eq!(groups.apply(&pb::ClassicGroupRecord { expect_version: 2, group: None }), Applied::Conflict);
     }
 
     #[test]
