@@ -9,7 +9,7 @@ use bytes::Bytes;
 use rill_client::{Acks, Client, ClientOptions, OffsetSpec, Producer, ProducerConfig, Record};
 use serde::Serialize;
 
-use crate::systems::rill::{start, start_with, wait_for_leaders, READY_TIMEOUT};
+use crate::systems::rill::{start, start_with, wait_for_leaders, wait_for_partitions, READY_TIMEOUT};
 use crate::systems::Env;
 
 /// CPU use of a cluster holding many idle partitions.
@@ -158,18 +158,10 @@ async fn background_load(client: Client, rate: u64, stop: std::sync::Arc<std::sy
 }
 
 async fn wait_full_isr(client: &Client, topic: &str) -> anyhow::Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        if let Ok(d) = client.describe_topic(topic).await {
-            if d.partitions.iter().all(|p| p.leader.is_some() && p.isr.len() == p.replicas.len()) {
-                return Ok(());
-            }
-        }
-        if Instant::now() > deadline {
-            bail!("{topic} did not get its full ISR back within 120 s");
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    wait_for_partitions(client, topic, Duration::from_secs(120), "a leader and the full ISR on every partition", |p| {
+        p.leader.is_some() && p.isr.len() == p.replicas.len()
+    })
+    .await
 }
 
 /// Restart time of a cluster holding a large log.

@@ -34,7 +34,7 @@ use rill_client::{Client, Producer, ProducerConfig, Record};
 use rill_proto::groups::DescribeGroupResponse;
 use tokio::task::JoinHandle;
 
-use crate::systems::rill::{start_with, wait_for_leaders};
+use crate::systems::rill::{start_with, wait_for_leaders, wait_for_partitions};
 use crate::systems::{Deployment, Env};
 use member::GroupMember;
 
@@ -201,21 +201,12 @@ fn stable(d: &DescribeGroupResponse, members: &[GroupMember], partitions: u32) -
 /// seconds (preferred-leader balancing), and a measurement started before that would include
 /// those moves.
 pub(crate) async fn wait_settled_leaders(client: &Client, topics: &[&str], timeout: Duration) -> anyhow::Result<()> {
-    let deadline = Instant::now() + timeout;
     for topic in topics {
-        loop {
-            if let Ok(d) = client.describe_topic(topic).await {
-                if d.partitions.iter().all(|p| {
-                    p.leader.is_some() && p.leader == p.replicas.first().copied() && p.isr.len() == p.replicas.len()
-                }) {
-                    break;
-                }
-            }
-            if Instant::now() > deadline {
-                bail!("{topic}: leaders not back on their preferred replicas with full ISRs within {timeout:?}");
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        let what = "leaders on their preferred replicas with full ISRs";
+        wait_for_partitions(client, topic, timeout, what, |p| {
+            p.leader.is_some() && p.leader == p.replicas.first().copied() && p.isr.len() == p.replicas.len()
+        })
+        .await?;
     }
     Ok(())
 }

@@ -77,6 +77,29 @@ pub async fn wait_for_leaders(client: &Client, topic: &str) -> anyhow::Result<()
     Ok(())
 }
 
+/// Waits until every partition of `topic` is `wanted` (described every 200 ms); after `timeout`
+/// fails, naming `what` was not reached.
+pub async fn wait_for_partitions(
+    client: &Client,
+    topic: &str,
+    timeout: Duration,
+    what: &str,
+    wanted: impl Fn(&rill_client::PartitionDescription) -> bool,
+) -> anyhow::Result<()> {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        if let Ok(d) = client.describe_topic(topic).await {
+            if d.partitions.iter().all(&wanted) {
+                return Ok(());
+            }
+        }
+        if std::time::Instant::now() > deadline {
+            anyhow::bail!("{topic}: {what} not reached within {timeout:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 impl Driver for RillDriver {
     fn create_topic<'a>(&'a self, topic: &'a str, partitions: u32) -> BoxFuture<'a, anyhow::Result<()>> {
         async move {
