@@ -64,15 +64,13 @@ async fn a_new_node_joins_takes_replicas_and_rejoins_after_restart() -> anyhow::
             for (p, values) in batches {
                 let records: Vec<Record> = values.into_iter().map(Record::new).collect();
                 // With replica.lag.time.max.ms=1000 a follower of a partition led by the new node
-                // may still be catching up: NOT_ENOUGH_REPLICAS wrote nothing, so it is retried
-                // (as Kafka's producers do) until the ISR is large enough again.
+                // may still be catching up: NOT_ENOUGH_REPLICAS (like a leader moving) wrote
+                // nothing, so it is retried (as Kafka's producers do) until the ISR is large
+                // enough again.
                 let deadline = tokio::time::Instant::now() + READY_TIMEOUT;
                 loop {
                     match client.produce("joined", p, records.clone(), Acks::All).await {
-                        Err(e)
-                            if e.code() == Some(rill_client::ErrorCode::NotEnoughReplicas)
-                                && tokio::time::Instant::now() < deadline =>
-                        {
+                        Err(e) if e.is_retriable_without_effect() && tokio::time::Instant::now() < deadline => {
                             tokio::time::sleep(std::time::Duration::from_millis(100)).await
                             // backoff, not synchronisation
                         }
