@@ -16,7 +16,10 @@
 //! * [`isr`]: [`IsrTracker`] — which followers are in sync, from Raft replication progress.
 //! * [`replica`]: [`Replica`] — what every kind of partition replica shares: its Raft group,
 //!   ISR view, settings, status, leadership moves ([`handover`]).
-//! * [`partition`]: [`Partition`] — a record partition: produce, fetch, list offsets.
+//! * [`partition`]: [`Partition`] — a record partition replica: its parts, status and
+//!   housekeeping; its produce path is [`produce`], its read path [`fetch`].
+//! * [`produce`]: checks, proposal and the acknowledgement levels.
+//! * [`fetch`]: fetch, the long poll, and the offsets `ListOffsets` asks for.
 //! * [`state_partition`]: [`StatePartition`] — a partition of an internal topic whose state
 //!   machine is its data (a coordinator's state): read on the caught-up leader, propose commands.
 //! * [`cleaning`]: [`cleaning::Cleaning`] — a compacted topic's replicated cleaning point: what
@@ -38,6 +41,7 @@ pub mod cleaning;
 pub mod command;
 pub mod compaction;
 pub mod error;
+pub mod fetch;
 pub mod handover;
 pub mod idempotence;
 pub mod index;
@@ -53,9 +57,10 @@ pub mod state_partition;
 
 pub use compaction::CompactionBudget;
 pub use error::{PartitionError, Result};
+pub use fetch::{FetchOutcome, StoredBatch};
 pub use isr::{IsrTracker, IsrView};
 pub use machine::PartitionStateMachine;
-pub use partition::{Acks, FetchOutcome, Partition, ProduceOutcome, ReplicaState, StoredBatch};
+pub use partition::{Acks, Partition, ProduceOutcome, ReplicaState};
 pub use propose::Proposer;
 pub use replica::Replica;
 pub use state_partition::StatePartition;
