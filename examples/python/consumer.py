@@ -50,6 +50,9 @@ def main():
                     return
             # Past the whole batch: a compacted one may end in offsets that hold no record.
             offset = max(offset, batch_end(batch))
+        # Past what the server looked at but left out (READ_COMMITTED, the default, leaves out
+        # aborted transactions and their markers), even when no batch came back.
+        offset = max(offset, p.next_offset)
 
 
 if __name__ == "__main__":

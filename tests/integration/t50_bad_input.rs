@@ -138,12 +138,29 @@ async fn bad_requests_get_clear_errors_and_data_is_intact() -> anyhow::Result<()
                     partitions: vec![FetchPartition { partition: 0, fetch_offset: offset, max_bytes: 0 }],
                     topic_id: Bytes::new(),
                 }],
+                isolation_level: 0,
             })
             .await?
             .into_inner();
         let p = &resp.topics[0].partitions[0];
         assert_eq!(p.error_code, ErrorCode::OffsetOutOfRange as i32, "offset {offset}: {}", p.error_message);
     }
+
+    tracing::info!("--- an unknown isolation level is refused, naming the levels");
+    let status = c
+        .fetch(FetchRequest {
+            topics: vec![FetchTopic {
+                topic: "guarded".into(),
+                partitions: vec![FetchPartition { partition: 0, fetch_offset: 0, max_bytes: 0 }],
+                topic_id: Bytes::new(),
+            }],
+            isolation_level: 7,
+            ..Default::default()
+        })
+        .await
+        .expect_err("an unknown isolation level");
+    assert_eq!(status.code(), tonic::Code::InvalidArgument, "{}", status.message());
+    assert!(status.message().contains("READ_COMMITTED"), "{}", status.message());
 
     tracing::info!("--- bad topic creations");
     for (name, p, rf, want) in [

@@ -9,8 +9,8 @@ use rill_proto::admin::admin_client::AdminClient;
 use rill_proto::admin::MetadataRequest;
 use rill_proto::records::records_client::RecordsClient;
 use rill_proto::records::{
-    FetchPartition, FetchRequest, FetchTopic, ListOffsetsRequest, ListOffsetsTopic, OffsetSpec, PartitionProduce,
-    PartitionProduceResult, ProduceRequest, TopicProduce,
+    FetchPartition, FetchRequest, FetchTopic, IsolationLevel, ListOffsetsRequest, ListOffsetsTopic, OffsetSpec,
+    PartitionProduce, PartitionProduceResult, ProduceRequest, TopicProduce,
 };
 
 use crate::harness::{init_logs, read_all, text, TestCluster};
@@ -125,6 +125,7 @@ async fn hostile_requests_are_refused_cheaply() -> anyhow::Result<()> {
             partitions: vec![FetchPartition { partition: 0, fetch_offset: 0, max_bytes: 0 }; copies],
             topic_id: Bytes::new(),
         }],
+        isolation_level: IsolationLevel::ReadUncommitted as i32,
     };
     let resp = records.fetch(fetch(3)).await?.into_inner();
     let parts = &resp.topics[0].partitions;
@@ -138,6 +139,7 @@ async fn hostile_requests_are_refused_cheaply() -> anyhow::Result<()> {
         spec: OffsetSpec::Latest as i32,
         topics: vec![ListOffsetsTopic { topic: "target".into(), partitions: vec![0; copies] }],
         timestamp_ms: 0,
+        isolation_level: IsolationLevel::ReadCommitted as i32,
     };
     let resp = records.list_offsets(list(2)).await?.into_inner();
     let parts = &resp.topics[0].partitions;

@@ -55,6 +55,7 @@ async fn internal_topics_and_committed_offsets() -> anyhow::Result<()> {
                 partitions: vec![FetchPartition { partition: 0, fetch_offset: 0, max_bytes: 0 }],
                 topic_id: Default::default(),
             }],
+            ..Default::default()
         })
         .await?
         .into_inner();

@@ -46,6 +46,7 @@ use rill_rt::sync::Semaphore;
 
 use crate::command;
 use crate::error::{PartitionError, Result};
+use crate::fetch::Isolation;
 use crate::partition::Partition;
 
 /// Most distinct keys one pass maps (a pass's memory: about 48 bytes per key).
@@ -356,8 +357,13 @@ impl Partition {
         }
         let now = rill_rt::wall_clock_ms();
         let lag = i64::try_from(config.min_compaction_lag_ms).unwrap_or(i64::MAX);
-        let clean_to =
-            if lag == 0 { self.high_watermark() } else { self.offset_for_time(now.saturating_sub(lag) + 1)? };
+        // Nothing of a transaction still open is compacted: the cleaning point stays at or below
+        // the last stable offset (apply bounds it there too).
+        let clean_to = if lag == 0 {
+            self.latest_offset(Isolation::ReadCommitted)?
+        } else {
+            self.offset_for_time(now.saturating_sub(lag) + 1, Isolation::ReadCommitted)?
+        };
         let (current, current_tombstones, dirty_bytes, horizon) = {
             let c = self.cleaning.lock().unwrap_or_else(|p| p.into_inner());
             let dirty = self.index.lock().unwrap_or_else(|p| p.into_inner()).bytes_from(c.clean_to());

@@ -61,6 +61,10 @@ pub enum PartitionError {
     /// A transactional batch for a partition that is in no ongoing transaction of its producer.
     #[error("{0}")]
     InvalidTxnState(String),
+    /// A transaction marker from a coordinator older than the one whose marker this partition
+    /// applied last for the producer: that coordinator was deposed.
+    #[error("transaction marker of coordinator epoch {got} refused: a coordinator of epoch {current} has written markers for this producer")]
+    CoordinatorFenced { current: i32, got: i32 },
     /// The partition does not know this producer (its state expired) and the batch does not
     /// start a sequence.
     #[error("producer {producer_id} is unknown to this partition (its state may have expired); get a new producer id")]

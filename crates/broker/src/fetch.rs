@@ -1,5 +1,14 @@
 //! The read path of a [`Partition`]: fetch, the long poll, and the offsets `ListOffsets` asks
-//! for (by time, earliest, latest).
+//! for (by time, earliest, latest), at either isolation level.
+//!
+//! `read_uncommitted` reads up to the high watermark. `read_committed` reads up to the last
+//! stable offset (see [`crate::transactions`]) and its answer carries the aborted transactions
+//! that overlap it. Leaving the aborted batches out is [`FetchOutcome::leave_out_aborted`]'s job
+//! and the caller's choice: Rill's gRPC API does it on the server, so that every client built
+//! from `proto/` reads committed data without keeping an aborted-transaction index of its own
+//! (where Kafka clients have had their bugs); Kafka's protocol hands the list to the client,
+//! which filters. Either way a fetch reports `next_offset`, the offset after everything it
+//! looked at, so a consumer moves past a range that held only aborted records and markers.
 
 use bytes::Bytes;
 use rill_records::BatchInfo;
@@ -8,6 +17,7 @@ use rill_rt::Instant;
 use crate::command;
 use crate::error::{PartitionError, Result};
 use crate::partition::Partition;
+use crate::transactions::{AbortedFilter, AbortedTransaction};
 
 /// Log entries read per storage scan while serving a fetch.
 const FETCH_SCAN_ENTRIES: usize = 32;
@@ -23,6 +33,16 @@ pub struct StoredBatch {
     pub append_time_ms: i64,
 }
 
+/// Which records a read may see.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Isolation {
+    /// Up to the last stable offset: only decided transactions (Rill's default).
+    #[default]
+    ReadCommitted,
+    /// Up to the high watermark, open and aborted transactions included.
+    ReadUncommitted,
+}
+
 /// A fetch answer.
 #[derive(Debug, Clone, Default)]
 pub struct FetchOutcome {
@@ -30,8 +50,32 @@ pub struct FetchOutcome {
     pub batches: Vec<StoredBatch>,
     /// High watermark when the answer was built.
     pub high_watermark: u64,
+    /// Last stable offset when the answer was built.
+    pub last_stable_offset: u64,
     /// First offset still stored.
     pub log_start_offset: u64,
+    /// The offset after the last batch the fetch looked at (the requested offset when it found
+    /// none): where the consumer goes next, even when every batch was left out.
+    pub next_offset: u64,
+    /// `read_committed`: the aborted transactions overlapping the batches returned.
+    pub aborted: Vec<AbortedTransaction>,
+}
+
+impl FetchOutcome {
+    /// Leaves out what a `read_committed` reader must not see: batches of aborted transactions
+    /// ([`Self::aborted`]) and control batches (markers). `next_offset` is unchanged, so the
+    /// reader still moves past them.
+    pub fn leave_out_aborted(&mut self) {
+        let filter = AbortedFilter::new(&self.aborted);
+        self.batches.retain(|b| match BatchInfo::parse_stored(&b.data) {
+            Ok(info) if info.is_control() => false,
+            Ok(info) if info.is_transactional() => !filter.is_aborted(info.producer_id, b.base_offset),
+            // Stored batches were validated on the way in; one that cannot be read is passed on
+            // for the reader to report, never dropped in silence.
+            _ => true,
+        });
+        self.aborted.clear();
+    }
 }
 
 impl Partition {
@@ -44,10 +88,25 @@ impl Partition {
         self.high_watermark()
     }
 
+    /// The end of what a read at `isolation` may see here (the high watermark, or the last
+    /// stable offset for `read_committed`), whether or not this replica leads.
+    pub fn readable_end(&self, isolation: Isolation) -> u64 {
+        let hw = self.visible_end();
+        match isolation {
+            Isolation::ReadUncommitted => hw,
+            Isolation::ReadCommitted => self.last_stable_offset().min(hw),
+        }
+    }
+
+    /// The last stable offset as this replica has applied it.
+    pub fn last_stable_offset(&self) -> u64 {
+        *self.lso.borrow()
+    }
+
     /// Reads committed batches from `offset`, up to about `max_bytes` (at least one batch when
-    /// any is committed there). Does not wait: the long poll is the caller's (see
-    /// [`Partition::wait_for_data`]).
-    pub fn fetch(&self, offset: i64, max_bytes: usize) -> Result<FetchOutcome> {
+    /// any is readable there) and below the end `isolation` allows. Does not wait: the long
+    /// poll is the caller's (see [`Partition::wait_for_data`]).
+    pub fn fetch(&self, offset: i64, max_bytes: usize, isolation: Isolation) -> Result<FetchOutcome> {
         if self.leader_term().is_none() {
             return Err(self.not_leader());
         }
@@ -60,8 +119,15 @@ impl Partition {
             return Err(PartitionError::OffsetOutOfRange { offset: offset as i64, start, end });
         }
         let hw = self.visible_end();
-        let mut out = FetchOutcome { batches: Vec::new(), high_watermark: hw, log_start_offset: start };
-        if offset >= hw {
+        let upper = self.readable_end(isolation);
+        let mut out = FetchOutcome {
+            high_watermark: hw,
+            last_stable_offset: self.last_stable_offset().min(hw),
+            log_start_offset: start,
+            next_offset: offset,
+            ..FetchOutcome::default()
+        };
+        if offset >= upper {
             return Ok(out);
         }
         let storage = |e: rill_raft::Error| PartitionError::Storage(e.to_string());
@@ -77,13 +143,18 @@ impl Partition {
             for e in &entries {
                 index = e.index + 1;
                 // Positions are assigned at append; only entries below the HW are committed.
-                if e.base >= hw {
+                if e.base >= upper {
                     break 'scan;
                 }
                 let Some(append_time_ms) = command::append_time(&e.body) else { continue };
                 let batches = command::decode_append(e.body.clone()).map_err(PartitionError::Storage)?;
                 let mut base = e.base;
                 for data in batches {
+                    // The last stable offset is a batch boundary: an entry may hold batches on
+                    // both sides of it.
+                    if base >= upper {
+                        break 'scan;
+                    }
                     let info = BatchInfo::parse_stored(&data)
                         .map_err(|err| PartitionError::Storage(format!("stored batch at offset {base}: {err}")))?;
                     // A compacted batch keeps its span of offsets with fewer records (or none:
@@ -92,6 +163,7 @@ impl Partition {
                     if base + count > offset {
                         bytes += data.len();
                         out.batches.push(StoredBatch { base_offset: base, data, append_time_ms });
+                        out.next_offset = base + count;
                     }
                     base += count;
                 }
@@ -100,13 +172,22 @@ impl Partition {
                 }
             }
         }
+        if isolation == Isolation::ReadCommitted {
+            if let Some(first) = out.batches.first() {
+                let txns = self.transactions.lock().unwrap_or_else(|p| p.into_inner());
+                out.aborted = txns.aborted_overlapping(first.base_offset, out.next_offset);
+            }
+        }
         Ok(out)
     }
 
-    /// Waits until the high watermark passes `offset` (data at `offset` is committed), or until
-    /// `deadline`. Returns whether it did.
-    pub async fn wait_for_data(&self, offset: u64, deadline: Instant) -> bool {
-        let mut hw = self.hw.clone();
+    /// Waits until what a read at `isolation` may see passes `offset` (the high watermark, or
+    /// the last stable offset for `read_committed`), or until `deadline`. Returns whether it did.
+    pub async fn wait_for_data(&self, offset: u64, deadline: Instant, isolation: Isolation) -> bool {
+        let mut hw = match isolation {
+            Isolation::ReadCommitted => self.lso.clone(),
+            Isolation::ReadUncommitted => self.hw.clone(),
+        };
         loop {
             if *hw.borrow_and_update() > offset {
                 return true;
@@ -119,13 +200,16 @@ impl Partition {
     }
 
     /// The first offset whose entry the leader appended at or after `time_ms` (ms since the
-    /// epoch), or the high watermark when there is none. Starts from the sparse time index and
-    /// scans at most about one index interval of entries.
-    pub fn offset_for_time(&self, time_ms: i64) -> Result<u64> {
+    /// epoch), or the end `isolation` allows when there is none below it. Starts from the sparse
+    /// time index and scans at most about one index interval of entries.
+    pub fn offset_for_time(&self, time_ms: i64, isolation: Isolation) -> Result<u64> {
         if self.leader_term().is_none() {
             return Err(self.not_leader());
         }
-        let hw = self.high_watermark();
+        let hw = match isolation {
+            Isolation::ReadCommitted => self.last_stable_offset().min(self.high_watermark()),
+            Isolation::ReadUncommitted => self.high_watermark(),
+        };
         let log_start = self.log_start_offset();
         let start = self.index.lock().unwrap_or_else(|p| p.into_inner()).scan_start(time_ms).max(log_start);
         let storage = |e: rill_raft::Error| PartitionError::Storage(e.to_string());
@@ -156,11 +240,57 @@ impl Partition {
         Ok(self.log_start_offset())
     }
 
-    /// The high watermark (the offset the next committed record will get).
-    pub fn latest_offset(&self) -> Result<u64> {
+    /// The end a read at `isolation` may see: the high watermark (the offset the next committed
+    /// record will get), or the last stable offset for `read_committed`.
+    pub fn latest_offset(&self, isolation: Isolation) -> Result<u64> {
         if self.leader_term().is_none() {
             return Err(self.not_leader());
         }
-        Ok(self.high_watermark())
+        Ok(self.readable_end(isolation))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rill_records::{BatchBuilder, Compression, ControlKind, ControlMarker, Record};
+
+    use super::*;
+
+    fn stored(base_offset: u64, data: Bytes) -> StoredBatch {
+        StoredBatch { base_offset, data, append_time_ms: 0 }
+    }
+
+    fn batch(producer: Option<(i64, bool)>) -> Bytes {
+        let mut b = BatchBuilder::new(Compression::None);
+        if let Some((pid, transactional)) = producer {
+            b = b.producer(pid, 0, 0).transactional(transactional);
+        }
+        b.push(Record { value: Some(Bytes::from_static(b"v")), ..Record::default() }).unwrap();
+        b.build().unwrap()
+    }
+
+    #[test]
+    fn read_committed_leaves_out_aborted_batches_and_markers_but_not_the_rest() {
+        let abort = ControlMarker { kind: ControlKind::Abort, coordinator_epoch: 1 }.batch(1, 0, 0).unwrap();
+        let commit = ControlMarker { kind: ControlKind::Commit, coordinator_epoch: 1 }.batch(2, 0, 0).unwrap();
+        let mut out = FetchOutcome {
+            batches: vec![
+                stored(0, batch(Some((1, true)))),  // aborted below
+                stored(1, batch(Some((2, true)))),  // committed
+                stored(2, batch(None)),             // plain
+                stored(3, batch(Some((3, false)))), // idempotent, not transactional
+                stored(4, abort),
+                stored(5, commit),
+                stored(6, batch(Some((1, true)))), // producer 1's next transaction: not aborted
+            ],
+            next_offset: 7,
+            aborted: vec![AbortedTransaction { producer_id: 1, first_offset: 0, last_offset: 4 }],
+            ..FetchOutcome::default()
+        };
+        out.leave_out_aborted();
+        let kept: Vec<u64> = out.batches.iter().map(|b| b.base_offset).collect();
+        assert_eq!(kept, vec![1, 2, 3, 6]);
+        assert_eq!(out.next_offset, 7, "the reader still moves past what was left out");
+        assert!(out.aborted.is_empty());
     }
 }

@@ -28,7 +28,10 @@
 //!   they keep only the newest record per key (offsets preserved).
 //! * [`retention`]: moving the log start offset — `DeleteRecords` and retention by time and
 //!   size.
-//! * [`producers`]: idempotent producer state (last five batches per producer id).
+//! * [`producers`]: idempotent producer state (last five batches per producer id, and the
+//!   coordinator epoch of its last transaction marker).
+//! * [`transactions`]: transactions as a partition sees them — open ones, the last stable
+//!   offset, the aborted index, and what a `read_committed` fetch leaves out.
 //! * [`propose`]: [`Proposer`] — batches that arrive while the previous entry is being written go
 //!   to Raft together, as one entry.
 //!
@@ -54,10 +57,11 @@ pub mod propose;
 pub mod replica;
 pub mod retention;
 pub mod state_partition;
+pub mod transactions;
 
 pub use compaction::CompactionBudget;
 pub use error::{PartitionError, Result};
-pub use fetch::{FetchOutcome, StoredBatch};
+pub use fetch::{FetchOutcome, Isolation, StoredBatch};
 pub use isr::{IsrTracker, IsrView};
 pub use machine::PartitionStateMachine;
 pub use partition::{Acks, Partition, ProduceOutcome, ReplicaState};

@@ -4,7 +4,8 @@
 //! This machine publishes the high watermark (waking long-polling fetches), answers the proposer
 //! with the entry's base offset, and keeps a sparse **time index** ([`crate::index`]) so a
 //! consumer can start from a point in time without scanning the whole log.
-//! Producer state (idempotence) and transaction state will live here.
+//! It also keeps producer state (idempotence, [`crate::producers`]) and transaction state (open
+//! transactions, the last stable offset and the aborted index, [`crate::transactions`]).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -16,12 +17,13 @@ use rill_raft::types::LogId;
 use rill_raft::{GroupStateMachine, Payload};
 use rill_rt::sync::watch;
 
-use rill_records::BatchInfo;
+use rill_records::{BatchInfo, ControlKind, ControlMarker, MAX_DECOMPRESSED_BATCH_BYTES};
 
 use crate::cleaning::Cleaning;
 use crate::command;
 use crate::index::{IndexPoint, SparseIndex};
 use crate::producers::ProducerStates;
+use crate::transactions::Transactions;
 
 /// State a partition's state machine shares with the replica serving requests.
 #[derive(Clone)]
@@ -34,6 +36,10 @@ pub struct SharedState {
     pub producers: Arc<Mutex<ProducerStates>>,
     /// The cleaning point of a compacted topic (see [`crate::cleaning`]).
     pub cleaning: Arc<Mutex<Cleaning>>,
+    /// Open transactions and the aborted index (see [`crate::transactions`]).
+    pub transactions: Arc<Mutex<Transactions>>,
+    /// The last stable offset, published on every apply (wakes `read_committed` long polls).
+    pub lso: Arc<watch::Sender<u64>>,
     /// Bytes of entries the newest snapshot covers (its index's `appended`): how much a restart
     /// re-applies is the index's `appended` minus this.
     pub snapshotted_bytes: Arc<AtomicU64>,
@@ -47,6 +53,8 @@ impl SharedState {
             index: Arc::default(),
             producers: Arc::default(),
             cleaning: Arc::default(),
+            transactions: Arc::default(),
+            lso: Arc::new(watch::channel(0).0),
             snapshotted_bytes: Arc::default(),
         }
     }
@@ -69,8 +77,10 @@ pub struct PartitionStateMachine {
 }
 
 impl PartitionStateMachine {
-    /// Remembers the idempotent batches of an append entry starting at offset `base`.
-    fn record_producers(&self, log_id: &LogId, base: u64, append_ms: i64, body: &Bytes) {
+    /// Remembers what the batches of an append entry starting at offset `base` tell about
+    /// producers and transactions: idempotent batches, transactional batches (opening a
+    /// transaction here) and control markers (deciding one).
+    fn record_batches(&self, log_id: &LogId, base: u64, append_ms: i64, body: &Bytes) {
         let batches = match command::decode_append(body.clone()) {
             Ok(b) => b,
             Err(e) => {
@@ -80,6 +90,7 @@ impl PartitionStateMachine {
             }
         };
         let mut producers = self.shared.producers.lock().unwrap_or_else(|p| p.into_inner());
+        let mut txns = self.shared.transactions.lock().unwrap_or_else(|p| p.into_inner());
         let mut offset = base;
         for bytes in batches {
             let b = match BatchInfo::parse_stored(&bytes) {
@@ -93,14 +104,53 @@ impl PartitionStateMachine {
             // removed from it, so a replica applying a compacted entry remembers what the
             // leader remembered from the original.
             let span = b.span();
-            // Control batches (transaction markers) advance no producer's sequence.
-            if b.has_producer() && !b.is_control() {
+            if b.is_control() {
+                match control_marker(&bytes) {
+                    // A marker the leader's check let through while another won the race (two
+                    // coordinators, or a repeated marker of an older epoch) decides nothing;
+                    // every replica ignores it alike.
+                    Some(m) if producers.check_marker(b.producer_id, b.producer_epoch, m.coordinator_epoch).is_ok() => {
+                        let commit = match m.kind {
+                            ControlKind::Commit => true,
+                            ControlKind::Abort => false,
+                            ControlKind::Other(_) => {
+                                offset += span;
+                                continue;
+                            }
+                        };
+                        producers.apply_marker(b.producer_id, b.producer_epoch, m.coordinator_epoch, append_ms);
+                        txns.on_marker(b.producer_id, commit, offset);
+                    }
+                    Some(m) => tracing::warn!(
+                        index = log_id.index,
+                        producer = b.producer_id,
+                        coordinator_epoch = m.coordinator_epoch,
+                        "ignored a transaction marker of a deposed coordinator or an older producer epoch"
+                    ),
+                    None => tracing::error!(index = log_id.index, offset, "unreadable control batch"),
+                }
+            } else if b.has_producer() {
                 let count = u32::try_from(span).unwrap_or(u32::MAX);
                 producers.apply_batch(b.producer_id, b.producer_epoch, b.base_sequence, count, offset, append_ms);
+                if b.is_transactional() {
+                    txns.on_batch(b.producer_id, b.producer_epoch, offset, span);
+                }
             }
             offset += span;
         }
     }
+
+    /// Publishes the last stable offset for the high watermark `hw`.
+    fn publish_lso(&self, hw: u64) {
+        let lso = self.shared.transactions.lock().unwrap_or_else(|p| p.into_inner()).last_stable_offset(hw);
+        self.shared.lso.send_if_modified(|current| std::mem::replace(current, lso) != lso);
+    }
+}
+
+/// The marker a stored control batch carries.
+fn control_marker(batch: &Bytes) -> Option<ControlMarker> {
+    let decoded = rill_records::decode(batch, MAX_DECOMPRESSED_BATCH_BYTES).ok()?;
+    ControlMarker::parse(decoded.records.first()?).ok()
 }
 
 impl GroupStateMachine for PartitionStateMachine {
@@ -110,22 +160,31 @@ impl GroupStateMachine for PartitionStateMachine {
         if let Some(t) = command::append_time(&payload.body) {
             let bytes = payload.body.len() as u64;
             self.shared.index.lock().unwrap_or_else(|p| p.into_inner()).observe(t, base, end, bytes);
-            self.record_producers(log_id, base, t, &payload.body);
+            self.record_batches(log_id, base, t, &payload.body);
         } else if let Some(older_than) = command::expire_producers(&payload.body) {
-            let gone = self.shared.producers.lock().unwrap_or_else(|p| p.into_inner()).expire(older_than);
+            let mut producers = self.shared.producers.lock().unwrap_or_else(|p| p.into_inner());
+            let txns = self.shared.transactions.lock().unwrap_or_else(|p| p.into_inner());
+            let gone = producers.expire(older_than, |pid| txns.open(pid).is_some());
             tracing::debug!(index = log_id.index, gone, "expired idle producers");
         } else if let Some(before) = command::trim(&payload.body) {
-            // `base` is the high watermark here: nothing above it can be deleted.
-            answer = self.shared.index.lock().unwrap_or_else(|p| p.into_inner()).trim(before.min(base));
+            // `base` is the high watermark here: nothing above it can be deleted, and nothing of
+            // a transaction still open (the log start stays at or below the last stable offset).
+            let mut txns = self.shared.transactions.lock().unwrap_or_else(|p| p.into_inner());
+            let bound = before.min(txns.last_stable_offset(base));
+            answer = self.shared.index.lock().unwrap_or_else(|p| p.into_inner()).trim(bound);
+            txns.trim(answer);
             tracing::debug!(index = log_id.index, log_start = answer, "log start offset moved");
         } else if let Some(c) = command::compact(&payload.body) {
-            // `base` is the high watermark here: nothing above it is compacted.
-            answer = self.shared.cleaning.lock().unwrap_or_else(|p| p.into_inner()).apply(&c, base);
+            // `base` is the high watermark here: nothing above it is compacted, nor anything of a
+            // transaction still open.
+            let bound = self.shared.transactions.lock().unwrap_or_else(|p| p.into_inner()).last_stable_offset(base);
+            answer = self.shared.cleaning.lock().unwrap_or_else(|p| p.into_inner()).apply(&c, bound);
             tracing::debug!(index = log_id.index, clean_to = answer, "cleaning point moved");
         }
         if payload.units > 0 {
             self.shared.hw.send_replace(end);
         }
+        self.publish_lso(*self.shared.hw.borrow());
         // An append is answered with its base offset, a trim with the log start afterwards.
         Bytes::copy_from_slice(&answer.to_le_bytes())
     }
@@ -149,6 +208,8 @@ impl GroupStateMachine for PartitionStateMachine {
             }
         };
         snap.producers = self.shared.producers.lock().unwrap_or_else(|p| p.into_inner()).to_proto();
+        (snap.open_transactions, snap.aborted_transactions) =
+            self.shared.transactions.lock().unwrap_or_else(|p| p.into_inner()).to_proto();
         {
             let c = self.shared.cleaning.lock().unwrap_or_else(|p| p.into_inner());
             snap.clean_to = c.clean_to;
@@ -169,6 +230,7 @@ impl GroupStateMachine for PartitionStateMachine {
     fn installed(&mut self, position: u64) {
         self.shared.index.lock().unwrap_or_else(|p| p.into_inner()).raise_end(position);
         self.shared.hw.send_replace(position);
+        self.publish_lso(position);
     }
 
     fn restore(&mut self, data: &[u8]) -> Result<(), String> {
@@ -203,10 +265,12 @@ impl GroupStateMachine for PartitionStateMachine {
         };
         let producers = ProducerStates::from_proto(s.producers)?;
         let cleaning = Cleaning::from_parts(s.clean_to, s.tombstones_before, &s.cleaning_offsets, &s.cleaning_times)?;
+        let transactions = Transactions::from_proto(s.open_transactions, s.aborted_transactions)?;
         *self.shared.cleaning.lock().unwrap_or_else(|p| p.into_inner()) = cleaning;
         self.shared.snapshotted_bytes.store(index.appended, Ordering::Relaxed);
         *self.shared.index.lock().unwrap_or_else(|p| p.into_inner()) = index;
         *self.shared.producers.lock().unwrap_or_else(|p| p.into_inner()) = producers;
+        *self.shared.transactions.lock().unwrap_or_else(|p| p.into_inner()) = transactions;
         Ok(())
     }
 }
@@ -274,5 +338,86 @@ mod tests {
         assert_eq!(decode_base_offset(&sm.apply(&log_id, 3, &payload(0, command::encode_trim(1)))), Some(3));
         assert_eq!(shared.index.lock().unwrap().log_start(), 3);
         assert_eq!(*shared.hw.borrow(), 3);
+    }
+
+    /// An append entry of one batch per `(producer, epoch, sequence, transactional)`, or of a
+    /// marker when `marker` is set, as the leader would propose it.
+    fn entry(batches: &[Bytes]) -> Payload {
+        let units = batches.iter().map(|b| BatchInfo::parse_stored(b).unwrap().span() as u32).sum();
+        Payload { units, body: command::encode_append(1_000, batches), proposal: 0 }
+    }
+
+    fn txn_batch(pid: i64, epoch: i16, seq: i32, records: usize) -> Bytes {
+        let mut b = rill_records::BatchBuilder::new(rill_records::Compression::None)
+            .producer(pid, epoch, seq)
+            .transactional(true);
+        for _ in 0..records {
+            b.push(rill_records::Record { value: Some(Bytes::from_static(b"t")), ..Default::default() }).unwrap();
+        }
+        b.build().unwrap()
+    }
+
+    fn marker(pid: i64, epoch: i16, commit: bool, coordinator_epoch: i32) -> Bytes {
+        let kind = if commit { ControlKind::Commit } else { ControlKind::Abort };
+        ControlMarker { kind, coordinator_epoch }.batch(pid, epoch, 1_000).unwrap()
+    }
+
+    #[test]
+    fn transactions_move_the_lso_fill_the_aborted_index_and_survive_a_snapshot() {
+        let shared = SharedState::new();
+        let mut sm = shared.state_machine();
+        let log_id = LogId::default();
+        let mut at = 0;
+        let mut apply = |sm: &mut PartitionStateMachine, batches: &[Bytes]| {
+            let p = entry(batches);
+            let base = at;
+            at += u64::from(p.units);
+            sm.apply(&log_id, base, &p);
+        };
+        // 0-1: producer 1 (txn); 2-3: producer 2 (txn); 4: producer 1 aborts.
+        apply(&mut sm, &[txn_batch(1, 0, 0, 2), txn_batch(2, 0, 0, 2)]);
+        assert_eq!((*shared.hw.borrow(), *shared.lso.borrow()), (4, 0));
+        apply(&mut sm, &[marker(1, 0, false, 3)]);
+        assert_eq!(*shared.lso.borrow(), 2, "producer 2's transaction is the oldest open");
+        // Producer 2 commits (5); a deposed coordinator's marker then decides nothing (6).
+        apply(&mut sm, &[marker(2, 0, true, 3)]);
+        apply(&mut sm, &[marker(2, 0, true, 2)]);
+        assert_eq!(*shared.lso.borrow(), 7, "nothing is open: the LSO is the high watermark");
+        apply(&mut sm, &[txn_batch(2, 0, 2, 1)]);
+        assert_eq!(*shared.lso.borrow(), 7, "a new transaction of producer 2 opens at 7");
+        apply(&mut sm, &[marker(2, 0, true, 2)]);
+        assert_eq!(*shared.lso.borrow(), 7, "a stale coordinator's marker is ignored");
+        assert!(shared.transactions.lock().unwrap().open(2).is_some());
+        // Retention cannot pass the open transaction, and expiry keeps its producer.
+        sm.apply(&log_id, at, &Payload { units: 0, body: command::encode_trim(100), proposal: 0 });
+        assert_eq!(shared.index.lock().unwrap().log_start(), 7);
+        sm.apply(&log_id, at, &Payload { units: 0, body: command::encode_expire_producers(i64::MAX), proposal: 0 });
+        assert!(shared.producers.lock().unwrap().get(2).is_some() && shared.producers.lock().unwrap().get(1).is_none());
+        let aborted = shared.transactions.lock().unwrap().aborted_len();
+        assert_eq!(aborted, 0, "producer 1's aborted transaction ended below the new log start");
+
+        let snap = sm.snapshot().unwrap();
+        let restored = SharedState::new();
+        let mut other = restored.state_machine();
+        other.restore(&snap).unwrap();
+        other.installed(at);
+        assert_eq!(*restored.transactions.lock().unwrap(), *shared.transactions.lock().unwrap());
+        assert_eq!(*restored.lso.borrow(), 7);
+        assert_eq!(restored.producers.lock().unwrap().get(2).map(|e| e.coordinator_epoch), Some(3));
+    }
+
+    #[test]
+    fn an_abort_marker_fills_the_aborted_index_in_order() {
+        let shared = SharedState::new();
+        let mut sm = shared.state_machine();
+        let log_id = LogId::default();
+        sm.apply(&log_id, 0, &entry(&[txn_batch(5, 0, 0, 3)]));
+        sm.apply(&log_id, 3, &entry(&[marker(5, 0, false, 1)]));
+        sm.apply(&log_id, 4, &entry(&[txn_batch(5, 0, 3, 1)]));
+        sm.apply(&log_id, 5, &entry(&[marker(5, 0, false, 1)]));
+        let t = shared.transactions.lock().unwrap().clone();
+        let found: Vec<_> = t.aborted_overlapping(0, 6).iter().map(|a| (a.first_offset, a.last_offset)).collect();
+        assert_eq!(found, vec![(0, 3), (4, 5)]);
+        assert_eq!(*shared.lso.borrow(), 6);
     }
 }

@@ -9,6 +9,7 @@ use rill_meta::TopicConfig;
 use rill_raft::multi::StartedGroup;
 use rill_raft::state_machine::SmStore;
 use rill_raft::NodeId;
+use rill_rt::sync::watch;
 
 use crate::cleaning::Cleaning;
 use crate::compaction::{CompactionBudget, Progress};
@@ -19,6 +20,7 @@ use crate::machine::{PartitionStateMachine, SharedState};
 use crate::producers::ProducerStates;
 use crate::propose::Proposer;
 use crate::replica::{Place, Replica};
+use crate::transactions::Transactions;
 
 /// Producer acknowledgement level (DESIGN §1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,6 +74,10 @@ pub struct Partition {
     pub(crate) producers: Arc<Mutex<ProducerStates>>,
     /// The applied cleaning point (compacted topics).
     pub(crate) cleaning: Arc<Mutex<Cleaning>>,
+    /// Open transactions and the aborted index.
+    pub(crate) transactions: Arc<Mutex<Transactions>>,
+    /// The last stable offset as applied.
+    pub(crate) lso: watch::Receiver<u64>,
     pub(crate) gate: Arc<rill_rt::sync::Mutex<Gate>>,
     /// Signalled whenever a batch enters the gate (for batches waiting on a predecessor).
     pub(crate) gate_changed: rill_rt::sync::Notify,
@@ -109,6 +115,8 @@ impl Partition {
         // The state machine may have been restored from a snapshot before anything was applied.
         let applied = sm.applied().position;
         shared.hw.send_replace(applied);
+        let lso = shared.transactions.lock().unwrap_or_else(|p| p.into_inner()).last_stable_offset(applied);
+        shared.lso.send_replace(lso);
         shared.index.lock().unwrap_or_else(|p| p.into_inner()).raise_end(applied);
         let proposer = Proposer::new(node_id, raft.clone(), log.clone(), quiescence.clone());
         let place = Place { topic, partition, node_id };
@@ -120,6 +128,8 @@ impl Partition {
             snapshotted_bytes: shared.snapshotted_bytes,
             producers: shared.producers,
             cleaning: shared.cleaning,
+            transactions: shared.transactions,
+            lso: shared.lso.subscribe(),
             gate: Arc::default(),
             gate_changed: rill_rt::sync::Notify::new(),
             proposer,

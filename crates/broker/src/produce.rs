@@ -22,7 +22,7 @@ use crate::error::{PartitionError, Result};
 use crate::handover::InFlight;
 use crate::idempotence::{BatchId, Committed, Decision};
 use crate::partition::{Acks, Partition, ProduceOutcome};
-use crate::producers::MAX_PRODUCERS_PER_PARTITION;
+use crate::producers::{MarkerRefusal, MAX_PRODUCERS_PER_PARTITION};
 use crate::propose::{Landed, Lateness, Share};
 
 /// How long an idempotent batch that arrived ahead of its predecessor waits for it.
@@ -241,6 +241,9 @@ impl Partition {
     /// Appends a control batch carrying `marker` for producer `producer_id` at `epoch` (the
     /// transaction coordinator's commit and abort markers; clients cannot produce these). Like
     /// any batch it takes an offset; answered as `acks=all`. Returns the marker's offset.
+    /// A marker of an older coordinator epoch than the producer's last one here is refused
+    /// (`TRANSACTION_COORDINATOR_FENCED`), as is one for an older producer epoch; one that
+    /// races past this check is ignored when applied.
     pub async fn append_control(
         &self,
         marker: rill_records::ControlMarker,
@@ -255,6 +258,23 @@ impl Partition {
         };
         let config = self.config();
         self.check_isr(term, config.min_insync_replicas)?;
+        if !self.caught_up(term) {
+            return Err(PartitionError::CatchingUp);
+        }
+        let known = self.producers.lock().unwrap_or_else(|p| p.into_inner()).check_marker(
+            producer_id,
+            epoch,
+            marker.coordinator_epoch,
+        );
+        match known {
+            Ok(()) => {}
+            Err(MarkerRefusal::CoordinatorFenced { current }) => {
+                return Err(PartitionError::CoordinatorFenced { current, got: marker.coordinator_epoch })
+            }
+            Err(MarkerRefusal::StaleEpoch { current }) => {
+                return Err(PartitionError::InvalidProducerEpoch { producer_id, current, got: epoch })
+            }
+        }
         let append_time_ms = rill_rt::wall_clock_ms();
         let batch = marker.batch(producer_id, epoch, append_time_ms).map_err(PartitionError::InvalidBatch)?;
         let _in_flight = InFlight::enter(self);

@@ -37,6 +37,9 @@ pub struct ProducerEntry {
     pub batches: VecDeque<BatchMeta>,
     /// Append time of its latest batch (drives expiry).
     pub last_append_ms: i64,
+    /// The epoch of the transaction coordinator whose marker was applied last (0 before any):
+    /// a marker of an older, deposed coordinator must not decide a newer transaction.
+    pub coordinator_epoch: i32,
 }
 
 /// The last sequence of a batch starting at `first` with `count` records (sequences wrap at
@@ -79,6 +82,15 @@ pub enum SeqCheck {
     UnknownProducer,
 }
 
+/// Why a transaction marker is refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MarkerRefusal {
+    /// A newer coordinator has written markers for this producer.
+    CoordinatorFenced { current: i32 },
+    /// The partition has seen a newer epoch of this producer.
+    StaleEpoch { current: i16 },
+}
+
 /// Every producer a partition remembers.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ProducerStates {
@@ -115,6 +127,7 @@ impl ProducerStates {
             epoch,
             batches: VecDeque::new(),
             last_append_ms: append_ms,
+            coordinator_epoch: 0,
         });
         if epoch > entry.epoch {
             entry.epoch = epoch;
@@ -127,10 +140,39 @@ impl ProducerStates {
         entry.last_append_ms = entry.last_append_ms.max(append_ms);
     }
 
-    /// Forgets producers whose latest batch was appended before `older_than_ms`.
-    pub fn expire(&mut self, older_than_ms: i64) -> usize {
+    /// How a transaction marker of coordinator epoch `coordinator_epoch`, written for `pid` at
+    /// `epoch`, relates to what is stored: `Err` with the reason when it must be refused (a
+    /// deposed coordinator's, or one for an older producer epoch than the partition has seen).
+    pub fn check_marker(&self, pid: i64, epoch: i16, coordinator_epoch: i32) -> Result<(), MarkerRefusal> {
+        let Some(entry) = self.producers.get(&pid) else { return Ok(()) };
+        if coordinator_epoch < entry.coordinator_epoch {
+            return Err(MarkerRefusal::CoordinatorFenced { current: entry.coordinator_epoch });
+        }
+        if epoch < entry.epoch {
+            return Err(MarkerRefusal::StaleEpoch { current: entry.epoch });
+        }
+        Ok(())
+    }
+
+    /// Records an applied transaction marker (already checked with [`Self::check_marker`]): the
+    /// coordinator epoch, and the producer epoch when the marker's is newer (transactions v2
+    /// bump it at every commit and abort, so the old epoch's delayed batches are refused and
+    /// sequences restart at 0). Deterministic, like [`Self::apply_batch`].
+    pub fn apply_marker(&mut self, pid: i64, epoch: i16, coordinator_epoch: i32, append_ms: i64) {
+        let Some(entry) = self.producers.get_mut(&pid) else { return };
+        entry.coordinator_epoch = entry.coordinator_epoch.max(coordinator_epoch);
+        if epoch > entry.epoch {
+            entry.epoch = epoch;
+            entry.batches.clear();
+        }
+        entry.last_append_ms = entry.last_append_ms.max(append_ms);
+    }
+
+    /// Forgets producers whose latest batch was appended before `older_than_ms`, except those
+    /// `keep` names (a producer with a transaction open here stays until it is decided).
+    pub fn expire(&mut self, older_than_ms: i64, keep: impl Fn(i64) -> bool) -> usize {
         let before = self.producers.len();
-        self.producers.retain(|_, e| e.last_append_ms >= older_than_ms);
+        self.producers.retain(|pid, e| e.last_append_ms >= older_than_ms || keep(*pid));
         before - self.producers.len()
     }
 
@@ -147,6 +189,7 @@ impl ProducerStates {
                 producer_id: *pid,
                 epoch: i32::from(e.epoch),
                 last_append_ms: e.last_append_ms,
+                coordinator_epoch: e.coordinator_epoch,
                 batches: e
                     .batches
                     .iter()
@@ -171,7 +214,13 @@ impl ProducerStates {
                 .into_iter()
                 .map(|b| BatchMeta { first_seq: b.first_seq, last_seq: b.last_seq, base_offset: b.base_offset })
                 .collect();
-            producers.insert(p.producer_id, ProducerEntry { epoch, batches, last_append_ms: p.last_append_ms });
+            let entry = ProducerEntry {
+                epoch,
+                batches,
+                last_append_ms: p.last_append_ms,
+                coordinator_epoch: p.coordinator_epoch,
+            };
+            producers.insert(p.producer_id, entry);
         }
         Ok(Self { producers })
     }
@@ -261,6 +310,23 @@ mod tests {
     }
 
     #[test]
+    fn markers_of_deposed_coordinators_and_old_epochs_are_refused() {
+        let mut s = ProducerStates::default();
+        assert_eq!(s.check_marker(4, 0, 1), Ok(()), "a producer never seen here");
+        s.apply_batch(4, 2, 0, 3, 10, 1);
+        assert_eq!(s.check_marker(4, 1, 5), Err(MarkerRefusal::StaleEpoch { current: 2 }));
+        s.apply_marker(4, 2, 5, 2);
+        assert_eq!(s.check_marker(4, 2, 4), Err(MarkerRefusal::CoordinatorFenced { current: 5 }));
+        assert_eq!(s.get(4).map(|e| (e.epoch, e.batches.len())), Some((2, 1)), "the same epoch keeps its batches");
+        s.apply_marker(4, 3, 5, 3);
+        assert_eq!(s.get(4).map(|e| (e.epoch, e.batches.len())), Some((3, 0)), "a bumped epoch restarts sequences");
+        assert_eq!(s.check(4, 2, 3, 1), SeqCheck::StaleEpoch { current: 3 }, "the old epoch's late batch");
+        assert_eq!(s.check(4, 3, 0, 1), SeqCheck::Append);
+        let decoded = ProducerStates::from_proto(s.to_proto()).unwrap();
+        assert_eq!(decoded.get(4).map(|e| e.coordinator_epoch), Some(5));
+    }
+
+    #[test]
     fn sequences_wrap_like_kafka() {
         assert_eq!(last_seq(i32::MAX - 1, 3), 0);
         assert_eq!(next_seq(i32::MAX), 0);
@@ -282,7 +348,8 @@ mod tests {
         let mut too_big = s.to_proto();
         too_big[0].epoch = 40_000;
         assert!(ProducerStates::from_proto(too_big).is_err(), "epochs are 16 bits");
-        assert_eq!(s.expire(2_000), 1);
+        assert_eq!(s.expire(2_000, |pid| pid == 1), 0, "a producer with an open transaction stays");
+        assert_eq!(s.expire(2_000, |_| false), 1);
         assert_eq!(s.len(), 1);
         assert_eq!(s.check(1, 0, 1, 1), SeqCheck::UnknownProducer);
     }

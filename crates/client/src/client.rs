@@ -25,7 +25,7 @@ use rill_records::{BatchBuilder, Compression, Header, MAX_DECOMPRESSED_BATCH_BYT
 use tonic::transport::{Channel, Endpoint};
 
 use crate::error::{self, Error, Result};
-use crate::record::{Acks, FetchedPartition, OffsetSpec, ProduceAck, ReceivedRecord, Record};
+use crate::record::{Acks, FetchedPartition, IsolationLevel, OffsetSpec, ProduceAck, ReceivedRecord, Record};
 
 /// Largest gRPC message the client accepts.
 const MAX_MESSAGE_BYTES: usize = 64 << 20;
@@ -543,8 +543,8 @@ impl Client {
         .await
     }
 
-    /// Fetches committed records of `topic`/`partition` from `offset`, waiting up to `max_wait`
-    /// when none are available yet.
+    /// Fetches committed records of `topic`/`partition` from `offset` (`read_committed`),
+    /// waiting up to `max_wait` when none are available yet.
     pub async fn fetch(
         &self,
         topic: &str,
@@ -564,12 +564,14 @@ impl Client {
         max_wait: Duration,
         max_bytes: u32,
     ) -> Result<FetchedPartition> {
-        self.fetch_pinned(topic, Bytes::new(), partition, offset, max_wait, max_bytes).await
+        let isolation = IsolationLevel::ReadCommitted;
+        self.fetch_pinned(topic, Bytes::new(), partition, offset, max_wait, max_bytes, isolation).await
     }
 
     /// [`Client::fetch_with`] of the topic whose id is `topic_id` (from [`Client::topic_id`]):
     /// once `topic` was deleted, and perhaps re-created, the answer is `UNKNOWN_TOPIC_ID`. An
-    /// empty id fetches by name.
+    /// empty id fetches by name. Reads at `isolation`.
+    #[allow(clippy::too_many_arguments)]
     pub async fn fetch_pinned(
         &self,
         topic: &str,
@@ -578,6 +580,7 @@ impl Client {
         offset: u64,
         max_wait: Duration,
         max_bytes: u32,
+        isolation: IsolationLevel,
     ) -> Result<FetchedPartition> {
         let max_wait_ms = u32::try_from(max_wait.as_millis()).unwrap_or(u32::MAX);
         let wait = max_wait + self.options.request_slack;
@@ -590,6 +593,7 @@ impl Client {
                     partitions: vec![FetchPartition { partition, fetch_offset: offset as i64, max_bytes }],
                     topic_id: topic_id.clone(),
                 }],
+                isolation_level: isolation.to_wire() as i32,
             };
             async move {
                 let mut client = self.records_stub(&addr)?;
@@ -606,8 +610,22 @@ impl Client {
         .await
     }
 
-    /// An offset of `topic`/`partition` (earliest, latest, or by time).
+    /// An offset of `topic`/`partition` (earliest, latest, or by time) as `read_uncommitted`
+    /// sees it: latest is the high watermark.
     pub async fn list_offset(&self, topic: &str, partition: u32, spec: OffsetSpec) -> Result<u64> {
+        self.list_offset_at(topic, partition, spec, IsolationLevel::ReadUncommitted).await
+    }
+
+    /// An offset of `topic`/`partition` as a reader at `isolation` sees it: with
+    /// `read_committed`, latest (and a time past the last stable offset) is the last stable
+    /// offset.
+    pub async fn list_offset_at(
+        &self,
+        topic: &str,
+        partition: u32,
+        spec: OffsetSpec,
+        isolation: IsolationLevel,
+    ) -> Result<u64> {
         let (spec, timestamp_ms) = match spec {
             OffsetSpec::Earliest => (pb::OffsetSpec::Earliest, 0),
             OffsetSpec::Latest => (pb::OffsetSpec::Latest, 0),
@@ -619,6 +637,7 @@ impl Client {
                 spec: spec as i32,
                 timestamp_ms,
                 topics: vec![ListOffsetsTopic { topic: topic.to_string(), partitions: vec![partition] }],
+                isolation_level: isolation.to_wire() as i32,
             };
             async move {
                 let mut client = self.records_stub(&addr)?;
@@ -709,13 +728,15 @@ pub(crate) fn build_batch(
 }
 
 /// Checks and decodes a fetched partition's batches; keeps records at or after `offset` and
-/// skips control batches (transaction markers), moving past them all the same.
+/// skips control batches (transaction markers), moving past them all the same, and past what
+/// the server left out (its `next_offset`).
 fn decode_fetch(p: &pb::FetchPartitionResult, offset: u64) -> Result<FetchedPartition> {
     let mut out = FetchedPartition {
         records: Vec::new(),
         high_watermark: p.high_watermark.max(0) as u64,
+        last_stable_offset: p.last_stable_offset.max(0) as u64,
         log_start_offset: p.log_start_offset.max(0) as u64,
-        next_offset: offset,
+        next_offset: offset.max(p.next_offset.max(0) as u64),
     };
     for b in &p.batches {
         let corrupt = |message: String| Error::Server { code: ErrorCode::CorruptMessage, message };

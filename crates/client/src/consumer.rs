@@ -37,7 +37,7 @@ use rill_rt::JoinHandle;
 use crate::commits::{Committer, PendingCommit};
 use crate::error::{Error, Result};
 use crate::membership::{Membership, MembershipConfig};
-use crate::record::{FetchedPartition, OffsetSpec};
+use crate::record::{FetchedPartition, IsolationLevel, OffsetSpec};
 use crate::Client;
 use rill_proto::common::ErrorCode;
 
@@ -151,6 +151,10 @@ pub struct ConsumerConfig {
     pub rebalance_mode: Option<String>,
     /// The client's `client.id`, shown by `rill group describe`.
     pub client_id: String,
+    /// Which records to read: `read_committed` (the default) returns only decided
+    /// transactions' records and never an aborted one; `read_uncommitted` reads up to the high
+    /// watermark. It also decides what "latest" means when a position is reset.
+    pub isolation_level: IsolationLevel,
 }
 
 impl Default for ConsumerConfig {
@@ -169,6 +173,7 @@ impl Default for ConsumerConfig {
             server_assignor: None,
             rebalance_mode: None,
             client_id: "rill-client".to_string(),
+            isolation_level: IsolationLevel::ReadCommitted,
         }
     }
 }
@@ -436,7 +441,7 @@ impl Consumer {
 
     /// Moves `tp` to the earliest or latest offset, or the first offset at or after a time.
     pub async fn seek_to(&mut self, tp: &TopicPartition, spec: OffsetSpec) -> Result<u64> {
-        let offset = self.client.list_offset(&tp.topic, tp.partition, spec).await?;
+        let offset = self.client.list_offset_at(&tp.topic, tp.partition, spec, self.config.isolation_level).await?;
         self.seek(tp, offset)?;
         Ok(offset)
     }
@@ -507,7 +512,7 @@ impl Consumer {
                 OffsetReset::Latest => OffsetSpec::Latest,
                 OffsetReset::None => unreachable_reset(&tp, from)?,
             };
-            let to = self.client.list_offset(&tp.topic, tp.partition, spec).await?;
+            let to = self.client.list_offset_at(&tp.topic, tp.partition, spec, self.config.isolation_level).await?;
             self.seek(&tp, to)?;
             tracing::warn!(topic = %tp.topic, partition = tp.partition, from, to, "offset out of range; position reset");
             self.resets.push(OffsetResetEvent { tp, from, to });
@@ -568,7 +573,10 @@ impl Consumer {
         for tp in missing {
             let offset = match committed.get(&tp).cloned().flatten() {
                 Some(c) => c.offset,
-                None => self.client.list_offset(&tp.topic, tp.partition, self.config.start).await?,
+                None => {
+                    let isolation = self.config.isolation_level;
+                    self.client.list_offset_at(&tp.topic, tp.partition, self.config.start, isolation).await?
+                }
             };
             self.seek(&tp, offset)?;
         }
@@ -662,9 +670,11 @@ impl Consumer {
             let tx = self.results_tx.clone();
             let (tp, epoch, offset) = (tp.clone(), st.epoch, st.fetch_position);
             let (wait, max_bytes) = (self.config.fetch_max_wait, self.config.partition_max_bytes);
+            let isolation = self.config.isolation_level;
             let topic_id = self.topic_ids.get(&tp.topic).cloned().unwrap_or_default();
             st.in_flight = Some(rill_rt::spawn(async move {
-                let result = client.fetch_pinned(&tp.topic, topic_id, tp.partition, offset, wait, max_bytes).await;
+                let result =
+                    client.fetch_pinned(&tp.topic, topic_id, tp.partition, offset, wait, max_bytes, isolation).await;
                 let _ = tx.send(Fetched { tp, epoch, result });
             }));
         }

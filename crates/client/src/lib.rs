@@ -59,7 +59,9 @@ pub use consumer::{
 pub use coordinator::{CommittedOffset, Coordinator};
 pub use error::{Error, Result};
 pub use producer::{DeliveryFuture, Producer, ProducerConfig};
-pub use record::{Acks, FetchedPartition, OffsetSpec, ProduceAck, ReceivedRecord, Record, RecordMetadata};
+pub use record::{
+    Acks, FetchedPartition, IsolationLevel, OffsetSpec, ProduceAck, ReceivedRecord, Record, RecordMetadata,
+};
 pub use rill_proto::admin::{NodeDescription, PartitionDescription, TopicDescription, TopicSummary};
 pub use rill_proto::common::ErrorCode;
 pub use rill_records::Compression;

@@ -122,6 +122,26 @@ pub struct RecordMetadata {
     pub offset: Option<u64>,
 }
 
+/// Which records a read may see (Kafka's `isolation.level`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum IsolationLevel {
+    /// Up to the last stable offset: records of open transactions not yet, of aborted ones
+    /// never. Rill's default, for consumers and for the wire.
+    #[default]
+    ReadCommitted,
+    /// Up to the high watermark: records of open and aborted transactions too.
+    ReadUncommitted,
+}
+
+impl IsolationLevel {
+    pub(crate) fn to_wire(self) -> rill_proto::records::IsolationLevel {
+        match self {
+            Self::ReadCommitted => rill_proto::records::IsolationLevel::ReadCommitted,
+            Self::ReadUncommitted => rill_proto::records::IsolationLevel::ReadUncommitted,
+        }
+    }
+}
+
 /// What a fetch returned for one partition.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct FetchedPartition {
@@ -130,8 +150,11 @@ pub struct FetchedPartition {
     pub records: Vec<ReceivedRecord>,
     /// The partition's high watermark.
     pub high_watermark: u64,
+    /// The partition's last stable offset: below it every transaction is decided.
+    pub last_stable_offset: u64,
     /// The partition's log start offset: records below it are deleted.
     pub log_start_offset: u64,
-    /// The offset to fetch next: past every batch returned, control batches included.
+    /// The offset to fetch next: past every batch returned, control batches included, and past
+    /// what a `read_committed` fetch left out (aborted transactions).
     pub next_offset: u64,
 }

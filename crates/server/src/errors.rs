@@ -77,6 +77,7 @@ pub fn partition(e: &PartitionError, client_addr: impl Fn(NodeId) -> Option<Stri
         PartitionError::OutOfOrderSequence { .. } => WireError::new(ErrorCode::OutOfOrderSequenceNumber, message),
         PartitionError::DuplicateSequence { .. } => WireError::new(ErrorCode::DuplicateSequenceNumber, message),
         PartitionError::InvalidProducerEpoch { .. } => WireError::new(ErrorCode::InvalidProducerEpoch, message),
+        PartitionError::CoordinatorFenced { .. } => WireError::new(ErrorCode::TransactionCoordinatorFenced, message),
         PartitionError::UnknownProducerId { .. } => WireError::new(ErrorCode::UnknownProducerId, message),
         PartitionError::TooManyProducers { .. } => WireError::new(ErrorCode::TooManyProducers, message),
         PartitionError::Reconfiguring(_) => WireError::new(ErrorCode::LeaderNotAvailable, message),
@@ -412,6 +413,7 @@ mod tests {
         assert_eq!(ErrorCode::DuplicateSequenceNumber as i32, 46);
         assert_eq!(ErrorCode::InvalidProducerEpoch as i32, 47);
         assert_eq!(ErrorCode::InvalidTxnState as i32, 48);
+        assert_eq!(ErrorCode::TransactionCoordinatorFenced as i32, 52);
         assert_eq!(ErrorCode::UnknownProducerId as i32, 59);
         assert_eq!(ErrorCode::InvalidRecord as i32, 87);
         assert_eq!(ErrorCode::UnknownTopicId as i32, 100);

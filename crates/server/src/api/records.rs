@@ -4,12 +4,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::{join_all, select_all};
-use rill_broker::Acks;
+use rill_broker::{Acks, Isolation};
 use rill_proto::common::{ErrorCode, RecordBatch};
 use rill_proto::records::records_server::Records;
 use rill_proto::records::{
     self as pb, FetchPartitionResult, FetchRequest, FetchResponse, FetchTopicResult, InitProducerIdRequest,
-    InitProducerIdResponse, ListOffsetsPartitionResult, ListOffsetsRequest, ListOffsetsResponse,
+    InitProducerIdResponse, IsolationLevel, ListOffsetsPartitionResult, ListOffsetsRequest, ListOffsetsResponse,
     ListOffsetsTopicResult, OffsetSpec, PartitionProduceResult, ProduceRequest, ProduceResponse, TopicProduceResult,
 };
 use tonic::{Request, Response, Status};
@@ -71,6 +71,19 @@ fn fetch_error(partition: u32, e: WireError) -> FetchPartitionResult {
         log_start_offset: -1,
         batches: Vec::new(),
         leader: e.leader,
+        last_stable_offset: -1,
+        next_offset: -1,
+    }
+}
+
+/// The isolation level a read asks for.
+fn isolation(level: i32) -> Result<Isolation, Status> {
+    match IsolationLevel::try_from(level) {
+        Ok(IsolationLevel::ReadCommitted) => Ok(Isolation::ReadCommitted),
+        Ok(IsolationLevel::ReadUncommitted) => Ok(Isolation::ReadUncommitted),
+        Err(_) => Err(errors::invalid_request_status(format!(
+            "unknown isolation level {level}: 0 is READ_COMMITTED, 1 READ_UNCOMMITTED"
+        ))),
     }
 }
 
@@ -203,6 +216,7 @@ impl Records for RecordsApi {
         let principal = self.authz.principal(&request);
         let req = request.into_inner();
         let max_wait = Duration::from_millis(u64::from(req.max_wait_ms)).min(MAX_FETCH_WAIT);
+        let isolation = isolation(req.isolation_level)?;
         let response_budget = match req.max_bytes {
             0 => DEFAULT_FETCH_MAX_BYTES,
             n => (n as usize).min(rill_proto::MAX_GRPC_MESSAGE_BYTES / 2),
@@ -246,7 +260,7 @@ impl Records for RecordsApi {
             targets
                 .iter()
                 .filter_map(|t| t.replica.as_ref().ok().map(|r| (r, t.offset)))
-                .map(|(r, o)| usize::from(o >= 0 && r.high_watermark() > o as u64))
+                .map(|(r, o)| usize::from(o >= 0 && r.readable_end(isolation) > o as u64))
                 .sum()
         };
         if !max_wait.is_zero() && available(&targets) == 0 {
@@ -254,7 +268,7 @@ impl Records for RecordsApi {
             let waits: Vec<_> = targets
                 .iter()
                 .filter_map(|t| match (&t.replica, u64::try_from(t.offset)) {
-                    (Ok(r), Ok(o)) => Some(Box::pin(async move { r.wait_for_data(o, deadline).await })),
+                    (Ok(r), Ok(o)) => Some(Box::pin(async move { r.wait_for_data(o, deadline, isolation).await })),
                     _ => None,
                 })
                 .collect();
@@ -279,16 +293,24 @@ impl Records for RecordsApi {
                             log_start_offset: r.log_start_offset() as i64,
                             batches: Vec::new(),
                             leader: None,
+                            last_stable_offset: r.last_stable_offset().min(r.high_watermark()) as i64,
+                            next_offset: t.offset,
                         }
                     } else {
-                        match r.fetch(t.offset, budget) {
-                            Ok(out) => {
+                        match r.fetch(t.offset, budget, isolation) {
+                            Ok(mut out) => {
+                                // What was read counts against the budget, returned or not.
                                 used += out.batches.iter().map(|b| b.data.len()).sum::<usize>();
+                                if isolation == Isolation::ReadCommitted {
+                                    out.leave_out_aborted();
+                                }
                                 FetchPartitionResult {
                                     partition: t.partition,
                                     error_code: ErrorCode::None as i32,
                                     error_message: String::new(),
                                     high_watermark: out.high_watermark as i64,
+                                    last_stable_offset: out.last_stable_offset as i64,
+                                    next_offset: out.next_offset as i64,
                                     log_start_offset: out.log_start_offset as i64,
                                     batches: out
                                         .batches
@@ -350,6 +372,7 @@ impl Records for RecordsApi {
         let req = request.into_inner();
         let spec = OffsetSpec::try_from(req.spec)
             .map_err(|_| errors::invalid_request_status(format!("unknown offset spec {}", req.spec)))?;
+        let isolation = isolation(req.isolation_level)?;
         limits::check_counts("ListOffsets", req.topics.len(), req.topics.iter().map(|t| t.partitions.len()).sum())?;
         self.authz.authorize(&principal, rpc::LIST_OFFSETS, &req)?;
         let mut seen = SeenPartitions::default();
@@ -373,8 +396,8 @@ impl Records for RecordsApi {
                         Ok(r) => {
                             let offset = match spec {
                                 OffsetSpec::Earliest => r.earliest_offset(),
-                                OffsetSpec::Latest => r.latest_offset(),
-                                OffsetSpec::Timestamp => r.offset_for_time(req.timestamp_ms),
+                                OffsetSpec::Latest => r.latest_offset(isolation),
+                                OffsetSpec::Timestamp => r.offset_for_time(req.timestamp_ms, isolation),
                             };
                             match offset {
                                 Ok(o) => ListOffsetsPartitionResult {
