@@ -365,6 +365,7 @@ impl Client {
         let req = InitProducerIdRequest {
             transactional_id: transactional_id.to_string(),
             transaction_timeout_ms: timeout_ms,
+            current: None,
         };
         let wait = self.options().request_slack * 3;
         self.at_coordinator(Coordinator::Transaction, transactional_id, |addr| {

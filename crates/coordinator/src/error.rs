@@ -84,6 +84,23 @@ pub enum CoordinatorError {
         "instance id {instance_id:?} of group {group_id:?} belongs to another member id than {member_id:?}: a process started later with the same instance id replaced this one; stop one of the two"
     )]
     FencedInstanceId { group_id: String, instance_id: String, member_id: String },
+    /// The transactional id's markers are being written (or it is busy otherwise): retry.
+    #[error("transactional id {transactional_id:?} is {state}: its markers are being written; retry shortly")]
+    ConcurrentTransactions { transactional_id: String, state: &'static str },
+    /// The request's producer id is not the transactional id's.
+    #[error(
+        "transactional id {transactional_id:?} has producer id {current}, the request names {producer_id}; initialise the producer (InitProducerId)"
+    )]
+    InvalidProducerIdMapping { transactional_id: String, producer_id: i64, current: i64 },
+    /// The request's producer epoch is not the transactional id's: a newer instance (or a
+    /// timeout) fenced it.
+    #[error(
+        "transactional id {transactional_id:?} is at epoch {current}, the request has epoch {epoch}: this producer was fenced by a newer instance or a transaction timeout"
+    )]
+    ProducerFenced { transactional_id: String, epoch: i16, current: i16 },
+    /// The transaction is not in a state that allows the request.
+    #[error("transactional id {transactional_id:?}: {reason}")]
+    InvalidTxnState { transactional_id: String, reason: String },
     /// Storage failed, or a stored state is corrupt.
     #[error("coordinator storage failure: {0}")]
     Storage(String),

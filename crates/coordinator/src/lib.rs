@@ -13,8 +13,9 @@
 //!   the server-side assignors, and the coordinator's decisions for heartbeats and timeouts — and
 //!   classic groups ([`groups::classic`]: Kafka's JoinGroup / SyncGroup protocol, a sans-IO
 //!   engine on the leader over a replicated record per group).
-//! * [`transactions`]: the `transaction-state` kind — each transactional id's producer id and
-//!   epoch, bumped by `InitProducerId` to fence older instances.
+//! * [`transactions`]: the `transaction-state` kind — each transactional id's producer id,
+//!   epoch and transaction (state, partitions, groups, protocol version), and the transaction
+//!   coordinator's decisions ([`transactions::transitions`]).
 //! * [`error`]: the coordinators' error enum, [`CoordinatorError`].
 //!
 //! Each kind is a `GroupStateMachine` whose snapshot is its whole state (prost messages of
@@ -30,4 +31,4 @@ pub mod transactions;
 
 pub use error::{CoordinatorError, Result};
 pub use offsets::{CommittedOffset, OffsetCommit, OffsetsMachine};
-pub use transactions::{TransactionalProducer, TransactionsMachine};
+pub use transactions::{TransactionMetadata, TransactionsMachine, TxnState};

@@ -162,6 +162,12 @@ pub fn coordinator(e: &CoordinatorError) -> WireError {
         CoordinatorError::RebalanceInProgress { .. } => WireError::new(ErrorCode::RebalanceInProgress, message),
         CoordinatorError::MemberIdRequired { .. } => WireError::new(ErrorCode::MemberIdRequired, message),
         CoordinatorError::FencedInstanceId { .. } => WireError::new(ErrorCode::FencedInstanceId, message),
+        CoordinatorError::ConcurrentTransactions { .. } => WireError::new(ErrorCode::ConcurrentTransactions, message),
+        CoordinatorError::InvalidProducerIdMapping { .. } => {
+            WireError::new(ErrorCode::InvalidProducerIdMapping, message)
+        }
+        CoordinatorError::ProducerFenced { .. } => WireError::new(ErrorCode::ProducerFenced, message),
+        CoordinatorError::InvalidTxnState { .. } => WireError::new(ErrorCode::InvalidTxnState, message),
         CoordinatorError::Storage(_) => WireError::new(ErrorCode::StorageError, message),
     }
 }
@@ -413,7 +419,10 @@ mod tests {
         assert_eq!(ErrorCode::DuplicateSequenceNumber as i32, 46);
         assert_eq!(ErrorCode::InvalidProducerEpoch as i32, 47);
         assert_eq!(ErrorCode::InvalidTxnState as i32, 48);
+        assert_eq!(ErrorCode::InvalidProducerIdMapping as i32, 49);
+        assert_eq!(ErrorCode::ConcurrentTransactions as i32, 51);
         assert_eq!(ErrorCode::TransactionCoordinatorFenced as i32, 52);
+        assert_eq!(ErrorCode::ProducerFenced as i32, 90);
         assert_eq!(ErrorCode::UnknownProducerId as i32, 59);
         assert_eq!(ErrorCode::InvalidRecord as i32, 87);
         assert_eq!(ErrorCode::UnknownTopicId as i32, 100);

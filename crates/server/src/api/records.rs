@@ -101,7 +101,27 @@ impl RecordsApi {
     /// `InitProducerId` with a transactional id, on its coordinator: the id's producer with its
     /// epoch bumped (fencing older instances), or a new producer id when there is none yet or
     /// the epoch would overflow.
-    async fn init_transactional(&self, transactional_id: &str, timeout_ms: u32) -> Result<(i64, i16), WireError> {
+    async fn init_transactional(
+        &self,
+        transactional_id: &str,
+        timeout_ms: u32,
+        current: Option<&pb::ProducerIdAndEpoch>,
+    ) -> Result<(i64, i16), WireError> {
+        let expected = match current {
+            None => None,
+            Some(c) => match i16::try_from(c.producer_epoch) {
+                Ok(epoch) if c.producer_id >= 0 && epoch >= 0 => Some((c.producer_id, epoch)),
+                _ => {
+                    return Err(WireError::new(
+                        ErrorCode::InvalidRequest,
+                        format!(
+                            "current producer id {} and epoch {}: an id of at least 0 and a 16-bit epoch of at least 0",
+                            c.producer_id, c.producer_epoch
+                        ),
+                    ))
+                }
+            },
+        };
         let partition = match coordinator_here(&self.node, PartitionKind::TransactionState, transactional_id)? {
             Hosted::Transactions(p) => p,
             _ => return Err(errors::coordinator_not_created(rill_meta::TRANSACTION_STATE_TOPIC)),
@@ -111,7 +131,8 @@ impl RecordsApi {
             let node = node.clone();
             async move { node.next_producer_id().await.map_err(|e| e.to_string()) }
         };
-        transactions::init_producer_id(&partition, transactional_id, timeout_ms, new_producer_id, INIT_PRODUCER_TIMEOUT)
+        let timeout = INIT_PRODUCER_TIMEOUT;
+        transactions::init_producer_id(&partition, transactional_id, timeout_ms, expected, new_producer_id, timeout)
             .await
             .map_err(|e| errors::coordinator(&e))
     }
@@ -344,7 +365,7 @@ impl Records for RecordsApi {
         let answer = if req.transactional_id.is_empty() {
             self.node.next_producer_id().await.map(|id| (id, 0)).map_err(|e| errors::propose(&e))
         } else {
-            self.init_transactional(&req.transactional_id, req.transaction_timeout_ms).await
+            self.init_transactional(&req.transactional_id, req.transaction_timeout_ms, req.current.as_ref()).await
         };
         Ok(Response::new(match answer {
             Ok((producer_id, epoch)) => InitProducerIdResponse {

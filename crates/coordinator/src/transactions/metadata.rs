@@ -1,0 +1,246 @@
+//! A transactional id's record: its producer id and epoch, and its transaction — state,
+//! partitions, groups, start time and protocol version — as the `__transaction_state`
+//! partition stores it (`TransactionalProducer` in `proto/rill/coordinator.proto`).
+
+use std::collections::BTreeSet;
+
+use rill_proto::coordinator as pb;
+
+use crate::groups::assignor::TopicPartitions;
+use crate::groups::group::{partitions_from_proto, partitions_to_proto};
+
+/// Where a transaction is (Kafka's `TransactionState`).
+///
+/// ```text
+///  Empty ──add──► Ongoing ──EndTxn(commit)──► PrepareCommit ──markers──► CompleteCommit ──add──► Ongoing …
+///                    │ └──EndTxn(abort), timeout, fencing──► PrepareAbort ──markers──► CompleteAbort ──add──► …
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TxnState {
+    /// No transaction yet under this producer epoch.
+    Empty,
+    /// Partitions or groups have been added; records may be written.
+    Ongoing,
+    /// Decided to commit; the markers are being written.
+    PrepareCommit,
+    /// Decided to abort; the markers are being written.
+    PrepareAbort,
+    /// Committed: every partition has its marker.
+    CompleteCommit,
+    /// Aborted: every partition has its marker.
+    CompleteAbort,
+}
+
+impl TxnState {
+    /// The stored form.
+    pub fn to_proto(self) -> i32 {
+        let s = match self {
+            Self::Empty => pb::TransactionState::TxnEmpty,
+            Self::Ongoing => pb::TransactionState::TxnOngoing,
+            Self::PrepareCommit => pb::TransactionState::TxnPrepareCommit,
+            Self::PrepareAbort => pb::TransactionState::TxnPrepareAbort,
+            Self::CompleteCommit => pb::TransactionState::TxnCompleteCommit,
+            Self::CompleteAbort => pb::TransactionState::TxnCompleteAbort,
+        };
+        s as i32
+    }
+
+    /// Reads the stored form.
+    pub fn from_proto(v: i32) -> Result<Self, String> {
+        Ok(match pb::TransactionState::try_from(v).map_err(|_| format!("unknown transaction state {v}"))? {
+            pb::TransactionState::TxnEmpty => Self::Empty,
+            pb::TransactionState::TxnOngoing => Self::Ongoing,
+            pb::TransactionState::TxnPrepareCommit => Self::PrepareCommit,
+            pb::TransactionState::TxnPrepareAbort => Self::PrepareAbort,
+            pb::TransactionState::TxnCompleteCommit => Self::CompleteCommit,
+            pb::TransactionState::TxnCompleteAbort => Self::CompleteAbort,
+        })
+    }
+
+    /// Kafka's name for the state (what `rill txn list` shows).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Empty => "Empty",
+            Self::Ongoing => "Ongoing",
+            Self::PrepareCommit => "PrepareCommit",
+            Self::PrepareAbort => "PrepareAbort",
+            Self::CompleteCommit => "CompleteCommit",
+            Self::CompleteAbort => "CompleteAbort",
+        }
+    }
+
+    /// Markers are being written: the transaction is decided but not complete.
+    pub fn is_prepared(self) -> bool {
+        matches!(self, Self::PrepareCommit | Self::PrepareAbort)
+    }
+}
+
+/// The transaction protocol a producer speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TxnProtocol {
+    /// Partitions and groups added explicitly (`AddPartitionsToTxn`, `AddOffsetsToTxn`); the
+    /// epoch is bumped only to fence (a new instance, a timeout). What Kafka's clients speak.
+    #[default]
+    V1,
+    /// Partitions added implicitly on first produce; the epoch is bumped at every commit and
+    /// abort, so nothing sent under transaction N's epoch can join transaction N+1 (KIP-890).
+    V2,
+}
+
+impl TxnProtocol {
+    /// The stored form.
+    pub fn to_proto(self) -> u32 {
+        match self {
+            Self::V1 => 1,
+            Self::V2 => 2,
+        }
+    }
+
+    /// Reads the stored form (0, written before versions were recorded, is v1).
+    pub fn from_proto(v: u32) -> Result<Self, String> {
+        match v {
+            0 | 1 => Ok(Self::V1),
+            2 => Ok(Self::V2),
+            other => Err(format!("unknown transaction protocol version {other}")),
+        }
+    }
+}
+
+/// A transactional id's record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TransactionMetadata {
+    /// Producer id.
+    pub producer_id: i64,
+    /// Its current epoch.
+    pub epoch: i16,
+    /// The producer id before the last bump (-1: none).
+    pub last_producer_id: i64,
+    /// The epoch before the last bump (-1: none).
+    pub last_epoch: i16,
+    /// The transaction timeout its producer asked for.
+    pub timeout_ms: u32,
+    /// Where its transaction is.
+    pub state: TxnState,
+    /// The partitions in the transaction.
+    pub partitions: TopicPartitions,
+    /// The groups whose offsets the transaction commits.
+    pub groups: BTreeSet<String>,
+    /// The coordinator's clock when the transaction began.
+    pub txn_start_ms: i64,
+    /// The coordinator's clock at the last write.
+    pub updated_ms: i64,
+    /// The protocol of its current transaction.
+    pub protocol: TxnProtocol,
+    /// Bumped by every write (compare-and-set); 0 before the first.
+    pub version: u64,
+}
+
+impl TransactionMetadata {
+    /// A new id's record: `producer_id` at epoch 0, no transaction.
+    pub fn new(producer_id: i64, timeout_ms: u32, now_ms: i64) -> Self {
+        Self {
+            producer_id,
+            epoch: 0,
+            last_producer_id: -1,
+            last_epoch: -1,
+            timeout_ms,
+            state: TxnState::Empty,
+            partitions: TopicPartitions::new(),
+            groups: BTreeSet::new(),
+            txn_start_ms: -1,
+            updated_ms: now_ms,
+            protocol: TxnProtocol::V1,
+            version: 0,
+        }
+    }
+
+    /// True when the transaction has neither partitions nor groups (no marker to write).
+    pub fn touches_nothing(&self) -> bool {
+        self.partitions.values().all(BTreeSet::is_empty) && self.groups.is_empty()
+    }
+
+    /// The stored form.
+    pub fn to_proto(&self, transactional_id: &str) -> pb::TransactionalProducer {
+        pb::TransactionalProducer {
+            transactional_id: transactional_id.to_string(),
+            producer_id: self.producer_id,
+            epoch: i32::from(self.epoch),
+            transaction_timeout_ms: self.timeout_ms,
+            updated_ms: self.updated_ms,
+            state: self.state.to_proto(),
+            partitions: partitions_to_proto(&self.partitions),
+            groups: self.groups.iter().cloned().collect(),
+            txn_start_ms: self.txn_start_ms,
+            protocol_version: self.protocol.to_proto(),
+            last_producer_id: self.last_producer_id,
+            last_epoch: i32::from(self.last_epoch),
+            version: self.version,
+        }
+    }
+
+    /// Reads the stored form. A record written before transactions existed (fields 1-5 only)
+    /// reads as an id with no transaction, no previous producer, at version 0.
+    pub fn from_proto(p: &pb::TransactionalProducer) -> Result<Self, String> {
+        let id = &p.transactional_id;
+        let epoch = i16::try_from(p.epoch).map_err(|_| format!("{id}: epoch {} beyond 16 bits", p.epoch))?;
+        let old_record = p.version == 0 && p.last_producer_id == 0 && p.last_epoch == 0;
+        let (last_producer_id, last_epoch) = if old_record {
+            (-1, -1)
+        } else {
+            let e =
+                i16::try_from(p.last_epoch).map_err(|_| format!("{id}: last epoch {} beyond 16 bits", p.last_epoch))?;
+            (p.last_producer_id, e)
+        };
+        Ok(Self {
+            producer_id: p.producer_id,
+            epoch,
+            last_producer_id,
+            last_epoch,
+            timeout_ms: p.transaction_timeout_ms,
+            state: TxnState::from_proto(p.state).map_err(|e| format!("{id}: {e}"))?,
+            partitions: partitions_from_proto(&p.partitions),
+            groups: p.groups.iter().cloned().collect(),
+            txn_start_ms: if old_record { -1 } else { p.txn_start_ms },
+            updated_ms: p.updated_ms,
+            protocol: TxnProtocol::from_proto(p.protocol_version).map_err(|e| format!("{id}: {e}"))?,
+            version: p.version,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_record_round_trips_and_old_records_read_as_empty() {
+        let mut m = TransactionMetadata::new(7, 60_000, 5);
+        m.state = TxnState::PrepareAbort;
+        m.partitions.entry("t".into()).or_default().extend([0, 3]);
+        m.groups.insert("g".into());
+        m.protocol = TxnProtocol::V2;
+        m.version = 4;
+        m.last_epoch = 0;
+        m.last_producer_id = 7;
+        m.epoch = 1;
+        assert_eq!(TransactionMetadata::from_proto(&m.to_proto("x")).unwrap(), m);
+
+        let old = pb::TransactionalProducer {
+            transactional_id: "x".into(),
+            producer_id: 3,
+            epoch: 9,
+            transaction_timeout_ms: 1_000,
+            updated_ms: 2,
+            ..Default::default()
+        };
+        let read = TransactionMetadata::from_proto(&old).unwrap();
+        assert_eq!(
+            (read.state, read.last_epoch, read.version, read.protocol),
+            (TxnState::Empty, -1, 0, TxnProtocol::V1)
+        );
+        let wide = pb::TransactionalProducer { epoch: 40_000, ..old.clone() };
+        assert!(TransactionMetadata::from_proto(&wide).is_err());
+        let unknown = pb::TransactionalProducer { state: 77, version: 1, ..old };
+        assert!(TransactionMetadata::from_proto(&unknown).is_err());
+    }
+}

@@ -1,0 +1,310 @@
+//! The `transaction-state` kind: each transactional id's record — producer id and epoch, and
+//! its transaction — in the partition of `__transaction_state` the id hashes to.
+//!
+//! * [`metadata`]: the record ([`TransactionMetadata`]) and its states ([`TxnState`]).
+//! * [`transitions`]: the coordinator's decisions (`InitProducerId`, adding partitions and
+//!   groups, `EndTxn`, completion, timeouts) as pure functions of the record.
+//! * this module: the replicated machine and the requests that propose its commands.
+//!
+//! `InitProducerId` with a transactional id gives the id's producer id with its epoch bumped
+//! (Kafka's 16-bit epoch), so a producer restarted under the same id fences every older
+//! instance: partitions refuse the older epoch's batches (`INVALID_PRODUCER_EPOCH`). When the
+//! epoch would overflow, the id gets a new producer id at epoch 0 (KIP-360). Every change is
+//! decided on the leader from the record it read and proposed as a compare-and-set on the
+//! record's version ([`pb::WriteTransaction`]), so two decisions racing (two requests, or two
+//! leaders across an election) never both apply; the loser decides again from what the winner
+//! left.
+
+pub mod metadata;
+pub mod transitions;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use bytes::Bytes;
+use prost::Message;
+use rill_broker::StatePartition;
+use rill_proto::coordinator as pb;
+use rill_raft::types::LogId;
+use rill_raft::{GroupStateMachine, Payload};
+
+use crate::error::{CoordinatorError, Result};
+pub use metadata::{TransactionMetadata, TxnProtocol, TxnState};
+use transitions::InitDecision;
+
+/// Kafka's `transaction.max.timeout.ms` default: the longest transaction timeout accepted.
+pub const MAX_TRANSACTION_TIMEOUT: Duration = Duration::from_secs(15 * 60);
+/// The transaction timeout when a producer asks for none (Kafka's producer default).
+pub const DEFAULT_TRANSACTION_TIMEOUT: Duration = Duration::from_secs(60);
+/// Longest transactional id accepted (bytes).
+pub const MAX_TRANSACTIONAL_ID_BYTES: usize = 255;
+/// The last epoch handed out under one producer id; the next init gets a new id (Kafka keeps
+/// `Short.MAX_VALUE` itself for its own use, as do we).
+pub const LAST_EPOCH: i16 = i16::MAX - 1;
+/// How often a compare-and-set that lost a race is retried before giving up.
+const CAS_ATTEMPTS: usize = 5;
+
+const APPLIED: &[u8] = b"ok";
+const CONFLICT: &[u8] = b"conflict";
+
+/// Every transactional id of a partition.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TransactionsState {
+    ids: BTreeMap<String, TransactionMetadata>,
+}
+
+impl TransactionsState {
+    /// The record of `transactional_id`.
+    pub fn get(&self, transactional_id: &str) -> Option<&TransactionMetadata> {
+        self.ids.get(transactional_id)
+    }
+
+    /// Every transactional id and its record.
+    pub fn iter(&self) -> impl Iterator<Item = (&String, &TransactionMetadata)> {
+        self.ids.iter()
+    }
+
+    /// Number of transactional ids.
+    pub fn len(&self) -> usize {
+        self.ids.len()
+    }
+
+    /// True when there are none.
+    pub fn is_empty(&self) -> bool {
+        self.ids.is_empty()
+    }
+
+    /// Applies a record written before transactions existed (a compare-and-set on the
+    /// producer id and epoch); true when it took effect.
+    fn apply_init(&mut self, c: pb::InitProducer) -> bool {
+        let Some(p) = c.producer else { return false };
+        let current = self.ids.get(&p.transactional_id).map(|t| (t.producer_id, i32::from(t.epoch)));
+        let expected = (c.expect_producer_id >= 0).then_some((c.expect_producer_id, c.expect_epoch));
+        if current != expected {
+            return false;
+        }
+        let Ok(mut stored) = TransactionMetadata::from_proto(&p) else { return false };
+        stored.version = self.ids.get(&p.transactional_id).map_or(0, |t| t.version) + 1;
+        self.ids.insert(p.transactional_id, stored);
+        true
+    }
+
+    /// Applies a [`pb::WriteTransaction`]: the record, if the id is still at the version the
+    /// decision was made from; true when it took effect.
+    fn apply_write(&mut self, c: pb::WriteTransaction) -> bool {
+        let Some(p) = c.txn else { return false };
+        let current = self.ids.get(&p.transactional_id).map_or(0, |t| t.version);
+        if current != c.expect_version {
+            return false;
+        }
+        let Ok(mut stored) = TransactionMetadata::from_proto(&p) else { return false };
+        stored.version = current + 1;
+        self.ids.insert(p.transactional_id, stored);
+        true
+    }
+}
+
+/// The state machine of a `__transaction_state` partition.
+#[derive(Debug, Default)]
+pub struct TransactionsMachine {
+    state: TransactionsState,
+}
+
+impl TransactionsMachine {
+    /// An empty machine.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The state.
+    pub fn state(&self) -> &TransactionsState {
+        &self.state
+    }
+}
+
+impl GroupStateMachine for TransactionsMachine {
+    fn apply(&mut self, log_id: &LogId, _base: u64, payload: &Payload) -> Bytes {
+        let applied = match pb::TransactionsCommand::decode(payload.body.clone()).map(|c| c.command) {
+            Ok(Some(pb::transactions_command::Command::InitProducer(c))) => self.state.apply_init(c),
+            Ok(Some(pb::transactions_command::Command::WriteTransaction(c))) => self.state.apply_write(c),
+            Ok(None) | Err(_) => {
+                tracing::error!(index = log_id.index, "undecodable transactions command; skipped");
+                false
+            }
+        };
+        Bytes::from_static(if applied { APPLIED } else { CONFLICT })
+    }
+
+    fn snapshot(&self) -> Result<Bytes, String> {
+        if rill_rt::mutation::active(rill_rt::mutation::Mutation::EmptyStateSnapshot) {
+            // Deliberate bug (simulation only): the snapshot loses the state.
+            return Ok(Bytes::new());
+        }
+        let producers = self.state.ids.iter().map(|(id, t)| t.to_proto(id)).collect();
+        Ok(pb::TransactionsSnapshot { producers }.encode_to_vec().into())
+    }
+
+    fn restore(&mut self, data: &[u8]) -> Result<(), String> {
+        let s =
+            pb::TransactionsSnapshot::decode(data).map_err(|e| format!("undecodable transactions snapshot: {e}"))?;
+        let mut ids = BTreeMap::new();
+        for p in s.producers {
+            let stored = TransactionMetadata::from_proto(&p)?;
+            ids.insert(p.transactional_id, stored);
+        }
+        self.state = TransactionsState { ids };
+        Ok(())
+    }
+}
+
+/// Checks a transactional id and a requested timeout (0: the default); returns the timeout.
+pub fn validate(transactional_id: &str, timeout_ms: u32) -> Result<u32> {
+    if transactional_id.is_empty() || transactional_id.len() > MAX_TRANSACTIONAL_ID_BYTES {
+        return Err(CoordinatorError::InvalidRequest(format!(
+            "a transactional id has 1 to {MAX_TRANSACTIONAL_ID_BYTES} bytes, got {}",
+            transactional_id.len()
+        )));
+    }
+    let max = MAX_TRANSACTION_TIMEOUT.as_millis() as u32;
+    match timeout_ms {
+        0 => Ok(DEFAULT_TRANSACTION_TIMEOUT.as_millis() as u32),
+        t if t > max => {
+            Err(CoordinatorError::InvalidTransactionTimeout { got_ms: u64::from(t), max_ms: u64::from(max) })
+        }
+        t => Ok(t),
+    }
+}
+
+/// The command writing `record` for `transactional_id` over the version it was decided from.
+fn write_command(transactional_id: &str, record: &TransactionMetadata, expect_version: u64) -> Bytes {
+    let command = pb::TransactionsCommand {
+        command: Some(pb::transactions_command::Command::WriteTransaction(pb::WriteTransaction {
+            txn: Some(record.to_proto(transactional_id)),
+            expect_version,
+        })),
+    };
+    command.encode_to_vec().into()
+}
+
+/// On `partition`'s leader (the id's coordinator): gives `transactional_id` its next producer
+/// id and epoch (see [`transitions::init_producer`]). `expected` is the pair a recovering
+/// producer holds (KIP-360), `None` for a new instance. `new_producer_id` allocates a
+/// never-used producer id; it is called only when one is needed.
+///
+/// An id with a transaction open gets `CONCURRENT_TRANSACTIONS` once the abort of that
+/// transaction (under a bumped epoch, fencing the old instance) is written; the coordinator
+/// then writes its markers and the producer's retry gets the next epoch.
+pub async fn init_producer_id<F, Fut>(
+    partition: &StatePartition<TransactionsMachine>,
+    transactional_id: &str,
+    timeout_ms: u32,
+    expected: Option<(i64, i16)>,
+    new_producer_id: F,
+    timeout: Duration,
+) -> Result<(i64, i16)>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = std::result::Result<i64, String>>,
+{
+    let timeout_ms = validate(transactional_id, timeout_ms)?;
+    let mut fresh = None;
+    for _ in 0..CAS_ATTEMPTS {
+        let current = partition.read(|m| m.state().get(transactional_id).cloned())?;
+        let now = rill_rt::wall_clock_ms();
+        let decision =
+            transitions::init_producer(transactional_id, current.as_ref(), timeout_ms, expected, fresh, now)?;
+        let expect_version = current.as_ref().map_or(0, |m| m.version);
+        let (record, answer) = match decision {
+            InitDecision::Answer { producer_id, epoch } => return Ok((producer_id, epoch)),
+            InitDecision::NeedsProducerId => {
+                fresh = Some(new_producer_id().await.map_err(CoordinatorError::NotAvailable)?);
+                continue;
+            }
+            InitDecision::Write(record) => {
+                let pair = (record.producer_id, record.epoch);
+                (record, Ok(pair))
+            }
+            InitDecision::AbortFirst(record) => {
+                let busy = CoordinatorError::ConcurrentTransactions {
+                    transactional_id: transactional_id.to_string(),
+                    state: record.state.name(),
+                };
+                (record, Err(busy))
+            }
+        };
+        let answered = partition.propose(write_command(transactional_id, &record, expect_version), timeout).await?;
+        if answered.as_ref() == APPLIED {
+            return answer;
+        }
+        // Another decision for this id got in first: decide again from the state it left.
+    }
+    Err(CoordinatorError::NotAvailable(format!(
+        "{transactional_id}: {CAS_ATTEMPTS} concurrent changes in a row; retry"
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn payload(command: pb::transactions_command::Command) -> Payload {
+        let body = pb::TransactionsCommand { command: Some(command) };
+        Payload { units: 0, body: body.encode_to_vec().into(), proposal: 0 }
+    }
+
+    fn legacy_init(id: &str, pid: i64, epoch: i16, expect: Option<(i64, i16)>) -> Payload {
+        payload(pb::transactions_command::Command::InitProducer(pb::InitProducer {
+            producer: Some(pb::TransactionalProducer {
+                transactional_id: id.into(),
+                producer_id: pid,
+                epoch: i32::from(epoch),
+                transaction_timeout_ms: 60_000,
+                updated_ms: 1,
+                ..Default::default()
+            }),
+            expect_producer_id: expect.map_or(-1, |e| e.0),
+            expect_epoch: expect.map_or(-1, |e| i32::from(e.1)),
+        }))
+    }
+
+    fn write(id: &str, record: &TransactionMetadata, expect_version: u64) -> Payload {
+        payload(pb::transactions_command::Command::WriteTransaction(pb::WriteTransaction {
+            txn: Some(record.to_proto(id)),
+            expect_version,
+        }))
+    }
+
+    #[test]
+    fn records_from_before_transactions_still_apply_and_writes_are_a_compare_and_set() {
+        let id = LogId::default();
+        let mut m = TransactionsMachine::new();
+        let ok = Bytes::from_static(APPLIED);
+        let conflict = Bytes::from_static(CONFLICT);
+        assert_eq!(m.apply(&id, 0, &legacy_init("t", 7, 0, None)), ok);
+        assert_eq!(m.apply(&id, 0, &legacy_init("t", 7, 1, None)), conflict, "expected none, has one");
+        assert_eq!(m.apply(&id, 0, &legacy_init("t", 7, 1, Some((7, 0)))), ok);
+        let current = m.state().get("t").cloned().unwrap();
+        assert_eq!((current.producer_id, current.epoch, current.state, current.version), (7, 1, TxnState::Empty, 2));
+
+        let mut next = current.clone();
+        next.epoch = 2;
+        assert_eq!(m.apply(&id, 0, &write("t", &next, 1)), conflict, "decided from a version since replaced");
+        assert_eq!(m.apply(&id, 0, &write("t", &next, 2)), ok);
+        assert_eq!(m.apply(&id, 0, &write("t", &next, 2)), conflict, "the same decision twice applies once");
+        assert_eq!(m.state().get("t").map(|t| (t.epoch, t.version)), Some((2, 3)));
+        assert_eq!(m.apply(&id, 0, &write("new", &next, 0)), ok, "version 0: an id with no record");
+
+        let snap = m.snapshot().unwrap();
+        let mut back = TransactionsMachine::new();
+        back.restore(&snap).unwrap();
+        assert_eq!(back.state(), m.state());
+    }
+
+    #[test]
+    fn ids_and_timeouts_are_checked() {
+        assert_eq!(validate("t", 0).unwrap(), 60_000);
+        assert_eq!(validate("t", 5_000).unwrap(), 5_000);
+        assert!(validate("", 0).is_err());
+        assert!(matches!(validate("t", 16 * 60_000), Err(CoordinatorError::InvalidTransactionTimeout { .. })));
+    }
+}

@@ -1,0 +1,476 @@
+//! The transaction coordinator's decisions, as pure functions of a transactional id's record,
+//! the request and the coordinator's clock. Each returns the record to write (a
+//! compare-and-set on its version, proposed by the caller) and what to answer; none reads a
+//! clock or does I/O, so every rule here is unit-tested as Kafka's clients exercise it.
+//!
+//! The rules follow Kafka's `TransactionCoordinator` and `TransactionMetadata`:
+//! * **Fencing.** A request must name the id's current producer id (else
+//!   `INVALID_PRODUCER_ID_MAPPING`) and epoch (else `PRODUCER_FENCED`), except the retries
+//!   recognised through the previous pair (KIP-360, and v2's `EndTxn`).
+//! * **One thing at a time.** While markers are being written (`Prepare*`), `AddPartitions`,
+//!   `EndTxn` and `InitProducerId` are answered `CONCURRENT_TRANSACTIONS`: the client retries.
+//! * **Epoch bumps.** `InitProducerId` bumps the epoch (a new producer id once it would
+//!   overflow); an `InitProducerId` that finds a transaction open first aborts it under a bumped
+//!   epoch, so the old instance is fenced before its transaction's markers are written; a
+//!   timeout does the same. Transactions v2 also bump it at every `EndTxn`: the markers carry
+//!   the new epoch, so partitions refuse anything sent under the old one (KAFKA-17754).
+
+use crate::error::{CoordinatorError, Result};
+use crate::groups::assignor::TopicPartitions;
+use crate::transactions::metadata::{TransactionMetadata, TxnProtocol, TxnState};
+use crate::transactions::LAST_EPOCH;
+
+/// What `InitProducerId` decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InitDecision {
+    /// Write this record and answer its producer id and epoch.
+    Write(TransactionMetadata),
+    /// A retry of an init whose answer was lost: answer the current pair, write nothing.
+    Answer { producer_id: i64, epoch: i16 },
+    /// A transaction is open: write this record (aborting it under a bumped epoch, which fences
+    /// the old instance), send its markers, and answer `CONCURRENT_TRANSACTIONS` (the client
+    /// retries and gets the next epoch once the abort completes).
+    AbortFirst(TransactionMetadata),
+    /// The next pair needs a producer id never used: allocate one and decide again with it.
+    NeedsProducerId,
+}
+
+/// What `EndTxn` decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EndDecision {
+    /// Write this `Prepare*` record, then send its markers; answer once it is written (the
+    /// producer id and epoch of the record: v2's next transaction runs under them).
+    Prepare(TransactionMetadata),
+    /// The transaction touched nothing: write this `Complete*` record at once, no markers.
+    Complete(TransactionMetadata),
+    /// A retry of an `EndTxn` that already took effect: answer success with this pair.
+    AlreadyDone { producer_id: i64, epoch: i16 },
+}
+
+/// The epoch after `epoch` for fencing, when there is one (none at [`LAST_EPOCH`]: the pair is
+/// worn out and the next `InitProducerId` moves to a new producer id).
+fn bumped(epoch: i16) -> Option<i16> {
+    (epoch < LAST_EPOCH).then_some(epoch + 1)
+}
+
+/// `m` with its epoch bumped for fencing (kept when it cannot grow), the previous pair kept.
+fn fence(m: &TransactionMetadata) -> TransactionMetadata {
+    let mut next = m.clone();
+    if let Some(e) = bumped(m.epoch) {
+        next.last_producer_id = m.producer_id;
+        next.last_epoch = m.epoch;
+        next.epoch = e;
+    }
+    next
+}
+
+fn concurrent(id: &str, m: &TransactionMetadata) -> CoordinatorError {
+    CoordinatorError::ConcurrentTransactions { transactional_id: id.to_string(), state: m.state.name() }
+}
+
+/// Checks that a request's producer id and epoch are the id's current ones.
+fn check_producer(id: &str, m: &TransactionMetadata, producer_id: i64, epoch: i16) -> Result<()> {
+    if producer_id != m.producer_id {
+        return Err(CoordinatorError::InvalidProducerIdMapping {
+            transactional_id: id.to_string(),
+            producer_id,
+            current: m.producer_id,
+        });
+    }
+    if epoch != m.epoch {
+        return Err(CoordinatorError::ProducerFenced { transactional_id: id.to_string(), epoch, current: m.epoch });
+    }
+    Ok(())
+}
+
+/// `InitProducerId(transactional_id, timeout)`, optionally with the producer id and epoch the
+/// client holds (`expected`, KIP-360: a producer recovering from an abortable error keeps its
+/// id instead of being fenced). `fresh_id` is a never-used producer id when the caller has one.
+pub fn init_producer(
+    id: &str,
+    current: Option<&TransactionMetadata>,
+    timeout_ms: u32,
+    expected: Option<(i64, i16)>,
+    fresh_id: Option<i64>,
+    now_ms: i64,
+) -> Result<InitDecision> {
+    let Some(m) = current else {
+        if expected.is_some_and(|(pid, _)| pid >= 0) {
+            return Err(CoordinatorError::InvalidProducerIdMapping {
+                transactional_id: id.to_string(),
+                producer_id: expected.map_or(-1, |e| e.0),
+                current: -1,
+            });
+        }
+        return Ok(match fresh_id {
+            Some(pid) => InitDecision::Write(TransactionMetadata::new(pid, timeout_ms, now_ms)),
+            None => InitDecision::NeedsProducerId,
+        });
+    };
+    if let Some((pid, epoch)) = expected.filter(|(pid, _)| *pid >= 0) {
+        let is_current = (pid, epoch) == (m.producer_id, m.epoch);
+        let is_previous = (pid, epoch) == (m.last_producer_id, m.last_epoch);
+        if !is_current && !is_previous {
+            return Err(CoordinatorError::ProducerFenced { transactional_id: id.to_string(), epoch, current: m.epoch });
+        }
+        // The client holds the pair this init already moved on from: its answer was lost.
+        if is_previous && !m.state.is_prepared() && m.state != TxnState::Ongoing {
+            return Ok(InitDecision::Answer { producer_id: m.producer_id, epoch: m.epoch });
+        }
+    }
+    match m.state {
+        TxnState::PrepareCommit | TxnState::PrepareAbort => Err(concurrent(id, m)),
+        TxnState::Ongoing => {
+            let mut next = fence(m);
+            next.state = TxnState::PrepareAbort;
+            next.updated_ms = now_ms;
+            Ok(InitDecision::AbortFirst(next))
+        }
+        TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort => {
+            let mut next = m.clone();
+            match bumped(m.epoch) {
+                Some(e) => {
+                    next.last_producer_id = m.producer_id;
+                    next.last_epoch = m.epoch;
+                    next.epoch = e;
+                }
+                None => {
+                    let Some(pid) = fresh_id else { return Ok(InitDecision::NeedsProducerId) };
+                    next.last_producer_id = m.producer_id;
+                    next.last_epoch = m.epoch;
+                    next.producer_id = pid;
+                    next.epoch = 0;
+                }
+            }
+            next.timeout_ms = timeout_ms;
+            next.state = TxnState::Empty;
+            next.partitions.clear();
+            next.groups.clear();
+            next.txn_start_ms = -1;
+            next.updated_ms = now_ms;
+            Ok(InitDecision::Write(next))
+        }
+    }
+}
+
+/// `AddPartitionsToTxn` / `AddOffsetsToTxn` (v1), or a v2 producer's first batch to a
+/// partition: adds `partitions` and `groups` to the transaction, beginning one if none is
+/// open. `None` when everything named is in the ongoing transaction already (nothing to write).
+pub fn add_to_transaction(
+    id: &str,
+    current: Option<&TransactionMetadata>,
+    (producer_id, epoch): (i64, i16),
+    partitions: &TopicPartitions,
+    groups: &[String],
+    protocol: TxnProtocol,
+    now_ms: i64,
+) -> Result<Option<TransactionMetadata>> {
+    let Some(m) = current else {
+        return Err(CoordinatorError::InvalidProducerIdMapping {
+            transactional_id: id.to_string(),
+            producer_id,
+            current: -1,
+        });
+    };
+    check_producer(id, m, producer_id, epoch)?;
+    if m.state.is_prepared() {
+        return Err(concurrent(id, m));
+    }
+    let mut next = m.clone();
+    if m.state != TxnState::Ongoing {
+        next.state = TxnState::Ongoing;
+        next.partitions.clear();
+        next.groups.clear();
+        next.txn_start_ms = now_ms;
+        next.protocol = protocol;
+    }
+    for (topic, ps) in partitions {
+        next.partitions.entry(topic.clone()).or_default().extend(ps.iter().copied());
+    }
+    next.groups.extend(groups.iter().cloned());
+    if next.partitions == m.partitions && next.groups == m.groups && m.state == TxnState::Ongoing {
+        return Ok(None);
+    }
+    next.updated_ms = now_ms;
+    Ok(Some(next))
+}
+
+/// `EndTxn(commit)`.
+pub fn end_transaction(
+    id: &str,
+    current: Option<&TransactionMetadata>,
+    producer_id: i64,
+    epoch: i16,
+    commit: bool,
+    now_ms: i64,
+) -> Result<EndDecision> {
+    let Some(m) = current else {
+        return Err(CoordinatorError::InvalidProducerIdMapping {
+            transactional_id: id.to_string(),
+            producer_id,
+            current: -1,
+        });
+    };
+    let wanted = if commit { TxnState::CompleteCommit } else { TxnState::CompleteAbort };
+    let preparing = if commit { TxnState::PrepareCommit } else { TxnState::PrepareAbort };
+    // v2 bumped the epoch when it took this EndTxn: its retry comes with the previous epoch.
+    let v2_retry = m.protocol == TxnProtocol::V2
+        && (producer_id, epoch) == (m.last_producer_id, m.last_epoch)
+        && (m.state == wanted || m.state == preparing);
+    if v2_retry {
+        return match m.state == wanted {
+            true => Ok(EndDecision::AlreadyDone { producer_id: m.producer_id, epoch: m.epoch }),
+            false => Err(concurrent(id, m)),
+        };
+    }
+    check_producer(id, m, producer_id, epoch)?;
+    let wrong_state = || CoordinatorError::InvalidTxnState {
+        transactional_id: id.to_string(),
+        reason: format!(
+            "{} asked while the transaction is {}",
+            if commit { "commit" } else { "abort" },
+            m.state.name()
+        ),
+    };
+    match m.state {
+        TxnState::Ongoing => {
+            let mut next = if m.protocol == TxnProtocol::V2 { fence(m) } else { m.clone() };
+            next.updated_ms = now_ms;
+            if next.touches_nothing() {
+                next.state = wanted;
+                return Ok(EndDecision::Complete(next));
+            }
+            next.state = preparing;
+            Ok(EndDecision::Prepare(next))
+        }
+        // v1 keeps the epoch, so its retry comes with the current pair.
+        s if s == wanted && m.protocol == TxnProtocol::V1 => {
+            Ok(EndDecision::AlreadyDone { producer_id: m.producer_id, epoch: m.epoch })
+        }
+        s if s == preparing => Err(concurrent(id, m)),
+        // A v2 producer may abort with nothing begun (after an error before its first send).
+        TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort
+            if !commit && m.protocol == TxnProtocol::V2 =>
+        {
+            let mut next = fence(m);
+            next.state = TxnState::CompleteAbort;
+            next.updated_ms = now_ms;
+            Ok(EndDecision::Complete(next))
+        }
+        _ => Err(wrong_state()),
+    }
+}
+
+/// Every partition and group has its marker: the `Complete*` record that follows a
+/// `Prepare*` one.
+pub fn complete(m: &TransactionMetadata, now_ms: i64) -> Option<TransactionMetadata> {
+    let state = match m.state {
+        TxnState::PrepareCommit => TxnState::CompleteCommit,
+        TxnState::PrepareAbort => TxnState::CompleteAbort,
+        _ => return None,
+    };
+    let mut next = m.clone();
+    next.state = state;
+    next.partitions.clear();
+    next.groups.clear();
+    next.updated_ms = now_ms;
+    Some(next)
+}
+
+/// A transaction open longer than its timeout is aborted under a bumped epoch, which fences
+/// its producer (its next request is `PRODUCER_FENCED`; a KIP-360 client re-initialises).
+pub fn expire(m: &TransactionMetadata, now_ms: i64) -> Option<TransactionMetadata> {
+    let deadline = m.txn_start_ms.saturating_add(i64::from(m.timeout_ms));
+    if m.state != TxnState::Ongoing || now_ms <= deadline {
+        return None;
+    }
+    let mut next = fence(m);
+    next.state = TxnState::PrepareAbort;
+    next.updated_ms = now_ms;
+    Some(next)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tp(topic: &str, ps: &[u32]) -> TopicPartitions {
+        let mut t = TopicPartitions::new();
+        t.insert(topic.to_string(), ps.iter().copied().collect());
+        t
+    }
+
+    fn fresh() -> TransactionMetadata {
+        match init_producer("t", None, 60_000, None, Some(7), 0).unwrap() {
+            InitDecision::Write(m) => m,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn written(d: Result<InitDecision>) -> TransactionMetadata {
+        match d.unwrap() {
+            InitDecision::Write(m) | InitDecision::AbortFirst(m) => m,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn init_bumps_the_epoch_and_moves_to_a_new_id_when_it_would_overflow() {
+        assert_eq!(init_producer("t", None, 1, None, None, 0).unwrap(), InitDecision::NeedsProducerId);
+        let m = fresh();
+        assert_eq!((m.producer_id, m.epoch, m.state), (7, 0, TxnState::Empty));
+        let next = written(init_producer("t", Some(&m), 1, None, None, 1));
+        assert_eq!((next.producer_id, next.epoch, next.last_epoch), (7, 1, 0));
+        let worn = TransactionMetadata { epoch: LAST_EPOCH, ..m.clone() };
+        assert_eq!(init_producer("t", Some(&worn), 1, None, None, 1).unwrap(), InitDecision::NeedsProducerId);
+        let moved = written(init_producer("t", Some(&worn), 1, None, Some(99), 1));
+        assert_eq!((moved.producer_id, moved.epoch, moved.last_producer_id, moved.last_epoch), (99, 0, 7, LAST_EPOCH));
+    }
+
+    #[test]
+    fn init_with_the_current_pair_recovers_and_a_lost_answer_is_answered_again() {
+        let m = fresh();
+        let next = written(init_producer("t", Some(&m), 1, Some((7, 0)), None, 1));
+        assert_eq!(next.epoch, 1);
+        assert_eq!(
+            init_producer("t", Some(&next), 1, Some((7, 0)), None, 2).unwrap(),
+            InitDecision::Answer { producer_id: 7, epoch: 1 },
+            "the retry of the init that moved 0 to 1"
+        );
+        assert!(matches!(
+            init_producer("t", Some(&next), 1, Some((7, 5)), None, 2),
+            Err(CoordinatorError::ProducerFenced { .. })
+        ));
+    }
+
+    #[test]
+    fn init_over_an_open_transaction_aborts_it_under_a_bumped_epoch_first() {
+        let m = fresh();
+        let open = add_to_transaction("t", Some(&m), (7, 0), &tp("a", &[0]), &[], TxnProtocol::V1, 5).unwrap().unwrap();
+        let aborting = match init_producer("t", Some(&open), 1, None, None, 6).unwrap() {
+            InitDecision::AbortFirst(m) => m,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!((aborting.state, aborting.epoch), (TxnState::PrepareAbort, 1), "the markers fence epoch 0");
+        assert_eq!(aborting.partitions, tp("a", &[0]), "the markers go to the partitions it touched");
+        assert!(matches!(
+            init_producer("t", Some(&aborting), 1, None, None, 7),
+            Err(CoordinatorError::ConcurrentTransactions { .. })
+        ));
+        let done = complete(&aborting, 8).unwrap();
+        assert_eq!((done.state, done.partitions.len()), (TxnState::CompleteAbort, 0));
+        let next = written(init_producer("t", Some(&done), 1, None, None, 9));
+        assert_eq!((next.epoch, next.state), (2, TxnState::Empty));
+    }
+
+    #[test]
+    fn adding_checks_the_producer_and_writes_only_what_is_new() {
+        let m = fresh();
+        assert!(matches!(
+            add_to_transaction("t", Some(&m), (8, 0), &tp("a", &[0]), &[], TxnProtocol::V1, 1),
+            Err(CoordinatorError::InvalidProducerIdMapping { .. })
+        ));
+        assert!(matches!(
+            add_to_transaction("t", Some(&m), (7, 1), &tp("a", &[0]), &[], TxnProtocol::V1, 1),
+            Err(CoordinatorError::ProducerFenced { .. })
+        ));
+        let open =
+            add_to_transaction("t", Some(&m), (7, 0), &tp("a", &[0, 1]), &[], TxnProtocol::V1, 1).unwrap().unwrap();
+        assert_eq!((open.state, open.txn_start_ms), (TxnState::Ongoing, 1));
+        assert_eq!(
+            add_to_transaction("t", Some(&open), (7, 0), &tp("a", &[1]), &[], TxnProtocol::V1, 2).unwrap(),
+            None
+        );
+        let more =
+            add_to_transaction("t", Some(&open), (7, 0), &TopicPartitions::new(), &["g".into()], TxnProtocol::V1, 3)
+                .unwrap()
+                .unwrap();
+        assert_eq!((more.txn_start_ms, more.groups.len()), (1, 1), "the transaction keeps its start");
+    }
+
+    #[test]
+    fn v1_end_prepares_completes_and_answers_retries() {
+        let m = fresh();
+        assert!(matches!(end_transaction("t", Some(&m), 7, 0, true, 1), Err(CoordinatorError::InvalidTxnState { .. })));
+        let open = add_to_transaction("t", Some(&m), (7, 0), &tp("a", &[0]), &[], TxnProtocol::V1, 1).unwrap().unwrap();
+        let prepared = match end_transaction("t", Some(&open), 7, 0, true, 2).unwrap() {
+            EndDecision::Prepare(p) => p,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!((prepared.state, prepared.epoch), (TxnState::PrepareCommit, 0), "v1 keeps the epoch");
+        assert!(matches!(
+            add_to_transaction("t", Some(&prepared), (7, 0), &tp("b", &[0]), &[], TxnProtocol::V1, 3),
+            Err(CoordinatorError::ConcurrentTransactions { .. })
+        ));
+        assert!(matches!(
+            end_transaction("t", Some(&prepared), 7, 0, true, 3),
+            Err(CoordinatorError::ConcurrentTransactions { .. })
+        ));
+        assert!(matches!(
+            end_transaction("t", Some(&prepared), 7, 0, false, 3),
+            Err(CoordinatorError::InvalidTxnState { .. })
+        ));
+        let done = complete(&prepared, 4).unwrap();
+        assert_eq!(
+            end_transaction("t", Some(&done), 7, 0, true, 5).unwrap(),
+            EndDecision::AlreadyDone { producer_id: 7, epoch: 0 }
+        );
+        assert!(matches!(
+            end_transaction("t", Some(&done), 7, 0, false, 5),
+            Err(CoordinatorError::InvalidTxnState { .. })
+        ));
+        let again =
+            add_to_transaction("t", Some(&done), (7, 0), &tp("b", &[2]), &[], TxnProtocol::V1, 6).unwrap().unwrap();
+        assert_eq!((again.state, again.partitions, again.txn_start_ms), (TxnState::Ongoing, tp("b", &[2]), 6));
+    }
+
+    #[test]
+    fn v2_end_bumps_the_epoch_so_the_old_one_cannot_reach_the_next_transaction() {
+        let m = fresh();
+        let open = add_to_transaction("t", Some(&m), (7, 0), &tp("a", &[0]), &[], TxnProtocol::V2, 1).unwrap().unwrap();
+        let prepared = match end_transaction("t", Some(&open), 7, 0, false, 2).unwrap() {
+            EndDecision::Prepare(p) => p,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!((prepared.state, prepared.epoch, prepared.last_epoch), (TxnState::PrepareAbort, 1, 0));
+        let done = complete(&prepared, 3).unwrap();
+        // The EndTxn's retry under epoch 0 is answered with the new epoch.
+        assert_eq!(
+            end_transaction("t", Some(&done), 7, 0, false, 4).unwrap(),
+            EndDecision::AlreadyDone { producer_id: 7, epoch: 1 }
+        );
+        // A delayed add (or produce) of the aborted transaction under epoch 0 is fenced.
+        assert!(matches!(
+            add_to_transaction("t", Some(&done), (7, 0), &tp("a", &[0]), &[], TxnProtocol::V2, 5),
+            Err(CoordinatorError::ProducerFenced { .. })
+        ));
+        let next =
+            add_to_transaction("t", Some(&done), (7, 1), &tp("a", &[0]), &[], TxnProtocol::V2, 5).unwrap().unwrap();
+        assert_eq!((next.state, next.epoch), (TxnState::Ongoing, 1));
+        // A delayed EndTxn(commit) of the aborted transaction cannot commit the next one.
+        assert!(matches!(
+            end_transaction("t", Some(&next), 7, 0, true, 6),
+            Err(CoordinatorError::ProducerFenced { .. })
+        ));
+        // With nothing begun, a v2 abort completes at once (and still bumps the epoch).
+        match end_transaction("t", Some(&done), 7, 1, false, 7).unwrap() {
+            EndDecision::Complete(c) => assert_eq!((c.state, c.epoch), (TxnState::CompleteAbort, 2)),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_transaction_past_its_timeout_is_aborted_under_a_bumped_epoch() {
+        let m = TransactionMetadata { timeout_ms: 100, ..fresh() };
+        let open =
+            add_to_transaction("t", Some(&m), (7, 0), &tp("a", &[0]), &[], TxnProtocol::V1, 1_000).unwrap().unwrap();
+        assert_eq!(expire(&open, 1_100), None);
+        let aborting = expire(&open, 1_101).unwrap();
+        assert_eq!((aborting.state, aborting.epoch), (TxnState::PrepareAbort, 1));
+        assert_eq!(expire(&aborting, 9_999), None, "only open transactions expire");
+        assert!(matches!(
+            end_transaction("t", Some(&complete(&aborting, 1_200).unwrap()), 7, 0, true, 1_201),
+            Err(CoordinatorError::ProducerFenced { .. })
+        ));
+    }
+}
