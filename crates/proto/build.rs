@@ -15,6 +15,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "partition.proto",
         "coordinator.proto",
         "groups.proto",
+        "transactions.proto",
     ]
     .map(|f| format!("{dir}/{f}"));
     // The descriptor set lists every service and method: tests take the list of RPCs from it

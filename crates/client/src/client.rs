@@ -453,7 +453,8 @@ impl Client {
         let mut last = Error::Transport("no node reachable".into());
         for addr in self.admin_addrs() {
             let mut stub = self.records_stub(&addr)?;
-            let req = pb::InitProducerIdRequest { transactional_id: String::new(), transaction_timeout_ms: 0, current: None };
+            let req =
+                pb::InitProducerIdRequest { transactional_id: String::new(), transaction_timeout_ms: 0, current: None };
             match rill_rt::timeout(self.options.request_slack * 3, stub.init_producer_id(req)).await {
                 Ok(Ok(r)) => {
                     let r = r.into_inner();

@@ -101,6 +101,9 @@ pub enum CoordinatorError {
     /// The transaction is not in a state that allows the request.
     #[error("transactional id {transactional_id:?}: {reason}")]
     InvalidTxnState { transactional_id: String, reason: String },
+    /// The transactional id has no record (no producer ever initialised it, or it expired).
+    #[error("transactional id {0:?} is unknown to its coordinator")]
+    TransactionalIdNotFound(String),
     /// Storage failed, or a stored state is corrupt.
     #[error("coordinator storage failure: {0}")]
     Storage(String),

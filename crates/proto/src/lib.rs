@@ -7,6 +7,8 @@
 //! * [`admin`]: the `Admin` service — topics, cluster, client metadata.
 //! * [`internal`]: node-to-node services (Raft transport, forwarding, replica status).
 //! * [`groups`]: the `Groups` service — committed offsets of consumer groups.
+//! * [`transactions`]: the `Transactions` service — adding partitions, ending and describing
+//!   transactions.
 //! * [`raft`], [`meta`], [`partition`], [`coordinator`]: persistent formats — Raft's entries, votes, snapshots
 //!   and messages between nodes; the metadata's state, commands and results; a partition's
 //!   snapshot; the coordinators' commands and snapshots. Versioned by protobuf's field numbers, so old data keeps reading.
@@ -51,6 +53,11 @@ pub mod coordinator {
 #[allow(clippy::unwrap_used, clippy::expect_used)] // generated code
 pub mod groups {
     tonic::include_proto!("rill.groups");
+}
+
+#[allow(clippy::unwrap_used, clippy::expect_used)] // generated code
+pub mod transactions {
+    tonic::include_proto!("rill.transactions");
 }
 
 pub mod descriptor;

@@ -168,6 +168,7 @@ pub fn coordinator(e: &CoordinatorError) -> WireError {
         }
         CoordinatorError::ProducerFenced { .. } => WireError::new(ErrorCode::ProducerFenced, message),
         CoordinatorError::InvalidTxnState { .. } => WireError::new(ErrorCode::InvalidTxnState, message),
+        CoordinatorError::TransactionalIdNotFound(_) => WireError::new(ErrorCode::TransactionalIdNotFound, message),
         CoordinatorError::Storage(_) => WireError::new(ErrorCode::StorageError, message),
     }
 }
@@ -423,6 +424,7 @@ mod tests {
         assert_eq!(ErrorCode::ConcurrentTransactions as i32, 51);
         assert_eq!(ErrorCode::TransactionCoordinatorFenced as i32, 52);
         assert_eq!(ErrorCode::ProducerFenced as i32, 90);
+        assert_eq!(ErrorCode::TransactionalIdNotFound as i32, 105);
         assert_eq!(ErrorCode::UnknownProducerId as i32, 59);
         assert_eq!(ErrorCode::InvalidRecord as i32, 87);
         assert_eq!(ErrorCode::UnknownTopicId as i32, 100);

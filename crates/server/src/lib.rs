@@ -14,6 +14,8 @@
 //! * [`balance`]: preferred-leader balancing.
 //! * [`group_sessions`]: consumer group members' session and rebalance timers on the
 //!   coordinator's leader.
+//! * [`txn_markers`]: finishing transactions on their coordinator's leader — markers into every
+//!   partition, completion, timeouts.
 //! * [`failover`]: a designated follower stands for election as soon as a silent leader's lease
 //!   has run out.
 //! * [`api`]: the gRPC services.
@@ -34,6 +36,7 @@ pub mod join;
 pub mod node;
 #[cfg(not(madsim))]
 pub mod recovery;
+pub mod txn_markers;
 
 use std::future::Future;
 use std::sync::Arc;

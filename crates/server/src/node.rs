@@ -122,6 +122,8 @@ pub struct Node {
     compaction: Arc<rill_broker::CompactionBudget>,
     /// Session and rebalance timers of the consumer group members this node coordinates.
     group_sessions: rill_coordinator::groups::sessions::Sessions,
+    /// The transactions this node is finishing as their coordinator.
+    txn_markers: crate::txn_markers::Markers,
 }
 
 impl Node {
@@ -175,12 +177,14 @@ impl Node {
             group_sessions: rill_coordinator::groups::sessions::Sessions::new(std::time::Duration::from_millis(
                 u64::from(node_config_groups.session_ms),
             )),
+            txn_markers: crate::txn_markers::Markers::default(),
         });
         rill_rt::spawn(reconcile(Arc::downgrade(&node), node.meta.clone()));
         rill_rt::spawn(register_members(Arc::downgrade(&node)));
         rill_rt::spawn(crate::failover::run(Arc::downgrade(&node)));
         rill_rt::spawn(crate::group_sessions::run(Arc::downgrade(&node)));
         rill_rt::spawn(crate::group_sessions::run_offsets_retention(Arc::downgrade(&node)));
+        rill_rt::spawn(crate::txn_markers::run(Arc::downgrade(&node)));
         if node.config.auto_leader_rebalance {
             rill_rt::spawn(crate::balance::run(Arc::downgrade(&node)));
         }
@@ -196,6 +200,11 @@ impl Node {
     /// Session and rebalance timers of the consumer group members this node coordinates.
     pub fn group_sessions(&self) -> &rill_coordinator::groups::sessions::Sessions {
         &self.group_sessions
+    }
+
+    /// The transactions this node is finishing as their coordinator.
+    pub fn txn_markers(&self) -> &crate::txn_markers::Markers {
+        &self.txn_markers
     }
 
     /// The configuration.

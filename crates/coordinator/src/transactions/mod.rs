@@ -29,6 +29,7 @@ use rill_raft::types::LogId;
 use rill_raft::{GroupStateMachine, Payload};
 
 use crate::error::{CoordinatorError, Result};
+use crate::groups;
 pub use metadata::{TransactionMetadata, TxnProtocol, TxnState};
 use transitions::InitDecision;
 
@@ -241,6 +242,151 @@ where
     Err(CoordinatorError::NotAvailable(format!(
         "{transactional_id}: {CAS_ATTEMPTS} concurrent changes in a row; retry"
     )))
+}
+
+/// What `EndTxn` did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ended {
+    /// The producer id and epoch the producer's next transaction runs under.
+    pub producer_id: i64,
+    /// See `producer_id`.
+    pub epoch: i16,
+    /// The `Prepare*` record written, whose markers are now to be written (`None`: nothing to
+    /// mark — a retry, or a transaction that touched nothing).
+    pub to_mark: Option<TransactionMetadata>,
+}
+
+/// Proposes `record` for `transactional_id` over version `expect_version`; the record as
+/// applied (its version set) when the compare-and-set took effect.
+async fn write(
+    partition: &StatePartition<TransactionsMachine>,
+    transactional_id: &str,
+    mut record: TransactionMetadata,
+    expect_version: u64,
+    timeout: Duration,
+) -> Result<Option<TransactionMetadata>> {
+    let answered = partition.propose(write_command(transactional_id, &record, expect_version), timeout).await?;
+    if answered.as_ref() != APPLIED {
+        return Ok(None);
+    }
+    record.version = expect_version + 1;
+    Ok(Some(record))
+}
+
+/// The record of `transactional_id` on the caught-up leader.
+fn read_record(
+    partition: &StatePartition<TransactionsMachine>,
+    transactional_id: &str,
+) -> Result<Option<TransactionMetadata>> {
+    Ok(partition.read(|m| m.state().get(transactional_id).cloned())?)
+}
+
+/// On the coordinator: adds `partitions` to the transaction of `transactional_id` (see
+/// [`transitions::add_to_transaction`]); `Ok` once they are recorded.
+pub async fn add_partitions(
+    partition: &StatePartition<TransactionsMachine>,
+    transactional_id: &str,
+    producer: (i64, i16),
+    partitions: &groups::assignor::TopicPartitions,
+    protocol: TxnProtocol,
+    timeout: Duration,
+) -> Result<()> {
+    validate(transactional_id, 0)?;
+    for _ in 0..CAS_ATTEMPTS {
+        let current = read_record(partition, transactional_id)?;
+        let now = rill_rt::wall_clock_ms();
+        let decided = transitions::add_to_transaction(
+            transactional_id,
+            current.as_ref(),
+            producer,
+            partitions,
+            &[],
+            protocol,
+            now,
+        )?;
+        let Some(record) = decided else { return Ok(()) };
+        let expect = current.as_ref().map_or(0, |m| m.version);
+        if write(partition, transactional_id, record, expect, timeout).await?.is_some() {
+            return Ok(());
+        }
+    }
+    Err(busy(transactional_id))
+}
+
+/// On the coordinator: commits or aborts the transaction of `transactional_id` (see
+/// [`transitions::end_transaction`]). Returns once the decision is recorded; the caller writes
+/// the markers of [`Ended::to_mark`] and then calls [`complete`].
+pub async fn end_transaction(
+    partition: &StatePartition<TransactionsMachine>,
+    transactional_id: &str,
+    producer: (i64, i16),
+    commit: bool,
+    timeout: Duration,
+) -> Result<Ended> {
+    validate(transactional_id, 0)?;
+    for _ in 0..CAS_ATTEMPTS {
+        let current = read_record(partition, transactional_id)?;
+        let now = rill_rt::wall_clock_ms();
+        let decided =
+            transitions::end_transaction(transactional_id, current.as_ref(), producer.0, producer.1, commit, now)?;
+        let expect = current.as_ref().map_or(0, |m| m.version);
+        let (record, to_mark) = match decided {
+            transitions::EndDecision::AlreadyDone { producer_id, epoch } => {
+                return Ok(Ended { producer_id, epoch, to_mark: None })
+            }
+            transitions::EndDecision::Complete(record) => (record, false),
+            transitions::EndDecision::Prepare(record) => (record, true),
+        };
+        if let Some(applied) = write(partition, transactional_id, record, expect, timeout).await? {
+            let (producer_id, epoch) = (applied.producer_id, applied.epoch);
+            return Ok(Ended { producer_id, epoch, to_mark: to_mark.then_some(applied) });
+        }
+    }
+    Err(busy(transactional_id))
+}
+
+/// On the coordinator: every marker of the `Prepare*` record `prepared` is written; records its
+/// completion. `Ok(false)` when the record changed meanwhile (another leader completed it).
+pub async fn complete(
+    partition: &StatePartition<TransactionsMachine>,
+    transactional_id: &str,
+    prepared: &TransactionMetadata,
+    timeout: Duration,
+) -> Result<bool> {
+    let Some(record) = transitions::complete(prepared, rill_rt::wall_clock_ms()) else { return Ok(false) };
+    Ok(write(partition, transactional_id, record, prepared.version, timeout).await?.is_some())
+}
+
+/// On the coordinator: aborts every transaction open longer than its timeout (under a bumped
+/// epoch, fencing its producer), and returns every `Prepare*` record — those just written and
+/// those a previous leader left — whose markers are to be written.
+pub async fn to_finish(
+    partition: &StatePartition<TransactionsMachine>,
+    timeout: Duration,
+) -> Result<Vec<(String, TransactionMetadata)>> {
+    let now = rill_rt::wall_clock_ms();
+    let (prepared, expired): (Vec<_>, Vec<_>) = partition.read(|m| {
+        let prepared: Vec<_> =
+            m.state().iter().filter(|(_, r)| r.state.is_prepared()).map(|(id, r)| (id.clone(), r.clone())).collect();
+        let expired: Vec<_> = m
+            .state()
+            .iter()
+            .filter_map(|(id, r)| transitions::expire(r, now).map(|next| (id.clone(), r.version, next)))
+            .collect();
+        (prepared, expired)
+    })?;
+    let mut out = prepared;
+    for (id, version, record) in expired {
+        if let Some(applied) = write(partition, &id, record, version, timeout).await? {
+            tracing::info!(transactional_id = %id, epoch = applied.epoch, "aborting a transaction past its timeout");
+            out.push((id, applied));
+        }
+    }
+    Ok(out)
+}
+
+fn busy(transactional_id: &str) -> CoordinatorError {
+    CoordinatorError::NotAvailable(format!("{transactional_id}: {CAS_ATTEMPTS} concurrent changes in a row; retry"))
 }
 
 #[cfg(test)]

@@ -28,6 +28,7 @@ use rill_proto::groups::{
     DescribeGroupRequest, FetchOffsetsRequest, ListGroupsRequest,
 };
 use rill_proto::records::{FetchRequest, InitProducerIdRequest, ListOffsetsRequest, ProduceRequest};
+use rill_proto::transactions::{AddPartitionsToTxnRequest, DescribeTransactionsRequest, EndTxnRequest};
 
 /// The name the cluster resource goes by (Kafka's is `kafka-cluster`).
 pub const CLUSTER_RESOURCE: &str = "rill-cluster";
@@ -78,6 +79,12 @@ pub mod rpc {
     pub const COMMIT_OFFSETS: &str = "/rill.groups.Groups/CommitOffsets";
     /// `/rill.groups.Groups/FetchOffsets`.
     pub const FETCH_OFFSETS: &str = "/rill.groups.Groups/FetchOffsets";
+    /// `/rill.transactions.Transactions/AddPartitionsToTxn`.
+    pub const ADD_PARTITIONS_TO_TXN: &str = "/rill.transactions.Transactions/AddPartitionsToTxn";
+    /// `/rill.transactions.Transactions/EndTxn`.
+    pub const END_TXN: &str = "/rill.transactions.Transactions/EndTxn";
+    /// `/rill.transactions.Transactions/DescribeTransactions`.
+    pub const DESCRIBE_TRANSACTIONS: &str = "/rill.transactions.Transactions/DescribeTransactions";
 }
 
 /// The kinds of resource an operation applies to.
@@ -218,6 +225,15 @@ pub const RULES: &[Rule] = &[
     Rule { rpc: rpc::DELETE_OFFSETS, needs: &[(R::Group, Op::Delete, Named), (R::Topic, Op::Read, Named)] },
     Rule { rpc: rpc::COMMIT_OFFSETS, needs: &[(R::Group, Op::Read, Named), (R::Topic, Op::Read, Named)] },
     Rule { rpc: rpc::FETCH_OFFSETS, needs: &[(R::Group, Op::Describe, Named), (R::Topic, Op::Describe, Named)] },
+    // Kafka's AddPartitionsToTxn: Write on the transactional id and on each topic.
+    Rule {
+        rpc: rpc::ADD_PARTITIONS_TO_TXN,
+        needs: &[(R::TransactionalId, Op::Write, Named), (R::Topic, Op::Write, Named)],
+    },
+    // Kafka's EndTxn: Write on the transactional id.
+    Rule { rpc: rpc::END_TXN, needs: &[(R::TransactionalId, Op::Write, Named)] },
+    // Kafka's DescribeTransactions: Describe on each transactional id.
+    Rule { rpc: rpc::DESCRIBE_TRANSACTIONS, needs: &[(R::TransactionalId, Op::Describe, Named)] },
 ];
 
 /// The rule of RPC `rpc` (a gRPC path), if it has one.
@@ -351,6 +367,30 @@ impl Resources for InitProducerIdRequest {
         match (kind, self.transactional_id.is_empty()) {
             (R::TransactionalId, false) => vec![self.transactional_id.as_str()],
             (R::Cluster, true) => vec![CLUSTER_RESOURCE],
+            _ => Vec::new(),
+        }
+    }
+}
+
+impl Resources for AddPartitionsToTxnRequest {
+    fn names(&self, kind: ResourceType) -> Vec<&str> {
+        match kind {
+            R::TransactionalId => vec![self.transactional_id.as_str()],
+            _ => topics(kind, self.topics.iter().map(|t| t.topic.as_str())),
+        }
+    }
+}
+
+impl Resources for EndTxnRequest {
+    fn names(&self, kind: ResourceType) -> Vec<&str> {
+        only(kind, R::TransactionalId, &self.transactional_id)
+    }
+}
+
+impl Resources for DescribeTransactionsRequest {
+    fn names(&self, kind: ResourceType) -> Vec<&str> {
+        match kind {
+            R::TransactionalId => self.transactional_ids.iter().map(String::as_str).collect(),
             _ => Vec::new(),
         }
     }

@@ -1,5 +1,5 @@
 //! The internal `Cluster` service: liveness, forwarded metadata proposals, replica status,
-//! adding nodes.
+//! adding nodes, transaction markers.
 //!
 //! Every request that names its sender (`from_node`, a joining node's id) is refused unless the
 //! caller's certificate names that node ([`rill_tls::Caller`]); metadata proposals and leader
@@ -12,7 +12,8 @@ use rill_meta::NodeInfo;
 use rill_proto::internal::cluster_server::Cluster;
 use rill_proto::internal::{
     AddNodeRequest, AddNodeResponse, ElectLeaderRequest, ElectLeaderResponse, PingRequest, PingResponse,
-    ProposeMetaRequest, ProposeMetaResponse, ReplicaStatusRequest, ReplicaStatusResponse,
+    ProposeMetaRequest, ProposeMetaResponse, ReplicaStatusRequest, ReplicaStatusResponse, WriteTxnMarkersRequest,
+    WriteTxnMarkersResponse,
 };
 use rill_raft::NodeId;
 use rill_tls::Caller;
@@ -119,5 +120,23 @@ impl Cluster for ClusterApi {
             Err(AddNodeError::Refused(reason)) => answer(false, None, reason),
             Err(AddNodeError::Retry(problem)) => Err(errors::retry_later_status(problem)),
         }
+    }
+
+    async fn write_txn_markers(
+        &self,
+        request: Request<WriteTxnMarkersRequest>,
+    ) -> Result<Response<WriteTxnMarkersResponse>, Status> {
+        self.check_member(&request, request.get_ref().from_node, "WriteTxnMarkers")?;
+        let req = request.into_inner();
+        if req.partitions.len() > crate::api::limits::MAX_PARTITIONS_PER_REQUEST {
+            return Err(errors::too_many_entries_status(
+                "WriteTxnMarkers",
+                "partitions",
+                req.partitions.len(),
+                crate::api::limits::MAX_PARTITIONS_PER_REQUEST,
+            ));
+        }
+        let results = crate::txn_markers::serve(&self.node, req).await;
+        Ok(Response::new(WriteTxnMarkersResponse { results }))
     }
 }

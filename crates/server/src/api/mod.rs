@@ -2,7 +2,8 @@
 //!
 //! * the **client listener** (`listen`) serves only the public services: [`records::RecordsApi`]
 //!   (Produce, Fetch, ListOffsets, InitProducerId), [`admin::AdminApi`] (topics, cluster,
-//!   metadata, FindCoordinator), [`groups::GroupsApi`] (committed offsets);
+//!   metadata, FindCoordinator), [`groups::GroupsApi`] (committed offsets),
+//!   [`transactions::TransactionsApi`] (adding partitions, ending and describing transactions);
 //! * the **internal listener** (`internal-listen`) serves only the node-to-node services:
 //!   `RaftTransport` (from `rill-raft`) and [`cluster::ClusterApi`]. A client that reaches the
 //!   client port cannot act as a node (docs/security.md).
@@ -26,6 +27,7 @@ pub mod limits;
 pub mod records;
 pub mod routing;
 pub mod status;
+pub mod transactions;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -37,6 +39,7 @@ use rill_proto::groups::groups_server::GroupsServer;
 use rill_proto::internal::cluster_server::ClusterServer;
 use rill_proto::internal::raft_transport_server::RaftTransportServer;
 use rill_proto::records::records_server::RecordsServer;
+use rill_proto::transactions::transactions_server::TransactionsServer;
 use rill_proto::MAX_GRPC_MESSAGE_BYTES;
 use rill_raft::service::RaftService;
 
@@ -79,7 +82,8 @@ async fn serve_public(node: Arc<Node>, shutdown: impl Future<Output = ()> + Send
         .max_decoding_message_size(MAX_GRPC_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_GRPC_MESSAGE_BYTES);
     let admin = AdminServer::new(admin::AdminApi::new(node.clone(), authz.clone()));
-    let groups = GroupsServer::new(groups::GroupsApi::new(node.clone(), authz));
+    let groups = GroupsServer::new(groups::GroupsApi::new(node.clone(), authz.clone()));
+    let transactions = TransactionsServer::new(transactions::TransactionsApi::new(node.clone(), authz));
     let failed = |e: &dyn std::fmt::Display| Error::Serve(format!("client listener {addr}: {e}"));
     let limits = node.config().client_limits;
     #[cfg(not(madsim))]
@@ -92,6 +96,7 @@ async fn serve_public(node: Arc<Node>, shutdown: impl Future<Output = ()> + Send
             .add_service(records)
             .add_service(admin)
             .add_service(groups)
+            .add_service(transactions)
             .serve_with_incoming_shutdown(connections::accept(listener, max_connections), shutdown)
             .await
             .map_err(|e| failed(&e))
@@ -104,6 +109,7 @@ async fn serve_public(node: Arc<Node>, shutdown: impl Future<Output = ()> + Send
             .add_service(records)
             .add_service(admin)
             .add_service(groups)
+            .add_service(transactions)
             .serve_with_shutdown(addr, shutdown)
             .await
             .map_err(|e| failed(&e))

@@ -1,0 +1,226 @@
+//! The public `Transactions` service: adding partitions to a transaction, ending it, and
+//! describing transactional ids, served by each id's coordinator (the leader of the
+//! `__transaction_state` partition the id hashes to). The markers an `EndTxn` calls for are
+//! written by [`crate::txn_markers`].
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rill_broker::StatePartition;
+use rill_coordinator::groups::TopicPartitions;
+use rill_coordinator::transactions::{self, TxnProtocol};
+use rill_coordinator::{CoordinatorError, TransactionsMachine};
+use rill_meta::PartitionKind;
+use rill_proto::common::ErrorCode;
+use rill_proto::transactions::transactions_server::Transactions;
+use rill_proto::transactions::{
+    AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, DescribeTransactionsRequest, DescribeTransactionsResponse,
+    EndTxnRequest, EndTxnResponse, TransactionDescription, TxnTopic,
+};
+use tonic::{Request, Response, Status};
+
+use crate::api::authz::{rpc, Authorization};
+use crate::api::limits;
+use crate::api::routing::coordinator_here;
+use crate::errors::{self, WireError};
+use crate::node::{Hosted, Node};
+
+/// How long a coordinator's decision may take to be committed.
+const DECISION_TIMEOUT: Duration = Duration::from_secs(10);
+/// Most transactional ids one `DescribeTransactions` names.
+const MAX_DESCRIBED: usize = 1_000;
+
+/// The `Transactions` service.
+pub struct TransactionsApi {
+    node: Arc<Node>,
+    authz: Authorization,
+}
+
+impl TransactionsApi {
+    /// The service for `node`.
+    pub fn new(node: Arc<Node>, authz: Authorization) -> Self {
+        Self { node, authz }
+    }
+
+    /// The id's coordinator partition, when this node leads it, or the error to answer.
+    fn coordinator(&self, transactional_id: &str) -> Result<Arc<StatePartition<TransactionsMachine>>, WireError> {
+        transactions::validate(transactional_id, 0).map_err(|e| errors::coordinator(&e))?;
+        match coordinator_here(&self.node, PartitionKind::TransactionState, transactional_id)? {
+            Hosted::Transactions(p) => Ok(p),
+            _ => Err(errors::coordinator_not_created(rill_meta::TRANSACTION_STATE_TOPIC)),
+        }
+    }
+
+    /// The partitions a request names, checked against the metadata: every topic exists, is
+    /// not internal, and has each partition; no partition appears twice.
+    fn partitions(&self, topics: &[TxnTopic]) -> Result<TopicPartitions, WireError> {
+        let mut out = TopicPartitions::new();
+        for t in topics {
+            let unknown = |what: String| WireError::new(ErrorCode::UnknownTopicOrPartition, what);
+            let Some(meta) = self.node.topic(&t.topic) else {
+                return Err(unknown(format!("topic {:?} does not exist", t.topic)));
+            };
+            if meta.is_internal() {
+                return Err(WireError::new(
+                    ErrorCode::InvalidTopic,
+                    format!("{:?} is an internal topic: transactions write to record topics only", t.topic),
+                ));
+            }
+            let set = out.entry(t.topic.clone()).or_default();
+            for &p in &t.partitions {
+                if p as usize >= meta.partitions.len() {
+                    return Err(unknown(format!("topic {:?} has no partition {p}", t.topic)));
+                }
+                if !set.insert(p) {
+                    return Err(errors::duplicate_partition(&t.topic, p));
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// A request's producer epoch, checked to fit Kafka's 16 bits.
+fn epoch(producer_epoch: i32) -> Result<i16, WireError> {
+    i16::try_from(producer_epoch).ok().filter(|e| *e >= 0).ok_or_else(|| {
+        WireError::new(ErrorCode::InvalidRequest, format!("producer epoch {producer_epoch} is not a 16-bit epoch"))
+    })
+}
+
+fn add_error(e: WireError) -> AddPartitionsToTxnResponse {
+    AddPartitionsToTxnResponse { error_code: e.code as i32, error_message: e.message, coordinator: e.leader }
+}
+
+fn end_error(e: WireError) -> EndTxnResponse {
+    EndTxnResponse {
+        error_code: e.code as i32,
+        error_message: e.message,
+        producer_id: -1,
+        producer_epoch: -1,
+        coordinator: e.leader,
+    }
+}
+
+#[tonic::async_trait]
+impl Transactions for TransactionsApi {
+    async fn add_partitions_to_txn(
+        &self,
+        request: Request<AddPartitionsToTxnRequest>,
+    ) -> Result<Response<AddPartitionsToTxnResponse>, Status> {
+        let principal = self.authz.principal(&request);
+        let req = request.into_inner();
+        let count = req.topics.iter().map(|t| t.partitions.len()).sum();
+        limits::check_counts("AddPartitionsToTxn", req.topics.len(), count)?;
+        self.authz.authorize(&principal, rpc::ADD_PARTITIONS_TO_TXN, &req)?;
+        let answer = async {
+            let epoch = epoch(req.producer_epoch)?;
+            let partitions = self.partitions(&req.topics)?;
+            let coordinator = self.coordinator(&req.transactional_id)?;
+            let producer = (req.producer_id, epoch);
+            transactions::add_partitions(
+                &coordinator,
+                &req.transactional_id,
+                producer,
+                &partitions,
+                TxnProtocol::V1,
+                DECISION_TIMEOUT,
+            )
+            .await
+            .map_err(|e| errors::coordinator(&e))
+        };
+        Ok(Response::new(match answer.await {
+            Ok(()) => AddPartitionsToTxnResponse::default(),
+            Err(e) => add_error(e),
+        }))
+    }
+
+    async fn end_txn(&self, request: Request<EndTxnRequest>) -> Result<Response<EndTxnResponse>, Status> {
+        let principal = self.authz.principal(&request);
+        let req = request.into_inner();
+        self.authz.authorize(&principal, rpc::END_TXN, &req)?;
+        let answer = async {
+            let epoch = epoch(req.producer_epoch)?;
+            let coordinator = self.coordinator(&req.transactional_id)?;
+            let producer = (req.producer_id, epoch);
+            let ended = transactions::end_transaction(
+                &coordinator,
+                &req.transactional_id,
+                producer,
+                req.commit,
+                DECISION_TIMEOUT,
+            )
+            .await
+            .map_err(|e| errors::coordinator(&e))?;
+            if let Some(prepared) = ended.to_mark.clone() {
+                self.node.txn_markers().finish(&self.node, coordinator, req.transactional_id.clone(), prepared);
+            }
+            Ok::<_, WireError>(ended)
+        };
+        Ok(Response::new(match answer.await {
+            Ok(ended) => EndTxnResponse {
+                producer_id: ended.producer_id,
+                producer_epoch: i32::from(ended.epoch),
+                ..EndTxnResponse::default()
+            },
+            Err(e) => end_error(e),
+        }))
+    }
+
+    async fn describe_transactions(
+        &self,
+        request: Request<DescribeTransactionsRequest>,
+    ) -> Result<Response<DescribeTransactionsResponse>, Status> {
+        let principal = self.authz.principal(&request);
+        let req = request.into_inner();
+        if req.transactional_ids.len() > MAX_DESCRIBED {
+            return Err(errors::too_many_entries_status(
+                "DescribeTransactions",
+                "transactional ids",
+                req.transactional_ids.len(),
+                MAX_DESCRIBED,
+            ));
+        }
+        self.authz.authorize(&principal, rpc::DESCRIBE_TRANSACTIONS, &req)?;
+        let transactions = req.transactional_ids.iter().map(|id| self.describe(id)).collect();
+        Ok(Response::new(DescribeTransactionsResponse { transactions }))
+    }
+}
+
+impl TransactionsApi {
+    fn describe(&self, id: &str) -> TransactionDescription {
+        let failed = |e: WireError| TransactionDescription {
+            transactional_id: id.to_string(),
+            error_code: e.code as i32,
+            error_message: e.message,
+            coordinator: e.leader,
+            ..TransactionDescription::default()
+        };
+        let coordinator = match self.coordinator(id) {
+            Ok(c) => c,
+            Err(e) => return failed(e),
+        };
+        let record = match coordinator.read(|m| m.state().get(id).cloned()) {
+            Ok(Some(r)) => r,
+            Ok(None) => return failed(errors::coordinator(&CoordinatorError::TransactionalIdNotFound(id.to_string()))),
+            Err(e) => return failed(errors::coordinator(&e.into())),
+        };
+        let open = matches!(record.state, transactions::TxnState::Ongoing) || record.state.is_prepared();
+        TransactionDescription {
+            transactional_id: id.to_string(),
+            error_code: ErrorCode::None as i32,
+            error_message: String::new(),
+            state: record.state.name().to_string(),
+            producer_id: record.producer_id,
+            producer_epoch: i32::from(record.epoch),
+            transaction_timeout_ms: record.timeout_ms,
+            transaction_start_ms: if open { record.txn_start_ms } else { -1 },
+            topics: record
+                .partitions
+                .iter()
+                .map(|(topic, ps)| TxnTopic { topic: topic.clone(), partitions: ps.iter().copied().collect() })
+                .collect(),
+            protocol_version: record.protocol.to_proto(),
+            coordinator: None,
+        }
+    }
+}

@@ -1,0 +1,241 @@
+//! Finishing transactions on their coordinator's leader: writing the commit or abort markers of
+//! every `Prepare*` record into the partitions of its transaction, then recording completion.
+//!
+//! ```text
+//!  EndTxn ─► Prepare* written ─► finish: markers to each partition's leader ─► Complete* written
+//!  every second, on each led __transaction_state partition:
+//!     open past its timeout ─► PrepareAbort (epoch bumped) ─┐
+//!     Prepare* left by an earlier leader ───────────────────┴─► finish
+//! ```
+//!
+//! A marker carries the coordinator's epoch — its Raft term in the `__transaction_state`
+//! partition — so a partition refuses markers of a deposed coordinator. A marker is written to
+//! the partition's leader: directly when that is this node, else through the leader's internal
+//! `Cluster.WriteTxnMarkers`. Failures (no leader yet, a leader moving) are retried until every
+//! marker is written or this node stops leading the coordinator's partition; the next leader
+//! then finds the `Prepare*` record and finishes it. Writing a marker twice is harmless: the
+//! second finds no transaction open and decides nothing. A partition of a deleted topic needs
+//! no marker.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use rill_broker::{Partition, PartitionError, StatePartition};
+use rill_coordinator::transactions::{self, TransactionMetadata};
+use rill_coordinator::TransactionsMachine;
+use rill_proto::common::ErrorCode;
+use rill_proto::internal::{WriteTxnMarkerResult, WriteTxnMarkersRequest};
+use rill_raft::GroupId;
+use rill_records::{ControlKind, ControlMarker};
+
+use crate::errors;
+use crate::node::{Hosted, Node};
+
+/// How often led coordinator partitions are checked for transactions to finish or expire.
+const CHECK_EVERY: Duration = Duration::from_secs(1);
+/// How long one marker, or one coordinator write, may take.
+const STEP_TIMEOUT: Duration = Duration::from_secs(10);
+/// Pause between rounds of markers that could not be written yet.
+const RETRY_PAUSE: Duration = Duration::from_millis(100);
+
+/// The transactions this node is finishing, so that the periodic check and an `EndTxn` never
+/// finish the same one twice at once.
+#[derive(Debug, Default)]
+pub struct Markers {
+    in_flight: Mutex<HashSet<(GroupId, String)>>,
+}
+
+impl Markers {
+    /// Writes the markers of `prepared` (the `Prepare*` record of `transactional_id` in
+    /// `coordinator`) in the background and records its completion; nothing when this node is
+    /// already finishing it.
+    pub fn finish(
+        &self,
+        node: &Arc<Node>,
+        coordinator: Arc<StatePartition<TransactionsMachine>>,
+        transactional_id: String,
+        prepared: TransactionMetadata,
+    ) {
+        let key = (coordinator.replica().group(), transactional_id);
+        if !self.in_flight.lock().unwrap_or_else(|p| p.into_inner()).insert(key.clone()) {
+            return;
+        }
+        let node = Arc::downgrade(node);
+        rill_rt::spawn(async move {
+            let id = key.1.clone();
+            match finish(&node, &coordinator, &id, &prepared).await {
+                Ok(true) => {
+                    tracing::debug!(transactional_id = %id, state = prepared.state.name(), "transaction completed")
+                }
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::info!(transactional_id = %id, error = %e, "transaction left for the next leader to finish")
+                }
+            }
+            if let Some(n) = node.upgrade() {
+                n.txn_markers().in_flight.lock().unwrap_or_else(|p| p.into_inner()).remove(&key);
+            }
+        });
+    }
+}
+
+/// Runs until the node is dropped: finishes what each led coordinator partition has prepared,
+/// and aborts what has outlived its timeout.
+pub async fn run(node: Weak<Node>) {
+    loop {
+        rill_rt::sleep(CHECK_EVERY).await;
+        let Some(n) = node.upgrade() else { return };
+        let led: Vec<_> = n
+            .replicas()
+            .into_iter()
+            .filter_map(|h| match h {
+                Hosted::Transactions(p) if p.replica().state().is_leader => Some(p),
+                _ => None,
+            })
+            .collect();
+        for p in led {
+            match transactions::to_finish(&p, STEP_TIMEOUT).await {
+                Ok(records) => {
+                    for (id, record) in records {
+                        n.txn_markers().finish(&n, p.clone(), id, record);
+                    }
+                }
+                Err(e) => tracing::debug!(group = p.replica().group(), error = %e, "transactions not checked"),
+            }
+        }
+    }
+}
+
+/// Writes every marker of `prepared`, then its completion. `Ok(false)` when another leader
+/// completed it first.
+async fn finish(
+    node: &Weak<Node>,
+    coordinator: &StatePartition<TransactionsMachine>,
+    transactional_id: &str,
+    prepared: &TransactionMetadata,
+) -> Result<bool, String> {
+    let commit = prepared.state == transactions::TxnState::PrepareCommit;
+    let mut pending: Vec<(String, u32)> =
+        prepared.partitions.iter().flat_map(|(t, ps)| ps.iter().map(move |p| (t.clone(), *p))).collect();
+    loop {
+        // The coordinator's epoch is its current term; a node that no longer leads stops here.
+        let state = coordinator.replica().state();
+        if !state.is_leader {
+            return Err("this node no longer leads the coordinator's partition".into());
+        }
+        let coordinator_epoch = i32::try_from(state.term).unwrap_or(i32::MAX);
+        // Another leader may have completed it meanwhile (and the id moved on).
+        let version =
+            coordinator.read(|m| m.state().get(transactional_id).map(|r| r.version)).map_err(|e| e.to_string())?;
+        if version != Some(prepared.version) {
+            return Ok(false);
+        }
+        let Some(n) = node.upgrade() else { return Err("the node is stopping".into()) };
+        let mut still = Vec::new();
+        for (topic, partition) in pending {
+            let marker = Marker { producer_id: prepared.producer_id, epoch: prepared.epoch, coordinator_epoch, commit };
+            match write_marker(&n, &topic, partition, marker).await {
+                Ok(()) => {}
+                Err(e) => {
+                    tracing::debug!(transactional_id, topic, partition, error = %e, "marker not written yet");
+                    still.push((topic, partition));
+                }
+            }
+        }
+        drop(n);
+        if still.is_empty() {
+            break;
+        }
+        pending = still;
+        rill_rt::sleep(RETRY_PAUSE).await;
+    }
+    transactions::complete(coordinator, transactional_id, prepared, STEP_TIMEOUT).await.map_err(|e| e.to_string())
+}
+
+/// One marker to write.
+#[derive(Debug, Clone, Copy)]
+pub struct Marker {
+    /// The transaction's producer id.
+    pub producer_id: i64,
+    /// The epoch the marker carries.
+    pub epoch: i16,
+    /// The coordinator's epoch.
+    pub coordinator_epoch: i32,
+    /// Commit or abort.
+    pub commit: bool,
+}
+
+/// Writes `marker` into `topic`/`partition` at its leader.
+async fn write_marker(node: &Arc<Node>, topic: &str, partition: u32, marker: Marker) -> Result<(), String> {
+    let Some(meta) = node.topic(topic) else { return Ok(()) };
+    let Some(assignment) = meta.partitions.get(partition as usize) else { return Ok(()) };
+    if let Some(local) = node.partition_by_group(assignment.group) {
+        if local.state().is_leader {
+            return write_local(&local, marker).await.map(|_| ()).map_err(|e| e.to_string());
+        }
+    }
+    let leader = node.leader_of(assignment.group).ok_or_else(|| format!("{topic}/{partition} has no leader yet"))?;
+    let mut client = node.cluster_client(leader).ok_or_else(|| format!("no address for node {leader}"))?;
+    let request = WriteTxnMarkersRequest {
+        from_node: node.id(),
+        producer_id: marker.producer_id,
+        producer_epoch: i32::from(marker.epoch),
+        coordinator_epoch: marker.coordinator_epoch,
+        commit: marker.commit,
+        topic: topic.to_string(),
+        partitions: vec![partition],
+        timeout_ms: STEP_TIMEOUT.as_millis() as u32,
+    };
+    let answer = rill_rt::timeout(STEP_TIMEOUT * 2, client.write_txn_markers(request))
+        .await
+        .map_err(|_| format!("node {leader} did not answer in time"))?
+        .map_err(|s| s.message().to_string())?
+        .into_inner();
+    match answer.results.first() {
+        Some(r) if r.error_code == ErrorCode::None as i32 => Ok(()),
+        Some(r) => Err(r.error_message.clone()),
+        None => Err(format!("node {leader} answered no result")),
+    }
+}
+
+/// Writes `marker` into a partition this node leads.
+pub async fn write_local(partition: &Partition, marker: Marker) -> Result<u64, PartitionError> {
+    let kind = if marker.commit { ControlKind::Commit } else { ControlKind::Abort };
+    let control = ControlMarker { kind, coordinator_epoch: marker.coordinator_epoch };
+    partition.append_control(control, marker.producer_id, marker.epoch, STEP_TIMEOUT).await
+}
+
+/// `Cluster.WriteTxnMarkers` on the receiving node: one result per partition named.
+pub async fn serve(node: &Arc<Node>, req: WriteTxnMarkersRequest) -> Vec<WriteTxnMarkerResult> {
+    let result = |partition: u32, e: Option<errors::WireError>| WriteTxnMarkerResult {
+        partition,
+        error_code: e.as_ref().map_or(ErrorCode::None as i32, |e| e.code as i32),
+        error_message: e.map(|e| e.message).unwrap_or_default(),
+    };
+    let Ok(epoch) = i16::try_from(req.producer_epoch) else {
+        let bad =
+            errors::WireError::new(ErrorCode::InvalidRequest, format!("epoch {} beyond 16 bits", req.producer_epoch));
+        return req.partitions.iter().map(|p| result(*p, Some(bad.clone()))).collect();
+    };
+    let marker =
+        Marker { producer_id: req.producer_id, epoch, coordinator_epoch: req.coordinator_epoch, commit: req.commit };
+    let mut out = Vec::with_capacity(req.partitions.len());
+    for &p in &req.partitions {
+        let local = node
+            .topic(&req.topic)
+            .and_then(|t| t.partitions.get(p as usize).map(|a| a.group))
+            .and_then(|g| node.partition_by_group(g));
+        let outcome = match local {
+            None => Some(errors::WireError::new(
+                ErrorCode::NotLeaderOrFollower,
+                format!("node {} hosts no replica of {}/{p}", node.id(), req.topic),
+            )),
+            Some(partition) => {
+                write_local(&partition, marker).await.err().map(|e| errors::partition(&e, |id| node.client_addr(id)))
+            }
+        };
+        out.push(result(p, outcome));
+    }
+    out
+}

@@ -1,0 +1,220 @@
+//! Transactions at their coordinator, over raw gRPC stubs generated from `proto/`: adding
+//! partitions, ending transactions, the markers every partition gets, fencing, aborts forced by
+//! a new instance and by the transaction timeout, and bad requests.
+
+use std::time::Duration;
+
+use rill_client::{Client, Coordinator, ErrorCode};
+use rill_proto::records::records_client::RecordsClient;
+use rill_proto::records::{FetchPartition, FetchRequest, FetchTopic, IsolationLevel};
+use rill_proto::transactions::transactions_client::TransactionsClient;
+use rill_proto::transactions::{
+    AddPartitionsToTxnRequest, DescribeTransactionsRequest, EndTxnRequest, TransactionDescription, TxnTopic,
+};
+use rill_records::{ControlKind, ControlMarker};
+
+use crate::harness::{init_logs, wait_for, wait_for_ok, TestCluster, READY_TIMEOUT};
+
+const TRANSACTIONS: &str = "__transaction_state";
+/// Long enough for a coordinator to write every marker of a transaction.
+const MARKERS_TIMEOUT: Duration = Duration::from_secs(20);
+
+fn code(c: i32) -> ErrorCode {
+    ErrorCode::try_from(c).unwrap_or(ErrorCode::UnknownServerError)
+}
+
+/// A stub of the Transactions service at the coordinator of `id`.
+async fn coordinator(client: &Client, id: &str) -> anyhow::Result<TransactionsClient<tonic::transport::Channel>> {
+    let (_, addr) = client.find_coordinator(Coordinator::Transaction, id).await?;
+    Ok(TransactionsClient::connect(format!("http://{addr}")).await?)
+}
+
+fn add(id: &str, pid: i64, epoch: i16, topic: &str, partitions: &[u32]) -> AddPartitionsToTxnRequest {
+    AddPartitionsToTxnRequest {
+        transactional_id: id.into(),
+        producer_id: pid,
+        producer_epoch: i32::from(epoch),
+        topics: vec![TxnTopic { topic: topic.into(), partitions: partitions.to_vec() }],
+    }
+}
+
+async fn describe(client: &Client, id: &str) -> anyhow::Result<TransactionDescription> {
+    let mut c = coordinator(client, id).await?;
+    let mut r =
+        c.describe_transactions(DescribeTransactionsRequest { transactional_ids: vec![id.into()] }).await?.into_inner();
+    r.transactions.pop().ok_or_else(|| anyhow::anyhow!("no description"))
+}
+
+/// Waits until `id`'s transaction is in `state` (its markers written, for the Complete states).
+async fn wait_for_state(client: &Client, id: &str, state: &str) -> anyhow::Result<TransactionDescription> {
+    wait_for(MARKERS_TIMEOUT, &format!("{id} to be {state}"), || async {
+        describe(client, id).await.ok().filter(|d| d.state == state)
+    })
+    .await
+}
+
+/// The control markers of a partition, read uncommitted from its leader: (offset, commit?,
+/// coordinator epoch).
+async fn markers(client: &Client, topic: &str, partition: u32) -> anyhow::Result<Vec<(u64, ControlKind, i32)>> {
+    let desc = client.describe_topic(topic).await?;
+    let leader = desc.partitions[partition as usize].leader.ok_or_else(|| anyhow::anyhow!("no leader"))?;
+    let addr = desc_node_addr(client, leader).await?;
+    let mut raw = RecordsClient::connect(format!("http://{addr}")).await?;
+    let resp = raw
+        .fetch(FetchRequest {
+            topics: vec![FetchTopic {
+                topic: topic.into(),
+                partitions: vec![FetchPartition { partition, fetch_offset: 0, max_bytes: 0 }],
+                topic_id: Default::default(),
+            }],
+            isolation_level: IsolationLevel::ReadUncommitted as i32,
+            ..Default::default()
+        })
+        .await?
+        .into_inner();
+    let p = &resp.topics[0].partitions[0];
+    anyhow::ensure!(p.error_code == 0, "fetch: {}", p.error_message);
+    let mut out = Vec::new();
+    for b in &p.batches {
+        let decoded = rill_records::decode(&b.data, 1 << 20)?;
+        if decoded.info.is_control() {
+            let m = ControlMarker::parse(&decoded.records[0])?;
+            out.push((b.base_offset as u64, m.kind, m.coordinator_epoch));
+        }
+    }
+    Ok(out)
+}
+
+async fn desc_node_addr(client: &Client, node: u64) -> anyhow::Result<String> {
+    let cluster = client.describe_cluster().await?;
+    cluster
+        .nodes
+        .iter()
+        .find(|n| n.node_id == node)
+        .map(|n| n.address.clone())
+        .ok_or_else(|| anyhow::anyhow!("node {node} unknown"))
+}
+
+#[tokio::test]
+async fn transactions_commit_abort_and_fence_at_their_coordinator() -> anyhow::Result<()> {
+    init_logs();
+    let cluster = TestCluster::start(3).await?;
+    let client = cluster.client().await?;
+    cluster.create_topic(&client, "orders", 2, 3, &[]).await?;
+    cluster.wait_for_leaders(&client, TRANSACTIONS).await?;
+    let id = "invoicer";
+    let (pid, epoch) =
+        wait_for_ok(READY_TIMEOUT, "a transactional producer id", || client.init_transactional_producer(id, 0)).await?;
+
+    tracing::info!("--- a transaction over two partitions commits: each partition gets a commit marker");
+    let mut c = coordinator(&client, id).await?;
+    let r = c.add_partitions_to_txn(add(id, pid, epoch, "orders", &[0, 1])).await?.into_inner();
+    assert_eq!(code(r.error_code), ErrorCode::None, "{}", r.error_message);
+    let d = describe(&client, id).await?;
+    assert_eq!((d.state.as_str(), d.producer_id, d.topics.len()), ("Ongoing", pid, 1));
+    assert!(d.transaction_start_ms > 0);
+    let ended = c
+        .end_txn(EndTxnRequest {
+            transactional_id: id.into(),
+            producer_id: pid,
+            producer_epoch: epoch.into(),
+            commit: true,
+        })
+        .await?
+        .into_inner();
+    assert_eq!(code(ended.error_code), ErrorCode::None, "{}", ended.error_message);
+    assert_eq!((ended.producer_id, ended.producer_epoch), (pid, i32::from(epoch)), "v1 keeps the epoch");
+    wait_for_state(&client, id, "CompleteCommit").await?;
+    for p in 0..2 {
+        let m = markers(&client, "orders", p).await?;
+        assert_eq!(m.len(), 1, "partition {p}: {m:?}");
+        assert_eq!(m[0].1, ControlKind::Commit);
+        assert!(m[0].2 >= 1, "the marker carries the coordinator's epoch (its term)");
+    }
+    // The retry of a commit that already took effect succeeds; the other decision does not.
+    let again = c
+        .end_txn(EndTxnRequest {
+            transactional_id: id.into(),
+            producer_id: pid,
+            producer_epoch: epoch.into(),
+            commit: true,
+        })
+        .await?
+        .into_inner();
+    assert_eq!(code(again.error_code), ErrorCode::None, "{}", again.error_message);
+    let flip = c
+        .end_txn(EndTxnRequest {
+            transactional_id: id.into(),
+            producer_id: pid,
+            producer_epoch: epoch.into(),
+            commit: false,
+        })
+        .await?
+        .into_inner();
+    assert_eq!(code(flip.error_code), ErrorCode::InvalidTxnState, "{}", flip.error_message);
+
+    tracing::info!("--- a read_committed fetch moves past the markers without returning them");
+    let fetched = client.fetch("orders", 0, Some(0), Duration::ZERO).await?;
+    assert!(fetched.records.is_empty());
+    assert_eq!((fetched.next_offset, fetched.last_stable_offset, fetched.high_watermark), (1, 1, 1));
+
+    tracing::info!("--- a new instance over an open transaction aborts it first and fences the old one");
+    let r = c.add_partitions_to_txn(add(id, pid, epoch, "orders", &[1])).await?.into_inner();
+    assert_eq!(code(r.error_code), ErrorCode::None, "{}", r.error_message);
+    let (pid2, epoch2) = wait_for_ok(MARKERS_TIMEOUT, "a new instance after the abort", || async {
+        match client.init_transactional_producer(id, 0).await {
+            Err(e) if e.code() == Some(ErrorCode::ConcurrentTransactions) => Err(e),
+            other => Ok(other),
+        }
+    })
+    .await??;
+    assert_eq!((pid2, epoch2), (pid, epoch + 2), "one bump to fence the open transaction, one for the new instance");
+    let d = describe(&client, id).await?;
+    assert_eq!((d.state.as_str(), d.producer_epoch), ("Empty", i32::from(epoch2)));
+    let m = markers(&client, "orders", 1).await?;
+    assert_eq!(m.iter().map(|m| m.1).collect::<Vec<_>>(), vec![ControlKind::Commit, ControlKind::Abort]);
+    let zombie = c.add_partitions_to_txn(add(id, pid, epoch, "orders", &[0])).await?.into_inner();
+    assert_eq!(code(zombie.error_code), ErrorCode::ProducerFenced, "{}", zombie.error_message);
+    let stranger = c.add_partitions_to_txn(add(id, pid + 1000, epoch2, "orders", &[0])).await?.into_inner();
+    assert_eq!(code(stranger.error_code), ErrorCode::InvalidProducerIdMapping, "{}", stranger.error_message);
+
+    tracing::info!("--- a transaction open past its timeout is aborted under a bumped epoch");
+    let short = "short-lived";
+    let (spid, sepoch) = client.init_transactional_producer(short, 1_000).await?;
+    let mut s = coordinator(&client, short).await?;
+    let r = s.add_partitions_to_txn(add(short, spid, sepoch, "orders", &[0])).await?.into_inner();
+    assert_eq!(code(r.error_code), ErrorCode::None, "{}", r.error_message);
+    let d = wait_for_state(&client, short, "CompleteAbort").await?;
+    assert_eq!(d.producer_epoch, i32::from(sepoch) + 1);
+    let late = s
+        .end_txn(EndTxnRequest {
+            transactional_id: short.into(),
+            producer_id: spid,
+            producer_epoch: sepoch.into(),
+            commit: true,
+        })
+        .await?
+        .into_inner();
+    assert_eq!(code(late.error_code), ErrorCode::ProducerFenced, "{}", late.error_message);
+
+    tracing::info!("--- bad requests get clear errors");
+    let unknown = describe(&client, "never-initialised").await?;
+    assert_eq!(code(unknown.error_code), ErrorCode::TransactionalIdNotFound, "{}", unknown.error_message);
+    for (req, want) in [
+        (add(id, pid2, epoch2, "no-such-topic", &[0]), ErrorCode::UnknownTopicOrPartition),
+        (add(id, pid2, epoch2, "orders", &[9]), ErrorCode::UnknownTopicOrPartition),
+        (add(id, pid2, epoch2, TRANSACTIONS, &[0]), ErrorCode::InvalidTopic),
+        (add(id, pid2, epoch2, "orders", &[0, 0]), ErrorCode::InvalidRequest),
+        (
+            AddPartitionsToTxnRequest { producer_epoch: 70_000, ..add(id, pid2, epoch2, "orders", &[0]) },
+            ErrorCode::InvalidRequest,
+        ),
+    ] {
+        let r = c.add_partitions_to_txn(req).await?.into_inner();
+        assert_eq!(code(r.error_code), want, "{}", r.error_message);
+        assert!(!r.error_message.is_empty());
+    }
+    let d = describe(&client, id).await?;
+    assert_eq!((d.state.as_str(), d.topics.len()), ("Empty", 0), "a refused request added nothing");
+    Ok(())
+}
