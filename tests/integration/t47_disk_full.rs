@@ -232,6 +232,7 @@ async fn a_full_disk_stops_the_node_safely_and_freeing_space_brings_it_back() ->
                 partitions: vec![PartitionProduce { partition, batch }],
                 topic_id: Bytes::new(),
             }],
+            ..Default::default()
         })
         .await?
         .into_inner();

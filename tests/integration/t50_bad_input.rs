@@ -52,6 +52,7 @@ async fn raw_produce(
             partitions: vec![PartitionProduce { partition, batch }],
             topic_id: Bytes::new(),
         }],
+        ..Default::default()
     };
     let resp = c.produce(req).await?.into_inner();
     Ok(resp.topics[0].partitions[0].clone())
@@ -120,7 +121,8 @@ async fn bad_requests_get_clear_errors_and_data_is_intact() -> anyhow::Result<()
     assert_eq!(code(&r), ErrorCode::InvalidRecord, "control batch: {}", r.error_message);
     let transactional = rewritten(&good, ATTRIBUTES, &0x10i16.to_be_bytes());
     let r = raw_produce(&addr, "guarded", 0, 0, transactional).await?;
-    assert_eq!(code(&r), ErrorCode::InvalidTxnState, "transactional batch: {}", r.error_message);
+    assert_eq!(code(&r), ErrorCode::InvalidRequest, "transactional batch: {}", r.error_message);
+    assert!(r.error_message.contains("transactional_id"), "{}", r.error_message);
     let (pid, _) = client.init_producer_id().await?;
     let negative_seq = build_batch_for(vec![Record::new("n")], Compression::None, Some((pid, 0, -5)))?;
     let r = raw_produce(&addr, "guarded", 0, 0, negative_seq).await?;

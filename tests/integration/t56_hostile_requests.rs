@@ -78,6 +78,7 @@ async fn produce_raw(addr: &str, topic: &str, partition: u32, batch: Bytes) -> a
             partitions: vec![PartitionProduce { partition, batch }],
             topic_id: Bytes::new(),
         }],
+        ..Default::default()
     };
     Ok(c.produce(req).await?.into_inner().topics[0].partitions[0].clone())
 }

@@ -6,12 +6,15 @@ use std::time::Duration;
 
 use rill_client::{Client, Coordinator, ErrorCode};
 use rill_proto::records::records_client::RecordsClient;
-use rill_proto::records::{FetchPartition, FetchRequest, FetchTopic, IsolationLevel};
+use rill_proto::records::{
+    FetchPartition, FetchRequest, FetchTopic, IsolationLevel, PartitionProduce, PartitionProduceResult, ProduceRequest,
+    TopicProduce,
+};
 use rill_proto::transactions::transactions_client::TransactionsClient;
 use rill_proto::transactions::{
     AddPartitionsToTxnRequest, DescribeTransactionsRequest, EndTxnRequest, TransactionDescription, TxnTopic,
 };
-use rill_records::{ControlKind, ControlMarker};
+use rill_records::{BatchBuilder, Compression, ControlKind, ControlMarker, Record};
 
 use crate::harness::{init_logs, wait_for, wait_for_ok, TestCluster, READY_TIMEOUT};
 
@@ -80,6 +83,74 @@ async fn markers(client: &Client, topic: &str, partition: u32) -> anyhow::Result
         if decoded.info.is_control() {
             let m = ControlMarker::parse(&decoded.records[0])?;
             out.push((b.base_offset as u64, m.kind, m.coordinator_epoch));
+        }
+    }
+    Ok(out)
+}
+
+/// The address of `topic`/`partition`'s leader.
+async fn leader_addr(client: &Client, topic: &str, partition: u32) -> anyhow::Result<String> {
+    let desc = client.describe_topic(topic).await?;
+    let leader = desc.partitions[partition as usize].leader.ok_or_else(|| anyhow::anyhow!("no leader"))?;
+    desc_node_addr(client, leader).await
+}
+
+/// A transactional batch of one record sent as a transactional producer of `version` sends it.
+#[allow(clippy::too_many_arguments)]
+async fn txn_produce(
+    client: &Client,
+    id: &str,
+    version: u32,
+    partition: u32,
+    (pid, epoch, seq): (i64, i16, i32),
+    value: &str,
+) -> anyhow::Result<PartitionProduceResult> {
+    let mut b = BatchBuilder::new(Compression::None).producer(pid, epoch, seq).transactional(true);
+    b.push(Record { value: Some(bytes::Bytes::from(value.to_string())), timestamp_ms: 1, ..Record::default() })?;
+    let addr = leader_addr(client, "orders", partition).await?;
+    let mut raw = RecordsClient::connect(format!("http://{addr}")).await?;
+    let resp = raw
+        .produce(ProduceRequest {
+            acks: 0,
+            timeout_ms: 10_000,
+            topics: vec![TopicProduce {
+                topic: "orders".into(),
+                partitions: vec![PartitionProduce { partition, batch: b.build()? }],
+                topic_id: Default::default(),
+            }],
+            transactional_id: id.into(),
+            transaction_version: version,
+        })
+        .await?
+        .into_inner();
+    Ok(resp.topics[0].partitions[0].clone())
+}
+
+/// The values of `orders`/`partition` a reader at `isolation` gets, from offset 0.
+async fn values(client: &Client, partition: u32, isolation: IsolationLevel) -> anyhow::Result<Vec<String>> {
+    let addr = leader_addr(client, "orders", partition).await?;
+    let mut raw = RecordsClient::connect(format!("http://{addr}")).await?;
+    let resp = raw
+        .fetch(FetchRequest {
+            topics: vec![FetchTopic {
+                topic: "orders".into(),
+                partitions: vec![FetchPartition { partition, fetch_offset: 0, max_bytes: 0 }],
+                topic_id: Default::default(),
+            }],
+            isolation_level: isolation as i32,
+            ..Default::default()
+        })
+        .await?
+        .into_inner();
+    let p = &resp.topics[0].partitions[0];
+    anyhow::ensure!(p.error_code == 0, "fetch: {}", p.error_message);
+    let mut out = Vec::new();
+    for b in &p.batches {
+        let decoded = rill_records::decode(&b.data, 1 << 20)?;
+        if !decoded.info.is_control() {
+            for r in decoded.records {
+                out.push(String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).into_owned());
+            }
         }
     }
     Ok(out)
@@ -216,5 +287,90 @@ async fn transactions_commit_abort_and_fence_at_their_coordinator() -> anyhow::R
     }
     let d = describe(&client, id).await?;
     assert_eq!((d.state.as_str(), d.topics.len()), ("Empty", 0), "a refused request added nothing");
+    Ok(())
+}
+
+#[tokio::test]
+async fn transactional_records_are_read_committed_only_once_committed() -> anyhow::Result<()> {
+    init_logs();
+    let cluster = TestCluster::start(3).await?;
+    let client = cluster.client().await?;
+    cluster.create_topic(&client, "orders", 2, 3, &[]).await?;
+    cluster.wait_for_leaders(&client, TRANSACTIONS).await?;
+    let id = "flow";
+    let (pid, epoch) =
+        wait_for_ok(READY_TIMEOUT, "a transactional producer id", || client.init_transactional_producer(id, 0)).await?;
+    let mut c = coordinator(&client, id).await?;
+    let end = |commit: bool, epoch: i16| EndTxnRequest {
+        transactional_id: id.into(),
+        producer_id: pid,
+        producer_epoch: epoch.into(),
+        commit,
+    };
+    let (rc, ru) = (IsolationLevel::ReadCommitted, IsolationLevel::ReadUncommitted);
+
+    tracing::info!("--- v1: a batch for a partition not added to the transaction is refused");
+    let r = txn_produce(&client, id, 1, 0, (pid, epoch, 0), "early").await?;
+    assert_eq!(code(r.error_code), ErrorCode::InvalidTxnState, "{}", r.error_message);
+
+    tracing::info!("--- an open transaction is invisible to read_committed, visible to read_uncommitted");
+    let r = c.add_partitions_to_txn(add(id, pid, epoch, "orders", &[0, 1])).await?.into_inner();
+    assert_eq!(code(r.error_code), ErrorCode::None, "{}", r.error_message);
+    for (partition, value) in [(0, "order-1"), (1, "order-2")] {
+        let r = txn_produce(&client, id, 1, partition, (pid, epoch, 0), value).await?;
+        assert_eq!(code(r.error_code), ErrorCode::None, "{}", r.error_message);
+    }
+    let r = txn_produce(&client, id, 1, 0, (pid, epoch, 1), "order-3").await?;
+    assert_eq!(code(r.error_code), ErrorCode::None, "{}", r.error_message);
+    assert_eq!(values(&client, 0, ru).await?, vec!["order-1", "order-3"]);
+    assert!(values(&client, 0, rc).await?.is_empty(), "nothing of an open transaction");
+    let fetched = client.fetch("orders", 0, Some(0), Duration::ZERO).await?;
+    assert_eq!((fetched.last_stable_offset, fetched.high_watermark), (0, 2), "the LSO holds at the open transaction");
+
+    tracing::info!("--- once committed, read_committed sees all of it on every partition");
+    let r = c.end_txn(end(true, epoch)).await?.into_inner();
+    assert_eq!(code(r.error_code), ErrorCode::None, "{}", r.error_message);
+    wait_for_state(&client, id, "CompleteCommit").await?;
+    assert_eq!(values(&client, 0, rc).await?, vec!["order-1", "order-3"]);
+    assert_eq!(values(&client, 1, rc).await?, vec!["order-2"]);
+
+    tracing::info!("--- an aborted transaction is never returned to read_committed, and readers move past it");
+    let r = c.add_partitions_to_txn(add(id, pid, epoch, "orders", &[0])).await?.into_inner();
+    assert_eq!(code(r.error_code), ErrorCode::None, "{}", r.error_message);
+    let r = txn_produce(&client, id, 1, 0, (pid, epoch, 2), "cancelled").await?;
+    assert_eq!(code(r.error_code), ErrorCode::None, "{}", r.error_message);
+    let r = c.end_txn(end(false, epoch)).await?.into_inner();
+    assert_eq!(code(r.error_code), ErrorCode::None, "{}", r.error_message);
+    wait_for_state(&client, id, "CompleteAbort").await?;
+    assert_eq!(values(&client, 0, rc).await?, vec!["order-1", "order-3"]);
+    assert_eq!(values(&client, 0, ru).await?, vec!["order-1", "order-3", "cancelled"]);
+    // From inside the aborted range: nothing returned, and the next offset is past it.
+    let aborted_at = 3;
+    let fetched = client.fetch("orders", 0, Some(aborted_at), Duration::ZERO).await?;
+    assert!(fetched.records.is_empty());
+    assert_eq!(fetched.next_offset, fetched.high_watermark, "past the aborted record and its marker");
+    assert_eq!(fetched.last_stable_offset, fetched.high_watermark);
+
+    tracing::info!("--- v2: the first batch adds its partition; EndTxn bumps the epoch and fences late batches");
+    let r = txn_produce(&client, id, 2, 1, (pid, epoch, 1), "v2-order").await?;
+    assert_eq!(code(r.error_code), ErrorCode::None, "{}", r.error_message);
+    let d = describe(&client, id).await?;
+    assert_eq!((d.state.as_str(), d.protocol_version), ("Ongoing", 2));
+    let r = c.end_txn(end(true, epoch)).await?.into_inner();
+    assert_eq!(code(r.error_code), ErrorCode::None, "{}", r.error_message);
+    assert_eq!(r.producer_epoch, i32::from(epoch) + 1, "v2 bumps the epoch at every EndTxn");
+    wait_for_state(&client, id, "CompleteCommit").await?;
+    assert_eq!(values(&client, 1, rc).await?, vec!["order-2", "v2-order"]);
+    let late = txn_produce(&client, id, 2, 1, (pid, epoch, 2), "late").await?;
+    assert!(
+        [ErrorCode::InvalidProducerEpoch, ErrorCode::ProducerFenced].contains(&code(late.error_code)),
+        "a batch of the old epoch after its transaction ended: {:?} {}",
+        code(late.error_code),
+        late.error_message
+    );
+    let next = txn_produce(&client, id, 2, 1, (pid, epoch + 1, 0), "next-txn").await?;
+    assert_eq!(code(next.error_code), ErrorCode::None, "{}", next.error_message);
+    assert_eq!(values(&client, 1, rc).await?, vec!["order-2", "v2-order"], "the next transaction is still open");
+    assert!(!values(&client, 1, ru).await?.contains(&"late".to_string()));
     Ok(())
 }

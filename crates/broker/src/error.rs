@@ -65,6 +65,17 @@ pub enum PartitionError {
     /// applied last for the producer: that coordinator was deposed.
     #[error("transaction marker of coordinator epoch {got} refused: a coordinator of epoch {current} has written markers for this producer")]
     CoordinatorFenced { current: i32, got: i32 },
+    /// A transactional batch met a transaction marker of its producer during its verification,
+    /// or the transaction's coordinator is busy with its markers: retry.
+    #[error("{0}")]
+    ConcurrentTransactions(String),
+    /// The transaction's coordinator refused the producer: another producer id or epoch holds
+    /// the transactional id now (a newer instance, a timeout).
+    #[error("the transaction coordinator refused the producer: {0}")]
+    TransactionFenced(String),
+    /// The transaction's coordinator could not verify the partition (not reachable, moving).
+    #[error("the transaction coordinator could not verify this partition: {0}; retry")]
+    CoordinatorNotAvailable(String),
     /// The partition does not know this producer (its state expired) and the batch does not
     /// start a sequence.
     #[error("producer {producer_id} is unknown to this partition (its state may have expired); get a new producer id")]

@@ -35,6 +35,9 @@ struct InFlightProducer {
 pub struct Gate {
     term: u64,
     producers: HashMap<i64, InFlightProducer>,
+    /// Transaction markers proposed and not yet resolved, by producer: a transactional batch
+    /// verified before one of them must not be appended after it.
+    markers: HashMap<i64, usize>,
 }
 
 /// Who sent a batch and which sequence numbers it carries.
@@ -67,7 +70,31 @@ impl Gate {
         if self.term != term {
             self.term = term;
             self.producers.clear();
+            self.markers.clear();
         }
+    }
+
+    /// A transaction marker of `pid` is being proposed.
+    pub fn marker_started(&mut self, pid: i64) {
+        *self.markers.entry(pid).or_default() += 1;
+    }
+
+    /// A marker of `pid` that [`Gate::marker_started`] announced in `term` is resolved.
+    pub fn marker_done(&mut self, term: u64, pid: i64) {
+        if term != self.term {
+            return;
+        }
+        if let Some(n) = self.markers.get_mut(&pid) {
+            *n -= 1;
+            if *n == 0 {
+                self.markers.remove(&pid);
+            }
+        }
+    }
+
+    /// True while a marker of `pid` is proposed and not yet resolved.
+    pub fn marker_pending(&self, pid: i64) -> bool {
+        self.markers.contains_key(&pid)
     }
 
     /// Decides what to do with a batch of `count` records from `pid`/`epoch` at `first_seq`.

@@ -118,7 +118,7 @@ impl PartitionStateMachine {
                                 continue;
                             }
                         };
-                        producers.apply_marker(b.producer_id, b.producer_epoch, m.coordinator_epoch, append_ms);
+                        producers.apply_marker(b.producer_id, b.producer_epoch, m.coordinator_epoch, offset, append_ms);
                         txns.on_marker(b.producer_id, commit, offset);
                     }
                     Some(m) => tracing::warn!(
@@ -130,10 +130,19 @@ impl PartitionStateMachine {
                     None => tracing::error!(index = log_id.index, offset, "unreadable control batch"),
                 }
             } else if b.has_producer() {
+                // A marker may have bumped the producer's epoch after the leader let this batch
+                // through (transactions v2, a timeout, a new instance): a transactional batch of
+                // the older epoch then belongs to a transaction already decided, so it opens
+                // nothing and is indexed as aborted — read_committed never returns it.
+                let fenced = producers.get(b.producer_id).is_some_and(|e| e.epoch > b.producer_epoch);
                 let count = u32::try_from(span).unwrap_or(u32::MAX);
-                producers.apply_batch(b.producer_id, b.producer_epoch, b.base_sequence, count, offset, append_ms);
-                if b.is_transactional() {
-                    txns.on_batch(b.producer_id, b.producer_epoch, offset, span);
+                if b.is_transactional() && fenced {
+                    txns.abort_fenced(b.producer_id, offset, span);
+                } else {
+                    producers.apply_batch(b.producer_id, b.producer_epoch, b.base_sequence, count, offset, append_ms);
+                    if b.is_transactional() {
+                        txns.on_batch(b.producer_id, b.producer_epoch, offset, span);
+                    }
                 }
             }
             offset += span;

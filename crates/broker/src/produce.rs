@@ -55,16 +55,23 @@ impl Partition {
     /// place, in time linear in their (already received) size.
     /// On a compacted topic every record must have a key (compaction keeps the newest record
     /// per key; a keyless one could never be superseded), which needs the records decoded.
-    async fn check_batch_off_workers(batch: &Bytes, max_message_bytes: u32, compacted: bool) -> Result<BatchInfo> {
+    /// `transactional`: the batch comes with its transactional id (see
+    /// [`Partition::produce_transactional`]); otherwise a transactional batch is refused.
+    async fn check_batch_off_workers(
+        batch: &Bytes,
+        max_message_bytes: u32,
+        compacted: bool,
+        transactional: bool,
+    ) -> Result<BatchInfo> {
         let compressed = BatchInfo::parse(batch).is_ok_and(|h| h.compression().is_ok_and(|c| c != Compression::None));
         if !compressed {
-            return Self::check_batch(batch, max_message_bytes, compacted);
+            return Self::check_batch(batch, max_message_bytes, compacted, transactional);
         }
         let batch = batch.clone();
-        rill_rt::blocking(move || Self::check_batch(&batch, max_message_bytes, compacted)).await
+        rill_rt::blocking(move || Self::check_batch(&batch, max_message_bytes, compacted, transactional)).await
     }
 
-    fn check_batch(batch: &Bytes, max_message_bytes: u32, compacted: bool) -> Result<BatchInfo> {
+    fn check_batch(batch: &Bytes, max_message_bytes: u32, compacted: bool, transactional: bool) -> Result<BatchInfo> {
         let bound = (max_message_bytes as usize).min(MAX_DECOMPRESSED_BATCH_BYTES);
         let info = rill_records::validate(batch, bound).map_err(PartitionError::InvalidBatch)?;
         if info.is_control() {
@@ -73,11 +80,17 @@ impl Partition {
                     .into(),
             ));
         }
-        if info.is_transactional() {
-            return Err(PartitionError::InvalidTxnState(format!(
-                "producer {}: transactional batches need an ongoing transaction, and this partition is in none",
-                info.producer_id
-            )));
+        if info.is_transactional() != transactional {
+            return Err(if transactional {
+                PartitionError::InvalidRequest(
+                    "a request with a transactional id carries transactional batches only".into(),
+                )
+            } else {
+                PartitionError::InvalidRequest(format!(
+                    "producer {}: a transactional batch needs the request's transactional_id",
+                    info.producer_id
+                ))
+            });
         }
         if info.producer_id < NO_PRODUCER_ID {
             return Err(PartitionError::InvalidRequest(format!("producer id {} is negative", info.producer_id)));
@@ -117,7 +130,7 @@ impl Partition {
         if let Some(to) = self.moving_to() {
             return Err(PartitionError::LeaderMoving { to });
         }
-        let info = Self::check_batch_off_workers(&batch, config.max_message_bytes, config.compacted()).await?;
+        let info = Self::check_batch_off_workers(&batch, config.max_message_bytes, config.compacted(), false).await?;
         let idempotent = info.has_producer();
         if idempotent && acks != Acks::All {
             return Err(PartitionError::InvalidRequest("idempotent batches (producer id set) need acks=all".into()));
@@ -129,7 +142,8 @@ impl Partition {
         // validate() checked the count against the records present: at least 1, within i32.
         let count = u32::try_from(info.record_count).unwrap_or(0);
         if idempotent {
-            let (base, landed) = self.produce_idempotent(batch, &info, append_time_ms, term, deadline, started).await?;
+            let (base, landed) =
+                self.produce_idempotent(batch, &info, append_time_ms, term, deadline, started, None).await?;
             if let Some((index, entry_term)) = landed {
                 self.wait_for_isr(index, entry_term, config.min_insync_replicas, deadline, started).await?;
             }
@@ -159,9 +173,64 @@ impl Partition {
         }
     }
 
+    /// Appends a transactional batch (KIP-890 part 1): idempotent, `acks=all`, and — when the
+    /// producer has no transaction open here at this epoch — only after `verify` confirmed with
+    /// the transaction's coordinator that this partition is in the producer's ongoing
+    /// transaction (v1), or added it (v2). The verification holds only if no marker of the
+    /// producer came between it and the append; otherwise the batch is refused
+    /// `CONCURRENT_TRANSACTIONS` (retry) instead of opening a transaction the coordinator
+    /// already closed (a "hanging" transaction).
+    pub async fn produce_transactional<V>(&self, batch: Bytes, timeout: Duration, verify: V) -> Result<ProduceOutcome>
+    where
+        V: std::future::Future<Output = Result<()>>,
+    {
+        let started = rill_rt::now();
+        let deadline = started + timeout;
+        let config = self.config();
+        Self::check_size(&batch, config.max_message_bytes)?;
+        let _in_flight = InFlight::enter(self);
+        let Some(term) = self.leader_term() else {
+            return Err(self.not_leader());
+        };
+        if let Some(to) = self.moving_to() {
+            return Err(PartitionError::LeaderMoving { to });
+        }
+        let info = Self::check_batch_off_workers(&batch, config.max_message_bytes, config.compacted(), true).await?;
+        if !info.has_producer() {
+            return Err(PartitionError::InvalidRecord("a transactional batch needs a producer id".into()));
+        }
+        self.check_isr(term, config.min_insync_replicas)?;
+        if !self.caught_up(term) {
+            return Err(PartitionError::CatchingUp);
+        }
+        let (pid, epoch) = (info.producer_id, info.producer_epoch);
+        let open_here = self.transactions.lock().unwrap_or_else(|p| p.into_inner()).open(pid).map(|t| t.epoch);
+        let guard = if open_here == Some(epoch) {
+            None
+        } else {
+            let marker_before =
+                self.producers.lock().unwrap_or_else(|p| p.into_inner()).get(pid).map(|e| e.last_marker_offset);
+            rill_rt::timeout_at(deadline, verify).await.map_err(|_| PartitionError::Timeout {
+                waited_ms: elapsed_ms(started),
+                what: "the transaction coordinator to verify the partition",
+            })??;
+            Some(marker_before)
+        };
+        let append_time_ms = rill_rt::wall_clock_ms();
+        let (base, landed) =
+            self.produce_idempotent(batch, &info, append_time_ms, term, deadline, started, guard).await?;
+        if let Some((index, entry_term)) = landed {
+            self.wait_for_isr(index, entry_term, config.min_insync_replicas, deadline, started).await?;
+        }
+        Ok(ProduceOutcome { base_offset: Some(base), append_time_ms })
+    }
+
     /// Idempotent batches: deduplicate retries, refuse gaps, then propose. Returns the base
     /// offset and, when this call's proposal committed it, the log index and term (for the ISR
-    /// wait); a batch found stored already has none.
+    /// wait); a batch found stored already has none. `marker_guard` (transactional batches
+    /// just verified): the producer's last marker offset before the verification, which must
+    /// still be its last, with no marker in flight, when the batch is let through.
+    #[allow(clippy::too_many_arguments)]
     async fn produce_idempotent(
         &self,
         batch: Bytes,
@@ -170,6 +239,7 @@ impl Partition {
         term: u64,
         deadline: Instant,
         started: Instant,
+        marker_guard: Option<Option<i64>>,
     ) -> Result<(u64, Option<(u64, u64)>)> {
         if !self.caught_up(term) {
             return Err(PartitionError::CatchingUp);
@@ -183,6 +253,15 @@ impl Partition {
             let registered = self.gate_changed.notified();
             let mut gate = self.gate.lock().await;
             gate.enter_term(term);
+            if let Some(before) = marker_guard {
+                let now =
+                    self.producers.lock().unwrap_or_else(|p| p.into_inner()).get(pid).map(|e| e.last_marker_offset);
+                if gate.marker_pending(pid) || now != before {
+                    return Err(PartitionError::ConcurrentTransactions(format!(
+                        "producer {pid}: a transaction marker arrived while the partition was being verified; retry"
+                    )));
+                }
+            }
             let decision = {
                 let applied = self.producers.lock().unwrap_or_else(|p| p.into_inner());
                 let id = BatchId { pid, epoch, first_seq, count };
@@ -278,8 +357,18 @@ impl Partition {
         let append_time_ms = rill_rt::wall_clock_ms();
         let batch = marker.batch(producer_id, epoch, append_time_ms).map_err(PartitionError::InvalidBatch)?;
         let _in_flight = InFlight::enter(self);
-        let mut share = self.proposer.submit(batch, 1, append_time_ms, deadline, Lateness::Keep).await?;
-        let landed = committed_within(&mut share, deadline, started).await?;
+        // Proposed under the gate and announced there until resolved: a transactional batch
+        // verified before this marker is either ahead of it in the log or refused.
+        let mut share = {
+            let mut gate = self.gate.lock().await;
+            gate.enter_term(term);
+            let share = self.proposer.submit(batch, 1, append_time_ms, deadline, Lateness::Keep).await?;
+            gate.marker_started(producer_id);
+            share
+        };
+        let landed = committed_within(&mut share, deadline, started).await;
+        self.gate.lock().await.marker_done(term, producer_id);
+        let landed = landed?;
         self.wait_for_isr(landed.index, landed.term, config.min_insync_replicas, deadline, started).await?;
         Ok(landed.base)
     }

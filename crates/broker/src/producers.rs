@@ -40,6 +40,9 @@ pub struct ProducerEntry {
     /// The epoch of the transaction coordinator whose marker was applied last (0 before any):
     /// a marker of an older, deposed coordinator must not decide a newer transaction.
     pub coordinator_epoch: i32,
+    /// Offset of the last transaction marker applied for it (-1: none): a transactional batch
+    /// verified with the coordinator is appended only if no marker came in between.
+    pub last_marker_offset: i64,
 }
 
 /// The last sequence of a batch starting at `first` with `count` records (sequences wrap at
@@ -128,6 +131,7 @@ impl ProducerStates {
             batches: VecDeque::new(),
             last_append_ms: append_ms,
             coordinator_epoch: 0,
+            last_marker_offset: -1,
         });
         if epoch > entry.epoch {
             entry.epoch = epoch;
@@ -158,9 +162,10 @@ impl ProducerStates {
     /// coordinator epoch, and the producer epoch when the marker's is newer (transactions v2
     /// bump it at every commit and abort, so the old epoch's delayed batches are refused and
     /// sequences restart at 0). Deterministic, like [`Self::apply_batch`].
-    pub fn apply_marker(&mut self, pid: i64, epoch: i16, coordinator_epoch: i32, append_ms: i64) {
+    pub fn apply_marker(&mut self, pid: i64, epoch: i16, coordinator_epoch: i32, offset: u64, append_ms: i64) {
         let Some(entry) = self.producers.get_mut(&pid) else { return };
         entry.coordinator_epoch = entry.coordinator_epoch.max(coordinator_epoch);
+        entry.last_marker_offset = i64::try_from(offset).unwrap_or(i64::MAX);
         if epoch > entry.epoch {
             entry.epoch = epoch;
             entry.batches.clear();
@@ -190,6 +195,7 @@ impl ProducerStates {
                 epoch: i32::from(e.epoch),
                 last_append_ms: e.last_append_ms,
                 coordinator_epoch: e.coordinator_epoch,
+                last_marker_offset: e.last_marker_offset + 1,
                 batches: e
                     .batches
                     .iter()
@@ -219,6 +225,8 @@ impl ProducerStates {
                 batches,
                 last_append_ms: p.last_append_ms,
                 coordinator_epoch: p.coordinator_epoch,
+                // Stored one up, so that 0 (older snapshots) reads as "none".
+                last_marker_offset: p.last_marker_offset - 1,
             };
             producers.insert(p.producer_id, entry);
         }
@@ -315,10 +323,11 @@ mod tests {
         assert_eq!(s.check_marker(4, 0, 1), Ok(()), "a producer never seen here");
         s.apply_batch(4, 2, 0, 3, 10, 1);
         assert_eq!(s.check_marker(4, 1, 5), Err(MarkerRefusal::StaleEpoch { current: 2 }));
-        s.apply_marker(4, 2, 5, 2);
+        s.apply_marker(4, 2, 5, 20, 2);
+        assert_eq!(s.get(4).map(|e| e.last_marker_offset), Some(20));
         assert_eq!(s.check_marker(4, 2, 4), Err(MarkerRefusal::CoordinatorFenced { current: 5 }));
         assert_eq!(s.get(4).map(|e| (e.epoch, e.batches.len())), Some((2, 1)), "the same epoch keeps its batches");
-        s.apply_marker(4, 3, 5, 3);
+        s.apply_marker(4, 3, 5, 21, 3);
         assert_eq!(s.get(4).map(|e| (e.epoch, e.batches.len())), Some((3, 0)), "a bumped epoch restarts sequences");
         assert_eq!(s.check(4, 2, 3, 1), SeqCheck::StaleEpoch { current: 3 }, "the old epoch's late batch");
         assert_eq!(s.check(4, 3, 0, 1), SeqCheck::Append);

@@ -112,6 +112,15 @@ impl Transactions {
         Closed::Aborted(a)
     }
 
+    /// A transactional batch of `producer_id` spanning `[base, base + span)` arrived after its
+    /// transaction was decided under a newer epoch: it is indexed as aborted at once, opening
+    /// nothing (it has no marker of its own; its entry's last offset is its own last offset).
+    pub fn abort_fenced(&mut self, producer_id: i64, base: u64, span: u64) {
+        let last = base + span.max(1) - 1;
+        self.longest_aborted = self.longest_aborted.max(last - base);
+        self.aborted.push_back(AbortedTransaction { producer_id, first_offset: base, last_offset: last });
+    }
+
     /// The first offset of the oldest open transaction, if any is open.
     pub fn first_unstable_offset(&self) -> Option<u64> {
         self.open.values().map(|t| t.first_offset).min()

@@ -526,6 +526,7 @@ impl Client {
                     partitions: vec![PartitionProduce { partition, batch: batch.clone() }],
                     topic_id: Bytes::new(),
                 }],
+                ..ProduceRequest::default()
             };
             async move {
                 let mut client = self.records_stub(&addr)?;

@@ -14,6 +14,8 @@
 //! * [`balance`]: preferred-leader balancing.
 //! * [`group_sessions`]: consumer group members' session and rebalance timers on the
 //!   coordinator's leader.
+//! * [`txn_verify`]: a partition leader verifying a transactional batch with the coordinator
+//!   (KIP-890) before appending it.
 //! * [`txn_markers`]: finishing transactions on their coordinator's leader — markers into every
 //!   partition, completion, timeouts.
 //! * [`failover`]: a designated follower stands for election as soon as a silent leader's lease
@@ -37,6 +39,7 @@ pub mod node;
 #[cfg(not(madsim))]
 pub mod recovery;
 pub mod txn_markers;
+pub mod txn_verify;
 
 use std::future::Future;
 use std::sync::Arc;

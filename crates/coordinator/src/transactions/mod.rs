@@ -313,6 +313,47 @@ pub async fn add_partitions(
     Err(busy(transactional_id))
 }
 
+/// On the coordinator, for a partition leader about to append the first transactional batch
+/// of `producer` there: `verify_only` (v1) checks that `topic`/`partition` is in the ongoing
+/// transaction of `transactional_id` under exactly this producer id and epoch; otherwise (v2)
+/// it adds the partition, beginning a transaction when none is open.
+pub async fn verify_partition(
+    partition: &StatePartition<TransactionsMachine>,
+    transactional_id: &str,
+    producer: (i64, i16),
+    topic: &str,
+    partition_id: u32,
+    verify_only: bool,
+    timeout: Duration,
+) -> Result<()> {
+    if !verify_only {
+        let mut added = groups::assignor::TopicPartitions::new();
+        added.entry(topic.to_string()).or_default().insert(partition_id);
+        return add_partitions(partition, transactional_id, producer, &added, TxnProtocol::V2, timeout).await;
+    }
+    validate(transactional_id, 0)?;
+    let current = read_record(partition, transactional_id)?;
+    let Some(m) = current else {
+        return Err(CoordinatorError::InvalidProducerIdMapping {
+            transactional_id: transactional_id.to_string(),
+            producer_id: producer.0,
+            current: -1,
+        });
+    };
+    transitions::check_producer(transactional_id, &m, producer.0, producer.1)?;
+    let included = m.partitions.get(topic).is_some_and(|ps| ps.contains(&partition_id));
+    if m.state == TxnState::Ongoing && included {
+        return Ok(());
+    }
+    Err(CoordinatorError::InvalidTxnState {
+        transactional_id: transactional_id.to_string(),
+        reason: format!(
+            "{topic}/{partition_id} is not in the producer's ongoing transaction (the transaction is {}); add it with AddPartitionsToTxn first",
+            m.state.name()
+        ),
+    })
+}
+
 /// On the coordinator: commits or aborts the transaction of `transactional_id` (see
 /// [`transitions::end_transaction`]). Returns once the decision is recorded; the caller writes
 /// the markers of [`Ended::to_mark`] and then calls [`complete`].

@@ -69,7 +69,7 @@ fn concurrent(id: &str, m: &TransactionMetadata) -> CoordinatorError {
 }
 
 /// Checks that a request's producer id and epoch are the id's current ones.
-fn check_producer(id: &str, m: &TransactionMetadata, producer_id: i64, epoch: i16) -> Result<()> {
+pub fn check_producer(id: &str, m: &TransactionMetadata, producer_id: i64, epoch: i16) -> Result<()> {
     if producer_id != m.producer_id {
         return Err(CoordinatorError::InvalidProducerIdMapping {
             transactional_id: id.to_string(),

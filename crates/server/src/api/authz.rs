@@ -188,7 +188,8 @@ use ResourceType as R;
 
 /// Every public RPC and what it needs. Kafka's mapping where Kafka has the request.
 pub const RULES: &[Rule] = &[
-    Rule { rpc: rpc::PRODUCE, needs: &[(R::Topic, Op::Write, Named)] },
+    // With a transactional id: Write on it too (Kafka's Produce).
+    Rule { rpc: rpc::PRODUCE, needs: &[(R::Topic, Op::Write, Named), (R::TransactionalId, Op::Write, Named)] },
     Rule { rpc: rpc::FETCH, needs: &[(R::Topic, Op::Read, Named)] },
     Rule { rpc: rpc::LIST_OFFSETS, needs: &[(R::Topic, Op::Describe, Named)] },
     // With a transactional id: Write on it; without: idempotent writes on the cluster.
@@ -340,7 +341,11 @@ fn only(kind: ResourceType, wanted: ResourceType, name: &str) -> Vec<&str> {
 
 impl Resources for ProduceRequest {
     fn names(&self, kind: ResourceType) -> Vec<&str> {
-        topics(kind, self.topics.iter().map(|t| t.topic.as_str()))
+        match kind {
+            R::TransactionalId if !self.transactional_id.is_empty() => vec![self.transactional_id.as_str()],
+            R::TransactionalId => Vec::new(),
+            _ => topics(kind, self.topics.iter().map(|t| t.topic.as_str())),
+        }
     }
 }
 

@@ -11,9 +11,9 @@ use rill_meta::machine::encode_result;
 use rill_meta::NodeInfo;
 use rill_proto::internal::cluster_server::Cluster;
 use rill_proto::internal::{
-    AddNodeRequest, AddNodeResponse, ElectLeaderRequest, ElectLeaderResponse, PingRequest, PingResponse,
-    ProposeMetaRequest, ProposeMetaResponse, ReplicaStatusRequest, ReplicaStatusResponse, WriteTxnMarkersRequest,
-    WriteTxnMarkersResponse,
+    AddNodeRequest, AddNodeResponse, AddTxnPartitionRequest, AddTxnPartitionResponse, ElectLeaderRequest,
+    ElectLeaderResponse, PingRequest, PingResponse, ProposeMetaRequest, ProposeMetaResponse, ReplicaStatusRequest,
+    ReplicaStatusResponse, WriteTxnMarkersRequest, WriteTxnMarkersResponse,
 };
 use rill_raft::NodeId;
 use rill_tls::Caller;
@@ -138,5 +138,13 @@ impl Cluster for ClusterApi {
         }
         let results = crate::txn_markers::serve(&self.node, req).await;
         Ok(Response::new(WriteTxnMarkersResponse { results }))
+    }
+
+    async fn add_txn_partition(
+        &self,
+        request: Request<AddTxnPartitionRequest>,
+    ) -> Result<Response<AddTxnPartitionResponse>, Status> {
+        self.check_member(&request, request.get_ref().from_node, "AddTxnPartition")?;
+        Ok(Response::new(crate::txn_verify::serve(&self.node, request.into_inner()).await))
     }
 }

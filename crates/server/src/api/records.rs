@@ -161,6 +161,7 @@ impl RecordsApi {
         p: pb::PartitionProduce,
         acks: Result<Acks, WireError>,
         timeout: Duration,
+        txn: Option<&Transactional>,
     ) -> PartitionProduceResult {
         let acks = match acks {
             Ok(a) => a,
@@ -176,7 +177,26 @@ impl RecordsApi {
         if let Err(e) = self.check_issued(&p.batch).await {
             return produce_error(p.partition, e);
         }
-        match replica.produce(p.batch, acks, timeout).await {
+        let produced = match txn {
+            None => replica.produce(p.batch, acks, timeout).await,
+            Some(_) if acks != Acks::All => {
+                Err(rill_broker::PartitionError::InvalidRequest("transactional batches need acks=all".into()))
+            }
+            Some(t) => {
+                let header = rill_records::BatchInfo::parse(&p.batch).ok();
+                let producer = header.map_or((-1, -1), |h| (h.producer_id, h.producer_epoch));
+                let verify = crate::txn_verify::Verify {
+                    transactional_id: t.id.clone(),
+                    producer,
+                    topic: topic.to_string(),
+                    partition: p.partition,
+                    verify_only: t.verify_only,
+                };
+                let node = self.node.clone();
+                replica.produce_transactional(p.batch, timeout, crate::txn_verify::verify(&node, verify)).await
+            }
+        };
+        match produced {
             Ok(out) => PartitionProduceResult {
                 partition: p.partition,
                 error_code: ErrorCode::None as i32,
@@ -188,6 +208,31 @@ impl RecordsApi {
             Err(e) => produce_error(p.partition, errors::partition(&e, |id| self.node.client_addr(id))),
         }
     }
+}
+
+/// A transactional produce's id and protocol.
+struct Transactional {
+    id: String,
+    /// v1: the partition must have been added already; v2: the first batch adds it.
+    verify_only: bool,
+}
+
+/// The transactional part of a produce request (`None` for a plain one).
+fn transactional(id: &str, version: u32) -> Result<Option<Transactional>, Status> {
+    if id.is_empty() {
+        return Ok(None);
+    }
+    transactions::validate(id, 0).map_err(|e| errors::invalid_request_status(e.to_string()))?;
+    let verify_only = match version {
+        0 | 1 => true,
+        2 => false,
+        v => {
+            return Err(errors::invalid_request_status(format!(
+                "unknown transaction version {v}: 1 (partitions added with AddPartitionsToTxn) or 2 (added by the first batch)"
+            )))
+        }
+    };
+    Ok(Some(Transactional { id: id.to_string(), verify_only }))
 }
 
 fn parse_acks(raw: i32) -> Result<Acks, WireError> {
@@ -211,6 +256,8 @@ impl Records for RecordsApi {
         };
         limits::check_counts("Produce", req.topics.len(), req.topics.iter().map(|t| t.partitions.len()).sum())?;
         self.authz.authorize(&principal, rpc::PRODUCE, &req)?;
+        let txn = transactional(&req.transactional_id, req.transaction_version)?;
+        let txn = txn.as_ref();
         let mut seen = SeenPartitions::default();
         let topics = req.topics.into_iter().map(|t| {
             let acks = acks.clone();
@@ -224,7 +271,7 @@ impl Records for RecordsApi {
                         if duplicate {
                             return produce_error(p.partition, errors::duplicate_partition(&topic, p.partition));
                         }
-                        self.produce_one(&topic, &topic_id, p, acks, timeout).await
+                        self.produce_one(&topic, &topic_id, p, acks, timeout, txn).await
                     }
                 });
                 TopicProduceResult { partitions: join_all(parts).await, topic: t.topic }
