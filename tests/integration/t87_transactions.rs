@@ -190,6 +190,7 @@ async fn transactions_commit_abort_and_fence_at_their_coordinator() -> anyhow::R
             producer_id: pid,
             producer_epoch: epoch.into(),
             commit: true,
+            transaction_version: 1,
         })
         .await?
         .into_inner();
@@ -209,6 +210,7 @@ async fn transactions_commit_abort_and_fence_at_their_coordinator() -> anyhow::R
             producer_id: pid,
             producer_epoch: epoch.into(),
             commit: true,
+            transaction_version: 1,
         })
         .await?
         .into_inner();
@@ -219,6 +221,7 @@ async fn transactions_commit_abort_and_fence_at_their_coordinator() -> anyhow::R
             producer_id: pid,
             producer_epoch: epoch.into(),
             commit: false,
+            transaction_version: 1,
         })
         .await?
         .into_inner();
@@ -263,6 +266,7 @@ async fn transactions_commit_abort_and_fence_at_their_coordinator() -> anyhow::R
             producer_id: spid,
             producer_epoch: sepoch.into(),
             commit: true,
+            transaction_version: 1,
         })
         .await?
         .into_inner();
@@ -306,6 +310,7 @@ async fn transactional_records_are_read_committed_only_once_committed() -> anyho
         producer_id: pid,
         producer_epoch: epoch.into(),
         commit,
+        transaction_version: 1,
     };
     let (rc, ru) = (IsolationLevel::ReadCommitted, IsolationLevel::ReadUncommitted);
 
@@ -372,5 +377,147 @@ async fn transactional_records_are_read_committed_only_once_committed() -> anyho
     assert_eq!(code(next.error_code), ErrorCode::None, "{}", next.error_message);
     assert_eq!(values(&client, 1, rc).await?, vec!["order-2", "v2-order"], "the next transaction is still open");
     assert!(!values(&client, 1, ru).await?.contains(&"late".to_string()));
+    Ok(())
+}
+
+/// Every value of `topic` a reader at `isolation` gets, over all its partitions, sorted.
+async fn all_values(
+    client: &Client,
+    topic: &str,
+    isolation: rill_client::IsolationLevel,
+) -> anyhow::Result<Vec<String>> {
+    let count = client.partition_count(topic).await?;
+    let mut consumer = rill_client::Consumer::new(
+        client.clone(),
+        rill_client::ConsumerConfig { isolation_level: isolation, ..Default::default() },
+    );
+    consumer.assign((0..count).map(|p| rill_client::TopicPartition::new(topic, p)));
+    let mut out = Vec::new();
+    // Read until every partition's position reached the end this isolation level reads to.
+    let ends: Vec<u64> = {
+        let mut v = Vec::new();
+        for p in 0..count {
+            v.push(client.list_offset_at(topic, p, rill_client::OffsetSpec::Latest, isolation).await?);
+        }
+        v
+    };
+    let deadline = tokio::time::Instant::now() + MARKERS_TIMEOUT;
+    loop {
+        for r in consumer.poll(Duration::from_millis(200)).await? {
+            out.push(String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).into_owned());
+        }
+        let mut at_end = true;
+        for p in 0..count {
+            let position = consumer.position(&rill_client::TopicPartition::new(topic, p)).unwrap_or(0);
+            at_end &= position >= ends[p as usize];
+        }
+        if at_end {
+            break;
+        }
+        anyhow::ensure!(tokio::time::Instant::now() < deadline, "a reader did not reach the end: {out:?}");
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// Transactions from real processes: `rill produce --transactional-id` commits and aborts,
+/// consumers read at both isolation levels; a transactional producer SIGKILLed mid-transaction
+/// is aborted on its timeout and read_committed readers move past it; a zombie instance of the
+/// Rust client's transactional producer is fenced and none of its records become visible.
+#[tokio::test]
+async fn committed_and_aborted_transactions_from_real_producers() -> anyhow::Result<()> {
+    use rill_client::{IsolationLevel as Iso, ProducerConfig, Record, TransactionErrorKind, TransactionalProducer};
+    init_logs();
+    let cluster = TestCluster::start(3).await?;
+    let client = cluster.client().await?;
+    cluster.create_topic(&client, "orders", 3, 3, &[]).await?;
+    cluster.wait_for_leaders(&client, TRANSACTIONS).await?;
+
+    tracing::info!("--- rill produce commits transactions of 3 and aborts others, interleaved over 3 partitions");
+    let committed: Vec<String> = (0..7).map(|i| format!("paid-{i}")).collect();
+    let aborted: Vec<String> = (0..4).map(|i| format!("void-{i}")).collect();
+    let lines = |v: &[String]| v.iter().map(|s| format!("{s}\n")).collect::<String>();
+    let out = crate::t70_cli::rill(
+        &cluster,
+        &["produce", "orders", "--transactional-id", "cli-paid", "--transaction-size", "3"],
+        Some(&lines(&committed)),
+    )?;
+    assert!(out.status.success(), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("7 record(s) in 3 transaction(s) committed"), "{out:?}");
+    let out = crate::t70_cli::rill(
+        &cluster,
+        &["produce", "orders", "--transactional-id", "cli-void", "--transaction-size", "2", "--abort"],
+        Some(&lines(&aborted)),
+    )?;
+    assert!(out.status.success(), "{out:?}");
+    let mut want_committed = committed.clone();
+    want_committed.sort();
+    let mut everything = [committed.clone(), aborted.clone()].concat();
+    everything.sort();
+    assert_eq!(all_values(&client, "orders", Iso::ReadCommitted).await?, want_committed);
+    assert_eq!(all_values(&client, "orders", Iso::ReadUncommitted).await?, everything);
+    let out = crate::t70_cli::rill(
+        &cluster,
+        &["consume", "orders", "--from-beginning", "--timeout-ms", "2000", "--isolation-level", "read_uncommitted"],
+        None,
+    )?;
+    let mut printed: Vec<String> = String::from_utf8_lossy(&out.stdout).lines().map(str::to_string).collect();
+    printed.sort();
+    assert_eq!(printed, everything, "{out:?}");
+    let out = crate::t70_cli::rill(&cluster, &["txn", "describe", "cli-void", "--output", "json"], None)?;
+    assert!(out.status.success(), "{out:?}");
+    let d: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    assert_eq!(d["state"], "CompleteAbort", "{d}");
+
+    tracing::info!("--- a transactional producer SIGKILLed mid-transaction is aborted on its timeout");
+    use std::io::Write;
+    let mut child = std::process::Command::new(crate::harness::bin("rill"))
+        .args(["--bootstrap", &cluster.bootstrap_arg(), "produce", "orders", "--partition", "1"])
+        .args(["--transactional-id", "crashing", "--transaction-size", "1000", "--transaction-timeout-ms", "2000"])
+        .args(["--linger-ms", "0"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()?;
+    let before = client.list_offset_at("orders", 1, rill_client::OffsetSpec::Latest, Iso::ReadUncommitted).await?;
+    {
+        let stdin = child.stdin.as_mut().ok_or_else(|| anyhow::anyhow!("no stdin"))?;
+        stdin.write_all(b"lost-1\nlost-2\n")?;
+        stdin.flush()?;
+    }
+    wait_for(READY_TIMEOUT, "the open transaction's records to be written", || async {
+        let hw =
+            client.list_offset_at("orders", 1, rill_client::OffsetSpec::Latest, Iso::ReadUncommitted).await.ok()?;
+        (hw >= before + 2).then_some(())
+    })
+    .await?;
+    let lso = client.list_offset_at("orders", 1, rill_client::OffsetSpec::Latest, Iso::ReadCommitted).await?;
+    assert_eq!(lso, before, "the open transaction holds the last stable offset");
+    child.kill()?;
+    child.wait()?;
+    wait_for_state(&client, "crashing", "CompleteAbort").await?;
+    wait_for(MARKERS_TIMEOUT, "the last stable offset to reach the high watermark", || async {
+        let f = client.fetch("orders", 1, Some(before), Duration::ZERO).await.ok()?;
+        (f.last_stable_offset == f.high_watermark && f.next_offset == f.high_watermark).then_some(f)
+    })
+    .await?;
+    assert_eq!(all_values(&client, "orders", Iso::ReadCommitted).await?, want_committed, "nothing of it, ever");
+
+    tracing::info!("--- a zombie is fenced by a new instance: nothing it sent becomes visible");
+    let config = ProducerConfig { linger: Duration::ZERO, ..ProducerConfig::default() };
+    let zombie = TransactionalProducer::new(client.clone(), config, "shop", Duration::from_secs(60));
+    zombie.init_transactions().await?;
+    zombie.begin_transaction()?;
+    zombie.send_to("orders", 2, Record::new("zombie-1")).await?.await?;
+    let successor = TransactionalProducer::new(client.clone(), config, "shop", Duration::from_secs(60));
+    successor.init_transactions().await?;
+    successor.begin_transaction()?;
+    successor.send_to("orders", 2, Record::new("successor-1")).await?.await?;
+    successor.commit_transaction().await?;
+    let e = zombie.commit_transaction().await.expect_err("the zombie is fenced");
+    assert_eq!(e.transaction_kind(), TransactionErrorKind::Fatal, "{e}");
+    let mut want = [want_committed, vec!["successor-1".to_string()]].concat();
+    want.sort();
+    assert_eq!(all_values(&client, "orders", Iso::ReadCommitted).await?, want);
     Ok(())
 }

@@ -47,6 +47,9 @@ enum Command {
     /// Consumer groups: list, describe (members, lag), reset offsets, delete.
     #[command(subcommand)]
     Group(commands::group::GroupCommand),
+    /// Transactions: describe a transactional id.
+    #[command(subcommand)]
+    Txn(commands::txn::TxnCommand),
     /// Run a local cluster of rill-server processes until Ctrl-C.
     Dev(commands::dev::DevArgs),
     /// Certificates for mutual TLS between nodes: a cluster CA, node certificates.
@@ -92,6 +95,7 @@ fn main() -> ExitCode {
             Command::Consume(a) => commands::consume::run(&cli.bootstrap, a).await,
             Command::Cluster(c) => commands::cluster::run(&cli.bootstrap, c).await,
             Command::Group(c) => commands::group::run(&cli.bootstrap, c).await,
+            Command::Txn(c) => commands::txn::run(&cli.bootstrap, c).await,
             Command::Dev(a) => commands::dev::run(a).await,
             Command::Bench { .. } | Command::Tls(_) => Ok(()),
         }

@@ -488,7 +488,7 @@ impl Client {
         compression: Compression,
         timeout: Duration,
     ) -> Result<ProduceAck> {
-        let batch = build_batch(records, compression, None)?;
+        let batch = build_batch(records, compression, None, false)?;
         self.produce_batch(topic, partition, batch, acks, timeout).await
     }
 
@@ -502,10 +502,13 @@ impl Client {
         timeout: Duration,
     ) -> Result<ProduceAck> {
         let deadline = rill_rt::now() + self.options.retry_budget;
-        self.produce_batch_until(deadline, topic, partition, batch, acks, timeout).await
+        self.produce_batch_until(deadline, topic, partition, batch, acks, timeout, None).await
     }
 
     /// Produces a batch, retrying errors that prove it was not appended until `deadline`.
+    /// `transactional_id`: the batch is a transactional producer's (transactions v2: the first
+    /// batch adds its partition to the transaction).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn produce_batch_until(
         &self,
         deadline: rill_rt::Instant,
@@ -514,6 +517,7 @@ impl Client {
         batch: Bytes,
         acks: Acks,
         timeout: Duration,
+        transactional_id: Option<&str>,
     ) -> Result<ProduceAck> {
         let timeout_ms = u32::try_from(timeout.as_millis()).unwrap_or(u32::MAX);
         let wait = timeout + self.options.request_slack;
@@ -526,7 +530,8 @@ impl Client {
                     partitions: vec![PartitionProduce { partition, batch: batch.clone() }],
                     topic_id: Bytes::new(),
                 }],
-                ..ProduceRequest::default()
+                transactional_id: transactional_id.unwrap_or_default().to_string(),
+                transaction_version: if transactional_id.is_some() { TRANSACTION_VERSION } else { 0 },
             };
             async move {
                 let mut client = self.records_stub(&addr)?;
@@ -689,6 +694,10 @@ impl Client {
     }
 }
 
+/// The transaction protocol Rill's client speaks: v2 (partitions added by their first batch,
+/// the epoch bumped at every commit and abort).
+pub const TRANSACTION_VERSION: u32 = 2;
+
 /// [`Client::delete_records`]' offset meaning "below the high watermark" (Kafka's -1).
 pub const DELETE_BELOW_HIGH_WATERMARK: i64 = -1;
 /// How long the leader may take to commit a deletion.
@@ -702,17 +711,19 @@ pub fn build_batch_for(
     compression: Compression,
     identity: Option<(i64, i16, i32)>,
 ) -> Result<Bytes> {
-    build_batch(records, compression, identity)
+    build_batch(records, compression, identity, false)
 }
 
-/// Builds a batch, stamping records without a time with "now".
+/// Builds a batch, stamping records without a time with "now"; `transactional` flags it as a
+/// transactional producer's.
 pub(crate) fn build_batch(
     records: Vec<Record>,
     compression: Compression,
     identity: Option<(i64, i16, i32)>,
+    transactional: bool,
 ) -> Result<Bytes> {
     let now = rill_rt::wall_clock_ms();
-    let mut b = BatchBuilder::new(compression);
+    let mut b = BatchBuilder::new(compression).transactional(transactional);
     if let Some((pid, epoch, seq)) = identity {
         b = b.producer(pid, epoch, seq);
     }

@@ -55,9 +55,9 @@ pub struct CommittedOffset {
 
 /// What one coordinator call returned: an answer, a whole-request error with the coordinator's
 /// address when the node was not it.
-type Answer<T> = std::result::Result<T, (Error, Option<LeaderHint>)>;
+pub(crate) type Answer<T> = std::result::Result<T, (Error, Option<LeaderHint>)>;
 
-fn check(code: i32, message: String, hint: Option<LeaderHint>) -> Answer<()> {
+pub(crate) fn check(code: i32, message: String, hint: Option<LeaderHint>) -> Answer<()> {
     if code == ErrorCode::None as i32 {
         Ok(())
     } else {
@@ -92,7 +92,7 @@ fn by_topic(partitions: &[TopicPartition]) -> Vec<FetchOffsetsTopic> {
 }
 
 /// Awaits one call to `addr` for at most `wait`; no answer and gRPC failures are transport errors.
-async fn answer_within<T>(
+pub(crate) async fn answer_within<T>(
     addr: &str,
     wait: std::time::Duration,
     call: impl std::future::Future<Output = std::result::Result<tonic::Response<T>, tonic::Status>>,
@@ -123,7 +123,7 @@ impl Client {
 
     /// Runs `call` at `key`'s coordinator, following `NOT_COORDINATOR` hints and retrying
     /// while the coordinator is loading or unavailable, within the retry budget.
-    async fn at_coordinator<T, F, Fut>(&self, kind: Coordinator, key: &str, call: F) -> Result<T>
+    pub(crate) async fn at_coordinator<T, F, Fut>(&self, kind: Coordinator, key: &str, call: F) -> Result<T>
     where
         F: Fn(String) -> Fut,
         Fut: std::future::Future<Output = Result<Answer<T>>>,

@@ -62,7 +62,47 @@ impl Error {
                     | ErrorCode::StorageError
                     | ErrorCode::TooManyProducers
                     | ErrorCode::UnknownServerError
+                    // A transactional batch: the coordinator is busy or moving; nothing appended.
+                    | ErrorCode::ConcurrentTransactions
+                    | ErrorCode::CoordinatorNotAvailable
+                    | ErrorCode::NotCoordinator
+                    | ErrorCode::CoordinatorLoadInProgress
             ),
+        }
+    }
+}
+
+/// How a transactional producer must treat an error (Kafka's classification).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TransactionErrorKind {
+    /// Retrying the same call may succeed; the transaction is intact.
+    Retriable,
+    /// The transaction cannot commit: abort it, then begin a new one.
+    Abortable,
+    /// This producer instance is done (fenced by a newer one, or misused): close it; a new
+    /// instance calls `init_transactions`.
+    Fatal,
+}
+
+impl Error {
+    /// How a transactional producer must treat this error.
+    pub fn transaction_kind(&self) -> TransactionErrorKind {
+        match self.code() {
+            Some(
+                ErrorCode::ProducerFenced
+                | ErrorCode::InvalidProducerEpoch
+                | ErrorCode::InvalidProducerIdMapping
+                | ErrorCode::TransactionCoordinatorFenced,
+            ) => TransactionErrorKind::Fatal,
+            Some(
+                ErrorCode::ConcurrentTransactions
+                | ErrorCode::CoordinatorNotAvailable
+                | ErrorCode::NotCoordinator
+                | ErrorCode::CoordinatorLoadInProgress,
+            ) => TransactionErrorKind::Retriable,
+            _ if matches!(self, Error::Transport(_)) => TransactionErrorKind::Retriable,
+            _ if matches!(self, Error::InvalidArgument(_)) => TransactionErrorKind::Fatal,
+            _ => TransactionErrorKind::Abortable,
         }
     }
 }

@@ -31,6 +31,9 @@
 //! * [`membership`] — a subscribed consumer's heartbeats to its group's coordinator (KIP-848).
 //! * [`coordinator`] — requests a coordinator serves: committed offsets, transactional
 //!   producer ids; found with `Admin.FindCoordinator`.
+//! * [`TransactionalProducer`] ([`transactional`]) — transactions: `init_transactions`,
+//!   `begin_transaction`, `send`, `commit_transaction`, `abort_transaction` (transactions v2);
+//!   [`transactions`] — ending and describing transactions at their coordinator.
 //! * [`partitioner`] — Kafka's default partitioner (murmur2), bit for bit.
 //! * [`Error`] — the server's error code and message, or a transport failure.
 //!
@@ -50,6 +53,8 @@ pub mod membership;
 pub mod partitioner;
 pub mod producer;
 pub mod record;
+pub mod transactional;
+pub mod transactions;
 
 pub use client::{Client, ClientOptions, DELETE_BELOW_HIGH_WATERMARK};
 pub use commits::PendingCommit;
@@ -57,7 +62,7 @@ pub use consumer::{
     Consumer, ConsumerConfig, ConsumerRecord, OffsetReset, OffsetResetEvent, RebalanceListener, TopicPartition,
 };
 pub use coordinator::{CommittedOffset, Coordinator};
-pub use error::{Error, Result};
+pub use error::{Error, Result, TransactionErrorKind};
 pub use producer::{DeliveryFuture, Producer, ProducerConfig};
 pub use record::{
     Acks, FetchedPartition, IsolationLevel, OffsetSpec, ProduceAck, ReceivedRecord, Record, RecordMetadata,
@@ -65,6 +70,7 @@ pub use record::{
 pub use rill_proto::admin::{NodeDescription, PartitionDescription, TopicDescription, TopicSummary};
 pub use rill_proto::common::ErrorCode;
 pub use rill_records::Compression;
+pub use transactional::TransactionalProducer;
 
 /// A topic id as Kafka prints it: its 16 bytes in URL-safe base64 without padding (22
 /// characters). Empty for an empty id.

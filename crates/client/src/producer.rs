@@ -142,12 +142,20 @@ struct State {
     identity: Option<(i64, i16)>,
     flushing: bool,
     closed: bool,
+    /// A transactional producer: the first error of the current transaction (it must abort).
+    txn_error: Option<Error>,
+    /// A transactional producer: batches were sent in the current transaction.
+    txn_sent: bool,
 }
 
 struct Inner {
     client: Client,
     config: ProducerConfig,
     idempotent: bool,
+    /// A transactional producer's id: its producer id comes from `init_transactions`, never
+    /// from the sender task, and a failed batch makes the transaction abortable instead of
+    /// replacing the producer id (see [`crate::transactional`]).
+    transactional_id: Option<String>,
     state: Mutex<State>,
     memory: Arc<Semaphore>,
     /// Wakes the sender task (new data, a batch finished, flush, close).
@@ -171,10 +179,25 @@ pub struct Producer {
 impl Producer {
     /// A producer over `client`; spawns its sender task.
     pub fn new(client: Client, config: ProducerConfig) -> Self {
+        Self::with_transactional_id(client, config, None)
+    }
+
+    /// A producer whose batches belong to transactions of `transactional_id` (idempotent,
+    /// `acks=all`); driven by [`crate::TransactionalProducer`].
+    pub(crate) fn with_transactional_id(
+        client: Client,
+        config: ProducerConfig,
+        transactional_id: Option<String>,
+    ) -> Self {
+        let config = match transactional_id {
+            Some(_) => ProducerConfig { acks: Acks::All, idempotence: true, ..config },
+            None => config,
+        };
         let permits = config.buffer_memory.clamp(1, Semaphore::MAX_PERMITS);
         let inner = Arc::new(Inner {
             client,
             config,
+            transactional_id,
             idempotent: config.idempotence && config.acks == Acks::All,
             state: Mutex::new(State::default()),
             memory: Arc::new(Semaphore::new(permits)),
@@ -267,6 +290,29 @@ impl Producer {
         }
     }
 
+    /// A transactional producer's new producer id and epoch (from `InitProducerId` or `EndTxn`):
+    /// sequences restart at 0 and the transaction's error, if any, is cleared.
+    pub(crate) fn start_epoch(&self, identity: (i64, i16)) {
+        let mut st = self.inner.lock();
+        st.identity = Some(identity);
+        st.txn_error = None;
+        st.txn_sent = false;
+        for acc in st.partitions.values_mut() {
+            acc.next_seq = 0;
+        }
+    }
+
+    /// The producer id and epoch in use.
+    pub(crate) fn identity(&self) -> Option<(i64, i16)> {
+        self.inner.lock().identity
+    }
+
+    /// The current transaction's first error, and whether it sent any batch.
+    pub(crate) fn transaction_outcome(&self) -> (Option<Error>, bool) {
+        let st = self.inner.lock();
+        (st.txn_error.clone(), st.txn_sent)
+    }
+
     /// Flushes, then stops the sender task. Later sends fail.
     pub async fn close(self) {
         self.flush().await;
@@ -283,7 +329,11 @@ fn idle(acc: &Accumulator) -> bool {
 /// The sender task: dispatches ready batches within the in-flight limit of each partition.
 async fn sender(inner: Arc<Inner>) {
     loop {
-        if inner.idempotent && inner.lock().identity.is_none() && inner.lock().partitions.values().any(|a| !idle(a)) {
+        if inner.idempotent
+            && inner.transactional_id.is_none()
+            && inner.lock().identity.is_none()
+            && inner.lock().partitions.values().any(|a| !idle(a))
+        {
             match inner.client.init_producer_id().await {
                 Ok(identity) => {
                     let mut st = inner.lock();
@@ -351,6 +401,9 @@ async fn sender(inner: Arc<Inner>) {
                 if st.sticky.get(topic) == Some(partition) {
                     st.sticky.remove(topic);
                 }
+            }
+            if !dispatch.is_empty() {
+                st.txn_sent = true;
             }
             for (topic, partition, b) in dispatch {
                 rill_rt::spawn(send_batch(inner.clone(), topic, partition, b));
@@ -427,7 +480,8 @@ enum Outcome {
 async fn send_batch(inner: Arc<Inner>, topic: String, partition: u32, mut b: Batch) {
     let deadline = b.records.iter().map(|p| p.deadline).min().unwrap_or_else(rill_rt::now);
     let records: Vec<Record> = b.records.iter().map(|p| p.record.clone()).collect();
-    let outcome = match build_batch(records, inner.config.compression, b.identity) {
+    let transactional = inner.transactional_id.is_some();
+    let outcome = match build_batch(records, inner.config.compression, b.identity, transactional) {
         Err(e) => Outcome::Failed(e),
         Ok(wire) => attempt(&inner, &topic, partition, wire, b.identity.is_some(), deadline).await,
     };
@@ -442,7 +496,10 @@ async fn send_batch(inner: Arc<Inner>, topic: String, partition: u32, mut b: Bat
             for p in b.records {
                 let _ = p.tx.send(Err(e.clone()));
             }
-            if inner.idempotent && b.identity.is_some() {
+            if inner.transactional_id.is_some() {
+                // The transaction lost a batch: it can only abort (its producer id stays).
+                st.txn_error.get_or_insert(e);
+            } else if inner.idempotent && b.identity.is_some() {
                 // Its sequence numbers are spent without a stored batch: later batches under
                 // this producer id would be refused as out of order. Start a new one.
                 reset_identity(&mut st);
@@ -456,13 +513,28 @@ async fn send_batch(inner: Arc<Inner>, topic: String, partition: u32, mut b: Bat
                 .partitions
                 .get(&(topic.clone(), partition))
                 .is_some_and(|acc| acc.in_flight > 1 || acc.retry.keys().any(|o| *o < b.order));
-            if matches!(outcome, Outcome::NewProducerId) || (matches!(outcome, Outcome::OutOfOrder) && !earlier_pending)
-            {
+            let gap = matches!(outcome, Outcome::NewProducerId)
+                || (matches!(outcome, Outcome::OutOfOrder) && !earlier_pending);
+            if gap && inner.transactional_id.is_some() {
+                // A transactional producer keeps its id: the transaction aborts instead.
+                let e = Error::Server {
+                    code: ErrorCode::OutOfOrderSequenceNumber,
+                    message: format!(
+                        "{topic}/{partition}: the partition lost this producer's sequence; abort the transaction"
+                    ),
+                };
+                for p in b.records.drain(..) {
+                    let _ = p.tx.send(Err(e.clone()));
+                }
+                st.txn_error.get_or_insert(e);
+            } else if gap {
                 reset_identity(&mut st);
                 b.identity = None;
             }
             if let Some(acc) = st.partitions.get_mut(&(topic.clone(), partition)) {
-                acc.retry.insert(b.order, b);
+                if !b.records.is_empty() {
+                    acc.retry.insert(b.order, b);
+                }
             }
         }
     }
@@ -494,10 +566,9 @@ async fn attempt(
     idempotent: bool,
     deadline: Instant,
 ) -> Outcome {
-    let result = inner
-        .client
-        .produce_batch_until(deadline, topic, partition, wire, inner.config.acks, inner.config.request_timeout)
-        .await;
+    let (acks, timeout) = (inner.config.acks, inner.config.request_timeout);
+    let txn = inner.transactional_id.as_deref();
+    let result = inner.client.produce_batch_until(deadline, topic, partition, wire, acks, timeout, txn).await;
     match result {
         Ok(ack) => Outcome::Delivered(ack.base_offset),
         Err(e) if e.code() == Some(ErrorCode::DuplicateSequenceNumber) => Outcome::Delivered(None),

@@ -5,7 +5,7 @@ use std::io::Write;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use rill_client::{Consumer, ConsumerConfig, OffsetReset, OffsetSpec, TopicPartition};
+use rill_client::{Consumer, ConsumerConfig, IsolationLevel, OffsetReset, OffsetSpec, TopicPartition};
 use serde_json::json;
 
 use super::{connect, Output};
@@ -60,12 +60,25 @@ pub struct ConsumeArgs {
     /// saying how many offsets were skipped, or stop with an error (`none`).
     #[arg(long, value_enum, default_value_t = Reset::Earliest)]
     auto_offset_reset: Reset,
+    /// `read_committed` (default): only records of committed transactions, once committed;
+    /// `read_uncommitted`: everything below the high watermark, open and aborted transactions
+    /// included.
+    #[arg(long, value_enum, default_value_t = Isolation::ReadCommitted)]
+    isolation_level: Isolation,
     /// Output format: %t topic, %p partition, %o offset, %k key, %v value, %T timestamp.
     #[arg(long, default_value = "%v")]
     format: String,
     /// `json` prints one JSON object per record instead of --format.
     #[arg(long, value_enum, default_value_t)]
     output: Output,
+}
+
+/// `--isolation-level` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[clap(rename_all = "snake_case")]
+enum Isolation {
+    ReadCommitted,
+    ReadUncommitted,
 }
 
 /// `--auto-offset-reset` values.
@@ -119,6 +132,10 @@ pub async fn run(bootstrap: &[String], args: ConsumeArgs) -> anyhow::Result<()> 
         group_instance_id: args.instance_id.clone(),
         server_assignor: args.assignor.clone(),
         client_id: "rill-cli".to_string(),
+        isolation_level: match args.isolation_level {
+            Isolation::ReadCommitted => IsolationLevel::ReadCommitted,
+            Isolation::ReadUncommitted => IsolationLevel::ReadUncommitted,
+        },
         ..ConsumerConfig::default()
     };
     let mut consumer = Consumer::new(client, config);

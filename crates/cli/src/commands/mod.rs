@@ -7,6 +7,7 @@ pub mod group;
 pub mod produce;
 pub mod tls;
 pub mod topic;
+pub mod txn;
 
 use anyhow::Context;
 use rill_client::Client;

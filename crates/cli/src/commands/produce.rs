@@ -1,4 +1,5 @@
-//! `rill produce TOPIC`: one record per input line.
+//! `rill produce TOPIC`: one record per input line; with `--transactional-id`, the lines go in
+//! transactions of `--transaction-size` records, each committed (or aborted with `--abort`).
 
 use std::collections::VecDeque;
 use std::io::{BufRead, IsTerminal};
@@ -7,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use bytes::Bytes;
-use rill_client::{Acks, Compression, DeliveryFuture, Producer, ProducerConfig, Record};
+use rill_client::{Acks, Compression, DeliveryFuture, Producer, ProducerConfig, Record, TransactionalProducer};
 use serde_json::json;
 
 use super::{connect, Output};
@@ -48,6 +49,20 @@ pub struct ProduceArgs {
     /// Read records from this file instead of stdin.
     #[arg(long)]
     file: Option<PathBuf>,
+    /// Produce in transactions under this transactional id (acks=all, idempotent): a new
+    /// instance fences older ones with the same id and aborts what they left open.
+    #[arg(long, value_name = "ID")]
+    transactional_id: Option<String>,
+    /// Records per transaction (with --transactional-id); the last may be smaller.
+    #[arg(long, default_value_t = 1_000, requires = "transactional_id", value_parser = clap::value_parser!(u64).range(1..))]
+    transaction_size: u64,
+    /// Abort every transaction instead of committing it (with --transactional-id): the records
+    /// are written, and read_committed consumers never see them.
+    #[arg(long, requires = "transactional_id")]
+    abort: bool,
+    /// How long a transaction may stay open before the coordinator aborts it.
+    #[arg(long, default_value_t = 60_000, requires = "transactional_id")]
+    transaction_timeout_ms: u64,
     /// Summary format.
     #[arg(long, value_enum, default_value_t)]
     output: Output,
@@ -93,6 +108,106 @@ impl Tally {
     }
 }
 
+/// One input line as a record.
+fn record_of(
+    args: &ProduceArgs,
+    i: usize,
+    line: String,
+    headers: &[(String, Option<Bytes>)],
+) -> anyhow::Result<Record> {
+    let mut record = match &args.key_separator {
+        Some(sep) => match line.split_once(sep.as_str()) {
+            Some((k, v)) => Record::keyed(Bytes::from(k.to_string()), Bytes::from(v.to_string())),
+            None => bail!("line {} has no key separator {sep:?}: {line:?}", i + 1),
+        },
+        None => Record::new(Bytes::from(line)),
+    };
+    if args.empty_as_null && record.value.as_ref().is_some_and(Bytes::is_empty) {
+        record.value = None;
+    }
+    record.headers = headers.to_vec();
+    Ok(record)
+}
+
+/// `rill produce --transactional-id`: lines in transactions of `--transaction-size` records.
+/// A transaction whose send failed is aborted and the command fails, saying how many
+/// transactions were committed before it.
+async fn run_transactional(
+    args: &ProduceArgs,
+    input: Box<dyn BufRead>,
+    headers: &[(String, Option<Bytes>)],
+    producer: TransactionalProducer,
+) -> anyhow::Result<()> {
+    let id = args.transactional_id.clone().unwrap_or_default();
+    producer.init_transactions().await.with_context(|| format!("cannot initialise transactional id {id:?}"))?;
+    let (mut done, mut records, mut in_txn) = (0u64, 0u64, 0u64);
+    let mut deliveries: Vec<DeliveryFuture> = Vec::new();
+    let lines = input.lines().enumerate();
+    for (i, line) in lines {
+        let line = line.context("cannot read the input")?;
+        if in_txn == 0 {
+            producer.begin_transaction()?;
+        }
+        let record = record_of(args, i, line, headers)?;
+        let delivery = match args.partition {
+            Some(p) => producer.send_to(&args.topic, p, record).await?,
+            None => producer.send(&args.topic, record).await?,
+        };
+        deliveries.push(delivery);
+        in_txn += 1;
+        if in_txn == args.transaction_size {
+            finish(&producer, std::mem::take(&mut deliveries), args.abort)
+                .await
+                .with_context(|| format!("transaction {} failed after {done} ended", done + 1))?;
+            done += 1;
+            records += in_txn;
+            in_txn = 0;
+        }
+    }
+    if in_txn > 0 {
+        finish(&producer, deliveries, args.abort)
+            .await
+            .with_context(|| format!("transaction {} failed after {done} ended", done + 1))?;
+        done += 1;
+        records += in_txn;
+    }
+    producer.close().await;
+    let verb = if args.abort { "aborted" } else { "committed" };
+    match args.output {
+        Output::Json => println!(
+            "{}",
+            json!({"topic": args.topic, "transactional_id": id, "transactions": done, "records": records, "outcome": verb})
+        ),
+        Output::Table => println!("{records} record(s) in {done} transaction(s) {verb} to {}", args.topic),
+    }
+    Ok(())
+}
+
+/// Ends the current transaction (commits it, or aborts it when `abort`) and waits for its
+/// deliveries; a transaction that cannot commit is aborted and its error returned.
+async fn finish(
+    producer: &TransactionalProducer,
+    deliveries: Vec<DeliveryFuture>,
+    abort: bool,
+) -> Result<(), rill_client::Error> {
+    let ended = if abort { producer.abort_transaction().await } else { producer.commit_transaction().await };
+    let mut first_error = None;
+    for d in deliveries {
+        if let Err(e) = d.await {
+            first_error.get_or_insert(e);
+        }
+    }
+    match (ended, first_error) {
+        (Ok(()), None) => Ok(()),
+        (Err(e), _) | (Ok(()), Some(e)) => {
+            if !abort {
+                let _ = producer.abort_transaction().await;
+            }
+            Err(e)
+        }
+    }
+}
+
 /// Runs `rill produce`.
 pub async fn run(bootstrap: &[String], args: ProduceArgs) -> anyhow::Result<()> {
     let headers = parse_headers(&args.headers)?;
@@ -120,6 +235,14 @@ pub async fn run(bootstrap: &[String], args: ProduceArgs) -> anyhow::Result<()> 
         compression: args.compression,
         ..ProducerConfig::default()
     };
+    if let Some(id) = args.transactional_id.clone() {
+        if args.acks != Acks::All {
+            bail!("--transactional-id needs --acks all: transactions are idempotent");
+        }
+        let timeout = Duration::from_millis(args.transaction_timeout_ms);
+        let producer = TransactionalProducer::new(client, config, &id, timeout);
+        return run_transactional(&args, input, &headers, producer).await;
+    }
     let producer = Producer::new(client, config);
     let show_progress = std::io::stderr().is_terminal();
     let mut outstanding: VecDeque<DeliveryFuture> = VecDeque::new();
@@ -127,17 +250,7 @@ pub async fn run(bootstrap: &[String], args: ProduceArgs) -> anyhow::Result<()> 
     let mut sent = 0u64;
     for (i, line) in input.lines().enumerate() {
         let line = line.context("cannot read the input")?;
-        let mut record = match &args.key_separator {
-            Some(sep) => match line.split_once(sep.as_str()) {
-                Some((k, v)) => Record::keyed(Bytes::from(k.to_string()), Bytes::from(v.to_string())),
-                None => bail!("line {} has no key separator {sep:?}: {line:?}", i + 1),
-            },
-            None => Record::new(Bytes::from(line)),
-        };
-        if args.empty_as_null && record.value.as_ref().is_some_and(Bytes::is_empty) {
-            record.value = None;
-        }
-        record.headers.clone_from(&headers);
+        let record = record_of(&args, i, line, &headers)?;
         let delivery = match args.partition {
             Some(p) => producer.send_to(&args.topic, p, record).await?,
             None => producer.send(&args.topic, record).await?,

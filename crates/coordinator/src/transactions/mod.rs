@@ -362,6 +362,7 @@ pub async fn end_transaction(
     transactional_id: &str,
     producer: (i64, i16),
     commit: bool,
+    protocol: TxnProtocol,
     timeout: Duration,
 ) -> Result<Ended> {
     validate(transactional_id, 0)?;
@@ -369,7 +370,7 @@ pub async fn end_transaction(
         let current = read_record(partition, transactional_id)?;
         let now = rill_rt::wall_clock_ms();
         let decided =
-            transitions::end_transaction(transactional_id, current.as_ref(), producer.0, producer.1, commit, now)?;
+            transitions::end_transaction(transactional_id, current.as_ref(), producer, commit, protocol, now)?;
         let expect = current.as_ref().map_or(0, |m| m.version);
         let (record, to_mark) = match decided {
             transitions::EndDecision::AlreadyDone { producer_id, epoch } => {

@@ -195,13 +195,13 @@ pub fn add_to_transaction(
     Ok(Some(next))
 }
 
-/// `EndTxn(commit)`.
+/// `EndTxn(commit)` from a producer speaking `protocol`.
 pub fn end_transaction(
     id: &str,
     current: Option<&TransactionMetadata>,
-    producer_id: i64,
-    epoch: i16,
+    (producer_id, epoch): (i64, i16),
     commit: bool,
+    protocol: TxnProtocol,
     now_ms: i64,
 ) -> Result<EndDecision> {
     let Some(m) = current else {
@@ -250,7 +250,7 @@ pub fn end_transaction(
         s if s == preparing => Err(concurrent(id, m)),
         // A v2 producer may abort with nothing begun (after an error before its first send).
         TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort
-            if !commit && m.protocol == TxnProtocol::V2 =>
+            if !commit && protocol == TxnProtocol::V2 =>
         {
             let mut next = fence(m);
             next.state = TxnState::CompleteAbort;
@@ -391,9 +391,12 @@ mod tests {
     #[test]
     fn v1_end_prepares_completes_and_answers_retries() {
         let m = fresh();
-        assert!(matches!(end_transaction("t", Some(&m), 7, 0, true, 1), Err(CoordinatorError::InvalidTxnState { .. })));
+        assert!(matches!(
+            end_transaction("t", Some(&m), (7, 0), true, TxnProtocol::V1, 1),
+            Err(CoordinatorError::InvalidTxnState { .. })
+        ));
         let open = add_to_transaction("t", Some(&m), (7, 0), &tp("a", &[0]), &[], TxnProtocol::V1, 1).unwrap().unwrap();
-        let prepared = match end_transaction("t", Some(&open), 7, 0, true, 2).unwrap() {
+        let prepared = match end_transaction("t", Some(&open), (7, 0), true, TxnProtocol::V1, 2).unwrap() {
             EndDecision::Prepare(p) => p,
             other => panic!("{other:?}"),
         };
@@ -403,20 +406,20 @@ mod tests {
             Err(CoordinatorError::ConcurrentTransactions { .. })
         ));
         assert!(matches!(
-            end_transaction("t", Some(&prepared), 7, 0, true, 3),
+            end_transaction("t", Some(&prepared), (7, 0), true, TxnProtocol::V1, 3),
             Err(CoordinatorError::ConcurrentTransactions { .. })
         ));
         assert!(matches!(
-            end_transaction("t", Some(&prepared), 7, 0, false, 3),
+            end_transaction("t", Some(&prepared), (7, 0), false, TxnProtocol::V1, 3),
             Err(CoordinatorError::InvalidTxnState { .. })
         ));
         let done = complete(&prepared, 4).unwrap();
         assert_eq!(
-            end_transaction("t", Some(&done), 7, 0, true, 5).unwrap(),
+            end_transaction("t", Some(&done), (7, 0), true, TxnProtocol::V1, 5).unwrap(),
             EndDecision::AlreadyDone { producer_id: 7, epoch: 0 }
         );
         assert!(matches!(
-            end_transaction("t", Some(&done), 7, 0, false, 5),
+            end_transaction("t", Some(&done), (7, 0), false, TxnProtocol::V1, 5),
             Err(CoordinatorError::InvalidTxnState { .. })
         ));
         let again =
@@ -428,7 +431,7 @@ mod tests {
     fn v2_end_bumps_the_epoch_so_the_old_one_cannot_reach_the_next_transaction() {
         let m = fresh();
         let open = add_to_transaction("t", Some(&m), (7, 0), &tp("a", &[0]), &[], TxnProtocol::V2, 1).unwrap().unwrap();
-        let prepared = match end_transaction("t", Some(&open), 7, 0, false, 2).unwrap() {
+        let prepared = match end_transaction("t", Some(&open), (7, 0), false, TxnProtocol::V2, 2).unwrap() {
             EndDecision::Prepare(p) => p,
             other => panic!("{other:?}"),
         };
@@ -436,7 +439,7 @@ mod tests {
         let done = complete(&prepared, 3).unwrap();
         // The EndTxn's retry under epoch 0 is answered with the new epoch.
         assert_eq!(
-            end_transaction("t", Some(&done), 7, 0, false, 4).unwrap(),
+            end_transaction("t", Some(&done), (7, 0), false, TxnProtocol::V2, 4).unwrap(),
             EndDecision::AlreadyDone { producer_id: 7, epoch: 1 }
         );
         // A delayed add (or produce) of the aborted transaction under epoch 0 is fenced.
@@ -449,11 +452,11 @@ mod tests {
         assert_eq!((next.state, next.epoch), (TxnState::Ongoing, 1));
         // A delayed EndTxn(commit) of the aborted transaction cannot commit the next one.
         assert!(matches!(
-            end_transaction("t", Some(&next), 7, 0, true, 6),
+            end_transaction("t", Some(&next), (7, 0), true, TxnProtocol::V2, 6),
             Err(CoordinatorError::ProducerFenced { .. })
         ));
         // With nothing begun, a v2 abort completes at once (and still bumps the epoch).
-        match end_transaction("t", Some(&done), 7, 1, false, 7).unwrap() {
+        match end_transaction("t", Some(&done), (7, 1), false, TxnProtocol::V2, 7).unwrap() {
             EndDecision::Complete(c) => assert_eq!((c.state, c.epoch), (TxnState::CompleteAbort, 2)),
             other => panic!("{other:?}"),
         }
@@ -469,7 +472,7 @@ mod tests {
         assert_eq!((aborting.state, aborting.epoch), (TxnState::PrepareAbort, 1));
         assert_eq!(expire(&aborting, 9_999), None, "only open transactions expire");
         assert!(matches!(
-            end_transaction("t", Some(&complete(&aborting, 1_200).unwrap()), 7, 0, true, 1_201),
+            end_transaction("t", Some(&complete(&aborting, 1_200).unwrap()), (7, 0), true, TxnProtocol::V1, 1_201),
             Err(CoordinatorError::ProducerFenced { .. })
         ));
     }

@@ -142,11 +142,22 @@ impl Transactions for TransactionsApi {
             let epoch = epoch(req.producer_epoch)?;
             let coordinator = self.coordinator(&req.transactional_id)?;
             let producer = (req.producer_id, epoch);
+            let protocol = match req.transaction_version {
+                0 | 1 => TxnProtocol::V1,
+                2 => TxnProtocol::V2,
+                v => {
+                    return Err(WireError::new(
+                        ErrorCode::InvalidRequest,
+                        format!("unknown transaction version {v}: 1 or 2"),
+                    ))
+                }
+            };
             let ended = transactions::end_transaction(
                 &coordinator,
                 &req.transactional_id,
                 producer,
                 req.commit,
+                protocol,
                 DECISION_TIMEOUT,
             )
             .await

@@ -1,0 +1,185 @@
+//! [`TransactionalProducer`]: a [`Producer`] whose sends belong to transactions — all of a
+//! transaction's records become visible to `read_committed` consumers together, or none do.
+//!
+//! ```text
+//!  init_transactions ─► begin ─► send … send ─► commit ─► begin ─► …
+//!                                        └────► abort ──┘
+//! ```
+//!
+//! Rill's client speaks transactions v2 (KIP-890): a partition joins the transaction with its
+//! first batch (the partition's leader adds it at the coordinator before appending), and every
+//! commit or abort bumps the producer's epoch, so nothing sent in one transaction can land in
+//! the next. Errors are classified with [`Error::transaction_kind`]: *retriable* (call again),
+//! *abortable* (a send failed: abort, then begin again) or *fatal* (a newer instance with the
+//! same transactional id fenced this one: close it).
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+use crate::producer::{DeliveryFuture, Producer, ProducerConfig};
+use crate::record::Record;
+use crate::Client;
+
+/// Where the producer is between calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// `init_transactions` has not succeeded yet.
+    Uninitialised,
+    /// Ready to `begin`.
+    Ready,
+    /// In a transaction: sends are allowed.
+    InTransaction,
+    /// Fenced or otherwise unusable.
+    Failed,
+}
+
+/// A transactional producer (see the module docs). Not `Clone`: one instance per
+/// transactional id at a time.
+pub struct TransactionalProducer {
+    client: Client,
+    producer: Producer,
+    transactional_id: String,
+    timeout: Duration,
+    phase: Mutex<Phase>,
+}
+
+impl TransactionalProducer {
+    /// A producer for `transactional_id`; its transactions are aborted by the coordinator when
+    /// open longer than `transaction_timeout` (at most 15 minutes). Call
+    /// [`TransactionalProducer::init_transactions`] first.
+    pub fn new(client: Client, config: ProducerConfig, transactional_id: &str, transaction_timeout: Duration) -> Self {
+        let producer = Producer::with_transactional_id(client.clone(), config, Some(transactional_id.to_string()));
+        Self {
+            client,
+            producer,
+            transactional_id: transactional_id.to_string(),
+            timeout: transaction_timeout,
+            phase: Mutex::new(Phase::Uninitialised),
+        }
+    }
+
+    fn phase(&self) -> Phase {
+        *self.phase.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn set_phase(&self, phase: Phase) {
+        *self.phase.lock().unwrap_or_else(|p| p.into_inner()) = phase;
+    }
+
+    fn misuse(&self, what: &str) -> Error {
+        Error::InvalidArgument(format!("{what}: the producer of {:?} is {:?}", self.transactional_id, self.phase()))
+    }
+
+    /// Gets the transactional id's producer id and a new epoch from its coordinator, which
+    /// fences every older instance and aborts a transaction one of them left open (retrying
+    /// while that abort completes).
+    pub async fn init_transactions(&self) -> Result<()> {
+        if !matches!(self.phase(), Phase::Uninitialised | Phase::Ready) {
+            return Err(self.misuse("init_transactions"));
+        }
+        let timeout_ms = u32::try_from(self.timeout.as_millis()).unwrap_or(u32::MAX).max(1);
+        let identity = self
+            .client
+            .while_concurrent(|| self.client.init_transactional_producer(&self.transactional_id, timeout_ms))
+            .await?;
+        self.producer.start_epoch(identity);
+        self.set_phase(Phase::Ready);
+        Ok(())
+    }
+
+    /// Begins a transaction.
+    pub fn begin_transaction(&self) -> Result<()> {
+        if self.phase() != Phase::Ready {
+            return Err(self.misuse("begin_transaction"));
+        }
+        self.set_phase(Phase::InTransaction);
+        Ok(())
+    }
+
+    /// Queues `record` for `topic` in the current transaction (partitioned as
+    /// [`Producer::send`] does).
+    pub async fn send(&self, topic: &str, record: Record) -> Result<DeliveryFuture> {
+        if self.phase() != Phase::InTransaction {
+            return Err(self.misuse("send"));
+        }
+        self.producer.send(topic, record).await
+    }
+
+    /// Queues `record` for `topic`/`partition` in the current transaction.
+    pub async fn send_to(&self, topic: &str, partition: u32, record: Record) -> Result<DeliveryFuture> {
+        if self.phase() != Phase::InTransaction {
+            return Err(self.misuse("send_to"));
+        }
+        self.producer.send_to(topic, partition, record).await
+    }
+
+    /// Sends everything queued, then commits the transaction. When a send of the transaction
+    /// failed, nothing is committed: the error is returned (abortable — call
+    /// [`TransactionalProducer::abort_transaction`]).
+    pub async fn commit_transaction(&self) -> Result<()> {
+        if self.phase() != Phase::InTransaction {
+            return Err(self.misuse("commit_transaction"));
+        }
+        self.producer.flush().await;
+        let (failed, sent) = self.producer.transaction_outcome();
+        if let Some(e) = failed {
+            if e.transaction_kind() == crate::error::TransactionErrorKind::Fatal {
+                self.set_phase(Phase::Failed);
+            }
+            return Err(e);
+        }
+        if sent {
+            self.end(true).await?;
+        }
+        self.set_phase(Phase::Ready);
+        Ok(())
+    }
+
+    /// Aborts the transaction: what was sent in it is never visible to `read_committed`
+    /// consumers. Records still queued are sent first (and aborted with the rest).
+    pub async fn abort_transaction(&self) -> Result<()> {
+        if self.phase() != Phase::InTransaction {
+            return Err(self.misuse("abort_transaction"));
+        }
+        self.producer.flush().await;
+        let (failed, _) = self.producer.transaction_outcome();
+        if failed.as_ref().is_some_and(|e| e.transaction_kind() == crate::error::TransactionErrorKind::Fatal) {
+            self.set_phase(Phase::Failed);
+            return Err(failed.unwrap_or_else(|| self.misuse("abort_transaction")));
+        }
+        let (_, sent) = self.producer.transaction_outcome();
+        if sent {
+            self.end(false).await?;
+        }
+        self.set_phase(Phase::Ready);
+        Ok(())
+    }
+
+    async fn end(&self, commit: bool) -> Result<()> {
+        let Some(identity) = self.producer.identity() else { return Err(self.misuse("end")) };
+        match self.client.end_transaction(&self.transactional_id, identity, commit).await {
+            Ok(next) => {
+                self.producer.start_epoch(next);
+                Ok(())
+            }
+            Err(e) => {
+                if e.transaction_kind() == crate::error::TransactionErrorKind::Fatal {
+                    self.set_phase(Phase::Failed);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// The producer id and epoch in use.
+    pub fn producer_id_and_epoch(&self) -> Option<(i64, i16)> {
+        self.producer.identity()
+    }
+
+    /// Stops the producer; a transaction left open is aborted by its coordinator after the
+    /// transaction timeout, or at once by the next instance's `init_transactions`.
+    pub async fn close(self) {
+        self.producer.close().await;
+    }
+}
