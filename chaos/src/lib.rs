@@ -17,7 +17,9 @@
 //!   code, unit-tested in every build).
 //! * [`scenarios`]: the named scenarios and what they enable.
 //! * [`cluster`], [`faults`], [`workload`], [`oracle`], [`run`]: the simulation itself (madsim
-//!   builds only); [`group_run`]: consumer group members under faults and the `groups` scenario.
+//!   builds only); [`group_run`]: consumer group members under faults and the `groups` scenario;
+//!   [`txn_run`]: transactional producers and read_committed readers under faults, the
+//!   `transactions` scenario.
 //! * [`trace`]: the event record whose hash proves a seed replays exactly.
 
 // A test harness: a broken precondition (no node up, no topic) is a failed run, said loudly.
@@ -38,5 +40,7 @@ pub mod group_run;
 pub mod oracle;
 #[cfg(madsim)]
 pub mod run;
+#[cfg(madsim)]
+pub mod txn_run;
 #[cfg(madsim)]
 pub mod workload;

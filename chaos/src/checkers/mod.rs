@@ -4,7 +4,8 @@
 //! Client-visible (from the [`History`]): [`lost_write`], [`inconsistent_offsets`],
 //! [`duplicates`], [`poll_order`], [`send_order`], [`deleted_records`], [`compaction_kept`]
 //! (with the final cleaning point, white-box, as its oracle), [`group_delivery`] (what consumer
-//! group members handed out).
+//! group members handed out), [`txn_visibility`] (what read_committed readers returned of
+//! committed, aborted and undecided transactions).
 //! White-box (from replica state only the simulator can see): [`replicas_agree`],
 //! [`watermarks`], [`ack_durability`], [`deleted_records::check_replicas`],
 //! [`group_ownership`] (consumer groups' coordinator state).
@@ -20,6 +21,7 @@ pub mod lost_write;
 pub mod poll_order;
 pub mod replicas_agree;
 pub mod send_order;
+pub mod txn_visibility;
 pub mod watermarks;
 
 use crate::history::History;

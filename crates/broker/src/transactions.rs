@@ -129,7 +129,12 @@ impl Transactions {
     /// The last stable offset given the high watermark `hw`: below it every transaction is
     /// decided.
     pub fn last_stable_offset(&self, hw: u64) -> u64 {
-        self.first_unstable_offset().map_or(hw, |first| first.min(hw))
+        let first = self.first_unstable_offset();
+        if rill_rt::mutation::active(rill_rt::mutation::Mutation::LsoOffByOne) {
+            // Deliberate bug (simulation only): Redpanda's #3036, one past the open transaction.
+            return first.map_or(hw, |f| (f + 1).min(hw));
+        }
+        first.map_or(hw, |first| first.min(hw))
     }
 
     /// The log start moved to `log_start`: aborted transactions wholly below it are forgotten

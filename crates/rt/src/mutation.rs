@@ -32,11 +32,17 @@ pub enum Mutation {
     /// A consumer commits what it has fetched, not what `poll` has returned: records still
     /// buffered count as processed, so a crash skips them.
     CommitBeforeProcess,
+    /// A transaction coordinator does not bump a v2 producer's epoch at `EndTxn` (the
+    /// KAFKA-17754 case): a late or retried batch of one transaction can land in the next.
+    NoEpochBump,
+    /// A partition's last stable offset is one past the first offset of its oldest open
+    /// transaction: `read_committed` readers see that transaction's first record early.
+    LsoOffByOne,
 }
 
 impl Mutation {
     /// Every mutation.
-    pub const ALL: [Mutation; 10] = [
+    pub const ALL: [Mutation; 12] = [
         Mutation::AckBeforeSync,
         Mutation::ReadAboveHw,
         Mutation::SkipTruncate,
@@ -47,6 +53,8 @@ impl Mutation {
         Mutation::CompactAboveHw,
         Mutation::DoubleAssign,
         Mutation::CommitBeforeProcess,
+        Mutation::NoEpochBump,
+        Mutation::LsoOffByOne,
     ];
 
     /// The name used on the command line (`chaos/run --mutation NAME`).
@@ -62,6 +70,8 @@ impl Mutation {
             Mutation::CompactAboveHw => "compact-above-hw",
             Mutation::DoubleAssign => "double-assign",
             Mutation::CommitBeforeProcess => "commit-before-process",
+            Mutation::NoEpochBump => "no-epoch-bump",
+            Mutation::LsoOffByOne => "lso-off-by-one",
         }
     }
 

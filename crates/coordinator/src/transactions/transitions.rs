@@ -234,7 +234,10 @@ pub fn end_transaction(
     };
     match m.state {
         TxnState::Ongoing => {
-            let mut next = if m.protocol == TxnProtocol::V2 { fence(m) } else { m.clone() };
+            // The no-epoch-bump mutation (simulation only) makes v2 keep the epoch, as v1 does.
+            let bump =
+                m.protocol == TxnProtocol::V2 && !rill_rt::mutation::active(rill_rt::mutation::Mutation::NoEpochBump);
+            let mut next = if bump { fence(m) } else { m.clone() };
             next.updated_ms = now_ms;
             if next.touches_nothing() {
                 next.state = wanted;
