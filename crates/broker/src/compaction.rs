@@ -9,7 +9,10 @@
 //!
 //! * **What goes.** Below the point a pass compacts to, a record whose key has a newer record
 //!   below that point, and a tombstone that is its key's newest record below
-//!   `tombstones_before`. Keyless records and control batches always stay. A batch keeps its
+//!   `tombstones_before`; and every record of an aborted transaction, which supersedes
+//!   nothing (the cleaning point is at most the last stable offset, so every transaction below
+//!   it is decided, and the partition's aborted index says which were aborted). Keyless
+//!   records of committed data and control batches (transaction markers) always stay. A batch keeps its
 //!   offsets whatever it loses (`rill_records::compact`), so offsets never shift, and an entry
 //!   keeps its place and positions (`LogStore::rewrite`). An entry a snapshot transfer is
 //!   reading is not rewritten (the stream declared its size); the pass ends before it.
@@ -47,7 +50,9 @@ use rill_rt::sync::Semaphore;
 use crate::command;
 use crate::error::{PartitionError, Result};
 use crate::fetch::Isolation;
+use crate::machine::SharedState;
 use crate::partition::Partition;
+use crate::transactions::{AbortedFilter, AbortedTransaction};
 
 /// Most distinct keys one pass maps (a pass's memory: about 48 bytes per key).
 pub const MAP_KEYS: usize = 1 << 20;
@@ -128,13 +133,21 @@ impl KeyMap {
         self.newest.is_empty()
     }
 
-    /// Adds the keyed records below `until` and from `from` on of an append entry at `base`.
-    fn add_entry(&mut self, body: &Bytes, base: u64, from: u64, until: u64) -> std::result::Result<(), String> {
+    /// Adds the keyed records below `until` and from `from` on of an append entry at `base`;
+    /// records of `aborted` transactions supersede nothing and are left out.
+    fn add_entry(
+        &mut self,
+        body: &Bytes,
+        base: u64,
+        (from, until): (u64, u64),
+        aborted: &AbortedFilter,
+    ) -> std::result::Result<(), String> {
         let mut batch_base = base;
         for data in command::decode_append(body.clone())? {
             let info = BatchInfo::parse_stored(&data).map_err(|e| format!("stored batch at {batch_base}: {e}"))?;
             let span = info.span();
-            if !info.is_control() && batch_base + span > from && batch_base < until {
+            let aborted_batch = info.is_transactional() && aborted.is_aborted(info.producer_id, batch_base);
+            if !info.is_control() && !aborted_batch && batch_base + span > from && batch_base < until {
                 let batch = rill_records::decode(&data, MAX_DECOMPRESSED_BATCH_BYTES)
                     .map_err(|e| format!("stored batch at {batch_base}: {e}"))?;
                 for r in batch.records {
@@ -153,13 +166,14 @@ impl KeyMap {
 /// Compacts one append entry at `base` to `clean_to`, `map` holding the newest offset of every
 /// key that has a record in `[map's start, clean_to)`: a record goes when the map holds a newer
 /// offset for its key, or when it is a tombstone below `tombstones_before` that the map does not
-/// supersede. Returns the entry's new body, or `None` when nothing in it goes.
+/// supersede, or when it belongs to one of the `aborted` transactions. Returns the entry's new
+/// body, or `None` when nothing in it goes.
 pub fn compact_entry(
     body: &Bytes,
     base: u64,
     map: &KeyMap,
-    clean_to: u64,
-    tombstones_before: u64,
+    (clean_to, tombstones_before): (u64, u64),
+    aborted: &AbortedFilter,
 ) -> std::result::Result<Option<Bytes>, String> {
     let Some(append_time) = command::append_time(body) else { return Ok(None) };
     let batches = command::decode_append(body.clone())?;
@@ -174,8 +188,12 @@ pub fn compact_entry(
             batch_base += span;
             continue;
         }
+        let aborted_batch = info.is_transactional() && aborted.is_aborted(info.producer_id, batch_base);
         let keep = |r: &rill_records::compact::RecordView<'_>| {
             let offset = batch_base + u64::try_from(r.offset_delta).unwrap_or(0);
+            if aborted_batch {
+                return false;
+            }
             let Some(key) = r.key else { return true };
             if offset >= clean_to {
                 return true;
@@ -201,23 +219,45 @@ pub fn compact_entry(
 
 /// Compacts a whole log (its append entries as `(base, body)`, in order) to `clean_to` and
 /// `tombstones_before` in one go: what every replica's log converges to. Used by checkers to
-/// compare replicas that compacted to different points.
+/// compare replicas that compacted to different points. The aborted transactions are those the
+/// log's own markers decide, found by applying the log to a fresh state machine.
 pub fn compact_log(
     entries: &[(u64, Bytes)],
     clean_to: u64,
     tombstones_before: u64,
 ) -> std::result::Result<Vec<Bytes>, String> {
+    let aborted = AbortedFilter::new(&aborted_in(entries, clean_to)?);
     let mut map = KeyMap::default();
     for (base, body) in entries {
         if command::append_time(body).is_some() {
-            map.add_entry(body, *base, 0, clean_to)?;
+            map.add_entry(body, *base, (0, clean_to), &aborted)?;
         }
     }
-    let tombstones_before = tombstones_before.min(clean_to);
+    let point = (clean_to, tombstones_before.min(clean_to));
     entries
         .iter()
-        .map(|(base, body)| Ok(compact_entry(body, *base, &map, clean_to, tombstones_before)?.unwrap_or(body.clone())))
+        .map(|(base, body)| Ok(compact_entry(body, *base, &map, point, &aborted)?.unwrap_or(body.clone())))
         .collect()
+}
+
+/// The aborted transactions overlapping `[0, until)` that applying `entries` records.
+fn aborted_in(entries: &[(u64, Bytes)], until: u64) -> std::result::Result<Vec<AbortedTransaction>, String> {
+    use rill_raft::GroupStateMachine;
+    let shared = SharedState::new();
+    let mut sm = shared.state_machine();
+    for (base, body) in entries {
+        let mut units = 0u64;
+        if command::append_time(body).is_some() {
+            for data in command::decode_append(body.clone())? {
+                units += BatchInfo::parse_stored(&data).map_err(|e| e.to_string())?.span();
+            }
+        }
+        let payload =
+            rill_raft::Payload { units: u32::try_from(units).unwrap_or(u32::MAX), body: body.clone(), proposal: 0 };
+        sm.apply(&rill_raft::types::LogId::default(), *base, &payload);
+    }
+    let found = shared.transactions.lock().unwrap_or_else(|p| p.into_inner()).aborted_overlapping(0, until);
+    Ok(found)
 }
 
 impl Partition {
@@ -274,6 +314,11 @@ impl Partition {
         let started = rill_rt::now();
         let storage = |e: rill_raft::Error| PartitionError::Storage(e.to_string());
         let start = self.log_start_offset();
+        // Every transaction below `to` is decided (the cleaning point is at most the last stable
+        // offset); the aborted ones' records go and supersede nothing.
+        let aborted = AbortedFilter::new(
+            &self.transactions.lock().unwrap_or_else(|p| p.into_inner()).aborted_overlapping(start, to),
+        );
         // 1. The newest offset of every key in the dirty part, up to where the map fills.
         let dirty_from = progress.clean_below.max(start);
         let mut map = KeyMap::default();
@@ -292,7 +337,7 @@ impl Partition {
                         to = e.base;
                         break 'map;
                     }
-                    map.add_entry(&e.body, e.base, dirty_from, to).map_err(PartitionError::Storage)?;
+                    map.add_entry(&e.body, e.base, (dirty_from, to), &aborted).map_err(PartitionError::Storage)?;
                     read += e.body.len() as u64;
                     index = e.index + 1;
                 }
@@ -315,7 +360,8 @@ impl Partition {
                     }
                     index = e.index + 1;
                     read += e.body.len() as u64;
-                    let body = compact_entry(&e.body, e.base, &map, to, tombstones).map_err(PartitionError::Storage)?;
+                    let body = compact_entry(&e.body, e.base, &map, (to, tombstones), &aborted)
+                        .map_err(PartitionError::Storage)?;
                     match body {
                         Some(body) => {
                             let len = body.len() as u64;
@@ -493,12 +539,52 @@ mod tests {
         // The clean part (below 3) has no two records of one key; map only [3, 7).
         let mut map = KeyMap::default();
         for (base, body) in &first {
-            map.add_entry(body, *base, 3, 7).unwrap();
+            map.add_entry(body, *base, (3, 7), &AbortedFilter::default()).unwrap();
         }
+        let none = AbortedFilter::default();
         let incremental: Vec<Bytes> = first
             .iter()
-            .map(|(base, body)| compact_entry(body, *base, &map, 7, 3).unwrap().unwrap_or(body.clone()))
+            .map(|(base, body)| compact_entry(body, *base, &map, (7, 3), &none).unwrap().unwrap_or(body.clone()))
             .collect();
         assert_eq!(incremental, compact_log(&entries, 7, 3).unwrap());
+    }
+
+    #[test]
+    fn an_aborted_transaction_goes_and_supersedes_nothing() {
+        use rill_records::{ControlKind, ControlMarker};
+        let txn = |pid: i64, seq: i32, key: &'static str, value: &'static str| {
+            let mut b = BatchBuilder::new(Compression::None).producer(pid, 0, seq).transactional(true);
+            b.push(Record {
+                key: Some(Bytes::from_static(key.as_bytes())),
+                value: Some(Bytes::from_static(value.as_bytes())),
+                ..Record::default()
+            })
+            .unwrap();
+            b.build().unwrap()
+        };
+        let marker = |pid: i64, kind| ControlMarker { kind, coordinator_epoch: 1 }.batch(pid, 0, 1).unwrap();
+        // 0: k = committed (producer 1); 1: its commit marker; 2: k = aborted (producer 2);
+        // 3: its abort marker; 4: k2 = plain.
+        let entries = vec![
+            (0, command::encode_append(1, &[txn(1, 0, "k", "committed")])),
+            (1, command::encode_append(1, &[marker(1, ControlKind::Commit)])),
+            (2, command::encode_append(1, &[txn(2, 0, "k", "aborted")])),
+            (3, command::encode_append(1, &[marker(2, ControlKind::Abort)])),
+            (4, command::encode_append(1, &[batch(&[(Some("k2"), Some("plain"))], Compression::None)])),
+        ];
+        let compacted = with_bodies(&entries, compact_log(&entries, 5, 0).unwrap());
+        let kept: Vec<(u64, Option<String>, Option<String>)> =
+            records(&compacted).into_iter().filter(|(_, k, _)| k.as_deref() != Some("")).collect();
+        let values: Vec<(u64, String)> =
+            kept.iter().filter(|(_, k, _)| k.is_some()).filter_map(|(o, _, v)| v.clone().map(|v| (*o, v))).collect();
+        assert!(values.contains(&(0, "committed".to_string())), "the committed value stays: {values:?}");
+        assert!(!values.iter().any(|(_, v)| v == "aborted"), "the aborted value goes: {values:?}");
+        assert!(values.contains(&(4, "plain".to_string())));
+        let markers = compacted
+            .iter()
+            .flat_map(|(_, body)| command::decode_append(body.clone()).unwrap())
+            .filter(|b| BatchInfo::parse_stored(b).unwrap().is_control())
+            .count();
+        assert_eq!(markers, 2, "markers stay");
     }
 }
