@@ -291,6 +291,34 @@ async fn transactions_commit_abort_and_fence_at_their_coordinator() -> anyhow::R
     }
     let d = describe(&client, id).await?;
     assert_eq!((d.state.as_str(), d.topics.len()), ("Empty", 0), "a refused request added nothing");
+
+    tracing::info!("--- an operator lists the open transaction and aborts it; its producer is fenced");
+    let r = c.add_partitions_to_txn(add(id, pid2, epoch2, "orders", &[0, 1])).await?.into_inner();
+    assert_eq!(code(r.error_code), ErrorCode::None, "{}", r.error_message);
+    let open = client.list_transactions(&["Ongoing".to_string()], None).await?;
+    assert_eq!(open.iter().map(|t| t.transactional_id.as_str()).collect::<Vec<_>>(), vec![id]);
+    assert_eq!((open[0].partitions, open[0].producer_epoch), (2, i32::from(epoch2)));
+    let all = client.list_transactions(&[], None).await?;
+    assert_eq!(all.len(), 2, "both ids: {all:?}");
+    let out = crate::t70_cli::rill(&cluster, &["txn", "list", "--open-longer-than", "0s"], None)?;
+    assert!(String::from_utf8_lossy(&out.stdout).contains(id), "{out:?}");
+    let out = crate::t70_cli::rill(&cluster, &["txn", "abort", id], None)?;
+    assert!(out.status.success(), "{out:?}");
+    let d = wait_for_state(&client, id, "CompleteAbort").await?;
+    assert_eq!(d.producer_epoch, i32::from(epoch2) + 1, "the abort fenced the producer");
+    let fenced = c
+        .end_txn(EndTxnRequest {
+            transactional_id: id.into(),
+            producer_id: pid2,
+            producer_epoch: epoch2.into(),
+            commit: true,
+            transaction_version: 1,
+        })
+        .await?
+        .into_inner();
+    assert_eq!(code(fenced.error_code), ErrorCode::ProducerFenced, "{}", fenced.error_message);
+    let out = crate::t70_cli::rill(&cluster, &["txn", "abort", id], None)?;
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("INVALID_TXN_STATE"), "{out:?}");
     Ok(())
 }
 

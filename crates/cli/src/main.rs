@@ -47,7 +47,7 @@ enum Command {
     /// Consumer groups: list, describe (members, lag), reset offsets, delete.
     #[command(subcommand)]
     Group(commands::group::GroupCommand),
-    /// Transactions: describe a transactional id.
+    /// Transactions: list, describe, abort an open one.
     #[command(subcommand)]
     Txn(commands::txn::TxnCommand),
     /// Run a local cluster of rill-server processes until Ctrl-C.

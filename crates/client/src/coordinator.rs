@@ -23,6 +23,8 @@ use tonic::transport::Channel;
 
 /// The internal topic holding consumer groups' offsets and membership.
 pub const CONSUMER_OFFSETS_TOPIC: &str = "__consumer_offsets";
+/// The internal topic whose partitions' leaders coordinate transactional ids.
+pub const TRANSACTION_STATE_TOPIC: &str = "__transaction_state";
 
 /// Which coordinator.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -4,7 +4,10 @@
 
 use rill_proto::common::ErrorCode;
 use rill_proto::transactions::transactions_client::TransactionsClient;
-use rill_proto::transactions::{DescribeTransactionsRequest, EndTxnRequest, TransactionDescription};
+use rill_proto::transactions::{
+    AbortTransactionRequest, DescribeTransactionsRequest, EndTxnRequest, ListTransactionsRequest,
+    TransactionDescription, TransactionListing,
+};
 use tonic::transport::Channel;
 
 use crate::coordinator::{answer_within, check, Coordinator};
@@ -70,6 +73,65 @@ impl Client {
                     Ok(Ok((r.producer_id, epoch)))
                 }
             })
+        })
+        .await
+    }
+
+    /// Every transactional id of the cluster (each node lists those of the
+    /// `__transaction_state` partitions it leads, so every partition's leader is asked), in
+    /// `states` when not empty, open at least `open_longer_than` when set.
+    pub async fn list_transactions(
+        &self,
+        states: &[String],
+        open_longer_than: Option<std::time::Duration>,
+    ) -> Result<Vec<TransactionListing>> {
+        let topic = self.describe_topic(crate::coordinator::TRANSACTION_STATE_TOPIC).await?;
+        if topic.partitions.iter().any(|p| p.leader.is_none()) {
+            return Err(crate::error::server(
+                ErrorCode::CoordinatorNotAvailable as i32,
+                format!(
+                    "a partition of {} has no leader right now; retry",
+                    crate::coordinator::TRANSACTION_STATE_TOPIC
+                ),
+            ));
+        }
+        let leaders: std::collections::BTreeSet<u64> = topic.partitions.iter().filter_map(|p| p.leader).collect();
+        let nodes = self.describe_cluster().await?.nodes;
+        let wait = self.options().request_slack * 3;
+        let req = ListTransactionsRequest {
+            states: states.to_vec(),
+            open_longer_than_ms: open_longer_than.map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX)),
+        };
+        let mut out = std::collections::BTreeMap::new();
+        for node in leaders {
+            let addr = nodes
+                .iter()
+                .find(|n| n.node_id == node && !n.address.is_empty())
+                .map(|n| n.address.clone())
+                .ok_or_else(|| Error::Transport(format!("node {node} has no known address")))?;
+            let mut stub = self.transactions_stub(&addr)?;
+            let resp = answer_within(&addr, wait, stub.list_transactions(req.clone())).await?;
+            if resp.error_code != ErrorCode::None as i32 {
+                return Err(crate::error::server(resp.error_code, resp.error_message));
+            }
+            for t in resp.transactions {
+                out.insert(t.transactional_id.clone(), t);
+            }
+        }
+        Ok(out.into_values().collect())
+    }
+
+    /// Aborts `transactional_id`'s open transaction at its coordinator (fencing its producer).
+    pub async fn abort_open_transaction(&self, transactional_id: &str) -> Result<()> {
+        let req = AbortTransactionRequest { transactional_id: transactional_id.to_string() };
+        let wait = self.options().request_slack * 3;
+        self.at_coordinator(Coordinator::Transaction, transactional_id, |addr| {
+            let req = req.clone();
+            async move {
+                let mut stub = self.transactions_stub(&addr)?;
+                let r = answer_within(&addr, wait, stub.abort_transaction(req)).await?;
+                Ok(check(r.error_code, r.error_message, r.coordinator))
+            }
         })
         .await
     }

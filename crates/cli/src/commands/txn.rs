@@ -9,6 +9,25 @@ use super::{connect, Output};
 /// `rill txn` subcommands.
 #[derive(Debug, Subcommand)]
 pub enum TxnCommand {
+    /// Every transactional id: state, producer, how long its transaction has been open.
+    List {
+        /// Only these states (repeatable): Empty, Ongoing, PrepareCommit, PrepareAbort,
+        /// CompleteCommit, CompleteAbort.
+        #[arg(long = "state")]
+        states: Vec<String>,
+        /// Only transactions open at least this long (e.g. 30s, 5m): the ones holding back a
+        /// partition's last stable offset.
+        #[arg(long, value_parser = humantime::parse_duration)]
+        open_longer_than: Option<std::time::Duration>,
+        #[arg(long, value_enum, default_value_t)]
+        output: Output,
+    },
+    /// Aborts a transactional id's open transaction (its producer is fenced; what it wrote in
+    /// the transaction is never visible to read_committed consumers).
+    Abort {
+        /// The transactional id.
+        transactional_id: String,
+    },
     /// A transactional id's state (Kafka's names: Empty, Ongoing, PrepareCommit, PrepareAbort,
     /// CompleteCommit, CompleteAbort), producer id and epoch, timeout, and the partitions of its
     /// open transaction with how long it has been open.
@@ -24,6 +43,46 @@ pub enum TxnCommand {
 pub async fn run(bootstrap: &[String], cmd: TxnCommand) -> anyhow::Result<()> {
     let client = connect(bootstrap).await?;
     match cmd {
+        TxnCommand::List { states, open_longer_than, output } => {
+            let listed =
+                client.list_transactions(&states, open_longer_than).await.context("cannot list transactions")?;
+            match output {
+                Output::Json => println!(
+                    "{}",
+                    json!(listed
+                        .iter()
+                        .map(|t| json!({
+                            "transactional_id": t.transactional_id,
+                            "state": t.state,
+                            "producer_id": t.producer_id,
+                            "producer_epoch": t.producer_epoch,
+                            "open_ms": (t.open_ms >= 0).then_some(t.open_ms),
+                            "partitions": t.partitions,
+                        }))
+                        .collect::<Vec<_>>())
+                ),
+                Output::Table => {
+                    println!(
+                        "{:<32} {:<15} {:>12} {:>6} {:>10} {:>10}",
+                        "TRANSACTIONAL ID", "STATE", "PRODUCER", "EPOCH", "OPEN MS", "PARTITIONS"
+                    );
+                    for t in &listed {
+                        let open = if t.open_ms >= 0 { t.open_ms.to_string() } else { "-".into() };
+                        println!(
+                            "{:<32} {:<15} {:>12} {:>6} {:>10} {:>10}",
+                            t.transactional_id, t.state, t.producer_id, t.producer_epoch, open, t.partitions
+                        );
+                    }
+                }
+            }
+        }
+        TxnCommand::Abort { transactional_id } => {
+            client
+                .abort_open_transaction(&transactional_id)
+                .await
+                .with_context(|| format!("cannot abort the transaction of {transactional_id:?}"))?;
+            println!("aborting the open transaction of {transactional_id}: its producer is fenced, its markers are being written");
+        }
         TxnCommand::Describe { transactional_id, output } => {
             let d = client
                 .describe_transaction(&transactional_id)

@@ -427,6 +427,28 @@ pub async fn to_finish(
     Ok(out)
 }
 
+/// On the coordinator: an operator's abort of `transactional_id`'s open transaction (see
+/// [`transitions::force_abort`]); returns the `PrepareAbort` record whose markers are to be
+/// written.
+pub async fn abort_open(
+    partition: &StatePartition<TransactionsMachine>,
+    transactional_id: &str,
+    timeout: Duration,
+) -> Result<TransactionMetadata> {
+    validate(transactional_id, 0)?;
+    for _ in 0..CAS_ATTEMPTS {
+        let Some(current) = read_record(partition, transactional_id)? else {
+            return Err(CoordinatorError::TransactionalIdNotFound(transactional_id.to_string()));
+        };
+        let record = transitions::force_abort(transactional_id, &current, rill_rt::wall_clock_ms())?;
+        if let Some(applied) = write(partition, transactional_id, record, current.version, timeout).await? {
+            tracing::info!(transactional_id, epoch = applied.epoch, "aborting a transaction on request");
+            return Ok(applied);
+        }
+    }
+    Err(busy(transactional_id))
+}
+
 fn busy(transactional_id: &str) -> CoordinatorError {
     CoordinatorError::NotAvailable(format!("{transactional_id}: {CAS_ATTEMPTS} concurrent changes in a row; retry"))
 }

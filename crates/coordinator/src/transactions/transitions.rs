@@ -280,6 +280,23 @@ pub fn complete(m: &TransactionMetadata, now_ms: i64) -> Option<TransactionMetad
     Some(next)
 }
 
+/// An operator's abort of `id`'s open transaction: under a bumped epoch, as a timeout does.
+pub fn force_abort(id: &str, m: &TransactionMetadata, now_ms: i64) -> Result<TransactionMetadata> {
+    match m.state {
+        TxnState::Ongoing => {
+            let mut next = fence(m);
+            next.state = TxnState::PrepareAbort;
+            next.updated_ms = now_ms;
+            Ok(next)
+        }
+        TxnState::PrepareCommit | TxnState::PrepareAbort => Err(concurrent(id, m)),
+        _ => Err(CoordinatorError::InvalidTxnState {
+            transactional_id: id.to_string(),
+            reason: format!("no transaction is open (the id is {})", m.state.name()),
+        }),
+    }
+}
+
 /// A transaction open longer than its timeout is aborted under a bumped epoch, which fences
 /// its producer (its next request is `PRODUCER_FENCED`; a KIP-360 client re-initialises).
 pub fn expire(m: &TransactionMetadata, now_ms: i64) -> Option<TransactionMetadata> {

@@ -28,7 +28,10 @@ use rill_proto::groups::{
     DescribeGroupRequest, FetchOffsetsRequest, ListGroupsRequest,
 };
 use rill_proto::records::{FetchRequest, InitProducerIdRequest, ListOffsetsRequest, ProduceRequest};
-use rill_proto::transactions::{AddPartitionsToTxnRequest, DescribeTransactionsRequest, EndTxnRequest};
+use rill_proto::transactions::{
+    AbortTransactionRequest, AddPartitionsToTxnRequest, DescribeTransactionsRequest, EndTxnRequest,
+    ListTransactionsRequest,
+};
 
 /// The name the cluster resource goes by (Kafka's is `kafka-cluster`).
 pub const CLUSTER_RESOURCE: &str = "rill-cluster";
@@ -85,6 +88,10 @@ pub mod rpc {
     pub const END_TXN: &str = "/rill.transactions.Transactions/EndTxn";
     /// `/rill.transactions.Transactions/DescribeTransactions`.
     pub const DESCRIBE_TRANSACTIONS: &str = "/rill.transactions.Transactions/DescribeTransactions";
+    /// `/rill.transactions.Transactions/ListTransactions`.
+    pub const LIST_TRANSACTIONS: &str = "/rill.transactions.Transactions/ListTransactions";
+    /// `/rill.transactions.Transactions/AbortTransaction`.
+    pub const ABORT_TRANSACTION: &str = "/rill.transactions.Transactions/AbortTransaction";
 }
 
 /// The kinds of resource an operation applies to.
@@ -235,6 +242,10 @@ pub const RULES: &[Rule] = &[
     Rule { rpc: rpc::END_TXN, needs: &[(R::TransactionalId, Op::Write, Named)] },
     // Kafka's DescribeTransactions: Describe on each transactional id.
     Rule { rpc: rpc::DESCRIBE_TRANSACTIONS, needs: &[(R::TransactionalId, Op::Describe, Named)] },
+    // Kafka's ListTransactions: lists only ids the caller may Describe.
+    Rule { rpc: rpc::LIST_TRANSACTIONS, needs: &[(R::TransactionalId, Op::Describe, Filter)] },
+    // Aborting another producer's transaction writes to the id (and fences its producer).
+    Rule { rpc: rpc::ABORT_TRANSACTION, needs: &[(R::TransactionalId, Op::Write, Named)] },
 ];
 
 /// The rule of RPC `rpc` (a gRPC path), if it has one.
@@ -398,6 +409,18 @@ impl Resources for DescribeTransactionsRequest {
             R::TransactionalId => self.transactional_ids.iter().map(String::as_str).collect(),
             _ => Vec::new(),
         }
+    }
+}
+
+impl Resources for ListTransactionsRequest {
+    fn names(&self, _kind: ResourceType) -> Vec<&str> {
+        Vec::new()
+    }
+}
+
+impl Resources for AbortTransactionRequest {
+    fn names(&self, kind: ResourceType) -> Vec<&str> {
+        only(kind, R::TransactionalId, &self.transactional_id)
     }
 }
 

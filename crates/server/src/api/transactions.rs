@@ -14,12 +14,13 @@ use rill_meta::PartitionKind;
 use rill_proto::common::ErrorCode;
 use rill_proto::transactions::transactions_server::Transactions;
 use rill_proto::transactions::{
-    AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, DescribeTransactionsRequest, DescribeTransactionsResponse,
-    EndTxnRequest, EndTxnResponse, TransactionDescription, TxnTopic,
+    AbortTransactionRequest, AbortTransactionResponse, AddPartitionsToTxnRequest, AddPartitionsToTxnResponse,
+    DescribeTransactionsRequest, DescribeTransactionsResponse, EndTxnRequest, EndTxnResponse, ListTransactionsRequest,
+    ListTransactionsResponse, TransactionDescription, TransactionListing, TxnTopic,
 };
 use tonic::{Request, Response, Status};
 
-use crate::api::authz::{rpc, Authorization};
+use crate::api::authz::{rpc, Authorization, ResourceType};
 use crate::api::limits;
 use crate::api::routing::coordinator_here;
 use crate::errors::{self, WireError};
@@ -194,6 +195,77 @@ impl Transactions for TransactionsApi {
         self.authz.authorize(&principal, rpc::DESCRIBE_TRANSACTIONS, &req)?;
         let transactions = req.transactional_ids.iter().map(|id| self.describe(id)).collect();
         Ok(Response::new(DescribeTransactionsResponse { transactions }))
+    }
+
+    async fn list_transactions(
+        &self,
+        request: Request<ListTransactionsRequest>,
+    ) -> Result<Response<ListTransactionsResponse>, Status> {
+        let principal = self.authz.principal(&request);
+        let req = request.into_inner();
+        if req.states.len() > 16 {
+            return Err(errors::too_many_entries_status("ListTransactions", "states", req.states.len(), 16));
+        }
+        self.authz.authorize(&principal, rpc::LIST_TRANSACTIONS, &req)?;
+        let now = rill_rt::wall_clock_ms();
+        let mut transactions = Vec::new();
+        for hosted in self.node.replicas() {
+            let Hosted::Transactions(p) = hosted else { continue };
+            // Only a caught-up leader answers for its partition; the client asks every leader.
+            let Ok(listed) = p.read(|m| {
+                m.state()
+                    .iter()
+                    .map(|(id, r)| {
+                        let open = r.state == transactions::TxnState::Ongoing || r.state.is_prepared();
+                        TransactionListing {
+                            transactional_id: id.clone(),
+                            state: r.state.name().to_string(),
+                            producer_id: r.producer_id,
+                            producer_epoch: i32::from(r.epoch),
+                            open_ms: if open { now.saturating_sub(r.txn_start_ms).max(0) } else { -1 },
+                            partitions: r.partitions.values().map(|ps| ps.len() as u32).sum(),
+                        }
+                    })
+                    .collect::<Vec<_>>()
+            }) else {
+                continue;
+            };
+            transactions.extend(listed.into_iter().filter(|t| {
+                (req.states.is_empty() || req.states.contains(&t.state))
+                    && (req.open_longer_than_ms <= 0 || t.open_ms >= req.open_longer_than_ms)
+                    && self.authz.lists(
+                        &principal,
+                        rpc::LIST_TRANSACTIONS,
+                        ResourceType::TransactionalId,
+                        &t.transactional_id,
+                    )
+            }));
+        }
+        transactions.sort_by(|a, b| a.transactional_id.cmp(&b.transactional_id));
+        Ok(Response::new(ListTransactionsResponse { transactions, ..ListTransactionsResponse::default() }))
+    }
+
+    async fn abort_transaction(
+        &self,
+        request: Request<AbortTransactionRequest>,
+    ) -> Result<Response<AbortTransactionResponse>, Status> {
+        let principal = self.authz.principal(&request);
+        let req = request.into_inner();
+        self.authz.authorize(&principal, rpc::ABORT_TRANSACTION, &req)?;
+        let answer = async {
+            let coordinator = self.coordinator(&req.transactional_id)?;
+            let prepared = transactions::abort_open(&coordinator, &req.transactional_id, DECISION_TIMEOUT)
+                .await
+                .map_err(|e| errors::coordinator(&e))?;
+            self.node.txn_markers().finish(&self.node, coordinator, req.transactional_id.clone(), prepared);
+            Ok::<_, WireError>(())
+        };
+        Ok(Response::new(match answer.await {
+            Ok(()) => AbortTransactionResponse::default(),
+            Err(e) => {
+                AbortTransactionResponse { error_code: e.code as i32, error_message: e.message, coordinator: e.leader }
+            }
+        }))
     }
 }
 
