@@ -118,9 +118,11 @@ async fn producer(bootstrap: Vec<String>, id: usize, ctl: Arc<AtomicU8>, log: Sh
             let ended = if commit { p.commit_transaction().await } else { p.abort_transaction().await };
             let outcome = match (&ended, commit) {
                 (Ok(()), true) => TxnOutcome::Committed,
-                (Ok(()), false) => TxnOutcome::Aborted,
-                // Whether a failed commit (or abort) took effect is unknown: all or nothing.
-                (Err(_), _) => TxnOutcome::Unknown,
+                // Never asked to commit: an abort, or a commit refused before EndTxn was sent
+                // (a send failed), can only end aborted.
+                (_, false) | (Err(rill_client::Error::TransactionAbortable(_)), true) => TxnOutcome::Aborted,
+                // Whether a failed EndTxn(commit) took effect is unknown: all or nothing.
+                (Err(_), true) => TxnOutcome::Unknown,
             };
             log.lock().unwrap().txns.push(TxnLog { producer: id, n, values, outcome });
             n += 1;

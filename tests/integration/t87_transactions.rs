@@ -482,6 +482,9 @@ async fn committed_and_aborted_transactions_from_real_producers() -> anyhow::Res
     want_committed.sort();
     let mut everything = [committed.clone(), aborted.clone()].concat();
     everything.sort();
+    // Each commit was answered once decided; the last one's markers land just after.
+    wait_for_state(&client, "cli-paid", "CompleteCommit").await?;
+    wait_for_state(&client, "cli-void", "CompleteAbort").await?;
     assert_eq!(all_values(&client, "orders", Iso::ReadCommitted).await?, want_committed);
     assert_eq!(all_values(&client, "orders", Iso::ReadUncommitted).await?, everything);
     let out = crate::t70_cli::rill(
@@ -544,6 +547,8 @@ async fn committed_and_aborted_transactions_from_real_producers() -> anyhow::Res
     successor.commit_transaction().await?;
     let e = zombie.commit_transaction().await.expect_err("the zombie is fenced");
     assert_eq!(e.transaction_kind(), TransactionErrorKind::Fatal, "{e}");
+    // A commit is answered once decided; its markers land just after.
+    wait_for_state(&client, "shop", "CompleteCommit").await?;
     let mut want = [want_committed, vec!["successor-1".to_string()]].concat();
     want.sort();
     assert_eq!(all_values(&client, "orders", Iso::ReadCommitted).await?, want);

@@ -130,6 +130,14 @@ impl Partition {
         if offset >= upper {
             return Ok(out);
         }
+        // The aborted transactions are read before the log: a trim applied during the scan
+        // may prune index entries whose batches the scan still returns.
+        let aborted = match isolation {
+            Isolation::ReadCommitted => {
+                self.transactions.lock().unwrap_or_else(|p| p.into_inner()).aborted_overlapping(offset, upper)
+            }
+            Isolation::ReadUncommitted => Vec::new(),
+        };
         let storage = |e: rill_raft::Error| PartitionError::Storage(e.to_string());
         let Some(mut index) = self.log.index_of_position(offset).map_err(storage)? else {
             return Ok(out);
@@ -172,11 +180,9 @@ impl Partition {
                 }
             }
         }
-        if isolation == Isolation::ReadCommitted {
-            if let Some(first) = out.batches.first() {
-                let txns = self.transactions.lock().unwrap_or_else(|p| p.into_inner());
-                out.aborted = txns.aborted_overlapping(first.base_offset, out.next_offset);
-            }
+        if let Some(first) = out.batches.first() {
+            let (from, to) = (first.base_offset, out.next_offset);
+            out.aborted = aborted.into_iter().filter(|a| a.last_offset >= from && a.first_offset < to).collect();
         }
         Ok(out)
     }

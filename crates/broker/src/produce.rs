@@ -204,18 +204,19 @@ impl Partition {
             return Err(PartitionError::CatchingUp);
         }
         let (pid, epoch) = (info.producer_id, info.producer_epoch);
+        // Every transactional batch is let through only if no marker of its producer arrived
+        // since this point (the guard): one that continues an open transaction as much as one
+        // that begins it, since a marker may close that transaction meanwhile.
+        let marker_before =
+            self.producers.lock().unwrap_or_else(|p| p.into_inner()).get(pid).map(|e| e.last_marker_offset);
         let open_here = self.transactions.lock().unwrap_or_else(|p| p.into_inner()).open(pid).map(|t| t.epoch);
-        let guard = if open_here == Some(epoch) {
-            None
-        } else {
-            let marker_before =
-                self.producers.lock().unwrap_or_else(|p| p.into_inner()).get(pid).map(|e| e.last_marker_offset);
+        if open_here != Some(epoch) {
             rill_rt::timeout_at(deadline, verify).await.map_err(|_| PartitionError::Timeout {
                 waited_ms: elapsed_ms(started),
                 what: "the transaction coordinator to verify the partition",
             })??;
-            Some(marker_before)
-        };
+        }
+        let guard = Some(marker_before);
         let append_time_ms = rill_rt::wall_clock_ms();
         let (base, landed) =
             self.produce_idempotent(batch, &info, append_time_ms, term, deadline, started, guard).await?;
@@ -359,16 +360,43 @@ impl Partition {
         let _in_flight = InFlight::enter(self);
         // Proposed under the gate and announced there until resolved: a transactional batch
         // verified before this marker is either ahead of it in the log or refused.
-        let mut share = {
+        let share = {
             let mut gate = self.gate.lock().await;
             gate.enter_term(term);
             let share = self.proposer.submit(batch, 1, append_time_ms, deadline, Lateness::Keep).await?;
             gate.marker_started(producer_id);
             share
         };
-        let landed = committed_within(&mut share, deadline, started).await;
-        self.gate.lock().await.marker_done(term, producer_id);
-        let landed = landed?;
+        // The marker stays announced until its outcome is known, whether or not this caller
+        // still waits for it (a caller that gave up must not leave it announced for the term).
+        let (tx, mut outcome) = watch::channel(None);
+        let gate = self.gate.clone();
+        rill_rt::spawn(async move {
+            let mut share = share;
+            let landed = share.committed(None).await;
+            gate.lock().await.marker_done(term, producer_id);
+            tx.send_replace(Some(landed));
+        });
+        let landed = loop {
+            if let Some(landed) = outcome.borrow_and_update().clone() {
+                break landed;
+            }
+            match rill_rt::timeout_at(deadline, outcome.changed()).await {
+                Err(_) => {
+                    return Err(PartitionError::Timeout {
+                        waited_ms: elapsed_ms(started),
+                        what: "the transaction marker to commit",
+                    })
+                }
+                Ok(Err(_)) => return Err(PartitionError::ShuttingDown),
+                Ok(Ok(())) => {}
+            }
+        };
+        let landed = match landed {
+            Some(Ok(l)) => l,
+            Some(Err(e)) => return Err(e),
+            None => return Err(PartitionError::ShuttingDown),
+        };
         self.wait_for_isr(landed.index, landed.term, config.min_insync_replicas, deadline, started).await?;
         Ok(landed.base)
     }

@@ -162,8 +162,19 @@ impl ProducerStates {
     /// coordinator epoch, and the producer epoch when the marker's is newer (transactions v2
     /// bump it at every commit and abort, so the old epoch's delayed batches are refused and
     /// sequences restart at 0). Deterministic, like [`Self::apply_batch`].
+    ///
+    /// A marker for a producer the partition does not know (its transaction touched the
+    /// partition at the coordinator but no batch of it landed yet — one may still be on its way)
+    /// creates its entry, so that the marker's epoch, coordinator epoch and offset fence what
+    /// arrives after it.
     pub fn apply_marker(&mut self, pid: i64, epoch: i16, coordinator_epoch: i32, offset: u64, append_ms: i64) {
-        let Some(entry) = self.producers.get_mut(&pid) else { return };
+        let entry = self.producers.entry(pid).or_insert_with(|| ProducerEntry {
+            epoch,
+            batches: VecDeque::new(),
+            last_append_ms: append_ms,
+            coordinator_epoch,
+            last_marker_offset: -1,
+        });
         entry.coordinator_epoch = entry.coordinator_epoch.max(coordinator_epoch);
         entry.last_marker_offset = i64::try_from(offset).unwrap_or(i64::MAX);
         if epoch > entry.epoch {
@@ -333,6 +344,16 @@ mod tests {
         assert_eq!(s.check(4, 3, 0, 1), SeqCheck::Append);
         let decoded = ProducerStates::from_proto(s.to_proto()).unwrap();
         assert_eq!(decoded.get(4).map(|e| e.coordinator_epoch), Some(5));
+    }
+
+    #[test]
+    fn a_marker_for_a_producer_not_seen_here_fences_what_comes_after_it() {
+        let mut s = ProducerStates::default();
+        s.apply_marker(9, 3, 2, 40, 1);
+        let e = s.get(9).cloned().unwrap();
+        assert_eq!((e.epoch, e.coordinator_epoch, e.last_marker_offset), (3, 2, 40));
+        assert_eq!(s.check(9, 2, 0, 1), SeqCheck::StaleEpoch { current: 3 }, "a late batch of the old epoch");
+        assert_eq!(s.check_marker(9, 3, 1), Err(MarkerRefusal::CoordinatorFenced { current: 2 }));
     }
 
     #[test]

@@ -23,6 +23,10 @@ pub enum Error {
     /// A wait for a cluster condition ran out of time; the message says what was missing.
     #[error("timed out: {0}")]
     TimedOut(String),
+    /// A transaction cannot commit because one of its sends failed (the cause); nothing was
+    /// asked of the coordinator: abort it.
+    #[error("the transaction must be aborted: {0}")]
+    TransactionAbortable(Box<Error>),
 }
 
 impl Error {
@@ -50,7 +54,7 @@ impl Error {
     pub fn is_retriable_idempotent(&self) -> bool {
         match self {
             Error::Transport(_) => true,
-            Error::InvalidArgument(_) | Error::TimedOut(_) => false,
+            Error::InvalidArgument(_) | Error::TimedOut(_) | Error::TransactionAbortable(_) => false,
             Error::Server { code, .. } => matches!(
                 code,
                 ErrorCode::NotLeaderOrFollower
@@ -87,6 +91,12 @@ pub enum TransactionErrorKind {
 impl Error {
     /// How a transactional producer must treat this error.
     pub fn transaction_kind(&self) -> TransactionErrorKind {
+        if let Error::TransactionAbortable(cause) = self {
+            return match cause.transaction_kind() {
+                TransactionErrorKind::Fatal => TransactionErrorKind::Fatal,
+                _ => TransactionErrorKind::Abortable,
+            };
+        }
         match self.code() {
             Some(
                 ErrorCode::ProducerFenced
@@ -98,7 +108,9 @@ impl Error {
                 ErrorCode::ConcurrentTransactions
                 | ErrorCode::CoordinatorNotAvailable
                 | ErrorCode::NotCoordinator
-                | ErrorCode::CoordinatorLoadInProgress,
+                | ErrorCode::CoordinatorLoadInProgress
+                // An `EndTxn` whose outcome is unknown: asking again is answered as a retry.
+                | ErrorCode::RequestTimedOut,
             ) => TransactionErrorKind::Retriable,
             _ if matches!(self, Error::Transport(_)) => TransactionErrorKind::Retriable,
             _ if matches!(self, Error::InvalidArgument(_)) => TransactionErrorKind::Fatal,

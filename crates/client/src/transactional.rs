@@ -16,10 +16,13 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, TransactionErrorKind};
 use crate::producer::{DeliveryFuture, Producer, ProducerConfig};
 use crate::record::Record;
 use crate::Client;
+
+/// The last epoch a coordinator gives one producer id (Kafka keeps `i16::MAX` for itself).
+const LAST_EPOCH: i16 = i16::MAX - 1;
 
 /// Where the producer is between calls.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,6 +33,8 @@ enum Phase {
     Ready,
     /// In a transaction: sends are allowed.
     InTransaction,
+    /// Committing or aborting: sends wait for the next transaction.
+    Ending,
     /// Fenced or otherwise unusable.
     Failed,
 }
@@ -78,13 +83,18 @@ impl TransactionalProducer {
         if !matches!(self.phase(), Phase::Uninitialised | Phase::Ready) {
             return Err(self.misuse("init_transactions"));
         }
+        self.initialise().await?;
+        self.set_phase(Phase::Ready);
+        Ok(())
+    }
+
+    async fn initialise(&self) -> Result<()> {
         let timeout_ms = u32::try_from(self.timeout.as_millis()).unwrap_or(u32::MAX).max(1);
         let identity = self
             .client
             .while_concurrent(|| self.client.init_transactional_producer(&self.transactional_id, timeout_ms))
             .await?;
         self.producer.start_epoch(identity);
-        self.set_phase(Phase::Ready);
         Ok(())
     }
 
@@ -121,16 +131,25 @@ impl TransactionalProducer {
         if self.phase() != Phase::InTransaction {
             return Err(self.misuse("commit_transaction"));
         }
+        self.set_phase(Phase::Ending);
         self.producer.flush().await;
         let (failed, sent) = self.producer.transaction_outcome();
         if let Some(e) = failed {
-            if e.transaction_kind() == crate::error::TransactionErrorKind::Fatal {
-                self.set_phase(Phase::Failed);
-            }
+            let e = Error::TransactionAbortable(Box::new(e));
+            self.set_phase(if e.transaction_kind() == TransactionErrorKind::Fatal {
+                Phase::Failed
+            } else {
+                Phase::InTransaction
+            });
             return Err(e);
         }
         if sent {
-            self.end(true).await?;
+            if let Err(e) = self.end(true).await {
+                if e.transaction_kind() != TransactionErrorKind::Fatal {
+                    self.set_phase(Phase::InTransaction);
+                }
+                return Err(e);
+            }
         }
         self.set_phase(Phase::Ready);
         Ok(())
@@ -142,15 +161,20 @@ impl TransactionalProducer {
         if self.phase() != Phase::InTransaction {
             return Err(self.misuse("abort_transaction"));
         }
+        self.set_phase(Phase::Ending);
         self.producer.flush().await;
-        let (failed, _) = self.producer.transaction_outcome();
-        if failed.as_ref().is_some_and(|e| e.transaction_kind() == crate::error::TransactionErrorKind::Fatal) {
+        let (failed, sent) = self.producer.transaction_outcome();
+        if let Some(e) = failed.filter(|e| e.transaction_kind() == TransactionErrorKind::Fatal) {
             self.set_phase(Phase::Failed);
-            return Err(failed.unwrap_or_else(|| self.misuse("abort_transaction")));
+            return Err(e);
         }
-        let (_, sent) = self.producer.transaction_outcome();
         if sent {
-            self.end(false).await?;
+            if let Err(e) = self.end(false).await {
+                if e.transaction_kind() != TransactionErrorKind::Fatal {
+                    self.set_phase(Phase::InTransaction);
+                }
+                return Err(e);
+            }
         }
         self.set_phase(Phase::Ready);
         Ok(())
@@ -159,12 +183,17 @@ impl TransactionalProducer {
     async fn end(&self, commit: bool) -> Result<()> {
         let Some(identity) = self.producer.identity() else { return Err(self.misuse("end")) };
         match self.client.end_transaction(&self.transactional_id, identity, commit).await {
+            Ok(next) if next == identity && identity.1 >= LAST_EPOCH => {
+                // The epoch could not grow (it reached its 16-bit limit): the next transaction
+                // needs a new producer id, which InitProducerId gives once this one completed.
+                self.initialise().await
+            }
             Ok(next) => {
                 self.producer.start_epoch(next);
                 Ok(())
             }
             Err(e) => {
-                if e.transaction_kind() == crate::error::TransactionErrorKind::Fatal {
+                if e.transaction_kind() == TransactionErrorKind::Fatal {
                     self.set_phase(Phase::Failed);
                 }
                 Err(e)
