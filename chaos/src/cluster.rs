@@ -175,6 +175,28 @@ impl SimCluster {
         }
     }
 
+    /// Creates `topic` (RF 3) from client host 0, retrying until the cluster takes it, then
+    /// waits until it and the internal topic `internal` have a leader for every partition.
+    pub async fn create_topic_and_wait(&self, topic: &'static str, partitions: u32, internal: &'static str) {
+        let admin = self.client().await;
+        self.on_client(async move {
+            loop {
+                match admin.create_topic(topic, partitions, 3, &[]).await {
+                    Ok(_) => break,
+                    Err(e) if e.code() == Some(rill_client::ErrorCode::TopicAlreadyExists) => break,
+                    Err(_) => rill_rt::sleep(Duration::from_millis(200)).await,
+                }
+            }
+            for t in [topic, internal] {
+                admin
+                    .wait_for_leaders(t, crate::run::LIVENESS_BOUND)
+                    .await
+                    .expect("setup: every partition has a leader");
+            }
+        })
+        .await;
+    }
+
     /// A connected client, made on the first client host (retries until the cluster answers).
     pub async fn client(&self) -> Client {
         let bootstrap = self.bootstrap();

@@ -271,21 +271,7 @@ pub async fn run_generated() -> Report {
         client_hosts: MEMBER_HOSTS as u32 + 2,
         sync_latency: Duration::from_micros(rill_rt::rng().gen_range(500..8000)),
     }));
-    let admin = cluster.client().await;
-    cluster
-        .on_client(async move {
-            loop {
-                match admin.create_topic(TOPIC, PARTITIONS, 3, &[]).await {
-                    Ok(_) => break,
-                    Err(e) if e.code() == Some(rill_client::ErrorCode::TopicAlreadyExists) => break,
-                    Err(_) => rill_rt::sleep(Duration::from_millis(200)).await,
-                }
-            }
-            for topic in [TOPIC, rill_meta::CONSUMER_OFFSETS_TOPIC] {
-                admin.wait_for_leaders(topic, LIVENESS_BOUND).await.expect("setup: every partition has a leader");
-            }
-        })
-        .await;
+    cluster.create_topic_and_wait(TOPIC, PARTITIONS, rill_meta::CONSUMER_OFFSETS_TOPIC).await;
 
     let producing = Arc::new(AtomicU8::new(RUN));
     let producer = producer(&cluster, MEMBER_HOSTS + 1, TOPIC, producing.clone());

@@ -143,14 +143,7 @@ async fn producer(bootstrap: Vec<String>, id: usize, ctl: Arc<AtomicU8>, log: Sh
 
 /// A read_committed reader of every partition from the start, logging every value returned.
 async fn reader(bootstrap: Vec<String>, ctl: Arc<AtomicU8>, log: Shared) {
-    let client = connect(bootstrap).await;
-    let config = ConsumerConfig {
-        isolation_level: IsolationLevel::ReadCommitted,
-        start: OffsetSpec::Earliest,
-        ..ConsumerConfig::default()
-    };
-    let mut consumer = rill_client::Consumer::new(client, config);
-    consumer.assign((0..PARTITIONS).map(|p| TopicPartition::new(TOPIC, p)));
+    let mut consumer = committed_reader(connect(bootstrap).await);
     while ctl.load(Ordering::SeqCst) == RUN {
         if let Ok(records) = consumer.poll(Duration::from_millis(100)).await {
             let mut l = log.lock().unwrap();
@@ -160,6 +153,23 @@ async fn reader(bootstrap: Vec<String>, ctl: Arc<AtomicU8>, log: Shared) {
         }
     }
     consumer.close();
+}
+
+/// A record's value as the producers wrote it.
+fn value_of(r: &rill_client::ConsumerRecord) -> String {
+    String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).into_owned()
+}
+
+/// A read_committed consumer of every partition of the topic from the start.
+fn committed_reader(client: rill_client::Client) -> rill_client::Consumer {
+    let config = ConsumerConfig {
+        isolation_level: IsolationLevel::ReadCommitted,
+        start: OffsetSpec::Earliest,
+        ..ConsumerConfig::default()
+    };
+    let mut consumer = rill_client::Consumer::new(client, config);
+    consumer.assign((0..PARTITIONS).map(|p| TopicPartition::new(TOPIC, p)));
+    consumer
 }
 
 /// Every replica's (last stable offset, high watermark) of the topic's partitions.
@@ -201,19 +211,11 @@ async fn final_read(cluster: &SimCluster) -> Result<Vec<String>, String> {
                     }
                 }
             }
-            let config = ConsumerConfig {
-                isolation_level: IsolationLevel::ReadCommitted,
-                start: OffsetSpec::Earliest,
-                ..ConsumerConfig::default()
-            };
-            let mut consumer = rill_client::Consumer::new(client, config);
-            consumer.assign((0..PARTITIONS).map(|p| TopicPartition::new(TOPIC, p)));
+            let mut consumer = committed_reader(client);
             let mut values = Vec::new();
             loop {
                 if let Ok(records) = consumer.poll(Duration::from_millis(200)).await {
-                    values.extend(
-                        records.iter().map(|r| String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).into_owned()),
-                    );
+                    values.extend(records.iter().map(value_of));
                 }
                 let done = (0..PARTITIONS).all(|p| {
                     consumer.position(&TopicPartition::new(TOPIC, p)).unwrap_or(0) >= ends.get(&p).copied().unwrap_or(0)
@@ -245,21 +247,7 @@ pub async fn run_generated() -> Report {
         client_hosts: PRODUCERS as u32 + 2,
         sync_latency: Duration::from_micros(rill_rt::rng().gen_range(500..8000)),
     }));
-    let admin = cluster.client().await;
-    cluster
-        .on_client(async move {
-            loop {
-                match admin.create_topic(TOPIC, PARTITIONS, 3, &[]).await {
-                    Ok(_) => break,
-                    Err(e) if e.code() == Some(rill_client::ErrorCode::TopicAlreadyExists) => break,
-                    Err(_) => rill_rt::sleep(Duration::from_millis(200)).await,
-                }
-            }
-            for topic in [TOPIC, rill_meta::TRANSACTION_STATE_TOPIC] {
-                admin.wait_for_leaders(topic, LIVENESS_BOUND).await.expect("setup: every partition has a leader");
-            }
-        })
-        .await;
+    cluster.create_topic_and_wait(TOPIC, PARTITIONS, rill_meta::TRANSACTION_STATE_TOPIC).await;
 
     let log: Shared = Arc::default();
     let reading = Arc::new(AtomicU8::new(RUN));

@@ -59,24 +59,7 @@ async fn wait_for_state(client: &Client, id: &str, state: &str) -> anyhow::Resul
 /// The control markers of a partition, read uncommitted from its leader: (offset, commit?,
 /// coordinator epoch).
 async fn markers(client: &Client, topic: &str, partition: u32) -> anyhow::Result<Vec<(u64, ControlKind, i32)>> {
-    let desc = client.describe_topic(topic).await?;
-    let leader = desc.partitions[partition as usize].leader.ok_or_else(|| anyhow::anyhow!("no leader"))?;
-    let addr = desc_node_addr(client, leader).await?;
-    let mut raw = RecordsClient::connect(format!("http://{addr}")).await?;
-    let resp = raw
-        .fetch(FetchRequest {
-            topics: vec![FetchTopic {
-                topic: topic.into(),
-                partitions: vec![FetchPartition { partition, fetch_offset: 0, max_bytes: 0 }],
-                topic_id: Default::default(),
-            }],
-            isolation_level: IsolationLevel::ReadUncommitted as i32,
-            ..Default::default()
-        })
-        .await?
-        .into_inner();
-    let p = &resp.topics[0].partitions[0];
-    anyhow::ensure!(p.error_code == 0, "fetch: {}", p.error_message);
+    let p = raw_fetch(client, topic, partition, IsolationLevel::ReadUncommitted).await?;
     let mut out = Vec::new();
     for b in &p.batches {
         let decoded = rill_records::decode(&b.data, 1 << 20)?;
@@ -86,6 +69,33 @@ async fn markers(client: &Client, topic: &str, partition: u32) -> anyhow::Result
         }
     }
     Ok(out)
+}
+
+/// `topic`/`partition` from offset 0 at `isolation`, fetched from its leader over a raw stub.
+async fn raw_fetch(
+    client: &Client,
+    topic: &str,
+    partition: u32,
+    isolation: IsolationLevel,
+) -> anyhow::Result<rill_proto::records::FetchPartitionResult> {
+    let addr = leader_addr(client, topic, partition).await?;
+    let mut raw = RecordsClient::connect(format!("http://{addr}")).await?;
+    let resp = raw
+        .fetch(FetchRequest {
+            topics: vec![FetchTopic {
+                topic: topic.into(),
+                partitions: vec![FetchPartition { partition, fetch_offset: 0, max_bytes: 0 }],
+                topic_id: Default::default(),
+            }],
+            isolation_level: isolation as i32,
+            ..Default::default()
+        })
+        .await?
+        .into_inner();
+    let p = resp.topics.into_iter().next().and_then(|t| t.partitions.into_iter().next());
+    let p = p.ok_or_else(|| anyhow::anyhow!("no partition in the answer"))?;
+    anyhow::ensure!(p.error_code == 0, "fetch: {}", p.error_message);
+    Ok(p)
 }
 
 /// The address of `topic`/`partition`'s leader.
@@ -128,22 +138,7 @@ async fn txn_produce(
 
 /// The values of `orders`/`partition` a reader at `isolation` gets, from offset 0.
 async fn values(client: &Client, partition: u32, isolation: IsolationLevel) -> anyhow::Result<Vec<String>> {
-    let addr = leader_addr(client, "orders", partition).await?;
-    let mut raw = RecordsClient::connect(format!("http://{addr}")).await?;
-    let resp = raw
-        .fetch(FetchRequest {
-            topics: vec![FetchTopic {
-                topic: "orders".into(),
-                partitions: vec![FetchPartition { partition, fetch_offset: 0, max_bytes: 0 }],
-                topic_id: Default::default(),
-            }],
-            isolation_level: isolation as i32,
-            ..Default::default()
-        })
-        .await?
-        .into_inner();
-    let p = &resp.topics[0].partitions[0];
-    anyhow::ensure!(p.error_code == 0, "fetch: {}", p.error_message);
+    let p = raw_fetch(client, "orders", partition, isolation).await?;
     let mut out = Vec::new();
     for b in &p.batches {
         let decoded = rill_records::decode(&b.data, 1 << 20)?;

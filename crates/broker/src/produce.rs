@@ -114,6 +114,19 @@ impl Partition {
         Ok(info)
     }
 
+    /// The term this node leads the partition in, for a produce; or why it must not take one
+    /// (it does not lead, or leadership is moving). Checked first: a node that does not lead
+    /// the partition never decompresses its batches.
+    fn producing_term(&self) -> Result<u64> {
+        let Some(term) = self.leader_term() else {
+            return Err(self.not_leader());
+        };
+        if let Some(to) = self.moving_to() {
+            return Err(PartitionError::LeaderMoving { to });
+        }
+        Ok(term)
+    }
+
     /// Appends `batch` (one record batch in Kafka's format) with acknowledgement level `acks`,
     /// waiting at most `timeout`.
     pub async fn produce(&self, batch: Bytes, acks: Acks, timeout: Duration) -> Result<ProduceOutcome> {
@@ -122,14 +135,7 @@ impl Partition {
         let config = self.config();
         Self::check_size(&batch, config.max_message_bytes)?;
         let _in_flight = InFlight::enter(self);
-        // Leadership first: a node that does not lead the partition never decompresses its
-        // batches.
-        let Some(term) = self.leader_term() else {
-            return Err(self.not_leader());
-        };
-        if let Some(to) = self.moving_to() {
-            return Err(PartitionError::LeaderMoving { to });
-        }
+        let term = self.producing_term()?;
         let info = Self::check_batch_off_workers(&batch, config.max_message_bytes, config.compacted(), false).await?;
         let idempotent = info.has_producer();
         if idempotent && acks != Acks::All {
@@ -189,12 +195,7 @@ impl Partition {
         let config = self.config();
         Self::check_size(&batch, config.max_message_bytes)?;
         let _in_flight = InFlight::enter(self);
-        let Some(term) = self.leader_term() else {
-            return Err(self.not_leader());
-        };
-        if let Some(to) = self.moving_to() {
-            return Err(PartitionError::LeaderMoving { to });
-        }
+        let term = self.producing_term()?;
         let info = Self::check_batch_off_workers(&batch, config.max_message_bytes, config.compacted(), true).await?;
         if !info.has_producer() {
             return Err(PartitionError::InvalidRecord("a transactional batch needs a producer id".into()));
