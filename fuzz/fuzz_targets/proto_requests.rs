@@ -1,9 +1,11 @@
-//! Every public request (`rill.records`, `rill.admin`, `rill.groups`) decoded from arbitrary
-//! bytes, then put through the checks the API layer runs on it before any work: batch
-//! validation under the topic's `max.message.bytes` (Produce), the metadata's create / alter /
-//! grow / delete checks against a small cluster, group and transactional id checks, the
-//! coordinator partition an id hashes to, and a commit of the request's offsets applied to a
-//! `__consumer_offsets` machine.
+//! Every public request (`rill.records`, `rill.admin`, `rill.groups`, `rill.transactions`)
+//! decoded from arbitrary bytes, then put through the checks the API layer runs on it before
+//! any work: batch validation under the topic's `max.message.bytes` (Produce), the metadata's
+//! create / alter / grow / delete checks against a small cluster, group and transactional id
+//! checks, the coordinator partition an id hashes to, a commit of the request's offsets applied
+//! to a `__consumer_offsets` machine, and the transaction coordinator's decisions for
+//! `AddPartitionsToTxn` and `EndTxn` — each written to a `__transaction_state` machine, which
+//! must apply it.
 //!
 //! Input: the bytes, decoded as every request type.
 //!
@@ -20,7 +22,7 @@ use rill_fuzz::{base_cluster, peak_during, Counting};
 use rill_meta::config::DEFAULT_MAX_MESSAGE_BYTES;
 use rill_meta::{MetaCommand, MetaResult, PartitionKind};
 use rill_proto::coordinator as cpb;
-use rill_proto::{admin, groups, records};
+use rill_proto::{admin, groups, records, transactions as tpb};
 use rill_raft::types::LogId;
 use rill_raft::{GroupStateMachine, Payload};
 use rill_records::{BatchInfo, MAX_DECOMPRESSED_BATCH_BYTES};
@@ -199,12 +201,79 @@ fn consumer_group_heartbeat(r: groups::ConsumerGroupHeartbeatRequest) {
     let mut groups = ConsumerGroups::default();
     let mut id = || "member-1".to_string();
     for _ in 0..2 {
-        let Ok(d) = cg::heartbeat::heartbeat(groups.get(&req.group_id), &req, &topics, cg::Timeouts::default(), 1, &mut id)
+        let Ok(d) =
+            cg::heartbeat::heartbeat(groups.get(&req.group_id), &req, &topics, cg::Timeouts::default(), 1, &mut id)
         else {
             return;
         };
         let Some(change) = d.change else { return };
-        assert_eq!(groups.apply(&change), cg::group::Applied::Changed, "a change decided from the applied state applies");
+        assert_eq!(
+            groups.apply(&change),
+            cg::group::Applied::Changed,
+            "a change decided from the applied state applies"
+        );
+    }
+}
+
+/// A `__transaction_state` machine holding `id` at producer 7, epoch 0 (as `InitProducerId`
+/// leaves it), and that record.
+fn initialised(id: &str) -> (rill_coordinator::TransactionsMachine, rill_coordinator::TransactionMetadata) {
+    let mut m = rill_coordinator::TransactionsMachine::new();
+    let Ok(transactions::transitions::InitDecision::Write(record)) =
+        transactions::transitions::init_producer(id, None, 60_000, None, Some(7), 1)
+    else {
+        unreachable!("a new id with a fresh producer id is written");
+    };
+    assert!(write_txn(&mut m, id, &record, 0), "a new id's record applies");
+    let stored = m.state().get(id).cloned().unwrap_or(record);
+    (m, stored)
+}
+
+/// Applies a `WriteTransaction` of `record` over `expect_version`; true when it took effect.
+fn write_txn(
+    m: &mut rill_coordinator::TransactionsMachine,
+    id: &str,
+    record: &rill_coordinator::TransactionMetadata,
+    expect_version: u64,
+) -> bool {
+    let body = cpb::TransactionsCommand {
+        command: Some(cpb::transactions_command::Command::WriteTransaction(cpb::WriteTransaction {
+            txn: Some(record.to_proto(id)),
+            expect_version,
+        })),
+    };
+    let answer = m.apply(&LogId::default(), 0, &Payload { units: 0, body: body.encode_to_vec().into(), proposal: 0 });
+    answer.as_ref() == b"ok"
+}
+
+/// `AddPartitionsToTxn`, then `EndTxn` of what it began: every decision made from the applied
+/// record applies.
+fn add_partitions_then_end(req: tpb::AddPartitionsToTxnRequest) {
+    if transactions::validate(&req.transactional_id, 0).is_err() {
+        return;
+    }
+    let Ok(epoch) = i16::try_from(req.producer_epoch) else { return };
+    let mut parts = rill_coordinator::groups::TopicPartitions::new();
+    for t in req.topics.iter().take(64) {
+        parts.entry(t.topic.clone()).or_default().extend(t.partitions.iter().take(64).copied());
+    }
+    let id = req.transactional_id.as_str();
+    let (mut m, record) = initialised(id);
+    let producer = (req.producer_id, epoch);
+    let protocol = transactions::TxnProtocol::V2;
+    let Ok(added) =
+        transactions::transitions::add_to_transaction(id, Some(&record), producer, &parts, &[], protocol, 2)
+    else {
+        return;
+    };
+    let Some(added) = added else { return };
+    assert!(write_txn(&mut m, id, &added, record.version), "an add decided from the applied record applies");
+    let Some(current) = m.state().get(id).cloned() else { return };
+    if let Ok(
+        transactions::transitions::EndDecision::Prepare(p) | transactions::transitions::EndDecision::Complete(p),
+    ) = transactions::transitions::end_transaction(id, Some(&current), producer, true, protocol, 3)
+    {
+        assert!(write_txn(&mut m, id, &p, current.version), "an end decided from the applied record applies");
     }
 }
 
@@ -255,4 +324,33 @@ fuzz_target!(|data: &[u8]| {
     if let Some(r) = decoded::<groups::FetchOffsetsRequest>(data) {
         let _ = offsets::validate_group_id(&r.group_id);
     }
+    if let Some(r) = decoded::<tpb::AddPartitionsToTxnRequest>(data) {
+        add_partitions_then_end(r);
+    }
+    if let Some(r) = decoded::<tpb::EndTxnRequest>(data) {
+        if transactions::validate(&r.transactional_id, 0).is_ok() {
+            if let Ok(epoch) = i16::try_from(r.producer_epoch) {
+                let (_, record) = initialised(&r.transactional_id);
+                let producer = (r.producer_id, epoch);
+                let _ = transactions::transitions::end_transaction(
+                    &r.transactional_id,
+                    Some(&record),
+                    producer,
+                    r.commit,
+                    transactions::TxnProtocol::V1,
+                    3,
+                );
+            }
+        }
+    }
+    for id in decoded::<tpb::DescribeTransactionsRequest>(data)
+        .map(|r| r.transactional_ids)
+        .unwrap_or_default()
+        .iter()
+        .take(16)
+    {
+        let _ = transactions::validate(id, 0);
+    }
+    let _ = decoded::<tpb::ListTransactionsRequest>(data);
+    let _ = decoded::<tpb::AbortTransactionRequest>(data);
 });

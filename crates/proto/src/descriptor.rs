@@ -62,6 +62,9 @@ mod tests {
         assert!(has("/rill.groups.Groups/CommitOffsets", false));
         assert!(has("/rill.internal.Cluster/ProposeMeta", true));
         assert!(has("/rill.internal.RaftTransport/InstallSnapshot", true));
-        assert_eq!(rpcs.iter().filter(|r| r.internal).count(), 10, "{rpcs:#?}");
+        assert!(has("/rill.transactions.Transactions/EndTxn", false));
+        assert!(has("/rill.internal.Cluster/WriteTxnMarkers", true));
+        assert!(has("/rill.internal.Cluster/AddTxnPartition", true));
+        assert_eq!(rpcs.iter().filter(|r| r.internal).count(), 12, "{rpcs:#?}");
     }
 }
