@@ -92,6 +92,10 @@ impl Partition {
     /// stable offset for `read_committed`), whether or not this replica leads.
     pub fn readable_end(&self, isolation: Isolation) -> u64 {
         let hw = self.visible_end();
+        if rill_rt::mutation::active(rill_rt::mutation::Mutation::ReadAboveHw) {
+            // Deliberate bug (simulation only): the whole log, whatever the isolation level.
+            return hw;
+        }
         match isolation {
             Isolation::ReadUncommitted => hw,
             Isolation::ReadCommitted => self.last_stable_offset().min(hw),
