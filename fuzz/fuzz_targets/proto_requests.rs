@@ -170,6 +170,62 @@ fn commit_offsets(req: groups::CommitOffsetsRequest) {
     }
 }
 
+/// A transactional offset commit as the group coordinator applies it: pending, invisible as a
+/// committed offset, then committed by the transaction's marker.
+fn txn_commit_offsets(req: groups::TxnCommitOffsetsRequest) {
+    if offsets::validate_group_id(&req.group_id).is_err() || !(0..=i32::from(i16::MAX)).contains(&req.producer_epoch)
+    {
+        return;
+    }
+    let offsets: Vec<cpb::CommittedOffset> = req
+        .topics
+        .iter()
+        .flat_map(|t| t.partitions.iter().map(move |p| (t, p)))
+        .filter(|(_, p)| p.offset >= 0 && p.metadata.len() <= offsets::MAX_OFFSET_METADATA_BYTES)
+        .take(offsets::MAX_OFFSETS_PER_COMMIT)
+        .map(|(t, p)| cpb::CommittedOffset {
+            topic: t.topic.clone(),
+            topic_id: Bytes::from_static(&[3; 16]),
+            partition: p.partition,
+            offset: p.offset,
+            metadata: p.metadata.clone(),
+            commit_time_ms: 1,
+        })
+        .collect();
+    let expected: Vec<_> = offsets.iter().map(|o| (o.topic.clone(), o.partition)).collect();
+    let apply = |m: &mut OffsetsMachine, index: u64, c: cpb::offsets_command::Command| {
+        let log_id = LogId::new(openraft::CommittedLeaderId::new(1, 1), index);
+        let body = cpb::OffsetsCommand { command: Some(c) }.encode_to_vec().into();
+        m.apply(&log_id, 0, &Payload { units: 1, body, proposal: 0 })
+    };
+    let mut m = OffsetsMachine::new();
+    let commit = cpb::CommitOffsets { group_id: req.group_id.clone(), offsets, member_id: String::new(), member_epoch: -1 };
+    let pending = cpb::TxnCommitOffsets {
+        commit: Some(commit),
+        classic: false,
+        producer_id: req.producer_id,
+        producer_epoch: req.producer_epoch,
+        marker_index: 0,
+    };
+    apply(&mut m, 1, cpb::offsets_command::Command::TxnCommit(pending));
+    for (topic, partition) in &expected {
+        assert!(m.state().txn().is_pending(&req.group_id, topic, *partition), "pending until the marker");
+        assert!(m.state().committed(&req.group_id, topic, *partition).is_none(), "not committed yet");
+    }
+    let marker = cpb::TxnOffsetsMarker {
+        producer_id: req.producer_id,
+        producer_epoch: req.producer_epoch,
+        coordinator_epoch: 1,
+        commit: true,
+        transaction_version: 1,
+    };
+    apply(&mut m, 2, cpb::offsets_command::Command::TxnMarker(marker));
+    for (topic, partition) in &expected {
+        assert!(m.state().committed(&req.group_id, topic, *partition).is_some(), "committed by the marker");
+        assert!(!m.state().txn().is_pending(&req.group_id, topic, *partition));
+    }
+}
+
 /// A consumer group heartbeat as the coordinator decides it: against no group, then (when it
 /// changed something) once more against the group it made, every change applied to a machine's
 /// group state as a replica would.
@@ -323,6 +379,32 @@ fuzz_target!(|data: &[u8]| {
     }
     if let Some(r) = decoded::<groups::FetchOffsetsRequest>(data) {
         let _ = offsets::validate_group_id(&r.group_id);
+    }
+    if let Some(r) = decoded::<groups::TxnCommitOffsetsRequest>(data) {
+        txn_commit_offsets(r);
+    }
+    if let Some(r) = decoded::<tpb::AddOffsetsToTxnRequest>(data) {
+        if transactions::validate(&r.transactional_id, 0).is_ok() && offsets::validate_group_id(&r.group_id).is_ok() {
+            if let Ok(epoch) = i16::try_from(r.producer_epoch) {
+                let (_, record) = initialised(&r.transactional_id);
+                let none = rill_coordinator::groups::TopicPartitions::new();
+                let groups = [r.group_id.clone()];
+                let producer = (r.producer_id, epoch);
+                let protocol = transactions::TxnProtocol::V1;
+                let added = transactions::transitions::add_to_transaction(
+                    &r.transactional_id,
+                    Some(&record),
+                    producer,
+                    &none,
+                    &groups,
+                    protocol,
+                    2,
+                );
+                if let Ok(Some(next)) = added {
+                    assert!(next.groups.contains(&r.group_id), "the group joined the transaction");
+                }
+            }
+        }
     }
     if let Some(r) = decoded::<tpb::AddPartitionsToTxnRequest>(data) {
         add_partitions_then_end(r);

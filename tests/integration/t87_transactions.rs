@@ -549,3 +549,132 @@ async fn committed_and_aborted_transactions_from_real_producers() -> anyhow::Res
     assert_eq!(all_values(&client, "orders", Iso::ReadCommitted).await?, want);
     Ok(())
 }
+
+/// The offsets `group` has committed for `orders`/0, as a plain `FetchOffsets` and as one with
+/// `require_stable` answer them: (offset, the stable answer's code).
+async fn group_offset(client: &Client, group: &str) -> anyhow::Result<(Option<u64>, ErrorCode)> {
+    use rill_proto::groups::groups_client::GroupsClient;
+    use rill_proto::groups::{FetchOffsetsRequest, FetchOffsetsTopic};
+    let tp = rill_client::TopicPartition::new("orders", 0);
+    let plain = client.committed_offsets(group, std::slice::from_ref(&tp)).await?;
+    let (_, addr) = client.find_coordinator(Coordinator::Group, group).await?;
+    let mut raw = GroupsClient::connect(format!("http://{addr}")).await?;
+    let stable = raw
+        .fetch_offsets(FetchOffsetsRequest {
+            group_id: group.into(),
+            topics: vec![FetchOffsetsTopic { topic: "orders".into(), partitions: vec![0] }],
+            require_stable: true,
+        })
+        .await?
+        .into_inner();
+    anyhow::ensure!(stable.error_code == 0, "{}", stable.error_message);
+    let stable_code = code(stable.topics[0].partitions[0].error_code);
+    Ok((plain.get(&tp).cloned().flatten().map(|c| c.offset), stable_code))
+}
+
+#[tokio::test]
+async fn consumed_offsets_commit_with_the_transaction_and_only_then() -> anyhow::Result<()> {
+    use rill_client::{Consumer, ConsumerConfig, OffsetSpec, Producer, ProducerConfig, Record, TransactionalProducer};
+    init_logs();
+    let cluster = TestCluster::start(3).await?;
+    let client = cluster.client().await?;
+    cluster.create_topic(&client, "orders", 1, 3, &[]).await?;
+    cluster.create_topic(&client, "invoices", 1, 3, &[]).await?;
+    cluster.wait_for_leaders(&client, TRANSACTIONS).await?;
+    cluster.wait_for_leaders(&client, "__consumer_offsets").await?;
+    let config = ProducerConfig { linger: Duration::ZERO, ..ProducerConfig::default() };
+    let orders = Producer::new(client.clone(), config);
+    for i in 0..6 {
+        orders.send_to("orders", 0, Record::new(format!("order-{i}"))).await?.await?;
+    }
+    orders.close().await;
+
+    tracing::info!("--- a subscribed consumer reads the orders");
+    let consumer_config =
+        ConsumerConfig { group_id: Some("billing".into()), start: OffsetSpec::Earliest, ..ConsumerConfig::default() };
+    let mut consumer = Consumer::new(client.clone(), consumer_config.clone());
+    consumer.subscribe(&["orders"])?;
+    let mut read = Vec::new();
+    let deadline = tokio::time::Instant::now() + READY_TIMEOUT;
+    while read.len() < 6 {
+        anyhow::ensure!(tokio::time::Instant::now() < deadline, "read only {} orders", read.len());
+        read.extend(consumer.poll(Duration::from_millis(500)).await?);
+    }
+    let group = consumer.group_metadata()?;
+    assert!(group.member.is_some(), "a subscribed consumer commits as its member");
+    let tp = rill_client::TopicPartition::new("orders", 0);
+
+    tracing::info!("--- offsets sent in a transaction are pending until it commits");
+    let invoicer = TransactionalProducer::new(client.clone(), config, "billing-1", Duration::from_secs(60));
+    invoicer.init_transactions().await?;
+    invoicer.begin_transaction()?;
+    for r in &read[..3] {
+        invoicer.send_to("invoices", 0, Record::new(format!("invoice-for-{}", r.offset))).await?;
+    }
+    invoicer.send_offsets_to_transaction(&[(tp.clone(), 3)], &group).await?;
+    assert_eq!(
+        group_offset(&client, "billing").await?,
+        (None, ErrorCode::UnstableOffsetCommit),
+        "pending: not committed, and unstable to a consumer that requires stable offsets"
+    );
+    invoicer.commit_transaction().await?;
+    wait_for_state(&client, "billing-1", "CompleteCommit").await?;
+    assert_eq!(group_offset(&client, "billing").await?, (Some(3), ErrorCode::None), "committed with the output");
+
+    tracing::info!("--- offsets sent in an aborted transaction are dropped with it");
+    invoicer.begin_transaction()?;
+    for r in &read[3..] {
+        invoicer.send_to("invoices", 0, Record::new(format!("invoice-for-{}", r.offset))).await?;
+    }
+    invoicer.send_offsets_to_transaction(&[(tp.clone(), 6)], &group).await?;
+    invoicer.abort_transaction().await?;
+    wait_for_state(&client, "billing-1", "CompleteAbort").await?;
+    assert_eq!(group_offset(&client, "billing").await?, (Some(3), ErrorCode::None), "the abort dropped them");
+
+    tracing::info!("--- offsets alone (no record) commit too");
+    invoicer.begin_transaction()?;
+    invoicer.send_offsets_to_transaction(&[(tp.clone(), 5)], &group).await?;
+    invoicer.commit_transaction().await?;
+    wait_for_state(&client, "billing-1", "CompleteCommit").await?;
+    assert_eq!(group_offset(&client, "billing").await?, (Some(5), ErrorCode::None));
+
+    tracing::info!("--- refused: a group not in the transaction, a committer that is not a member");
+    let identity = invoicer.producer_id_and_epoch().ok_or_else(|| anyhow::anyhow!("no identity"))?;
+    let offsets = [(tp.clone(), 6, String::new())];
+    let member = group.member.as_ref().map(|(id, epoch)| (id.as_str(), *epoch));
+    let e = client
+        .txn_commit_offsets("billing-1", identity, "billing", member, &offsets)
+        .await
+        .expect_err("the group was not added to a transaction");
+    assert_eq!(e.code(), Some(ErrorCode::InvalidTxnState), "{e}");
+    client.add_offsets_to_transaction("billing-1", identity, "billing").await?;
+    let e = client
+        .txn_commit_offsets("billing-1", identity, "billing", Some(("stranger", 1)), &offsets)
+        .await
+        .expect_err("not a member");
+    assert_eq!(e.code(), Some(ErrorCode::UnknownMemberId), "{e}");
+    let e = client
+        .txn_commit_offsets("billing-1", (identity.0, identity.1 - 1), "billing", member, &offsets)
+        .await
+        .expect_err("an older epoch");
+    assert!(matches!(e.code(), Some(ErrorCode::ProducerFenced | ErrorCode::InvalidProducerEpoch)), "{e}");
+    client.end_transaction("billing-1", identity, false).await?;
+    wait_for_state(&client, "billing-1", "CompleteAbort").await?;
+    assert_eq!(group_offset(&client, "billing").await?, (Some(5), ErrorCode::None));
+
+    tracing::info!("--- the group's next consumer starts where the last committed transaction left off");
+    consumer.shutdown().await?;
+    let mut next = Consumer::new(client.clone(), consumer_config);
+    next.subscribe(&["orders"])?;
+    let deadline = tokio::time::Instant::now() + READY_TIMEOUT;
+    let first = loop {
+        anyhow::ensure!(tokio::time::Instant::now() < deadline, "the next consumer read nothing");
+        if let Some(r) = next.poll(Duration::from_millis(500)).await?.first() {
+            break r.offset;
+        }
+    };
+    assert_eq!(first, 5);
+    next.shutdown().await?;
+    invoicer.close().await;
+    Ok(())
+}

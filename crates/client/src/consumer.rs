@@ -41,6 +41,15 @@ use crate::record::{FetchedPartition, IsolationLevel, OffsetSpec};
 use crate::Client;
 use rill_proto::common::ErrorCode;
 
+/// A consumer's group and membership, for offsets committed in a transaction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsumerGroupMetadata {
+    /// The group id.
+    pub group_id: String,
+    /// The member id and member epoch of a subscribed consumer (`None` in assign mode).
+    pub member: Option<(String, i32)>,
+}
+
 /// A topic partition.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct TopicPartition {
@@ -306,6 +315,21 @@ impl Consumer {
         self.membership.as_ref().and_then(Membership::member)
     }
 
+    /// What a transactional producer needs to commit this consumer's offsets in its transaction
+    /// ([`crate::TransactionalProducer::send_offsets_to_transaction`]): the group and, when
+    /// subscribed, the member id and epoch — so a consumer fenced out of the group cannot
+    /// commit. An error without a group id, or while a subscribed consumer is not a member.
+    pub fn group_metadata(&self) -> Result<ConsumerGroupMetadata> {
+        let (group_id, member) = self.committer_identity()?;
+        Ok(ConsumerGroupMetadata { group_id, member })
+    }
+
+    /// The position of every assigned partition that has one: what to commit after processing
+    /// what `poll` returned.
+    pub fn positions_to_commit(&self) -> Vec<(TopicPartition, u64)> {
+        self.positions()
+    }
+
     /// Subscribe mode: drops every partition if the membership is lost — fenced by the
     /// coordinator, or no successful heartbeat for the session timeout by this consumer's clock.
     fn check_lost(&mut self) {
@@ -566,7 +590,12 @@ impl Consumer {
         if missing.is_empty() {
             return Ok(());
         }
+        // A read_committed consumer waits out a transaction's pending commit of a partition it
+        // takes over, rather than start from an offset about to move (KIP-447).
         let committed = match &self.config.group_id {
+            Some(group) if self.config.isolation_level == IsolationLevel::ReadCommitted => {
+                self.client.stable_committed_offsets(group, &missing).await?
+            }
             Some(group) => self.client.committed_offsets(group, &missing).await?,
             None => Default::default(),
         };

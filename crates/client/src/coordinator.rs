@@ -9,9 +9,10 @@ use rill_proto::admin::{CoordinatorKind, FindCoordinatorRequest};
 use rill_proto::common::{ErrorCode, LeaderHint};
 use rill_proto::groups::groups_client::GroupsClient;
 use rill_proto::groups::{
-    CommitOffsetsRequest, CommitPartition, CommitTopic, ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse,
-    DeleteGroupRequest, DeleteGroupResponse, DeleteOffsetsRequest, DeleteOffsetsResponse, DescribeGroupRequest,
-    DescribeGroupResponse, FetchOffsetsRequest, FetchOffsetsTopic, GroupListing, ListGroupsRequest,
+    CommitOffsetsRequest, CommitOffsetsResponse, CommitPartition, CommitTopic, ConsumerGroupHeartbeatRequest,
+    ConsumerGroupHeartbeatResponse, DeleteGroupRequest, DeleteGroupResponse, DeleteOffsetsRequest,
+    DeleteOffsetsResponse, DescribeGroupRequest, DescribeGroupResponse, FetchOffsetsRequest, FetchOffsetsTopic,
+    GroupListing, ListGroupsRequest, TxnCommitOffsetsRequest,
 };
 use rill_proto::records::InitProducerIdRequest;
 
@@ -83,6 +84,39 @@ macro_rules! groups_status {
 }
 
 groups_status!(ConsumerGroupHeartbeatResponse, DescribeGroupResponse, DeleteGroupResponse, DeleteOffsetsResponse);
+
+/// A commit's offsets by topic, as the wire carries them.
+fn commit_topics(offsets: &[(TopicPartition, u64, String)]) -> Result<Vec<CommitTopic>> {
+    let mut by_topic: BTreeMap<&str, Vec<CommitPartition>> = BTreeMap::new();
+    for (tp, offset, metadata) in offsets {
+        let offset =
+            i64::try_from(*offset).map_err(|_| Error::InvalidArgument(format!("offset {offset} is too large")))?;
+        by_topic.entry(&tp.topic).or_default().push(CommitPartition {
+            partition: tp.partition,
+            offset,
+            metadata: metadata.clone(),
+        });
+    }
+    Ok(by_topic.into_iter().map(|(topic, partitions)| CommitTopic { topic: topic.to_string(), partitions }).collect())
+}
+
+/// A commit's answer: the whole request's error, or the first partition's.
+fn commit_answer(resp: CommitOffsetsResponse) -> Result<Answer<()>> {
+    if let Err(f) = check(resp.error_code, resp.error_message, resp.coordinator) {
+        return Ok(Err(f));
+    }
+    for t in resp.topics {
+        for p in t.partitions {
+            if let Err((e, _)) = check(p.error_code, p.error_message, None) {
+                return Err(Error::Server {
+                    code: e.code().unwrap_or(ErrorCode::UnknownServerError),
+                    message: format!("{}/{}: {e}", t.topic, p.partition),
+                });
+            }
+        }
+    }
+    Ok(Ok(()))
+}
 
 /// `partitions` by topic, as `FetchOffsets` and `DeleteOffsets` name them.
 fn by_topic(partitions: &[TopicPartition]) -> Vec<FetchOffsetsTopic> {
@@ -191,24 +225,11 @@ impl Client {
         member: Option<(&str, i32)>,
         offsets: &[(TopicPartition, u64, String)],
     ) -> Result<()> {
-        let mut by_topic: BTreeMap<&str, Vec<CommitPartition>> = BTreeMap::new();
-        for (tp, offset, metadata) in offsets {
-            let offset =
-                i64::try_from(*offset).map_err(|_| Error::InvalidArgument(format!("offset {offset} is too large")))?;
-            by_topic.entry(&tp.topic).or_default().push(CommitPartition {
-                partition: tp.partition,
-                offset,
-                metadata: metadata.clone(),
-            });
-        }
         let req = CommitOffsetsRequest {
             group_id: group.to_string(),
             member_id: member.map(|(id, _)| id.to_string()).unwrap_or_default(),
             generation_id: member.map_or(-1, |(_, epoch)| epoch),
-            topics: by_topic
-                .into_iter()
-                .map(|(topic, partitions)| CommitTopic { topic: topic.to_string(), partitions })
-                .collect(),
+            topics: commit_topics(offsets)?,
         };
         let wait = self.options().request_slack * 3;
         self.at_coordinator(Coordinator::Group, group, |addr| {
@@ -216,20 +237,40 @@ impl Client {
             async move {
                 let mut stub = GroupsClient::new(self.channel(&addr)?);
                 let resp = answer_within(&addr, wait, stub.commit_offsets(req)).await?;
-                if let Err(f) = check(resp.error_code, resp.error_message, resp.coordinator) {
-                    return Ok(Err(f));
-                }
-                for t in resp.topics {
-                    for p in t.partitions {
-                        if let Err((e, _)) = check(p.error_code, p.error_message, None) {
-                            return Err(Error::Server {
-                                code: e.code().unwrap_or(ErrorCode::UnknownServerError),
-                                message: format!("{}/{}: {e}", t.topic, p.partition),
-                            });
-                        }
-                    }
-                }
-                Ok(Ok(()))
+                commit_answer(resp)
+            }
+        })
+        .await
+    }
+
+    /// Commits `offsets` of group `group` inside the transaction of `transactional_id`'s
+    /// `producer` (id, epoch), as member `member` (id, epoch) or without membership: pending
+    /// until the transaction ends (Kafka's TxnOffsetCommit). The group must be in the
+    /// transaction first ([`Client::add_offsets_to_transaction`]).
+    pub async fn txn_commit_offsets(
+        &self,
+        transactional_id: &str,
+        producer: (i64, i16),
+        group: &str,
+        member: Option<(&str, i32)>,
+        offsets: &[(TopicPartition, u64, String)],
+    ) -> Result<()> {
+        let req = TxnCommitOffsetsRequest {
+            transactional_id: transactional_id.to_string(),
+            group_id: group.to_string(),
+            producer_id: producer.0,
+            producer_epoch: i32::from(producer.1),
+            member_id: member.map(|(id, _)| id.to_string()).unwrap_or_default(),
+            generation_id: member.map_or(-1, |(_, epoch)| epoch),
+            topics: commit_topics(offsets)?,
+        };
+        let wait = self.options().request_slack * 3;
+        self.at_coordinator(Coordinator::Group, group, |addr| {
+            let req = req.clone();
+            async move {
+                let mut stub = GroupsClient::new(self.channel(&addr)?);
+                let resp = answer_within(&addr, wait, stub.txn_commit_offsets(req)).await?;
+                commit_answer(resp)
             }
         })
         .await
@@ -326,13 +367,35 @@ impl Client {
         Ok(groups.into_values().collect())
     }
 
-    /// The offsets `group` committed for `partitions` (`None` where it committed none).
+    /// The offsets `group` committed for `partitions` (`None` where it committed none). An
+    /// offset a transaction has committed but not yet ended is not shown: the last one before.
     pub async fn committed_offsets(
         &self,
         group: &str,
         partitions: &[TopicPartition],
     ) -> Result<BTreeMap<TopicPartition, Option<CommittedOffset>>> {
-        let req = FetchOffsetsRequest { group_id: group.to_string(), topics: by_topic(partitions) };
+        self.fetch_committed(group, partitions, false).await
+    }
+
+    /// [`Client::committed_offsets`] for a consumer taking `partitions` over at
+    /// `read_committed`: while a transaction holds a commit of one of them pending, the answer
+    /// would be an offset about to move, so it asks again (`UNSTABLE_OFFSET_COMMIT`, KIP-447)
+    /// within the retry budget.
+    pub async fn stable_committed_offsets(
+        &self,
+        group: &str,
+        partitions: &[TopicPartition],
+    ) -> Result<BTreeMap<TopicPartition, Option<CommittedOffset>>> {
+        self.while_code(ErrorCode::UnstableOffsetCommit, || self.fetch_committed(group, partitions, true)).await
+    }
+
+    async fn fetch_committed(
+        &self,
+        group: &str,
+        partitions: &[TopicPartition],
+        require_stable: bool,
+    ) -> Result<BTreeMap<TopicPartition, Option<CommittedOffset>>> {
+        let req = FetchOffsetsRequest { group_id: group.to_string(), topics: by_topic(partitions), require_stable };
         let wait = self.options().request_slack * 3;
         self.at_coordinator(Coordinator::Group, group, |addr| {
             let req = req.clone();
@@ -345,6 +408,9 @@ impl Client {
                 let mut out = BTreeMap::new();
                 for t in resp.topics {
                     for p in t.partitions {
+                        if p.error_code != ErrorCode::None as i32 {
+                            return Err(crate::error::server(p.error_code, p.error_message));
+                        }
                         let committed = u64::try_from(p.offset).ok().map(|offset| CommittedOffset {
                             offset,
                             metadata: p.metadata,

@@ -59,7 +59,8 @@ pub mod transactions;
 pub use client::{Client, ClientOptions, DELETE_BELOW_HIGH_WATERMARK};
 pub use commits::PendingCommit;
 pub use consumer::{
-    Consumer, ConsumerConfig, ConsumerRecord, OffsetReset, OffsetResetEvent, RebalanceListener, TopicPartition,
+    Consumer, ConsumerConfig, ConsumerGroupMetadata, ConsumerRecord, OffsetReset, OffsetResetEvent, RebalanceListener,
+    TopicPartition,
 };
 pub use coordinator::{CommittedOffset, Coordinator};
 pub use error::{Error, Result, TransactionErrorKind};

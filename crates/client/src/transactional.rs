@@ -2,9 +2,13 @@
 //! transaction's records become visible to `read_committed` consumers together, or none do.
 //!
 //! ```text
-//!  init_transactions ─► begin ─► send … send ─► commit ─► begin ─► …
-//!                                        └────► abort ──┘
+//!  init_transactions ─► begin ─► send … send ─► [send_offsets_to_transaction] ─► commit ─► begin …
+//!                                                                             └─► abort ──┘
 //! ```
+//!
+//! A consume-transform-produce job commits what it consumed in the same transaction as what
+//! it produced ([`TransactionalProducer::send_offsets_to_transaction`], KIP-447): the group's
+//! offsets move if and only if the output commits.
 //!
 //! Rill's client speaks transactions v2 (KIP-890): a partition joins the transaction with its
 //! first batch (the partition's leader adds it at the coordinator before appending), and every
@@ -16,6 +20,7 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
+use crate::consumer::{ConsumerGroupMetadata, TopicPartition};
 use crate::error::{Error, Result, TransactionErrorKind};
 use crate::producer::{DeliveryFuture, Producer, ProducerConfig};
 use crate::record::Record;
@@ -47,6 +52,9 @@ pub struct TransactionalProducer {
     transactional_id: String,
     timeout: Duration,
     phase: Mutex<Phase>,
+    /// A group's offsets joined the current transaction (it has something to end even when no
+    /// record was sent).
+    offsets_added: Mutex<bool>,
 }
 
 impl TransactionalProducer {
@@ -61,6 +69,7 @@ impl TransactionalProducer {
             transactional_id: transactional_id.to_string(),
             timeout: transaction_timeout,
             phase: Mutex::new(Phase::Uninitialised),
+            offsets_added: Mutex::new(false),
         }
     }
 
@@ -124,6 +133,46 @@ impl TransactionalProducer {
         self.producer.send_to(topic, partition, record).await
     }
 
+    /// Commits `offsets` (per partition, the next offset to read) of the consumer group
+    /// `group` in the current transaction: they become the group's committed offsets if the
+    /// transaction commits, and are dropped if it aborts (Kafka's `sendOffsetsToTransaction`).
+    /// Until then they are pending: `FetchOffsets` shows the previous offsets, and a
+    /// `read_committed` consumer taking a partition over waits for the transaction to end.
+    /// `group` comes from [`crate::Consumer::group_metadata`]: a subscribed consumer's commit
+    /// is refused once it is no longer the member owning those partitions at that epoch.
+    pub async fn send_offsets_to_transaction(
+        &self,
+        offsets: &[(TopicPartition, u64)],
+        group: &ConsumerGroupMetadata,
+    ) -> Result<()> {
+        if self.phase() != Phase::InTransaction {
+            return Err(self.misuse("send_offsets_to_transaction"));
+        }
+        if offsets.is_empty() {
+            return Ok(());
+        }
+        let Some(identity) = self.producer.identity() else { return Err(self.misuse("send_offsets_to_transaction")) };
+        let result = async {
+            self.client.add_offsets_to_transaction(&self.transactional_id, identity, &group.group_id).await?;
+            *self.offsets_added.lock().unwrap_or_else(|p| p.into_inner()) = true;
+            let offsets: Vec<(TopicPartition, u64, String)> =
+                offsets.iter().map(|(tp, o)| (tp.clone(), *o, String::new())).collect();
+            let member = group.member.as_ref().map(|(id, epoch)| (id.as_str(), *epoch));
+            self.client.txn_commit_offsets(&self.transactional_id, identity, &group.group_id, member, &offsets).await
+        };
+        match result.await {
+            Ok(()) => Ok(()),
+            Err(e) if e.transaction_kind() == TransactionErrorKind::Fatal => {
+                self.set_phase(Phase::Failed);
+                Err(e)
+            }
+            Err(e) if e.transaction_kind() == TransactionErrorKind::Retriable => Err(e),
+            // The offsets are not in the transaction: committing it would move the output
+            // without the input. Abort.
+            Err(e) => Err(Error::TransactionAbortable(Box::new(e))),
+        }
+    }
+
     /// Sends everything queued, then commits the transaction. When a send of the transaction
     /// failed, nothing is committed: the error is returned (abortable — call
     /// [`TransactionalProducer::abort_transaction`]).
@@ -143,7 +192,7 @@ impl TransactionalProducer {
             });
             return Err(e);
         }
-        if sent {
+        if sent || self.offsets_added() {
             if let Err(e) = self.end(true).await {
                 if e.transaction_kind() != TransactionErrorKind::Fatal {
                     self.set_phase(Phase::InTransaction);
@@ -168,7 +217,7 @@ impl TransactionalProducer {
             self.set_phase(Phase::Failed);
             return Err(e);
         }
-        if sent {
+        if sent || self.offsets_added() {
             if let Err(e) = self.end(false).await {
                 if e.transaction_kind() != TransactionErrorKind::Fatal {
                     self.set_phase(Phase::InTransaction);
@@ -180,9 +229,17 @@ impl TransactionalProducer {
         Ok(())
     }
 
+    fn offsets_added(&self) -> bool {
+        *self.offsets_added.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     async fn end(&self, commit: bool) -> Result<()> {
         let Some(identity) = self.producer.identity() else { return Err(self.misuse("end")) };
-        match self.client.end_transaction(&self.transactional_id, identity, commit).await {
+        let ended = self.client.end_transaction(&self.transactional_id, identity, commit).await;
+        if ended.is_ok() {
+            *self.offsets_added.lock().unwrap_or_else(|p| p.into_inner()) = false;
+        }
+        match ended {
             Ok(next) if next == identity && identity.1 >= LAST_EPOCH => {
                 // The epoch could not grow (it reached its 16-bit limit): the next transaction
                 // needs a new producer id, which InitProducerId gives once this one completed.

@@ -5,8 +5,8 @@
 use rill_proto::common::ErrorCode;
 use rill_proto::transactions::transactions_client::TransactionsClient;
 use rill_proto::transactions::{
-    AbortTransactionRequest, DescribeTransactionsRequest, EndTxnRequest, ListTransactionsRequest,
-    TransactionDescription, TransactionListing,
+    AbortTransactionRequest, AddOffsetsToTxnRequest, DescribeTransactionsRequest, EndTxnRequest,
+    ListTransactionsRequest, TransactionDescription, TransactionListing,
 };
 use tonic::transport::Channel;
 
@@ -29,11 +29,21 @@ impl Client {
         F: Fn() -> Fut,
         Fut: std::future::Future<Output = Result<T>>,
     {
+        self.while_code(ErrorCode::ConcurrentTransactions, attempt).await
+    }
+
+    /// Runs `attempt` again while it fails with `code` (a state that passes by itself: a
+    /// transaction being completed), backing off, within the retry budget.
+    pub(crate) async fn while_code<T, F, Fut>(&self, code: ErrorCode, attempt: F) -> Result<T>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<T>>,
+    {
         let deadline = rill_rt::now() + self.options().retry_budget;
         let mut pause = CONCURRENT_BACKOFF;
         loop {
             match attempt().await {
-                Err(e) if e.code() == Some(ErrorCode::ConcurrentTransactions) && rill_rt::now() < deadline => {
+                Err(e) if e.code() == Some(code) && rill_rt::now() < deadline => {
                     rill_rt::sleep(pause).await;
                     pause = (pause * 2).min(std::time::Duration::from_millis(500));
                 }
@@ -71,6 +81,37 @@ impl Client {
                     let epoch = i16::try_from(r.producer_epoch)
                         .map_err(|_| Error::Transport(format!("producer epoch {} beyond 16 bits", r.producer_epoch)))?;
                     Ok(Ok((r.producer_id, epoch)))
+                }
+            })
+        })
+        .await
+    }
+
+    /// Adds consumer group `group` to the transaction of `transactional_id`'s `producer` (id,
+    /// epoch), beginning one when none is open (Kafka's AddOffsetsToTxn): offsets then committed
+    /// for the group in the transaction ([`Client::txn_commit_offsets`]) count only if it
+    /// commits.
+    pub async fn add_offsets_to_transaction(
+        &self,
+        transactional_id: &str,
+        producer: (i64, i16),
+        group: &str,
+    ) -> Result<()> {
+        let req = AddOffsetsToTxnRequest {
+            transactional_id: transactional_id.to_string(),
+            producer_id: producer.0,
+            producer_epoch: i32::from(producer.1),
+            group_id: group.to_string(),
+            transaction_version: crate::client::TRANSACTION_VERSION,
+        };
+        let wait = self.options().request_slack * 3;
+        self.while_concurrent(|| {
+            self.at_coordinator(Coordinator::Transaction, transactional_id, |addr| {
+                let req = req.clone();
+                async move {
+                    let mut stub = self.transactions_stub(&addr)?;
+                    let r = answer_within(&addr, wait, stub.add_offsets_to_txn(req)).await?;
+                    Ok(check(r.error_code, r.error_message, r.coordinator))
                 }
             })
         })

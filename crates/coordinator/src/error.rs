@@ -104,6 +104,10 @@ pub enum CoordinatorError {
     /// The transactional id has no record (no producer ever initialised it, or it expired).
     #[error("transactional id {0:?} is unknown to its coordinator")]
     TransactionalIdNotFound(String),
+    /// A transaction marker from a coordinator that has been replaced: a newer one already
+    /// wrote a marker for this producer.
+    #[error("a marker of producer {producer_id} came from coordinator epoch {sent}, and a newer coordinator has written one since")]
+    TransactionCoordinatorFenced { producer_id: i64, sent: i32 },
     /// Storage failed, or a stored state is corrupt.
     #[error("coordinator storage failure: {0}")]
     Storage(String),

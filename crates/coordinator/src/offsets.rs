@@ -20,6 +20,7 @@ use rill_raft::{GroupStateMachine, Payload};
 use crate::error::{CoordinatorError, Result};
 use crate::groups::classic::{ClassicGroups, Replicated};
 use crate::groups::group::{Applied, ConsumerGroups};
+use crate::txn_offsets::{self, TxnOffsets};
 
 /// Longest group id accepted (bytes): ids are keys in the coordinator's state and its snapshot.
 pub const MAX_GROUP_ID_BYTES: usize = 255;
@@ -56,13 +57,19 @@ pub struct OffsetCommit {
     pub metadata: String,
 }
 
-/// Every group's committed offsets.
+/// Every group's committed offsets, and the offsets transactions hold pending.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct OffsetsState {
     groups: BTreeMap<String, BTreeMap<(String, u32), CommittedOffset>>,
+    txn: TxnOffsets,
 }
 
 impl OffsetsState {
+    /// The offsets committed inside transactions that have not ended yet.
+    pub fn txn(&self) -> &TxnOffsets {
+        &self.txn
+    }
+
     /// The committed offset of `group` for `topic`/`partition`.
     pub fn committed(&self, group: &str, topic: &str, partition: u32) -> Option<&CommittedOffset> {
         self.groups.get(group)?.get(&(topic.to_string(), partition))
@@ -129,9 +136,12 @@ impl OffsetsState {
     }
 
     fn to_proto(&self) -> pb::OffsetsSnapshot {
+        let (pending_txn_offsets, txn_marks) = self.txn.to_proto();
         pb::OffsetsSnapshot {
             consumer_groups: Vec::new(),
             classic_groups: Vec::new(),
+            pending_txn_offsets,
+            txn_marks,
             groups: self
                 .groups
                 .iter()
@@ -144,7 +154,7 @@ impl OffsetsState {
     }
 }
 
-fn committed_to(topic: &str, partition: u32, c: &CommittedOffset) -> pb::CommittedOffset {
+pub(crate) fn committed_to(topic: &str, partition: u32, c: &CommittedOffset) -> pb::CommittedOffset {
     pb::CommittedOffset {
         topic: topic.to_string(),
         topic_id: Bytes::copy_from_slice(&c.topic_id),
@@ -389,6 +399,18 @@ impl GroupStateMachine for OffsetsMachine {
                 }
                 self.state.apply(c);
             }
+            Ok(Some(pb::offsets_command::Command::TxnCommit(c))) => {
+                let may = c.commit.as_ref().is_some_and(|commit| self.may_commit(commit, c.classic));
+                if !txn_offsets::apply_commit(&mut self.state.txn, c, may) {
+                    return Bytes::from_static(REFUSED);
+                }
+            }
+            Ok(Some(pb::offsets_command::Command::TxnMarker(m))) => {
+                match txn_offsets::apply_marker(&mut self.state.txn, &m, log_id.index) {
+                    Ok(commits) => commits.into_iter().for_each(|c| self.state.apply(c)),
+                    Err(_) => return Bytes::from_static(REFUSED),
+                }
+            }
             Ok(Some(pb::offsets_command::Command::DeleteGroup(d))) => {
                 if check_delete_group(&self.state, &self.groups, &self.classic, &d.group_id).is_err() {
                     return Bytes::from_static(REFUSED);
@@ -473,7 +495,8 @@ impl GroupStateMachine for OffsetsMachine {
 
     fn restore(&mut self, data: &[u8]) -> Result<(), String> {
         let s = pb::OffsetsSnapshot::decode(data).map_err(|e| format!("undecodable offsets snapshot: {e}"))?;
-        let mut state = OffsetsState::default();
+        let mut state =
+            OffsetsState { txn: TxnOffsets::from_proto(s.pending_txn_offsets, &s.txn_marks)?, ..Default::default() };
         for g in s.groups {
             state.apply(pb::CommitOffsets {
                 group_id: g.group_id,
@@ -503,16 +526,15 @@ pub fn validate_group_id(group: &str) -> Result<()> {
     Ok(())
 }
 
-/// On `partition`'s leader (the group's coordinator): commits `offsets` for `group`, stamped
-/// with the coordinator's clock, and returns once they are committed (synced on a majority).
-/// The caller has checked each offset (topic, partition, offset ≥ 0, metadata size).
-pub async fn commit(
+/// On the group's coordinator, before proposing a commit of `offsets` by `committer`: checks
+/// the request against the applied state, and returns the command's body (stamped with the
+/// coordinator's clock) and whether the committer is a classic member.
+pub(crate) fn prepare_commit(
     partition: &StatePartition<OffsetsMachine>,
     group: &str,
     committer: Committer<'_>,
     offsets: &[OffsetCommit],
-    timeout: Duration,
-) -> Result<()> {
+) -> Result<(pb::CommitOffsets, bool)> {
     validate_group_id(group)?;
     if offsets.len() > MAX_OFFSETS_PER_COMMIT {
         return Err(CoordinatorError::InvalidRequest(format!(
@@ -548,10 +570,26 @@ pub async fn commit(
             })
             .collect(),
     };
+    Ok((commit, matches!(committer, Committer::Classic { .. })))
+}
+
+/// On `partition`'s leader (the group's coordinator): commits `offsets` for `group`, stamped
+/// with the coordinator's clock, and returns once they are committed (synced on a majority).
+/// The caller has checked each offset (topic, partition, offset ≥ 0, metadata size).
+pub async fn commit(
+    partition: &StatePartition<OffsetsMachine>,
+    group: &str,
+    committer: Committer<'_>,
+    offsets: &[OffsetCommit],
+    timeout: Duration,
+) -> Result<()> {
+    let (commit, classic) = prepare_commit(partition, group, committer, offsets)?;
+    let partitions = || offsets.iter().map(|o| (o.topic.as_str(), o.partition));
     let command = pb::OffsetsCommand {
-        command: Some(match committer {
-            Committer::Classic { .. } => pb::offsets_command::Command::ClassicCommit(commit),
-            Committer::Standalone | Committer::Member { .. } => pb::offsets_command::Command::Commit(commit),
+        command: Some(if classic {
+            pb::offsets_command::Command::ClassicCommit(commit)
+        } else {
+            pb::offsets_command::Command::Commit(commit)
         }),
     };
     let answer = partition.propose(command.encode_to_vec().into(), timeout).await?;
@@ -942,6 +980,77 @@ mod tests {
         assert_eq!(back.classic_groups(), m.classic_groups());
         assert_eq!(back.classic_groups().get("g").map(|g| (g.version, g.generation)), Some((1, 3)));
         assert_eq!(back.state(), m.state());
+    }
+
+    #[test]
+    fn transactional_offsets_stay_pending_until_the_commit_marker_and_go_with_the_snapshot() {
+        let id = |index| LogId { index, ..LogId::default() };
+        let mut m = OffsetsMachine::new();
+        with_member(&mut m);
+        let epoch = m.groups().get("g").map(|g| g.members["m"].epoch).unwrap();
+        let txn_commit = |member: &str, marker_index| {
+            let Ok(pb::OffsetsCommand { command: Some(pb::offsets_command::Command::Commit(mut c)) }) =
+                pb::OffsetsCommand::decode(commit(&[("a", 0, 42)]).body)
+            else {
+                unreachable!("commit() builds a commit")
+            };
+            c.member_id = member.into();
+            c.member_epoch = epoch;
+            command(pb::offsets_command::Command::TxnCommit(pb::TxnCommitOffsets {
+                commit: Some(c),
+                classic: false,
+                producer_id: 7,
+                producer_epoch: 0,
+                marker_index,
+            }))
+        };
+        assert_eq!(m.apply(&id(1), 0, &txn_commit("stranger", 0)).as_ref(), REFUSED, "not a member");
+        // The member owns nothing yet: a member may commit only what it owns.
+        assert_eq!(m.apply(&id(2), 0, &txn_commit("m", 0)).as_ref(), REFUSED);
+        let mut standalone = OffsetsMachine::new();
+        let c = |index| {
+            let mut p = txn_commit("", index);
+            let mut cmd = pb::OffsetsCommand::decode(p.body.clone()).unwrap();
+            if let Some(pb::offsets_command::Command::TxnCommit(t)) = &mut cmd.command {
+                if let Some(c) = &mut t.commit {
+                    c.member_epoch = -1;
+                }
+            }
+            p.body = cmd.encode_to_vec().into();
+            p
+        };
+        assert!(standalone.apply(&id(3), 0, &c(0)).is_empty());
+        assert!(standalone.state().txn().is_pending("g", "a", 0));
+        assert_eq!(standalone.state().committed("g", "a", 0), None, "pending is not committed");
+        let snap = standalone.snapshot().unwrap();
+        let mut back = OffsetsMachine::new();
+        back.restore(&snap).unwrap();
+        assert_eq!(back.state(), standalone.state(), "pending offsets survive a snapshot");
+        let marker = |commit| {
+            command(pb::offsets_command::Command::TxnMarker(pb::TxnOffsetsMarker {
+                producer_id: 7,
+                producer_epoch: 0,
+                coordinator_epoch: 3,
+                commit,
+                transaction_version: 1,
+            }))
+        };
+        assert!(back.apply(&id(4), 0, &marker(true)).is_empty());
+        assert_eq!(back.state().committed("g", "a", 0).map(|c| c.offset), Some(42));
+        assert!(!back.state().txn().is_pending("g", "a", 0));
+        // A deposed coordinator's marker is refused.
+        let old = command(pb::offsets_command::Command::TxnMarker(pb::TxnOffsetsMarker {
+            producer_id: 7,
+            coordinator_epoch: 2,
+            ..Default::default()
+        }));
+        assert_eq!(back.apply(&id(5), 0, &old).as_ref(), REFUSED);
+        // Decided before the marker at index 4: refused; after it: pending, then aborted.
+        assert_eq!(back.apply(&id(6), 0, &c(0)).as_ref(), REFUSED);
+        assert!(back.apply(&id(7), 0, &c(4)).is_empty());
+        assert!(back.apply(&id(8), 0, &marker(false)).is_empty());
+        assert!(!back.state().txn().is_pending("g", "a", 0));
+        assert_eq!(back.state().committed("g", "a", 0).map(|c| c.offset), Some(42), "the abort changed nothing");
     }
 
     #[test]

@@ -172,6 +172,9 @@ pub fn coordinator(e: &CoordinatorError) -> WireError {
         CoordinatorError::ProducerFenced { .. } => WireError::new(ErrorCode::ProducerFenced, message),
         CoordinatorError::InvalidTxnState { .. } => WireError::new(ErrorCode::InvalidTxnState, message),
         CoordinatorError::TransactionalIdNotFound(_) => WireError::new(ErrorCode::TransactionalIdNotFound, message),
+        CoordinatorError::TransactionCoordinatorFenced { .. } => {
+            WireError::new(ErrorCode::TransactionCoordinatorFenced, message)
+        }
         CoordinatorError::Storage(_) => WireError::new(ErrorCode::StorageError, message),
     }
 }
@@ -181,6 +184,17 @@ pub fn offset_metadata_too_large(len: usize, max: usize) -> WireError {
     WireError::new(
         ErrorCode::OffsetMetadataTooLarge,
         format!("offset metadata of {len} bytes is longer than the {max} allowed"),
+    )
+}
+
+/// A transactional offset commit of the partition is pending (FetchOffsets with
+/// `require_stable`).
+pub fn unstable_offset_commit(group: &str, topic: &str, partition: u32) -> WireError {
+    WireError::new(
+        ErrorCode::UnstableOffsetCommit,
+        format!(
+            "group {group:?} has a transactional commit of {topic}/{partition} pending (its transaction has not ended); retry shortly"
+        ),
     )
 }
 

@@ -16,14 +16,20 @@
 //! then finds the `Prepare*` record and finishes it. Writing a marker twice is harmless: the
 //! second finds no transaction open and decides nothing. A partition of a deleted topic needs
 //! no marker.
+//!
+//! A consumer group whose offsets the transaction commits (`AddOffsetsToTxn`) gets its marker in
+//! the `__consumer_offsets` partition it hashes to, whose leader is the group's coordinator: the
+//! marker commits or drops the offsets pending there
+//! ([`rill_coordinator::txn_offsets`]).
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use rill_broker::{Partition, PartitionError, StatePartition};
-use rill_coordinator::transactions::{self, TransactionMetadata};
-use rill_coordinator::TransactionsMachine;
+use rill_broker::{PartitionError, StatePartition};
+use rill_coordinator::transactions::{self, TransactionMetadata, TxnProtocol};
+use rill_coordinator::{txn_offsets, TransactionsMachine};
+use rill_meta::PartitionKind;
 use rill_proto::common::ErrorCode;
 use rill_proto::internal::{WriteTxnMarkerResult, WriteTxnMarkersRequest};
 use rill_raft::GroupId;
@@ -118,6 +124,20 @@ async fn finish(
     let commit = prepared.state == transactions::TxnState::PrepareCommit;
     let mut pending: Vec<(String, u32)> =
         prepared.partitions.iter().flat_map(|(t, ps)| ps.iter().map(move |p| (t.clone(), *p))).collect();
+    if !prepared.groups.is_empty() {
+        let Some(n) = node.upgrade() else { return Err("the node is stopping".into()) };
+        // Several groups may share a partition of `__consumer_offsets`: one marker each.
+        let offsets: std::collections::BTreeSet<u32> = prepared
+            .groups
+            .iter()
+            .filter_map(|g| n.coordinator_partition(PartitionKind::ConsumerOffsets, g).map(|(p, _)| p))
+            .collect();
+        if offsets.is_empty() {
+            return Err(format!("{} does not exist yet", rill_meta::CONSUMER_OFFSETS_TOPIC));
+        }
+        pending.extend(offsets.into_iter().map(|p| (rill_meta::CONSUMER_OFFSETS_TOPIC.to_string(), p)));
+    }
+    let v2 = prepared.protocol == TxnProtocol::V2;
     loop {
         // The coordinator's epoch is its current term; a node that no longer leads stops here.
         let state = coordinator.replica().state();
@@ -134,7 +154,8 @@ async fn finish(
         let Some(n) = node.upgrade() else { return Err("the node is stopping".into()) };
         let mut still = Vec::new();
         for (topic, partition) in pending {
-            let marker = Marker { producer_id: prepared.producer_id, epoch: prepared.epoch, coordinator_epoch, commit };
+            let marker =
+                Marker { producer_id: prepared.producer_id, epoch: prepared.epoch, coordinator_epoch, commit, v2 };
             match write_marker(&n, &topic, partition, marker).await {
                 Ok(()) => {}
                 Err(e) => {
@@ -164,16 +185,28 @@ pub struct Marker {
     pub coordinator_epoch: i32,
     /// Commit or abort.
     pub commit: bool,
+    /// The transaction speaks protocol v2 (the marker's epoch is the one its `EndTxn` bumped).
+    pub v2: bool,
+}
+
+impl Marker {
+    fn for_offsets(self) -> txn_offsets::TxnMarker {
+        txn_offsets::TxnMarker {
+            producer_id: self.producer_id,
+            producer_epoch: self.epoch,
+            coordinator_epoch: self.coordinator_epoch,
+            commit: self.commit,
+            v2: self.v2,
+        }
+    }
 }
 
 /// Writes `marker` into `topic`/`partition` at its leader.
 async fn write_marker(node: &Arc<Node>, topic: &str, partition: u32, marker: Marker) -> Result<(), String> {
     let Some(meta) = node.topic(topic) else { return Ok(()) };
     let Some(assignment) = meta.partitions.get(partition as usize) else { return Ok(()) };
-    if let Some(local) = node.partition_by_group(assignment.group) {
-        if local.state().is_leader {
-            return write_local(&local, marker).await.map(|_| ()).map_err(|e| e.to_string());
-        }
+    if let Some(local) = node.replica(assignment.group).filter(|h| h.replica().state().is_leader) {
+        return write_local(&local, marker).await.map_err(|e| e.message);
     }
     let leader = node.leader_of(assignment.group).ok_or_else(|| format!("{topic}/{partition} has no leader yet"))?;
     let mut client = node.cluster_client(leader).ok_or_else(|| format!("no address for node {leader}"))?;
@@ -186,6 +219,7 @@ async fn write_marker(node: &Arc<Node>, topic: &str, partition: u32, marker: Mar
         topic: topic.to_string(),
         partitions: vec![partition],
         timeout_ms: STEP_TIMEOUT.as_millis() as u32,
+        transaction_version: if marker.v2 { 2 } else { 1 },
     };
     let answer = rill_rt::timeout(STEP_TIMEOUT * 2, client.write_txn_markers(request))
         .await
@@ -199,11 +233,25 @@ async fn write_marker(node: &Arc<Node>, topic: &str, partition: u32, marker: Mar
     }
 }
 
-/// Writes `marker` into a partition this node leads.
-pub async fn write_local(partition: &Partition, marker: Marker) -> Result<u64, PartitionError> {
-    let kind = if marker.commit { ControlKind::Commit } else { ControlKind::Abort };
-    let control = ControlMarker { kind, coordinator_epoch: marker.coordinator_epoch };
-    partition.append_control(control, marker.producer_id, marker.epoch, STEP_TIMEOUT).await
+/// Writes `marker` into a partition this node leads: a record partition appends a control
+/// batch; a group's `__consumer_offsets` partition commits or drops the producer's pending
+/// offsets.
+async fn write_local(hosted: &Hosted, marker: Marker) -> Result<(), errors::WireError> {
+    match hosted {
+        Hosted::Records(partition) => {
+            let kind = if marker.commit { ControlKind::Commit } else { ControlKind::Abort };
+            let control = ControlMarker { kind, coordinator_epoch: marker.coordinator_epoch };
+            let written = partition.append_control(control, marker.producer_id, marker.epoch, STEP_TIMEOUT).await;
+            // The coordinator retries wherever the leader is now: no address needed.
+            written.map(|_| ()).map_err(|e: PartitionError| errors::partition(&e, |_| None))
+        }
+        Hosted::Offsets(partition) => txn_offsets::write_marker(partition, marker.for_offsets(), STEP_TIMEOUT)
+            .await
+            .map_err(|e| errors::coordinator(&e)),
+        Hosted::Transactions(_) => {
+            Err(errors::WireError::new(ErrorCode::InvalidRequest, "a transaction state partition takes no markers"))
+        }
+    }
 }
 
 /// `Cluster.WriteTxnMarkers` on the receiving node: one result per partition named.
@@ -218,22 +266,25 @@ pub async fn serve(node: &Arc<Node>, req: WriteTxnMarkersRequest) -> Vec<WriteTx
             errors::WireError::new(ErrorCode::InvalidRequest, format!("epoch {} beyond 16 bits", req.producer_epoch));
         return req.partitions.iter().map(|p| result(*p, Some(bad.clone()))).collect();
     };
-    let marker =
-        Marker { producer_id: req.producer_id, epoch, coordinator_epoch: req.coordinator_epoch, commit: req.commit };
+    let marker = Marker {
+        producer_id: req.producer_id,
+        epoch,
+        coordinator_epoch: req.coordinator_epoch,
+        commit: req.commit,
+        v2: req.transaction_version >= 2,
+    };
     let mut out = Vec::with_capacity(req.partitions.len());
     for &p in &req.partitions {
         let local = node
             .topic(&req.topic)
             .and_then(|t| t.partitions.get(p as usize).map(|a| a.group))
-            .and_then(|g| node.partition_by_group(g));
+            .and_then(|g| node.replica(g));
         let outcome = match local {
             None => Some(errors::WireError::new(
                 ErrorCode::NotLeaderOrFollower,
                 format!("node {} hosts no replica of {}/{p}", node.id(), req.topic),
             )),
-            Some(partition) => {
-                write_local(&partition, marker).await.err().map(|e| errors::partition(&e, |id| node.client_addr(id)))
-            }
+            Some(hosted) => write_local(&hosted, marker).await.err(),
         };
         out.push(result(p, outcome));
     }

@@ -1,11 +1,14 @@
-//! Verifying a transactional batch before its partition's leader appends it (KIP-890 part 1):
-//! the leader asks the transactional id's coordinator whether the partition is in the
-//! producer's ongoing transaction (v1), or to add it (v2). Directly when the coordinator is this
-//! node, else through the coordinator's internal `Cluster.AddTxnPartition`.
+//! Verifying with a transactional id's coordinator before accepting a transactional write
+//! (KIP-890 part 1): a partition leader about to append the first transactional batch of a
+//! producer asks whether the partition is in the producer's ongoing transaction (v1), or to add
+//! it (v2); a group coordinator about to accept a transactional offset commit asks whether the
+//! group is in it (added by `AddOffsetsToTxn`). Directly when the transaction coordinator is
+//! this node, else through its internal `Cluster.AddTxnPartition`.
 //!
 //! The answer is mapped to the partition's errors here, in one place: a fenced producer is
 //! `INVALID_PRODUCER_EPOCH`, a partition not in the transaction `INVALID_TXN_STATE`, a busy
-//! coordinator `CONCURRENT_TRANSACTIONS`, an unreachable one `COORDINATOR_NOT_AVAILABLE`.
+//! coordinator `CONCURRENT_TRANSACTIONS`, an unreachable one `COORDINATOR_NOT_AVAILABLE`. A
+//! group coordinator answers the transaction coordinator's code as it is.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,7 +20,7 @@ use rill_meta::PartitionKind;
 use rill_proto::common::ErrorCode;
 use rill_proto::internal::{AddTxnPartitionRequest, AddTxnPartitionResponse};
 
-use crate::errors;
+use crate::errors::{self, WireError};
 use crate::node::{Hosted, Node};
 
 /// How long the coordinator may take to answer.
@@ -38,98 +41,122 @@ pub struct Verify {
     pub verify_only: bool,
 }
 
-/// Asks the coordinator of `v.transactional_id`.
+/// What is verified to be in the transaction.
+#[derive(Debug, Clone)]
+enum Target {
+    /// A partition (checked, or added with `add`).
+    Partition { topic: String, partition: u32, add: bool },
+    /// A consumer group (checked).
+    Group(String),
+}
+
+/// Asks the coordinator of `v.transactional_id` about a partition.
 pub async fn verify(node: &Arc<Node>, v: Verify) -> Result<(), PartitionError> {
-    let Some((_, group)) = node.coordinator_partition(PartitionKind::TransactionState, &v.transactional_id) else {
-        return Err(PartitionError::CoordinatorNotAvailable("the transaction state topic does not exist yet".into()));
+    let target = Target::Partition { topic: v.topic, partition: v.partition, add: !v.verify_only };
+    ask(node, &v.transactional_id, v.producer, target).await.map_err(to_partition)
+}
+
+/// Asks the coordinator of `transactional_id` whether `group_id` is in the ongoing transaction
+/// of `producer` (id, epoch).
+pub async fn verify_group(
+    node: &Arc<Node>,
+    transactional_id: &str,
+    producer: (i64, i16),
+    group_id: &str,
+) -> Result<(), WireError> {
+    ask(node, transactional_id, producer, Target::Group(group_id.to_string())).await.map_err(|e| match e.code {
+        // The *transaction* coordinator moved: to the committer this is not its group
+        // coordinator moving, only a coordinator it needs being briefly unavailable.
+        ErrorCode::NotCoordinator | ErrorCode::CoordinatorLoadInProgress => {
+            WireError::new(ErrorCode::CoordinatorNotAvailable, e.message)
+        }
+        _ => e,
+    })
+}
+
+async fn ask(node: &Arc<Node>, transactional_id: &str, producer: (i64, i16), target: Target) -> Result<(), WireError> {
+    let unavailable = |m: String| WireError::new(ErrorCode::CoordinatorNotAvailable, m);
+    let Some((_, group)) = node.coordinator_partition(PartitionKind::TransactionState, transactional_id) else {
+        return Err(unavailable("the transaction state topic does not exist yet".into()));
     };
     if let Some(Hosted::Transactions(p)) = node.replica(group) {
         if p.replica().state().is_leader {
-            let answer = serve_local(&p, &v).await;
-            return answer.map_err(|e| from_coordinator(&e));
+            return serve_local(&p, transactional_id, producer, &target).await.map_err(|e| errors::coordinator(&e));
         }
     }
-    let leader = node
-        .leader_of(group)
-        .ok_or_else(|| PartitionError::CoordinatorNotAvailable("the coordinator has no leader yet".into()))?;
-    let mut client = node
-        .cluster_client(leader)
-        .ok_or_else(|| PartitionError::CoordinatorNotAvailable(format!("no address for node {leader}")))?;
+    let leader = node.leader_of(group).ok_or_else(|| unavailable("the coordinator has no leader yet".into()))?;
+    let mut client = node.cluster_client(leader).ok_or_else(|| unavailable(format!("no address for node {leader}")))?;
+    let (topic, partition, verify_only, group_id) = match target {
+        Target::Partition { topic, partition, add } => (topic, partition, !add, String::new()),
+        Target::Group(g) => (String::new(), 0, true, g),
+    };
     let request = AddTxnPartitionRequest {
         from_node: node.id(),
-        transactional_id: v.transactional_id,
-        producer_id: v.producer.0,
-        producer_epoch: i32::from(v.producer.1),
-        topic: v.topic,
-        partition: v.partition,
-        verify_only: v.verify_only,
+        transactional_id: transactional_id.to_string(),
+        producer_id: producer.0,
+        producer_epoch: i32::from(producer.1),
+        topic,
+        partition,
+        verify_only,
+        group_id,
     };
     let answer = rill_rt::timeout(VERIFY_TIMEOUT, client.add_txn_partition(request))
         .await
-        .map_err(|_| PartitionError::CoordinatorNotAvailable(format!("node {leader} did not answer in time")))?
-        .map_err(|s| PartitionError::CoordinatorNotAvailable(s.message().to_string()))?
+        .map_err(|_| unavailable(format!("node {leader} did not answer in time")))?
+        .map_err(|s| unavailable(s.message().to_string()))?
         .into_inner();
-    from_wire(answer)
+    match ErrorCode::try_from(answer.error_code).unwrap_or(ErrorCode::UnknownServerError) {
+        ErrorCode::None => Ok(()),
+        code => Err(WireError::new(code, answer.error_message)),
+    }
 }
 
 async fn serve_local(
     p: &rill_broker::StatePartition<rill_coordinator::TransactionsMachine>,
-    v: &Verify,
+    transactional_id: &str,
+    producer: (i64, i16),
+    target: &Target,
 ) -> Result<(), CoordinatorError> {
-    transactions::verify_partition(
-        p,
-        &v.transactional_id,
-        v.producer,
-        &v.topic,
-        v.partition,
-        v.verify_only,
-        VERIFY_TIMEOUT,
-    )
-    .await
+    match target {
+        Target::Partition { topic, partition, add } => {
+            transactions::verify_partition(p, transactional_id, producer, topic, *partition, !add, VERIFY_TIMEOUT).await
+        }
+        Target::Group(group_id) => transactions::verify_group(p, transactional_id, producer, group_id).await,
+    }
 }
 
 /// `Cluster.AddTxnPartition` on the coordinator's node.
 pub async fn serve(node: &Arc<Node>, req: AddTxnPartitionRequest) -> AddTxnPartitionResponse {
-    let answer = |e: errors::WireError| AddTxnPartitionResponse { error_code: e.code as i32, error_message: e.message };
+    let answer = |e: WireError| AddTxnPartitionResponse { error_code: e.code as i32, error_message: e.message };
     let Ok(epoch) = i16::try_from(req.producer_epoch) else {
-        return answer(errors::WireError::new(ErrorCode::InvalidRequest, "producer epoch beyond 16 bits"));
+        return answer(WireError::new(ErrorCode::InvalidRequest, "producer epoch beyond 16 bits"));
     };
     let p = match crate::api::routing::coordinator_here(node, PartitionKind::TransactionState, &req.transactional_id) {
         Ok(Hosted::Transactions(p)) => p,
         Ok(_) => return answer(errors::coordinator_not_created(rill_meta::TRANSACTION_STATE_TOPIC)),
         Err(e) => return answer(e),
     };
-    let v = Verify {
-        transactional_id: req.transactional_id,
-        producer: (req.producer_id, epoch),
-        topic: req.topic,
-        partition: req.partition,
-        verify_only: req.verify_only,
+    let target = if req.group_id.is_empty() {
+        Target::Partition { topic: req.topic, partition: req.partition, add: !req.verify_only }
+    } else {
+        Target::Group(req.group_id)
     };
-    match serve_local(&p, &v).await {
+    match serve_local(&p, &req.transactional_id, (req.producer_id, epoch), &target).await {
         Ok(()) => AddTxnPartitionResponse::default(),
         Err(e) => answer(errors::coordinator(&e)),
     }
 }
 
-/// The partition's error for a coordinator's refusal.
-fn from_coordinator(e: &CoordinatorError) -> PartitionError {
-    from_wire(AddTxnPartitionResponse { error_code: errors::coordinator(e).code as i32, error_message: e.to_string() })
-        .err()
-        .unwrap_or_else(|| PartitionError::CoordinatorNotAvailable(e.to_string()))
-}
-
-/// The partition's error for the coordinator's answer (`Ok` for none).
-fn from_wire(a: AddTxnPartitionResponse) -> Result<(), PartitionError> {
-    let message = a.error_message;
-    match ErrorCode::try_from(a.error_code).unwrap_or(ErrorCode::UnknownServerError) {
-        ErrorCode::None => Ok(()),
+/// The partition's error for the coordinator's refusal.
+fn to_partition(e: WireError) -> PartitionError {
+    let message = e.message;
+    match e.code {
         ErrorCode::ProducerFenced | ErrorCode::InvalidProducerEpoch | ErrorCode::InvalidProducerIdMapping => {
-            Err(PartitionError::TransactionFenced(message))
+            PartitionError::TransactionFenced(message)
         }
-        ErrorCode::InvalidTxnState => Err(PartitionError::InvalidTxnState(message)),
-        ErrorCode::ConcurrentTransactions => Err(PartitionError::ConcurrentTransactions(message)),
-        ErrorCode::InvalidRequest => Err(PartitionError::InvalidRequest(message)),
-        _ => Err(PartitionError::CoordinatorNotAvailable(message)),
+        ErrorCode::InvalidTxnState => PartitionError::InvalidTxnState(message),
+        ErrorCode::ConcurrentTransactions => PartitionError::ConcurrentTransactions(message),
+        ErrorCode::InvalidRequest => PartitionError::InvalidRequest(message),
+        _ => PartitionError::CoordinatorNotAvailable(message),
     }
 }

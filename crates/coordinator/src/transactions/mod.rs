@@ -291,6 +291,34 @@ pub async fn add_partitions(
     protocol: TxnProtocol,
     timeout: Duration,
 ) -> Result<()> {
+    add(partition, transactional_id, producer, partitions, &[], protocol, timeout).await
+}
+
+/// On the coordinator: adds consumer group `group_id` to the transaction of `transactional_id`
+/// (Kafka's `AddOffsetsToTxn`), beginning one when none is open; `Ok` once it is recorded. The
+/// group's partition of `__consumer_offsets` gets the transaction's marker.
+pub async fn add_offsets(
+    partition: &StatePartition<TransactionsMachine>,
+    transactional_id: &str,
+    producer: (i64, i16),
+    group_id: &str,
+    protocol: TxnProtocol,
+    timeout: Duration,
+) -> Result<()> {
+    crate::offsets::validate_group_id(group_id)?;
+    let none = groups::assignor::TopicPartitions::new();
+    add(partition, transactional_id, producer, &none, &[group_id.to_string()], protocol, timeout).await
+}
+
+async fn add(
+    partition: &StatePartition<TransactionsMachine>,
+    transactional_id: &str,
+    producer: (i64, i16),
+    partitions: &groups::assignor::TopicPartitions,
+    group_ids: &[String],
+    protocol: TxnProtocol,
+    timeout: Duration,
+) -> Result<()> {
     validate(transactional_id, 0)?;
     for _ in 0..CAS_ATTEMPTS {
         let current = read_record(partition, transactional_id)?;
@@ -300,7 +328,7 @@ pub async fn add_partitions(
             current.as_ref(),
             producer,
             partitions,
-            &[],
+            group_ids,
             protocol,
             now,
         )?;
@@ -311,6 +339,36 @@ pub async fn add_partitions(
         }
     }
     Err(busy(transactional_id))
+}
+
+/// On the coordinator, for a group coordinator about to accept a transactional offset commit:
+/// checks that `group_id` is in the ongoing transaction of `transactional_id` under exactly
+/// this producer id and epoch (added by `AddOffsetsToTxn`).
+pub async fn verify_group(
+    partition: &StatePartition<TransactionsMachine>,
+    transactional_id: &str,
+    producer: (i64, i16),
+    group_id: &str,
+) -> Result<()> {
+    validate(transactional_id, 0)?;
+    let Some(m) = read_record(partition, transactional_id)? else {
+        return Err(CoordinatorError::InvalidProducerIdMapping {
+            transactional_id: transactional_id.to_string(),
+            producer_id: producer.0,
+            current: -1,
+        });
+    };
+    transitions::check_producer(transactional_id, &m, producer.0, producer.1)?;
+    if m.state == TxnState::Ongoing && m.groups.contains(group_id) {
+        return Ok(());
+    }
+    Err(CoordinatorError::InvalidTxnState {
+        transactional_id: transactional_id.to_string(),
+        reason: format!(
+            "group {group_id:?} is not in the producer's ongoing transaction (the transaction is {}); add it with AddOffsetsToTxn first",
+            m.state.name()
+        ),
+    })
 }
 
 /// On the coordinator, for a partition leader about to append the first transactional batch

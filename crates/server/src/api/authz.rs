@@ -25,12 +25,12 @@ use rill_proto::admin::{
 };
 use rill_proto::groups::{
     CommitOffsetsRequest, ConsumerGroupHeartbeatRequest, DeleteGroupRequest, DeleteOffsetsRequest,
-    DescribeGroupRequest, FetchOffsetsRequest, ListGroupsRequest,
+    DescribeGroupRequest, FetchOffsetsRequest, ListGroupsRequest, TxnCommitOffsetsRequest,
 };
 use rill_proto::records::{FetchRequest, InitProducerIdRequest, ListOffsetsRequest, ProduceRequest};
 use rill_proto::transactions::{
-    AbortTransactionRequest, AddPartitionsToTxnRequest, DescribeTransactionsRequest, EndTxnRequest,
-    ListTransactionsRequest,
+    AbortTransactionRequest, AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, DescribeTransactionsRequest,
+    EndTxnRequest, ListTransactionsRequest,
 };
 
 /// The name the cluster resource goes by (Kafka's is `kafka-cluster`).
@@ -84,6 +84,10 @@ pub mod rpc {
     pub const FETCH_OFFSETS: &str = "/rill.groups.Groups/FetchOffsets";
     /// `/rill.transactions.Transactions/AddPartitionsToTxn`.
     pub const ADD_PARTITIONS_TO_TXN: &str = "/rill.transactions.Transactions/AddPartitionsToTxn";
+    /// `Transactions.AddOffsetsToTxn`.
+    pub const ADD_OFFSETS_TO_TXN: &str = "/rill.transactions.Transactions/AddOffsetsToTxn";
+    /// `Groups.TxnCommitOffsets`.
+    pub const TXN_COMMIT_OFFSETS: &str = "/rill.groups.Groups/TxnCommitOffsets";
     /// `/rill.transactions.Transactions/EndTxn`.
     pub const END_TXN: &str = "/rill.transactions.Transactions/EndTxn";
     /// `/rill.transactions.Transactions/DescribeTransactions`.
@@ -237,6 +241,16 @@ pub const RULES: &[Rule] = &[
     Rule {
         rpc: rpc::ADD_PARTITIONS_TO_TXN,
         needs: &[(R::TransactionalId, Op::Write, Named), (R::Topic, Op::Write, Named)],
+    },
+    // Kafka's AddOffsetsToTxn: Write on the transactional id, Read on the group.
+    Rule {
+        rpc: rpc::ADD_OFFSETS_TO_TXN,
+        needs: &[(R::TransactionalId, Op::Write, Named), (R::Group, Op::Read, Named)],
+    },
+    // Kafka's TxnOffsetCommit: Write on the transactional id, Read on the group and each topic.
+    Rule {
+        rpc: rpc::TXN_COMMIT_OFFSETS,
+        needs: &[(R::TransactionalId, Op::Write, Named), (R::Group, Op::Read, Named), (R::Topic, Op::Read, Named)],
     },
     // Kafka's EndTxn: Write on the transactional id.
     Rule { rpc: rpc::END_TXN, needs: &[(R::TransactionalId, Op::Write, Named)] },
@@ -397,6 +411,16 @@ impl Resources for AddPartitionsToTxnRequest {
     }
 }
 
+impl Resources for AddOffsetsToTxnRequest {
+    fn names(&self, kind: ResourceType) -> Vec<&str> {
+        match kind {
+            R::TransactionalId => vec![self.transactional_id.as_str()],
+            R::Group => vec![self.group_id.as_str()],
+            _ => Vec::new(),
+        }
+    }
+}
+
 impl Resources for EndTxnRequest {
     fn names(&self, kind: ResourceType) -> Vec<&str> {
         only(kind, R::TransactionalId, &self.transactional_id)
@@ -529,6 +553,17 @@ impl Resources for DeleteOffsetsRequest {
 impl Resources for CommitOffsetsRequest {
     fn names(&self, kind: ResourceType) -> Vec<&str> {
         match kind {
+            R::Group => vec![self.group_id.as_str()],
+            R::Topic => self.topics.iter().map(|t| t.topic.as_str()).collect(),
+            _ => Vec::new(),
+        }
+    }
+}
+
+impl Resources for TxnCommitOffsetsRequest {
+    fn names(&self, kind: ResourceType) -> Vec<&str> {
+        match kind {
+            R::TransactionalId => vec![self.transactional_id.as_str()],
             R::Group => vec![self.group_id.as_str()],
             R::Topic => self.topics.iter().map(|t| t.topic.as_str()).collect(),
             _ => Vec::new(),

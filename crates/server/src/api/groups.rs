@@ -8,16 +8,18 @@ use std::time::Duration;
 use rill_broker::StatePartition;
 use rill_coordinator::groups::{self as consumer_groups, HeartbeatRequest, SubscribedTopic, TopicPartitions};
 use rill_coordinator::offsets::{self, Committer, MAX_OFFSET_METADATA_BYTES};
+use rill_coordinator::{transactions, txn_offsets};
 use rill_coordinator::{OffsetCommit, OffsetsMachine};
 use rill_meta::PartitionKind;
 use rill_proto::common::ErrorCode;
 use rill_proto::groups::groups_server::Groups;
 use rill_proto::groups::{
-    CommitOffsetsRequest, CommitOffsetsResponse, CommitPartitionResult, CommitTopicResult,
+    CommitOffsetsRequest, CommitOffsetsResponse, CommitPartitionResult, CommitTopic, CommitTopicResult,
     ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, DeleteGroupRequest, DeleteGroupResponse,
     DeleteOffsetsRequest, DeleteOffsetsResponse, DescribeGroupRequest, DescribeGroupResponse,
     FetchOffsetsPartitionResult, FetchOffsetsRequest, FetchOffsetsResponse, FetchOffsetsTopicResult, GroupListing,
     ListGroupsRequest, ListGroupsResponse, MemberDescription, OwnedPartitions, TopicPartitions as WirePartitions,
+    TxnCommitOffsetsRequest,
 };
 use tonic::{Request, Response, Status};
 
@@ -143,6 +145,73 @@ fn partition_ok(partition: u32) -> CommitPartitionResult {
 
 fn partition_error(partition: u32, e: WireError) -> CommitPartitionResult {
     CommitPartitionResult { partition, error_code: e.code as i32, error_message: e.message }
+}
+
+/// Who commits, from a request's member id and generation (member epoch).
+fn committer(member_id: &str, generation_id: i32) -> Result<Committer<'_>, WireError> {
+    match (member_id, generation_id) {
+        ("", g) if g < 0 => Ok(Committer::Standalone),
+        ("", _) => Err(errors::invalid_request(
+            "a commit without a member id must carry generation_id -1 (a group without members)",
+        )),
+        (member_id, epoch) => Ok(Committer::Member { member_id, epoch }),
+    }
+}
+
+/// The answer to a commit whose accepted offsets are committed (or pending).
+fn committed(topics: Vec<CommitTopicResult>) -> CommitOffsetsResponse {
+    CommitOffsetsResponse {
+        error_code: ErrorCode::None as i32,
+        error_message: String::new(),
+        coordinator: None,
+        topics,
+    }
+}
+
+impl GroupsApi {
+    /// Checks every offset of a commit against the metadata this node holds: the good ones to
+    /// commit, and each partition's answer.
+    fn checked_offsets(&self, topics: Vec<CommitTopic>) -> (Vec<OffsetCommit>, Vec<CommitTopicResult>) {
+        let meta = self.node.meta();
+        let mut seen = SeenPartitions::default();
+        let mut accepted = Vec::new();
+        let mut results = Vec::new();
+        for t in topics {
+            let mut partitions = Vec::new();
+            let topic = meta.topics.get(&t.topic).filter(|topic| !topic.is_internal());
+            for p in t.partitions {
+                let checked = match topic {
+                    None => Err(errors::unknown_topic(&t.topic)),
+                    Some(topic) if p.partition as usize >= topic.partitions.len() => {
+                        Err(errors::unknown_partition(&t.topic, p.partition, topic.partitions.len()))
+                    }
+                    Some(_) if !seen.first(&t.topic, p.partition) => {
+                        Err(errors::duplicate_partition(&t.topic, p.partition))
+                    }
+                    Some(_) if p.offset < 0 => Err(errors::negative_offset(p.offset)),
+                    Some(_) if p.metadata.len() > MAX_OFFSET_METADATA_BYTES => {
+                        Err(errors::offset_metadata_too_large(p.metadata.len(), MAX_OFFSET_METADATA_BYTES))
+                    }
+                    Some(topic) => Ok(OffsetCommit {
+                        topic: t.topic.clone(),
+                        topic_id: topic.topic_id,
+                        partition: p.partition,
+                        offset: p.offset,
+                        metadata: p.metadata,
+                    }),
+                };
+                match checked {
+                    Ok(c) => {
+                        accepted.push(c);
+                        partitions.push(partition_ok(p.partition));
+                    }
+                    Err(e) => partitions.push(partition_error(p.partition, e)),
+                }
+            }
+            results.push(CommitTopicResult { topic: t.topic, partitions });
+        }
+        (accepted, results)
+    }
 }
 
 #[tonic::async_trait]
@@ -367,71 +436,58 @@ impl Groups for GroupsApi {
     ) -> Result<Response<CommitOffsetsResponse>, Status> {
         let principal = self.authz.principal(&request);
         let req = request.into_inner();
+        limits::check_counts("CommitOffsets", req.topics.len(), req.topics.iter().map(|t| t.partitions.len()).sum())?;
+        self.authz.authorize(&principal, rpc::COMMIT_OFFSETS, &req)?;
         let coordinator = match self.coordinator(&req.group_id) {
             Ok(c) => c,
             Err(e) => return Ok(Response::new(commit_error(e))),
         };
-        let committer = match (req.member_id.as_str(), req.generation_id) {
-            ("", g) if g < 0 => Committer::Standalone,
-            ("", _) => {
-                let e = errors::invalid_request(
-                    "a commit without a member id must carry generation_id -1 (a group without members)",
-                );
-                return Ok(Response::new(commit_error(e)));
-            }
-            (member_id, epoch) => Committer::Member { member_id, epoch },
+        let committer = match committer(&req.member_id, req.generation_id) {
+            Ok(c) => c,
+            Err(e) => return Ok(Response::new(commit_error(e))),
         };
-        // Check every offset against the metadata this node holds; commit the good ones.
-        let meta = self.node.meta();
-        limits::check_counts("CommitOffsets", req.topics.len(), req.topics.iter().map(|t| t.partitions.len()).sum())?;
-        self.authz.authorize(&principal, rpc::COMMIT_OFFSETS, &req)?;
-        let mut seen = SeenPartitions::default();
-        let mut accepted = Vec::new();
-        let mut results = Vec::new();
-        for t in req.topics {
-            let mut partitions = Vec::new();
-            let topic = meta.topics.get(&t.topic).filter(|topic| !topic.is_internal());
-            for p in t.partitions {
-                let checked = match topic {
-                    None => Err(errors::unknown_topic(&t.topic)),
-                    Some(topic) if p.partition as usize >= topic.partitions.len() => {
-                        Err(errors::unknown_partition(&t.topic, p.partition, topic.partitions.len()))
-                    }
-                    Some(_) if !seen.first(&t.topic, p.partition) => {
-                        Err(errors::duplicate_partition(&t.topic, p.partition))
-                    }
-                    Some(_) if p.offset < 0 => Err(errors::negative_offset(p.offset)),
-                    Some(_) if p.metadata.len() > MAX_OFFSET_METADATA_BYTES => {
-                        Err(errors::offset_metadata_too_large(p.metadata.len(), MAX_OFFSET_METADATA_BYTES))
-                    }
-                    Some(topic) => Ok(OffsetCommit {
-                        topic: t.topic.clone(),
-                        topic_id: topic.topic_id,
-                        partition: p.partition,
-                        offset: p.offset,
-                        metadata: p.metadata,
-                    }),
-                };
-                match checked {
-                    Ok(c) => {
-                        accepted.push(c);
-                        partitions.push(partition_ok(p.partition));
-                    }
-                    Err(e) => partitions.push(partition_error(p.partition, e)),
-                }
-            }
-            results.push(CommitTopicResult { topic: t.topic, partitions });
-        }
+        let (accepted, topics) = self.checked_offsets(req.topics);
         if !accepted.is_empty() {
             if let Err(e) = offsets::commit(&coordinator, &req.group_id, committer, &accepted, COMMIT_TIMEOUT).await {
                 return Ok(Response::new(commit_error(errors::coordinator(&e))));
             }
         }
-        Ok(Response::new(CommitOffsetsResponse {
-            error_code: ErrorCode::None as i32,
-            error_message: String::new(),
-            coordinator: None,
-            topics: results,
+        Ok(Response::new(committed(topics)))
+    }
+
+    async fn txn_commit_offsets(
+        &self,
+        request: Request<TxnCommitOffsetsRequest>,
+    ) -> Result<Response<CommitOffsetsResponse>, Status> {
+        let principal = self.authz.principal(&request);
+        let req = request.into_inner();
+        let count = req.topics.iter().map(|t| t.partitions.len()).sum();
+        limits::check_counts("TxnCommitOffsets", req.topics.len(), count)?;
+        self.authz.authorize(&principal, rpc::TXN_COMMIT_OFFSETS, &req)?;
+        let answer = async {
+            let epoch = i16::try_from(req.producer_epoch).ok().filter(|e| *e >= 0).ok_or_else(|| {
+                errors::invalid_request(format!("producer epoch {} is not a 16-bit epoch", req.producer_epoch))
+            })?;
+            transactions::validate(&req.transactional_id, 0).map_err(|e| errors::coordinator(&e))?;
+            let coordinator = self.coordinator(&req.group_id)?;
+            let committer = committer(&req.member_id, req.generation_id)?;
+            let (accepted, topics) = self.checked_offsets(req.topics.clone());
+            if accepted.is_empty() {
+                return Ok(topics);
+            }
+            let producer = (req.producer_id, epoch);
+            let identity = (req.transactional_id.as_str(), producer);
+            let prepared = txn_offsets::prepare(&coordinator, &req.group_id, committer, identity, &accepted)
+                .map_err(|e| errors::coordinator(&e))?;
+            crate::txn_verify::verify_group(&self.node, &req.transactional_id, producer, &req.group_id).await?;
+            txn_offsets::commit(&coordinator, prepared, committer, COMMIT_TIMEOUT)
+                .await
+                .map_err(|e| errors::coordinator(&e))?;
+            Ok(topics)
+        };
+        Ok(Response::new(match answer.await {
+            Ok(topics) => committed(topics),
+            Err(e) => commit_error(e),
         }))
     }
 
@@ -452,6 +508,16 @@ impl Groups for GroupsApi {
         let current = |topic: &str, id: &[u8; 16]| meta.topics.get(topic).is_some_and(|t| t.topic_id == *id);
         let answer = offsets::read(&coordinator, |state| {
             let result = |topic: &str, partition: u32| {
+                if req.require_stable && state.txn().is_pending(&req.group_id, topic, partition) {
+                    let e = errors::unstable_offset_commit(&req.group_id, topic, partition);
+                    return FetchOffsetsPartitionResult {
+                        partition,
+                        offset: -1,
+                        error_code: e.code as i32,
+                        error_message: e.message,
+                        ..Default::default()
+                    };
+                }
                 let found = state.committed(&req.group_id, topic, partition).filter(|c| current(topic, &c.topic_id));
                 FetchOffsetsPartitionResult {
                     partition,

@@ -14,9 +14,10 @@ use rill_meta::PartitionKind;
 use rill_proto::common::ErrorCode;
 use rill_proto::transactions::transactions_server::Transactions;
 use rill_proto::transactions::{
-    AbortTransactionRequest, AbortTransactionResponse, AddPartitionsToTxnRequest, AddPartitionsToTxnResponse,
-    DescribeTransactionsRequest, DescribeTransactionsResponse, EndTxnRequest, EndTxnResponse, ListTransactionsRequest,
-    ListTransactionsResponse, TransactionDescription, TransactionListing, TxnTopic,
+    AbortTransactionRequest, AbortTransactionResponse, AddOffsetsToTxnRequest, AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse, DescribeTransactionsRequest, DescribeTransactionsResponse, EndTxnRequest,
+    EndTxnResponse, ListTransactionsRequest, ListTransactionsResponse, TransactionDescription, TransactionListing,
+    TxnTopic,
 };
 use tonic::{Request, Response, Status};
 
@@ -88,6 +89,15 @@ fn epoch(producer_epoch: i32) -> Result<i16, WireError> {
     })
 }
 
+/// A request's transaction protocol version: 0 or 1 (v1), or 2.
+fn protocol(version: u32) -> Result<TxnProtocol, WireError> {
+    match version {
+        0 | 1 => Ok(TxnProtocol::V1),
+        2 => Ok(TxnProtocol::V2),
+        v => Err(WireError::new(ErrorCode::InvalidRequest, format!("unknown transaction version {v}: 1 or 2"))),
+    }
+}
+
 fn add_error(e: WireError) -> AddPartitionsToTxnResponse {
     AddPartitionsToTxnResponse { error_code: e.code as i32, error_message: e.message, coordinator: e.leader }
 }
@@ -135,6 +145,35 @@ impl Transactions for TransactionsApi {
         }))
     }
 
+    async fn add_offsets_to_txn(
+        &self,
+        request: Request<AddOffsetsToTxnRequest>,
+    ) -> Result<Response<AddPartitionsToTxnResponse>, Status> {
+        let principal = self.authz.principal(&request);
+        let req = request.into_inner();
+        self.authz.authorize(&principal, rpc::ADD_OFFSETS_TO_TXN, &req)?;
+        let answer = async {
+            let epoch = epoch(req.producer_epoch)?;
+            let protocol = protocol(req.transaction_version)?;
+            let coordinator = self.coordinator(&req.transactional_id)?;
+            let producer = (req.producer_id, epoch);
+            transactions::add_offsets(
+                &coordinator,
+                &req.transactional_id,
+                producer,
+                &req.group_id,
+                protocol,
+                DECISION_TIMEOUT,
+            )
+            .await
+            .map_err(|e| errors::coordinator(&e))
+        };
+        Ok(Response::new(match answer.await {
+            Ok(()) => AddPartitionsToTxnResponse::default(),
+            Err(e) => add_error(e),
+        }))
+    }
+
     async fn end_txn(&self, request: Request<EndTxnRequest>) -> Result<Response<EndTxnResponse>, Status> {
         let principal = self.authz.principal(&request);
         let req = request.into_inner();
@@ -143,16 +182,7 @@ impl Transactions for TransactionsApi {
             let epoch = epoch(req.producer_epoch)?;
             let coordinator = self.coordinator(&req.transactional_id)?;
             let producer = (req.producer_id, epoch);
-            let protocol = match req.transaction_version {
-                0 | 1 => TxnProtocol::V1,
-                2 => TxnProtocol::V2,
-                v => {
-                    return Err(WireError::new(
-                        ErrorCode::InvalidRequest,
-                        format!("unknown transaction version {v}: 1 or 2"),
-                    ))
-                }
-            };
+            let protocol = protocol(req.transaction_version)?;
             let ended = transactions::end_transaction(
                 &coordinator,
                 &req.transactional_id,
