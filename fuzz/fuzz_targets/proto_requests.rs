@@ -205,7 +205,7 @@ fn txn_commit_offsets(req: groups::TxnCommitOffsetsRequest) {
         classic: false,
         producer_id: req.producer_id,
         producer_epoch: req.producer_epoch,
-        marker_index: 0,
+        transaction_start: 1,
     };
     apply(&mut m, 1, cpb::offsets_command::Command::TxnCommit(pending));
     for (topic, partition) in &expected {
@@ -217,7 +217,7 @@ fn txn_commit_offsets(req: groups::TxnCommitOffsetsRequest) {
         producer_epoch: req.producer_epoch,
         coordinator_epoch: 1,
         commit: true,
-        transaction_version: 1,
+        transaction_start: 1,
     };
     apply(&mut m, 2, cpb::offsets_command::Command::TxnMarker(marker));
     for (topic, partition) in &expected {

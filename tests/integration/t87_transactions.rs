@@ -638,6 +638,18 @@ async fn consumed_offsets_commit_with_the_transaction_and_only_then() -> anyhow:
     wait_for_state(&client, "billing-1", "CompleteCommit").await?;
     assert_eq!(group_offset(&client, "billing").await?, (Some(5), ErrorCode::None));
 
+    tracing::info!("--- offsets that could not be sent keep the transaction from committing");
+    invoicer.begin_transaction()?;
+    invoicer.send_to("invoices", 0, Record::new("never-visible")).await?;
+    let stranger = rill_client::ConsumerGroupMetadata { group_id: "billing".into(), member: Some(("x".into(), 1)) };
+    let e = invoicer.send_offsets_to_transaction(&[(tp.clone(), 6)], &stranger).await.expect_err("not a member");
+    assert_eq!(e.transaction_kind(), rill_client::TransactionErrorKind::Abortable, "{e}");
+    let e = invoicer.commit_transaction().await.expect_err("no commit without the offsets");
+    assert_eq!(e.transaction_kind(), rill_client::TransactionErrorKind::Abortable, "{e}");
+    invoicer.abort_transaction().await?;
+    wait_for_state(&client, "billing-1", "CompleteAbort").await?;
+    assert_eq!(group_offset(&client, "billing").await?, (Some(5), ErrorCode::None));
+
     tracing::info!("--- refused: a group not in the transaction, a committer that is not a member");
     let identity = invoicer.producer_id_and_epoch().ok_or_else(|| anyhow::anyhow!("no identity"))?;
     let offsets = [(tp.clone(), 6, String::new())];

@@ -109,6 +109,8 @@ impl Error {
                 | ErrorCode::CoordinatorNotAvailable
                 | ErrorCode::NotCoordinator
                 | ErrorCode::CoordinatorLoadInProgress
+                // A transaction's offset commit still pending: it ends by itself.
+                | ErrorCode::UnstableOffsetCommit
                 // An `EndTxn` whose outcome is unknown: asking again is answered as a retry.
                 | ErrorCode::RequestTimedOut,
             ) => TransactionErrorKind::Retriable,

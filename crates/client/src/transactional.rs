@@ -52,9 +52,18 @@ pub struct TransactionalProducer {
     transactional_id: String,
     timeout: Duration,
     phase: Mutex<Phase>,
-    /// A group's offsets joined the current transaction (it has something to end even when no
-    /// record was sent).
-    offsets_added: Mutex<bool>,
+    /// The current transaction's offsets.
+    offsets: Mutex<TxnOffsets>,
+}
+
+/// What the current transaction did with consumer offsets.
+#[derive(Debug, Default)]
+struct TxnOffsets {
+    /// A group joined the transaction (it has something to end even when no record was sent).
+    added: bool,
+    /// The last `send_offsets_to_transaction` failed: the transaction must not commit without
+    /// the offsets (the outcome of a retriable failure is unknown until a retry succeeds).
+    failed: Option<Error>,
 }
 
 impl TransactionalProducer {
@@ -69,7 +78,7 @@ impl TransactionalProducer {
             transactional_id: transactional_id.to_string(),
             timeout: transaction_timeout,
             phase: Mutex::new(Phase::Uninitialised),
-            offsets_added: Mutex::new(false),
+            offsets: Mutex::new(TxnOffsets::default()),
         }
     }
 
@@ -112,6 +121,7 @@ impl TransactionalProducer {
         if self.phase() != Phase::Ready {
             return Err(self.misuse("begin_transaction"));
         }
+        *self.offsets_state() = TxnOffsets::default();
         self.set_phase(Phase::InTransaction);
         Ok(())
     }
@@ -151,30 +161,57 @@ impl TransactionalProducer {
         if offsets.is_empty() {
             return Ok(());
         }
+        if let Some((tp, o)) = offsets.iter().find(|(_, o)| i64::try_from(*o).is_err()) {
+            return Err(Error::InvalidArgument(format!("offset {o} of {}/{} is too large", tp.topic, tp.partition)));
+        }
         let Some(identity) = self.producer.identity() else { return Err(self.misuse("send_offsets_to_transaction")) };
         let result = async {
             self.client.add_offsets_to_transaction(&self.transactional_id, identity, &group.group_id).await?;
-            *self.offsets_added.lock().unwrap_or_else(|p| p.into_inner()) = true;
+            self.offsets_state().added = true;
             let offsets: Vec<(TopicPartition, u64, String)> =
                 offsets.iter().map(|(tp, o)| (tp.clone(), *o, String::new())).collect();
             let member = group.member.as_ref().map(|(id, epoch)| (id.as_str(), *epoch));
             self.client.txn_commit_offsets(&self.transactional_id, identity, &group.group_id, member, &offsets).await
         };
-        match result.await {
-            Ok(()) => Ok(()),
+        let outcome = result.await;
+        let mut state = self.offsets_state();
+        match outcome {
+            Ok(()) => {
+                // A retry after a retriable failure succeeded: the offsets are in.
+                if state.failed.as_ref().is_some_and(|e| e.transaction_kind() == TransactionErrorKind::Retriable) {
+                    state.failed = None;
+                }
+                Ok(())
+            }
             Err(e) if e.transaction_kind() == TransactionErrorKind::Fatal => {
+                drop(state);
                 self.set_phase(Phase::Failed);
                 Err(e)
             }
-            Err(e) if e.transaction_kind() == TransactionErrorKind::Retriable => Err(e),
-            // The offsets are not in the transaction: committing it would move the output
+            // Perhaps in, perhaps not: the transaction commits only after a retry succeeds.
+            Err(e) if e.transaction_kind() == TransactionErrorKind::Retriable => {
+                if state.failed.is_none() {
+                    state.failed = Some(e.clone());
+                }
+                Err(e)
+            }
+            // The offsets are not (all) in the transaction: committing it would move the output
             // without the input. Abort.
-            Err(e) => Err(Error::TransactionAbortable(Box::new(e))),
+            Err(e) => {
+                let e = Error::TransactionAbortable(Box::new(e));
+                state.failed = Some(e.clone());
+                Err(e)
+            }
         }
     }
 
+    fn offsets_state(&self) -> std::sync::MutexGuard<'_, TxnOffsets> {
+        self.offsets.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// Sends everything queued, then commits the transaction. When a send of the transaction
-    /// failed, nothing is committed: the error is returned (abortable — call
+    /// failed, or its offsets could not be sent (`send_offsets_to_transaction` failed and no
+    /// retry succeeded), nothing is committed: the error is returned (abortable — call
     /// [`TransactionalProducer::abort_transaction`]).
     pub async fn commit_transaction(&self) -> Result<()> {
         if self.phase() != Phase::InTransaction {
@@ -191,6 +228,14 @@ impl TransactionalProducer {
                 Phase::InTransaction
             });
             return Err(e);
+        }
+        let offsets_failed = self.offsets_state().failed.clone();
+        if let Some(e) = offsets_failed {
+            self.set_phase(Phase::InTransaction);
+            return Err(match e {
+                e @ Error::TransactionAbortable(_) => e,
+                e => Error::TransactionAbortable(Box::new(e)),
+            });
         }
         if sent || self.offsets_added() {
             if let Err(e) = self.end(true).await {
@@ -230,14 +275,14 @@ impl TransactionalProducer {
     }
 
     fn offsets_added(&self) -> bool {
-        *self.offsets_added.lock().unwrap_or_else(|p| p.into_inner())
+        self.offsets_state().added
     }
 
     async fn end(&self, commit: bool) -> Result<()> {
         let Some(identity) = self.producer.identity() else { return Err(self.misuse("end")) };
         let ended = self.client.end_transaction(&self.transactional_id, identity, commit).await;
         if ended.is_ok() {
-            *self.offsets_added.lock().unwrap_or_else(|p| p.into_inner()) = false;
+            *self.offsets_state() = TxnOffsets::default();
         }
         match ended {
             Ok(next) if next == identity && identity.1 >= LAST_EPOCH => {

@@ -406,7 +406,7 @@ impl GroupStateMachine for OffsetsMachine {
                 }
             }
             Ok(Some(pb::offsets_command::Command::TxnMarker(m))) => {
-                match txn_offsets::apply_marker(&mut self.state.txn, &m, log_id.index) {
+                match txn_offsets::apply_marker(&mut self.state.txn, &m) {
                     Ok(commits) => commits.into_iter().for_each(|c| self.state.apply(c)),
                     Err(_) => return Bytes::from_static(REFUSED),
                 }
@@ -416,6 +416,7 @@ impl GroupStateMachine for OffsetsMachine {
                     return Bytes::from_static(REFUSED);
                 }
                 self.state.remove_group(&d.group_id);
+                self.state.txn.remove_group(&d.group_id);
                 self.groups.remove(&d.group_id);
                 self.classic.remove(&d.group_id);
             }
@@ -426,6 +427,7 @@ impl GroupStateMachine for OffsetsMachine {
                 }
                 let partitions =
                     d.partitions.iter().flat_map(|t| t.partitions.iter().map(move |p| (t.topic.as_str(), *p)));
+                self.state.txn.remove_offsets(&d.group_id, partitions.clone());
                 self.state.remove_offsets(&d.group_id, partitions);
             }
             Ok(Some(pb::offsets_command::Command::GroupChange(c))) => {
@@ -988,7 +990,7 @@ mod tests {
         let mut m = OffsetsMachine::new();
         with_member(&mut m);
         let epoch = m.groups().get("g").map(|g| g.members["m"].epoch).unwrap();
-        let txn_commit = |member: &str, marker_index| {
+        let txn_commit = |member: &str, transaction_start| {
             let Ok(pb::OffsetsCommand { command: Some(pb::offsets_command::Command::Commit(mut c)) }) =
                 pb::OffsetsCommand::decode(commit(&[("a", 0, 42)]).body)
             else {
@@ -1001,12 +1003,12 @@ mod tests {
                 classic: false,
                 producer_id: 7,
                 producer_epoch: 0,
-                marker_index,
+                transaction_start,
             }))
         };
-        assert_eq!(m.apply(&id(1), 0, &txn_commit("stranger", 0)).as_ref(), REFUSED, "not a member");
+        assert_eq!(m.apply(&id(1), 0, &txn_commit("stranger", 4)).as_ref(), REFUSED, "not a member");
         // The member owns nothing yet: a member may commit only what it owns.
-        assert_eq!(m.apply(&id(2), 0, &txn_commit("m", 0)).as_ref(), REFUSED);
+        assert_eq!(m.apply(&id(2), 0, &txn_commit("m", 4)).as_ref(), REFUSED);
         let mut standalone = OffsetsMachine::new();
         let c = |index| {
             let mut p = txn_commit("", index);
@@ -1019,7 +1021,7 @@ mod tests {
             p.body = cmd.encode_to_vec().into();
             p
         };
-        assert!(standalone.apply(&id(3), 0, &c(0)).is_empty());
+        assert!(standalone.apply(&id(3), 0, &c(4)).is_empty());
         assert!(standalone.state().txn().is_pending("g", "a", 0));
         assert_eq!(standalone.state().committed("g", "a", 0), None, "pending is not committed");
         let snap = standalone.snapshot().unwrap();
@@ -1032,7 +1034,7 @@ mod tests {
                 producer_epoch: 0,
                 coordinator_epoch: 3,
                 commit,
-                transaction_version: 1,
+                transaction_start: 4,
             }))
         };
         assert!(back.apply(&id(4), 0, &marker(true)).is_empty());
@@ -1045,10 +1047,18 @@ mod tests {
             ..Default::default()
         }));
         assert_eq!(back.apply(&id(5), 0, &old).as_ref(), REFUSED);
-        // Decided before the marker at index 4: refused; after it: pending, then aborted.
-        assert_eq!(back.apply(&id(6), 0, &c(0)).as_ref(), REFUSED);
-        assert!(back.apply(&id(7), 0, &c(4)).is_empty());
-        assert!(back.apply(&id(8), 0, &marker(false)).is_empty());
+        // A late commit of transaction 4, which ended: refused. Transaction 6's: pending, then
+        // dropped by its abort marker.
+        assert_eq!(back.apply(&id(6), 0, &c(4)).as_ref(), REFUSED);
+        assert!(back.apply(&id(7), 0, &c(6)).is_empty());
+        let abort6 = command(pb::offsets_command::Command::TxnMarker(pb::TxnOffsetsMarker {
+            producer_id: 7,
+            coordinator_epoch: 3,
+            commit: false,
+            transaction_start: 6,
+            ..Default::default()
+        }));
+        assert!(back.apply(&id(8), 0, &abort6).is_empty());
         assert!(!back.state().txn().is_pending("g", "a", 0));
         assert_eq!(back.state().committed("g", "a", 0).map(|c| c.offset), Some(42), "the abort changed nothing");
     }

@@ -10,19 +10,22 @@
 //!                                              └► abort: pending dropped
 //! ```
 //!
-//! Which transaction pending offsets belong to is fixed when they are accepted: the group
-//! coordinator reads the producer's last marker here *before* asking the transaction
-//! coordinator whether the group is in the producer's ongoing transaction, and the command
-//! applies only if no marker of the producer applied since. Any marker applied later is that
-//! transaction's (a transaction's markers are all written before the next one can begin), so
-//! offsets never wait for — or get committed by — a later transaction's marker.
+//! Pending offsets are tied to one transaction, named by the version of the transaction
+//! coordinator's write that began it (`transaction_start`, monotonic per transactional id and
+//! independent of epochs): the transaction coordinator names the ongoing transaction when it
+//! confirms the group is in it, the pending command carries that name, and each marker names the
+//! transaction it ends. So:
 //!
-//! A marker ends the pending offsets of its producer only if its epoch allows: transactions v1
-//! keep the epoch, so a marker applies to offsets of its epoch or older; v2 writes markers under
-//! the epoch its `EndTxn` bumped, so a marker applies only to offsets of an older epoch — a late
-//! duplicate marker of transaction N cannot end transaction N+1's offsets, which run under the
-//! epoch N's marker carries. Markers of a deposed transaction coordinator (a lower coordinator
-//! epoch than the producer's last marker here) are refused.
+//! * a marker ends only the offsets of its own transaction — a late duplicate of transaction N's
+//!   marker leaves transaction N+1's offsets pending, under either protocol version and at any
+//!   epoch (v1 keeps the epoch across transactions; v2 at its last epoch cannot bump it);
+//! * a commit of a transaction whose marker (or a later transaction's) already applied here is
+//!   refused: it is late, or was verified against a coordinator that had not yet seen the end;
+//! * offsets of an earlier transaction still pending when a later transaction's offsets or
+//!   marker arrive lost their transaction (it ended) and are dropped.
+//!
+//! Markers of a deposed transaction coordinator (a lower coordinator epoch than the producer's
+//! last marker here) are refused.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -40,18 +43,22 @@ use crate::offsets::{self, CommittedOffset, Committer, OffsetCommit, OffsetsMach
 pub struct PendingOffsets {
     /// The producer epoch they were committed under.
     pub epoch: i16,
+    /// Their transaction (the version of the coordinator's write that began it).
+    pub transaction_start: u64,
     /// By group, then (topic, partition).
     pub groups: BTreeMap<String, BTreeMap<(String, u32), CommittedOffset>>,
 }
 
-/// The last marker a producer left in this partition.
+/// What the markers of a producer left in this partition.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 struct Mark {
+    /// The highest coordinator epoch of its markers.
     coordinator_epoch: i32,
-    marker_index: u64,
+    /// The latest transaction a marker ended.
+    transaction_start: u64,
 }
 
-/// A marker's producer, epochs and decision.
+/// A marker: the transaction it ends and the decision.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TxnMarker {
     /// The transaction's producer id.
@@ -62,8 +69,8 @@ pub struct TxnMarker {
     pub coordinator_epoch: i32,
     /// Commit or abort.
     pub commit: bool,
-    /// True for transactions v2 (the marker carries the epoch its `EndTxn` bumped).
-    pub v2: bool,
+    /// The transaction it ends (the version of the coordinator's write that began it).
+    pub transaction_start: u64,
 }
 
 /// A marker from a coordinator older than the last one the producer's markers came from.
@@ -93,18 +100,53 @@ impl TxnOffsets {
         self.pending.get(&producer_id)
     }
 
-    /// The Raft log index of `producer_id`'s last marker here (0: none).
-    pub fn marker_index(&self, producer_id: i64) -> u64 {
-        self.marks.get(&producer_id).map_or(0, |m| m.marker_index)
+    /// The latest transaction of `producer_id` a marker ended here (0: none).
+    pub fn ended(&self, producer_id: i64) -> u64 {
+        self.marks.get(&producer_id).map_or(0, |m| m.transaction_start)
     }
 
-    /// Adds offsets `c` of producer `producer_id` at `epoch`. Offsets of an older epoch still
-    /// pending lost their marker (their transaction ended before this one began) and are
-    /// dropped.
-    fn add(&mut self, producer_id: i64, epoch: i16, c: pb::CommitOffsets) {
+    /// Every (topic, partition) of `group` some transaction holds a pending offset of.
+    pub fn pending_partitions(&self, group: &str) -> std::collections::BTreeSet<(String, u32)> {
+        self.pending.values().filter_map(|p| p.groups.get(group)).flat_map(|g| g.keys().cloned()).collect()
+    }
+
+    /// Drops every pending offset of `group` (the group was deleted).
+    pub(crate) fn remove_group(&mut self, group: &str) {
+        self.pending.values_mut().for_each(|p| {
+            p.groups.remove(group);
+        });
+        self.pending.retain(|_, p| !p.groups.is_empty());
+    }
+
+    /// Drops the pending offsets of `partitions` of `group` (their offsets were deleted).
+    pub(crate) fn remove_offsets<'a>(&mut self, group: &str, partitions: impl Iterator<Item = (&'a str, u32)> + Clone) {
+        for p in self.pending.values_mut() {
+            if let Some(g) = p.groups.get_mut(group) {
+                for (topic, partition) in partitions.clone() {
+                    g.remove(&(topic.to_string(), partition));
+                }
+                if g.is_empty() {
+                    p.groups.remove(group);
+                }
+            }
+        }
+        self.pending.retain(|_, p| !p.groups.is_empty());
+    }
+
+    /// Adds offsets `c` of producer `producer_id`'s transaction `transaction_start` at `epoch`;
+    /// false (nothing added) when that transaction already ended here, or a later one has
+    /// offsets pending. Offsets of an earlier transaction still pending lost their transaction
+    /// (it ended) and are dropped.
+    fn add(&mut self, producer_id: i64, epoch: i16, transaction_start: u64, c: pb::CommitOffsets) -> bool {
+        if transaction_start <= self.ended(producer_id) {
+            return false;
+        }
         let entry = self.pending.entry(producer_id).or_default();
-        if entry.epoch < epoch {
-            *entry = PendingOffsets { epoch, groups: BTreeMap::new() };
+        if entry.transaction_start > transaction_start {
+            return false;
+        }
+        if entry.transaction_start < transaction_start {
+            *entry = PendingOffsets { epoch, transaction_start, groups: BTreeMap::new() };
         }
         let group = entry.groups.entry(c.group_id).or_default();
         for o in c.offsets {
@@ -114,30 +156,26 @@ impl TxnOffsets {
                 CommittedOffset { offset: o.offset, metadata: o.metadata, topic_id, commit_time_ms: o.commit_time_ms },
             );
         }
+        true
     }
 
-    /// Applies `marker`, the entry at log index `index`: the producer's pending offsets its
-    /// epoch ends are returned with commit (to become committed), dropped with abort.
-    fn apply_marker(&mut self, marker: TxnMarker, index: u64) -> Result<Option<PendingOffsets>, DeposedCoordinator> {
-        if let Some(mark) = self.marks.get(&marker.producer_id) {
-            if marker.coordinator_epoch < mark.coordinator_epoch {
-                return Err(DeposedCoordinator { current: mark.coordinator_epoch });
-            }
+    /// Applies `marker`: the producer's pending offsets of the transaction it ends are returned
+    /// with commit (to become committed), dropped with abort. Offsets of an earlier transaction
+    /// are dropped; a later transaction's stay pending (the marker is a late duplicate).
+    fn apply_marker(&mut self, marker: TxnMarker) -> Result<Option<PendingOffsets>, DeposedCoordinator> {
+        let mark = self.marks.entry(marker.producer_id).or_default();
+        if marker.coordinator_epoch < mark.coordinator_epoch {
+            return Err(DeposedCoordinator { current: mark.coordinator_epoch });
         }
-        self.marks
-            .insert(marker.producer_id, Mark { coordinator_epoch: marker.coordinator_epoch, marker_index: index });
-        let ends = |p: &PendingOffsets| {
-            if marker.v2 {
-                p.epoch < marker.producer_epoch
-            } else {
-                p.epoch <= marker.producer_epoch
-            }
-        };
-        if !self.pending.get(&marker.producer_id).is_some_and(ends) {
+        mark.coordinator_epoch = marker.coordinator_epoch;
+        mark.transaction_start = mark.transaction_start.max(marker.transaction_start);
+        let Some(pending) = self.pending.get(&marker.producer_id) else { return Ok(None) };
+        if pending.transaction_start > marker.transaction_start {
             return Ok(None);
         }
+        let ends_it = pending.transaction_start == marker.transaction_start;
         let ended = self.pending.remove(&marker.producer_id);
-        Ok(ended.filter(|_| marker.commit))
+        Ok(ended.filter(|_| ends_it && marker.commit))
     }
 
     pub(crate) fn to_proto(&self) -> (Vec<pb::PendingTxnOffsets>, Vec<pb::TxnMarkerMark>) {
@@ -147,6 +185,7 @@ impl TxnOffsets {
             .map(|(&producer_id, p)| pb::PendingTxnOffsets {
                 producer_id,
                 producer_epoch: i32::from(p.epoch),
+                transaction_start: p.transaction_start,
                 groups: p
                     .groups
                     .iter()
@@ -166,7 +205,7 @@ impl TxnOffsets {
             .map(|(&producer_id, m)| pb::TxnMarkerMark {
                 producer_id,
                 coordinator_epoch: m.coordinator_epoch,
-                marker_index: m.marker_index,
+                transaction_start: m.transaction_start,
             })
             .collect();
         (pending, marks)
@@ -174,17 +213,19 @@ impl TxnOffsets {
 
     pub(crate) fn from_proto(pending: Vec<pb::PendingTxnOffsets>, marks: &[pb::TxnMarkerMark]) -> Result<Self, String> {
         let mut out = Self::default();
+        for m in marks {
+            let mark = Mark { coordinator_epoch: m.coordinator_epoch, transaction_start: m.transaction_start };
+            out.marks.insert(m.producer_id, mark);
+        }
         for p in pending {
             let epoch = i16::try_from(p.producer_epoch)
                 .map_err(|_| format!("pending offsets of producer {} at epoch {}", p.producer_id, p.producer_epoch))?;
             for g in p.groups {
                 let c = pb::CommitOffsets { group_id: g.group_id, offsets: g.offsets, ..Default::default() };
-                out.add(p.producer_id, epoch, c);
+                if !out.add(p.producer_id, epoch, p.transaction_start, c) {
+                    return Err(format!("pending offsets of producer {} of an ended transaction", p.producer_id));
+                }
             }
-        }
-        for m in marks {
-            out.marks
-                .insert(m.producer_id, Mark { coordinator_epoch: m.coordinator_epoch, marker_index: m.marker_index });
         }
         Ok(out)
     }
@@ -195,18 +236,13 @@ impl TxnOffsets {
 pub(crate) fn apply_commit(txn: &mut TxnOffsets, c: pb::TxnCommitOffsets, may_commit: bool) -> bool {
     let Ok(epoch) = i16::try_from(c.producer_epoch) else { return false };
     let Some(commit) = c.commit else { return false };
-    if !may_commit || txn.marker_index(c.producer_id) != c.marker_index {
-        return false;
-    }
-    txn.add(c.producer_id, epoch, commit);
-    true
+    may_commit && txn.add(c.producer_id, epoch, c.transaction_start, commit)
 }
 
-/// What `apply` does with a marker at log index `index`: the offsets to commit, by group.
+/// What `apply` does with a marker: the offsets to commit, by group.
 pub(crate) fn apply_marker(
     txn: &mut TxnOffsets,
     m: &pb::TxnOffsetsMarker,
-    index: u64,
 ) -> Result<Vec<pb::CommitOffsets>, DeposedCoordinator> {
     let Ok(producer_epoch) = i16::try_from(m.producer_epoch) else { return Ok(Vec::new()) };
     let marker = TxnMarker {
@@ -214,9 +250,9 @@ pub(crate) fn apply_marker(
         producer_epoch,
         coordinator_epoch: m.coordinator_epoch,
         commit: m.commit,
-        v2: m.transaction_version >= 2,
+        transaction_start: m.transaction_start,
     };
-    let Some(ended) = txn.apply_marker(marker, index)? else { return Ok(Vec::new()) };
+    let Some(ended) = txn.apply_marker(marker)? else { return Ok(Vec::new()) };
     Ok(ended
         .groups
         .into_iter()
@@ -237,14 +273,12 @@ pub struct Prepared {
     classic: bool,
     transactional_id: String,
     producer: (i64, i16),
-    marker_index: u64,
 }
 
 /// On the group's coordinator, first of three steps: checks a commit of `offsets` of `group` by
-/// `committer` inside the transaction of `transactional_id`'s `producer` (id, epoch), and reads the producer's last
-/// marker here. Second, the caller verifies with the transaction's coordinator that the group
-/// is in that producer's ongoing transaction; third, [`commit`]. The order matters: a marker
-/// applied after this read ends the transaction verified after it, so the command is refused.
+/// `committer` inside the transaction of `transactional_id`'s `producer` (id, epoch). Second,
+/// the caller asks the transaction's coordinator whether the group is in that producer's
+/// ongoing transaction, which names it; third, [`commit`] with that name.
 pub fn prepare(
     partition: &StatePartition<OffsetsMachine>,
     group: &str,
@@ -253,15 +287,16 @@ pub fn prepare(
     offsets: &[OffsetCommit],
 ) -> Result<Prepared> {
     let (commit, classic) = offsets::prepare_commit(partition, group, committer, offsets)?;
-    let marker_index = partition.read(|m| m.state().txn().marker_index(producer.0))?;
-    Ok(Prepared { commit, classic, transactional_id: transactional_id.to_string(), producer, marker_index })
+    Ok(Prepared { commit, classic, transactional_id: transactional_id.to_string(), producer })
 }
 
-/// On the group's coordinator, after [`prepare`] and the verification: proposes the pending
-/// offsets; returns once they are replicated.
+/// On the group's coordinator, after [`prepare`] and the verification that named the
+/// transaction (`transaction_start`): proposes the pending offsets; returns once they are
+/// replicated.
 pub async fn commit(
     partition: &StatePartition<OffsetsMachine>,
     prepared: Prepared,
+    transaction_start: u64,
     committer: Committer<'_>,
     timeout: Duration,
 ) -> Result<()> {
@@ -275,7 +310,7 @@ pub async fn commit(
             classic: prepared.classic,
             producer_id,
             producer_epoch: i32::from(prepared.producer.1),
-            marker_index: prepared.marker_index,
+            transaction_start,
         })),
     };
     let answer = partition.propose(command.encode_to_vec().into(), timeout).await?;
@@ -288,7 +323,7 @@ pub async fn commit(
     Err(CoordinatorError::InvalidTxnState {
         transactional_id: prepared_id,
         reason: format!(
-            "the transaction of producer {producer_id} ended while its offsets for group {group:?} were being committed"
+            "the transaction of producer {producer_id} ended before its offsets for group {group:?} were committed"
         ),
     })
 }
@@ -306,7 +341,7 @@ pub async fn write_marker(
             producer_epoch: i32::from(marker.producer_epoch),
             coordinator_epoch: marker.coordinator_epoch,
             commit: marker.commit,
-            transaction_version: if marker.v2 { 2 } else { 1 },
+            transaction_start: marker.transaction_start,
         })),
     };
     let answer: Bytes = partition.propose(command.encode_to_vec().into(), timeout).await?;
@@ -339,91 +374,106 @@ mod tests {
         }
     }
 
-    fn marker(epoch: i16, coordinator_epoch: i32, commit: bool, v2: bool) -> TxnMarker {
-        TxnMarker { producer_id: 9, producer_epoch: epoch, coordinator_epoch, commit, v2 }
+    fn marker(transaction_start: u64, coordinator_epoch: i32, commit: bool) -> TxnMarker {
+        TxnMarker { producer_id: 9, producer_epoch: 3, coordinator_epoch, commit, transaction_start }
     }
 
     #[test]
     fn a_commit_marker_hands_over_the_pending_offsets_and_an_abort_drops_them() {
         let mut t = TxnOffsets::default();
-        t.add(9, 3, commit("g", 10));
-        t.add(9, 3, commit("h", 20));
+        assert!(t.add(9, 3, 10, commit("g", 10)));
+        assert!(t.add(9, 3, 10, commit("h", 20)));
         assert!(t.is_pending("g", "t", 0) && t.is_pending("h", "t", 0));
         assert!(!t.is_pending("g", "t", 1) && !t.is_pending("x", "t", 0));
-        let ended = t.apply_marker(marker(3, 1, true, false), 50).unwrap().unwrap();
-        assert_eq!(ended.groups.len(), 2, "v1: a marker of the same epoch ends the transaction");
+        assert_eq!(t.pending_partitions("g"), [("t".to_string(), 0)].into());
+        let ended = t.apply_marker(marker(10, 1, true)).unwrap().unwrap();
+        assert_eq!(ended.groups.len(), 2);
         assert!(!t.is_pending("g", "t", 0));
-        assert_eq!(t.marker_index(9), 50);
-        assert_eq!(t.marker_index(8), 0);
+        assert_eq!(t.ended(9), 10);
+        assert_eq!(t.ended(8), 0);
 
-        t.add(9, 3, commit("g", 11));
-        assert_eq!(t.apply_marker(marker(3, 1, false, false), 60).unwrap(), None, "abort: nothing to commit");
+        assert!(!t.add(9, 3, 10, commit("g", 11)), "a late commit of the ended transaction is refused");
+        assert!(t.add(9, 3, 14, commit("g", 11)));
+        assert_eq!(t.apply_marker(marker(14, 1, false)).unwrap(), None, "abort: nothing to commit");
         assert!(!t.is_pending("g", "t", 0), "abort dropped them");
-        assert_eq!(t.marker_index(9), 60);
     }
 
     #[test]
-    fn a_v2_marker_ends_only_offsets_of_an_older_epoch() {
+    fn a_marker_ends_only_its_own_transaction_whatever_the_epochs() {
         let mut t = TxnOffsets::default();
-        // Transaction N at epoch 4 ended by a marker at epoch 5; N+1 runs at epoch 5.
-        t.add(9, 4, commit("g", 10));
-        assert!(t.apply_marker(marker(5, 1, true, true), 10).unwrap().is_some());
-        t.add(9, 5, commit("g", 20));
-        // A late duplicate of N's marker leaves N+1's offsets pending.
-        assert_eq!(t.apply_marker(marker(5, 1, true, true), 11).unwrap(), None);
+        // Transaction 10 ends; transaction 14 runs under the same epoch (v1, or v2 at its last
+        // epoch).
+        assert!(t.add(9, 3, 10, commit("g", 10)));
+        assert!(t.apply_marker(marker(10, 1, true)).unwrap().is_some());
+        assert!(t.add(9, 3, 14, commit("g", 20)));
+        // A late duplicate of 10's marker leaves 14's offsets pending.
+        assert_eq!(t.apply_marker(marker(10, 1, true)).unwrap(), None);
         assert!(t.is_pending("g", "t", 0));
-        // N+1's own marker (epoch 6) ends them.
-        let ended = t.apply_marker(marker(6, 1, true, true), 12).unwrap().unwrap();
+        assert_eq!(t.ended(9), 10, "the duplicate did not move the mark back or forth");
+        let ended = t.apply_marker(marker(14, 1, true)).unwrap().unwrap();
         assert_eq!(ended.groups["g"][&("t".to_string(), 0)].offset, 20);
     }
 
     #[test]
-    fn a_deposed_coordinator_is_refused_and_orphans_of_an_older_epoch_go() {
+    fn orphans_of_an_earlier_transaction_go_and_a_deposed_coordinator_is_refused() {
         let mut t = TxnOffsets::default();
-        t.add(9, 1, commit("g", 10));
-        t.apply_marker(marker(1, 5, false, false), 1).unwrap();
-        t.add(9, 1, commit("g", 11));
-        assert_eq!(t.apply_marker(marker(1, 4, true, false), 2), Err(DeposedCoordinator { current: 5 }));
+        t.apply_marker(marker(2, 5, false)).unwrap();
+        assert!(t.add(9, 1, 6, commit("g", 11)));
+        assert_eq!(t.apply_marker(marker(6, 4, true)), Err(DeposedCoordinator { current: 5 }));
         assert!(t.is_pending("g", "t", 0), "the deposed coordinator's marker changed nothing");
-        assert_eq!(t.marker_index(9), 1);
-        // A newer epoch's offsets replace what an older epoch left.
-        t.add(9, 2, commit("h", 1));
+        assert_eq!(t.ended(9), 2);
+        // A later transaction's offsets replace what an earlier one left; the earlier one's
+        // commits are refused from then on.
+        assert!(t.add(9, 2, 8, commit("h", 1)));
         assert!(!t.is_pending("g", "t", 0));
-        assert!(t.is_pending("h", "t", 0));
+        assert!(!t.add(9, 1, 6, commit("g", 12)));
+        // A later transaction's marker drops an earlier transaction's offsets, committing nothing.
+        assert_eq!(t.apply_marker(marker(9, 5, true)).unwrap(), None);
+        assert!(!t.is_pending("h", "t", 0));
+    }
+
+    #[test]
+    fn deleting_a_group_or_its_offsets_drops_their_pending_offsets() {
+        let mut t = TxnOffsets::default();
+        assert!(t.add(9, 1, 3, commit("g", 1)));
+        assert!(t.add(9, 1, 3, commit("h", 1)));
+        t.remove_offsets("g", [("t", 0)].into_iter());
+        assert!(!t.is_pending("g", "t", 0) && t.is_pending("h", "t", 0));
+        t.remove_group("h");
+        assert_eq!(t, TxnOffsets::default());
     }
 
     #[test]
     fn the_snapshot_is_the_state() {
         let mut t = TxnOffsets::default();
-        t.add(9, 1, commit("g", 10));
-        t.apply_marker(TxnMarker { producer_id: 4, ..marker(1, 2, true, false) }, 3).unwrap();
+        t.apply_marker(TxnMarker { producer_id: 4, ..marker(3, 2, true) }).unwrap();
+        assert!(t.add(9, 1, 5, commit("g", 10)));
         let (pending, marks) = t.to_proto();
         assert_eq!(TxnOffsets::from_proto(pending, &marks).unwrap(), t);
     }
 
     #[test]
-    fn commands_apply_only_for_an_unchanged_marker_index() {
+    fn commands_apply_only_before_their_transaction_ended() {
         let mut t = TxnOffsets::default();
-        let c = |index| pb::TxnCommitOffsets {
+        let c = |start| pb::TxnCommitOffsets {
             commit: Some(commit("g", 10)),
             classic: false,
             producer_id: 9,
             producer_epoch: 1,
-            marker_index: index,
+            transaction_start: start,
         };
-        assert!(!apply_commit(&mut t, c(0), false), "the committer may not commit");
-        assert!(apply_commit(&mut t, c(0), true));
+        assert!(!apply_commit(&mut t, c(4), false), "the committer may not commit");
+        assert!(apply_commit(&mut t, c(4), true));
         let m = pb::TxnOffsetsMarker {
             producer_id: 9,
             producer_epoch: 1,
             coordinator_epoch: 1,
             commit: true,
-            transaction_version: 1,
+            transaction_start: 4,
         };
-        let committed = apply_marker(&mut t, &m, 40).unwrap();
-        assert_eq!(committed.len(), 1);
-        assert!(!apply_commit(&mut t, c(0), true), "decided before the marker at 40: refused");
+        assert_eq!(apply_marker(&mut t, &m).unwrap().len(), 1);
+        assert!(!apply_commit(&mut t, c(4), true), "its transaction ended: refused");
         assert!(!t.is_pending("g", "t", 0));
-        assert!(apply_commit(&mut t, c(40), true));
+        assert!(apply_commit(&mut t, c(7), true));
     }
 }

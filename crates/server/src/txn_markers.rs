@@ -27,7 +27,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use rill_broker::{PartitionError, StatePartition};
-use rill_coordinator::transactions::{self, TransactionMetadata, TxnProtocol};
+use rill_coordinator::transactions::{self, TransactionMetadata};
 use rill_coordinator::{txn_offsets, TransactionsMachine};
 use rill_meta::PartitionKind;
 use rill_proto::common::ErrorCode;
@@ -137,7 +137,7 @@ async fn finish(
         }
         pending.extend(offsets.into_iter().map(|p| (rill_meta::CONSUMER_OFFSETS_TOPIC.to_string(), p)));
     }
-    let v2 = prepared.protocol == TxnProtocol::V2;
+    let transaction_start = prepared.txn_start_version;
     loop {
         // The coordinator's epoch is its current term; a node that no longer leads stops here.
         let state = coordinator.replica().state();
@@ -154,8 +154,13 @@ async fn finish(
         let Some(n) = node.upgrade() else { return Err("the node is stopping".into()) };
         let mut still = Vec::new();
         for (topic, partition) in pending {
-            let marker =
-                Marker { producer_id: prepared.producer_id, epoch: prepared.epoch, coordinator_epoch, commit, v2 };
+            let marker = Marker {
+                producer_id: prepared.producer_id,
+                epoch: prepared.epoch,
+                coordinator_epoch,
+                commit,
+                transaction_start,
+            };
             match write_marker(&n, &topic, partition, marker).await {
                 Ok(()) => {}
                 Err(e) => {
@@ -185,8 +190,9 @@ pub struct Marker {
     pub coordinator_epoch: i32,
     /// Commit or abort.
     pub commit: bool,
-    /// The transaction speaks protocol v2 (the marker's epoch is the one its `EndTxn` bumped).
-    pub v2: bool,
+    /// The transaction it ends (the version of the coordinator's write that began it): what a
+    /// group's partition matches pending offsets against.
+    pub transaction_start: u64,
 }
 
 impl Marker {
@@ -196,7 +202,7 @@ impl Marker {
             producer_epoch: self.epoch,
             coordinator_epoch: self.coordinator_epoch,
             commit: self.commit,
-            v2: self.v2,
+            transaction_start: self.transaction_start,
         }
     }
 }
@@ -219,7 +225,7 @@ async fn write_marker(node: &Arc<Node>, topic: &str, partition: u32, marker: Mar
         topic: topic.to_string(),
         partitions: vec![partition],
         timeout_ms: STEP_TIMEOUT.as_millis() as u32,
-        transaction_version: if marker.v2 { 2 } else { 1 },
+        transaction_start: marker.transaction_start,
     };
     let answer = rill_rt::timeout(STEP_TIMEOUT * 2, client.write_txn_markers(request))
         .await
@@ -271,7 +277,7 @@ pub async fn serve(node: &Arc<Node>, req: WriteTxnMarkersRequest) -> Vec<WriteTx
         epoch,
         coordinator_epoch: req.coordinator_epoch,
         commit: req.commit,
-        v2: req.transaction_version >= 2,
+        transaction_start: req.transaction_start,
     };
     let mut out = Vec::with_capacity(req.partitions.len());
     for &p in &req.partitions {

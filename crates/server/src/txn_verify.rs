@@ -53,17 +53,18 @@ enum Target {
 /// Asks the coordinator of `v.transactional_id` about a partition.
 pub async fn verify(node: &Arc<Node>, v: Verify) -> Result<(), PartitionError> {
     let target = Target::Partition { topic: v.topic, partition: v.partition, add: !v.verify_only };
-    ask(node, &v.transactional_id, v.producer, target).await.map_err(to_partition)
+    ask(node, &v.transactional_id, v.producer, target).await.map(|_| ()).map_err(to_partition)
 }
 
 /// Asks the coordinator of `transactional_id` whether `group_id` is in the ongoing transaction
-/// of `producer` (id, epoch).
+/// of `producer` (id, epoch); that transaction's name (the version of the coordinator's write
+/// that began it) when it is.
 pub async fn verify_group(
     node: &Arc<Node>,
     transactional_id: &str,
     producer: (i64, i16),
     group_id: &str,
-) -> Result<(), WireError> {
+) -> Result<u64, WireError> {
     ask(node, transactional_id, producer, Target::Group(group_id.to_string())).await.map_err(|e| match e.code {
         // The *transaction* coordinator moved: to the committer this is not its group
         // coordinator moving, only a coordinator it needs being briefly unavailable.
@@ -74,7 +75,8 @@ pub async fn verify_group(
     })
 }
 
-async fn ask(node: &Arc<Node>, transactional_id: &str, producer: (i64, i16), target: Target) -> Result<(), WireError> {
+/// Asks; the transaction's name for a group (0 for a partition).
+async fn ask(node: &Arc<Node>, transactional_id: &str, producer: (i64, i16), target: Target) -> Result<u64, WireError> {
     let unavailable = |m: String| WireError::new(ErrorCode::CoordinatorNotAvailable, m);
     let Some((_, group)) = node.coordinator_partition(PartitionKind::TransactionState, transactional_id) else {
         return Err(unavailable("the transaction state topic does not exist yet".into()));
@@ -106,7 +108,7 @@ async fn ask(node: &Arc<Node>, transactional_id: &str, producer: (i64, i16), tar
         .map_err(|s| unavailable(s.message().to_string()))?
         .into_inner();
     match ErrorCode::try_from(answer.error_code).unwrap_or(ErrorCode::UnknownServerError) {
-        ErrorCode::None => Ok(()),
+        ErrorCode::None => Ok(answer.transaction_start),
         code => Err(WireError::new(code, answer.error_message)),
     }
 }
@@ -116,10 +118,12 @@ async fn serve_local(
     transactional_id: &str,
     producer: (i64, i16),
     target: &Target,
-) -> Result<(), CoordinatorError> {
+) -> Result<u64, CoordinatorError> {
     match target {
         Target::Partition { topic, partition, add } => {
-            transactions::verify_partition(p, transactional_id, producer, topic, *partition, !add, VERIFY_TIMEOUT).await
+            transactions::verify_partition(p, transactional_id, producer, topic, *partition, !add, VERIFY_TIMEOUT)
+                .await
+                .map(|()| 0)
         }
         Target::Group(group_id) => transactions::verify_group(p, transactional_id, producer, group_id).await,
     }
@@ -127,7 +131,11 @@ async fn serve_local(
 
 /// `Cluster.AddTxnPartition` on the coordinator's node.
 pub async fn serve(node: &Arc<Node>, req: AddTxnPartitionRequest) -> AddTxnPartitionResponse {
-    let answer = |e: WireError| AddTxnPartitionResponse { error_code: e.code as i32, error_message: e.message };
+    let answer = |e: WireError| AddTxnPartitionResponse {
+        error_code: e.code as i32,
+        error_message: e.message,
+        transaction_start: 0,
+    };
     let Ok(epoch) = i16::try_from(req.producer_epoch) else {
         return answer(WireError::new(ErrorCode::InvalidRequest, "producer epoch beyond 16 bits"));
     };
@@ -142,7 +150,7 @@ pub async fn serve(node: &Arc<Node>, req: AddTxnPartitionRequest) -> AddTxnParti
         Target::Group(req.group_id)
     };
     match serve_local(&p, &req.transactional_id, (req.producer_id, epoch), &target).await {
-        Ok(()) => AddTxnPartitionResponse::default(),
+        Ok(transaction_start) => AddTxnPartitionResponse { transaction_start, ..Default::default() },
         Err(e) => answer(errors::coordinator(&e)),
     }
 }

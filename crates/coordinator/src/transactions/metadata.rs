@@ -133,6 +133,9 @@ pub struct TransactionMetadata {
     pub protocol: TxnProtocol,
     /// Bumped by every write (compare-and-set); 0 before the first.
     pub version: u64,
+    /// The version of the write that began the open (or last) transaction: which transaction
+    /// of the id it is, whatever the epochs (0: none yet).
+    pub txn_start_version: u64,
 }
 
 impl TransactionMetadata {
@@ -151,6 +154,7 @@ impl TransactionMetadata {
             updated_ms: now_ms,
             protocol: TxnProtocol::V1,
             version: 0,
+            txn_start_version: 0,
         }
     }
 
@@ -175,6 +179,7 @@ impl TransactionMetadata {
             last_producer_id: self.last_producer_id,
             last_epoch: i32::from(self.last_epoch),
             version: self.version,
+            txn_start_version: self.txn_start_version,
         }
     }
 
@@ -204,6 +209,7 @@ impl TransactionMetadata {
             updated_ms: p.updated_ms,
             protocol: TxnProtocol::from_proto(p.protocol_version).map_err(|e| format!("{id}: {e}"))?,
             version: p.version,
+            txn_start_version: p.txn_start_version,
         })
     }
 }

@@ -343,13 +343,14 @@ async fn add(
 
 /// On the coordinator, for a group coordinator about to accept a transactional offset commit:
 /// checks that `group_id` is in the ongoing transaction of `transactional_id` under exactly
-/// this producer id and epoch (added by `AddOffsetsToTxn`).
+/// this producer id and epoch (added by `AddOffsetsToTxn`), and names that transaction (the
+/// version of the write that began it), which the pending offsets then carry.
 pub async fn verify_group(
     partition: &StatePartition<TransactionsMachine>,
     transactional_id: &str,
     producer: (i64, i16),
     group_id: &str,
-) -> Result<()> {
+) -> Result<u64> {
     validate(transactional_id, 0)?;
     let Some(m) = read_record(partition, transactional_id)? else {
         return Err(CoordinatorError::InvalidProducerIdMapping {
@@ -360,7 +361,7 @@ pub async fn verify_group(
     };
     transitions::check_producer(transactional_id, &m, producer.0, producer.1)?;
     if m.state == TxnState::Ongoing && m.groups.contains(group_id) {
-        return Ok(());
+        return Ok(m.txn_start_version);
     }
     Err(CoordinatorError::InvalidTxnState {
         transactional_id: transactional_id.to_string(),

@@ -153,6 +153,10 @@ pub fn init_producer(
     }
 }
 
+/// Most consumer groups one transaction may commit offsets for: each is a marker to write, and
+/// the record is rewritten whole at every addition.
+pub const MAX_GROUPS_PER_TRANSACTION: usize = 1_000;
+
 /// `AddPartitionsToTxn` / `AddOffsetsToTxn` (v1), or a v2 producer's first batch to a
 /// partition: adds `partitions` and `groups` to the transaction, beginning one if none is
 /// open. `None` when everything named is in the ongoing transaction already (nothing to write).
@@ -183,11 +187,18 @@ pub fn add_to_transaction(
         next.groups.clear();
         next.txn_start_ms = now_ms;
         next.protocol = protocol;
+        // The version this write will have: names the transaction.
+        next.txn_start_version = m.version + 1;
     }
     for (topic, ps) in partitions {
         next.partitions.entry(topic.clone()).or_default().extend(ps.iter().copied());
     }
     next.groups.extend(groups.iter().cloned());
+    if next.groups.len() > MAX_GROUPS_PER_TRANSACTION {
+        return Err(CoordinatorError::InvalidRequest(format!(
+            "a transaction may commit offsets of at most {MAX_GROUPS_PER_TRANSACTION} groups"
+        )));
+    }
     if next.partitions == m.partitions && next.groups == m.groups && m.state == TxnState::Ongoing {
         return Ok(None);
     }
@@ -397,6 +408,7 @@ mod tests {
         let open =
             add_to_transaction("t", Some(&m), (7, 0), &tp("a", &[0, 1]), &[], TxnProtocol::V1, 1).unwrap().unwrap();
         assert_eq!((open.state, open.txn_start_ms), (TxnState::Ongoing, 1));
+        assert_eq!(open.txn_start_version, m.version + 1, "the write that begins it names the transaction");
         assert_eq!(
             add_to_transaction("t", Some(&open), (7, 0), &tp("a", &[1]), &[], TxnProtocol::V1, 2).unwrap(),
             None
@@ -406,6 +418,12 @@ mod tests {
                 .unwrap()
                 .unwrap();
         assert_eq!((more.txn_start_ms, more.groups.len()), (1, 1), "the transaction keeps its start");
+        assert_eq!(more.txn_start_version, open.txn_start_version, "and its name");
+        let groups: Vec<String> = (0..=MAX_GROUPS_PER_TRANSACTION).map(|i| format!("g{i}")).collect();
+        assert!(matches!(
+            add_to_transaction("t", Some(&open), (7, 0), &TopicPartitions::new(), &groups, TxnProtocol::V1, 3),
+            Err(CoordinatorError::InvalidRequest(_))
+        ));
     }
 
     #[test]

@@ -479,8 +479,9 @@ impl Groups for GroupsApi {
             let identity = (req.transactional_id.as_str(), producer);
             let prepared = txn_offsets::prepare(&coordinator, &req.group_id, committer, identity, &accepted)
                 .map_err(|e| errors::coordinator(&e))?;
-            crate::txn_verify::verify_group(&self.node, &req.transactional_id, producer, &req.group_id).await?;
-            txn_offsets::commit(&coordinator, prepared, committer, COMMIT_TIMEOUT)
+            let transaction =
+                crate::txn_verify::verify_group(&self.node, &req.transactional_id, producer, &req.group_id).await?;
+            txn_offsets::commit(&coordinator, prepared, transaction, committer, COMMIT_TIMEOUT)
                 .await
                 .map_err(|e| errors::coordinator(&e))?;
             Ok(topics)
@@ -529,11 +530,18 @@ impl Groups for GroupsApi {
                 }
             };
             if req.topics.is_empty() {
+                // Every committed partition; with require_stable, every pending one too (a
+                // partition whose first commit is pending is unstable, not absent).
+                let mut named: std::collections::BTreeSet<(String, u32)> = state
+                    .group(&req.group_id)
+                    .filter(|((topic, _), c)| current(topic, &c.topic_id))
+                    .map(|(tp, _)| tp.clone())
+                    .collect();
+                if req.require_stable {
+                    named.extend(state.txn().pending_partitions(&req.group_id));
+                }
                 let mut by_topic: Vec<FetchOffsetsTopicResult> = Vec::new();
-                for ((topic, partition), c) in state.group(&req.group_id) {
-                    if !current(topic, &c.topic_id) {
-                        continue;
-                    }
+                for (topic, partition) in &named {
                     if by_topic.last().is_none_or(|t| &t.topic != topic) {
                         by_topic.push(FetchOffsetsTopicResult { topic: topic.clone(), partitions: Vec::new() });
                     }
