@@ -19,7 +19,8 @@
 //! * [`cluster`], [`faults`], [`workload`], [`oracle`], [`run`]: the simulation itself (madsim
 //!   builds only); [`group_run`]: consumer group members under faults and the `groups` scenario;
 //!   [`txn_run`]: transactional producers and read_committed readers under faults, the
-//!   `transactions` scenario.
+//!   `transactions` scenario; [`ctp_run`]: consume-transform-produce processors committing
+//!   offsets in their transactions, the `exactly_once` scenario.
 //! * [`trace`]: the event record whose hash proves a seed replays exactly.
 
 // A test harness: a broken precondition (no node up, no topic) is a failed run, said loudly.
@@ -32,6 +33,8 @@ pub mod trace;
 
 #[cfg(madsim)]
 pub mod cluster;
+#[cfg(madsim)]
+pub mod ctp_run;
 #[cfg(madsim)]
 pub mod faults;
 #[cfg(madsim)]

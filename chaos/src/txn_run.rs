@@ -143,7 +143,7 @@ async fn producer(bootstrap: Vec<String>, id: usize, ctl: Arc<AtomicU8>, log: Sh
 
 /// A read_committed reader of every partition from the start, logging every value returned.
 async fn reader(bootstrap: Vec<String>, ctl: Arc<AtomicU8>, log: Shared) {
-    let mut consumer = committed_reader(connect(bootstrap).await);
+    let mut consumer = committed_reader(connect(bootstrap).await, TOPIC, PARTITIONS);
     while ctl.load(Ordering::SeqCst) == RUN {
         if let Ok(records) = consumer.poll(Duration::from_millis(100)).await {
             let mut l = log.lock().unwrap();
@@ -156,19 +156,19 @@ async fn reader(bootstrap: Vec<String>, ctl: Arc<AtomicU8>, log: Shared) {
 }
 
 /// A record's value as the producers wrote it.
-fn value_of(r: &rill_client::ConsumerRecord) -> String {
+pub(crate) fn value_of(r: &rill_client::ConsumerRecord) -> String {
     String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).into_owned()
 }
 
-/// A read_committed consumer of every partition of the topic from the start.
-fn committed_reader(client: rill_client::Client) -> rill_client::Consumer {
+/// A read_committed consumer of every partition of `topic` (`partitions` of them) from the start.
+pub(crate) fn committed_reader(client: rill_client::Client, topic: &str, partitions: u32) -> rill_client::Consumer {
     let config = ConsumerConfig {
         isolation_level: IsolationLevel::ReadCommitted,
         start: OffsetSpec::Earliest,
         ..ConsumerConfig::default()
     };
     let mut consumer = rill_client::Consumer::new(client, config);
-    consumer.assign((0..PARTITIONS).map(|p| TopicPartition::new(TOPIC, p)));
+    consumer.assign((0..partitions).map(|p| TopicPartition::new(topic, p)));
     consumer
 }
 
@@ -184,19 +184,23 @@ fn sample(cluster: &SimCluster) -> OffsetSample {
     out
 }
 
-/// Reads every partition read_committed from the start to its end once each partition's last
-/// stable offset has reached its high watermark (every transaction decided). `Err` with what
-/// was missing when that does not happen within [`LIVENESS_BOUND`].
-async fn final_read(cluster: &SimCluster) -> Result<Vec<String>, String> {
+/// Reads every partition of `topic` read_committed from the start to its end once each
+/// partition's last stable offset has reached its high watermark (every transaction decided).
+/// `Err` with what was missing when that does not happen within [`LIVENESS_BOUND`].
+pub(crate) async fn final_read(
+    cluster: &SimCluster,
+    topic: &'static str,
+    partitions: u32,
+) -> Result<Vec<String>, String> {
     let client = cluster.client().await;
     cluster
         .on_client(async move {
             let deadline = rill_rt::now() + LIVENESS_BOUND;
             let mut ends = BTreeMap::new();
-            for p in 0..PARTITIONS {
+            for p in 0..partitions {
                 loop {
-                    let committed = client.list_offset_at(TOPIC, p, OffsetSpec::Latest, IsolationLevel::ReadCommitted);
-                    let all = client.list_offset_at(TOPIC, p, OffsetSpec::Latest, IsolationLevel::ReadUncommitted);
+                    let committed = client.list_offset_at(topic, p, OffsetSpec::Latest, IsolationLevel::ReadCommitted);
+                    let all = client.list_offset_at(topic, p, OffsetSpec::Latest, IsolationLevel::ReadUncommitted);
                     match (committed.await, all.await) {
                         (Ok(lso), Ok(hw)) if lso == hw => {
                             ends.insert(p, hw);
@@ -211,14 +215,14 @@ async fn final_read(cluster: &SimCluster) -> Result<Vec<String>, String> {
                     }
                 }
             }
-            let mut consumer = committed_reader(client);
+            let mut consumer = committed_reader(client, topic, partitions);
             let mut values = Vec::new();
             loop {
                 if let Ok(records) = consumer.poll(Duration::from_millis(200)).await {
                     values.extend(records.iter().map(value_of));
                 }
-                let done = (0..PARTITIONS).all(|p| {
-                    consumer.position(&TopicPartition::new(TOPIC, p)).unwrap_or(0) >= ends.get(&p).copied().unwrap_or(0)
+                let done = (0..partitions).all(|p| {
+                    consumer.position(&TopicPartition::new(topic, p)).unwrap_or(0) >= ends.get(&p).copied().unwrap_or(0)
                 });
                 if done {
                     return Ok(values);
@@ -300,7 +304,7 @@ pub async fn run_generated() -> Report {
     reading.store(LEAVE, Ordering::SeqCst);
     reader.await.expect("the reader");
     let mut violations = Vec::new();
-    let final_values = match final_read(&cluster).await {
+    let final_values = match final_read(&cluster, TOPIC, PARTITIONS).await {
         Ok(v) => v,
         Err(detail) => {
             violations.push(Violation { checker: "lso-stuck", detail });

@@ -25,7 +25,7 @@ use rill_chaos::cluster::{init_logs, SimCluster, SimOptions};
 use rill_chaos::group_run::{self, CRASH, LEAVE, RUN};
 use rill_chaos::scenarios;
 use rill_chaos::trace::Trace;
-use rill_chaos::txn_run;
+use rill_chaos::{ctp_run, txn_run};
 use rill_client::{Acks, Client, Record};
 use rill_server::node::Hosted;
 
@@ -955,6 +955,18 @@ async fn transactions() {
     assert!(report.violations.is_empty(), "{} violation(s); first: {}", report.violations.len(), report.violations[0]);
 }
 
+/// Generated: consume-transform-produce processors read an input topic as a consumer group and
+/// write one output per input, committing the group's offsets in the output's transaction;
+/// instances crash mid-transaction and are replaced, under every node fault
+/// (`rill_chaos::ctp_run`). Caught mutation: `txn-offsets-on-abort`.
+#[madsim::test]
+async fn exactly_once() {
+    init_logs();
+    let report = ctp_run::run_generated().await;
+    report.print();
+    assert!(report.violations.is_empty(), "{} violation(s); first: {}", report.violations.len(), report.violations[0]);
+}
+
 /// Not a scenario: prints every scenario with its description (`chaos/run --list`).
 #[madsim::test]
 async fn list_scenarios() {
@@ -969,6 +981,7 @@ async fn list_scenarios() {
     println!("consumer_group_members_never_share_a_partition\tscripted: group members join, crash and leave while the coordinator is killed: no partition ever has two owners, commits never go back, everything is handed out (default)");
     println!("groups\tgenerated: consumer group members join, crash mid-batch, leave and pause past their session under every node fault; ownership in epoch order, nothing skipped, lag reaches 0 (default)");
     println!("transactions\tgenerated: transactional producers commit and abort, crash mid-transaction and are fenced by their successors, a read_committed reader follows, under every node fault; no aborted read, no lost committed write, no torn transaction, the LSO reaches the HW (default)");
+    println!("exactly_once\tgenerated: consume-transform-produce processors commit their input's offsets in their output's transaction, abort now and then, crash mid-transaction and are fenced by their successors, under every node fault; every input has exactly one committed output (default)");
     for s in scenarios::SCENARIOS {
         println!("{}\t{}{}", s.name, s.description, if s.default { " (default)" } else { "" });
     }

@@ -5,7 +5,8 @@
 //! [`duplicates`], [`poll_order`], [`send_order`], [`deleted_records`], [`compaction_kept`]
 //! (with the final cleaning point, white-box, as its oracle), [`group_delivery`] (what consumer
 //! group members handed out), [`txn_visibility`] (what read_committed readers returned of
-//! committed, aborted and undecided transactions).
+//! committed, aborted and undecided transactions), [`exactly_once`] (a consume-transform-produce
+//! job's output against its input).
 //! White-box (from replica state only the simulator can see): [`replicas_agree`],
 //! [`watermarks`], [`ack_durability`], [`deleted_records::check_replicas`],
 //! [`group_ownership`] (consumer groups' coordinator state).
@@ -14,6 +15,7 @@ pub mod ack_durability;
 pub mod compaction_kept;
 pub mod deleted_records;
 pub mod duplicates;
+pub mod exactly_once;
 pub mod group_delivery;
 pub mod group_ownership;
 pub mod inconsistent_offsets;

@@ -14,8 +14,12 @@ use crate::coordinator::{answer_within, check, Coordinator};
 use crate::error::{Error, Result};
 use crate::Client;
 
-/// Pause between retries of a request refused `CONCURRENT_TRANSACTIONS`.
-const CONCURRENT_BACKOFF: std::time::Duration = std::time::Duration::from_millis(20);
+/// First pause before retrying a request refused `CONCURRENT_TRANSACTIONS` (Kafka's clients wait
+/// 20 ms): the previous transaction's markers usually land within a few milliseconds.
+const CONCURRENT_BACKOFF: std::time::Duration = std::time::Duration::from_millis(10);
+/// Longest pause between those retries: a commit's next transaction must not wait long after
+/// its markers landed.
+const CONCURRENT_BACKOFF_MAX: std::time::Duration = std::time::Duration::from_millis(100);
 
 impl Client {
     fn transactions_stub(&self, addr: &str) -> Result<TransactionsClient<Channel>> {
@@ -45,7 +49,7 @@ impl Client {
             match attempt().await {
                 Err(e) if e.code() == Some(code) && rill_rt::now() < deadline => {
                     rill_rt::sleep(pause).await;
-                    pause = (pause * 2).min(std::time::Duration::from_millis(500));
+                    pause = (pause * 2).min(CONCURRENT_BACKOFF_MAX);
                 }
                 other => return other,
             }

@@ -175,7 +175,10 @@ impl TxnOffsets {
         }
         let ends_it = pending.transaction_start == marker.transaction_start;
         let ended = self.pending.remove(&marker.producer_id);
-        Ok(ended.filter(|_| ends_it && marker.commit))
+        // The txn-offsets-on-abort mutation (simulation only) commits an aborted transaction's
+        // offsets.
+        let commit = marker.commit || rill_rt::mutation::active(rill_rt::mutation::Mutation::TxnOffsetsOnAbort);
+        Ok(ended.filter(|_| ends_it && commit))
     }
 
     pub(crate) fn to_proto(&self) -> (Vec<pb::PendingTxnOffsets>, Vec<pb::TxnMarkerMark>) {

@@ -38,11 +38,14 @@ pub enum Mutation {
     /// A partition's last stable offset is one past the first offset of its oldest open
     /// transaction: `read_committed` readers see that transaction's first record early.
     LsoOffByOne,
+    /// A group's partition treats a transaction's abort marker as a commit: offsets committed
+    /// in an aborted transaction become the group's (its input is skipped, its output dropped).
+    TxnOffsetsOnAbort,
 }
 
 impl Mutation {
     /// Every mutation.
-    pub const ALL: [Mutation; 12] = [
+    pub const ALL: [Mutation; 13] = [
         Mutation::AckBeforeSync,
         Mutation::ReadAboveHw,
         Mutation::SkipTruncate,
@@ -55,6 +58,7 @@ impl Mutation {
         Mutation::CommitBeforeProcess,
         Mutation::NoEpochBump,
         Mutation::LsoOffByOne,
+        Mutation::TxnOffsetsOnAbort,
     ];
 
     /// The name used on the command line (`chaos/run --mutation NAME`).
@@ -72,6 +76,7 @@ impl Mutation {
             Mutation::CommitBeforeProcess => "commit-before-process",
             Mutation::NoEpochBump => "no-epoch-bump",
             Mutation::LsoOffByOne => "lso-off-by-one",
+            Mutation::TxnOffsetsOnAbort => "txn-offsets-on-abort",
         }
     }
 
