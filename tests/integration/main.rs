@@ -32,6 +32,7 @@ mod t85_coordinators;
 mod t86_consumer_groups;
 mod t87_transactions;
 mod t88_invoicer;
+mod t89_idempotent_consumer;
 mod t90_idempotence;
 mod t95_node_join;
 mod t96_leader_balance;
