@@ -11,6 +11,8 @@
 //!   failover, restart with a large log, compaction, a retention soak, follower catch-up.
 //! * [`groups`] — Rill-only consumer group measurements: rebalance pauses (cooperative vs
 //!   eager), coordinator failover to the next commit, CPU of many heartbeating groups.
+//! * [`transactions`] — Rill-only: transactional producer throughput against the idempotent
+//!   producer (commit every 10 / 100 / 1,000 records, every 100 ms) and commit latency.
 //! * [`report`] — the table, the Rill/peer ratios, JSON.
 //!
 //! This is a measuring tool for real clusters on real clocks: it never runs under the
@@ -25,6 +27,7 @@ pub mod runner;
 pub mod scenarios;
 pub mod stats;
 pub mod systems;
+pub mod transactions;
 pub mod workload;
 
 use std::time::{SystemTime, UNIX_EPOCH};

@@ -74,7 +74,7 @@ struct BenchArgs {
     #[arg(long)]
     in_flight: Option<usize>,
     /// Also run Rill-only scenarios: idle, failover, restart, compaction, soak, catch-up,
-    /// group-rebalance, group-failover, group-heartbeats (comma-separated), or skip the
+    /// group-rebalance, group-failover, group-heartbeats, transactions (comma-separated), or skip the
     /// throughput runs with --scenarios-only.
     #[arg(long, value_delimiter = ',')]
     scenario: Vec<String>,
@@ -136,6 +136,12 @@ struct BenchArgs {
     /// CPU measuring window of the group-heartbeats scenario (idle, then with the groups).
     #[arg(long, value_parser = humantime::parse_duration, default_value = "30s")]
     heartbeat_measure: Duration,
+    /// How long each producer mode runs per round in the transactions scenario.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "10s")]
+    txn_round: Duration,
+    /// Rounds of every producer mode in the transactions scenario (the median is kept).
+    #[arg(long, default_value_t = 3)]
+    txn_rounds: u32,
     /// Message filler: `distinct` random bytes per message (what a system's own compression
     /// cannot shrink), or `repeated`, the same bytes in every message (the OpenMessaging
     /// Benchmark's single payload file, which flatters systems that compress stored batches).
@@ -218,7 +224,7 @@ fn main() -> ExitCode {
 }
 
 /// The Rill-only scenarios `--scenario` accepts.
-const SCENARIOS: [&str; 9] = [
+const SCENARIOS: [&str; 10] = [
     "idle",
     "failover",
     "restart",
@@ -228,6 +234,7 @@ const SCENARIOS: [&str; 9] = [
     "group-rebalance",
     "group-failover",
     "group-heartbeats",
+    "transactions",
 ];
 
 /// Runs the bench.
@@ -277,6 +284,7 @@ async fn run(args: BenchArgs) -> anyhow::Result<()> {
     let mut group_rebalance = None;
     let mut group_failover = None;
     let mut group_heartbeats = None;
+    let mut txn = None;
     for s in &args.scenario {
         match s.as_str() {
             "group-rebalance" => {
@@ -302,6 +310,9 @@ async fn run(args: BenchArgs) -> anyhow::Result<()> {
                     measure: args.heartbeat_measure,
                 };
                 group_heartbeats = Some(groups::heartbeats::group_heartbeats(&env, &settings).await?)
+            }
+            "transactions" => {
+                txn = Some(rill_bench::transactions::transactions(&env, args.txn_round, args.txn_rounds).await?)
             }
             "idle" => {
                 idle = Some(scenarios::idle_partitions(&env, args.idle_partitions, Duration::from_secs(30)).await?)
@@ -332,6 +343,7 @@ async fn run(args: BenchArgs) -> anyhow::Result<()> {
             "group_rebalance": group_rebalance,
             "group_failover": group_failover,
             "group_heartbeats": group_heartbeats,
+            "transactions": txn,
         });
         println!("{}", serde_json::to_string_pretty(&doc)?);
         return Ok(());
@@ -411,6 +423,9 @@ async fn run(args: BenchArgs) -> anyhow::Result<()> {
             c.partition0_records,
             c.partition0_offsets
         );
+    }
+    if let Some(t) = &txn {
+        print!("{}", rill_bench::transactions::summary(t));
     }
     if let Some(r) = group_rebalance {
         println!("{}", groups::report::group_rebalance_table(&r));

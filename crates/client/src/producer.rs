@@ -115,6 +115,12 @@ struct Batch {
     /// Position in this partition's send order (stable across producer id resets).
     order: u64,
     identity: Option<(i64, i16, i32)>,
+    /// Last sent while an earlier batch of its partition was in flight: a refusal as out of
+    /// order may only mean it overtook that batch (the partition's leader verifies a
+    /// transaction's first batch with its coordinator before appending it, and answers the
+    /// batches behind it meanwhile), even when that batch has landed by the time the answer
+    /// comes back.
+    sent_behind: bool,
 }
 
 #[derive(Default)]
@@ -376,6 +382,7 @@ async fn sender(inner: Arc<Inner>) {
                     if acc.in_flight == 0 {
                         if let Some((_, mut b)) = acc.retry.pop_first() {
                             assign_identity(&mut b, acc, identity, inner.idempotent);
+                            b.sent_behind = false;
                             acc.in_flight += 1;
                             acc.in_flight_pid = current_pid;
                             dispatch.push((topic.clone(), *partition, b));
@@ -391,6 +398,7 @@ async fn sender(inner: Arc<Inner>) {
                     }
                     let mut b = take_batch(acc, inner.config.batch_size);
                     assign_identity(&mut b, acc, identity, inner.idempotent);
+                    b.sent_behind = acc.in_flight > 0;
                     acc.in_flight += 1;
                     acc.in_flight_pid = current_pid;
                     dispatch.push((topic.clone(), *partition, b));
@@ -450,7 +458,7 @@ fn take_batch(acc: &mut Accumulator, batch_size: usize) -> Batch {
     acc.first_at = if acc.records.is_empty() { None } else { Some(rill_rt::now()) };
     let order = acc.next_order;
     acc.next_order += 1;
-    Batch { records, order, identity: None }
+    Batch { records, order, identity: None, sent_behind: false }
 }
 
 /// Resolves, with `e`, every queued record whose delivery deadline passed.
@@ -507,14 +515,15 @@ async fn send_batch(inner: Arc<Inner>, topic: String, partition: u32, mut b: Bat
         }
         Outcome::Retry | Outcome::NewProducerId | Outcome::OutOfOrder => {
             // Out of order is expected while an earlier batch of this partition is still in
-            // flight or queued for resending (resend after it); with nothing earlier pending it
-            // means a gap the partition will never fill, so start a new producer id.
+            // flight or queued for resending (resend after it), and for a batch that was sent
+            // behind one (it may have overtaken it: resend it alone once). Otherwise it means a
+            // gap the partition will never fill, so start a new producer id.
             let earlier_pending = st
                 .partitions
                 .get(&(topic.clone(), partition))
                 .is_some_and(|acc| acc.in_flight > 1 || acc.retry.keys().any(|o| *o < b.order));
             let gap = matches!(outcome, Outcome::NewProducerId)
-                || (matches!(outcome, Outcome::OutOfOrder) && !earlier_pending);
+                || (matches!(outcome, Outcome::OutOfOrder) && !earlier_pending && !b.sent_behind);
             if gap && inner.transactional_id.is_some() {
                 // A transactional producer keeps its id: the transaction aborts instead.
                 let e = Error::Server {

@@ -1,0 +1,288 @@
+//! `transactions`: what transactions cost a producer, on a real 3-node cluster (mutual TLS,
+//! RF 3, `min.insync.replicas` 2), every figure from the same run.
+//!
+//! * **Throughput**: one producer sending 1 KiB records as fast as its in-flight window allows
+//!   for a fixed time, round-robin over 16 partitions: the plain idempotent `Producer`, then a
+//!   `TransactionalProducer` committing every 10, 100 and 1,000 records and every 100 ms. Each
+//!   mode runs `rounds` times, interleaved, and the median is kept; the ratio to the idempotent
+//!   producer is what to quote.
+//! * **Commit latency**: transactions of one record to each of 1, 4 and 16 partitions; the
+//!   records are acknowledged first, then `commit_transaction` (the `EndTxn` round trip: the
+//!   coordinator's Prepare write; markers follow asynchronously) is timed. p50 / p99 / max.
+
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use bytes::Bytes;
+use rill_client::{Client, DeliveryFuture, Producer, ProducerConfig, Record, TransactionalProducer};
+use serde::Serialize;
+
+use crate::stats::Latencies;
+use crate::systems::rill::{start_with, wait_for_leaders};
+use crate::systems::Env;
+
+/// Partitions of the throughput topic.
+const PARTITIONS: u32 = 16;
+/// Record size.
+const RECORD_BYTES: usize = 1024;
+/// Most deliveries outstanding at once (the producer's pipelining window).
+const WINDOW: usize = 20_000;
+/// Transactions per commit-latency sample set.
+const LATENCY_TRANSACTIONS: usize = 300;
+
+/// How the producer commits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// The plain idempotent producer.
+    Idempotent,
+    /// A transaction every this many records.
+    Every(usize),
+    /// A transaction every this long.
+    Interval(Duration),
+}
+
+impl Mode {
+    fn name(self) -> String {
+        match self {
+            Mode::Idempotent => "idempotent".into(),
+            Mode::Every(n) => format!("txn every {n} records"),
+            Mode::Interval(d) => format!("txn every {} ms", d.as_millis()),
+        }
+    }
+}
+
+/// One mode's throughput.
+#[derive(Debug, Clone, Serialize)]
+pub struct ThroughputRow {
+    /// The mode.
+    pub mode: String,
+    /// Acknowledged (committed) records per second, per round.
+    pub msgs_per_sec: Vec<f64>,
+    /// Their median.
+    pub median_msgs_per_sec: f64,
+    /// The median over the idempotent producer's median.
+    pub ratio_to_idempotent: f64,
+    /// Transactions committed per second (median round).
+    pub commits_per_sec: f64,
+    /// Transactions that failed and were aborted, over every round (their records not counted).
+    pub aborted: u64,
+}
+
+/// Commit latency for transactions touching `partitions` partitions.
+#[derive(Debug, Clone, Serialize)]
+pub struct CommitLatencyRow {
+    /// Partitions each transaction wrote.
+    pub partitions: u32,
+    /// Transactions timed.
+    pub transactions: usize,
+    /// `commit_transaction`, ms.
+    pub p50_ms: f64,
+    /// See `p50_ms`.
+    pub p99_ms: f64,
+    /// See `p50_ms`.
+    pub max_ms: f64,
+}
+
+/// The scenario's result.
+#[derive(Debug, Clone, Serialize)]
+pub struct TransactionsResult {
+    /// Seconds each mode ran per round.
+    pub seconds_per_round: f64,
+    /// Rounds per mode.
+    pub rounds: u32,
+    /// Record size, bytes.
+    pub record_bytes: usize,
+    /// Throughput per mode.
+    pub throughput: Vec<ThroughputRow>,
+    /// Commit latency per transaction width.
+    pub commit_latency: Vec<CommitLatencyRow>,
+}
+
+/// Runs the scenario: `round` per mode and round, `rounds` rounds.
+pub async fn transactions(env: &Env, round: Duration, rounds: u32) -> anyhow::Result<TransactionsResult> {
+    let deployment = start_with(env, "rill-transactions", 3, true, &[]).await?;
+    let client = Client::connect(&deployment.endpoints).await?;
+    let configs = [("min.insync.replicas".to_string(), "2".to_string())];
+    for (topic, partitions) in [("txn-bench", PARTITIONS), ("txn-latency", 16)] {
+        client.create_topic(topic, partitions, 3, &configs).await.with_context(|| format!("cannot create {topic}"))?;
+        wait_for_leaders(&client, topic).await?;
+    }
+    wait_for_leaders(&client, "__transaction_state").await?;
+
+    let modes = [
+        Mode::Idempotent,
+        Mode::Every(10),
+        Mode::Every(100),
+        Mode::Every(1000),
+        Mode::Interval(Duration::from_millis(100)),
+    ];
+    let mut rates: Vec<Vec<(f64, f64)>> = vec![Vec::new(); modes.len()];
+    let mut aborted = vec![0u64; modes.len()];
+    for r in 0..rounds.max(1) {
+        for (i, mode) in modes.iter().enumerate() {
+            eprintln!("transactions: round {} of {}, {}…", r + 1, rounds.max(1), mode.name());
+            let (msgs, commits, aborts) = throughput(&client, *mode, round, r).await?;
+            rates[i].push((msgs, commits));
+            aborted[i] += aborts;
+        }
+    }
+    let median = |v: &[(f64, f64)]| -> (f64, f64) {
+        let mut sorted = v.to_vec();
+        sorted.sort_by(|a, b| a.0.total_cmp(&b.0));
+        sorted.get(sorted.len() / 2).copied().unwrap_or((0.0, 0.0))
+    };
+    let base = median(&rates[0]).0.max(1e-9);
+    let throughput = modes
+        .iter()
+        .zip(&rates)
+        .zip(&aborted)
+        .map(|((mode, r), aborted)| {
+            let (msgs, commits) = median(r);
+            ThroughputRow {
+                mode: mode.name(),
+                msgs_per_sec: r.iter().map(|x| x.0).collect(),
+                median_msgs_per_sec: msgs,
+                ratio_to_idempotent: msgs / base,
+                commits_per_sec: commits,
+                aborted: *aborted,
+            }
+        })
+        .collect();
+
+    let mut commit_latency = Vec::new();
+    for partitions in [1u32, 4, 16] {
+        eprintln!("transactions: commit latency, {partitions} partition(s) per transaction…");
+        commit_latency.push(commit_latency_of(&client, partitions).await?);
+    }
+    let result = TransactionsResult {
+        seconds_per_round: round.as_secs_f64(),
+        rounds: rounds.max(1),
+        record_bytes: RECORD_BYTES,
+        throughput,
+        commit_latency,
+    };
+    crate::scenarios::finish(deployment, "transactions", &result);
+    Ok(result)
+}
+
+/// Sends for `round` in `mode`: (acknowledged or committed records per second, commits per
+/// second, transactions that failed and were aborted). A transaction that fails is aborted and
+/// its records are not counted, as an application would abort and redo it.
+async fn throughput(client: &Client, mode: Mode, round: Duration, r: u32) -> anyhow::Result<(f64, f64, u64)> {
+    let config = ProducerConfig { linger: Duration::from_millis(1), ..ProducerConfig::default() };
+    let payload = Bytes::from(vec![b't'; RECORD_BYTES]);
+    let mut pending: std::collections::VecDeque<DeliveryFuture> = std::collections::VecDeque::new();
+    let start = Instant::now();
+    let (mut sent, mut commits, mut aborts) = (0u64, 0u64, 0u64);
+    match mode {
+        Mode::Idempotent => {
+            let producer = Producer::new(client.clone(), config);
+            while start.elapsed() < round {
+                if pending.len() >= WINDOW {
+                    if let Some(d) = pending.pop_front() {
+                        d.await.context("an idempotent send failed")?;
+                    }
+                }
+                let partition = (sent % u64::from(PARTITIONS)) as u32;
+                pending.push_back(producer.send_to("txn-bench", partition, Record::new(payload.clone())).await?);
+                sent += 1;
+            }
+            for d in pending.drain(..) {
+                d.await.context("an idempotent send failed")?;
+            }
+            producer.close().await;
+        }
+        Mode::Every(_) | Mode::Interval(_) => {
+            let id = format!("bench-{}-{r}", mode.name().replace(' ', "-"));
+            let producer = TransactionalProducer::new(client.clone(), config, &id, Duration::from_secs(60));
+            producer.init_transactions().await?;
+            while start.elapsed() < round {
+                producer.begin_transaction()?;
+                let began = Instant::now();
+                let mut in_txn = 0usize;
+                loop {
+                    let partition = ((sent + in_txn as u64) % u64::from(PARTITIONS)) as u32;
+                    // Deliveries are checked by the commit: it commits nothing if a send failed.
+                    producer.send_to("txn-bench", partition, Record::new(payload.clone())).await?;
+                    in_txn += 1;
+                    let full = match mode {
+                        Mode::Every(n) => in_txn >= n,
+                        Mode::Interval(d) => began.elapsed() >= d,
+                        Mode::Idempotent => true,
+                    };
+                    if full {
+                        break;
+                    }
+                }
+                match producer.commit_transaction().await {
+                    Ok(()) => {
+                        commits += 1;
+                        sent += in_txn as u64;
+                    }
+                    Err(e) if e.transaction_kind() == rill_client::TransactionErrorKind::Abortable => {
+                        eprintln!("transactions: {}: a transaction failed and is aborted: {e}", mode.name());
+                        producer.abort_transaction().await?;
+                        aborts += 1;
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            producer.close().await;
+        }
+    }
+    let seconds = start.elapsed().as_secs_f64().max(1e-9);
+    Ok((sent as f64 / seconds, commits as f64 / seconds, aborts))
+}
+
+/// Times `commit_transaction` of transactions writing one record to each of `partitions`
+/// partitions (the records acknowledged before the clock starts).
+async fn commit_latency_of(client: &Client, partitions: u32) -> anyhow::Result<CommitLatencyRow> {
+    let config = ProducerConfig { linger: Duration::ZERO, ..ProducerConfig::default() };
+    let id = format!("bench-latency-{partitions}");
+    let producer = TransactionalProducer::new(client.clone(), config, &id, Duration::from_secs(60));
+    producer.init_transactions().await?;
+    let mut latencies = Latencies::default();
+    let payload = Bytes::from(vec![b'l'; 100]);
+    for _ in 0..LATENCY_TRANSACTIONS {
+        producer.begin_transaction()?;
+        let mut deliveries = Vec::new();
+        for p in 0..partitions {
+            deliveries.push(producer.send_to("txn-latency", p, Record::new(payload.clone())).await?);
+        }
+        for d in deliveries {
+            d.await.context("a transactional send failed")?;
+        }
+        let t = Instant::now();
+        producer.commit_transaction().await?;
+        latencies.record_us(u64::try_from(t.elapsed().as_micros()).unwrap_or(u64::MAX));
+    }
+    producer.close().await;
+    Ok(CommitLatencyRow {
+        partitions,
+        transactions: LATENCY_TRANSACTIONS,
+        p50_ms: latencies.quantile_ms(0.5),
+        p99_ms: latencies.quantile_ms(0.99),
+        max_ms: latencies.max_ms(),
+    })
+}
+
+/// The result as text.
+pub fn summary(r: &TransactionsResult) -> String {
+    let mut out = format!(
+        "transactions: {} B records over {PARTITIONS} partitions, {:.0} s per mode and round, {} round(s), medians\n",
+        r.record_bytes, r.seconds_per_round, r.rounds
+    );
+    for t in &r.throughput {
+        out.push_str(&format!(
+            "  {:<24} {:>9.0} msg/s  ({:.2} of idempotent; {:.1} commits/s; {} aborted)\n",
+            t.mode, t.median_msgs_per_sec, t.ratio_to_idempotent, t.commits_per_sec, t.aborted
+        ));
+    }
+    for c in &r.commit_latency {
+        out.push_str(&format!(
+            "  commit latency, {:>2} partition(s): p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms ({} transactions)\n",
+            c.partitions, c.p50_ms, c.p99_ms, c.max_ms, c.transactions
+        ));
+    }
+    out
+}
