@@ -27,12 +27,11 @@ use rill_client::{
 
 use crate::checkers::exactly_once;
 use crate::checkers::Violation;
-use crate::cluster::{connect, SimCluster, SimOptions};
+use crate::cluster::connect;
 use crate::faults;
 use crate::group_run::{CRASH, LEAVE, RUN};
 use crate::run::{Report, LIVENESS_BOUND};
 use crate::scenarios::ALL_FAULTS;
-use crate::trace::Trace;
 use crate::txn_run::{final_read, value_of};
 
 /// The topic processors read.
@@ -252,20 +251,7 @@ async fn wait_consumed(client: Client) -> Result<(), String> {
 
 /// The generated `exactly_once` scenario (see the module docs).
 pub async fn run_generated() -> Report {
-    let seed = madsim::runtime::Handle::current().seed();
-    println!("seed: {seed}");
-    let trace = Trace::new();
-    trace.record(format!("scenario exactly_once seed {seed}"));
-    if let Some(m) = crate::run::arm_mutation() {
-        println!("mutation: {m}");
-        trace.record(format!("mutation {m}"));
-    }
-    let phase = crate::run::fault_phase_of(FAULT_PHASE);
-    let cluster = Arc::new(SimCluster::start_with(SimOptions {
-        nodes: 3,
-        client_hosts: PROCESSORS as u32 + 2,
-        sync_latency: Duration::from_micros(rill_rt::rng().gen_range(500..8000)),
-    }));
+    let (trace, phase, cluster) = crate::run::start_generated("exactly_once", FAULT_PHASE, PROCESSORS as u32 + 2);
     cluster.create_topic_and_wait(OUTPUT, PARTITIONS, rill_meta::TRANSACTION_STATE_TOPIC).await;
     cluster.create_topic_and_wait(INPUT, PARTITIONS, rill_meta::CONSUMER_OFFSETS_TOPIC).await;
 
@@ -283,16 +269,7 @@ pub async fn run_generated() -> Report {
     };
 
     // Processor instances crash mid-transaction now and then.
-    let mut rng = rill_rt::rng();
-    let end = rill_rt::now() + phase;
-    let mut crashes = 0u32;
-    while rill_rt::now() < end {
-        rill_rt::sleep(Duration::from_millis(rng.gen_range(1500..4000))).await;
-        let pick = rng.gen_range(0..PROCESSORS);
-        controls[pick].store(CRASH, Ordering::SeqCst);
-        trace.record(format!("processor {pick}'s instance crashes at {:?}", elapsed()));
-        crashes += 1;
-    }
+    let crashes = crate::run::crash_now_and_then(&controls, phase, &trace, "processor").await;
     let fault_counts = faults.await.expect("the fault injector");
     feeding.store(LEAVE, Ordering::SeqCst);
     let fed = feeder.await.expect("the input producer");

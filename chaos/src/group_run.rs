@@ -25,11 +25,10 @@ use rill_server::node::Hosted;
 use crate::checkers::group_delivery::{self, Delivery};
 use crate::checkers::group_ownership::{self, CommitWatch};
 use crate::checkers::Violation;
-use crate::cluster::{connect, SimCluster, SimOptions};
+use crate::cluster::{connect, SimCluster};
 use crate::faults;
 use crate::run::{Report, LIVENESS_BOUND};
 use crate::scenarios::ALL_FAULTS;
-use crate::trace::Trace;
 
 /// The group every member joins.
 pub const GROUP: &str = "g";
@@ -257,20 +256,7 @@ struct Running {
 /// producer stops and the group must settle with its lag at 0.
 pub async fn run_generated() -> Report {
     const TOPIC: &str = "grouped";
-    let seed = madsim::runtime::Handle::current().seed();
-    println!("seed: {seed}");
-    let trace = Trace::new();
-    trace.record(format!("scenario groups seed {seed}"));
-    if let Some(m) = crate::run::arm_mutation() {
-        println!("mutation: {m}");
-        trace.record(format!("mutation {m}"));
-    }
-    let phase = crate::run::fault_phase_of(FAULT_PHASE);
-    let cluster = Arc::new(SimCluster::start_with(SimOptions {
-        nodes: 3,
-        client_hosts: MEMBER_HOSTS as u32 + 2,
-        sync_latency: Duration::from_micros(rill_rt::rng().gen_range(500..8000)),
-    }));
+    let (trace, phase, cluster) = crate::run::start_generated("groups", FAULT_PHASE, MEMBER_HOSTS as u32 + 2);
     cluster.create_topic_and_wait(TOPIC, PARTITIONS, rill_meta::CONSUMER_OFFSETS_TOPIC).await;
 
     let producing = Arc::new(AtomicU8::new(RUN));

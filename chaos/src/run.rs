@@ -1,6 +1,7 @@
 //! One simulation run of a scenario: boot, workload under faults, heal, liveness, checks.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -92,6 +93,44 @@ pub fn fault_phase_of(base: Duration) -> Duration {
     } else {
         base
     }
+}
+
+/// The start every generated scenario shares: prints and traces `scenario`'s seed and the armed
+/// mutation, and starts 3 nodes with `client_hosts` client hosts and a seed-drawn sync latency.
+/// Returns the trace, the fault phase (`base`, longer with `RILL_SIM_LONG`) and the cluster.
+pub fn start_generated(scenario: &str, base: Duration, client_hosts: u32) -> (Trace, Duration, Arc<SimCluster>) {
+    let seed = madsim::runtime::Handle::current().seed();
+    println!("seed: {seed}");
+    let trace = Trace::new();
+    trace.record(format!("scenario {scenario} seed {seed}"));
+    if let Some(m) = arm_mutation() {
+        println!("mutation: {m}");
+        trace.record(format!("mutation {m}"));
+    }
+    let phase = fault_phase_of(base);
+    let cluster = Arc::new(SimCluster::start_with(SimOptions {
+        nodes: 3,
+        client_hosts,
+        sync_latency: Duration::from_micros(rill_rt::rng().gen_range(500..8000)),
+    }));
+    (trace, phase, cluster)
+}
+
+/// Until `phase` has passed: every 1.5–4 s, one of `controls` (drawn from the seed) is told to
+/// crash its instance (`who` names them in the trace). Returns how many crashes it ordered.
+pub async fn crash_now_and_then(controls: &[Arc<AtomicU8>], phase: Duration, trace: &Trace, who: &str) -> u32 {
+    let mut rng = rill_rt::rng();
+    let end = rill_rt::now() + phase;
+    let mut crashes = 0u32;
+    while rill_rt::now() < end {
+        rill_rt::sleep(Duration::from_millis(rng.gen_range(1500..4000))).await;
+        let pick = rng.gen_range(0..controls.len());
+        controls[pick].store(crate::group_run::CRASH, Ordering::SeqCst);
+        let at = madsim::time::TimeHandle::current().elapsed();
+        trace.record(format!("{who} {pick}'s instance crashes at {at:?}"));
+        crashes += 1;
+    }
+    crashes
 }
 
 /// Switches on the mutation named in `RILL_MUTATION`, if any. Returns its name.

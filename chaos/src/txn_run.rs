@@ -29,12 +29,11 @@ use rill_client::{
 
 use crate::checkers::txn_visibility::{self, OffsetSample, TxnLog, TxnOutcome};
 use crate::checkers::Violation;
-use crate::cluster::{connect, SimCluster, SimOptions};
+use crate::cluster::{connect, SimCluster};
 use crate::faults;
 use crate::group_run::{CRASH, LEAVE, RUN};
 use crate::run::{Report, LIVENESS_BOUND};
 use crate::scenarios::ALL_FAULTS;
-use crate::trace::Trace;
 
 /// The topic the transactions write.
 const TOPIC: &str = "ledger";
@@ -237,20 +236,7 @@ pub(crate) async fn final_read(
 
 /// The generated `transactions` scenario (see the module docs).
 pub async fn run_generated() -> Report {
-    let seed = madsim::runtime::Handle::current().seed();
-    println!("seed: {seed}");
-    let trace = Trace::new();
-    trace.record(format!("scenario transactions seed {seed}"));
-    if let Some(m) = crate::run::arm_mutation() {
-        println!("mutation: {m}");
-        trace.record(format!("mutation {m}"));
-    }
-    let phase = crate::run::fault_phase_of(FAULT_PHASE);
-    let cluster = Arc::new(SimCluster::start_with(SimOptions {
-        nodes: 3,
-        client_hosts: PRODUCERS as u32 + 2,
-        sync_latency: Duration::from_micros(rill_rt::rng().gen_range(500..8000)),
-    }));
+    let (trace, phase, cluster) = crate::run::start_generated("transactions", FAULT_PHASE, PRODUCERS as u32 + 2);
     cluster.create_topic_and_wait(TOPIC, PARTITIONS, rill_meta::TRANSACTION_STATE_TOPIC).await;
 
     let log: Shared = Arc::default();
@@ -280,16 +266,7 @@ pub async fn run_generated() -> Report {
     };
 
     // Producer instances crash mid-transaction now and then.
-    let mut rng = rill_rt::rng();
-    let end = rill_rt::now() + phase;
-    let mut crashes = 0u32;
-    while rill_rt::now() < end {
-        rill_rt::sleep(Duration::from_millis(rng.gen_range(1500..4000))).await;
-        let pick = rng.gen_range(0..PRODUCERS);
-        controls[pick].store(CRASH, Ordering::SeqCst);
-        trace.record(format!("producer {pick}'s instance crashes at {:?}", elapsed()));
-        crashes += 1;
-    }
+    let crashes = crate::run::crash_now_and_then(&controls, phase, &trace, "producer").await;
     let fault_counts = faults.await.expect("the fault injector");
     trace.record(format!("faults over at {:?}: {crashes} producer crashes", elapsed()));
 
