@@ -132,14 +132,10 @@ fn find_coordinator(req: admin::FindCoordinatorRequest) {
     }
 }
 
-/// The offsets of a commit, as the coordinator proposes them once they passed the per-entry
-/// checks, applied to a `__consumer_offsets` machine.
-fn commit_offsets(req: groups::CommitOffsetsRequest) {
-    if offsets::validate_group_id(&req.group_id).is_err() {
-        return;
-    }
-    let offsets: Vec<cpb::CommittedOffset> = req
-        .topics
+/// The offsets of a commit request the API layer accepts (offset ≥ 0, metadata within bounds,
+/// at most a commit's worth), as the coordinator stores them.
+fn acceptable_offsets(topics: &[groups::CommitTopic]) -> Vec<cpb::CommittedOffset> {
+    topics
         .iter()
         .flat_map(|t| t.partitions.iter().map(move |p| (t, p)))
         .filter(|(_, p)| p.offset >= 0 && p.metadata.len() <= offsets::MAX_OFFSET_METADATA_BYTES)
@@ -152,7 +148,16 @@ fn commit_offsets(req: groups::CommitOffsetsRequest) {
             metadata: p.metadata.clone(),
             commit_time_ms: 1,
         })
-        .collect();
+        .collect()
+}
+
+/// The offsets of a commit, as the coordinator proposes them once they passed the per-entry
+/// checks, applied to a `__consumer_offsets` machine.
+fn commit_offsets(req: groups::CommitOffsetsRequest) {
+    if offsets::validate_group_id(&req.group_id).is_err() {
+        return;
+    }
+    let offsets = acceptable_offsets(&req.topics);
     let expected: Vec<_> = offsets.iter().map(|o| (o.topic.clone(), o.partition)).collect();
     let command = cpb::OffsetsCommand {
         command: Some(cpb::offsets_command::Command::Commit(cpb::CommitOffsets {
@@ -177,21 +182,7 @@ fn txn_commit_offsets(req: groups::TxnCommitOffsetsRequest) {
     {
         return;
     }
-    let offsets: Vec<cpb::CommittedOffset> = req
-        .topics
-        .iter()
-        .flat_map(|t| t.partitions.iter().map(move |p| (t, p)))
-        .filter(|(_, p)| p.offset >= 0 && p.metadata.len() <= offsets::MAX_OFFSET_METADATA_BYTES)
-        .take(offsets::MAX_OFFSETS_PER_COMMIT)
-        .map(|(t, p)| cpb::CommittedOffset {
-            topic: t.topic.clone(),
-            topic_id: Bytes::from_static(&[3; 16]),
-            partition: p.partition,
-            offset: p.offset,
-            metadata: p.metadata.clone(),
-            commit_time_ms: 1,
-        })
-        .collect();
+    let offsets = acceptable_offsets(&req.topics);
     let expected: Vec<_> = offsets.iter().map(|o| (o.topic.clone(), o.partition)).collect();
     let apply = |m: &mut OffsetsMachine, index: u64, c: cpb::offsets_command::Command| {
         let log_id = LogId::new(openraft::CommittedLeaderId::new(1, 1), index);
