@@ -54,6 +54,14 @@ async fn retries_are_stored_once_and_gaps_are_refused() -> anyhow::Result<()> {
     let values: Vec<String> = read_all(&client, "idem", 0).await?.iter().map(|r| text(&r.value)).collect();
     assert_eq!(values, vec!["a", "b", "c", "new epoch"]);
 
+    tracing::info!("--- a new producer's second batch sent ahead of its first waits for it");
+    let (third, third_epoch) = client.init_producer_id().await?;
+    let second = idempotent_batch(&["second"], third, third_epoch, 1);
+    let first = idempotent_batch(&["first"], third, third_epoch, 0);
+    // Polled in this order: the second batch's request leaves first.
+    let (second_at, first_at) = tokio::join!(send(&client, &second), send(&client, &first));
+    assert_eq!((first_at?, second_at?), (Some(4), Some(5)), "both stored, in sequence order");
+
     tracing::info!("--- SIGKILL every node; after restart a retry is still recognized");
     for id in 1..=3 {
         cluster.kill(id)?;
@@ -67,7 +75,7 @@ async fn retries_are_stored_once_and_gaps_are_refused() -> anyhow::Result<()> {
         .await
         .map_err(|e| e.context(cluster.log_tails()))?;
     assert_eq!(again, Some(3), "deduplication state survives a full restart");
-    assert_eq!(read_all(&fresh, "idem", 0).await?.len(), 4);
+    assert_eq!(read_all(&fresh, "idem", 0).await?.len(), 6);
     Ok(())
 }
 

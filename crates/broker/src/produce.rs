@@ -27,6 +27,9 @@ use crate::propose::{Landed, Lateness, Share};
 
 /// How long an idempotent batch that arrived ahead of its predecessor waits for it.
 const REORDER_WAIT: Duration = Duration::from_millis(200);
+/// How many times a transactional batch's partition asks the coordinator when markers of its
+/// producer keep landing meanwhile (see [`Partition::produce_transactional`]).
+pub const VERIFY_ATTEMPTS: usize = 3;
 
 /// How often the leader checks for idle producers to expire (at most).
 pub const EXPIRY_CHECK_EVERY: Duration = Duration::from_secs(60);
@@ -186,8 +189,20 @@ impl Partition {
     /// producer came between it and the append; otherwise the batch is refused
     /// `CONCURRENT_TRANSACTIONS` (retry) instead of opening a transaction the coordinator
     /// already closed (a "hanging" transaction).
-    pub async fn produce_transactional<V>(&self, batch: Bytes, timeout: Duration, verify: V) -> Result<ProduceOutcome>
+    ///
+    /// A marker that lands while the coordinator is answering is usually the producer's
+    /// *previous* transaction's (the coordinator adds a partition to the next one only once the
+    /// previous one's markers are written): the partition then asks again, up to
+    /// [`VERIFY_ATTEMPTS`] times, so that the answer it acts on is known to come after that
+    /// marker. A marker of the verified transaction itself makes the next answer a refusal.
+    pub async fn produce_transactional<V, F>(
+        &self,
+        batch: Bytes,
+        timeout: Duration,
+        mut verify: F,
+    ) -> Result<ProduceOutcome>
     where
+        F: FnMut() -> V,
         V: std::future::Future<Output = Result<()>>,
     {
         let started = rill_rt::now();
@@ -205,18 +220,26 @@ impl Partition {
             return Err(PartitionError::CatchingUp);
         }
         let (pid, epoch) = (info.producer_id, info.producer_epoch);
-        // Every transactional batch is let through only if no marker of its producer arrived
-        // since this point (the guard): one that continues an open transaction as much as one
-        // that begins it, since a marker may close that transaction meanwhile.
-        let marker_before =
-            self.producers.lock().unwrap_or_else(|p| p.into_inner()).get(pid).map(|e| e.last_marker_offset);
-        let open_here = self.transactions.lock().unwrap_or_else(|p| p.into_inner()).open(pid).map(|t| t.epoch);
-        if open_here != Some(epoch) {
-            rill_rt::timeout_at(deadline, verify).await.map_err(|_| PartitionError::Timeout {
+        let last_marker = || self.last_marker_of(pid);
+        let mut attempts = 0;
+        let marker_before = loop {
+            // Every transactional batch is let through only if no marker of its producer
+            // arrived since this point (the guard): one that continues an open transaction as
+            // much as one that begins it, since a marker may close that transaction meanwhile.
+            let marker_before = last_marker();
+            let open_here = self.transactions.lock().unwrap_or_else(|p| p.into_inner()).open(pid).map(|t| t.epoch);
+            if open_here == Some(epoch) {
+                break marker_before;
+            }
+            rill_rt::timeout_at(deadline, verify()).await.map_err(|_| PartitionError::Timeout {
                 waited_ms: elapsed_ms(started),
                 what: "the transaction coordinator to verify the partition",
             })??;
-        }
+            attempts += 1;
+            if last_marker() == marker_before || attempts >= VERIFY_ATTEMPTS {
+                break marker_before;
+            }
+        };
         let guard = Some(marker_before);
         let append_time_ms = rill_rt::wall_clock_ms();
         let (base, landed) =
@@ -225,6 +248,13 @@ impl Partition {
             self.wait_for_isr(index, entry_term, config.min_insync_replicas, deadline, started).await?;
         }
         Ok(ProduceOutcome { base_offset: Some(base), append_time_ms })
+    }
+
+    /// The offset of the last marker applied for producer `pid`, -1 when none: what a
+    /// transactional batch's guard compares. (A producer whose first batch lands meanwhile
+    /// gains an entry without a marker: that is no marker.)
+    fn last_marker_of(&self, pid: i64) -> i64 {
+        self.producers.lock().unwrap_or_else(|p| p.into_inner()).get(pid).map_or(-1, |e| e.last_marker_offset)
     }
 
     /// Idempotent batches: deduplicate retries, refuse gaps, then propose. Returns the base
@@ -241,7 +271,7 @@ impl Partition {
         term: u64,
         deadline: Instant,
         started: Instant,
-        marker_guard: Option<Option<i64>>,
+        marker_guard: Option<i64>,
     ) -> Result<(u64, Option<(u64, u64)>)> {
         if !self.caught_up(term) {
             return Err(PartitionError::CatchingUp);
@@ -256,9 +286,7 @@ impl Partition {
             let mut gate = self.gate.lock().await;
             gate.enter_term(term);
             if let Some(before) = marker_guard {
-                let now =
-                    self.producers.lock().unwrap_or_else(|p| p.into_inner()).get(pid).map(|e| e.last_marker_offset);
-                if gate.marker_pending(pid) || now != before {
+                if gate.marker_pending(pid) || self.last_marker_of(pid) != before {
                     return Err(PartitionError::ConcurrentTransactions(format!(
                         "producer {pid}: a transaction marker arrived while the partition was being verified; retry"
                     )));
@@ -273,6 +301,13 @@ impl Partition {
                 Err(PartitionError::OutOfOrderSequence { expected, got, .. })
                     if got > expected && rill_rt::now() < reorder_deadline.min(deadline) =>
                 {
+                    drop(gate);
+                    let _ = rill_rt::timeout_at(reorder_deadline.min(deadline), registered).await;
+                    continue;
+                }
+                // A new producer's second batch that overtook its first: the same wait. (Still
+                // unknown after it, the producer's state is gone, and the producer is told so.)
+                Err(PartitionError::UnknownProducerId { .. }) if rill_rt::now() < reorder_deadline.min(deadline) => {
                     drop(gate);
                     let _ = rill_rt::timeout_at(reorder_deadline.min(deadline), registered).await;
                     continue;
