@@ -124,6 +124,9 @@ pub struct Node {
     group_sessions: rill_coordinator::groups::sessions::Sessions,
     /// The transactions this node is finishing as their coordinator.
     txn_markers: crate::txn_markers::Markers,
+    /// Additions to the transactions this node coordinates, queued per transactional id so
+    /// that those arriving together are written together.
+    txn_additions: rill_coordinator::transactions::Additions,
 }
 
 impl Node {
@@ -178,6 +181,7 @@ impl Node {
                 u64::from(node_config_groups.session_ms),
             )),
             txn_markers: crate::txn_markers::Markers::default(),
+            txn_additions: rill_coordinator::transactions::Additions::new(),
         });
         rill_rt::spawn(reconcile(Arc::downgrade(&node), node.meta.clone()));
         rill_rt::spawn(register_members(Arc::downgrade(&node)));
@@ -205,6 +209,12 @@ impl Node {
     /// The transactions this node is finishing as their coordinator.
     pub fn txn_markers(&self) -> &crate::txn_markers::Markers {
         &self.txn_markers
+    }
+
+    /// Additions to the transactions this node coordinates (see
+    /// [`rill_coordinator::transactions::Additions`]).
+    pub fn txn_additions(&self) -> &rill_coordinator::transactions::Additions {
+        &self.txn_additions
     }
 
     /// The configuration.

@@ -83,7 +83,9 @@ async fn ask(node: &Arc<Node>, transactional_id: &str, producer: (i64, i16), tar
     };
     if let Some(Hosted::Transactions(p)) = node.replica(group) {
         if p.replica().state().is_leader {
-            return serve_local(&p, transactional_id, producer, &target).await.map_err(|e| errors::coordinator(&e));
+            return serve_local(node, &p, transactional_id, producer, &target)
+                .await
+                .map_err(|e| errors::coordinator(&e));
         }
     }
     let leader = node.leader_of(group).ok_or_else(|| unavailable("the coordinator has no leader yet".into()))?;
@@ -114,6 +116,7 @@ async fn ask(node: &Arc<Node>, transactional_id: &str, producer: (i64, i16), tar
 }
 
 async fn serve_local(
+    node: &Node,
     p: &rill_broker::StatePartition<rill_coordinator::TransactionsMachine>,
     transactional_id: &str,
     producer: (i64, i16),
@@ -121,9 +124,19 @@ async fn serve_local(
 ) -> Result<u64, CoordinatorError> {
     match target {
         Target::Partition { topic, partition, add } => {
-            transactions::verify_partition(p, transactional_id, producer, topic, *partition, !add, VERIFY_TIMEOUT)
-                .await
-                .map(|()| 0)
+            let additions = node.txn_additions();
+            transactions::verify_partition(
+                additions,
+                p,
+                transactional_id,
+                producer,
+                topic,
+                *partition,
+                !add,
+                VERIFY_TIMEOUT,
+            )
+            .await
+            .map(|()| 0)
         }
         Target::Group(group_id) => transactions::verify_group(p, transactional_id, producer, group_id).await,
     }
@@ -149,7 +162,7 @@ pub async fn serve(node: &Arc<Node>, req: AddTxnPartitionRequest) -> AddTxnParti
     } else {
         Target::Group(req.group_id)
     };
-    match serve_local(&p, &req.transactional_id, (req.producer_id, epoch), &target).await {
+    match serve_local(node, &p, &req.transactional_id, (req.producer_id, epoch), &target).await {
         Ok(transaction_start) => AddTxnPartitionResponse { transaction_start, ..Default::default() },
         Err(e) => answer(errors::coordinator(&e)),
     }

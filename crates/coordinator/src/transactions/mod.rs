@@ -4,6 +4,8 @@
 //! * [`metadata`]: the record ([`TransactionMetadata`]) and its states ([`TxnState`]).
 //! * [`transitions`]: the coordinator's decisions (`InitProducerId`, adding partitions and
 //!   groups, `EndTxn`, completion, timeouts) as pure functions of the record.
+//! * [`additions`]: one write for the partitions and groups a transaction gains at once (its
+//!   first batches reach many partitions together, each asking the coordinator to add it).
 //! * this module: the replicated machine and the requests that propose its commands.
 //!
 //! `InitProducerId` with a transactional id gives the id's producer id with its epoch bumped
@@ -15,10 +17,12 @@
 //! leaders across an election) never both apply; the loser decides again from what the winner
 //! left.
 
+pub mod additions;
 pub mod metadata;
 pub mod transitions;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -30,6 +34,8 @@ use rill_raft::{GroupStateMachine, Payload};
 
 use crate::error::{CoordinatorError, Result};
 use crate::groups;
+pub use additions::Additions;
+use additions::Wanted;
 pub use metadata::{TransactionMetadata, TxnProtocol, TxnState};
 use transitions::InitDecision;
 
@@ -44,6 +50,10 @@ pub const MAX_TRANSACTIONAL_ID_BYTES: usize = 255;
 pub const LAST_EPOCH: i16 = i16::MAX - 1;
 /// How often a compare-and-set that lost a race is retried before giving up.
 const CAS_ATTEMPTS: usize = 5;
+/// How long an addition waits for the previous transaction's markers (its record `Prepare*`)
+/// before answering `CONCURRENT_TRANSACTIONS`: they normally take a few milliseconds, and a
+/// producer's next transaction begins as soon as `EndTxn` answered.
+const PREPARED_WAIT: Duration = Duration::from_secs(2);
 
 const APPLIED: &[u8] = b"ok";
 const CONFLICT: &[u8] = b"conflict";
@@ -109,6 +119,9 @@ impl TransactionsState {
 #[derive(Debug, Default)]
 pub struct TransactionsMachine {
     state: TransactionsState,
+    /// Woken whenever a record changes (a write applied, a snapshot installed): what a request
+    /// waiting for a record to leave a state listens to.
+    changed: Arc<rill_rt::sync::Notify>,
 }
 
 impl TransactionsMachine {
@@ -120,6 +133,12 @@ impl TransactionsMachine {
     /// The state.
     pub fn state(&self) -> &TransactionsState {
         &self.state
+    }
+
+    /// Notified whenever a record changes on this replica. A `Notified` taken before reading
+    /// the state sees every change applied after that read.
+    pub fn changes(&self) -> Arc<rill_rt::sync::Notify> {
+        self.changed.clone()
     }
 }
 
@@ -133,6 +152,9 @@ impl GroupStateMachine for TransactionsMachine {
                 false
             }
         };
+        if applied {
+            self.changed.notify_waiters();
+        }
         Bytes::from_static(if applied { APPLIED } else { CONFLICT })
     }
 
@@ -154,6 +176,7 @@ impl GroupStateMachine for TransactionsMachine {
             ids.insert(p.transactional_id, stored);
         }
         self.state = TransactionsState { ids };
+        self.changed.notify_waiters();
         Ok(())
     }
 }
@@ -282,8 +305,11 @@ fn read_record(
 }
 
 /// On the coordinator: adds `partitions` to the transaction of `transactional_id` (see
-/// [`transitions::add_to_transaction`]); `Ok` once they are recorded.
+/// [`transitions::add_to_transaction`]); `Ok` once they are recorded. Additions to the same
+/// transaction arriving together share one write ([`Additions`]).
+#[allow(clippy::too_many_arguments)]
 pub async fn add_partitions(
+    additions: &Additions,
     partition: &StatePartition<TransactionsMachine>,
     transactional_id: &str,
     producer: (i64, i16),
@@ -291,13 +317,16 @@ pub async fn add_partitions(
     protocol: TxnProtocol,
     timeout: Duration,
 ) -> Result<()> {
-    add(partition, transactional_id, producer, partitions, &[], protocol, timeout).await
+    validate(transactional_id, 0)?;
+    let wanted = Wanted { producer, protocol, partitions: partitions.clone(), groups: Vec::new() };
+    additions.add(partition, transactional_id, wanted, timeout).await
 }
 
 /// On the coordinator: adds consumer group `group_id` to the transaction of `transactional_id`
 /// (Kafka's `AddOffsetsToTxn`), beginning one when none is open; `Ok` once it is recorded. The
 /// group's partition of `__consumer_offsets` gets the transaction's marker.
 pub async fn add_offsets(
+    additions: &Additions,
     partition: &StatePartition<TransactionsMachine>,
     transactional_id: &str,
     producer: (i64, i16),
@@ -305,40 +334,61 @@ pub async fn add_offsets(
     protocol: TxnProtocol,
     timeout: Duration,
 ) -> Result<()> {
+    validate(transactional_id, 0)?;
     crate::offsets::validate_group_id(group_id)?;
-    let none = groups::assignor::TopicPartitions::new();
-    add(partition, transactional_id, producer, &none, &[group_id.to_string()], protocol, timeout).await
+    let partitions = groups::assignor::TopicPartitions::new();
+    let wanted = Wanted { producer, protocol, partitions, groups: vec![group_id.to_string()] };
+    additions.add(partition, transactional_id, wanted, timeout).await
 }
 
-async fn add(
+/// Records `wanted` in the transaction of `transactional_id`: one compare-and-set write (again
+/// when another decision got in first). While the previous transaction's markers are being
+/// written (the record is `Prepare*` under this producer's epoch), waits up to
+/// [`PREPARED_WAIT`] for it to complete instead of refusing at once: the producer's next
+/// transaction starts as soon as `EndTxn` answered, and would otherwise back off and retry.
+async fn add_once(
     partition: &StatePartition<TransactionsMachine>,
     transactional_id: &str,
-    producer: (i64, i16),
-    partitions: &groups::assignor::TopicPartitions,
-    group_ids: &[String],
-    protocol: TxnProtocol,
+    wanted: &Wanted,
     timeout: Duration,
 ) -> Result<()> {
-    validate(transactional_id, 0)?;
-    for _ in 0..CAS_ATTEMPTS {
+    let changes = partition.peek(|m| m.changes());
+    let wait_until = rill_rt::now() + PREPARED_WAIT.min(timeout);
+    let mut conflicts = 0;
+    loop {
+        // Taken before the read: a completion applied after it wakes this.
+        let changed = changes.notified();
         let current = read_record(partition, transactional_id)?;
         let now = rill_rt::wall_clock_ms();
         let decided = transitions::add_to_transaction(
             transactional_id,
             current.as_ref(),
-            producer,
-            partitions,
-            group_ids,
-            protocol,
+            wanted.producer,
+            &wanted.partitions,
+            &wanted.groups,
+            wanted.protocol,
             now,
-        )?;
-        let Some(record) = decided else { return Ok(()) };
+        );
+        let record = match decided {
+            Ok(None) => return Ok(()),
+            Ok(Some(record)) => record,
+            Err(CoordinatorError::ConcurrentTransactions { .. })
+                if current.as_ref().is_some_and(|m| m.state.is_prepared()) && rill_rt::now() < wait_until =>
+            {
+                let _ = rill_rt::timeout_at(wait_until, changed).await;
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
         let expect = current.as_ref().map_or(0, |m| m.version);
         if write(partition, transactional_id, record, expect, timeout).await?.is_some() {
             return Ok(());
         }
+        conflicts += 1;
+        if conflicts >= CAS_ATTEMPTS {
+            return Err(busy(transactional_id));
+        }
     }
-    Err(busy(transactional_id))
 }
 
 /// On the coordinator, for a group coordinator about to accept a transactional offset commit:
@@ -376,7 +426,9 @@ pub async fn verify_group(
 /// of `producer` there: `verify_only` (v1) checks that `topic`/`partition` is in the ongoing
 /// transaction of `transactional_id` under exactly this producer id and epoch; otherwise (v2)
 /// it adds the partition, beginning a transaction when none is open.
+#[allow(clippy::too_many_arguments)]
 pub async fn verify_partition(
+    additions: &Additions,
     partition: &StatePartition<TransactionsMachine>,
     transactional_id: &str,
     producer: (i64, i16),
@@ -388,7 +440,8 @@ pub async fn verify_partition(
     if !verify_only {
         let mut added = groups::assignor::TopicPartitions::new();
         added.entry(topic.to_string()).or_default().insert(partition_id);
-        return add_partitions(partition, transactional_id, producer, &added, TxnProtocol::V2, timeout).await;
+        return add_partitions(additions, partition, transactional_id, producer, &added, TxnProtocol::V2, timeout)
+            .await;
     }
     validate(transactional_id, 0)?;
     let current = read_record(partition, transactional_id)?;

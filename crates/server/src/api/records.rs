@@ -193,7 +193,8 @@ impl RecordsApi {
                     verify_only: t.verify_only,
                 };
                 let node = self.node.clone();
-                replica.produce_transactional(p.batch, timeout, crate::txn_verify::verify(&node, verify)).await
+                let verify = || crate::txn_verify::verify(&node, verify.clone());
+                replica.produce_transactional(p.batch, timeout, verify).await
             }
         };
         match produced {

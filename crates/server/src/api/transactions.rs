@@ -129,6 +129,7 @@ impl Transactions for TransactionsApi {
             let coordinator = self.coordinator(&req.transactional_id)?;
             let producer = (req.producer_id, epoch);
             transactions::add_partitions(
+                self.node.txn_additions(),
                 &coordinator,
                 &req.transactional_id,
                 producer,
@@ -158,6 +159,7 @@ impl Transactions for TransactionsApi {
             let coordinator = self.coordinator(&req.transactional_id)?;
             let producer = (req.producer_id, epoch);
             transactions::add_offsets(
+                self.node.txn_additions(),
                 &coordinator,
                 &req.transactional_id,
                 producer,

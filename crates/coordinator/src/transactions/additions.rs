@@ -1,0 +1,239 @@
+//! [`Additions`]: the partitions and groups a transaction gains at the same moment, recorded
+//! with one write.
+//!
+//! A producer's first batches of a transaction leave for many partitions at once, and under
+//! transactions v2 each partition's leader asks the coordinator to add its partition. Every
+//! addition is a compare-and-set write on the transactional id's record, so sixteen of them at
+//! once would be sixteen writes racing each other, most losing and deciding again. Instead the
+//! additions of one transactional id queue up: whoever holds the id's turn takes everything
+//! queued so far, writes it as one addition, and answers each of them; what arrives meanwhile
+//! goes in the next write. Two writes instead of sixteen, and no lost races.
+//!
+//! Only additions from the same producer id and epoch, speaking the same protocol, are merged
+//! (anything else — a fenced instance, a v1 request — gets the answer its own request would).
+//! An addition with a consumer group is written on its own, so a group's refusal (too many
+//! groups in a transaction) stays its own.
+//!
+//! Leader-local and in memory: nothing here survives a restart or matters to another replica;
+//! what is written is decided from the replicated record as before.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rill_broker::StatePartition;
+use rill_rt::sync::oneshot;
+
+use super::{add_once, TransactionsMachine, TxnProtocol};
+use crate::error::{CoordinatorError, Result};
+use crate::groups::assignor::TopicPartitions;
+
+/// What one request adds to a transaction.
+#[derive(Debug, Clone)]
+pub(super) struct Wanted {
+    /// The producer id and epoch asking.
+    pub producer: (i64, i16),
+    /// The protocol it speaks.
+    pub protocol: TxnProtocol,
+    /// Partitions to add.
+    pub partitions: TopicPartitions,
+    /// Consumer groups to add.
+    pub groups: Vec<String>,
+}
+
+impl Wanted {
+    /// Whether `other` may be written in the same addition as `self`.
+    fn merges_with(&self, other: &Wanted) -> bool {
+        self.producer == other.producer
+            && self.protocol == other.protocol
+            && self.groups.is_empty()
+            && other.groups.is_empty()
+    }
+}
+
+/// A queued addition and where its answer goes.
+struct Queued {
+    wanted: Wanted,
+    answer: oneshot::Sender<Result<()>>,
+}
+
+/// One transactional id's queue.
+#[derive(Default)]
+struct Queue {
+    waiting: Mutex<Vec<Queued>>,
+    /// Held while one caller writes what was queued.
+    turn: rill_rt::sync::Mutex<()>,
+}
+
+/// The queues of the transactional ids this node is adding to (see the module docs). One per
+/// node, shared by its `__transaction_state` partitions.
+#[derive(Default)]
+pub struct Additions {
+    queues: Mutex<HashMap<String, Arc<Queue>>>,
+}
+
+impl std::fmt::Debug for Additions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let ids = self.queues.lock().map_or(0, |q| q.len());
+        f.debug_struct("Additions").field("ids", &ids).finish()
+    }
+}
+
+impl Additions {
+    /// No queues yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Records `wanted` in the transaction of `transactional_id` on `partition` (its
+    /// coordinator), together with whatever else is queued for that id.
+    pub(super) async fn add(
+        &self,
+        partition: &StatePartition<TransactionsMachine>,
+        transactional_id: &str,
+        wanted: Wanted,
+        timeout: Duration,
+    ) -> Result<()> {
+        let held = Held::new(self, transactional_id);
+        let (tx, mut rx) = oneshot::channel();
+        lock(&held.queue.waiting).push(Queued { wanted, answer: tx });
+        {
+            let _turn = held.queue.turn.lock().await;
+            match rx.try_recv() {
+                // An earlier turn wrote this one with its own.
+                Ok(answer) => return answer,
+                Err(oneshot::error::TryRecvError::Closed) => return Err(interrupted()),
+                Err(oneshot::error::TryRecvError::Empty) => {}
+            }
+            let queued = std::mem::take(&mut *lock(&held.queue.waiting));
+            for (wanted, answers) in merge(queued) {
+                let answer = add_once(partition, transactional_id, &wanted, timeout).await;
+                for tx in answers {
+                    let _ = tx.send(answer.clone());
+                }
+            }
+        }
+        rx.await.unwrap_or_else(|_| Err(interrupted()))
+    }
+
+    /// Number of transactional ids with additions under way (for tests).
+    pub fn pending_ids(&self) -> usize {
+        lock(&self.queues).len()
+    }
+}
+
+/// The turn that was writing this addition was abandoned (its request went away).
+fn interrupted() -> CoordinatorError {
+    CoordinatorError::NotAvailable("the addition was interrupted; retry".into())
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Groups queued additions into writes, in arrival order: consecutive mergeable additions
+/// become one (their partitions united), each with every answer it owes.
+fn merge(queued: Vec<Queued>) -> Vec<(Wanted, Vec<oneshot::Sender<Result<()>>>)> {
+    let mut writes: Vec<(Wanted, Vec<oneshot::Sender<Result<()>>>)> = Vec::new();
+    for Queued { wanted, answer } in queued {
+        match writes.last_mut() {
+            Some((w, answers)) if w.merges_with(&wanted) => {
+                for (topic, ps) in wanted.partitions {
+                    w.partitions.entry(topic).or_default().extend(ps);
+                }
+                answers.push(answer);
+            }
+            _ => writes.push((wanted, vec![answer])),
+        }
+    }
+    writes
+}
+
+/// A caller's hold on its id's queue; the queue is forgotten when its last caller leaves
+/// (also when a caller's request is dropped midway).
+struct Held<'a> {
+    additions: &'a Additions,
+    transactional_id: &'a str,
+    queue: Arc<Queue>,
+}
+
+impl<'a> Held<'a> {
+    fn new(additions: &'a Additions, transactional_id: &'a str) -> Self {
+        let queue = lock(&additions.queues).entry(transactional_id.to_string()).or_default().clone();
+        Self { additions, transactional_id, queue }
+    }
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        let mut queues = lock(&self.additions.queues);
+        // The map's reference and this one: nobody else is using the queue.
+        if Arc::strong_count(&self.queue) == 2 {
+            queues.remove(self.transactional_id);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn wanted(producer: (i64, i16), partitions: &[(&str, u32)], groups: &[&str]) -> Wanted {
+        let mut tp = TopicPartitions::new();
+        for (t, p) in partitions {
+            tp.entry(t.to_string()).or_default().insert(*p);
+        }
+        Wanted {
+            producer,
+            protocol: TxnProtocol::V2,
+            partitions: tp,
+            groups: groups.iter().map(|g| g.to_string()).collect(),
+        }
+    }
+
+    fn queued(w: Wanted) -> (Queued, oneshot::Receiver<Result<()>>) {
+        let (tx, rx) = oneshot::channel();
+        (Queued { wanted: w, answer: tx }, rx)
+    }
+
+    #[test]
+    fn one_producers_partitions_become_one_write() {
+        let (a, _ra) = queued(wanted((7, 1), &[("t", 0)], &[]));
+        let (b, _rb) = queued(wanted((7, 1), &[("t", 1), ("u", 0)], &[]));
+        let (c, _rc) = queued(wanted((7, 1), &[("t", 0)], &[]));
+        let writes = merge(vec![a, b, c]);
+        assert_eq!(writes.len(), 1);
+        let (w, answers) = &writes[0];
+        assert_eq!(answers.len(), 3);
+        assert_eq!(w.partitions.get("t").map(|s| s.len()), Some(2));
+        assert_eq!(w.partitions.get("u").map(|s| s.len()), Some(1));
+    }
+
+    #[test]
+    fn other_producers_protocols_and_groups_are_written_on_their_own() {
+        let (a, _ra) = queued(wanted((7, 1), &[("t", 0)], &[]));
+        let (b, _rb) = queued(wanted((7, 0), &[("t", 1)], &[]));
+        let (c, _rc) = queued(wanted((7, 1), &[("t", 2)], &["g"]));
+        let mut v1 = wanted((7, 1), &[("t", 3)], &[]);
+        v1.protocol = TxnProtocol::V1;
+        let (d, _rd) = queued(v1);
+        let (e, _re) = queued(wanted((7, 1), &[("t", 4)], &[]));
+        let (f, _rf) = queued(wanted((7, 1), &[("t", 5)], &[]));
+        let writes = merge(vec![a, b, c, d, e, f]);
+        let shapes: Vec<(i16, usize, usize)> =
+            writes.iter().map(|(w, answers)| (w.producer.1, w.groups.len(), answers.len())).collect();
+        assert_eq!(shapes, vec![(1, 0, 1), (0, 0, 1), (1, 1, 1), (1, 0, 1), (1, 0, 2)]);
+    }
+
+    #[test]
+    fn a_queue_is_forgotten_when_its_last_caller_leaves() {
+        let additions = Additions::new();
+        let first = Held::new(&additions, "a");
+        let second = Held::new(&additions, "a");
+        assert_eq!(additions.pending_ids(), 1);
+        drop(first);
+        assert_eq!(additions.pending_ids(), 1);
+        drop(second);
+        assert_eq!(additions.pending_ids(), 0);
+    }
+}
