@@ -207,6 +207,7 @@ fn variants(args: &BenchArgs) -> anyhow::Result<Vec<Variant>> {
 
 fn main() -> ExitCode {
     let args = BenchArgs::parse();
+    init_logging();
     let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
         Ok(r) => r,
         Err(e) => {
@@ -437,4 +438,15 @@ async fn run(args: BenchArgs) -> anyhow::Result<()> {
         println!("{}", groups::report::group_heartbeats_summary(&h));
     }
     Ok(())
+}
+
+/// Client-side logs (retries, refusals) go to stderr when `RILL_LOG` is set, in `RUST_LOG`
+/// syntax (e.g. `RILL_LOG=rill_client=debug`), as for `rill`: what a slow scenario is waiting on.
+fn init_logging() {
+    let Ok(filter) = std::env::var("RILL_LOG") else { return };
+    let filter = tracing_subscriber::EnvFilter::try_new(&filter).unwrap_or_else(|e| {
+        eprintln!("warning: RILL_LOG={filter:?} is not a valid filter ({e}); logging warnings only");
+        tracing_subscriber::EnvFilter::new("warn")
+    });
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
 }

@@ -510,6 +510,7 @@ async fn send_batch(inner: Arc<Inner>, topic: String, partition: u32, mut b: Bat
             } else if inner.idempotent && b.identity.is_some() {
                 // Its sequence numbers are spent without a stored batch: later batches under
                 // this producer id would be refused as out of order. Start a new one.
+                tracing::debug!(topic, partition, error = %e, "a batch failed: a new producer id for what follows");
                 reset_identity(&mut st);
             }
         }
@@ -537,6 +538,7 @@ async fn send_batch(inner: Arc<Inner>, topic: String, partition: u32, mut b: Bat
                 }
                 st.txn_error.get_or_insert(e);
             } else if gap {
+                tracing::debug!(topic, partition, order = b.order, "a sequence gap: a new producer id, then resend");
                 reset_identity(&mut st);
                 b.identity = None;
             }
