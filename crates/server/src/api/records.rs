@@ -193,7 +193,8 @@ impl RecordsApi {
                     verify_only: t.verify_only,
                 };
                 let node = self.node.clone();
-                let verify = || crate::txn_verify::verify(&node, verify.clone());
+                // Boxed: the coordinator's future is deep, and the produce path nests it again.
+                let verify = || Box::pin(crate::txn_verify::verify(&node, verify.clone()));
                 replica.produce_transactional(p.batch, timeout, verify).await
             }
         };
