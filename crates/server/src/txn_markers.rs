@@ -138,6 +138,7 @@ async fn finish(
         pending.extend(offsets.into_iter().map(|p| (rill_meta::CONSUMER_OFFSETS_TOPIC.to_string(), p)));
     }
     let transaction_start = prepared.txn_start_version;
+    let started = rill_rt::now();
     loop {
         // The coordinator's epoch is its current term; a node that no longer leads stops here.
         let state = coordinator.replica().state();
@@ -152,31 +153,43 @@ async fn finish(
             return Ok(false);
         }
         let Some(n) = node.upgrade() else { return Err("the node is stopping".into()) };
+        let marker = Marker {
+            producer_id: prepared.producer_id,
+            epoch: prepared.epoch,
+            coordinator_epoch,
+            commit,
+            transaction_start,
+        };
+        // All at once: each marker is a replicated write at its partition's leader, and the
+        // next transaction of this id waits for the last one.
+        let written = futures::future::join_all(
+            pending.iter().map(|(topic, partition)| write_marker(&n, topic, *partition, marker)),
+        )
+        .await;
+        drop(n);
         let mut still = Vec::new();
-        for (topic, partition) in pending {
-            let marker = Marker {
-                producer_id: prepared.producer_id,
-                epoch: prepared.epoch,
-                coordinator_epoch,
-                commit,
-                transaction_start,
-            };
-            match write_marker(&n, &topic, partition, marker).await {
-                Ok(()) => {}
-                Err(e) => {
-                    tracing::debug!(transactional_id, topic, partition, error = %e, "marker not written yet");
-                    still.push((topic, partition));
-                }
+        for ((topic, partition), outcome) in pending.into_iter().zip(written) {
+            if let Err(e) = outcome {
+                tracing::debug!(transactional_id, topic, partition, error = %e, "marker not written yet");
+                still.push((topic, partition));
             }
         }
-        drop(n);
         if still.is_empty() {
             break;
         }
         pending = still;
         rill_rt::sleep(RETRY_PAUSE).await;
     }
-    transactions::complete(coordinator, transactional_id, prepared, STEP_TIMEOUT).await.map_err(|e| e.to_string())
+    let completing = rill_rt::now();
+    let completed =
+        transactions::complete(coordinator, transactional_id, prepared, STEP_TIMEOUT).await.map_err(|e| e.to_string());
+    tracing::debug!(
+        transactional_id,
+        markers_ms = (completing - started).as_secs_f64() * 1e3,
+        complete_ms = completing.elapsed().as_secs_f64() * 1e3,
+        "transaction markers and completion written"
+    );
+    completed
 }
 
 /// One marker to write.
@@ -279,8 +292,8 @@ pub async fn serve(node: &Arc<Node>, req: WriteTxnMarkersRequest) -> Vec<WriteTx
         commit: req.commit,
         transaction_start: req.transaction_start,
     };
-    let mut out = Vec::with_capacity(req.partitions.len());
-    for &p in &req.partitions {
+    let (req, result) = (&req, &result);
+    let one = |p: u32| async move {
         let local = node
             .topic(&req.topic)
             .and_then(|t| t.partitions.get(p as usize).map(|a| a.group))
@@ -292,7 +305,7 @@ pub async fn serve(node: &Arc<Node>, req: WriteTxnMarkersRequest) -> Vec<WriteTx
             )),
             Some(hosted) => write_local(&hosted, marker).await.err(),
         };
-        out.push(result(p, outcome));
-    }
-    out
+        result(p, outcome)
+    };
+    futures::future::join_all(req.partitions.iter().map(|p| one(*p))).await
 }
