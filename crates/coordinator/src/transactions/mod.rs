@@ -355,6 +355,7 @@ async fn add_once(
     let changes = partition.peek(|m| m.changes());
     let wait_until = rill_rt::now() + PREPARED_WAIT.min(timeout);
     let mut conflicts = 0;
+    let started = rill_rt::now();
     loop {
         // Taken before the read: a completion applied after it wakes this.
         let changed = changes.notified();
@@ -381,7 +382,14 @@ async fn add_once(
             Err(e) => return Err(e),
         };
         let expect = current.as_ref().map_or(0, |m| m.version);
+        let writing = rill_rt::now();
         if write(partition, transactional_id, record, expect, timeout).await?.is_some() {
+            tracing::debug!(
+                transactional_id,
+                waited_ms = (writing - started).as_secs_f64() * 1e3,
+                write_ms = writing.elapsed().as_secs_f64() * 1e3,
+                "transaction additions recorded"
+            );
             return Ok(());
         }
         conflicts += 1;
