@@ -11,7 +11,7 @@ use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse, VoteRequest,
     VoteResponse,
 };
-use openraft::{BasicNode, Entry, EntryPayload};
+use openraft::{BasicNode, Entry, EntryPayload, LogId};
 use rill_proto::internal::raft_transport_client::RaftTransportClient;
 use rill_proto::internal::RaftMessage;
 use tonic::transport::{Channel, Endpoint};
@@ -230,7 +230,13 @@ impl RaftNetworkFactory<TypeConfig> for GroupNetworkFactory {
     type Network = GroupNetwork;
 
     async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> Self::Network {
-        GroupNetwork { group: self.group, target, addr: node.addr.clone(), transport: self.transport.clone() }
+        GroupNetwork {
+            group: self.group,
+            target,
+            addr: node.addr.clone(),
+            transport: self.transport.clone(),
+            commit_sent: None,
+        }
     }
 }
 
@@ -240,6 +246,8 @@ pub struct GroupNetwork {
     target: NodeId,
     addr: String,
     transport: Arc<Transport>,
+    /// The highest commit index this peer was sent (see `append_entries`).
+    commit_sent: Option<LogId<NodeId>>,
 }
 
 #[derive(Clone, Copy)]
@@ -333,19 +341,36 @@ impl RaftNetwork<TypeConfig> for GroupNetwork {
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
         if rpc.entries.is_empty() {
+            // An empty append that carries a newer commit index is the leader telling the
+            // follower what was just committed, and the group's replication to this peer waits
+            // for its answer: the next write's entries go out only after it. Queued with the
+            // heartbeats it would hold that write up by the heartbeat linger, so it goes at once.
+            // One that carries nothing new is a heartbeat, and is coalesced.
+            if rpc.leader_commit > self.commit_sent {
+                let answer = self.call(Rpc::Append, &rpc, &option).await;
+                if matches!(answer, Ok(AppendEntriesResponse::Success)) {
+                    self.commit_sent = rpc.leader_commit;
+                }
+                return answer;
+            }
             return self.heartbeat(&rpc, &option).await;
         }
         let fits = entries_within(&rpc.entries, MAX_APPEND_BYTES);
-        if fits == rpc.entries.len() {
-            return self.call(Rpc::Append, &rpc, &option).await;
+        let answer = if fits == rpc.entries.len() {
+            self.call(Rpc::Append, &rpc, &option).await?
+        } else {
+            // Send the prefix that fits; openraft sends the rest next, from where this one ends.
+            rpc.entries.truncate(fits);
+            let last = rpc.entries.last().map(|e| e.log_id);
+            match self.call(Rpc::Append, &rpc, &option).await? {
+                AppendEntriesResponse::Success => AppendEntriesResponse::PartialSuccess(last),
+                other => other,
+            }
+        };
+        if matches!(answer, AppendEntriesResponse::Success | AppendEntriesResponse::PartialSuccess(_)) {
+            self.commit_sent = self.commit_sent.max(rpc.leader_commit);
         }
-        // Send the prefix that fits; openraft sends the rest next, from where this one ends.
-        rpc.entries.truncate(fits);
-        let last = rpc.entries.last().map(|e| e.log_id);
-        match self.call(Rpc::Append, &rpc, &option).await? {
-            AppendEntriesResponse::Success => Ok(AppendEntriesResponse::PartialSuccess(last)),
-            other => Ok(other),
-        }
+        Ok(answer)
     }
 
     async fn install_snapshot(
