@@ -11,8 +11,15 @@
 //!
 //! Only additions from the same producer id and epoch, speaking the same protocol, are merged
 //! (anything else — a fenced instance, a v1 request — gets the answer its own request would).
-//! An addition with a consumer group is written on its own, so a group's refusal (too many
-//! groups in a transaction) stays its own.
+//! Partitions and consumer groups (`AddOffsetsToTxn`) merge alike; when a merged write is
+//! refused as invalid (too many groups in the transaction), each of its additions is written
+//! on its own, so that refusal reaches only the request that caused it.
+//!
+//! The turn holder first waits out the previous transaction's markers (the record `Prepare*`,
+//! at most `PREPARED_WAIT`) and only then takes the queue: a producer
+//! begins its next transaction as soon as `EndTxn` is answered, so its first batches all arrive
+//! while those markers are written, and they become one write instead of a lone first one and
+//! the rest.
 //!
 //! Leader-local and in memory: nothing here survives a restart or matters to another replica;
 //! what is written is decided from the replicated record as before.
@@ -24,7 +31,7 @@ use std::time::Duration;
 use rill_broker::StatePartition;
 use rill_rt::sync::oneshot;
 
-use super::{add_once, TransactionsMachine, TxnProtocol};
+use super::{add_once, prepared_deadline, wait_while_prepared, TransactionsMachine, TxnProtocol};
 use crate::error::{CoordinatorError, Result};
 use crate::groups::assignor::TopicPartitions;
 
@@ -44,10 +51,19 @@ pub(super) struct Wanted {
 impl Wanted {
     /// Whether `other` may be written in the same addition as `self`.
     fn merges_with(&self, other: &Wanted) -> bool {
-        self.producer == other.producer
-            && self.protocol == other.protocol
-            && self.groups.is_empty()
-            && other.groups.is_empty()
+        self.producer == other.producer && self.protocol == other.protocol
+    }
+
+    /// Adds `other`'s partitions and groups to `self`'s.
+    fn absorb(&mut self, other: &Wanted) {
+        for (topic, ps) in &other.partitions {
+            self.partitions.entry(topic.clone()).or_default().extend(ps.iter().copied());
+        }
+        for g in &other.groups {
+            if !self.groups.contains(g) {
+                self.groups.push(g.clone());
+            }
+        }
     }
 }
 
@@ -105,19 +121,32 @@ impl Additions {
                 Err(oneshot::error::TryRecvError::Closed) => return Err(interrupted()),
                 Err(oneshot::error::TryRecvError::Empty) => {}
             }
+            // What arrives meanwhile joins this turn's write (see the module docs).
+            let prepared_until = prepared_deadline(timeout);
+            wait_while_prepared(partition, transactional_id, prepared_until).await;
             let queued = std::mem::take(&mut *lock(&held.queue.waiting));
-            for (wanted, answers) in merge(queued) {
-                let answer = add_once(partition, transactional_id, &wanted, timeout).await;
-                for tx in answers {
-                    let _ = tx.send(answer.clone());
+            for (wanted, parts) in merge(queued) {
+                let answer = add_once(partition, transactional_id, &wanted, prepared_until, timeout).await;
+                if matches!(answer, Err(CoordinatorError::InvalidRequest(_))) && parts.len() > 1 {
+                    // One of them made the merged write invalid: each gets its own answer.
+                    for part in parts {
+                        let _ = part
+                            .answer
+                            .send(add_once(partition, transactional_id, &part.wanted, prepared_until, timeout).await);
+                    }
+                    continue;
+                }
+                for part in parts {
+                    let _ = part.answer.send(answer.clone());
                 }
             }
         }
         rx.await.unwrap_or_else(|_| Err(interrupted()))
     }
 
-    /// Number of transactional ids with additions under way (for tests).
-    pub fn pending_ids(&self) -> usize {
+    /// Number of transactional ids with additions under way.
+    #[cfg(test)]
+    fn pending_ids(&self) -> usize {
         lock(&self.queues).len()
     }
 }
@@ -132,18 +161,16 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// Groups queued additions into writes, in arrival order: consecutive mergeable additions
-/// become one (their partitions united), each with every answer it owes.
-fn merge(queued: Vec<Queued>) -> Vec<(Wanted, Vec<oneshot::Sender<Result<()>>>)> {
-    let mut writes: Vec<(Wanted, Vec<oneshot::Sender<Result<()>>>)> = Vec::new();
-    for Queued { wanted, answer } in queued {
+/// become one (their partitions and groups united), each with the additions it is made of.
+fn merge(queued: Vec<Queued>) -> Vec<(Wanted, Vec<Queued>)> {
+    let mut writes: Vec<(Wanted, Vec<Queued>)> = Vec::new();
+    for q in queued {
         match writes.last_mut() {
-            Some((w, answers)) if w.merges_with(&wanted) => {
-                for (topic, ps) in wanted.partitions {
-                    w.partitions.entry(topic).or_default().extend(ps);
-                }
-                answers.push(answer);
+            Some((w, parts)) if w.merges_with(&q.wanted) => {
+                w.absorb(&q.wanted);
+                parts.push(q);
             }
-            _ => writes.push((wanted, vec![answer])),
+            _ => writes.push((q.wanted.clone(), vec![q])),
         }
     }
     writes
@@ -203,17 +230,32 @@ mod tests {
         let (c, _rc) = queued(wanted((7, 1), &[("t", 0)], &[]));
         let writes = merge(vec![a, b, c]);
         assert_eq!(writes.len(), 1);
-        let (w, answers) = &writes[0];
-        assert_eq!(answers.len(), 3);
+        let (w, parts) = &writes[0];
+        assert_eq!(parts.len(), 3);
         assert_eq!(w.partitions.get("t").map(|s| s.len()), Some(2));
         assert_eq!(w.partitions.get("u").map(|s| s.len()), Some(1));
     }
 
     #[test]
-    fn other_producers_protocols_and_groups_are_written_on_their_own() {
+    fn groups_merge_with_partitions_and_each_group_is_named_once() {
+        let (a, _ra) = queued(wanted((7, 1), &[("t", 0)], &["g"]));
+        let (b, _rb) = queued(wanted((7, 1), &[("t", 1)], &["g", "h"]));
+        let (c, _rc) = queued(wanted((7, 1), &[], &["h"]));
+        let writes = merge(vec![a, b, c]);
+        assert_eq!(writes.len(), 1);
+        let (w, parts) = &writes[0];
+        assert_eq!(parts.len(), 3);
+        assert_eq!(w.groups, ["g", "h"]);
+        assert_eq!(w.partitions.get("t").map(|s| s.len()), Some(2));
+        // Each part keeps its own request, for answering on its own.
+        assert_eq!(parts[2].wanted.groups, ["h"]);
+    }
+
+    #[test]
+    fn other_producers_and_protocols_are_written_on_their_own() {
         let (a, _ra) = queued(wanted((7, 1), &[("t", 0)], &[]));
         let (b, _rb) = queued(wanted((7, 0), &[("t", 1)], &[]));
-        let (c, _rc) = queued(wanted((7, 1), &[("t", 2)], &["g"]));
+        let (c, _rc) = queued(wanted((7, 0), &[("t", 2)], &["g"]));
         let mut v1 = wanted((7, 1), &[("t", 3)], &[]);
         v1.protocol = TxnProtocol::V1;
         let (d, _rd) = queued(v1);
@@ -221,8 +263,8 @@ mod tests {
         let (f, _rf) = queued(wanted((7, 1), &[("t", 5)], &[]));
         let writes = merge(vec![a, b, c, d, e, f]);
         let shapes: Vec<(i16, usize, usize)> =
-            writes.iter().map(|(w, answers)| (w.producer.1, w.groups.len(), answers.len())).collect();
-        assert_eq!(shapes, vec![(1, 0, 1), (0, 0, 1), (1, 1, 1), (1, 0, 1), (1, 0, 2)]);
+            writes.iter().map(|(w, parts)| (w.producer.1, w.groups.len(), parts.len())).collect();
+        assert_eq!(shapes, vec![(1, 0, 1), (0, 1, 2), (1, 0, 1), (1, 0, 2)]);
     }
 
     #[test]

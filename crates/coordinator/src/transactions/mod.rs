@@ -25,6 +25,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use rill_rt::Instant;
+
 use bytes::Bytes;
 use prost::Message;
 use rill_broker::StatePartition;
@@ -322,6 +324,27 @@ pub async fn add_partitions(
     additions.add(partition, transactional_id, wanted, timeout).await
 }
 
+/// Waits until the record of `transactional_id` is not `Prepare*` (its markers written and its
+/// completion applied), or until `until`: an addition arriving meanwhile would only be refused
+/// `CONCURRENT_TRANSACTIONS`.
+async fn wait_while_prepared(partition: &StatePartition<TransactionsMachine>, transactional_id: &str, until: Instant) {
+    let changes = partition.peek(|m| m.changes());
+    loop {
+        // Taken before the read: a completion applied after it wakes this.
+        let changed = changes.notified();
+        let prepared = read_record(partition, transactional_id).ok().flatten().is_some_and(|m| m.state.is_prepared());
+        if !prepared || rill_rt::now() >= until {
+            return;
+        }
+        let _ = rill_rt::timeout_at(until, changed).await;
+    }
+}
+
+/// How long from now an addition may wait for the previous transaction's markers.
+fn prepared_deadline(timeout: Duration) -> Instant {
+    rill_rt::now() + PREPARED_WAIT.min(timeout)
+}
+
 /// On the coordinator: adds consumer group `group_id` to the transaction of `transactional_id`
 /// (Kafka's `AddOffsetsToTxn`), beginning one when none is open; `Ok` once it is recorded. The
 /// group's partition of `__consumer_offsets` gets the transaction's marker.
@@ -344,16 +367,17 @@ pub async fn add_offsets(
 /// Records `wanted` in the transaction of `transactional_id`: one compare-and-set write (again
 /// when another decision got in first). While the previous transaction's markers are being
 /// written (the record is `Prepare*` under this producer's epoch), waits up to
-/// [`PREPARED_WAIT`] for it to complete instead of refusing at once: the producer's next
-/// transaction starts as soon as `EndTxn` answered, and would otherwise back off and retry.
+/// [`PREPARED_WAIT`] (until `wait_until`) for it to complete instead of refusing at once: the
+/// producer's next transaction starts as soon as `EndTxn` answered, and would otherwise back
+/// off and retry.
 async fn add_once(
     partition: &StatePartition<TransactionsMachine>,
     transactional_id: &str,
     wanted: &Wanted,
+    wait_until: Instant,
     timeout: Duration,
 ) -> Result<()> {
     let changes = partition.peek(|m| m.changes());
-    let wait_until = rill_rt::now() + PREPARED_WAIT.min(timeout);
     let mut conflicts = 0;
     let started = rill_rt::now();
     loop {
