@@ -9,6 +9,12 @@
 //! * **Commit latency**: transactions of one record to each of 1, 4 and 16 partitions; the
 //!   records are acknowledged first, then `commit_transaction` (the `EndTxn` round trip: the
 //!   coordinator's Prepare write; markers follow asynchronously) is timed. p50 / p99 / max.
+//! * **Consume-transform-produce** ([`ctp`]): a job committing a transaction per poll against
+//!   the same job sending and then committing its offsets synchronously.
+
+mod ctp;
+
+pub use ctp::CtpRow;
 
 use std::time::{Duration, Instant};
 
@@ -96,6 +102,8 @@ pub struct TransactionsResult {
     pub throughput: Vec<ThroughputRow>,
     /// Commit latency per transaction width.
     pub commit_latency: Vec<CommitLatencyRow>,
+    /// Consume-transform-produce per way of committing.
+    pub consume_transform_produce: Vec<CtpRow>,
 }
 
 /// Runs the scenario: `round` per mode and round, `rounds` rounds.
@@ -103,7 +111,9 @@ pub async fn transactions(env: &Env, round: Duration, rounds: u32) -> anyhow::Re
     let deployment = start_with(env, "rill-transactions", 3, true, &[]).await?;
     let client = Client::connect(&deployment.endpoints).await?;
     let configs = [("min.insync.replicas".to_string(), "2".to_string())];
-    for (topic, partitions) in [("txn-bench", PARTITIONS), ("txn-latency", 16)] {
+    let topics =
+        [("txn-bench", PARTITIONS), ("txn-latency", 16), (ctp::INPUT, ctp::PARTITIONS), (ctp::OUTPUT, ctp::PARTITIONS)];
+    for (topic, partitions) in topics {
         client.create_topic(topic, partitions, 3, &configs).await.with_context(|| format!("cannot create {topic}"))?;
         wait_for_leaders(&client, topic).await?;
     }
@@ -154,12 +164,16 @@ pub async fn transactions(env: &Env, round: Duration, rounds: u32) -> anyhow::Re
         eprintln!("transactions: commit latency, {partitions} partition(s) per transaction…");
         commit_latency.push(commit_latency_of(&client, partitions).await?);
     }
+    eprintln!("transactions: filling {} for consume-transform-produce…", ctp::INPUT);
+    ctp::fill_input(&client, RECORD_BYTES).await?;
+    let consume_transform_produce = ctp::consume_transform_produce(&client, round, rounds).await?;
     let result = TransactionsResult {
         seconds_per_round: round.as_secs_f64(),
         rounds: rounds.max(1),
         record_bytes: RECORD_BYTES,
         throughput,
         commit_latency,
+        consume_transform_produce,
     };
     crate::scenarios::finish(deployment, "transactions", &result);
     Ok(result)
@@ -282,6 +296,12 @@ pub fn summary(r: &TransactionsResult) -> String {
         out.push_str(&format!(
             "  commit latency, {:>2} partition(s): p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms ({} transactions)\n",
             c.partitions, c.p50_ms, c.p99_ms, c.max_ms, c.transactions
+        ));
+    }
+    for c in &r.consume_transform_produce {
+        out.push_str(&format!(
+            "  consume-transform-produce, {:<26} {:>8.0} msg/s  ({:.2} of send + commit; {:.1} commits/s; {} aborted)\n",
+            c.mode, c.median_msgs_per_sec, c.ratio_to_send_then_commit, c.commits_per_sec, c.aborted
         ));
     }
     out

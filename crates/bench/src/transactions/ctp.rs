@@ -1,0 +1,236 @@
+//! Consume-transform-produce: one job reads an input topic as a consumer group, writes one
+//! output record per input record, and commits what it has read — with a transaction per poll
+//! (the output and the offsets as one unit, exactly-once) or with sends acknowledged and then a
+//! synchronous offset commit per poll (at-least-once). Both read the same pre-filled input under
+//! their own group, in the same run; the ratio is what to quote.
+
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use bytes::Bytes;
+use rill_client::{
+    Client, Consumer, ConsumerConfig, ConsumerRecord, OffsetSpec, Producer, ProducerConfig, Record, TopicPartition,
+    TransactionErrorKind, TransactionalProducer,
+};
+use serde::Serialize;
+
+/// The input topic (pre-filled) and the output topic.
+pub(super) const INPUT: &str = "ctp-in";
+pub(super) const OUTPUT: &str = "ctp-out";
+/// Partitions of each.
+pub(super) const PARTITIONS: u32 = 16;
+/// Records in the input: more than either mode reads in a round.
+const INPUT_RECORDS: u64 = 200_000;
+/// Records a poll returns at most (Kafka's `max.poll.records` default): one commit each.
+const MAX_POLL_RECORDS: usize = 500;
+
+/// How the job commits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Sends acknowledged, then `Consumer::commit`, per poll.
+    SendThenCommit,
+    /// A transaction per poll: sends, `send_offsets_to_transaction`, `commit_transaction`.
+    Transaction,
+}
+
+impl Mode {
+    fn name(self) -> &'static str {
+        match self {
+            Mode::SendThenCommit => "send + synchronous commit",
+            Mode::Transaction => "transaction per poll",
+        }
+    }
+}
+
+/// One mode's rate.
+#[derive(Debug, Clone, Serialize)]
+pub struct CtpRow {
+    /// The mode.
+    pub mode: String,
+    /// Input records processed (output acknowledged and offsets committed) per second, per round.
+    pub msgs_per_sec: Vec<f64>,
+    /// Their median.
+    pub median_msgs_per_sec: f64,
+    /// The median over the send + synchronous commit median.
+    pub ratio_to_send_then_commit: f64,
+    /// Commits (offset commits or transactions) per second, median round.
+    pub commits_per_sec: f64,
+    /// Transactions that failed and were aborted and redone, over every round.
+    pub aborted: u64,
+}
+
+/// Fills the input topic with `INPUT_RECORDS` records of `record_bytes`.
+pub(super) async fn fill_input(client: &Client, record_bytes: usize) -> anyhow::Result<()> {
+    let producer =
+        Producer::new(client.clone(), ProducerConfig { linger: Duration::from_millis(1), ..Default::default() });
+    let payload = Bytes::from(vec![b'i'; record_bytes]);
+    let mut pending = std::collections::VecDeque::new();
+    for i in 0..INPUT_RECORDS {
+        if pending.len() >= super::WINDOW {
+            if let Some(d) = pending.pop_front() {
+                let d: rill_client::DeliveryFuture = d;
+                d.await.context("filling the input")?;
+            }
+        }
+        let partition = (i % u64::from(PARTITIONS)) as u32;
+        pending.push_back(producer.send_to(INPUT, partition, Record::new(payload.clone())).await?);
+    }
+    for d in pending {
+        d.await.context("filling the input")?;
+    }
+    producer.close().await;
+    Ok(())
+}
+
+/// Runs both modes `rounds` times, interleaved, each for `round` (or until it has read the
+/// whole input).
+pub(super) async fn consume_transform_produce(
+    client: &Client,
+    round: Duration,
+    rounds: u32,
+) -> anyhow::Result<Vec<CtpRow>> {
+    let modes = [Mode::SendThenCommit, Mode::Transaction];
+    let mut rates: Vec<Vec<(f64, f64)>> = vec![Vec::new(); modes.len()];
+    let mut aborted = [0u64; 2];
+    for r in 0..rounds.max(1) {
+        for (i, mode) in modes.iter().enumerate() {
+            eprintln!(
+                "transactions: round {} of {}, consume-transform-produce, {}…",
+                r + 1,
+                rounds.max(1),
+                mode.name()
+            );
+            let (msgs, commits, aborts) = run(client, *mode, round, r).await?;
+            rates[i].push((msgs, commits));
+            aborted[i] += aborts;
+        }
+    }
+    let median = |v: &[(f64, f64)]| -> (f64, f64) {
+        let mut sorted = v.to_vec();
+        sorted.sort_by(|a, b| a.0.total_cmp(&b.0));
+        sorted.get(sorted.len() / 2).copied().unwrap_or((0.0, 0.0))
+    };
+    let base = median(&rates[0]).0.max(1e-9);
+    Ok(modes
+        .iter()
+        .zip(&rates)
+        .zip(aborted)
+        .map(|((mode, r), aborted)| {
+            let (msgs, commits) = median(r);
+            CtpRow {
+                mode: mode.name().to_string(),
+                msgs_per_sec: r.iter().map(|x| x.0).collect(),
+                median_msgs_per_sec: msgs,
+                ratio_to_send_then_commit: msgs / base,
+                commits_per_sec: commits,
+                aborted,
+            }
+        })
+        .collect())
+}
+
+/// The output record of `input`, keyed by where it came from (so outputs spread over the
+/// output's partitions).
+fn transform(input: &ConsumerRecord) -> Record {
+    let mut value = b"out:".to_vec();
+    value.extend_from_slice(input.value.as_deref().unwrap_or_default());
+    Record::keyed(format!("{}-{}", input.partition, input.offset), value)
+}
+
+/// One mode for one round: (input records processed per second, commits per second, aborted
+/// transactions). The clock starts at the first records polled, so joining the group is not
+/// counted.
+async fn run(client: &Client, mode: Mode, round: Duration, r: u32) -> anyhow::Result<(f64, f64, u64)> {
+    let group = format!("ctp-{}-{r}", if mode == Mode::Transaction { "txn" } else { "sync" });
+    let config = ConsumerConfig {
+        group_id: Some(group.clone()),
+        start: OffsetSpec::Earliest,
+        max_poll_records: MAX_POLL_RECORDS,
+        ..ConsumerConfig::default()
+    };
+    let mut consumer = Consumer::new(client.clone(), config);
+    consumer.subscribe(&[INPUT])?;
+    let producer_config = ProducerConfig { linger: Duration::ZERO, ..ProducerConfig::default() };
+    let (plain, transactional) = match mode {
+        Mode::SendThenCommit => (Some(Producer::new(client.clone(), producer_config)), None),
+        Mode::Transaction => {
+            let id = format!("bench-ctp-{r}");
+            let p = TransactionalProducer::new(client.clone(), producer_config, &id, Duration::from_secs(60));
+            p.init_transactions().await?;
+            (None, Some(p))
+        }
+    };
+    let give_up = Instant::now() + round + Duration::from_secs(60);
+    let mut start: Option<Instant> = None;
+    let (mut processed, mut commits, mut aborts) = (0u64, 0u64, 0u64);
+    while start.is_none_or(|s| s.elapsed() < round) && processed < INPUT_RECORDS {
+        anyhow::ensure!(Instant::now() < give_up, "{}: no records to read within a minute", mode.name());
+        let records = consumer.poll(Duration::from_millis(100)).await?;
+        if records.is_empty() {
+            continue;
+        }
+        start.get_or_insert_with(Instant::now);
+        if let Some(producer) = &plain {
+            let mut deliveries = Vec::with_capacity(records.len());
+            for input in &records {
+                deliveries.push(producer.send(OUTPUT, transform(input)).await?);
+            }
+            for d in deliveries {
+                d.await.context("an output send failed")?;
+            }
+            consumer.commit().await.context("the offset commit failed")?;
+        } else if let Some(producer) = &transactional {
+            match transact(producer, &consumer, &records).await {
+                Ok(()) => {}
+                Err(e) if e.transaction_kind() != TransactionErrorKind::Fatal => {
+                    eprintln!("transactions: consume-transform-produce: a transaction failed and is redone: {e}");
+                    producer.abort_transaction().await?;
+                    rewind(client, &mut consumer, &group).await?;
+                    aborts += 1;
+                    continue;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        processed += records.len() as u64;
+        commits += 1;
+    }
+    let seconds = start.map_or(0.0, |s| s.elapsed().as_secs_f64()).max(1e-9);
+    consumer.shutdown().await?;
+    if let Some(p) = plain {
+        p.close().await;
+    }
+    if let Some(p) = transactional {
+        p.close().await;
+    }
+    Ok((processed as f64 / seconds, commits as f64 / seconds, aborts))
+}
+
+/// One poll's records as one transaction, its offsets included.
+async fn transact(
+    producer: &TransactionalProducer,
+    consumer: &Consumer,
+    records: &[ConsumerRecord],
+) -> rill_client::Result<()> {
+    producer.begin_transaction()?;
+    for input in records {
+        producer.send(OUTPUT, transform(input)).await?;
+    }
+    producer.send_offsets_to_transaction(&consumer.positions_to_commit(), &consumer.group_metadata()?).await?;
+    producer.commit_transaction().await
+}
+
+/// After an aborted transaction: back to the group's committed offsets.
+async fn rewind(client: &Client, consumer: &mut Consumer, group: &str) -> anyhow::Result<()> {
+    let assigned: Vec<TopicPartition> = consumer.assignment();
+    let committed = client.stable_committed_offsets(group, &assigned).await?;
+    for tp in assigned {
+        match committed.get(&tp).cloned().flatten() {
+            Some(c) => consumer.seek(&tp, c.offset)?,
+            None => {
+                consumer.seek_to(&tp, OffsetSpec::Earliest).await?;
+            }
+        }
+    }
+    Ok(())
+}
