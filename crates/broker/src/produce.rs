@@ -34,6 +34,18 @@ pub const VERIFY_ATTEMPTS: usize = 3;
 /// How often the leader checks for idle producers to expire (at most).
 pub const EXPIRY_CHECK_EVERY: Duration = Duration::from_secs(60);
 
+/// Whether a batch was refused only because it arrived ahead of the batch before it: a gap in
+/// sequence numbers, or a new producer's second batch before its first. Such a batch waits
+/// briefly for its predecessor instead of being refused. (Still refused after the wait, the gap
+/// is real, or the producer's state is gone, and the producer is told so.)
+fn overtook_its_predecessor(e: &PartitionError) -> bool {
+    match e {
+        PartitionError::OutOfOrderSequence { expected, got, .. } => got > expected,
+        PartitionError::UnknownProducerId { .. } => true,
+        _ => false,
+    }
+}
+
 pub(crate) fn elapsed_ms(since: Instant) -> u64 {
     rill_rt::now().saturating_duration_since(since).as_millis() as u64
 }
@@ -308,16 +320,7 @@ impl Partition {
                 gate.decide(&applied, id, MAX_PRODUCERS_PER_PARTITION, rill_rt::mutation::active(Mutation::NoDedupe))
             };
             let decision = match decision {
-                Err(PartitionError::OutOfOrderSequence { expected, got, .. })
-                    if got > expected && rill_rt::now() < reorder_deadline.min(deadline) =>
-                {
-                    drop(gate);
-                    let _ = rill_rt::timeout_at(reorder_deadline.min(deadline), registered).await;
-                    continue;
-                }
-                // A new producer's second batch that overtook its first: the same wait. (Still
-                // unknown after it, the producer's state is gone, and the producer is told so.)
-                Err(PartitionError::UnknownProducerId { .. }) if rill_rt::now() < reorder_deadline.min(deadline) => {
+                Err(e) if overtook_its_predecessor(&e) && rill_rt::now() < reorder_deadline.min(deadline) => {
                     drop(gate);
                     let _ = rill_rt::timeout_at(reorder_deadline.min(deadline), registered).await;
                     continue;
@@ -466,4 +469,19 @@ async fn committed_within(share: &mut Share, deadline: Instant, started: Instant
         .committed(Some(deadline))
         .await
         .unwrap_or_else(|| Err(PartitionError::Timeout { waited_ms: elapsed_ms(started), what: "the batch to commit" }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_batch_ahead_of_its_predecessor_waits_for_it() {
+        let ahead = PartitionError::OutOfOrderSequence { producer_id: 1, expected: 5, got: 9 };
+        let behind = PartitionError::OutOfOrderSequence { producer_id: 1, expected: 5, got: 2 };
+        assert!(overtook_its_predecessor(&ahead));
+        assert!(!overtook_its_predecessor(&behind), "a batch behind the expected sequence never fills in");
+        assert!(overtook_its_predecessor(&PartitionError::UnknownProducerId { producer_id: 1 }));
+        assert!(!overtook_its_predecessor(&PartitionError::DuplicateSequence { producer_id: 1, first_seq: 0 }));
+    }
 }
