@@ -172,22 +172,24 @@ impl Client {
                 Some(a) => Ok(a),
                 None => self.find_coordinator(kind, key).await.map(|(_, a)| a),
             };
+            let asked = target.as_ref().ok().cloned();
             let outcome = match target {
-                Ok(a) => {
-                    let answer = call(a.clone()).await;
-                    if answer.as_ref().is_ok_and(|r| r.is_ok()) {
-                        self.remember_coordinator(kind, key, Some(a));
-                    }
-                    answer
-                }
+                Ok(a) => call(a).await,
                 Err(e) => Ok(Err((e, None))),
             };
             let (e, hint) = match outcome {
-                Ok(Ok(v)) => return Ok(v),
+                Ok(Ok(v)) => {
+                    self.remember_coordinator(kind, key, asked);
+                    return Ok(v);
+                }
                 Ok(Err(f)) => f,
                 Err(e) => (e, None),
             };
-            self.remember_coordinator(kind, key, None);
+            // A refusal the coordinator itself made (`UNSTABLE_OFFSET_COMMIT`,
+            // `CONCURRENT_TRANSACTIONS`, a fenced producer…) says nothing about where it is.
+            let moved = !matches!(e, Error::Server { .. })
+                || matches!(e.code(), Some(ErrorCode::NotCoordinator | ErrorCode::CoordinatorNotAvailable));
+            self.remember_coordinator(kind, key, if moved { None } else { asked });
             let retriable = matches!(
                 e.code(),
                 Some(
