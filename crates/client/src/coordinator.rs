@@ -340,6 +340,11 @@ impl Client {
     /// Every group of the cluster, by id: each node lists the groups of the `__consumer_offsets`
     /// partitions it leads, so every partition's leader is asked.
     pub async fn list_groups(&self) -> Result<Vec<GroupListing>> {
+        // Right after `__consumer_offsets` is created its partitions elect leaders one by one.
+        self.while_code(ErrorCode::CoordinatorNotAvailable, || self.list_groups_once()).await
+    }
+
+    async fn list_groups_once(&self) -> Result<Vec<GroupListing>> {
         let offsets = self.describe_topic(CONSUMER_OFFSETS_TOPIC).await?;
         let leaders: std::collections::BTreeSet<u64> = offsets.partitions.iter().filter_map(|p| p.leader).collect();
         if offsets.partitions.iter().any(|p| p.leader.is_none()) {
