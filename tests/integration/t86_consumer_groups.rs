@@ -613,3 +613,25 @@ async fn background_commits_land_in_the_order_they_were_made() -> anyhow::Result
     assert_eq!(committed[&tp].as_ref().map(|c| c.offset), Some(70));
     Ok(())
 }
+
+/// A member's first poll, with a long timeout, returns records: the poll that began before the
+/// member had an assignment wakes when the assignment arrives, instead of sleeping out its
+/// timeout with nothing to fetch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_poll_wakes_when_the_member_is_given_partitions() -> anyhow::Result<()> {
+    init_logs();
+    let cluster = TestCluster::start(3).await?;
+    let client = cluster.client().await?;
+    cluster.create_topic(&client, TOPIC, PARTITIONS, 3, &[]).await?;
+    produce(&client, 1, "a").await?;
+    let config = ConsumerConfig { group_id: Some("wakes".into()), ..ConsumerConfig::default() };
+    let mut consumer = Consumer::new(client.clone(), config);
+    consumer.subscribe(&[TOPIC])?;
+    // Nothing is assigned yet when this poll starts; without the wake it would return empty
+    // after the whole minute.
+    let records = consumer.poll(Duration::from_secs(60)).await?;
+    assert!(!records.is_empty(), "the first poll returned nothing");
+    assert!(!consumer.assignment().is_empty(), "the member owns partitions");
+    consumer.shutdown().await?;
+    Ok(())
+}

@@ -510,7 +510,22 @@ impl Consumer {
             if left.is_zero() {
                 return Ok(Vec::new());
             }
-            match rill_rt::timeout(left, self.results_rx.recv()).await {
+            // A new assignment (or a fencing) ends the wait too: a member given partitions
+            // starts fetching them now, not when the poll times out.
+            let changed = self.membership.as_ref().map(|m| m.changed());
+            let membership_changed = async {
+                match &changed {
+                    Some(n) => n.notified().await,
+                    None => std::future::pending::<()>().await,
+                }
+            };
+            // Biased: the same branch wins a tie in every run (the simulation replays exactly).
+            let fetched = tokio::select! {
+                biased;
+                f = rill_rt::timeout(left, self.results_rx.recv()) => f,
+                () = membership_changed => continue,
+            };
+            match fetched {
                 Ok(Some(f)) => self.apply(f)?,
                 Ok(None) | Err(_) => return Ok(Vec::new()),
             }

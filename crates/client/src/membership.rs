@@ -80,6 +80,9 @@ pub(crate) struct Membership {
     pub config: MembershipConfig,
     pub shared: Arc<Mutex<Shared>>,
     wake: Arc<Notify>,
+    /// Notified by the task when the consumer has something to act on: a new assignment, a
+    /// fencing, a fatal refusal (`poll` waits on it besides fetch results).
+    changed: Arc<Notify>,
     task: JoinHandle<()>,
 }
 
@@ -108,8 +111,15 @@ impl Membership {
             generation: 0,
         }));
         let wake = Arc::new(Notify::new());
-        let task = rill_rt::spawn(run(client, config.clone(), shared.clone(), wake.clone()));
-        Self { config, shared, wake, task }
+        let changed = Arc::new(Notify::new());
+        let task = rill_rt::spawn(run(client, config.clone(), shared.clone(), wake.clone(), changed.clone()));
+        Self { config, shared, wake, changed, task }
+    }
+
+    /// Notified when the consumer has something to act on (see the field). A notification that
+    /// comes while nobody waits is kept for the next wait, so none is missed.
+    pub fn changed(&self) -> Arc<Notify> {
+        self.changed.clone()
     }
 
     /// Locks the shared state (a panic elsewhere leaves plain data behind: keep using it).
@@ -179,7 +189,13 @@ fn is_fatal(code: Option<ErrorCode>) -> bool {
 }
 
 /// The heartbeat loop.
-async fn run(client: Client, config: MembershipConfig, shared: Arc<Mutex<Shared>>, wake: Arc<Notify>) {
+async fn run(
+    client: Client,
+    config: MembershipConfig,
+    shared: Arc<Mutex<Shared>>,
+    wake: Arc<Notify>,
+    changed: Arc<Notify>,
+) {
     let mut interval = DEFAULT_HEARTBEAT_INTERVAL;
     loop {
         let req = {
@@ -196,6 +212,7 @@ async fn run(client: Client, config: MembershipConfig, shared: Arc<Mutex<Shared>
             continue;
         };
         let answer = client.consumer_group_heartbeat(req).await;
+        let mut act = false;
         let wait = {
             let mut s = lock(&shared);
             if s.generation != generation {
@@ -221,6 +238,7 @@ async fn run(client: Client, config: MembershipConfig, shared: Arc<Mutex<Shared>
                             let assignment = from_wire(&assignment);
                             // The newest answer decides; one equal to what the consumer owns asks nothing.
                             s.assignment = (assignment != s.owned).then_some(assignment);
+                            act = s.assignment.is_some();
                         }
                         interval
                     }
@@ -231,9 +249,11 @@ async fn run(client: Client, config: MembershipConfig, shared: Arc<Mutex<Shared>
                             s.fenced = true;
                             s.epoch = 0;
                             s.assignment = None;
+                            act = true;
                         } else if is_fatal(e.code()) {
                             tracing::error!(group = %config.group_id, error = %e, "the group refused this member");
                             s.fatal = Some(e);
+                            act = true;
                         } else {
                             tracing::debug!(group = %config.group_id, error = %e, "heartbeat failed; retrying");
                         }
@@ -242,6 +262,9 @@ async fn run(client: Client, config: MembershipConfig, shared: Arc<Mutex<Shared>
                 }
             }
         };
+        if act {
+            changed.notify_one();
+        }
         if !wait.is_zero() {
             let _ = rill_rt::timeout(wait, wake.notified()).await;
         }
