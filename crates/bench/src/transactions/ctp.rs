@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use bytes::Bytes;
 use rill_client::{
-    Client, Consumer, ConsumerConfig, ConsumerRecord, OffsetSpec, Producer, ProducerConfig, Record, TopicPartition,
+    Client, Consumer, ConsumerConfig, ConsumerRecord, OffsetSpec, Producer, ProducerConfig, Record,
     TransactionErrorKind, TransactionalProducer,
 };
 use serde::Serialize;
@@ -105,18 +105,13 @@ pub(super) async fn consume_transform_produce(
             aborted[i] += aborts;
         }
     }
-    let median = |v: &[(f64, f64)]| -> (f64, f64) {
-        let mut sorted = v.to_vec();
-        sorted.sort_by(|a, b| a.0.total_cmp(&b.0));
-        sorted.get(sorted.len() / 2).copied().unwrap_or((0.0, 0.0))
-    };
-    let base = median(&rates[0]).0.max(1e-9);
+    let base = super::median(&rates[0]).0.max(1e-9);
     Ok(modes
         .iter()
         .zip(&rates)
         .zip(aborted)
         .map(|((mode, r), aborted)| {
-            let (msgs, commits) = median(r);
+            let (msgs, commits) = super::median(r);
             CtpRow {
                 mode: mode.name().to_string(),
                 msgs_per_sec: r.iter().map(|x| x.0).collect(),
@@ -185,7 +180,7 @@ async fn run(client: &Client, mode: Mode, round: Duration, r: u32) -> anyhow::Re
                 Err(e) if e.transaction_kind() != TransactionErrorKind::Fatal => {
                     eprintln!("transactions: consume-transform-produce: a transaction failed and is redone: {e}");
                     producer.abort_transaction().await?;
-                    rewind(client, &mut consumer, &group).await?;
+                    consumer.seek_to_committed().await?;
                     aborts += 1;
                     continue;
                 }
@@ -218,19 +213,4 @@ async fn transact(
     }
     producer.send_offsets_to_transaction(&consumer.positions_to_commit(), &consumer.group_metadata()?).await?;
     producer.commit_transaction().await
-}
-
-/// After an aborted transaction: back to the group's committed offsets.
-async fn rewind(client: &Client, consumer: &mut Consumer, group: &str) -> anyhow::Result<()> {
-    let assigned: Vec<TopicPartition> = consumer.assignment();
-    let committed = client.stable_committed_offsets(group, &assigned).await?;
-    for tp in assigned {
-        match committed.get(&tp).cloned().flatten() {
-            Some(c) => consumer.seek(&tp, c.offset)?,
-            None => {
-                consumer.seek_to(&tp, OffsetSpec::Earliest).await?;
-            }
-        }
-    }
-    Ok(())
 }

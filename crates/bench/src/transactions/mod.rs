@@ -136,11 +136,6 @@ pub async fn transactions(env: &Env, round: Duration, rounds: u32) -> anyhow::Re
             aborted[i] += aborts;
         }
     }
-    let median = |v: &[(f64, f64)]| -> (f64, f64) {
-        let mut sorted = v.to_vec();
-        sorted.sort_by(|a, b| a.0.total_cmp(&b.0));
-        sorted.get(sorted.len() / 2).copied().unwrap_or((0.0, 0.0))
-    };
     let base = median(&rates[0]).0.max(1e-9);
     let throughput = modes
         .iter()
@@ -177,6 +172,13 @@ pub async fn transactions(env: &Env, round: Duration, rounds: u32) -> anyhow::Re
     };
     crate::scenarios::finish(deployment, "transactions", &result);
     Ok(result)
+}
+
+/// The round with the median rate, of (rate, commits per second) per round ((0, 0) for none).
+fn median(rounds: &[(f64, f64)]) -> (f64, f64) {
+    let mut sorted = rounds.to_vec();
+    sorted.sort_by(|a, b| a.0.total_cmp(&b.0));
+    sorted.get(sorted.len() / 2).copied().unwrap_or((0.0, 0.0))
 }
 
 /// Sends for `round` in `mode`: (acknowledged or committed records per second, commits per
