@@ -92,7 +92,7 @@ async fn processor(bootstrap: Vec<String>, id: usize, ctl: Arc<AtomicU8>) -> Tal
         if consumer.subscribe(&[INPUT]).is_err() {
             continue;
         }
-        instance(&client, &producer, &mut consumer, &ctl, &mut tally).await;
+        instance(&producer, &mut consumer, &ctl, &mut tally).await;
         match ctl.load(Ordering::SeqCst) {
             LEAVE => {
                 let _ = consumer.shutdown().await;
@@ -106,13 +106,7 @@ async fn processor(bootstrap: Vec<String>, id: usize, ctl: Arc<AtomicU8>) -> Tal
 }
 
 /// Runs transactions until `ctl` leaves [`RUN`] or the producer is fenced.
-async fn instance(
-    client: &Client,
-    producer: &TransactionalProducer,
-    consumer: &mut Consumer,
-    ctl: &AtomicU8,
-    tally: &mut Tally,
-) {
+async fn instance(producer: &TransactionalProducer, consumer: &mut Consumer, ctl: &AtomicU8, tally: &mut Tally) {
     while ctl.load(Ordering::SeqCst) == RUN {
         let records = match consumer.poll(Duration::from_millis(100)).await {
             Ok(r) => r,
@@ -175,29 +169,13 @@ async fn instance(
                     }
                     Ok(()) => tally.aborted += 1,
                 }
-                if let Err(e) = rewind(client, consumer).await {
+                if let Err(e) = consumer.seek_to_committed().await {
                     tracing::info!(error = %e, "processor: rewind failed; a new instance takes over");
                     return;
                 }
             }
         }
     }
-}
-
-/// Every assigned partition back to the group's stable committed offset (the earliest offset
-/// where it has none).
-async fn rewind(client: &Client, consumer: &mut Consumer) -> rill_client::Result<()> {
-    let assigned = consumer.assignment();
-    let committed = client.stable_committed_offsets(GROUP, &assigned).await?;
-    for tp in assigned {
-        match committed.get(&tp).cloned().flatten() {
-            Some(c) => consumer.seek(&tp, c.offset)?,
-            None => {
-                consumer.seek_to(&tp, OffsetSpec::Earliest).await?;
-            }
-        }
-    }
-    Ok(())
 }
 
 /// Fills [`INPUT`] (one record per partition every 100 ms) until `ctl` leaves [`RUN`].

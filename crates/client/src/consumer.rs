@@ -602,19 +602,33 @@ impl Consumer {
         }
         let missing: Vec<TopicPartition> =
             self.partitions.iter().filter(|(_, s)| s.position.is_none()).map(|(tp, _)| tp.clone()).collect();
-        if missing.is_empty() {
+        self.seek_to_committed_of(missing).await
+    }
+
+    /// Moves every assigned partition back to the group's committed offset, or to
+    /// [`ConsumerConfig::start`] where the group committed none: where `poll` starts a partition
+    /// it takes over. After an aborted transaction this reads again everything since the last
+    /// committed transaction (what the aborted one had read, its offsets included, is undone).
+    /// Buffered records are dropped.
+    pub async fn seek_to_committed(&mut self) -> Result<()> {
+        let assigned = self.assignment();
+        self.seek_to_committed_of(assigned).await
+    }
+
+    async fn seek_to_committed_of(&mut self, partitions: Vec<TopicPartition>) -> Result<()> {
+        if partitions.is_empty() {
             return Ok(());
         }
         // A read_committed consumer waits out a transaction's pending commit of a partition it
         // takes over, rather than start from an offset about to move (KIP-447).
         let committed = match &self.config.group_id {
             Some(group) if self.config.isolation_level == IsolationLevel::ReadCommitted => {
-                self.client.stable_committed_offsets(group, &missing).await?
+                self.client.stable_committed_offsets(group, &partitions).await?
             }
-            Some(group) => self.client.committed_offsets(group, &missing).await?,
+            Some(group) => self.client.committed_offsets(group, &partitions).await?,
             None => Default::default(),
         };
-        for tp in missing {
+        for tp in partitions {
             let offset = match committed.get(&tp).cloned().flatten() {
                 Some(c) => c.offset,
                 None => {

@@ -22,8 +22,8 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Parser;
 use rill_client::{
-    Client, Consumer, ConsumerConfig, ConsumerRecord, OffsetSpec, ProducerConfig, Record, TopicPartition,
-    TransactionErrorKind, TransactionalProducer,
+    Client, Consumer, ConsumerConfig, ConsumerRecord, OffsetSpec, ProducerConfig, Record, TransactionErrorKind,
+    TransactionalProducer,
 };
 
 #[derive(Parser, Debug)]
@@ -137,7 +137,7 @@ async fn main() -> anyhow::Result<()> {
                         return Err(abort).context("aborting");
                     }
                 }
-                rewind(&client, &mut consumer, &args.group).await?;
+                consumer.seek_to_committed().await.context("rewinding to the last committed transaction")?;
             }
         }
     }
@@ -161,20 +161,4 @@ async fn invoice_all(
     }
     producer.send_offsets_to_transaction(&consumer.positions_to_commit(), &consumer.group_metadata()?).await?;
     producer.commit_transaction().await
-}
-
-/// After an abort: every assigned partition goes back to the group's committed offset (or the
-/// earliest offset when it has none), so the aborted orders are read again.
-async fn rewind(client: &Client, consumer: &mut Consumer, group: &str) -> anyhow::Result<()> {
-    let assigned: Vec<TopicPartition> = consumer.assignment();
-    let committed = client.stable_committed_offsets(group, &assigned).await?;
-    for tp in assigned {
-        match committed.get(&tp).cloned().flatten() {
-            Some(c) => consumer.seek(&tp, c.offset)?,
-            None => {
-                consumer.seek_to(&tp, OffsetSpec::Earliest).await?;
-            }
-        }
-    }
-    Ok(())
 }
