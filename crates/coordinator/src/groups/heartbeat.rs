@@ -50,6 +50,26 @@ impl Default for Timeouts {
         Self { session_ms: SESSION_TIMEOUT_MS, heartbeat_interval_ms: HEARTBEAT_INTERVAL_MS }
     }
 }
+
+/// Shortest interval asked of a member waiting for partitions (see [`Timeouts::interval_for`]).
+pub const MIN_PENDING_HEARTBEAT_INTERVAL_MS: u32 = 100;
+
+impl Timeouts {
+    /// The heartbeat interval to ask of `member`. A member waiting for partitions that others
+    /// still own (`unreleased-partitions`) learns they are free only by asking again, so it is
+    /// asked to come back after a tenth of the interval (at least
+    /// [`MIN_PENDING_HEARTBEAT_INTERVAL_MS`], never more than the interval): a moved partition
+    /// then waits for its old owner's next heartbeat and a fraction of an interval, instead of
+    /// up to one more whole interval. Only while it waits; the extra heartbeats are not
+    /// replicated (nothing changes until the partitions are free).
+    pub fn interval_for(&self, member: &Member) -> u32 {
+        if member.state == MemberState::UnreleasedPartitions {
+            (self.heartbeat_interval_ms / 10).max(MIN_PENDING_HEARTBEAT_INTERVAL_MS).min(self.heartbeat_interval_ms)
+        } else {
+            self.heartbeat_interval_ms
+        }
+    }
+}
 /// Longest rebalance timeout accepted: a member may take this long to revoke partitions.
 pub const MAX_REBALANCE_TIMEOUT_MS: u32 = 60 * 60 * 1000;
 /// Most members of one group: each is a record in the coordinator's state and its snapshot.
@@ -199,7 +219,7 @@ pub fn heartbeat(
     let answer = HeartbeatAnswer {
         member_id: member.member_id.clone(),
         member_epoch: member.epoch,
-        heartbeat_interval_ms: timeouts.heartbeat_interval_ms,
+        heartbeat_interval_ms: timeouts.interval_for(&member),
         assignment: (member_changed || req.owned.is_some()).then(|| member.assigned.clone()),
     };
     let change = diff(group, &before, &g, now_ms);
@@ -661,6 +681,32 @@ mod tests {
         clients.extend((0..5).map(|_| Client::default()));
         co.settle(&mut clients, &["t"]);
         assert_eq!(sizes(&clients), [0, 0, 1, 1, 1, 1, 1, 1]);
+    }
+
+    #[test]
+    fn a_member_waiting_for_partitions_is_asked_to_come_back_sooner() {
+        let mut co = Coordinator::new(&[("t", 4)]);
+        let mut clients = vec![Client::default()];
+        co.settle(&mut clients, &["t"]);
+        // The newcomer's target is partly owned by the first member, which has not heard yet.
+        let mut newcomer = Client::default();
+        let answer = co.beat(&mut newcomer, &["t"]).unwrap();
+        assert_eq!(co.group().members[&newcomer.member_id].state, MemberState::UnreleasedPartitions);
+        assert_eq!(answer.heartbeat_interval_ms, HEARTBEAT_INTERVAL_MS / 10);
+        // The first member revokes (its own interval is the normal one)…
+        let first = co.beat(&mut clients[0], &["t"]).unwrap();
+        assert_eq!(first.heartbeat_interval_ms, HEARTBEAT_INTERVAL_MS);
+        co.beat(&mut clients[0], &["t"]).unwrap();
+        // …and the newcomer, asking again, gets its partitions and the normal interval.
+        let answer = co.beat(&mut newcomer, &["t"]).unwrap();
+        assert_eq!(co.group().members[&newcomer.member_id].state, MemberState::Stable);
+        assert_eq!(answer.heartbeat_interval_ms, HEARTBEAT_INTERVAL_MS);
+
+        let tiny = Timeouts { session_ms: 1_000, heartbeat_interval_ms: 50 };
+        let waiting = Member { state: MemberState::UnreleasedPartitions, ..Member::default() };
+        assert_eq!(tiny.interval_for(&waiting), 50, "never longer than the interval itself");
+        let short = Timeouts { session_ms: 10_000, heartbeat_interval_ms: 500 };
+        assert_eq!(short.interval_for(&waiting), MIN_PENDING_HEARTBEAT_INTERVAL_MS);
     }
 
     #[test]
