@@ -602,7 +602,7 @@ impl Consumer {
         }
         let missing: Vec<TopicPartition> =
             self.partitions.iter().filter(|(_, s)| s.position.is_none()).map(|(tp, _)| tp.clone()).collect();
-        self.seek_to_committed_of(missing).await
+        self.seek_to_committed_of(missing, false).await
     }
 
     /// Moves every assigned partition back to the group's committed offset, or to
@@ -610,21 +610,23 @@ impl Consumer {
     /// it takes over. After an aborted transaction this reads again everything since the last
     /// committed transaction (what the aborted one had read, its offsets included, is undone).
     /// Buffered records are dropped.
+    /// Always the *stable* committed offsets, whatever the isolation level: the previous
+    /// transaction's offsets may still be pending, and the offsets before them would read its
+    /// input again.
     pub async fn seek_to_committed(&mut self) -> Result<()> {
         let assigned = self.assignment();
-        self.seek_to_committed_of(assigned).await
+        self.seek_to_committed_of(assigned, true).await
     }
 
-    async fn seek_to_committed_of(&mut self, partitions: Vec<TopicPartition>) -> Result<()> {
+    async fn seek_to_committed_of(&mut self, partitions: Vec<TopicPartition>, stable: bool) -> Result<()> {
         if partitions.is_empty() {
             return Ok(());
         }
         // A read_committed consumer waits out a transaction's pending commit of a partition it
         // takes over, rather than start from an offset about to move (KIP-447).
+        let stable = stable || self.config.isolation_level == IsolationLevel::ReadCommitted;
         let committed = match &self.config.group_id {
-            Some(group) if self.config.isolation_level == IsolationLevel::ReadCommitted => {
-                self.client.stable_committed_offsets(group, &partitions).await?
-            }
+            Some(group) if stable => self.client.stable_committed_offsets(group, &partitions).await?,
             Some(group) => self.client.committed_offsets(group, &partitions).await?,
             None => Default::default(),
         };

@@ -185,11 +185,7 @@ impl Client {
                 Ok(Err(f)) => f,
                 Err(e) => (e, None),
             };
-            // A refusal the coordinator itself made (`UNSTABLE_OFFSET_COMMIT`,
-            // `CONCURRENT_TRANSACTIONS`, a fenced producer…) says nothing about where it is.
-            let moved = !matches!(e, Error::Server { .. })
-                || matches!(e.code(), Some(ErrorCode::NotCoordinator | ErrorCode::CoordinatorNotAvailable));
-            self.remember_coordinator(kind, key, if moved { None } else { asked });
+            self.remember_coordinator(kind, key, if decided_by_the_coordinator(&e) { asked } else { None });
             let retriable = matches!(
                 e.code(),
                 Some(
@@ -458,4 +454,29 @@ impl Client {
         })
         .await
     }
+}
+
+/// Whether `e` is a refusal the coordinator itself decided (a pending offset commit, a busy
+/// transaction, a fenced producer or member…): it says nothing about where the coordinator is,
+/// so the cached address stays. Anything else — it moved, did not answer, timed out (a leader
+/// cut off from its majority still answers reads but times out writes), failed — forgets it.
+fn decided_by_the_coordinator(e: &Error) -> bool {
+    matches!(e, Error::Server { .. })
+        && matches!(
+            e.code(),
+            Some(
+                ErrorCode::UnstableOffsetCommit
+                    | ErrorCode::ConcurrentTransactions
+                    | ErrorCode::CoordinatorLoadInProgress
+                    | ErrorCode::ProducerFenced
+                    | ErrorCode::InvalidProducerEpoch
+                    | ErrorCode::InvalidProducerIdMapping
+                    | ErrorCode::InvalidTxnState
+                    | ErrorCode::UnknownMemberId
+                    | ErrorCode::FencedMemberEpoch
+                    | ErrorCode::StaleMemberEpoch
+                    | ErrorCode::RebalanceInProgress
+                    | ErrorCode::GroupIdNotFound
+            )
+        )
 }

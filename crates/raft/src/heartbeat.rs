@@ -11,7 +11,8 @@
 //! everything queued as one `Heartbeats` call and hands each group its own answer. While a
 //! call is out, new heartbeats queue for the next one, so the number of calls per peer is
 //! bounded by the round trip, not by the number of groups. Append-entries that carry entries
-//! (the write path) and votes keep their own calls: they must not wait behind others.
+//! (the write path), those that announce a newer commit index (the group's next write waits
+//! for their answer), and votes keep their own calls: they must not wait behind others.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

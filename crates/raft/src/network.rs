@@ -246,7 +246,8 @@ pub struct GroupNetwork {
     target: NodeId,
     addr: String,
     transport: Arc<Transport>,
-    /// The highest commit index this peer was sent (see `append_entries`).
+    /// The highest commit index announced to this peer: sent in an append it acknowledged, or
+    /// in an announcement attempted (see `append_entries`).
     commit_sent: Option<LogId<NodeId>>,
 }
 
@@ -347,11 +348,11 @@ impl RaftNetwork<TypeConfig> for GroupNetwork {
             // heartbeats it would hold that write up by the heartbeat linger, so it goes at once.
             // One that carries nothing new is a heartbeat, and is coalesced.
             if rpc.leader_commit > self.commit_sent {
-                let answer = self.call(Rpc::Append, &rpc, &option).await;
-                if matches!(answer, Ok(AppendEntriesResponse::Success)) {
-                    self.commit_sent = rpc.leader_commit;
-                }
-                return answer;
+                // Counted as announced even if it fails: the heartbeats that follow carry the
+                // same commit index, and retrying the announcement directly every time would
+                // undo the coalescing for a peer that does not answer.
+                self.commit_sent = rpc.leader_commit;
+                return self.call(Rpc::Append, &rpc, &option).await;
             }
             return self.heartbeat(&rpc, &option).await;
         }

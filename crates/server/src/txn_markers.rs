@@ -307,5 +307,12 @@ pub async fn serve(node: &Arc<Node>, req: WriteTxnMarkersRequest) -> Vec<WriteTx
         };
         result(p, outcome)
     };
-    futures::future::join_all(req.partitions.iter().map(|p| one(*p))).await
+    // A partition named twice is written once (and answered twice).
+    let partitions: std::collections::BTreeSet<u32> = req.partitions.iter().copied().collect();
+    let written: std::collections::BTreeMap<u32, WriteTxnMarkerResult> =
+        futures::future::join_all(partitions.into_iter().map(|p| async move { (p, one(p).await) }))
+            .await
+            .into_iter()
+            .collect();
+    req.partitions.iter().filter_map(|p| written.get(p).cloned()).collect()
 }

@@ -93,7 +93,10 @@ pub(super) async fn consume_transform_produce(
     let mut rates: Vec<Vec<(f64, f64)>> = vec![Vec::new(); modes.len()];
     let mut aborted = [0u64; 2];
     for r in 0..rounds.max(1) {
-        for (i, mode) in modes.iter().enumerate() {
+        // Alternating which goes first, so neither always reads an input the other just warmed.
+        let order: Vec<usize> = if r % 2 == 0 { vec![0, 1] } else { vec![1, 0] };
+        for i in order {
+            let mode = &modes[i];
             eprintln!(
                 "transactions: round {} of {}, consume-transform-produce, {}…",
                 r + 1,

@@ -123,7 +123,8 @@ impl Additions {
             }
             // What arrives meanwhile joins this turn's write (see the module docs).
             let prepared_until = prepared_deadline(timeout);
-            wait_while_prepared(partition, transactional_id, prepared_until).await;
+            let producers: Vec<(i64, i16)> = lock(&held.queue.waiting).iter().map(|q| q.wanted.producer).collect();
+            wait_while_prepared(partition, transactional_id, &producers, prepared_until).await;
             let queued = std::mem::take(&mut *lock(&held.queue.waiting));
             for (wanted, parts) in merge(queued) {
                 let answer = add_once(partition, transactional_id, &wanted, prepared_until, timeout).await;

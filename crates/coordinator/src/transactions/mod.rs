@@ -325,14 +325,25 @@ pub async fn add_partitions(
 }
 
 /// Waits until the record of `transactional_id` is not `Prepare*` (its markers written and its
-/// completion applied), or until `until`: an addition arriving meanwhile would only be refused
-/// `CONCURRENT_TRANSACTIONS`.
-async fn wait_while_prepared(partition: &StatePartition<TransactionsMachine>, transactional_id: &str, until: Instant) {
+/// completion applied), or until `until`: an addition of `producers` arriving meanwhile would
+/// only be refused `CONCURRENT_TRANSACTIONS`. No wait when none of `producers` is the record's
+/// (a fenced instance is refused at once).
+async fn wait_while_prepared(
+    partition: &StatePartition<TransactionsMachine>,
+    transactional_id: &str,
+    producers: &[(i64, i16)],
+    until: Instant,
+) {
     let changes = partition.peek(|m| m.changes());
     loop {
         // Taken before the read: a completion applied after it wakes this.
         let changed = changes.notified();
-        let prepared = read_record(partition, transactional_id).ok().flatten().is_some_and(|m| m.state.is_prepared());
+        let prepared = read_record(partition, transactional_id).ok().flatten().is_some_and(|m| {
+            m.state.is_prepared()
+                && producers
+                    .iter()
+                    .any(|(id, epoch)| transitions::check_producer(transactional_id, &m, *id, *epoch).is_ok())
+        });
         if !prepared || rill_rt::now() >= until {
             return;
         }
