@@ -6,7 +6,8 @@
 //! `woken_quiescent_group_keeps_its_leader`, `concurrent_batches_share_entries`,
 //! `control_batches_take_offsets_and_are_skipped`,
 //! `state_partition_purges_and_installs_snapshots`,
-//! `record_partition_installs_a_snapshot_with_its_records`, `a_failed_disk_takes_its_node_out`,
+//! `record_partition_installs_a_snapshot_with_its_records`,
+//! `a_long_snapshot_transfer_keeps_its_leader`, `a_failed_disk_takes_its_node_out`,
 //! `an_acks_0_flood_waits_for_the_log` and `consumer_group_members_never_share_a_partition` are
 //! scripted.
 
@@ -774,6 +775,68 @@ async fn record_partition_installs_a_snapshot_with_its_records() {
     println!("trace-hash: {:016x} events={}", trace.hash(), trace.len());
 }
 
+/// Scripted: a follower that catches up by a snapshot transfer longer than the leader lease
+/// keeps its leader. About 39 MB of retained records (13 chunks of 3 MiB) cross links that take
+/// 45 ms each way, so the transfer runs for over a second, during which the leader's replication to
+/// the follower sends nothing but chunks. The follower must count the chunks as hearing from
+/// its leader, or its failover check stands for election every lease, each new term makes the
+/// leader start the transfer over, and catching up takes many times as long (seen on a real
+/// cluster: 30 s for 256 MB instead of 6 s).
+#[madsim::test]
+async fn a_long_snapshot_transfer_keeps_its_leader() {
+    let trace = begin_scripted();
+    let cluster = SimCluster::start(3);
+    let client = cluster.client().await;
+    let c = client.clone();
+    cluster
+        .on_client(async move {
+            // The stopped follower leaves the ISR after 2 s, so acks=all writes go on without it.
+            let configs = [("replica.lag.time.max.ms".to_string(), "2000".to_string())];
+            wait_until("the topic created", || async { c.create_topic("big", 1, 3, &configs).await.ok() }).await;
+            c.wait_for_leaders("big", SETTLE).await.expect("big has a leader")
+        })
+        .await;
+    let (leader, _) = wait_until("an agreed leader", || async { agreed_leader(&cluster) }).await;
+    let group = cluster.node(leader).expect("leader up").partitions()[0].group();
+    let follower = cluster.ids().into_iter().find(|id| *id != leader).expect("a follower");
+    cluster.kill(follower);
+    // 400 records of 100 KB, then everything below offset 10 deleted: ~39 MB retained.
+    let c = client.clone();
+    cluster
+        .on_client(async move {
+            for i in 0..400u32 {
+                let value = vec![b'a' + (i % 26) as u8; 100_000];
+                c.produce("big", 0, vec![Record::new(value)], Acks::All).await.expect("a write with one node down");
+            }
+            c.delete_records("big", 0, 10).await.expect("delete below 10")
+        })
+        .await;
+    let follower_last = group_metrics(&cluster, follower, group).and_then(|m| m.last_log_index).unwrap_or(0);
+    wait_until("the leader purges past the follower's log", || {
+        let purged = group_metrics(&cluster, leader, group).and_then(|m| m.purged).map(|p| p.index);
+        async move { purged.filter(|p| *p > follower_last) }
+    })
+    .await;
+    let term = group_metrics(&cluster, leader, group).map(|m| m.current_term).expect("the leader's term");
+    // Below the 100 ms an append may take (openraft's heartbeat interval), so only the
+    // transfer is slowed down, not replication itself.
+    cluster.set_latency(Duration::from_millis(45)..Duration::from_millis(46));
+    cluster.restart(follower);
+    wait_until("the follower catches up", || {
+        let applied = |id| group_metrics(&cluster, id, group).and_then(|m| m.last_applied);
+        let done = applied(follower).is_some() && applied(follower) == applied(leader);
+        async move { done.then_some(()) }
+    })
+    .await;
+    cluster.heal_network();
+    let f = cluster.node(follower).expect("follower up").partitions()[0].clone();
+    assert!(f.installed_snapshots() >= 1, "the follower caught up by a snapshot");
+    let after = group_metrics(&cluster, leader, group).map(|m| (m.current_term, m.current_leader));
+    assert_eq!(after, Some((term, Some(leader))), "the leader kept its term through the transfer");
+    trace.record(format!("leader {leader} term {term}, follower {follower} caught up"));
+    println!("trace-hash: {:016x} events={}", trace.hash(), trace.len());
+}
+
 /// Partitions of the topic the consumer group shares in `consumer_group_members_never_share_a_partition`.
 const MEMBER_PARTITIONS: u32 = group_run::PARTITIONS;
 
@@ -976,6 +1039,7 @@ async fn list_scenarios() {
     println!("control_batches_take_offsets_and_are_skipped\tscripted: a transaction marker takes an offset; consumers skip it (default)");
     println!("state_partition_purges_and_installs_snapshots\tscripted: a coordinator partition purges behind snapshots; a follower catches up by one (default)");
     println!("record_partition_installs_a_snapshot_with_its_records\tscripted: a record partition purges below its log start; a follower catches up by a snapshot carrying the retained records (default)");
+    println!("a_long_snapshot_transfer_keeps_its_leader\tscripted: a follower catches up by a snapshot transfer longer than the leader lease; the leader keeps its term (default)");
     println!("an_acks_0_flood_waits_for_the_log\tscripted: 100 acks=0 requests of 1 MB on slow disks: no replica queues more than 32 MiB (default)");
     println!("a_failed_disk_takes_its_node_out\tscripted: the leader's syncs fail; it stops its groups and looks down, another replica leads (default)");
     println!("consumer_group_members_never_share_a_partition\tscripted: group members join, crash and leave while the coordinator is killed: no partition ever has two owners, commits never go back, everything is handed out (default)");

@@ -50,6 +50,23 @@ impl RaftService {
         }
     }
 
+    /// Counts a snapshot chunk from the group's leader as hearing from it, as an append would.
+    ///
+    /// openraft 0.9 refreshes a follower's leader lease and election timer on appends and on a
+    /// *finished* snapshot, not on the chunks before it. A transfer longer than the lease (a
+    /// snapshot carrying hundreds of MB of retained records) would therefore see the follower
+    /// stand for election mid-transfer, by openraft's timer or by Rill's faster failover check;
+    /// the leader, seeing the higher term, steps down and starts the transfer over, so a large
+    /// snapshot might never arrive. An append with no entries and no previous log id (always
+    /// consistent with any log, it appends and commits nothing) carrying the chunk's vote is
+    /// exactly "the leader was heard": openraft touches the vote's time, and the contact is
+    /// recorded for the failover check.
+    async fn hear_leader_through_chunk(&self, group: GroupId, raft: &Raft, vote: Vote<NodeId>) {
+        let heard = AppendEntriesRequest { vote, prev_log_id: None, entries: Vec::new(), leader_commit: None };
+        let answer = raft.append_entries(heard).await;
+        self.note_leader_contact(group, &answer);
+    }
+
     /// One append-entries, alone or from a heartbeat batch, sent by `caller`.
     async fn append(&self, caller: &Caller, msg: RaftMessage) -> Result<RaftMessage, Status> {
         let raft = self.group(msg.group_id)?;
@@ -189,6 +206,7 @@ impl RaftTransport for RaftService {
         };
         let admitted = self.intake.admit(group, chunk).map_err(|e| Status::invalid_argument(e.to_string()))?;
         self.wake(group);
+        self.hear_leader_through_chunk(group, &raft, req.vote).await;
         if admitted == Admitted::Repeated {
             // Applied already; answer as openraft did (its vote), without applying it again.
             let vote = raft.metrics().borrow().vote;
