@@ -245,7 +245,9 @@ pub async fn restart(env: &Env, payload_mb: u64) -> anyhow::Result<RestartResult
     }
     let one_node_restart_ms = started.elapsed().as_secs_f64() * 1000.0;
     deployment.check_running()?;
-    Ok(RestartResult { payload_bytes, disk_bytes, restart_ms, one_node_restart_ms })
+    let result = RestartResult { payload_bytes, disk_bytes, restart_ms, one_node_restart_ms };
+    finish(deployment, "restart", &result);
+    Ok(result)
 }
 
 /// Produce throughput on a compacted topic while its replicas compact, against the same load on
