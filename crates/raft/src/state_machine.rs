@@ -269,7 +269,7 @@ impl<M: GroupStateMachine> RaftStateMachine<TypeConfig> for SmStore<M> {
         meta: &SnapshotMeta,
         snapshot: Box<SnapshotStream>,
     ) -> Result<(), StorageError> {
-        let result = self.install(meta, &snapshot);
+        let result = self.install(meta, &snapshot).await;
         if result.is_err() {
             self.log.abandon_install();
         }
@@ -283,8 +283,11 @@ impl<M: GroupStateMachine> RaftStateMachine<TypeConfig> for SmStore<M> {
 }
 
 impl<M: GroupStateMachine> SmStore<M> {
-    /// Installs a snapshot received in full (see [`LogStore::install`]).
-    fn install(&self, meta: &SnapshotMeta, snapshot: &SnapshotStream) -> Result<(), StorageError> {
+    /// Installs a snapshot received in full (see [`LogStore::install`]). The log side runs on
+    /// the blocking pool: it syncs, and copies every carried entry (hundreds of MB for a
+    /// record partition's retained data), which on an async worker stalls the node's other
+    /// groups and its liveness pings long enough for peers to count it as down.
+    async fn install(&self, meta: &SnapshotMeta, snapshot: &SnapshotStream) -> Result<(), StorageError> {
         let received = snapshot.received().cloned().ok_or_else(|| snap_err("snapshot was not received in full"))?;
         if Some(received.marker.last) != meta.last_log_id {
             return Err(snap_err(format!(
@@ -302,7 +305,8 @@ impl<M: GroupStateMachine> SmStore<M> {
         self.lock().sm.restore(&stored.data).map_err(snap_err)?;
         // The state is persisted with the installation's marker, then the carried entries move
         // into the log (see `LogStore::install`).
-        self.log.install(received.marker, self.persist_batch(&stored)).map_err(sm_err)?;
+        let (log, batch, marker) = (self.log.clone(), self.persist_batch(&stored), received.marker);
+        rill_rt::blocking(move || log.install(marker, batch)).await.map_err(sm_err)?;
         let mut inner = self.lock();
         inner.sm.installed(stored.applied.position);
         inner.applied = stored.applied.clone();
