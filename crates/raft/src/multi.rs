@@ -167,6 +167,11 @@ impl MultiRaft {
         Duration::from_millis(self.timing.election_max_ms)
     }
 
+    /// How often leaders heartbeat.
+    pub(crate) fn heartbeat_interval(&self) -> Duration {
+        Duration::from_millis(self.timing.heartbeat_ms)
+    }
+
     /// How long a quiescent follower waits for its leader's silent node before it wakes and
     /// lets openraft elect: the leader lease, a heartbeat, an election timeout and a margin.
     /// (`rill_server::failover` makes the designated follower stand one election timeout

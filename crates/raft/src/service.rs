@@ -217,8 +217,22 @@ impl RaftTransport for RaftService {
                 ),
             );
         }
-        let done = req.done;
-        let answer = raft.install_snapshot(req).await;
+        let (done, vote) = (req.done, req.vote);
+        // The last chunk's answer waits for the installation, which copies every carried
+        // entry (seconds for hundreds of MB). The leader waits for that answer and sends the
+        // follower nothing meanwhile, so the wait counts as hearing from it, every heartbeat
+        // interval: a leader that dies during an installation is noticed when it ends.
+        let install = raft.install_snapshot(req);
+        tokio::pin!(install);
+        let answer = loop {
+            tokio::select! {
+                biased;
+                answer = &mut install => break answer,
+                () = rill_rt::sleep(self.multi.heartbeat_interval()) => {
+                    self.hear_leader_through_chunk(group, &raft, vote).await;
+                }
+            }
+        };
         if answer.is_err() {
             // openraft refused the chunk: the leader starts the transfer over.
             self.intake.forget(group);
