@@ -105,6 +105,10 @@ struct BenchArgs {
     /// Payload megabytes the catch-up scenario's follower misses.
     #[arg(long, default_value_t = 1000)]
     catch_up_mb: u64,
+    /// `retention.bytes` (MiB per partition) of the catch-up scenario's second round, which the
+    /// follower catches up from by a snapshot carrying that much per partition.
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..))]
+    catch_up_retention_mb: u64,
     /// Leader kills in the failover scenario.
     #[arg(long, default_value_t = 5)]
     failover_kills: u32,
@@ -320,7 +324,9 @@ async fn run(args: BenchArgs) -> anyhow::Result<()> {
             }
             "failover" => failover = Some(scenarios::failover(&env, args.failover_kills, 2000).await?),
             "soak" => soak = Some(scenarios::soak(&env, args.soak_retention_mb, args.soak_factor).await?),
-            "catch-up" => catch_up = Some(scenarios::catch_up(&env, args.catch_up_mb).await?),
+            "catch-up" => {
+                catch_up = Some(scenarios::catch_up(&env, args.catch_up_mb, args.catch_up_retention_mb).await?)
+            }
             "compaction" => {
                 compaction = Some(
                     scenarios::compaction(&env, args.compaction_rounds, args.compaction_round, args.compaction_keys)
@@ -405,10 +411,11 @@ async fn run(args: BenchArgs) -> anyhow::Result<()> {
     if let Some(c) = catch_up {
         println!(
             "catch-up: a follower that missed {:.0} MB is back in every ISR {:.0} ms after it starts (by replication); \
-             {:.0} ms when retention deleted what it had (by a snapshot carrying the retained records)",
+             {:.0} ms when retention ({} MiB per partition) deleted what it had (by a snapshot carrying the retained records)",
             c.missed_bytes as f64 / 1e6,
             c.replicated_ms,
-            c.snapshot_ms
+            c.snapshot_ms,
+            c.retention_mib
         );
     }
     if let Some(c) = compaction {

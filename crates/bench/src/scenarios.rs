@@ -479,18 +479,20 @@ pub struct CatchUpResult {
     /// in sync (so it holds the whole log), with the whole log retained (it catches up by
     /// replication).
     pub replicated_ms: f64,
-    /// The same on a topic whose `retention.bytes` (64 MiB per partition) deleted what the
-    /// follower had: it catches up by a snapshot carrying the retained records.
+    /// The same on a topic whose `retention.bytes` (`retention_mib` per partition) deleted what
+    /// the follower had: it catches up by a snapshot carrying the retained records.
     pub snapshot_ms: f64,
+    /// That `retention.bytes`, in MiB per partition.
+    pub retention_mib: u64,
 }
 
 /// Stops node 3, writes `missed_mb` MB to a 4-partition RF-3 topic, starts node 3 and times
 /// until every partition takes an acks=all write with node 3 in sync; once with the whole log
-/// retained, once under a small `retention.bytes`.
-pub async fn catch_up(env: &Env, missed_mb: u64) -> anyhow::Result<CatchUpResult> {
+/// retained, once under a `retention.bytes` of `retention_mib` per partition.
+pub async fn catch_up(env: &Env, missed_mb: u64, retention_mib: u64) -> anyhow::Result<CatchUpResult> {
     let missed_bytes = missed_mb * 1_000_000;
     let mut times = Vec::new();
-    for retention in [None, Some(64u64 << 20)] {
+    for retention in [None, Some(retention_mib << 20)] {
         let mut deployment = start(env, "rill-catch-up", 3, true).await?;
         let client = Client::connect(&deployment.endpoints).await?;
         let mut configs = vec![("min.insync.replicas".to_string(), "2".to_string())];
@@ -554,7 +556,7 @@ pub async fn catch_up(env: &Env, missed_mb: u64) -> anyhow::Result<CatchUpResult
         deployment.check_running()?;
         finish(deployment, "catch-up round", &ms);
     }
-    let result = CatchUpResult { missed_bytes, replicated_ms: times[0], snapshot_ms: times[1] };
+    let result = CatchUpResult { missed_bytes, replicated_ms: times[0], snapshot_ms: times[1], retention_mib };
     eprintln!("catch-up: {}", serde_json::to_string(&result).unwrap_or_default());
     Ok(result)
 }
