@@ -12,6 +12,7 @@ use rill_proto::internal::raft_transport_server::RaftTransport;
 use rill_proto::internal::{QuiesceRequest, QuiesceResponse, RaftBatch, RaftMessage};
 use tonic::{Request, Response, Status};
 
+use futures::future::{FusedFuture, FutureExt};
 use openraft::error::RaftError;
 use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, VoteRequest};
 use openraft::Vote;
@@ -61,10 +62,23 @@ impl RaftService {
     /// consistent with any log, it appends and commits nothing) carrying the chunk's vote is
     /// exactly "the leader was heard": openraft touches the vote's time, and the contact is
     /// recorded for the failover check.
+    ///
+    /// The contact is recorded before openraft answers: openraft postpones its answer to an
+    /// append behind the state machine's pending work (receiving a chunk, installing), while
+    /// it touches the vote's time as soon as it handles the append.
     async fn hear_leader_through_chunk(&self, group: GroupId, raft: &Raft, vote: Vote<NodeId>) {
-        let heard = AppendEntriesRequest { vote, prev_log_id: None, entries: Vec::new(), leader_commit: None };
-        let answer = raft.append_entries(heard).await;
+        self.note_current_leader(group, raft, vote);
+        let answer = raft.append_entries(heard_from(vote)).await;
         self.note_leader_contact(group, &answer);
+    }
+
+    /// Records contact with the leader of `group` when `vote` (a chunk's, checked against its
+    /// sender) is at least the vote this replica holds, so a deposed leader is never counted.
+    fn note_current_leader(&self, group: GroupId, raft: &Raft, vote: Vote<NodeId>) {
+        let current = raft.metrics().borrow().vote;
+        if vote >= current {
+            self.multi.transport().record_leader_contact(group);
+        }
     }
 
     /// One append-entries, alone or from a heartbeat batch, sent by `caller`.
@@ -92,6 +106,12 @@ impl RaftService {
             .group(id)
             .ok_or_else(|| Status::not_found(format!("group {id} is not hosted on node {}", self.multi.node_id())))
     }
+}
+
+/// An append with no entries and no previous log id: consistent with any log, it appends and
+/// commits nothing, and tells openraft that the leader holding `vote` was heard.
+fn heard_from(vote: Vote<NodeId>) -> AppendEntriesRequest<TypeConfig> {
+    AppendEntriesRequest { vote, prev_log_id: None, entries: Vec::new(), leader_commit: None }
 }
 
 /// `Ok` when `caller` may speak for the node `vote` names (none named: only an unverified
@@ -221,15 +241,23 @@ impl RaftTransport for RaftService {
         // The last chunk's answer waits for the installation, which copies every carried
         // entry (seconds for hundreds of MB). The leader waits for that answer and sends the
         // follower nothing meanwhile, so the wait counts as hearing from it, every heartbeat
-        // interval: a leader that dies during an installation is noticed when it ends.
+        // interval: the contact is recorded for the failover check, and an empty append (one
+        // at a time: openraft answers them only after the installation) touches openraft's
+        // vote time. A leader that dies during an installation is noticed when it ends.
         let install = raft.install_snapshot(req);
         tokio::pin!(install);
+        let keep_alive = raft.append_entries(heard_from(vote)).fuse();
+        tokio::pin!(keep_alive);
         let answer = loop {
             tokio::select! {
                 biased;
                 answer = &mut install => break answer,
+                heard = &mut keep_alive, if !keep_alive.is_terminated() => self.note_leader_contact(group, &heard),
                 () = rill_rt::sleep(self.multi.heartbeat_interval()) => {
-                    self.hear_leader_through_chunk(group, &raft, vote).await;
+                    self.note_current_leader(group, &raft, vote);
+                    if keep_alive.is_terminated() {
+                        keep_alive.set(raft.append_entries(heard_from(vote)).fuse());
+                    }
                 }
             }
         };
