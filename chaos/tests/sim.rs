@@ -355,6 +355,30 @@ async fn slow_disk_cluster(sync_latency: Duration, topic: &'static str) -> (SimC
     (cluster, client)
 }
 
+/// Three nodes with `topic` (`partitions` partitions, RF 3, `configs`) created and led, and
+/// every partition of the topics in `also_led` led too.
+async fn cluster_with_topic(
+    topic: &'static str,
+    partitions: u32,
+    configs: &[(String, String)],
+    also_led: &'static [&'static str],
+) -> (SimCluster, Client) {
+    let cluster = SimCluster::start(3);
+    let client = cluster.client().await;
+    let c = client.clone();
+    let configs = configs.to_vec();
+    cluster
+        .on_client(async move {
+            wait_until("the topic created", || async { c.create_topic(topic, partitions, 3, &configs).await.ok() })
+                .await;
+            for t in std::iter::once(topic).chain(also_led.iter().copied()) {
+                c.wait_for_leaders(t, SETTLE).await.unwrap_or_else(|e| panic!("{t} has no leaders: {e}"));
+            }
+        })
+        .await;
+    (cluster, client)
+}
+
 /// The single partition's (leader, term) when every replica agrees on them.
 fn agreed_leader(cluster: &SimCluster) -> Option<(u64, u64)> {
     let states = replica_states(cluster)?;
@@ -587,19 +611,8 @@ async fn commit_range(cluster: &SimCluster, client: &Client, from: u64, to: u64)
 #[madsim::test]
 async fn state_partition_purges_and_installs_snapshots() {
     let trace = begin_scripted();
-    let cluster = SimCluster::start(3);
-    let client = cluster.client().await;
-    let c = client.clone();
-    cluster
-        .on_client(async move {
-            wait_until("the topic created", || async {
-                c.create_topic("work", WORK_PARTITIONS as u32, 3, &[]).await.ok()
-            })
-            .await;
-            c.wait_for_leaders("work", SETTLE).await.expect("work has a leader");
-            c.wait_for_leaders(rill_meta::CONSUMER_OFFSETS_TOPIC, SETTLE).await.expect("the offsets topic has leaders")
-        })
-        .await;
+    let (cluster, client) =
+        cluster_with_topic("work", WORK_PARTITIONS as u32, &[], &[rill_meta::CONSUMER_OFFSETS_TOPIC]).await;
     let (_, group) = cluster
         .node(1)
         .and_then(|n| n.coordinator_partition(rill_meta::PartitionKind::ConsumerOffsets, "g"))
@@ -678,15 +691,7 @@ async fn state_partition_purges_and_installs_snapshots() {
 #[madsim::test]
 async fn record_partition_installs_a_snapshot_with_its_records() {
     let trace = begin_scripted();
-    let cluster = SimCluster::start(3);
-    let client = cluster.client().await;
-    let c = client.clone();
-    cluster
-        .on_client(async move {
-            wait_until("the topic created", || async { c.create_topic("ret", 1, 3, &[]).await.ok() }).await;
-            c.wait_for_leaders("ret", SETTLE).await.expect("ret has a leader")
-        })
-        .await;
+    let (cluster, client) = cluster_with_topic("ret", 1, &[], &[]).await;
     let mut acked = cluster.on_client(produce(client.clone(), trace.clone(), "ret", "a", 30)).await;
     let (leader, _) = wait_until("an agreed leader", || async { agreed_leader(&cluster) }).await;
     let group = cluster.node(leader).expect("leader up").partitions()[0].group();
@@ -785,17 +790,9 @@ async fn record_partition_installs_a_snapshot_with_its_records() {
 #[madsim::test]
 async fn a_long_snapshot_transfer_keeps_its_leader() {
     let trace = begin_scripted();
-    let cluster = SimCluster::start(3);
-    let client = cluster.client().await;
-    let c = client.clone();
-    cluster
-        .on_client(async move {
-            // The stopped follower leaves the ISR after 2 s, so acks=all writes go on without it.
-            let configs = [("replica.lag.time.max.ms".to_string(), "2000".to_string())];
-            wait_until("the topic created", || async { c.create_topic("big", 1, 3, &configs).await.ok() }).await;
-            c.wait_for_leaders("big", SETTLE).await.expect("big has a leader")
-        })
-        .await;
+    // The stopped follower leaves the ISR after 2 s, so acks=all writes go on without it.
+    let configs = [("replica.lag.time.max.ms".to_string(), "2000".to_string())];
+    let (cluster, client) = cluster_with_topic("big", 1, &configs, &[]).await;
     let (leader, _) = wait_until("an agreed leader", || async { agreed_leader(&cluster) }).await;
     let group = cluster.node(leader).expect("leader up").partitions()[0].group();
     let follower = cluster.ids().into_iter().find(|id| *id != leader).expect("a follower");
