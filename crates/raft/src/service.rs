@@ -12,7 +12,7 @@ use rill_proto::internal::raft_transport_server::RaftTransport;
 use rill_proto::internal::{QuiesceRequest, QuiesceResponse, RaftBatch, RaftMessage};
 use tonic::{Request, Response, Status};
 
-use futures::future::{FusedFuture, FutureExt};
+use futures::stream::{FuturesUnordered, StreamExt};
 use openraft::error::RaftError;
 use openraft::raft::{AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, VoteRequest};
 use openraft::Vote;
@@ -63,9 +63,9 @@ impl RaftService {
     /// exactly "the leader was heard": openraft touches the vote's time, and the contact is
     /// recorded for the failover check.
     ///
-    /// The contact is recorded before openraft answers: openraft postpones its answer to an
-    /// append behind the state machine's pending work (receiving a chunk, installing), while
-    /// it touches the vote's time as soon as it handles the append.
+    /// The contact is recorded before openraft answers: while a snapshot installs, openraft
+    /// postpones its answers to appends until the installation ends, though it touches the
+    /// vote's time as soon as it handles each one.
     async fn hear_leader_through_chunk(&self, group: GroupId, raft: &Raft, vote: Vote<NodeId>) {
         self.note_current_leader(group, raft, vote);
         let answer = raft.append_entries(heard_from(vote)).await;
@@ -73,7 +73,10 @@ impl RaftService {
     }
 
     /// Records contact with the leader of `group` when `vote` (a chunk's, checked against its
-    /// sender) is at least the vote this replica holds, so a deposed leader is never counted.
+    /// sender) is at least the vote this replica holds, so a deposed leader is not counted.
+    /// (The vote read is openraft's metrics copy, one pass of its loop behind: a stale leader's
+    /// chunk that races this replica's vote for a newer candidate can count once, which delays
+    /// this replica's own failover check by at most one lease.)
     fn note_current_leader(&self, group: GroupId, raft: &Raft, vote: Vote<NodeId>) {
         let current = raft.metrics().borrow().vote;
         if vote >= current {
@@ -241,23 +244,22 @@ impl RaftTransport for RaftService {
         // The last chunk's answer waits for the installation, which copies every carried
         // entry (seconds for hundreds of MB). The leader waits for that answer and sends the
         // follower nothing meanwhile, so the wait counts as hearing from it, every heartbeat
-        // interval: the contact is recorded for the failover check, and an empty append (one
-        // at a time: openraft answers them only after the installation) touches openraft's
-        // vote time. A leader that dies during an installation is noticed when it ends.
+        // interval: the contact is recorded for the failover check, and an empty append
+        // touches openraft's vote time (its election timer). openraft answers those appends
+        // only once the installation ends, so each tick sends a new one rather than waiting
+        // for the last; the unanswered ones are dropped with the loop. A leader that dies
+        // during an installation is noticed when it ends.
         let install = raft.install_snapshot(req);
         tokio::pin!(install);
-        let keep_alive = raft.append_entries(heard_from(vote)).fuse();
-        tokio::pin!(keep_alive);
+        let mut keep_alive = FuturesUnordered::new();
         let answer = loop {
             tokio::select! {
                 biased;
                 answer = &mut install => break answer,
-                heard = &mut keep_alive, if !keep_alive.is_terminated() => self.note_leader_contact(group, &heard),
+                Some(heard) = keep_alive.next(), if !keep_alive.is_empty() => self.note_leader_contact(group, &heard),
                 () = rill_rt::sleep(self.multi.heartbeat_interval()) => {
                     self.note_current_leader(group, &raft, vote);
-                    if keep_alive.is_terminated() {
-                        keep_alive.set(raft.append_entries(heard_from(vote)).fuse());
-                    }
+                    keep_alive.push(raft.append_entries(heard_from(vote)));
                 }
             }
         };
