@@ -107,7 +107,7 @@ struct BenchArgs {
     catch_up_mb: u64,
     /// `retention.bytes` (MiB per partition) of the catch-up scenario's second round, which the
     /// follower catches up from by a snapshot carrying that much per partition.
-    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=1 << 20))]
     catch_up_retention_mb: u64,
     /// Leader kills in the failover scenario.
     #[arg(long, default_value_t = 5)]

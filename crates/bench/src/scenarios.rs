@@ -491,6 +491,13 @@ pub struct CatchUpResult {
 /// retained, once under a `retention.bytes` of `retention_mib` per partition.
 pub async fn catch_up(env: &Env, missed_mb: u64, retention_mib: u64) -> anyhow::Result<CatchUpResult> {
     let missed_bytes = missed_mb * 1_000_000;
+    if missed_bytes / 4 <= retention_mib << 20 {
+        bail!(
+            "each of the 4 partitions would miss {} MB, within its retention ({retention_mib} MiB): \
+             nothing would be purged; write more (--catch-up-mb) or retain less (--catch-up-retention-mb)",
+            missed_bytes / 4 / 1_000_000
+        );
+    }
     let mut times = Vec::new();
     for retention in [None, Some(retention_mib << 20)] {
         let mut deployment = start(env, "rill-catch-up", 3, true).await?;
