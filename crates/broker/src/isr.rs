@@ -20,7 +20,8 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
-use openraft::ServerState;
+use openraft::metrics::RaftServerMetrics;
+use openraft::{BasicNode, RaftMetrics, ServerState};
 use rill_raft::{NodeId, Quiescence, Raft};
 use rill_rt::sync::watch;
 use rill_rt::Instant;
@@ -133,6 +134,24 @@ impl IsrTracker {
     }
 }
 
+/// What the tracker reads of followers' liveness; [`Quiescence`] in a running node.
+pub trait FollowerContact: Send + Sync + 'static {
+    /// When `node` last answered this group's leader.
+    fn last_contact(&self, node: NodeId) -> Option<Instant>;
+    /// True while the group is quiescent on this node.
+    fn is_quiescent(&self) -> bool;
+}
+
+impl FollowerContact for Quiescence {
+    fn last_contact(&self, node: NodeId) -> Option<Instant> {
+        Quiescence::last_contact(self, node)
+    }
+
+    fn is_quiescent(&self) -> bool {
+        Quiescence::is_quiescent(self)
+    }
+}
+
 /// Runs a tracker for `raft` until the group stops, publishing views on `tx`.
 /// `lag_max` is read on every evaluation so a topic config change takes effect at once.
 pub async fn run(
@@ -142,27 +161,45 @@ pub async fn run(
     lag_max: impl Fn() -> Duration + Send + 'static,
     tx: Arc<watch::Sender<IsrView>>,
 ) {
-    let mut tracker = IsrTracker::new(me);
-    let mut metrics = raft.metrics();
+    track(raft.metrics(), raft.server_metrics(), me, quiescence, lag_max, tx).await
+}
+
+/// The tracker's loop over a group's two metrics streams.
+///
+/// The role is read from the server metrics — the stream a follower waits on — never from the
+/// full metrics: openraft publishes the server metrics first, so a tracker woken between the two
+/// would see "leader" there and "candidate" in the full metrics, go back to waiting for the next
+/// role change, and leave a leader with an ISR of itself for its whole term (every `acks=all`
+/// write refused with `NOT_ENOUGH_REPLICAS`).
+async fn track(
+    mut metrics: watch::Receiver<RaftMetrics<NodeId, BasicNode>>,
     // Server metrics change only with the role, leader or membership, unlike the full metrics,
     // which openraft republishes on every heartbeat: followers wait on these.
-    let mut server = raft.server_metrics();
+    mut server: watch::Receiver<RaftServerMetrics<NodeId, BasicNode>>,
+    me: NodeId,
+    contact: Arc<impl FollowerContact>,
+    lag_max: impl Fn() -> Duration + Send + 'static,
+    tx: Arc<watch::Sender<IsrView>>,
+) {
+    let mut tracker = IsrTracker::new(me);
     loop {
-        server.borrow_and_update();
+        let leader_term = {
+            let s = server.borrow_and_update();
+            (s.state == ServerState::Leader).then_some(s.vote.leader_id().term)
+        };
         let view = {
             let m = metrics.borrow_and_update();
             if m.running_state.is_err() {
                 break;
             }
-            let leader_term = (m.state == ServerState::Leader).then_some(m.current_term);
             let voters: BTreeSet<NodeId> = m.membership_config.membership().voter_ids().collect();
-            let matched: BTreeMap<NodeId, u64> = m
-                .replication
-                .as_ref()
+            // Until the full metrics of this term arrive, they say nothing of its followers.
+            let replication = m.replication.as_ref().filter(|_| m.current_term == leader_term.unwrap_or(0));
+            let matched: BTreeMap<NodeId, u64> = replication
                 .map(|r| r.iter().filter_map(|(n, l)| l.map(|l| (*n, l.index))).collect())
                 .unwrap_or_default();
             let contacts: BTreeMap<NodeId, Instant> =
-                voters.iter().filter_map(|n| quiescence.last_contact(*n).map(|t| (*n, t))).collect();
+                voters.iter().filter_map(|n| contact.last_contact(*n).map(|t| (*n, t))).collect();
             tracker.evaluate(
                 rill_rt::now(),
                 leader_term,
@@ -192,7 +229,7 @@ pub async fn run(
         // A quiescent group's ISR changes only when a follower's node falls silent; a write
         // wakes the group, and with it this loop, at once.
         let tick =
-            if quiescence.is_quiescent() { (lag_max() / 2).min(QUIESCENT_TICK) } else { lag_max().min(MAX_TICK) / 2 };
+            if contact.is_quiescent() { (lag_max() / 2).min(QUIESCENT_TICK) } else { lag_max().min(MAX_TICK) / 2 };
         // Wake on any Raft progress, or after a tick so followers age out of the ISR.
         if let Ok(Err(_)) = rill_rt::timeout(tick, metrics.changed()).await {
             break; // the group shut down
@@ -203,6 +240,8 @@ pub async fn run(
 
 #[cfg(test)]
 mod tests {
+    use openraft::{CommittedLeaderId, LogId, Membership, StoredMembership, Vote};
+
     use super::*;
 
     fn voters() -> BTreeSet<NodeId> {
@@ -258,6 +297,73 @@ mod tests {
         let contacts: BTreeMap<NodeId, Instant> = [(2, later), (3, t0)].into();
         let v = t.evaluate(later, Some(1), 7, &voters(), &[(2, 7), (3, 7)].into(), &contacts, lag);
         assert_eq!(v.isr, [1, 2].into());
+    }
+
+    /// Every follower answered just now.
+    struct AllHeard;
+
+    impl FollowerContact for AllHeard {
+        fn last_contact(&self, _node: NodeId) -> Option<Instant> {
+            Some(rill_rt::now())
+        }
+
+        fn is_quiescent(&self) -> bool {
+            false
+        }
+    }
+
+    fn server_metrics(state: ServerState, term: u64) -> RaftServerMetrics<NodeId, BasicNode> {
+        RaftServerMetrics {
+            id: 1,
+            vote: Vote::new_committed(term, 1),
+            state,
+            current_leader: (state == ServerState::Leader).then_some(1),
+            membership_config: Arc::new(StoredMembership::new(
+                Some(LogId::new(CommittedLeaderId::new(0, 0), 0)),
+                Membership::new(vec![voters()], None),
+            )),
+        }
+    }
+
+    fn full_metrics(state: ServerState, term: u64, matched: &[(NodeId, u64)]) -> RaftMetrics<NodeId, BasicNode> {
+        let server = server_metrics(state, term);
+        let mut m = RaftMetrics::new_initial(1);
+        m.state = state;
+        m.current_term = term;
+        m.vote = server.vote;
+        m.current_leader = server.current_leader;
+        m.membership_config = server.membership_config;
+        m.last_log_index = matched.iter().map(|(_, i)| *i).max();
+        m.replication = (state == ServerState::Leader).then(|| {
+            matched.iter().map(|(n, i)| (*n, Some(LogId::new(CommittedLeaderId::new(term, 1), *i)))).collect()
+        });
+        m
+    }
+
+    async fn wait_for_view(rx: &mut watch::Receiver<IsrView>, what: &str, ok: impl FnMut(&IsrView) -> bool) {
+        let seen = matches!(rill_rt::timeout(Duration::from_secs(5), rx.wait_for(ok)).await, Ok(Ok(_)));
+        assert!(seen, "no view with {what} within 5 s; last: {:?}", *rx.borrow());
+    }
+
+    #[tokio::test]
+    async fn a_leader_is_tracked_from_its_role_even_before_its_full_metrics_arrive() {
+        let (metrics_tx, metrics_rx) = watch::channel(full_metrics(ServerState::Follower, 1, &[]));
+        let (server_tx, server_rx) = watch::channel(server_metrics(ServerState::Follower, 1));
+        let (view_tx, mut view_rx) = watch::channel(IsrView::default());
+        let lag = || Duration::from_secs(10);
+        let task = rill_rt::spawn(track(metrics_rx, server_rx, 1, Arc::new(AllHeard), lag, Arc::new(view_tx)));
+        // openraft's order: the server metrics say "leader" before the full metrics do. A tracker
+        // that waits for the next role change after reading the stale full metrics never leads.
+        server_tx.send_replace(server_metrics(ServerState::Leader, 2));
+        wait_for_view(&mut view_rx, "term 2 led", |v| v.leader_term == Some(2) && v.isr == [1].into()).await;
+        metrics_tx.send_replace(full_metrics(ServerState::Leader, 2, &[(1, 5), (2, 5), (3, 5)]));
+        wait_for_view(&mut view_rx, "both followers in sync", |v| v.isr == [1, 2, 3].into()).await;
+        // Stepping down empties the view, whichever stream says so first.
+        server_tx.send_replace(server_metrics(ServerState::Follower, 3));
+        wait_for_view(&mut view_rx, "no leader term", |v| v.leader_term.is_none()).await;
+        drop(server_tx);
+        drop(metrics_tx);
+        assert!(rill_rt::timeout(Duration::from_secs(5), task).await.is_ok(), "the tracker ends with its group");
     }
 
     #[tokio::test]
