@@ -686,6 +686,42 @@ async fn consumed_offsets_commit_with_the_transaction_and_only_then() -> anyhow:
         }
     };
     assert_eq!(first, 5);
+
+    tracing::info!("--- a read_committed reader of offsets a transaction holds pending: polls return by their timeout");
+    let group = next.group_metadata()?;
+    let orders = Producer::new(client.clone(), config);
+    orders.send_to("orders", 0, Record::new("order-6")).await?.await?;
+    orders.close().await;
+    // The raw EndTxn above moved "billing-1" to an epoch this producer does not hold.
+    let invoicer = TransactionalProducer::new(client.clone(), config, "billing-2", Duration::from_secs(60));
+    invoicer.init_transactions().await?;
+    invoicer.begin_transaction()?;
+    invoicer.send_offsets_to_transaction(&[(tp.clone(), 6)], &group).await?;
+    let reader_config = ConsumerConfig {
+        group_id: Some("billing".into()),
+        start: OffsetSpec::Earliest,
+        isolation_level: rill_client::IsolationLevel::ReadCommitted,
+        ..ConsumerConfig::default()
+    };
+    let mut reader = Consumer::new(client.clone(), reader_config);
+    reader.assign([tp.clone()]);
+    for _ in 0..3 {
+        // Before, the first poll waited out the transaction (up to the client's retry budget).
+        let polled = tokio::time::timeout(Duration::from_secs(10), reader.poll(Duration::from_millis(200))).await;
+        let polled = polled.map_err(|_| anyhow::anyhow!("a 200 ms poll still running after 10 s"))??;
+        assert!(polled.is_empty(), "nothing before the pending offsets settle: {polled:?}");
+    }
+    assert_eq!(reader.position(&tp), None, "no position while the offsets are pending");
+    invoicer.commit_transaction().await?;
+    let deadline = tokio::time::Instant::now() + READY_TIMEOUT;
+    let first = loop {
+        anyhow::ensure!(tokio::time::Instant::now() < deadline, "the reader read nothing");
+        if let Some(r) = reader.poll(Duration::from_millis(500)).await?.first() {
+            break r.offset;
+        }
+    };
+    assert_eq!(first, 6, "the reader starts at the offsets the transaction committed");
+    reader.close();
     next.shutdown().await?;
     invoicer.close().await;
     Ok(())

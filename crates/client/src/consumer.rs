@@ -222,6 +222,24 @@ struct PartitionState {
     out_of_range: Option<u64>,
 }
 
+/// A background lookup of where partitions without a position start.
+struct PendingPositions {
+    /// Each partition looked up, with the fetch epoch it was given when the lookup began: an
+    /// answer applies only to a partition still at that epoch (not sought, not revoked since).
+    partitions: Vec<(TopicPartition, u64)>,
+    task: JoinHandle<Result<Vec<(TopicPartition, u64)>>>,
+}
+
+/// What a finished [`PendingPositions`] task yields.
+type LookupOutput = std::result::Result<Result<Vec<(TopicPartition, u64)>>, rill_rt::JoinError>;
+
+/// What ended a `poll`'s wait.
+enum Woke {
+    Fetched(std::result::Result<Option<Fetched>, rill_rt::Elapsed>),
+    Membership,
+    Lookup(LookupOutput),
+}
+
 struct Fetched {
     tp: TopicPartition,
     epoch: u64,
@@ -249,6 +267,8 @@ pub struct Consumer {
     last_auto_commit: rill_rt::Instant,
     /// Background commits, started by the first one.
     committer: Option<Committer>,
+    /// Where newly assigned partitions start, being looked up.
+    pending_positions: Option<PendingPositions>,
 }
 
 impl Consumer {
@@ -269,6 +289,7 @@ impl Consumer {
             listener: Box::new(NoListener),
             last_auto_commit: rill_rt::now(),
             committer: None,
+            pending_positions: None,
         }
     }
 
@@ -519,15 +540,31 @@ impl Consumer {
                     None => std::future::pending::<()>().await,
                 }
             };
-            // Biased: the same branch wins a tie in every run (the simulation replays exactly).
-            let fetched = tokio::select! {
-                biased;
-                f = rill_rt::timeout(left, self.results_rx.recv()) => f,
-                () = membership_changed => continue,
+            // A lookup of where new partitions start ends it too: they can be fetched now.
+            let lookup = self.pending_positions.as_mut().map(|p| &mut p.task);
+            let lookup_done = async {
+                match lookup {
+                    Some(task) => task.await,
+                    None => std::future::pending().await,
+                }
             };
-            match fetched {
-                Ok(Some(f)) => self.apply(f)?,
-                Ok(None) | Err(_) => return Ok(Vec::new()),
+            // Biased: the same branch wins a tie in every run (the simulation replays exactly).
+            let woke = tokio::select! {
+                biased;
+                f = rill_rt::timeout(left, self.results_rx.recv()) => Woke::Fetched(f),
+                () = membership_changed => Woke::Membership,
+                found = lookup_done => Woke::Lookup(found),
+            };
+            match woke {
+                Woke::Fetched(Ok(Some(f))) => self.apply(f)?,
+                Woke::Fetched(Ok(None) | Err(_)) => return Ok(Vec::new()),
+                Woke::Membership => continue,
+                Woke::Lookup(found) => {
+                    if let Some(pending) = self.pending_positions.take() {
+                        self.take_positions(pending.partitions, found)?;
+                    }
+                    continue;
+                }
             }
             while let Ok(f) = self.results_rx.try_recv() {
                 self.apply(f)?;
@@ -590,8 +627,16 @@ impl Consumer {
                 h.abort();
             }
         }
+        if let Some(p) = self.pending_positions.take() {
+            p.task.abort();
+        }
     }
 
+    /// Gives partitions without a position the offset a background lookup found, and starts a
+    /// lookup for those still without one. In the background because at `read_committed` it
+    /// waits out a transaction's pending offset commit (KIP-447), which may take as long as the
+    /// transaction: `poll` still returns by its timeout, and fetches the partition once the
+    /// lookup answers.
     async fn resolve_positions(&mut self) -> Result<()> {
         let topics: Vec<String> = self.partitions.keys().map(|tp| tp.topic.clone()).collect();
         for topic in topics {
@@ -600,9 +645,49 @@ impl Consumer {
                 self.topic_ids.insert(topic, id);
             }
         }
-        let missing: Vec<TopicPartition> =
-            self.partitions.iter().filter(|(_, s)| s.position.is_none()).map(|(tp, _)| tp.clone()).collect();
-        self.seek_to_committed_of(missing, false).await
+        if let Some(pending) = self.pending_positions.take_if(|p| p.task.is_finished()) {
+            let found = pending.task.await;
+            self.take_positions(pending.partitions, found)?;
+        }
+        if self.pending_positions.is_some() {
+            return Ok(());
+        }
+        let mut partitions = Vec::new();
+        for (tp, st) in self.partitions.iter_mut().filter(|(_, st)| st.position.is_none()) {
+            self.fetch_epochs += 1;
+            st.epoch = self.fetch_epochs;
+            partitions.push((tp.clone(), st.epoch));
+        }
+        if partitions.is_empty() {
+            return Ok(());
+        }
+        let lookup = PositionLookup::new(&self.client, &self.config, false);
+        let wanted: Vec<TopicPartition> = partitions.iter().map(|(tp, _)| tp.clone()).collect();
+        let task = rill_rt::spawn(async move { lookup.positions(wanted).await });
+        self.pending_positions = Some(PendingPositions { partitions, task });
+        Ok(())
+    }
+
+    /// Applies a finished lookup: each partition still at the epoch it was looked up at starts
+    /// at the offset found.
+    fn take_positions(&mut self, looked_up: Vec<(TopicPartition, u64)>, found: LookupOutput) -> Result<()> {
+        let found = match found.map_err(|e| Error::Transport(format!("looking up where partitions start: {e}")))? {
+            // A transaction held the offsets pending past the retry budget: the next poll asks
+            // again (a transaction ends by its timeout at the latest).
+            Err(e) if e.code() == Some(ErrorCode::UnstableOffsetCommit) => {
+                tracing::debug!(error = %e, "committed offsets still pending; asking again");
+                return Ok(());
+            }
+            found => found?,
+        };
+        let epochs: BTreeMap<TopicPartition, u64> = looked_up.into_iter().collect();
+        for (tp, offset) in found {
+            let current = self.partitions.get(&tp).filter(|st| st.position.is_none()).map(|st| st.epoch);
+            if current.is_some() && current == epochs.get(&tp).copied() {
+                self.seek(&tp, offset)?;
+            }
+        }
+        Ok(())
     }
 
     /// Moves every assigned partition back to the group's committed offset, or to
@@ -619,25 +704,8 @@ impl Consumer {
     }
 
     async fn seek_to_committed_of(&mut self, partitions: Vec<TopicPartition>, stable: bool) -> Result<()> {
-        if partitions.is_empty() {
-            return Ok(());
-        }
-        // A read_committed consumer waits out a transaction's pending commit of a partition it
-        // takes over, rather than start from an offset about to move (KIP-447).
-        let stable = stable || self.config.isolation_level == IsolationLevel::ReadCommitted;
-        let committed = match &self.config.group_id {
-            Some(group) if stable => self.client.stable_committed_offsets(group, &partitions).await?,
-            Some(group) => self.client.committed_offsets(group, &partitions).await?,
-            None => Default::default(),
-        };
-        for tp in partitions {
-            let offset = match committed.get(&tp).cloned().flatten() {
-                Some(c) => c.offset,
-                None => {
-                    let isolation = self.config.isolation_level;
-                    self.client.list_offset_at(&tp.topic, tp.partition, self.config.start, isolation).await?
-                }
-            };
+        let found = PositionLookup::new(&self.client, &self.config, stable).positions(partitions).await?;
+        for (tp, offset) in found {
             self.seek(&tp, offset)?;
         }
         Ok(())
@@ -719,7 +787,9 @@ impl Consumer {
 
     fn start_fetches(&mut self) {
         for (tp, st) in self.partitions.iter_mut() {
-            if st.paused
+            // A partition without a position waits for its lookup (`resolve_positions`).
+            if st.position.is_none()
+                || st.paused
                 || st.in_flight.is_some()
                 || st.out_of_range.is_some()
                 || st.buffered_bytes >= self.config.max_buffered_bytes_per_partition
@@ -815,6 +885,52 @@ impl Consumer {
         }
         self.next_turn = self.next_turn.wrapping_add(1);
         out
+    }
+}
+
+/// Where partitions a consumer takes over start: the group's committed offset, else
+/// [`ConsumerConfig::start`]. Owns what it needs, so it can run in a background task.
+struct PositionLookup {
+    client: Client,
+    group: Option<String>,
+    start: OffsetSpec,
+    isolation: IsolationLevel,
+    /// Wait out a transaction's pending commit of the offsets (KIP-447).
+    stable: bool,
+}
+
+impl PositionLookup {
+    /// A lookup for `config`'s consumer; `stable` asks for the stable committed offsets whatever
+    /// the isolation level (a `read_committed` consumer always waits them out, rather than start
+    /// from an offset about to move).
+    fn new(client: &Client, config: &ConsumerConfig, stable: bool) -> Self {
+        Self {
+            client: client.clone(),
+            group: config.group_id.clone(),
+            start: config.start,
+            isolation: config.isolation_level,
+            stable: stable || config.isolation_level == IsolationLevel::ReadCommitted,
+        }
+    }
+
+    async fn positions(&self, partitions: Vec<TopicPartition>) -> Result<Vec<(TopicPartition, u64)>> {
+        if partitions.is_empty() {
+            return Ok(Vec::new());
+        }
+        let committed = match &self.group {
+            Some(group) if self.stable => self.client.stable_committed_offsets(group, &partitions).await?,
+            Some(group) => self.client.committed_offsets(group, &partitions).await?,
+            None => Default::default(),
+        };
+        let mut out = Vec::with_capacity(partitions.len());
+        for tp in partitions {
+            let offset = match committed.get(&tp).cloned().flatten() {
+                Some(c) => c.offset,
+                None => self.client.list_offset_at(&tp.topic, tp.partition, self.start, self.isolation).await?,
+            };
+            out.push((tp, offset));
+        }
+        Ok(out)
     }
 }
 
