@@ -98,7 +98,13 @@ fn retriable(e: &Error, resend: Resend) -> bool {
 }
 
 pub(crate) fn backoff(attempt: u32) -> Duration {
-    let exp = BASE_BACKOFF.saturating_mul(1 << attempt.min(10)).min(MAX_BACKOFF);
+    backoff_up_to(attempt, MAX_BACKOFF)
+}
+
+/// The pause before retry `attempt`: doubling from [`BASE_BACKOFF`] up to `cap`, times a random
+/// 0.5–1 so that clients refused together do not retry together.
+pub(crate) fn backoff_up_to(attempt: u32, cap: Duration) -> Duration {
+    let exp = BASE_BACKOFF.saturating_mul(1 << attempt.min(10)).min(cap);
     let jitter: f64 = rill_rt::rng().gen_range(0.5..1.0);
     exp.mul_f64(jitter)
 }

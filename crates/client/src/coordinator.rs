@@ -4,6 +4,7 @@
 //! `COORDINATOR_NOT_AVAILABLE` are retried with backoff within the client's retry budget.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use rill_proto::admin::{CoordinatorKind, FindCoordinatorRequest};
 use rill_proto::common::{ErrorCode, LeaderHint};
@@ -16,11 +17,19 @@ use rill_proto::groups::{
 };
 use rill_proto::records::InitProducerIdRequest;
 
-use crate::client::backoff;
+use crate::client::backoff_up_to;
 use crate::consumer::TopicPartition;
 use crate::error::{self, Error, Result};
 use crate::Client;
 use tonic::transport::Channel;
+
+/// Longest pause between attempts at a coordinator (the general retries pause up to 1 s). A
+/// coordinator moves with its partition's leadership, about a second after its node dies;
+/// asking again at least this often puts a member's next commit or heartbeat within this of the
+/// new coordinator serving — with the 1 s cap it came a median 360 ms (up to 790 ms) after
+/// (docs/benchmarks.md, "group-failover"). A lookup is cheap: any node answers it from its
+/// metadata.
+const COORDINATOR_MAX_BACKOFF: Duration = Duration::from_millis(250);
 
 /// The internal topic holding consumer groups' offsets and membership.
 pub const CONSUMER_OFFSETS_TOPIC: &str = "__consumer_offsets";
@@ -201,7 +210,7 @@ impl Client {
             tracing::debug!(key, attempt, error = %e, "coordinator request retried");
             match hint.filter(|h| !h.address.is_empty()) {
                 Some(h) => addr = Some(h.address),
-                None => rill_rt::sleep(backoff(attempt)).await,
+                None => rill_rt::sleep(backoff_up_to(attempt, COORDINATOR_MAX_BACKOFF)).await,
             }
         }
     }
