@@ -7,7 +7,9 @@
 //! `control_batches_take_offsets_and_are_skipped`,
 //! `state_partition_purges_and_installs_snapshots`,
 //! `record_partition_installs_a_snapshot_with_its_records`,
-//! `a_long_snapshot_transfer_keeps_its_leader`, `a_failed_disk_takes_its_node_out`,
+//! `a_long_snapshot_transfer_keeps_its_leader`,
+//! `a_leader_dying_with_its_last_entry_on_one_follower_is_replaced_by_that_follower`,
+//! `a_failed_disk_takes_its_node_out`,
 //! `an_acks_0_flood_waits_for_the_log` and `consumer_group_members_never_share_a_partition` are
 //! scripted.
 
@@ -834,6 +836,89 @@ async fn a_long_snapshot_transfer_keeps_its_leader() {
     println!("trace-hash: {:016x} events={}", trace.hash(), trace.len());
 }
 
+/// Scripted: a leader dies with its last entry on one follower only, not its designated
+/// successor. The designated follower stands first and is refused for its shorter log; the
+/// follower that refused it stands at once (`rill_server::failover`) and leads — before
+/// openraft's own timer could have elected anyone (the leader lease plus the shortest election
+/// timeout after the leader's last message) — and every acknowledged record is read back once.
+#[madsim::test]
+async fn a_leader_dying_with_its_last_entry_on_one_follower_is_replaced_by_that_follower() {
+    let trace = begin_scripted();
+    let (cluster, client) = cluster_with_topic("last", 1, &[], &[]).await;
+    let (leader, term) = wait_until("an agreed leader", || async { agreed_leader(&cluster) }).await;
+    let node = cluster.node(leader).expect("leader up");
+    let group = node.partitions()[0].group();
+    let replicas: Vec<u64> = node
+        .meta()
+        .replicas_of(leader)
+        .into_iter()
+        .find(|(_, _, a)| a.group == group)
+        .map(|(_, _, a)| a.replicas.clone())
+        .expect("the partition's replicas");
+    let mut followers = replicas.iter().copied().filter(|r| *r != leader);
+    let (designated, other) = (followers.next().expect("a designated follower"), followers.next().expect("another"));
+    let timing = node.config().raft;
+    drop(node);
+    let mut acked = cluster.on_client(produce(client.clone(), trace.clone(), "last", "before", 5)).await;
+
+    // The designated follower stops hearing the leader; one more record reaches the other only.
+    cluster.cut_link(leader, designated);
+    let c = client.clone();
+    let last =
+        cluster.on_client(async move { c.produce("last", 0, vec![Record::new("last")], Acks::Leader).await }).await;
+    acked.push(("last".into(), last.expect("acks=1 with the leader up").base_offset));
+    let last_index = |id| group_metrics(&cluster, id, group).and_then(|m| m.last_log_index).unwrap_or(0);
+    wait_until("the other follower has the last entry", || {
+        let ahead = last_index(other) == last_index(leader) && last_index(other) > last_index(designated);
+        async move { ahead.then_some(()) }
+    })
+    .await;
+    let killed_at = rill_rt::now();
+    cluster.kill(leader);
+
+    let (new_leader, new_term) = wait_until("a new leader", || {
+        let led = [designated, other].into_iter().find_map(|id| {
+            let m = group_metrics(&cluster, id, group)?;
+            (m.state == openraft::ServerState::Leader).then_some((id, m.current_term))
+        });
+        async move { led }
+    })
+    .await;
+    let took = rill_rt::now().saturating_duration_since(killed_at);
+    let own_timer = Duration::from_millis(timing.election_max_ms + timing.election_min_ms);
+    assert_eq!(new_leader, other, "the follower with the longer log leads");
+    assert!(took < own_timer, "elected {took:?} after the kill, not before openraft's own timer ({own_timer:?})");
+    trace.record(format!("leader {leader} → {new_leader} in term {new_term}"));
+
+    cluster.heal_network();
+    wait_until("the refused follower back in sync", || {
+        let isr = cluster.node(other).and_then(|n| n.partitions().first().map(|p| p.state().isr.len()));
+        async move { isr.filter(|n| *n >= 2) }
+    })
+    .await;
+    // The client may first try the dead leader: each attempt writes its own value.
+    let c = client.clone();
+    let after = cluster
+        .on_client(async move {
+            let mut sent = Vec::new();
+            for attempt in 0..100 {
+                let v = format!("after-{attempt}");
+                let r = c.produce("last", 0, vec![Record::new(v.clone())], Acks::All).await;
+                sent.push((v, r.ok().and_then(|a| a.base_offset)));
+                if sent.last().is_some_and(|(_, o)| o.is_some()) {
+                    break;
+                }
+                madsim::time::sleep(Duration::from_millis(50)).await;
+            }
+            sent
+        })
+        .await;
+    assert!(after.last().is_some_and(|(_, o)| o.is_some()), "acks=all writes go on: {after:?}");
+    acked.extend(after);
+    check_read_once(&cluster, "last", &acked, Some(&trace)).await;
+    println!("trace-hash: {:016x} events={}", trace.hash(), trace.len());
+}
+
 /// Partitions of the topic the consumer group shares in `consumer_group_members_never_share_a_partition`.
 const MEMBER_PARTITIONS: u32 = group_run::PARTITIONS;
 
@@ -1037,6 +1122,7 @@ async fn list_scenarios() {
     println!("state_partition_purges_and_installs_snapshots\tscripted: a coordinator partition purges behind snapshots; a follower catches up by one (default)");
     println!("record_partition_installs_a_snapshot_with_its_records\tscripted: a record partition purges below its log start; a follower catches up by a snapshot carrying the retained records (default)");
     println!("a_long_snapshot_transfer_keeps_its_leader\tscripted: a follower catches up by a snapshot transfer longer than the leader lease; the leader keeps its term (default)");
+    println!("a_leader_dying_with_its_last_entry_on_one_follower_is_replaced_by_that_follower\tscripted: the leader dies with its last entry on the follower that is not its designated successor; that follower stands above the refused candidate and leads before openraft's own timer (default)");
     println!("an_acks_0_flood_waits_for_the_log\tscripted: 100 acks=0 requests of 1 MB on slow disks: no replica queues more than 32 MiB (default)");
     println!("a_failed_disk_takes_its_node_out\tscripted: the leader's syncs fail; it stops its groups and looks down, another replica leads (default)");
     println!("consumer_group_members_never_share_a_partition\tscripted: group members join, crash and leave while the coordinator is killed: no partition ever has two owners, commits never go back, everything is handed out (default)");

@@ -1,7 +1,7 @@
 //! [`MultiRaft`]: the registry of every Raft group running on this node.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, RwLock, Weak};
+use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::Duration;
 
 use openraft::error::{InitializeError, RaftError};
@@ -102,6 +102,9 @@ pub struct MultiRaft {
     groups: RwLock<HashMap<GroupId, Hosted>>,
     /// Shared by every group's log tail cache.
     tail_budget: Arc<TailBudget>,
+    /// Per group, the highest term of a candidate refused here for its shorter log, since the
+    /// failover check last took them ([`MultiRaft::take_refused_shorter_candidates`]).
+    refused_shorter: Mutex<HashMap<GroupId, u64>>,
 }
 
 impl MultiRaft {
@@ -117,7 +120,8 @@ impl MultiRaft {
     ) -> Arc<Self> {
         let tail_budget = TailBudget::new(TAIL_CACHE_BUDGET);
         let groups = RwLock::new(HashMap::new());
-        Arc::new(Self { node_id, engine, syncer, health, transport, timing, groups, tail_budget })
+        let refused_shorter = Mutex::new(HashMap::new());
+        Arc::new(Self { node_id, engine, syncer, health, transport, timing, groups, tail_budget, refused_shorter })
     }
 
     /// This node's id.
@@ -194,6 +198,20 @@ impl MultiRaft {
     /// answers pings as unhealthy, so its peers count it as down and elect leaders elsewhere.
     pub fn storage_failure(&self) -> Option<String> {
         self.health.failure()
+    }
+
+    /// Records that this replica of `group` refused its vote to a candidate of `term` because
+    /// the candidate's log is shorter: that candidate cannot win while this replica is needed
+    /// for a majority, and this one can — in a later term (see `rill_server::failover`).
+    pub(crate) fn note_refused_shorter_candidate(&self, group: GroupId, term: u64) {
+        let mut refused = self.refused_shorter.lock().unwrap_or_else(|p| p.into_inner());
+        let slot = refused.entry(group).or_insert(term);
+        *slot = (*slot).max(term);
+    }
+
+    /// The refusals noted since the last call: per group, the highest refused candidate's term.
+    pub fn take_refused_shorter_candidates(&self) -> HashMap<GroupId, u64> {
+        std::mem::take(&mut *self.refused_shorter.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
     /// The leader of `group` and its term, as far as this node knows: from its own replica when

@@ -155,7 +155,13 @@ impl RaftTransport for RaftService {
             }
             q.wake();
         }
+        let (term, candidate_log) = (req.vote.leader_id().term, req.last_log_id);
         let answer = raft.vote(req).await;
+        if let Ok(resp) = &answer {
+            if !resp.vote_granted && resp.last_log_id > candidate_log {
+                self.multi.note_refused_shorter_candidate(msg.group_id, term);
+            }
+        }
         reply(msg.group_id, &answer)
     }
 

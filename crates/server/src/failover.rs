@@ -12,15 +12,23 @@
 //! reached it more than the lease plus one heartbeat interval and [`MARGIN`] ago (so every other
 //! follower's lease has run out too), and this node is the designated candidate — the first
 //! replica in the partition's replica list other than the silent leader — it stands for
-//! election, once per leader term. If that election fails (say the candidate's log is shorter
-//! than another follower's), openraft's own timers elect someone as before.
+//! election, once per leader term.
+//!
+//! That candidate's election fails when its log is shorter than another follower's — common on
+//! a busy partition, where the leader dies with its last entry on one follower only. The
+//! follower that refused it (for its log, noted by `rill_raft` as it answers) can win, but
+//! openraft's own timer would make it stand only 0.9–1.2 s after the leader's last message. So a
+//! follower that refused a shorter-log candidate while its leader is silent past the lease
+//! stands at once, and into a term above that candidate's: in the candidate's own term the
+//! candidate, having voted for itself, grants the vote only to a greater node id (openraft
+//! orders one term's votes by node id). Should that fail too, openraft's timers elect someone.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Weak;
 use std::time::Duration;
 
 use openraft::ServerState;
-use rill_raft::GroupId;
+use rill_raft::{GroupId, Raft};
 
 use crate::node::Node;
 
@@ -28,11 +36,18 @@ use crate::node::Node;
 const CHECK_EVERY: Duration = Duration::from_millis(50);
 /// Slack on top of lease + heartbeat interval for clocks and scheduling.
 const MARGIN: Duration = Duration::from_millis(50);
+/// Elections [`stand_above`] starts at most: the candidate's term is at most one above this
+/// replica's, unless the replica fell further behind in terms (then its own timers elect it).
+const MAX_ELECTIONS_TO_PASS: usize = 2;
+/// How long openraft may take to act on an election trigger.
+const ELECTION_TAKEN_WITHIN: Duration = Duration::from_millis(500);
 
 /// Runs until the node is dropped.
 pub async fn run(node: Weak<Node>) {
     // (group, term) pairs this node already stood for; at most once per leader term.
     let mut stood: HashSet<(GroupId, u64)> = HashSet::new();
+    // Per group, the highest term of a candidate refused here for its shorter log.
+    let mut refused: HashMap<GroupId, u64> = HashMap::new();
     loop {
         rill_rt::sleep(CHECK_EVERY).await;
         let Some(n) = node.upgrade() else { return };
@@ -43,6 +58,12 @@ pub async fn run(node: Weak<Node>) {
         // Per leader node: silent past the lease? Asked once per check, not once per partition.
         let mut node_silent: HashMap<u64, bool> = HashMap::new();
         let liveness = n.multi().transport().liveness();
+        // Candidates this node refused for their shorter logs: kept until this replica stands
+        // or its term reaches theirs (this node may refuse before its own lease has run out).
+        for (group, term) in n.multi().take_refused_shorter_candidates() {
+            let slot = refused.entry(group).or_insert(term);
+            *slot = (*slot).max(term);
+        }
         for hosted in n.replicas() {
             let p = hosted.replica();
             // A quiescent group whose leader's node is heard from (or that this node leads) has
@@ -71,17 +92,60 @@ pub async fn run(node: Weak<Node>) {
                 n.meta().replicas_of(n.id()).into_iter().map(|(_, _, a)| (a.group, a.replicas.clone())).collect()
             });
             let designated = replicas.get(&group).and_then(|r| r.iter().copied().find(|r| *r != leader));
-            if designated != Some(n.id()) {
+            let above = refused.get(&group).copied().filter(|t| *t > term);
+            if designated != Some(n.id()) && above.is_none() {
                 continue;
             }
             stood.insert((group, term));
-            tracing::info!(group, leader, term, "the leader is silent past its lease; standing for election");
+            refused.remove(&group);
             p.quiescence().wake();
-            if let Err(e) = p.raft().trigger().elect().await {
-                tracing::debug!(group, error = %e, "cannot stand for election");
+            match above {
+                Some(candidate_term) => {
+                    tracing::info!(
+                        group,
+                        leader,
+                        term,
+                        candidate_term,
+                        "the leader is silent past its lease and a candidate with a shorter log stood; standing above it"
+                    );
+                    rill_rt::spawn(stand_above(group, p.raft().clone(), candidate_term));
+                }
+                None => {
+                    tracing::info!(group, leader, term, "the leader is silent past its lease; standing for election");
+                    if let Err(e) = p.raft().trigger().elect().await {
+                        tracing::debug!(group, error = %e, "cannot stand for election");
+                    }
+                }
             }
         }
         // Forget terms that are over: keep only the current term of each group.
-        stood.retain(|(g, t)| n.replica(*g).is_some_and(|h| h.replica().raft().metrics().borrow().current_term == *t));
+        let term_of = |g: &GroupId| n.replica(*g).map(|h| h.replica().raft().metrics().borrow().current_term);
+        stood.retain(|(g, t)| term_of(g) == Some(*t));
+        refused.retain(|g, t| term_of(g).is_some_and(|now| now < *t));
+    }
+}
+
+/// Stands for election in `group` until its vote is in a term above `candidate_term` or it
+/// leads. openraft's election takes the replica's own term plus one: twice when the replica is
+/// still at the term the candidate left behind.
+async fn stand_above(group: GroupId, raft: Raft, candidate_term: u64) {
+    let mut metrics = raft.metrics();
+    for _ in 0..MAX_ELECTIONS_TO_PASS {
+        let (term, leads) = {
+            let m = metrics.borrow();
+            (m.vote.leader_id().term, m.state == ServerState::Leader)
+        };
+        if term > candidate_term || leads {
+            return;
+        }
+        if let Err(e) = raft.trigger().elect().await {
+            tracing::debug!(group, error = %e, "cannot stand for election");
+            return;
+        }
+        // The trigger only queues the election: wait until openraft has taken its new vote.
+        let moved = metrics.wait_for(|m| m.vote.leader_id().term > term || m.state == ServerState::Leader);
+        if !matches!(rill_rt::timeout(ELECTION_TAKEN_WITHIN, moved).await, Ok(Ok(_))) {
+            return;
+        }
     }
 }
