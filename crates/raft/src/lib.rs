@@ -58,7 +58,7 @@ pub mod types;
 
 pub use error::{Error, Result};
 pub use log_store::{LogStore, PositionedEntry};
-pub use multi::{GroupOptions, MultiRaft, RaftTiming};
+pub use multi::{GroupOptions, MultiRaft, RaftTiming, RefusedCandidate};
 pub use network::Transport;
 pub use quiesce::Quiescence;
 pub use state_machine::GroupStateMachine;

@@ -104,7 +104,18 @@ pub struct MultiRaft {
     tail_budget: Arc<TailBudget>,
     /// Per group, the highest term of a candidate refused here for its shorter log, since the
     /// failover check last took them ([`MultiRaft::take_refused_shorter_candidates`]).
-    refused_shorter: Mutex<HashMap<GroupId, u64>>,
+    refused_shorter: Mutex<HashMap<GroupId, RefusedCandidate>>,
+    /// Woken when a refusal is noted, so the failover check acts on it at once.
+    refusal_noted: rill_rt::sync::Notify,
+}
+
+/// A vote this node refused to a candidate with a shorter log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RefusedCandidate {
+    /// The highest term refused.
+    pub term: u64,
+    /// When the latest refusal was.
+    pub at: rill_rt::Instant,
 }
 
 impl MultiRaft {
@@ -120,8 +131,18 @@ impl MultiRaft {
     ) -> Arc<Self> {
         let tail_budget = TailBudget::new(TAIL_CACHE_BUDGET);
         let groups = RwLock::new(HashMap::new());
-        let refused_shorter = Mutex::new(HashMap::new());
-        Arc::new(Self { node_id, engine, syncer, health, transport, timing, groups, tail_budget, refused_shorter })
+        Arc::new(Self {
+            node_id,
+            engine,
+            syncer,
+            health,
+            transport,
+            timing,
+            groups,
+            tail_budget,
+            refused_shorter: Mutex::new(HashMap::new()),
+            refusal_noted: rill_rt::sync::Notify::new(),
+        })
     }
 
     /// This node's id.
@@ -200,17 +221,28 @@ impl MultiRaft {
         self.health.failure()
     }
 
-    /// Records that this replica of `group` refused its vote to a candidate of `term` because
-    /// the candidate's log is shorter: that candidate cannot win while this replica is needed
-    /// for a majority, and this one can — in a later term (see `rill_server::failover`).
+    /// Records that this replica of `group` refused its vote to a candidate of `term` whose log
+    /// is shorter than its own (for that reason or because its leader lease still ran): while
+    /// this replica's vote is needed for a majority, that candidate cannot win
+    /// (see `rill_server::failover`).
     pub(crate) fn note_refused_shorter_candidate(&self, group: GroupId, term: u64) {
         let mut refused = self.refused_shorter.lock().unwrap_or_else(|p| p.into_inner());
-        let slot = refused.entry(group).or_insert(term);
-        *slot = (*slot).max(term);
+        let now = rill_rt::now();
+        let slot = refused.entry(group).or_insert(RefusedCandidate { term, at: now });
+        slot.term = slot.term.max(term);
+        slot.at = now;
+        drop(refused);
+        self.refusal_noted.notify_one();
     }
 
-    /// The refusals noted since the last call: per group, the highest refused candidate's term.
-    pub fn take_refused_shorter_candidates(&self) -> HashMap<GroupId, u64> {
+    /// Resolves when a refusal is noted (or was, since the last wait).
+    pub async fn refusal_noted(&self) {
+        self.refusal_noted.notified().await
+    }
+
+    /// The refusals noted since the last call: per group, the highest refused candidate's term
+    /// and when the last refusal was.
+    pub fn take_refused_shorter_candidates(&self) -> HashMap<GroupId, RefusedCandidate> {
         std::mem::take(&mut *self.refused_shorter.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
