@@ -693,6 +693,7 @@ async fn consumed_offsets_commit_with_the_transaction_and_only_then() -> anyhow:
     orders.send_to("orders", 0, Record::new("order-6")).await?.await?;
     orders.close().await;
     // The raw EndTxn above moved "billing-1" to an epoch this producer does not hold.
+    invoicer.close().await;
     let invoicer = TransactionalProducer::new(client.clone(), config, "billing-2", Duration::from_secs(60));
     invoicer.init_transactions().await?;
     invoicer.begin_transaction()?;

@@ -135,7 +135,7 @@ impl IsrTracker {
 }
 
 /// What the tracker reads of followers' liveness; [`Quiescence`] in a running node.
-pub trait FollowerContact: Send + Sync + 'static {
+pub(crate) trait FollowerContact: Send + Sync + 'static {
     /// When `node` last answered this group's leader.
     fn last_contact(&self, node: NodeId) -> Option<Instant>;
     /// True while the group is quiescent on this node.
@@ -194,7 +194,7 @@ async fn track(
             }
             let voters: BTreeSet<NodeId> = m.membership_config.membership().voter_ids().collect();
             // Until the full metrics of this term arrive, they say nothing of its followers.
-            let replication = m.replication.as_ref().filter(|_| m.current_term == leader_term.unwrap_or(0));
+            let replication = m.replication.as_ref().filter(|_| leader_term == Some(m.current_term));
             let matched: BTreeMap<NodeId, u64> = replication
                 .map(|r| r.iter().filter_map(|(n, l)| l.map(|l| (*n, l.index))).collect())
                 .unwrap_or_default();
@@ -340,7 +340,7 @@ mod tests {
         m
     }
 
-    async fn wait_for_view(rx: &mut watch::Receiver<IsrView>, what: &str, ok: impl FnMut(&IsrView) -> bool) {
+    async fn must_see_view(rx: &mut watch::Receiver<IsrView>, what: &str, ok: impl FnMut(&IsrView) -> bool) {
         let seen = matches!(rill_rt::timeout(Duration::from_secs(5), rx.wait_for(ok)).await, Ok(Ok(_)));
         assert!(seen, "no view with {what} within 5 s; last: {:?}", *rx.borrow());
     }
@@ -355,15 +355,16 @@ mod tests {
         // openraft's order: the server metrics say "leader" before the full metrics do. A tracker
         // that waits for the next role change after reading the stale full metrics never leads.
         server_tx.send_replace(server_metrics(ServerState::Leader, 2));
-        wait_for_view(&mut view_rx, "term 2 led", |v| v.leader_term == Some(2) && v.isr == [1].into()).await;
+        must_see_view(&mut view_rx, "term 2 led", |v| v.leader_term == Some(2) && v.isr == [1].into()).await;
         metrics_tx.send_replace(full_metrics(ServerState::Leader, 2, &[(1, 5), (2, 5), (3, 5)]));
-        wait_for_view(&mut view_rx, "both followers in sync", |v| v.isr == [1, 2, 3].into()).await;
-        // Stepping down empties the view, whichever stream says so first.
+        must_see_view(&mut view_rx, "both followers in sync", |v| v.isr == [1, 2, 3].into()).await;
+        // Stepping down empties the view as soon as the server metrics say so.
         server_tx.send_replace(server_metrics(ServerState::Follower, 3));
-        wait_for_view(&mut view_rx, "no leader term", |v| v.leader_term.is_none()).await;
+        must_see_view(&mut view_rx, "no leader term", |v| v.leader_term.is_none()).await;
         drop(server_tx);
         drop(metrics_tx);
-        assert!(rill_rt::timeout(Duration::from_secs(5), task).await.is_ok(), "the tracker ends with its group");
+        let ended = rill_rt::timeout(Duration::from_secs(5), task).await;
+        assert!(matches!(ended, Ok(Ok(()))), "the tracker ends with its group: {ended:?}");
     }
 
     #[tokio::test]

@@ -271,6 +271,15 @@ pub struct Consumer {
     pending_positions: Option<PendingPositions>,
 }
 
+impl Drop for Consumer {
+    /// A lookup of where partitions start is of no use once the consumer is gone.
+    fn drop(&mut self) {
+        if let Some(p) = self.pending_positions.take() {
+            p.task.abort();
+        }
+    }
+}
+
 impl Consumer {
     /// A consumer over `client` with nothing assigned.
     pub fn new(client: Client, config: ConsumerConfig) -> Self {

@@ -25,10 +25,10 @@ use tonic::transport::Channel;
 
 /// Longest pause between attempts at a coordinator (the general retries pause up to 1 s). A
 /// coordinator moves with its partition's leadership, about a second after its node dies;
-/// asking again at least this often puts a member's next commit or heartbeat within this of the
-/// new coordinator serving — with the 1 s cap it came a median 360 ms (up to 790 ms) after
-/// (docs/benchmarks.md, "group-failover"). A lookup is cheap: any node answers it from its
-/// metadata.
+/// asking again at least this often puts a member's next attempt within this of the new
+/// coordinator serving — with the 1 s cap its next commit came a median 360 ms (up to 790 ms)
+/// after (docs/benchmarks.md, "group-failover"). A lookup is cheap: any node answers it from
+/// its metadata.
 const COORDINATOR_MAX_BACKOFF: Duration = Duration::from_millis(250);
 
 /// The internal topic holding consumer groups' offsets and membership.
