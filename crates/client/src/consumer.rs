@@ -34,7 +34,9 @@ use bytes::Bytes;
 use rill_rt::sync::mpsc;
 use rill_rt::JoinHandle;
 
+use crate::client::backoff;
 use crate::commits::{Committer, PendingCommit};
+use crate::coordinator::{CommittedOffset, StableCommit};
 use crate::error::{Error, Result};
 use crate::membership::{Membership, MembershipConfig};
 use crate::record::{FetchedPartition, IsolationLevel, OffsetSpec};
@@ -223,21 +225,25 @@ struct PartitionState {
 }
 
 /// A background lookup of where partitions without a position start.
-struct PendingPositions {
+struct Lookup {
     /// Each partition looked up, with the fetch epoch it was given when the lookup began: an
     /// answer applies only to a partition still at that epoch (not sought, not revoked since).
     partitions: Vec<(TopicPartition, u64)>,
-    task: JoinHandle<Result<Vec<(TopicPartition, u64)>>>,
+    task: JoinHandle<()>,
 }
 
-/// What a finished [`PendingPositions`] task yields.
-type LookupOutput = std::result::Result<Result<Vec<(TopicPartition, u64)>>, rill_rt::JoinError>;
+/// Where a looked-up partition starts, sent by its [`Lookup`] as soon as it is known.
+struct Found {
+    tp: TopicPartition,
+    epoch: u64,
+    offset: Result<u64>,
+}
 
 /// What ended a `poll`'s wait.
 enum Woke {
     Fetched(std::result::Result<Option<Fetched>, rill_rt::Elapsed>),
     Membership,
-    Lookup(LookupOutput),
+    Found(Option<Found>),
 }
 
 struct Fetched {
@@ -267,15 +273,17 @@ pub struct Consumer {
     last_auto_commit: rill_rt::Instant,
     /// Background commits, started by the first one.
     committer: Option<Committer>,
-    /// Where newly assigned partitions start, being looked up.
-    pending_positions: Option<PendingPositions>,
+    /// Lookups of where newly assigned partitions start, and their answers.
+    lookups: Vec<Lookup>,
+    found_tx: mpsc::UnboundedSender<Found>,
+    found_rx: mpsc::UnboundedReceiver<Found>,
 }
 
 impl Drop for Consumer {
     /// A lookup of where partitions start is of no use once the consumer is gone.
     fn drop(&mut self) {
-        if let Some(p) = self.pending_positions.take() {
-            p.task.abort();
+        for l in self.lookups.drain(..) {
+            l.task.abort();
         }
     }
 }
@@ -284,6 +292,7 @@ impl Consumer {
     /// A consumer over `client` with nothing assigned.
     pub fn new(client: Client, config: ConsumerConfig) -> Self {
         let (results_tx, results_rx) = mpsc::unbounded_channel();
+        let (found_tx, found_rx) = mpsc::unbounded_channel();
         Self {
             client,
             config,
@@ -298,7 +307,9 @@ impl Consumer {
             listener: Box::new(NoListener),
             last_auto_commit: rill_rt::now(),
             committer: None,
-            pending_positions: None,
+            lookups: Vec::new(),
+            found_tx,
+            found_rx,
         }
     }
 
@@ -549,28 +560,21 @@ impl Consumer {
                     None => std::future::pending::<()>().await,
                 }
             };
-            // A lookup of where new partitions start ends it too: they can be fetched now.
-            let lookup = self.pending_positions.as_mut().map(|p| &mut p.task);
-            let lookup_done = async {
-                match lookup {
-                    Some(task) => task.await,
-                    None => std::future::pending().await,
-                }
-            };
             // Biased: the same branch wins a tie in every run (the simulation replays exactly).
+            // Where a new partition starts ends it too: it can be fetched now.
             let woke = tokio::select! {
                 biased;
                 f = rill_rt::timeout(left, self.results_rx.recv()) => Woke::Fetched(f),
                 () = membership_changed => Woke::Membership,
-                found = lookup_done => Woke::Lookup(found),
+                found = self.found_rx.recv() => Woke::Found(found),
             };
             match woke {
                 Woke::Fetched(Ok(Some(f))) => self.apply(f)?,
                 Woke::Fetched(Ok(None) | Err(_)) => return Ok(Vec::new()),
                 Woke::Membership => continue,
-                Woke::Lookup(found) => {
-                    if let Some(pending) = self.pending_positions.take() {
-                        self.take_positions(pending.partitions, found)?;
+                Woke::Found(found) => {
+                    if let Some(found) = found {
+                        self.take_found(found)?;
                     }
                     continue;
                 }
@@ -636,16 +640,16 @@ impl Consumer {
                 h.abort();
             }
         }
-        if let Some(p) = self.pending_positions.take() {
-            p.task.abort();
+        for l in self.lookups.drain(..) {
+            l.task.abort();
         }
     }
 
-    /// Gives partitions without a position the offset a background lookup found, and starts a
-    /// lookup for those still without one. In the background because at `read_committed` it
-    /// waits out a transaction's pending offset commit (KIP-447), which may take as long as the
-    /// transaction: `poll` still returns by its timeout, and fetches the partition once the
-    /// lookup answers.
+    /// Gives partitions without a position the offsets background lookups found, and starts a
+    /// lookup for those no lookup is on. In the background because at `read_committed` a
+    /// lookup waits out a transaction's pending offset commit (KIP-447), which may take as long
+    /// as the transaction: `poll` still returns by its timeout, and each partition is fetched as
+    /// soon as its own start is known — one whose offsets are pending holds up no other.
     async fn resolve_positions(&mut self) -> Result<()> {
         let topics: Vec<String> = self.partitions.keys().map(|tp| tp.topic.clone()).collect();
         for topic in topics {
@@ -654,47 +658,55 @@ impl Consumer {
                 self.topic_ids.insert(topic, id);
             }
         }
-        if let Some(pending) = self.pending_positions.take_if(|p| p.task.is_finished()) {
-            let found = pending.task.await;
-            self.take_positions(pending.partitions, found)?;
+        while let Ok(found) = self.found_rx.try_recv() {
+            self.take_found(found)?;
         }
-        if self.pending_positions.is_some() {
+        // Drop finished lookups; stop those no partition waits on any more (revoked, sought).
+        let partitions = &self.partitions;
+        let waits = |tp: &TopicPartition, epoch: u64| {
+            partitions.get(tp).is_some_and(|st| st.position.is_none() && st.epoch == epoch)
+        };
+        self.lookups.retain(|l| {
+            let live = !l.task.is_finished() && l.partitions.iter().any(|(tp, e)| waits(tp, *e));
+            if !live {
+                l.task.abort();
+            }
+            live
+        });
+        let covered: BTreeSet<&TopicPartition> = self
+            .lookups
+            .iter()
+            .flat_map(|l| l.partitions.iter().filter(|(tp, e)| waits(tp, *e)).map(|(tp, _)| tp))
+            .collect();
+        let wanted: Vec<TopicPartition> = self
+            .partitions
+            .iter()
+            .filter(|(tp, st)| st.position.is_none() && !covered.contains(tp))
+            .map(|(tp, _)| tp.clone())
+            .collect();
+        if wanted.is_empty() {
             return Ok(());
         }
-        let mut partitions = Vec::new();
-        for (tp, st) in self.partitions.iter_mut().filter(|(_, st)| st.position.is_none()) {
-            self.fetch_epochs += 1;
-            st.epoch = self.fetch_epochs;
-            partitions.push((tp.clone(), st.epoch));
-        }
-        if partitions.is_empty() {
-            return Ok(());
+        let mut looked_up = Vec::with_capacity(wanted.len());
+        for tp in wanted {
+            if let Some(st) = self.partitions.get_mut(&tp) {
+                self.fetch_epochs += 1;
+                st.epoch = self.fetch_epochs;
+                looked_up.push((tp, st.epoch));
+            }
         }
         let lookup = PositionLookup::new(&self.client, &self.config, false);
-        let wanted: Vec<TopicPartition> = partitions.iter().map(|(tp, _)| tp.clone()).collect();
-        let task = rill_rt::spawn(async move { lookup.positions(wanted).await });
-        self.pending_positions = Some(PendingPositions { partitions, task });
+        let (partitions, tx) = (looked_up.clone(), self.found_tx.clone());
+        let task = rill_rt::spawn(async move { lookup.send_positions(partitions, tx).await });
+        self.lookups.push(Lookup { partitions: looked_up, task });
         Ok(())
     }
 
-    /// Applies a finished lookup: each partition still at the epoch it was looked up at starts
-    /// at the offset found.
-    fn take_positions(&mut self, looked_up: Vec<(TopicPartition, u64)>, found: LookupOutput) -> Result<()> {
-        let found = match found.map_err(|e| Error::Transport(format!("looking up where partitions start: {e}")))? {
-            // A transaction held the offsets pending past the retry budget: the next poll asks
-            // again (a transaction ends by its timeout at the latest).
-            Err(e) if e.code() == Some(ErrorCode::UnstableOffsetCommit) => {
-                tracing::debug!(error = %e, "committed offsets still pending; asking again");
-                return Ok(());
-            }
-            found => found?,
-        };
-        let epochs: BTreeMap<TopicPartition, u64> = looked_up.into_iter().collect();
-        for (tp, offset) in found {
-            let current = self.partitions.get(&tp).filter(|st| st.position.is_none()).map(|st| st.epoch);
-            if current.is_some() && current == epochs.get(&tp).copied() {
-                self.seek(&tp, offset)?;
-            }
+    /// Applies a lookup's answer for a partition still at the epoch it was looked up at.
+    fn take_found(&mut self, found: Found) -> Result<()> {
+        let waits = self.partitions.get(&found.tp).is_some_and(|st| st.position.is_none() && st.epoch == found.epoch);
+        if waits {
+            self.seek(&found.tp, found.offset?)?;
         }
         Ok(())
     }
@@ -933,13 +945,67 @@ impl PositionLookup {
         };
         let mut out = Vec::with_capacity(partitions.len());
         for tp in partitions {
-            let offset = match committed.get(&tp).cloned().flatten() {
-                Some(c) => c.offset,
-                None => self.client.list_offset_at(&tp.topic, tp.partition, self.start, self.isolation).await?,
-            };
+            let offset = self.start_of(&tp, committed.get(&tp).cloned().flatten()).await?;
             out.push((tp, offset));
         }
         Ok(out)
+    }
+
+    /// Where `tp` starts: at `committed`, else at [`ConsumerConfig::start`].
+    async fn start_of(&self, tp: &TopicPartition, committed: Option<CommittedOffset>) -> Result<u64> {
+        match committed {
+            Some(c) => Ok(c.offset),
+            None => self.client.list_offset_at(&tp.topic, tp.partition, self.start, self.isolation).await,
+        }
+    }
+
+    /// Sends where each of `partitions` (with the epoch it was looked up at) starts as soon as
+    /// it is known. A partition whose offsets a transaction holds pending is asked about again,
+    /// with backoff, until the transaction ends (by its timeout at the latest); the others are
+    /// answered at once. An error is sent for every partition it leaves unanswered.
+    async fn send_positions(&self, partitions: Vec<(TopicPartition, u64)>, tx: mpsc::UnboundedSender<Found>) {
+        let mut waiting = partitions;
+        let mut attempt = 0;
+        while !waiting.is_empty() {
+            let tps: Vec<TopicPartition> = waiting.iter().map(|(tp, _)| tp.clone()).collect();
+            let answers = match &self.group {
+                Some(group) if self.stable => self.client.stable_committed_offsets_once(group, &tps).await,
+                Some(group) => self
+                    .client
+                    .committed_offsets(group, &tps)
+                    .await
+                    .map(|c| c.into_iter().map(|(tp, c)| (tp, StableCommit::Settled(c))).collect()),
+                None => Ok(BTreeMap::new()),
+            };
+            let answers = match answers {
+                Ok(a) => a,
+                Err(e) => {
+                    for (tp, epoch) in waiting {
+                        let _ = tx.send(Found { tp, epoch, offset: Err(e.clone()) });
+                    }
+                    return;
+                }
+            };
+            let mut pending = Vec::new();
+            for (tp, epoch) in waiting {
+                let committed = match answers.get(&tp) {
+                    Some(StableCommit::Pending(_)) => {
+                        pending.push((tp, epoch));
+                        continue;
+                    }
+                    Some(StableCommit::Settled(c)) => c.clone(),
+                    None => None,
+                };
+                let offset = self.start_of(&tp, committed).await;
+                let _ = tx.send(Found { tp, epoch, offset });
+            }
+            waiting = pending;
+            if !waiting.is_empty() {
+                attempt += 1;
+                tracing::debug!(partitions = waiting.len(), "committed offsets still pending; asking again");
+                rill_rt::sleep(backoff(attempt)).await;
+            }
+        }
     }
 }
 

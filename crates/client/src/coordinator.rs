@@ -31,6 +31,26 @@ use tonic::transport::Channel;
 /// its metadata.
 const COORDINATOR_MAX_BACKOFF: Duration = Duration::from_millis(250);
 
+/// A partition's committed offset as a consumer that requires stable offsets is answered it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum StableCommit {
+    /// The committed offset (`None`: the group committed none).
+    Settled(Option<CommittedOffset>),
+    /// A transaction holds a commit of it pending (`UNSTABLE_OFFSET_COMMIT`; the server's
+    /// message).
+    Pending(String),
+}
+
+impl StableCommit {
+    /// The committed offset, or `UNSTABLE_OFFSET_COMMIT` while it is pending.
+    fn settled(self) -> Result<Option<CommittedOffset>> {
+        match self {
+            Self::Settled(c) => Ok(c),
+            Self::Pending(message) => Err(Error::Server { code: ErrorCode::UnstableOffsetCommit, message }),
+        }
+    }
+}
+
 /// The internal topic holding consumer groups' offsets and membership.
 pub const CONSUMER_OFFSETS_TOPIC: &str = "__consumer_offsets";
 /// The internal topic whose partitions' leaders coordinate transactional ids.
@@ -386,7 +406,8 @@ impl Client {
         group: &str,
         partitions: &[TopicPartition],
     ) -> Result<BTreeMap<TopicPartition, Option<CommittedOffset>>> {
-        self.fetch_committed(group, partitions, false).await
+        let answers = self.fetch_committed(group, partitions, false).await?;
+        answers.into_iter().map(|(tp, c)| c.settled().map(|c| (tp, c))).collect()
     }
 
     /// [`Client::committed_offsets`] for a consumer taking `partitions` over at
@@ -398,7 +419,21 @@ impl Client {
         group: &str,
         partitions: &[TopicPartition],
     ) -> Result<BTreeMap<TopicPartition, Option<CommittedOffset>>> {
-        self.while_code(ErrorCode::UnstableOffsetCommit, || self.fetch_committed(group, partitions, true)).await
+        self.while_code(ErrorCode::UnstableOffsetCommit, || async {
+            let answers = self.fetch_committed(group, partitions, true).await?;
+            answers.into_iter().map(|(tp, c)| c.settled().map(|c| (tp, c))).collect()
+        })
+        .await
+    }
+
+    /// One ask for the stable committed offsets of `partitions`: a partition whose offsets a
+    /// transaction holds pending is [`StableCommit::Pending`], the others are answered.
+    pub(crate) async fn stable_committed_offsets_once(
+        &self,
+        group: &str,
+        partitions: &[TopicPartition],
+    ) -> Result<BTreeMap<TopicPartition, StableCommit>> {
+        self.fetch_committed(group, partitions, true).await
     }
 
     async fn fetch_committed(
@@ -406,7 +441,7 @@ impl Client {
         group: &str,
         partitions: &[TopicPartition],
         require_stable: bool,
-    ) -> Result<BTreeMap<TopicPartition, Option<CommittedOffset>>> {
+    ) -> Result<BTreeMap<TopicPartition, StableCommit>> {
         let req = FetchOffsetsRequest { group_id: group.to_string(), topics: by_topic(partitions), require_stable };
         let wait = self.options().request_slack * 3;
         self.at_coordinator(Coordinator::Group, group, |addr| {
@@ -420,6 +455,11 @@ impl Client {
                 let mut out = BTreeMap::new();
                 for t in resp.topics {
                     for p in t.partitions {
+                        let tp = TopicPartition::new(t.topic.clone(), p.partition);
+                        if p.error_code == ErrorCode::UnstableOffsetCommit as i32 {
+                            out.insert(tp, StableCommit::Pending(p.error_message));
+                            continue;
+                        }
                         if p.error_code != ErrorCode::None as i32 {
                             return Err(crate::error::server(p.error_code, p.error_message));
                         }
@@ -428,7 +468,7 @@ impl Client {
                             metadata: p.metadata,
                             commit_time_ms: p.commit_time_ms,
                         });
-                        out.insert(TopicPartition::new(t.topic.clone(), p.partition), committed);
+                        out.insert(tp, StableCommit::Settled(committed));
                     }
                 }
                 Ok(Ok(out))
