@@ -658,6 +658,9 @@ impl Consumer {
                 self.topic_ids.insert(topic, id);
             }
         }
+        // Which lookups had finished before their answers are drained: a finished task has sent
+        // everything it will, so dropping it below loses no answer.
+        let finished: Vec<bool> = self.lookups.iter().map(|l| l.task.is_finished()).collect();
         while let Ok(found) = self.found_rx.try_recv() {
             self.take_found(found)?;
         }
@@ -666,8 +669,10 @@ impl Consumer {
         let waits = |tp: &TopicPartition, epoch: u64| {
             partitions.get(tp).is_some_and(|st| st.position.is_none() && st.epoch == epoch)
         };
+        let mut finished = finished.into_iter();
         self.lookups.retain(|l| {
-            let live = !l.task.is_finished() && l.partitions.iter().any(|(tp, e)| waits(tp, *e));
+            let done = finished.next().unwrap_or(false);
+            let live = !done && l.partitions.iter().any(|(tp, e)| waits(tp, *e));
             if !live {
                 l.task.abort();
             }
@@ -702,13 +707,22 @@ impl Consumer {
         Ok(())
     }
 
-    /// Applies a lookup's answer for a partition still at the epoch it was looked up at.
+    /// Applies a lookup's answer for a partition still at the epoch it was looked up at. A
+    /// failed lookup is returned once, and the partition is looked up afresh by the next call
+    /// (a new epoch takes it out of the lookup still running for others).
     fn take_found(&mut self, found: Found) -> Result<()> {
-        let waits = self.partitions.get(&found.tp).is_some_and(|st| st.position.is_none() && st.epoch == found.epoch);
-        if waits {
-            self.seek(&found.tp, found.offset?)?;
+        let Some(st) = self.partitions.get_mut(&found.tp) else { return Ok(()) };
+        if st.position.is_some() || st.epoch != found.epoch {
+            return Ok(());
         }
-        Ok(())
+        match found.offset {
+            Ok(offset) => self.seek(&found.tp, offset),
+            Err(e) => {
+                self.fetch_epochs += 1;
+                st.epoch = self.fetch_epochs;
+                Err(e)
+            }
+        }
     }
 
     /// Moves every assigned partition back to the group's committed offset, or to
@@ -962,7 +976,8 @@ impl PositionLookup {
     /// Sends where each of `partitions` (with the epoch it was looked up at) starts as soon as
     /// it is known. A partition whose offsets a transaction holds pending is asked about again,
     /// with backoff, until the transaction ends (by its timeout at the latest); the others are
-    /// answered at once. An error is sent for every partition it leaves unanswered.
+    /// answered at once. A failed offset fetch is sent once, for one partition, and ends the
+    /// lookup.
     async fn send_positions(&self, partitions: Vec<(TopicPartition, u64)>, tx: mpsc::UnboundedSender<Found>) {
         let mut waiting = partitions;
         let mut attempt = 0;
@@ -980,25 +995,32 @@ impl PositionLookup {
             let answers = match answers {
                 Ok(a) => a,
                 Err(e) => {
-                    for (tp, epoch) in waiting {
-                        let _ = tx.send(Found { tp, epoch, offset: Err(e.clone()) });
+                    // Reported once, for one partition; the task ends, and the consumer looks
+                    // the others up again.
+                    if let Some((tp, epoch)) = waiting.into_iter().next() {
+                        let _ = tx.send(Found { tp, epoch, offset: Err(e) });
                     }
                     return;
                 }
             };
             let mut pending = Vec::new();
+            let mut settled = Vec::new();
             for (tp, epoch) in waiting {
-                let committed = match answers.get(&tp) {
-                    Some(StableCommit::Pending(_)) => {
-                        pending.push((tp, epoch));
-                        continue;
-                    }
-                    Some(StableCommit::Settled(c)) => c.clone(),
-                    None => None,
-                };
-                let offset = self.start_of(&tp, committed).await;
-                let _ = tx.send(Found { tp, epoch, offset });
+                match answers.get(&tp) {
+                    Some(StableCommit::Pending(_)) => pending.push((tp, epoch)),
+                    Some(StableCommit::Settled(c)) => settled.push((tp, epoch, c.clone())),
+                    None => settled.push((tp, epoch, None)),
+                }
             }
+            // Concurrently: one partition's slow offset lookup holds up no other's answer.
+            futures::future::join_all(settled.into_iter().map(|(tp, epoch, committed)| {
+                let tx = &tx;
+                async move {
+                    let offset = self.start_of(&tp, committed).await;
+                    let _ = tx.send(Found { tp, epoch, offset });
+                }
+            }))
+            .await;
             waiting = pending;
             if !waiting.is_empty() {
                 attempt += 1;
