@@ -800,3 +800,87 @@ async fn a_commit_prepared_when_its_coordinator_dies_is_completed_by_the_next_le
     assert_eq!(all_values(&client, "orders", Iso::ReadCommitted).await?, ["orders-1"]);
     Ok(())
 }
+
+#[tokio::test]
+async fn an_idle_transactional_id_expires_and_its_producer_id_is_retired() -> anyhow::Result<()> {
+    init_logs();
+    // One __transaction_state partition: both ids are checked by the same leader at the same
+    // moment, so the open one is shown to stay while the idle one goes.
+    let env = [
+        ("RILL_TRANSACTION_STATE_PARTITIONS", "1"),
+        ("RILL_TRANSACTIONAL_ID_EXPIRATION", "3s"),
+        ("RILL_TRANSACTIONAL_ID_EXPIRATION_CHECK_INTERVAL", "1s"),
+    ];
+    let cluster = TestCluster::start_with(3, &env, None).await?;
+    let client = cluster.client().await?;
+    cluster.create_topic(&client, "orders", 1, 3, &[]).await?;
+    cluster.wait_for_leaders(&client, TRANSACTIONS).await?;
+
+    tracing::info!("--- an id with a transaction open, and one whose transaction committed after it");
+    let busy = "busy";
+    let (bpid, bepoch) =
+        wait_for_ok(READY_TIMEOUT, "a transactional producer id", || client.init_transactional_producer(busy, 0))
+            .await?;
+    let mut b = coordinator(&client, busy).await?;
+    let r = b.add_partitions_to_txn(add(busy, bpid, bepoch, "orders", &[0])).await?.into_inner();
+    assert_eq!(code(r.error_code), ErrorCode::None, "{}", r.error_message);
+    let id = "retired";
+    let (pid, epoch) = client.init_transactional_producer(id, 0).await?;
+    let r = txn_produce(&client, id, 2, 0, (pid, epoch, 0), "before").await?;
+    assert_eq!(code(r.error_code), ErrorCode::None, "{}", r.error_message);
+    let mut c = coordinator(&client, id).await?;
+    let end = |commit: bool| EndTxnRequest {
+        transactional_id: id.into(),
+        producer_id: pid,
+        producer_epoch: epoch.into(),
+        commit,
+        transaction_version: 2,
+    };
+    let ended = c.end_txn(end(true)).await?.into_inner();
+    assert_eq!(code(ended.error_code), ErrorCode::None, "{}", ended.error_message);
+    wait_for_state(&client, id, "CompleteCommit").await?;
+
+    tracing::info!("--- the idle id is removed; the open one, idle longer, stays");
+    wait_for(MARKERS_TIMEOUT, "the idle transactional id to expire", || async {
+        let d = describe(&client, id).await.ok()?;
+        (code(d.error_code) == ErrorCode::TransactionalIdNotFound).then_some(())
+    })
+    .await?;
+    let d = describe(&client, busy).await?;
+    assert_eq!((d.state.as_str(), d.producer_id), ("Ongoing", bpid), "an open transaction's id is kept");
+
+    tracing::info!("--- its old producer is refused everywhere; the id starts afresh under a new producer id");
+    let zombie = c.end_txn(end(true)).await?.into_inner();
+    assert_eq!(code(zombie.error_code), ErrorCode::InvalidProducerIdMapping, "{}", zombie.error_message);
+    let zombie = c.add_partitions_to_txn(add(id, pid, epoch + 1, "orders", &[0])).await?.into_inner();
+    assert_eq!(code(zombie.error_code), ErrorCode::InvalidProducerIdMapping, "{}", zombie.error_message);
+    let late = txn_produce(&client, id, 2, 0, (pid, epoch + 1, 0), "zombie").await?;
+    // A partition answers a refusal of its verification as fencing: the instance is done.
+    assert_eq!(code(late.error_code), ErrorCode::ProducerFenced, "{}", late.error_message);
+    assert!(late.error_message.contains("has producer id -1"), "{}", late.error_message);
+    let (pid2, epoch2) = client.init_transactional_producer(id, 0).await?;
+    assert!(pid2 != pid && epoch2 == 0, "a new producer id at epoch 0, got ({pid2}, {epoch2}) after ({pid}, {epoch})");
+    let r = txn_produce(&client, id, 2, 0, (pid2, epoch2, 0), "after").await?;
+    assert_eq!(code(r.error_code), ErrorCode::None, "{}", r.error_message);
+    let ended =
+        c.end_txn(EndTxnRequest { producer_id: pid2, producer_epoch: epoch2.into(), ..end(true) }).await?.into_inner();
+    assert_eq!(code(ended.error_code), ErrorCode::None, "{}", ended.error_message);
+    let ended = b
+        .end_txn(EndTxnRequest {
+            transactional_id: busy.into(),
+            producer_id: bpid,
+            producer_epoch: bepoch.into(),
+            commit: false,
+            transaction_version: 1,
+        })
+        .await?
+        .into_inner();
+    assert_eq!(code(ended.error_code), ErrorCode::None, "{}", ended.error_message);
+    let committed = wait_for(MARKERS_TIMEOUT, "both transactions' records read committed", || async {
+        let v = values(&client, 0, IsolationLevel::ReadCommitted).await.ok()?;
+        (v.len() == 2).then_some(v)
+    })
+    .await?;
+    assert_eq!(committed, vec!["before", "after"], "the retired producer's batch was never written");
+    Ok(())
+}

@@ -41,11 +41,14 @@ pub enum Mutation {
     /// A group's partition treats a transaction's abort marker as a commit: offsets committed
     /// in an aborted transaction become the group's (its input is skipped, its output dropped).
     TxnOffsetsOnAbort,
+    /// A transaction coordinator removes an idle transactional id even while its transaction is
+    /// open or its markers are being written: nothing then finishes that transaction.
+    ExpireOpenTransactions,
 }
 
 impl Mutation {
     /// Every mutation.
-    pub const ALL: [Mutation; 13] = [
+    pub const ALL: [Mutation; 14] = [
         Mutation::AckBeforeSync,
         Mutation::ReadAboveHw,
         Mutation::SkipTruncate,
@@ -59,6 +62,7 @@ impl Mutation {
         Mutation::NoEpochBump,
         Mutation::LsoOffByOne,
         Mutation::TxnOffsetsOnAbort,
+        Mutation::ExpireOpenTransactions,
     ];
 
     /// The name used on the command line (`chaos/run --mutation NAME`).
@@ -77,6 +81,7 @@ impl Mutation {
             Mutation::NoEpochBump => "no-epoch-bump",
             Mutation::LsoOffByOne => "lso-off-by-one",
             Mutation::TxnOffsetsOnAbort => "txn-offsets-on-abort",
+            Mutation::ExpireOpenTransactions => "expire-open-transactions",
         }
     }
 

@@ -111,6 +111,9 @@ pub struct Config {
     /// `[groups]`: how long an empty group keeps its committed offsets, and how often that is
     /// checked.
     pub offsets_retention: OffsetsRetention,
+    /// `[transactions]`: how long a transactional id without an open transaction is kept
+    /// unused, and how often that is checked.
+    pub transactional_id_expiration: TransactionalIdExpiration,
 }
 
 /// `[groups] offsets-retention`, `offsets-retention-check-interval`: a group without members
@@ -127,6 +130,25 @@ pub struct OffsetsRetention {
 impl Default for OffsetsRetention {
     fn default() -> Self {
         Self { retention: Duration::from_secs(7 * 24 * 3600), check_every: Duration::from_secs(600) }
+    }
+}
+
+/// `[transactions] transactional-id-expiration`, `transactional-id-expiration-check-interval`:
+/// a transactional id with no transaction open and nothing written for it this long is removed
+/// with its producer id (Kafka's `transactional.id.expiration.ms`), so the coordinators' state
+/// does not grow with every id ever used. A producer that comes back later starts afresh under
+/// a new producer id; one still holding the old pair is refused (`INVALID_PRODUCER_ID_MAPPING`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TransactionalIdExpiration {
+    /// Kafka's `transactional.id.expiration.ms` (default 7 days).
+    pub expiration: Duration,
+    /// Kafka's `transactions.remove.expired.transaction.cleanup.interval.ms` (default 1 hour).
+    pub check_every: Duration,
+}
+
+impl Default for TransactionalIdExpiration {
+    fn default() -> Self {
+        Self { expiration: Duration::from_secs(7 * 24 * 3600), check_every: Duration::from_secs(3600) }
     }
 }
 
@@ -292,6 +314,7 @@ impl Config {
             storage: StorageTuning::default(),
             groups: rill_coordinator::groups::Timeouts::default(),
             offsets_retention: OffsetsRetention::default(),
+            transactional_id_expiration: TransactionalIdExpiration::default(),
         })
     }
 }
@@ -321,6 +344,17 @@ struct FileConfig {
     storage: FileStorage,
     #[serde(default)]
     groups: FileGroups,
+    #[serde(default)]
+    transactions: FileTransactions,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+struct FileTransactions {
+    #[serde(default, deserialize_with = "duration")]
+    transactional_id_expiration: Option<Duration>,
+    #[serde(default, deserialize_with = "duration")]
+    transactional_id_expiration_check_interval: Option<Duration>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -450,7 +484,8 @@ fn parse_file(text: &str, path: &Path) -> Result<FileConfig> {
             "{}: unknown key(s) {}; known keys: node-id, listen, advertise, internal-listen, internal-advertise, data-dir, [cluster] members, [cluster] join, [cluster] auto-leader-rebalance, \
              [cluster] consumer-offsets-partitions, [cluster] transaction-state-partitions, [tls] ca, cert, key, insecure-internal, [raft] heartbeat-interval, \
              election-timeout-min, election-timeout-max, quiesce-after, [log] level, format, [limits] max-connections, max-concurrent-streams, max-request-bytes-in-flight, \
-             [storage] segment-bytes, gc-bytes-per-second, recovery-free-bytes, [groups] session-timeout, heartbeat-interval, offsets-retention, offsets-retention-check-interval",
+             [storage] segment-bytes, gc-bytes-per-second, recovery-free-bytes, [groups] session-timeout, heartbeat-interval, offsets-retention, offsets-retention-check-interval, \
+             [transactions] transactional-id-expiration, transactional-id-expiration-check-interval",
             path.display(),
             unknown.join(", ")
         )));
@@ -571,6 +606,14 @@ pub struct Args {
     /// `offsets.retention.check.interval.ms`; default 10m).
     #[arg(long, env = "RILL_OFFSETS_RETENTION_CHECK_INTERVAL", value_parser = humantime::parse_duration)]
     pub offsets_retention_check_interval: Option<Duration>,
+    /// How long a transactional id with no transaction open is kept after its last use, before
+    /// it and its producer id are removed (Kafka's `transactional.id.expiration.ms`; default 7d).
+    #[arg(long, env = "RILL_TRANSACTIONAL_ID_EXPIRATION", value_parser = humantime::parse_duration)]
+    pub transactional_id_expiration: Option<Duration>,
+    /// How often the transaction coordinators look for expired transactional ids (Kafka's
+    /// `transactions.remove.expired.transaction.cleanup.interval.ms`; default 1h).
+    #[arg(long, env = "RILL_TRANSACTIONAL_ID_EXPIRATION_CHECK_INTERVAL", value_parser = humantime::parse_duration)]
+    pub transactional_id_expiration_check_interval: Option<Duration>,
 }
 
 impl Args {
@@ -664,6 +707,11 @@ impl Args {
             self.offsets_retention.or(file.groups.offsets_retention),
             self.offsets_retention_check_interval.or(file.groups.offsets_retention_check_interval),
         )?;
+        config.transactional_id_expiration = transactional_id_expiration(
+            self.transactional_id_expiration.or(file.transactions.transactional_id_expiration),
+            self.transactional_id_expiration_check_interval
+                .or(file.transactions.transactional_id_expiration_check_interval),
+        )?;
         Ok(config)
     }
 }
@@ -696,12 +744,38 @@ fn offsets_retention(retention: Option<Duration>, check_every: Option<Duration>)
         retention: retention.unwrap_or(defaults.retention),
         check_every: check_every.unwrap_or(defaults.check_every),
     };
-    for (name, d) in [("offsets-retention", r.retention), ("offsets-retention-check-interval", r.check_every)] {
+    at_least_a_second(
+        "groups",
+        [("offsets-retention", r.retention), ("offsets-retention-check-interval", r.check_every)],
+    )?;
+    Ok(r)
+}
+
+/// The transactional id expiration settings: both at least one second.
+fn transactional_id_expiration(
+    expiration: Option<Duration>,
+    check_every: Option<Duration>,
+) -> Result<TransactionalIdExpiration> {
+    let defaults = TransactionalIdExpiration::default();
+    let e = TransactionalIdExpiration {
+        expiration: expiration.unwrap_or(defaults.expiration),
+        check_every: check_every.unwrap_or(defaults.check_every),
+    };
+    at_least_a_second(
+        "transactions",
+        [("transactional-id-expiration", e.expiration), ("transactional-id-expiration-check-interval", e.check_every)],
+    )?;
+    Ok(e)
+}
+
+/// Refuses a duration of `[section]` shorter than one second.
+fn at_least_a_second<const N: usize>(section: &str, durations: [(&str, Duration); N]) -> Result<()> {
+    for (name, d) in durations {
         if d < Duration::from_secs(1) {
-            return Err(Error::Config(format!("[groups] {name} must be at least 1s, got {} ms", d.as_millis())));
+            return Err(Error::Config(format!("[{section}] {name} must be at least 1s, got {} ms", d.as_millis())));
         }
     }
-    Ok(r)
+    Ok(())
 }
 
 /// The `[limits]` settings as given: the counts at least 1, the byte budget at least one
@@ -934,6 +1008,7 @@ fn build(
         storage: StorageTuning::default(),
         groups: rill_coordinator::groups::Timeouts::default(),
         offsets_retention: OffsetsRetention::default(),
+        transactional_id_expiration: TransactionalIdExpiration::default(),
     })
 }
 
@@ -1057,6 +1132,35 @@ heartbeat-interval = "50ms"
         assert!(slow.contains("[storage] gc-bytes-per-second must be at least 1 MiB"), "{slow}");
         let unknown = storage("segment-size = \"4MiB\"", &[]).unwrap_err().to_string();
         assert!(unknown.contains("storage.segment-size") && unknown.contains("[storage] segment-bytes"), "{unknown}");
+    }
+
+    #[test]
+    fn transactional_id_expiration_comes_from_the_file_or_flags_and_is_at_least_a_second() {
+        let dir = tempfile::tempdir().unwrap();
+        let expiration = |text: &str, flags: &[&str]| {
+            let path = write(dir.path(), &format!("{GOOD}[transactions]\n{text}\n"));
+            let mut args = vec!["rill-server", "--config", path.to_str().unwrap()];
+            args.extend_from_slice(flags);
+            Args::parse_from(args).load().map(|c| c.transactional_id_expiration)
+        };
+        assert_eq!(expiration("", &[]).unwrap(), TransactionalIdExpiration::default());
+        let set =
+            expiration("transactional-id-expiration = \"2d\"", &["--transactional-id-expiration-check-interval", "5m"]);
+        assert_eq!(
+            set.unwrap(),
+            TransactionalIdExpiration {
+                expiration: Duration::from_secs(2 * 86_400),
+                check_every: Duration::from_secs(300)
+            }
+        );
+        let flag =
+            expiration("transactional-id-expiration = \"2d\"", &["--transactional-id-expiration", "1h"]).unwrap();
+        assert_eq!(flag.expiration, Duration::from_secs(3600));
+        let short = expiration("transactional-id-expiration-check-interval = \"10ms\"", &[]).unwrap_err().to_string();
+        assert!(
+            short.contains("[transactions] transactional-id-expiration-check-interval must be at least 1s"),
+            "{short}"
+        );
     }
 
     #[test]

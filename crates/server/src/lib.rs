@@ -18,6 +18,7 @@
 //!   (KIP-890) before appending it.
 //! * [`txn_markers`]: finishing transactions on their coordinator's leader — markers into every
 //!   partition, completion, timeouts.
+//! * [`txn_ids`]: removing transactional ids idle past `transactional-id-expiration`.
 //! * [`failover`]: a designated follower stands for election as soon as a silent leader's lease
 //!   has run out.
 //! * [`api`]: the gRPC services.
@@ -38,6 +39,7 @@ pub mod join;
 pub mod node;
 #[cfg(not(madsim))]
 pub mod recovery;
+pub mod txn_ids;
 pub mod txn_markers;
 pub mod txn_verify;
 

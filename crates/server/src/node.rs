@@ -189,6 +189,7 @@ impl Node {
         rill_rt::spawn(crate::group_sessions::run(Arc::downgrade(&node)));
         rill_rt::spawn(crate::group_sessions::run_offsets_retention(Arc::downgrade(&node)));
         rill_rt::spawn(crate::txn_markers::run(Arc::downgrade(&node)));
+        rill_rt::spawn(crate::txn_ids::run(Arc::downgrade(&node)));
         if node.config.auto_leader_rebalance {
             rill_rt::spawn(crate::balance::run(Arc::downgrade(&node)));
         }

@@ -57,13 +57,25 @@ const CAS_ATTEMPTS: usize = 5;
 /// producer's next transaction begins as soon as `EndTxn` answered.
 const PREPARED_WAIT: Duration = Duration::from_secs(2);
 
+/// What `apply` answers a command that took effect, followed by the record's new version
+/// (8 bytes, big-endian; none for a removal).
 const APPLIED: &[u8] = b"ok";
 const CONFLICT: &[u8] = b"conflict";
+
+/// The version a command that took effect left (`None`: it did not take effect).
+fn applied_version(answer: &[u8]) -> Option<u64> {
+    let version = answer.strip_prefix(APPLIED)?;
+    Some(version.try_into().map(u64::from_be_bytes).unwrap_or(0))
+}
 
 /// Every transactional id of a partition.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TransactionsState {
     ids: BTreeMap<String, TransactionMetadata>,
+    /// The highest version a removed record held: a new record starts above it, so a decision
+    /// made from a removed record (a compare-and-set on its version) never matches the record
+    /// that later takes its id.
+    removed_version_floor: u64,
 }
 
 impl TransactionsState {
@@ -87,32 +99,52 @@ impl TransactionsState {
         self.ids.is_empty()
     }
 
+    /// The version the next write of `transactional_id` gives its record: one above the
+    /// current one, or above every removed record's for an id without one.
+    fn next_version(&self, transactional_id: &str) -> u64 {
+        self.ids.get(transactional_id).map_or(self.removed_version_floor, |t| t.version) + 1
+    }
+
     /// Applies a record written before transactions existed (a compare-and-set on the
-    /// producer id and epoch); true when it took effect.
-    fn apply_init(&mut self, c: pb::InitProducer) -> bool {
-        let Some(p) = c.producer else { return false };
+    /// producer id and epoch); the record's version when it took effect.
+    fn apply_init(&mut self, c: pb::InitProducer) -> Option<u64> {
+        let p = c.producer?;
         let current = self.ids.get(&p.transactional_id).map(|t| (t.producer_id, i32::from(t.epoch)));
         let expected = (c.expect_producer_id >= 0).then_some((c.expect_producer_id, c.expect_epoch));
         if current != expected {
-            return false;
+            return None;
         }
-        let Ok(mut stored) = TransactionMetadata::from_proto(&p) else { return false };
-        stored.version = self.ids.get(&p.transactional_id).map_or(0, |t| t.version) + 1;
+        let mut stored = TransactionMetadata::from_proto(&p).ok()?;
+        stored.version = self.next_version(&p.transactional_id);
+        let version = stored.version;
         self.ids.insert(p.transactional_id, stored);
-        true
+        Some(version)
     }
 
     /// Applies a [`pb::WriteTransaction`]: the record, if the id is still at the version the
-    /// decision was made from; true when it took effect.
-    fn apply_write(&mut self, c: pb::WriteTransaction) -> bool {
-        let Some(p) = c.txn else { return false };
+    /// decision was made from; the record's new version when it took effect.
+    fn apply_write(&mut self, c: pb::WriteTransaction) -> Option<u64> {
+        let p = c.txn?;
         let current = self.ids.get(&p.transactional_id).map_or(0, |t| t.version);
         if current != c.expect_version {
+            return None;
+        }
+        let mut stored = TransactionMetadata::from_proto(&p).ok()?;
+        stored.version = self.next_version(&p.transactional_id);
+        let version = stored.version;
+        self.ids.insert(p.transactional_id, stored);
+        Some(version)
+    }
+
+    /// Applies a [`pb::RemoveTransactionalId`]: removes the record if it is still at the
+    /// version the decision was made from; true when it took effect.
+    fn apply_remove(&mut self, c: pb::RemoveTransactionalId) -> bool {
+        let Some(current) = self.ids.get(&c.transactional_id) else { return false };
+        if current.version != c.expect_version {
             return false;
         }
-        let Ok(mut stored) = TransactionMetadata::from_proto(&p) else { return false };
-        stored.version = current + 1;
-        self.ids.insert(p.transactional_id, stored);
+        self.removed_version_floor = self.removed_version_floor.max(current.version);
+        self.ids.remove(&c.transactional_id);
         true
     }
 }
@@ -146,18 +178,23 @@ impl TransactionsMachine {
 
 impl GroupStateMachine for TransactionsMachine {
     fn apply(&mut self, log_id: &LogId, _base: u64, payload: &Payload) -> Bytes {
+        use pb::transactions_command::Command;
         let applied = match pb::TransactionsCommand::decode(payload.body.clone()).map(|c| c.command) {
-            Ok(Some(pb::transactions_command::Command::InitProducer(c))) => self.state.apply_init(c),
-            Ok(Some(pb::transactions_command::Command::WriteTransaction(c))) => self.state.apply_write(c),
+            Ok(Some(Command::InitProducer(c))) => self.state.apply_init(c).map(|v| v.to_be_bytes().to_vec()),
+            Ok(Some(Command::WriteTransaction(c))) => self.state.apply_write(c).map(|v| v.to_be_bytes().to_vec()),
+            Ok(Some(Command::RemoveTransactionalId(c))) => self.state.apply_remove(c).then(Vec::new),
             Ok(None) | Err(_) => {
                 tracing::error!(index = log_id.index, "undecodable transactions command; skipped");
-                false
+                None
             }
         };
-        if applied {
-            self.changed.notify_waiters();
+        match applied {
+            Some(version) => {
+                self.changed.notify_waiters();
+                [APPLIED, &version].concat().into()
+            }
+            None => Bytes::from_static(CONFLICT),
         }
-        Bytes::from_static(if applied { APPLIED } else { CONFLICT })
     }
 
     fn snapshot(&self) -> Result<Bytes, String> {
@@ -166,7 +203,8 @@ impl GroupStateMachine for TransactionsMachine {
             return Ok(Bytes::new());
         }
         let producers = self.state.ids.iter().map(|(id, t)| t.to_proto(id)).collect();
-        Ok(pb::TransactionsSnapshot { producers }.encode_to_vec().into())
+        let removed_version_floor = self.state.removed_version_floor;
+        Ok(pb::TransactionsSnapshot { producers, removed_version_floor }.encode_to_vec().into())
     }
 
     fn restore(&mut self, data: &[u8]) -> Result<(), String> {
@@ -177,7 +215,7 @@ impl GroupStateMachine for TransactionsMachine {
             let stored = TransactionMetadata::from_proto(&p)?;
             ids.insert(p.transactional_id, stored);
         }
-        self.state = TransactionsState { ids };
+        self.state = TransactionsState { ids, removed_version_floor: s.removed_version_floor };
         self.changed.notify_waiters();
         Ok(())
     }
@@ -259,7 +297,7 @@ where
             }
         };
         let answered = partition.propose(write_command(transactional_id, &record, expect_version), timeout).await?;
-        if answered.as_ref() == APPLIED {
+        if applied_version(&answered).is_some() {
             return answer;
         }
         // Another decision for this id got in first: decide again from the state it left.
@@ -291,10 +329,8 @@ async fn write(
     timeout: Duration,
 ) -> Result<Option<TransactionMetadata>> {
     let answered = partition.propose(write_command(transactional_id, &record, expect_version), timeout).await?;
-    if answered.as_ref() != APPLIED {
-        return Ok(None);
-    }
-    record.version = expect_version + 1;
+    let Some(version) = applied_version(&answered) else { return Ok(None) };
+    record.version = version;
     Ok(Some(record))
 }
 
@@ -582,6 +618,38 @@ pub async fn to_finish(
     Ok(out)
 }
 
+/// On the coordinator: removes every transactional id idle for `expiration` (see
+/// [`transitions::idle_past`]); returns the ids removed. Each removal is a compare-and-set on
+/// the version it was decided from, so an id used meanwhile stays.
+pub async fn remove_idle(
+    partition: &StatePartition<TransactionsMachine>,
+    expiration: Duration,
+    timeout: Duration,
+) -> Result<Vec<String>> {
+    let now = rill_rt::wall_clock_ms();
+    let expiration_ms = i64::try_from(expiration.as_millis()).unwrap_or(i64::MAX);
+    let idle: Vec<(String, u64)> = partition.read(|m| {
+        m.state()
+            .iter()
+            .filter(|(_, r)| transitions::idle_past(r, now, expiration_ms))
+            .map(|(id, r)| (id.clone(), r.version))
+            .collect()
+    })?;
+    let mut removed = Vec::new();
+    for (id, expect_version) in idle {
+        let command = pb::TransactionsCommand {
+            command: Some(pb::transactions_command::Command::RemoveTransactionalId(pb::RemoveTransactionalId {
+                transactional_id: id.clone(),
+                expect_version,
+            })),
+        };
+        if applied_version(&partition.propose(command.encode_to_vec().into(), timeout).await?).is_some() {
+            removed.push(id);
+        }
+    }
+    Ok(removed)
+}
+
 /// On the coordinator: an operator's abort of `transactional_id`'s open transaction (see
 /// [`transitions::force_abort`]); returns the `PrepareAbort` record whose markers are to be
 /// written.
@@ -643,26 +711,61 @@ mod tests {
     fn records_from_before_transactions_still_apply_and_writes_are_a_compare_and_set() {
         let id = LogId::default();
         let mut m = TransactionsMachine::new();
-        let ok = Bytes::from_static(APPLIED);
-        let conflict = Bytes::from_static(CONFLICT);
-        assert_eq!(m.apply(&id, 0, &legacy_init("t", 7, 0, None)), ok);
-        assert_eq!(m.apply(&id, 0, &legacy_init("t", 7, 1, None)), conflict, "expected none, has one");
-        assert_eq!(m.apply(&id, 0, &legacy_init("t", 7, 1, Some((7, 0)))), ok);
+        let ok = |version: u64| Some(version);
+        let v = |answer: Bytes| applied_version(&answer);
+        assert_eq!(v(m.apply(&id, 0, &legacy_init("t", 7, 0, None))), ok(1));
+        assert_eq!(v(m.apply(&id, 0, &legacy_init("t", 7, 1, None))), None, "expected none, has one");
+        assert_eq!(v(m.apply(&id, 0, &legacy_init("t", 7, 1, Some((7, 0))))), ok(2));
         let current = m.state().get("t").cloned().unwrap();
         assert_eq!((current.producer_id, current.epoch, current.state, current.version), (7, 1, TxnState::Empty, 2));
 
         let mut next = current.clone();
         next.epoch = 2;
-        assert_eq!(m.apply(&id, 0, &write("t", &next, 1)), conflict, "decided from a version since replaced");
-        assert_eq!(m.apply(&id, 0, &write("t", &next, 2)), ok);
-        assert_eq!(m.apply(&id, 0, &write("t", &next, 2)), conflict, "the same decision twice applies once");
+        assert_eq!(v(m.apply(&id, 0, &write("t", &next, 1))), None, "decided from a version since replaced");
+        assert_eq!(v(m.apply(&id, 0, &write("t", &next, 2))), ok(3));
+        assert_eq!(v(m.apply(&id, 0, &write("t", &next, 2))), None, "the same decision twice applies once");
         assert_eq!(m.state().get("t").map(|t| (t.epoch, t.version)), Some((2, 3)));
-        assert_eq!(m.apply(&id, 0, &write("new", &next, 0)), ok, "version 0: an id with no record");
+        assert_eq!(v(m.apply(&id, 0, &write("new", &next, 0))), ok(1), "version 0: an id with no record");
 
         let snap = m.snapshot().unwrap();
         let mut back = TransactionsMachine::new();
         back.restore(&snap).unwrap();
         assert_eq!(back.state(), m.state());
+    }
+
+    fn remove(id: &str, expect_version: u64) -> Payload {
+        payload(pb::transactions_command::Command::RemoveTransactionalId(pb::RemoveTransactionalId {
+            transactional_id: id.into(),
+            expect_version,
+        }))
+    }
+
+    #[test]
+    fn a_removal_is_a_compare_and_set_and_a_new_record_never_reuses_a_removed_version() {
+        let id = LogId::default();
+        let mut m = TransactionsMachine::new();
+        let v = |answer: Bytes| applied_version(&answer);
+        let record = TransactionMetadata::new(7, 60_000, 0);
+        assert_eq!(v(m.apply(&id, 0, &write("t", &record, 0))), Some(1));
+        assert_eq!(v(m.apply(&id, 0, &write("t", &record, 1))), Some(2));
+        assert_eq!(v(m.apply(&id, 0, &remove("t", 1))), None, "decided from a version since replaced");
+        assert_eq!(v(m.apply(&id, 0, &remove("gone", 0))), None, "no record to remove");
+        assert_eq!(v(m.apply(&id, 0, &remove("t", 2))), Some(0));
+        assert!(m.state().get("t").is_none());
+        assert_eq!(v(m.apply(&id, 0, &remove("t", 2))), None, "removed once");
+
+        // The snapshot keeps the floor: a replica restored from it numbers the id's next record
+        // as this one does.
+        let mut back = TransactionsMachine::new();
+        back.restore(&m.snapshot().unwrap()).unwrap();
+        assert_eq!(back.state(), m.state());
+
+        let fresh = TransactionMetadata::new(8, 60_000, 0);
+        assert_eq!(v(m.apply(&id, 0, &write("t", &fresh, 0))), Some(3), "above every removed version");
+        assert_eq!(v(back.apply(&id, 0, &write("t", &fresh, 0))), Some(3));
+        assert_eq!(v(m.apply(&id, 0, &write("t", &record, 2))), None, "a decision from the removed record");
+        assert_eq!(v(m.apply(&id, 0, &write("other", &fresh, 0))), Some(3), "the floor is the partition's");
+        assert_eq!(m.state().get("t").map(|t| t.producer_id), Some(8));
     }
 
     #[test]

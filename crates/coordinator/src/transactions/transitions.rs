@@ -321,6 +321,17 @@ pub fn expire(m: &TransactionMetadata, now_ms: i64) -> Option<TransactionMetadat
     Some(next)
 }
 
+/// True when `m` may be removed at `now_ms` (Kafka's `transactional.id.expiration.ms`): no
+/// transaction is open or being finished, and nothing has been written for the id for
+/// `expiration_ms`. Its producer id is then retired: a later `InitProducerId` for the id gets a
+/// new one, and requests under the old pair get `INVALID_PRODUCER_ID_MAPPING`.
+pub fn idle_past(m: &TransactionMetadata, now_ms: i64, expiration_ms: i64) -> bool {
+    let idle = matches!(m.state, TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort)
+        // The expire-open-transactions mutation (simulation only) removes open ones too.
+        || rill_rt::mutation::active(rill_rt::mutation::Mutation::ExpireOpenTransactions);
+    idle && now_ms.saturating_sub(m.updated_ms) >= expiration_ms
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -342,6 +353,25 @@ mod tests {
         match d.unwrap() {
             InitDecision::Write(m) | InitDecision::AbortFirst(m) => m,
             other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn only_an_id_without_an_open_transaction_and_idle_long_enough_is_removed() {
+        let mut m = fresh();
+        m.updated_ms = 1_000;
+        assert!(!idle_past(&m, 1_999, 1_000), "written within the expiration");
+        assert!(idle_past(&m, 2_000, 1_000));
+        for (state, removable) in [
+            (TxnState::Empty, true),
+            (TxnState::Ongoing, false),
+            (TxnState::PrepareCommit, false),
+            (TxnState::PrepareAbort, false),
+            (TxnState::CompleteCommit, true),
+            (TxnState::CompleteAbort, true),
+        ] {
+            m.state = state;
+            assert_eq!(idle_past(&m, i64::MAX, 1_000), removable, "{state:?}");
         }
     }
 
