@@ -10,7 +10,7 @@ use madsim::net::NetSim;
 use madsim::runtime::{Handle, NodeHandle};
 use rill_client::Client;
 use rill_raft::NodeId;
-use rill_server::config::RebalanceTiming;
+use rill_server::config::{RebalanceTiming, TransactionalIdExpiration};
 use rill_server::{Config, Node};
 use rill_storage::MemEngine;
 
@@ -34,6 +34,9 @@ pub struct SimOptions {
     pub client_hosts: u32,
     /// Simulated fsync time of every disk.
     pub sync_latency: Duration,
+    /// `[transactions] transactional-id-expiration`, checked every half of it (`None`: the
+    /// server's default, 7 days).
+    pub transactional_id_expiration: Option<Duration>,
 }
 
 /// A simulated cluster: nodes at 10.0.0.<id> (clients on :7001, nodes on :7101), client hosts at
@@ -50,7 +53,12 @@ pub struct SimCluster {
 impl SimCluster {
     /// Boots `n` nodes with one client host and instant disks.
     pub fn start(n: u64) -> Self {
-        Self::start_with(SimOptions { nodes: n, client_hosts: 1, sync_latency: Duration::ZERO })
+        Self::start_with(SimOptions {
+            nodes: n,
+            client_hosts: 1,
+            sync_latency: Duration::ZERO,
+            transactional_id_expiration: None,
+        })
     }
 
     /// Boots a cluster through `rill_server::start`, as the binary does.
@@ -69,6 +77,7 @@ impl SimCluster {
             let live = live.clone();
             let incarnations = incarnations.clone();
             let sync_latency = opts.sync_latency;
+            let transactional_id_expiration = opts.transactional_id_expiration;
             let node = handle
                 .create_node()
                 .name(format!("node-{id}"))
@@ -109,6 +118,10 @@ impl SimCluster {
                         // Consumer group members expire within a run's fault phase.
                         config.groups =
                             rill_coordinator::groups::Timeouts { session_ms: 6_000, heartbeat_interval_ms: 500 };
+                        if let Some(expiration) = transactional_id_expiration {
+                            config.transactional_id_expiration =
+                                TransactionalIdExpiration { expiration, check_every: expiration / 2 };
+                        }
                         let on_ready = move |node: Arc<Node>| {
                             live.lock().unwrap_or_else(|p| p.into_inner()).insert(id, node);
                         };

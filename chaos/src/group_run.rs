@@ -256,7 +256,7 @@ struct Running {
 /// producer stops and the group must settle with its lag at 0.
 pub async fn run_generated() -> Report {
     const TOPIC: &str = "grouped";
-    let (trace, phase, cluster) = crate::run::start_generated("groups", FAULT_PHASE, MEMBER_HOSTS as u32 + 2);
+    let (trace, phase, cluster) = crate::run::start_generated("groups", FAULT_PHASE, MEMBER_HOSTS as u32 + 2, None);
     cluster.create_topic_and_wait(TOPIC, PARTITIONS, rill_meta::CONSUMER_OFFSETS_TOPIC).await;
 
     let producing = Arc::new(AtomicU8::new(RUN));

@@ -96,9 +96,15 @@ pub fn fault_phase_of(base: Duration) -> Duration {
 }
 
 /// The start every generated scenario shares: prints and traces `scenario`'s seed and the armed
-/// mutation, and starts 3 nodes with `client_hosts` client hosts and a seed-drawn sync latency.
-/// Returns the trace, the fault phase (`base`, longer with `RILL_SIM_LONG`) and the cluster.
-pub fn start_generated(scenario: &str, base: Duration, client_hosts: u32) -> (Trace, Duration, Arc<SimCluster>) {
+/// mutation, and starts 3 nodes with `client_hosts` client hosts, a seed-drawn sync latency and
+/// `transactional_id_expiration` (`None`: the server's default). Returns the trace, the fault
+/// phase (`base`, longer with `RILL_SIM_LONG`) and the cluster.
+pub fn start_generated(
+    scenario: &str,
+    base: Duration,
+    client_hosts: u32,
+    transactional_id_expiration: Option<Duration>,
+) -> (Trace, Duration, Arc<SimCluster>) {
     let seed = madsim::runtime::Handle::current().seed();
     println!("seed: {seed}");
     let trace = Trace::new();
@@ -112,6 +118,7 @@ pub fn start_generated(scenario: &str, base: Duration, client_hosts: u32) -> (Tr
         nodes: 3,
         client_hosts,
         sync_latency: Duration::from_micros(rill_rt::rng().gen_range(500..8000)),
+        transactional_id_expiration,
     }));
     (trace, phase, cluster)
 }
@@ -162,6 +169,7 @@ pub async fn run(scenario: &Scenario) -> Report {
         nodes: scenario.nodes,
         client_hosts: processes + 1,
         sync_latency,
+        transactional_id_expiration: None,
     }));
     let mut violations = Vec::new();
 

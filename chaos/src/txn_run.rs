@@ -3,7 +3,9 @@
 //! ```text
 //!  3 transactional producers (own client hosts): begin ─► 1-4 sends to random partitions ─►
 //!      commit (70%) or abort; an instance may crash mid-transaction and a new one with the
-//!      same transactional id takes over (fencing it, aborting what it left open)
+//!      same transactional id takes over (fencing it, aborting what it left open); one
+//!      idle past its id's 1 s expiration (10% of transactions) finds the id removed, and a
+//!      new instance takes over under a new producer id
 //!  a read_committed reader from the start              sampler: every replica's LSO and HW
 //!  node faults from the seed (every kind, delayed requests among them)
 //!  heal ─► producers finish ─► every partition's LSO reaches its HW ─► final read_committed
@@ -13,8 +15,10 @@
 //! Checkers: [`txn_visibility`] (aborted read, lost committed write, torn transaction,
 //! duplicates in a read_committed read, LSO above HW). Caught mutations: `lso-off-by-one`
 //! (the reader sees an open transaction's first record; when that transaction aborts, an
-//! aborted read) and `no-epoch-bump` (a v2 producer's next transaction reuses the epoch, and
-//! its batches are taken for retries of the previous one's: a committed write is lost).
+//! aborted read), `no-epoch-bump` (a v2 producer's next transaction reuses the epoch, and
+//! its batches are taken for retries of the previous one's: a committed write is lost) and
+//! `expire-open-transactions` (an id is removed with its transaction open, which then never
+//! ends: `lso-stuck`).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -46,6 +50,12 @@ const FAULT_PHASE: Duration = Duration::from_secs(30);
 /// The producers' transaction timeout: an instance that crashed mid-transaction is aborted
 /// after this at the latest.
 const TXN_TIMEOUT: Duration = Duration::from_secs(4);
+
+/// How long an idle transactional id lives (checked every half of it; shorter than the file and
+/// flags allow): runs remove ids between transactions and while producers are cut off, so a
+/// producer's next transaction finds its id gone and a new instance starts under a new producer
+/// id, with the old instance's batches possibly still in flight.
+const ID_EXPIRATION: Duration = Duration::from_secs(1);
 
 /// What the producers logged and the reader returned.
 #[derive(Debug, Default)]
@@ -85,6 +95,12 @@ async fn producer(bootstrap: Vec<String>, id: usize, ctl: Arc<AtomicU8>, log: Sh
             if ctl.load(Ordering::SeqCst) == LEAVE {
                 p.close().await;
                 return committed;
+            }
+            if rill_rt::rng().gen_bool(0.1) {
+                // Idle past the id's expiration now and then: the id is removed, and this
+                // instance's next transaction is refused as a retired producer's.
+                let idle = ID_EXPIRATION + Duration::from_millis(rill_rt::rng().gen_range(0..1500));
+                rill_rt::sleep(idle).await;
             }
             if p.begin_transaction().is_err() {
                 continue 'instances;
@@ -236,7 +252,8 @@ pub(crate) async fn final_read(
 
 /// The generated `transactions` scenario (see the module docs).
 pub async fn run_generated() -> Report {
-    let (trace, phase, cluster) = crate::run::start_generated("transactions", FAULT_PHASE, PRODUCERS as u32 + 2);
+    let (trace, phase, cluster) =
+        crate::run::start_generated("transactions", FAULT_PHASE, PRODUCERS as u32 + 2, Some(ID_EXPIRATION));
     cluster.create_topic_and_wait(TOPIC, PARTITIONS, rill_meta::TRANSACTION_STATE_TOPIC).await;
 
     let log: Shared = Arc::default();

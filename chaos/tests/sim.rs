@@ -344,7 +344,12 @@ async fn an_acks_0_flood_waits_for_the_log() {
 /// Three nodes whose disks take `sync_latency` per sync, with `topic` (one partition, RF 3)
 /// created and led.
 async fn slow_disk_cluster(sync_latency: Duration, topic: &'static str) -> (SimCluster, Client) {
-    let cluster = SimCluster::start_with(SimOptions { nodes: 3, client_hosts: 1, sync_latency });
+    let cluster = SimCluster::start_with(SimOptions {
+        nodes: 3,
+        client_hosts: 1,
+        sync_latency,
+        transactional_id_expiration: None,
+    });
     let client = cluster.client().await;
     let c = client.clone();
     cluster
@@ -939,6 +944,7 @@ async fn consumer_group_members_never_share_a_partition() {
         nodes: 3,
         client_hosts: 6,
         sync_latency: Duration::from_millis(1),
+        transactional_id_expiration: None,
     }));
     let client = cluster.client().await;
     let c = client.clone();
