@@ -411,6 +411,9 @@ impl GroupStateMachine for OffsetsMachine {
                     Err(_) => return Bytes::from_static(REFUSED),
                 }
             }
+            Ok(Some(pb::offsets_command::Command::PruneTxnMarks(p))) => {
+                txn_offsets::apply_prune(&mut self.state.txn, &p);
+            }
             Ok(Some(pb::offsets_command::Command::DeleteGroup(d))) => {
                 if check_delete_group(&self.state, &self.groups, &self.classic, &d.group_id).is_err() {
                     return Bytes::from_static(REFUSED);
@@ -1035,6 +1038,7 @@ mod tests {
                 coordinator_epoch: 3,
                 commit,
                 transaction_start: 4,
+                written_ms: 1_000,
             }))
         };
         assert!(back.apply(&id(4), 0, &marker(true)).is_empty());
@@ -1061,6 +1065,13 @@ mod tests {
         assert!(back.apply(&id(8), 0, &abort6).is_empty());
         assert!(!back.state().txn().is_pending("g", "a", 0));
         assert_eq!(back.state().committed("g", "a", 0).map(|c| c.offset), Some(42), "the abort changed nothing");
+        // The producer's mark (last written at 1,000 ms) is forgotten only once older than the
+        // horizon the leader proposes.
+        let prune = |before_ms| command(pb::offsets_command::Command::PruneTxnMarks(pb::PruneTxnMarks { before_ms }));
+        assert!(back.apply(&id(9), 0, &prune(1_000)).is_empty());
+        assert_eq!(back.state().txn().ended(7), 6);
+        assert!(back.apply(&id(10), 0, &prune(1_001)).is_empty());
+        assert_eq!(back.state().txn().ended(7), 0, "forgotten");
     }
 
     #[test]

@@ -56,6 +56,8 @@ struct Mark {
     coordinator_epoch: i32,
     /// The latest transaction a marker ended.
     transaction_start: u64,
+    /// When its latest marker was written (the group coordinator's clock; 0: unknown).
+    marked_ms: i64,
 }
 
 /// A marker: the transaction it ends and the decision.
@@ -162,13 +164,18 @@ impl TxnOffsets {
     /// Applies `marker`: the producer's pending offsets of the transaction it ends are returned
     /// with commit (to become committed), dropped with abort. Offsets of an earlier transaction
     /// are dropped; a later transaction's stay pending (the marker is a late duplicate).
-    fn apply_marker(&mut self, marker: TxnMarker) -> Result<Option<PendingOffsets>, DeposedCoordinator> {
+    fn apply_marker(
+        &mut self,
+        marker: TxnMarker,
+        written_ms: i64,
+    ) -> Result<Option<PendingOffsets>, DeposedCoordinator> {
         let mark = self.marks.entry(marker.producer_id).or_default();
         if marker.coordinator_epoch < mark.coordinator_epoch {
             return Err(DeposedCoordinator { current: mark.coordinator_epoch });
         }
         mark.coordinator_epoch = marker.coordinator_epoch;
         mark.transaction_start = mark.transaction_start.max(marker.transaction_start);
+        mark.marked_ms = mark.marked_ms.max(written_ms);
         let Some(pending) = self.pending.get(&marker.producer_id) else { return Ok(None) };
         if pending.transaction_start > marker.transaction_start {
             return Ok(None);
@@ -179,6 +186,21 @@ impl TxnOffsets {
         // offsets.
         let commit = marker.commit || rill_rt::mutation::active(rill_rt::mutation::Mutation::TxnOffsetsOnAbort);
         Ok(ended.filter(|_| ends_it && commit))
+    }
+
+    /// The number of producers whose marks [`TxnOffsets::prune_marks`] would forget at
+    /// `before_ms`.
+    pub fn prunable_marks(&self, before_ms: i64) -> usize {
+        self.marks.iter().filter(|(pid, m)| m.marked_ms < before_ms && !self.pending.contains_key(pid)).count()
+    }
+
+    /// Forgets the marks of producers last marked before `before_ms` with no pending offsets
+    /// (see `PruneTxnMarks` in `proto/rill/coordinator.proto`). Returns how many.
+    fn prune_marks(&mut self, before_ms: i64) -> usize {
+        let before = self.marks.len();
+        let pending = &self.pending;
+        self.marks.retain(|pid, m| m.marked_ms >= before_ms || pending.contains_key(pid));
+        before - self.marks.len()
     }
 
     pub(crate) fn to_proto(&self) -> (Vec<pb::PendingTxnOffsets>, Vec<pb::TxnMarkerMark>) {
@@ -209,6 +231,7 @@ impl TxnOffsets {
                 producer_id,
                 coordinator_epoch: m.coordinator_epoch,
                 transaction_start: m.transaction_start,
+                marked_ms: m.marked_ms,
             })
             .collect();
         (pending, marks)
@@ -217,7 +240,11 @@ impl TxnOffsets {
     pub(crate) fn from_proto(pending: Vec<pb::PendingTxnOffsets>, marks: &[pb::TxnMarkerMark]) -> Result<Self, String> {
         let mut out = Self::default();
         for m in marks {
-            let mark = Mark { coordinator_epoch: m.coordinator_epoch, transaction_start: m.transaction_start };
+            let mark = Mark {
+                coordinator_epoch: m.coordinator_epoch,
+                transaction_start: m.transaction_start,
+                marked_ms: m.marked_ms,
+            };
             out.marks.insert(m.producer_id, mark);
         }
         for p in pending {
@@ -255,7 +282,7 @@ pub(crate) fn apply_marker(
         commit: m.commit,
         transaction_start: m.transaction_start,
     };
-    let Some(ended) = txn.apply_marker(marker)? else { return Ok(Vec::new()) };
+    let Some(ended) = txn.apply_marker(marker, m.written_ms)? else { return Ok(Vec::new()) };
     Ok(ended
         .groups
         .into_iter()
@@ -266,6 +293,35 @@ pub(crate) fn apply_marker(
             member_epoch: -1,
         })
         .collect())
+}
+
+/// What `apply` does with a [`pb::PruneTxnMarks`].
+pub(crate) fn apply_prune(txn: &mut TxnOffsets, p: &pb::PruneTxnMarks) -> usize {
+    txn.prune_marks(p.before_ms)
+}
+
+/// On the group's coordinator: forgets the marks of producers whose last marker here is older
+/// than `horizon` (the transactional id expiration) and that have no offsets pending. A mark
+/// refuses a late `TxnCommitOffsets` of a transaction that already ended and a late marker of a
+/// deposed coordinator; both are requests in flight, which never live that long. Without this
+/// the marks grow by one per producer id that ever committed offsets in a transaction here.
+/// Returns how many were forgotten (nothing is written when none would be).
+pub async fn prune_marks(
+    partition: &StatePartition<OffsetsMachine>,
+    horizon: Duration,
+    timeout: Duration,
+) -> Result<usize> {
+    let horizon_ms = i64::try_from(horizon.as_millis()).unwrap_or(i64::MAX);
+    let before_ms = rill_rt::wall_clock_ms().saturating_sub(horizon_ms);
+    let prunable = partition.read(|m| m.state().txn().prunable_marks(before_ms))?;
+    if prunable == 0 {
+        return Ok(0);
+    }
+    let command = pb::OffsetsCommand {
+        command: Some(pb::offsets_command::Command::PruneTxnMarks(pb::PruneTxnMarks { before_ms })),
+    };
+    partition.propose(command.encode_to_vec().into(), timeout).await?;
+    Ok(prunable)
 }
 
 /// A transactional offset commit checked on the group's coordinator, to be verified with the
@@ -345,6 +401,7 @@ pub async fn write_marker(
             coordinator_epoch: marker.coordinator_epoch,
             commit: marker.commit,
             transaction_start: marker.transaction_start,
+            written_ms: rill_rt::wall_clock_ms(),
         })),
     };
     let answer: Bytes = partition.propose(command.encode_to_vec().into(), timeout).await?;
@@ -389,7 +446,7 @@ mod tests {
         assert!(t.is_pending("g", "t", 0) && t.is_pending("h", "t", 0));
         assert!(!t.is_pending("g", "t", 1) && !t.is_pending("x", "t", 0));
         assert_eq!(t.pending_partitions("g"), [("t".to_string(), 0)].into());
-        let ended = t.apply_marker(marker(10, 1, true)).unwrap().unwrap();
+        let ended = t.apply_marker(marker(10, 1, true), 0).unwrap().unwrap();
         assert_eq!(ended.groups.len(), 2);
         assert!(!t.is_pending("g", "t", 0));
         assert_eq!(t.ended(9), 10);
@@ -397,7 +454,7 @@ mod tests {
 
         assert!(!t.add(9, 3, 10, commit("g", 11)), "a late commit of the ended transaction is refused");
         assert!(t.add(9, 3, 14, commit("g", 11)));
-        assert_eq!(t.apply_marker(marker(14, 1, false)).unwrap(), None, "abort: nothing to commit");
+        assert_eq!(t.apply_marker(marker(14, 1, false), 0).unwrap(), None, "abort: nothing to commit");
         assert!(!t.is_pending("g", "t", 0), "abort dropped them");
     }
 
@@ -407,22 +464,22 @@ mod tests {
         // Transaction 10 ends; transaction 14 runs under the same epoch (v1, or v2 at its last
         // epoch).
         assert!(t.add(9, 3, 10, commit("g", 10)));
-        assert!(t.apply_marker(marker(10, 1, true)).unwrap().is_some());
+        assert!(t.apply_marker(marker(10, 1, true), 0).unwrap().is_some());
         assert!(t.add(9, 3, 14, commit("g", 20)));
         // A late duplicate of 10's marker leaves 14's offsets pending.
-        assert_eq!(t.apply_marker(marker(10, 1, true)).unwrap(), None);
+        assert_eq!(t.apply_marker(marker(10, 1, true), 0).unwrap(), None);
         assert!(t.is_pending("g", "t", 0));
         assert_eq!(t.ended(9), 10, "the duplicate did not move the mark back or forth");
-        let ended = t.apply_marker(marker(14, 1, true)).unwrap().unwrap();
+        let ended = t.apply_marker(marker(14, 1, true), 0).unwrap().unwrap();
         assert_eq!(ended.groups["g"][&("t".to_string(), 0)].offset, 20);
     }
 
     #[test]
     fn orphans_of_an_earlier_transaction_go_and_a_deposed_coordinator_is_refused() {
         let mut t = TxnOffsets::default();
-        t.apply_marker(marker(2, 5, false)).unwrap();
+        t.apply_marker(marker(2, 5, false), 0).unwrap();
         assert!(t.add(9, 1, 6, commit("g", 11)));
-        assert_eq!(t.apply_marker(marker(6, 4, true)), Err(DeposedCoordinator { current: 5 }));
+        assert_eq!(t.apply_marker(marker(6, 4, true), 0), Err(DeposedCoordinator { current: 5 }));
         assert!(t.is_pending("g", "t", 0), "the deposed coordinator's marker changed nothing");
         assert_eq!(t.ended(9), 2);
         // A later transaction's offsets replace what an earlier one left; the earlier one's
@@ -431,7 +488,7 @@ mod tests {
         assert!(!t.is_pending("g", "t", 0));
         assert!(!t.add(9, 1, 6, commit("g", 12)));
         // A later transaction's marker drops an earlier transaction's offsets, committing nothing.
-        assert_eq!(t.apply_marker(marker(9, 5, true)).unwrap(), None);
+        assert_eq!(t.apply_marker(marker(9, 5, true), 0).unwrap(), None);
         assert!(!t.is_pending("h", "t", 0));
     }
 
@@ -449,10 +506,47 @@ mod tests {
     #[test]
     fn the_snapshot_is_the_state() {
         let mut t = TxnOffsets::default();
-        t.apply_marker(TxnMarker { producer_id: 4, ..marker(3, 2, true) }).unwrap();
+        t.apply_marker(TxnMarker { producer_id: 4, ..marker(3, 2, true) }, 0).unwrap();
         assert!(t.add(9, 1, 5, commit("g", 10)));
         let (pending, marks) = t.to_proto();
         assert_eq!(TxnOffsets::from_proto(pending, &marks).unwrap(), t);
+    }
+
+    #[test]
+    fn old_marks_without_pending_offsets_are_forgotten() {
+        let mut t = TxnOffsets::default();
+        let marker = |pid: i64, start: u64, written_ms: i64| pb::TxnOffsetsMarker {
+            producer_id: pid,
+            producer_epoch: 1,
+            coordinator_epoch: 3,
+            commit: true,
+            transaction_start: start,
+            written_ms,
+        };
+        let c = |pid: i64, start: u64| pb::TxnCommitOffsets {
+            commit: Some(commit("g", 10)),
+            classic: false,
+            producer_id: pid,
+            producer_epoch: 1,
+            transaction_start: start,
+        };
+        apply_marker(&mut t, &marker(1, 4, 1_000)).unwrap();
+        apply_marker(&mut t, &marker(2, 4, 1_000)).unwrap();
+        apply_marker(&mut t, &marker(3, 4, 5_000)).unwrap();
+        assert!(apply_commit(&mut t, c(2, 5), true), "producer 2's next transaction has offsets pending");
+        assert_eq!(t.prunable_marks(2_000), 1);
+        let snapshot = t.to_proto();
+        assert_eq!(TxnOffsets::from_proto(snapshot.0, &snapshot.1).unwrap(), t, "marks keep their time");
+
+        assert_eq!(apply_prune(&mut t, &pb::PruneTxnMarks { before_ms: 2_000 }), 1);
+        assert_eq!((t.ended(1), t.ended(2), t.ended(3)), (0, 4, 4), "only the old mark without pending offsets");
+        assert!(t.is_pending("g", "t", 0));
+        assert_eq!(apply_prune(&mut t, &pb::PruneTxnMarks { before_ms: 2_000 }), 0, "nothing more to forget");
+
+        // Producer 2's marker ends its pending transaction: its mark is old, but now renewed.
+        apply_marker(&mut t, &marker(2, 5, 6_000)).unwrap();
+        assert_eq!(apply_prune(&mut t, &pb::PruneTxnMarks { before_ms: 5_500 }), 1, "producer 3's");
+        assert_eq!((t.ended(2), t.ended(3)), (5, 0));
     }
 
     #[test]
@@ -473,6 +567,7 @@ mod tests {
             coordinator_epoch: 1,
             commit: true,
             transaction_start: 4,
+            written_ms: 0,
         };
         assert_eq!(apply_marker(&mut t, &m).unwrap().len(), 1);
         assert!(!apply_commit(&mut t, c(4), true), "its transaction ended: refused");

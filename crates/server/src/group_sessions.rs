@@ -9,7 +9,9 @@
 //!
 //! Every `[groups] offsets-retention-check-interval`, each led partition removes the offsets
 //! `offsets-retention` has expired (`rill_coordinator::offsets::expire`: groups without members
-//! only; re-checked in `apply`, so a member joining meanwhile keeps them).
+//! only; re-checked in `apply`, so a member joining meanwhile keeps them), and forgets the
+//! transaction marks of producers last marked longer ago than `[transactions]
+//! transactional-id-expiration` (`rill_coordinator::txn_offsets::prune_marks`).
 
 use std::sync::Weak;
 use std::time::Duration;
@@ -64,15 +66,17 @@ pub async fn run(node: Weak<Node>) {
     }
 }
 
-/// Expires committed offsets every `[groups] offsets-retention-check-interval` on the
-/// `__consumer_offsets` partitions this node leads, until the node is dropped. Its own task, so
-/// a slow proposal (a lost quorum) never delays the session timers.
+/// Expires committed offsets, and forgets old transaction marks, every `[groups]
+/// offsets-retention-check-interval` on the `__consumer_offsets` partitions this node leads,
+/// until the node is dropped. Its own task, so a slow proposal (a lost quorum) never delays the
+/// session timers.
 pub async fn run_offsets_retention(node: Weak<Node>) {
     loop {
         let Some(every) = node.upgrade().map(|n| n.config().offsets_retention.check_every) else { return };
         rill_rt::sleep(every).await;
         let Some(n) = node.upgrade() else { return };
         let retention_ms = i64::try_from(n.config().offsets_retention.retention.as_millis()).unwrap_or(i64::MAX);
+        let marks_horizon = n.config().transactional_id_expiration.expiration;
         let offsets: Vec<_> = n
             .replicas()
             .into_iter()
@@ -90,6 +94,13 @@ pub async fn run_offsets_retention(node: Weak<Node>) {
                     tracing::info!(partition = p.replica().group(), offsets = count, "expired committed offsets")
                 }
                 Err(e) => tracing::warn!(error = %e, "could not expire committed offsets; the next check retries"),
+            }
+            match rill_coordinator::txn_offsets::prune_marks(&p, marks_horizon, FENCE_TIMEOUT).await {
+                Ok(0) | Err(CoordinatorError::NotCoordinator { .. } | CoordinatorError::LoadInProgress) => {}
+                Ok(count) => {
+                    tracing::info!(partition = p.replica().group(), producers = count, "forgot old transaction marks")
+                }
+                Err(e) => tracing::warn!(error = %e, "could not forget old transaction marks; the next check retries"),
             }
         }
     }
