@@ -4,8 +4,8 @@
 //!  3 transactional producers (own client hosts): begin ─► 1-4 sends to random partitions ─►
 //!      commit (70%) or abort; an instance may crash mid-transaction and a new one with the
 //!      same transactional id takes over (fencing it, aborting what it left open); one
-//!      idle past its id's 1 s expiration (10% of transactions) finds the id removed, and a
-//!      new instance takes over under a new producer id
+//!      idle past its id's 1 s expiration (before 10% of transactions) may find the id
+//!      removed, and a new instance takes over under a new producer id
 //!  a read_committed reader from the start              sampler: every replica's LSO and HW
 //!  node faults from the seed (every kind, delayed requests among them)
 //!  heal ─► producers finish ─► every partition's LSO reaches its HW ─► final read_committed
@@ -53,7 +53,7 @@ const TXN_TIMEOUT: Duration = Duration::from_secs(4);
 
 /// How long an idle transactional id lives (checked every half of it; shorter than the file and
 /// flags allow): runs remove ids between transactions and while producers are cut off, so a
-/// producer's next transaction finds its id gone and a new instance starts under a new producer
+/// producer's next transaction may find its id gone and a new instance start under a new producer
 /// id, with the old instance's batches possibly still in flight.
 const ID_EXPIRATION: Duration = Duration::from_secs(1);
 

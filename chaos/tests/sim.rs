@@ -1100,8 +1100,9 @@ async fn groups() {
 }
 
 /// Generated: transactional producers commit and abort over three partitions, instances crash
-/// mid-transaction and are replaced, a read_committed reader follows, under every node fault
-/// (`rill_chaos::txn_run`). Caught mutations: `lso-off-by-one`, `no-epoch-bump`.
+/// mid-transaction and are replaced, idle past their transactional id's expiration now and then,
+/// a read_committed reader follows, under every node fault (`rill_chaos::txn_run`). Caught
+/// mutations: `lso-off-by-one`, `no-epoch-bump`, `expire-open-transactions`.
 #[madsim::test]
 async fn transactions() {
     init_logs();

@@ -209,6 +209,7 @@ fn txn_commit_offsets(req: groups::TxnCommitOffsetsRequest) {
         coordinator_epoch: 1,
         commit: true,
         transaction_start: 1,
+        written_ms: 1,
     };
     apply(&mut m, 2, cpb::offsets_command::Command::TxnMarker(marker));
     for (topic, partition) in &expected {
@@ -290,7 +291,7 @@ fn write_txn(
         })),
     };
     let answer = m.apply(&LogId::default(), 0, &Payload { units: 0, body: body.encode_to_vec().into(), proposal: 0 });
-    answer.as_ref() == b"ok"
+    transactions::took_effect(&answer)
 }
 
 /// `AddPartitionsToTxn`, then `EndTxn` of what it began: every decision made from the applied

@@ -136,12 +136,13 @@ impl OffsetsState {
     }
 
     fn to_proto(&self) -> pb::OffsetsSnapshot {
-        let (pending_txn_offsets, txn_marks) = self.txn.to_proto();
+        let (pending_txn_offsets, txn_marks, txn_marks_pruned_before_ms) = self.txn.to_proto();
         pb::OffsetsSnapshot {
             consumer_groups: Vec::new(),
             classic_groups: Vec::new(),
             pending_txn_offsets,
             txn_marks,
+            txn_marks_pruned_before_ms,
             groups: self
                 .groups
                 .iter()
@@ -500,8 +501,10 @@ impl GroupStateMachine for OffsetsMachine {
 
     fn restore(&mut self, data: &[u8]) -> Result<(), String> {
         let s = pb::OffsetsSnapshot::decode(data).map_err(|e| format!("undecodable offsets snapshot: {e}"))?;
-        let mut state =
-            OffsetsState { txn: TxnOffsets::from_proto(s.pending_txn_offsets, &s.txn_marks)?, ..Default::default() };
+        let mut state = OffsetsState {
+            txn: TxnOffsets::from_proto(s.pending_txn_offsets, &s.txn_marks, s.txn_marks_pruned_before_ms)?,
+            ..Default::default()
+        };
         for g in s.groups {
             state.apply(pb::CommitOffsets {
                 group_id: g.group_id,

@@ -26,6 +26,11 @@
 //!
 //! Markers of a deposed transaction coordinator (a lower coordinator epoch than the producer's
 //! last marker here) are refused.
+//!
+//! What a producer's markers left here is its *mark* (the latest transaction they ended, the
+//! highest coordinator epoch, when the last was written). Marks refuse requests that are late;
+//! a mark older than the transactional id expiration (and at least an hour) is forgotten
+//! ([`prune_marks`]), and from then on a commit prepared before that point is refused.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -87,6 +92,9 @@ pub struct DeposedCoordinator {
 pub struct TxnOffsets {
     pending: BTreeMap<i64, PendingOffsets>,
     marks: BTreeMap<i64, Mark>,
+    /// The `before_ms` of the latest prune: commits prepared earlier are refused (see
+    /// [`TxnOffsets::prune_marks`]).
+    marks_pruned_before_ms: i64,
 }
 
 impl TxnOffsets {
@@ -188,22 +196,35 @@ impl TxnOffsets {
         Ok(ended.filter(|_| ends_it && commit))
     }
 
-    /// The number of producers whose marks [`TxnOffsets::prune_marks`] would forget at
-    /// `before_ms`.
-    pub fn prunable_marks(&self, before_ms: i64) -> usize {
+    /// The number of marks [`TxnOffsets::prune_marks`] would forget or date at `before_ms`.
+    pub(crate) fn prunable_marks(&self, before_ms: i64) -> usize {
         self.marks.iter().filter(|(pid, m)| m.marked_ms < before_ms && !self.pending.contains_key(pid)).count()
     }
 
     /// Forgets the marks of producers last marked before `before_ms` with no pending offsets
-    /// (see `PruneTxnMarks` in `proto/rill/coordinator.proto`). Returns how many.
+    /// (see `PruneTxnMarks` in `proto/rill/coordinator.proto`); a mark without a time is dated
+    /// `before_ms` instead. From then on a commit prepared before `before_ms` is refused: the
+    /// marks that refused a late commit of an ended transaction are gone, and such a commit is
+    /// one prepared before its transaction's marker. Returns how many marks were forgotten.
     fn prune_marks(&mut self, before_ms: i64) -> usize {
-        let before = self.marks.len();
+        let count = self.marks.len();
         let pending = &self.pending;
-        self.marks.retain(|pid, m| m.marked_ms >= before_ms || pending.contains_key(pid));
-        before - self.marks.len()
+        self.marks.retain(|pid, m| {
+            if m.marked_ms == 0 {
+                m.marked_ms = before_ms;
+            }
+            m.marked_ms >= before_ms || pending.contains_key(pid)
+        });
+        self.marks_pruned_before_ms = self.marks_pruned_before_ms.max(before_ms);
+        count - self.marks.len()
     }
 
-    pub(crate) fn to_proto(&self) -> (Vec<pb::PendingTxnOffsets>, Vec<pb::TxnMarkerMark>) {
+    /// True when `commit` was prepared before the latest prune (see [`TxnOffsets::prune_marks`]).
+    fn prepared_before_prune(&self, commit: &pb::CommitOffsets) -> bool {
+        commit.offsets.iter().any(|o| o.commit_time_ms < self.marks_pruned_before_ms)
+    }
+
+    pub(crate) fn to_proto(&self) -> (Vec<pb::PendingTxnOffsets>, Vec<pb::TxnMarkerMark>, i64) {
         let pending = self
             .pending
             .iter()
@@ -234,11 +255,15 @@ impl TxnOffsets {
                 marked_ms: m.marked_ms,
             })
             .collect();
-        (pending, marks)
+        (pending, marks, self.marks_pruned_before_ms)
     }
 
-    pub(crate) fn from_proto(pending: Vec<pb::PendingTxnOffsets>, marks: &[pb::TxnMarkerMark]) -> Result<Self, String> {
-        let mut out = Self::default();
+    pub(crate) fn from_proto(
+        pending: Vec<pb::PendingTxnOffsets>,
+        marks: &[pb::TxnMarkerMark],
+        marks_pruned_before_ms: i64,
+    ) -> Result<Self, String> {
+        let mut out = Self { marks_pruned_before_ms, ..Self::default() };
         for m in marks {
             let mark = Mark {
                 coordinator_epoch: m.coordinator_epoch,
@@ -266,7 +291,7 @@ impl TxnOffsets {
 pub(crate) fn apply_commit(txn: &mut TxnOffsets, c: pb::TxnCommitOffsets, may_commit: bool) -> bool {
     let Ok(epoch) = i16::try_from(c.producer_epoch) else { return false };
     let Some(commit) = c.commit else { return false };
-    may_commit && txn.add(c.producer_id, epoch, c.transaction_start, commit)
+    may_commit && !txn.prepared_before_prune(&commit) && txn.add(c.producer_id, epoch, c.transaction_start, commit)
 }
 
 /// What `apply` does with a marker: the offsets to commit, by group.
@@ -300,18 +325,24 @@ pub(crate) fn apply_prune(txn: &mut TxnOffsets, p: &pb::PruneTxnMarks) -> usize 
     txn.prune_marks(p.before_ms)
 }
 
+/// The least age of a mark [`prune_marks`] forgets, whatever the transactional id expiration:
+/// far beyond any request's life and any clock difference between successive leaders.
+const MIN_MARKS_HORIZON: Duration = Duration::from_secs(3600);
+
 /// On the group's coordinator: forgets the marks of producers whose last marker here is older
-/// than `horizon` (the transactional id expiration) and that have no offsets pending. A mark
-/// refuses a late `TxnCommitOffsets` of a transaction that already ended and a late marker of a
-/// deposed coordinator; both are requests in flight, which never live that long. Without this
-/// the marks grow by one per producer id that ever committed offsets in a transaction here.
-/// Returns how many were forgotten (nothing is written when none would be).
+/// than `horizon` (the transactional id expiration, at least [`MIN_MARKS_HORIZON`]) and that
+/// have no offsets pending. A mark refuses a late `TxnCommitOffsets` of a transaction that
+/// already ended and a late marker of a deposed coordinator: requests in flight, which never
+/// live that long — and a commit prepared before the prune is refused from then on anyway.
+/// Without this the marks grow by one per producer id that ever committed offsets in a
+/// transaction here. Returns about how many marks were forgotten or dated (nothing is written
+/// when none would be).
 pub async fn prune_marks(
     partition: &StatePartition<OffsetsMachine>,
     horizon: Duration,
     timeout: Duration,
 ) -> Result<usize> {
-    let horizon_ms = i64::try_from(horizon.as_millis()).unwrap_or(i64::MAX);
+    let horizon_ms = i64::try_from(horizon.max(MIN_MARKS_HORIZON).as_millis()).unwrap_or(i64::MAX);
     let before_ms = rill_rt::wall_clock_ms().saturating_sub(horizon_ms);
     let prunable = partition.read(|m| m.state().txn().prunable_marks(before_ms))?;
     if prunable == 0 {
@@ -508,8 +539,8 @@ mod tests {
         let mut t = TxnOffsets::default();
         t.apply_marker(TxnMarker { producer_id: 4, ..marker(3, 2, true) }, 0).unwrap();
         assert!(t.add(9, 1, 5, commit("g", 10)));
-        let (pending, marks) = t.to_proto();
-        assert_eq!(TxnOffsets::from_proto(pending, &marks).unwrap(), t);
+        let (pending, marks, pruned) = t.to_proto();
+        assert_eq!(TxnOffsets::from_proto(pending, &marks, pruned).unwrap(), t);
     }
 
     #[test]
@@ -536,17 +567,34 @@ mod tests {
         assert!(apply_commit(&mut t, c(2, 5), true), "producer 2's next transaction has offsets pending");
         assert_eq!(t.prunable_marks(2_000), 1);
         let snapshot = t.to_proto();
-        assert_eq!(TxnOffsets::from_proto(snapshot.0, &snapshot.1).unwrap(), t, "marks keep their time");
+        assert_eq!(TxnOffsets::from_proto(snapshot.0, &snapshot.1, snapshot.2).unwrap(), t, "marks keep their time");
 
         assert_eq!(apply_prune(&mut t, &pb::PruneTxnMarks { before_ms: 2_000 }), 1);
         assert_eq!((t.ended(1), t.ended(2), t.ended(3)), (0, 4, 4), "only the old mark without pending offsets");
         assert!(t.is_pending("g", "t", 0));
         assert_eq!(apply_prune(&mut t, &pb::PruneTxnMarks { before_ms: 2_000 }), 0, "nothing more to forget");
 
+        // A late commit of producer 1's ended transaction, which its forgotten mark would have
+        // refused, is refused as prepared before the prune (its commit time is 7 ms); one
+        // prepared since applies.
+        assert!(!apply_commit(&mut t, c(1, 4), true), "prepared before the prune");
+        let mut fresh = c(1, 9);
+        fresh.commit.as_mut().unwrap().offsets[0].commit_time_ms = 2_000;
+        assert!(apply_commit(&mut t, fresh, true));
+        let snapshot = t.to_proto();
+        assert_eq!(TxnOffsets::from_proto(snapshot.0, &snapshot.1, snapshot.2).unwrap(), t, "the prune point too");
+
         // Producer 2's marker ends its pending transaction: its mark is old, but now renewed.
         apply_marker(&mut t, &marker(2, 5, 6_000)).unwrap();
         assert_eq!(apply_prune(&mut t, &pb::PruneTxnMarks { before_ms: 5_500 }), 1, "producer 3's");
         assert_eq!((t.ended(2), t.ended(3)), (5, 0));
+
+        // A mark written before marks had a time is dated by the prune, not forgotten by it.
+        apply_marker(&mut t, &marker(4, 1, 0)).unwrap();
+        assert_eq!(apply_prune(&mut t, &pb::PruneTxnMarks { before_ms: 7_000 }), 1, "producer 2's only");
+        assert_eq!(t.ended(4), 1);
+        assert_eq!(apply_prune(&mut t, &pb::PruneTxnMarks { before_ms: 7_001 }), 1, "one horizon later");
+        assert_eq!(t.ended(4), 0);
     }
 
     #[test]

@@ -57,15 +57,21 @@ const CAS_ATTEMPTS: usize = 5;
 /// producer's next transaction begins as soon as `EndTxn` answered.
 const PREPARED_WAIT: Duration = Duration::from_secs(2);
 
-/// What `apply` answers a command that took effect, followed by the record's new version
-/// (8 bytes, big-endian; none for a removal).
+/// What `apply` answers a command that took effect; a write's answer goes on with the record's
+/// new version (8 bytes, big-endian), a removal's stops there.
 const APPLIED: &[u8] = b"ok";
 const CONFLICT: &[u8] = b"conflict";
 
-/// The version a command that took effect left (`None`: it did not take effect).
+/// True when `apply` answered that its command took effect.
+pub fn took_effect(answer: &[u8]) -> bool {
+    answer.starts_with(APPLIED)
+}
+
+/// The version a write that took effect left (`None`: it did not take effect, or the answer is
+/// not a write's).
 fn applied_version(answer: &[u8]) -> Option<u64> {
-    let version = answer.strip_prefix(APPLIED)?;
-    Some(version.try_into().map(u64::from_be_bytes).unwrap_or(0))
+    let version: [u8; 8] = answer.strip_prefix(APPLIED)?.try_into().ok()?;
+    Some(u64::from_be_bytes(version))
 }
 
 /// Every transactional id of a partition.
@@ -75,7 +81,7 @@ pub struct TransactionsState {
     /// The highest version a removed record held: a new record starts above it, so a decision
     /// made from a removed record (a compare-and-set on its version) never matches the record
     /// that later takes its id.
-    removed_version_floor: u64,
+    highest_removed_version: u64,
 }
 
 impl TransactionsState {
@@ -102,7 +108,7 @@ impl TransactionsState {
     /// The version the next write of `transactional_id` gives its record: one above the
     /// current one, or above every removed record's for an id without one.
     fn next_version(&self, transactional_id: &str) -> u64 {
-        self.ids.get(transactional_id).map_or(self.removed_version_floor, |t| t.version) + 1
+        self.ids.get(transactional_id).map_or(self.highest_removed_version, |t| t.version) + 1
     }
 
     /// Applies a record written before transactions existed (a compare-and-set on the
@@ -143,7 +149,7 @@ impl TransactionsState {
         if current.version != c.expect_version {
             return false;
         }
-        self.removed_version_floor = self.removed_version_floor.max(current.version);
+        self.highest_removed_version = self.highest_removed_version.max(current.version);
         self.ids.remove(&c.transactional_id);
         true
     }
@@ -203,7 +209,7 @@ impl GroupStateMachine for TransactionsMachine {
             return Ok(Bytes::new());
         }
         let producers = self.state.ids.iter().map(|(id, t)| t.to_proto(id)).collect();
-        let removed_version_floor = self.state.removed_version_floor;
+        let removed_version_floor = self.state.highest_removed_version;
         Ok(pb::TransactionsSnapshot { producers, removed_version_floor }.encode_to_vec().into())
     }
 
@@ -212,10 +218,15 @@ impl GroupStateMachine for TransactionsMachine {
             pb::TransactionsSnapshot::decode(data).map_err(|e| format!("undecodable transactions snapshot: {e}"))?;
         let mut ids = BTreeMap::new();
         for p in s.producers {
-            let stored = TransactionMetadata::from_proto(&p)?;
+            let mut stored = TransactionMetadata::from_proto(&p)?;
+            // Records snapshotted before versions existed read as version 0, which is also what
+            // an absent record compares as: a decision made from such a record could then
+            // re-create it after its removal. Every replica restores the same, so it is safe
+            // to number them 1.
+            stored.version = stored.version.max(1);
             ids.insert(p.transactional_id, stored);
         }
-        self.state = TransactionsState { ids, removed_version_floor: s.removed_version_floor };
+        self.state = TransactionsState { ids, highest_removed_version: s.removed_version_floor };
         self.changed.notify_waiters();
         Ok(())
     }
@@ -620,7 +631,8 @@ pub async fn to_finish(
 
 /// On the coordinator: removes every transactional id idle for `expiration` (see
 /// [`transitions::idle_past`]); returns the ids removed. Each removal is a compare-and-set on
-/// the version it was decided from, so an id used meanwhile stays.
+/// the version it was decided from, so an id used meanwhile stays. A failed proposal ends the
+/// sweep (the next one goes on): an error only when nothing was removed.
 pub async fn remove_idle(
     partition: &StatePartition<TransactionsMachine>,
     expiration: Duration,
@@ -643,8 +655,14 @@ pub async fn remove_idle(
                 expect_version,
             })),
         };
-        if applied_version(&partition.propose(command.encode_to_vec().into(), timeout).await?).is_some() {
-            removed.push(id);
+        match partition.propose(command.encode_to_vec().into(), timeout).await {
+            Ok(answer) if took_effect(&answer) => removed.push(id),
+            Ok(_) => {}
+            Err(e) if removed.is_empty() => return Err(e.into()),
+            Err(e) => {
+                tracing::debug!(error = %e, "removing expired transactional ids stopped; the next check goes on");
+                break;
+            }
         }
     }
     Ok(removed)
@@ -748,11 +766,12 @@ mod tests {
         let record = TransactionMetadata::new(7, 60_000, 0);
         assert_eq!(v(m.apply(&id, 0, &write("t", &record, 0))), Some(1));
         assert_eq!(v(m.apply(&id, 0, &write("t", &record, 1))), Some(2));
-        assert_eq!(v(m.apply(&id, 0, &remove("t", 1))), None, "decided from a version since replaced");
-        assert_eq!(v(m.apply(&id, 0, &remove("gone", 0))), None, "no record to remove");
-        assert_eq!(v(m.apply(&id, 0, &remove("t", 2))), Some(0));
+        let removed = |m: &mut TransactionsMachine, payload: &Payload| took_effect(&m.apply(&id, 0, payload));
+        assert!(!removed(&mut m, &remove("t", 1)), "decided from a version since replaced");
+        assert!(!removed(&mut m, &remove("gone", 0)), "no record to remove");
+        assert!(removed(&mut m, &remove("t", 2)));
         assert!(m.state().get("t").is_none());
-        assert_eq!(v(m.apply(&id, 0, &remove("t", 2))), None, "removed once");
+        assert!(!removed(&mut m, &remove("t", 2)), "removed once");
 
         // The snapshot keeps the floor: a replica restored from it numbers the id's next record
         // as this one does.
@@ -766,6 +785,26 @@ mod tests {
         assert_eq!(v(m.apply(&id, 0, &write("t", &record, 2))), None, "a decision from the removed record");
         assert_eq!(v(m.apply(&id, 0, &write("other", &fresh, 0))), Some(3), "the floor is the partition's");
         assert_eq!(m.state().get("t").map(|t| t.producer_id), Some(8));
+    }
+
+    #[test]
+    fn a_record_snapshotted_before_versions_existed_is_restored_at_version_1() {
+        let old = pb::TransactionsSnapshot {
+            producers: vec![pb::TransactionalProducer {
+                transactional_id: "t".into(),
+                producer_id: 7,
+                transaction_timeout_ms: 60_000,
+                ..Default::default()
+            }],
+            removed_version_floor: 0,
+        };
+        let mut m = TransactionsMachine::new();
+        m.restore(&old.encode_to_vec()).unwrap();
+        assert_eq!(m.state().get("t").map(|t| t.version), Some(1));
+        let id = LogId::default();
+        assert!(took_effect(&m.apply(&id, 0, &remove("t", 1))));
+        let stale = TransactionMetadata::new(7, 60_000, 0);
+        assert!(!took_effect(&m.apply(&id, 0, &write("t", &stale, 1))), "a decision from the removed record");
     }
 
     #[test]

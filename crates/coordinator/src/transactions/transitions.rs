@@ -94,14 +94,10 @@ pub fn init_producer(
     fresh_id: Option<i64>,
     now_ms: i64,
 ) -> Result<InitDecision> {
+    // An id without a record starts afresh, whatever pair the client holds (as Kafka's
+    // coordinator does): a producer recovering after its id expired gets a new producer id,
+    // and its old one stays retired.
     let Some(m) = current else {
-        if expected.is_some_and(|(pid, _)| pid >= 0) {
-            return Err(CoordinatorError::InvalidProducerIdMapping {
-                transactional_id: id.to_string(),
-                producer_id: expected.map_or(-1, |e| e.0),
-                current: -1,
-            });
-        }
         return Ok(match fresh_id {
             Some(pid) => InitDecision::Write(TransactionMetadata::new(pid, timeout_ms, now_ms)),
             None => InitDecision::NeedsProducerId,
@@ -422,6 +418,13 @@ mod tests {
         assert_eq!((done.state, done.partitions.len()), (TxnState::CompleteAbort, 0));
         let next = written(init_producer("t", Some(&done), 1, None, None, 9));
         assert_eq!((next.epoch, next.state), (2, TxnState::Empty));
+    }
+
+    #[test]
+    fn a_producer_recovering_after_its_id_expired_gets_a_new_producer_id() {
+        assert_eq!(init_producer("t", None, 60_000, Some((7, 3)), None, 1).unwrap(), InitDecision::NeedsProducerId);
+        let record = written(init_producer("t", None, 60_000, Some((7, 3)), Some(8), 1));
+        assert_eq!((record.producer_id, record.epoch, record.state), (8, 0, TxnState::Empty));
     }
 
     #[test]
