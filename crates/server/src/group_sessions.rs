@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use rill_coordinator::{groups, CoordinatorError};
 
-use crate::node::{Hosted, Node};
+use crate::node::Node;
 
 /// How often timers are checked: a member is removed at most this long after its timeout.
 const CHECK_EVERY: Duration = Duration::from_secs(1);
@@ -32,8 +32,7 @@ pub async fn run(node: Weak<Node>) {
         let Some(n) = node.upgrade() else { return };
         let sessions = n.group_sessions();
         let mut led = Vec::new();
-        for hosted in n.replicas() {
-            let Hosted::Offsets(p) = hosted else { continue };
+        for p in n.offsets_replicas() {
             let group = p.replica().group();
             match p.read(|m| sessions.adopt(group, m.groups())) {
                 Ok(()) => led.push(p),
@@ -77,14 +76,7 @@ pub async fn run_offsets_retention(node: Weak<Node>) {
         let Some(n) = node.upgrade() else { return };
         let retention_ms = i64::try_from(n.config().offsets_retention.retention.as_millis()).unwrap_or(i64::MAX);
         let marks_horizon = n.config().transactional_id_expiration.expiration;
-        let offsets: Vec<_> = n
-            .replicas()
-            .into_iter()
-            .filter_map(|hosted| match hosted {
-                Hosted::Offsets(p) => Some(p),
-                _ => None,
-            })
-            .collect();
+        let offsets = n.offsets_replicas();
         drop(n);
         for p in offsets {
             // Only the caught-up leader decides; elsewhere `expire` answers not-the-coordinator.

@@ -260,6 +260,28 @@ impl Node {
         all
     }
 
+    /// Every `__consumer_offsets` replica hosted here (group coordinator state), by group.
+    pub fn offsets_replicas(&self) -> Vec<Arc<StatePartition<OffsetsMachine>>> {
+        self.replicas()
+            .into_iter()
+            .filter_map(|h| match h {
+                Hosted::Offsets(p) => Some(p),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Every `__transaction_state` replica hosted here (transaction coordinator state), by group.
+    pub fn transactions_replicas(&self) -> Vec<Arc<StatePartition<TransactionsMachine>>> {
+        self.replicas()
+            .into_iter()
+            .filter_map(|h| match h {
+                Hosted::Transactions(p) => Some(p),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// The record partition replica of group `group` hosted here.
     pub fn partition_by_group(&self, group: GroupId) -> Option<Arc<Partition>> {
         match self.replica(group)? {

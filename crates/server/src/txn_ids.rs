@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use rill_coordinator::CoordinatorError;
 
-use crate::node::{Hosted, Node};
+use crate::node::Node;
 
 /// How long one removal may take to be written.
 const REMOVE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -27,14 +27,7 @@ pub async fn run(node: Weak<Node>) {
         rill_rt::sleep(every).await;
         let Some(n) = node.upgrade() else { return };
         let expiration = n.config().transactional_id_expiration.expiration;
-        let partitions: Vec<_> = n
-            .replicas()
-            .into_iter()
-            .filter_map(|hosted| match hosted {
-                Hosted::Transactions(p) => Some(p),
-                _ => None,
-            })
-            .collect();
+        let partitions = n.transactions_replicas();
         drop(n);
         for p in partitions {
             // Only the caught-up leader decides; elsewhere `remove_idle` answers not-the-coordinator.

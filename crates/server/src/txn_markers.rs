@@ -92,14 +92,7 @@ pub async fn run(node: Weak<Node>) {
     loop {
         rill_rt::sleep(CHECK_EVERY).await;
         let Some(n) = node.upgrade() else { return };
-        let led: Vec<_> = n
-            .replicas()
-            .into_iter()
-            .filter_map(|h| match h {
-                Hosted::Transactions(p) if p.replica().state().is_leader => Some(p),
-                _ => None,
-            })
-            .collect();
+        let led: Vec<_> = n.transactions_replicas().into_iter().filter(|p| p.replica().state().is_leader).collect();
         for p in led {
             match transactions::to_finish(&p, STEP_TIMEOUT).await {
                 Ok(records) => {

@@ -221,8 +221,7 @@ impl Groups for GroupsApi {
         let req = request.into_inner();
         self.authz.authorize(&principal, rpc::LIST_GROUPS, &req)?;
         let mut groups = Vec::new();
-        for hosted in self.node.replicas() {
-            let Hosted::Offsets(p) = hosted else { continue };
+        for p in self.node.offsets_replicas() {
             // Only a caught-up leader answers for its partition; the client asks every leader.
             let Ok(listed) = p.read(|m| {
                 let ids: std::collections::BTreeSet<&String> =

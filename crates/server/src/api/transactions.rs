@@ -241,8 +241,7 @@ impl Transactions for TransactionsApi {
         self.authz.authorize(&principal, rpc::LIST_TRANSACTIONS, &req)?;
         let now = rill_rt::wall_clock_ms();
         let mut transactions = Vec::new();
-        for hosted in self.node.replicas() {
-            let Hosted::Transactions(p) = hosted else { continue };
+        for p in self.node.transactions_replicas() {
             // Only a caught-up leader answers for its partition; the client asks every leader.
             let Ok(listed) = p.read(|m| {
                 m.state()
