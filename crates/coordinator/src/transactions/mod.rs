@@ -209,8 +209,8 @@ impl GroupStateMachine for TransactionsMachine {
             return Ok(Bytes::new());
         }
         let producers = self.state.ids.iter().map(|(id, t)| t.to_proto(id)).collect();
-        let removed_version_floor = self.state.highest_removed_version;
-        Ok(pb::TransactionsSnapshot { producers, removed_version_floor }.encode_to_vec().into())
+        let highest_removed_version = self.state.highest_removed_version;
+        Ok(pb::TransactionsSnapshot { producers, highest_removed_version }.encode_to_vec().into())
     }
 
     fn restore(&mut self, data: &[u8]) -> Result<(), String> {
@@ -226,7 +226,7 @@ impl GroupStateMachine for TransactionsMachine {
             stored.version = stored.version.max(1);
             ids.insert(p.transactional_id, stored);
         }
-        self.state = TransactionsState { ids, highest_removed_version: s.removed_version_floor };
+        self.state = TransactionsState { ids, highest_removed_version: s.highest_removed_version };
         self.changed.notify_waiters();
         Ok(())
     }
@@ -796,7 +796,7 @@ mod tests {
                 transaction_timeout_ms: 60_000,
                 ..Default::default()
             }],
-            removed_version_floor: 0,
+            highest_removed_version: 0,
         };
         let mut m = TransactionsMachine::new();
         m.restore(&old.encode_to_vec()).unwrap();
