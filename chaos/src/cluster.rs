@@ -37,6 +37,9 @@ pub struct SimOptions {
     /// `[transactions] transactional-id-expiration`, checked every half of it (`None`: the
     /// server's default, 7 days).
     pub transactional_id_expiration: Option<Duration>,
+    /// Consumer group members' session timeout and heartbeat interval (`None`: 6 s and 500 ms,
+    /// so members expire within a run's fault phase).
+    pub groups: Option<rill_coordinator::groups::Timeouts>,
 }
 
 /// A simulated cluster: nodes at 10.0.0.<id> (clients on :7001, nodes on :7101), client hosts at
@@ -58,6 +61,7 @@ impl SimCluster {
             client_hosts: 1,
             sync_latency: Duration::ZERO,
             transactional_id_expiration: None,
+            groups: None,
         })
     }
 
@@ -78,6 +82,7 @@ impl SimCluster {
             let incarnations = incarnations.clone();
             let sync_latency = opts.sync_latency;
             let transactional_id_expiration = opts.transactional_id_expiration;
+            let group_timeouts = opts.groups;
             let node = handle
                 .create_node()
                 .name(format!("node-{id}"))
@@ -116,8 +121,10 @@ impl SimCluster {
                         // as it moves, so runs install snapshots that carry records.
                         config.record_purge_every = Duration::from_millis(500);
                         // Consumer group members expire within a run's fault phase.
-                        config.groups =
-                            rill_coordinator::groups::Timeouts { session_ms: 6_000, heartbeat_interval_ms: 500 };
+                        config.groups = group_timeouts.unwrap_or(rill_coordinator::groups::Timeouts {
+                            session_ms: 6_000,
+                            heartbeat_interval_ms: 500,
+                        });
                         if let Some(expiration) = transactional_id_expiration {
                             config.transactional_id_expiration =
                                 TransactionalIdExpiration { expiration, check_every: expiration / 2 };

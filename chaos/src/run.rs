@@ -119,6 +119,7 @@ pub fn start_generated(
         client_hosts,
         sync_latency: Duration::from_micros(rill_rt::rng().gen_range(500..8000)),
         transactional_id_expiration,
+        groups: None,
     }));
     (trace, phase, cluster)
 }
@@ -170,6 +171,7 @@ pub async fn run(scenario: &Scenario) -> Report {
         client_hosts: processes + 1,
         sync_latency,
         transactional_id_expiration: None,
+        groups: None,
     }));
     let mut violations = Vec::new();
 

@@ -10,8 +10,8 @@
 //! `a_long_snapshot_transfer_keeps_its_leader`,
 //! `a_leader_dying_with_its_last_entry_on_one_follower_is_replaced_by_that_follower`,
 //! `a_failed_disk_takes_its_node_out`,
-//! `an_acks_0_flood_waits_for_the_log` and `consumer_group_members_never_share_a_partition` are
-//! scripted.
+//! `an_acks_0_flood_waits_for_the_log`, `consumer_group_members_never_share_a_partition` and
+//! `an_owner_hears_at_once_that_a_joining_member_needs_its_partitions` are scripted.
 
 #![cfg(madsim)]
 // Test code: a failed expectation is a failed test.
@@ -349,6 +349,7 @@ async fn slow_disk_cluster(sync_latency: Duration, topic: &'static str) -> (SimC
         client_hosts: 1,
         sync_latency,
         transactional_id_expiration: None,
+        groups: None,
     });
     let client = cluster.client().await;
     let c = client.clone();
@@ -945,6 +946,7 @@ async fn consumer_group_members_never_share_a_partition() {
         client_hosts: 6,
         sync_latency: Duration::from_millis(1),
         transactional_id_expiration: None,
+        groups: None,
     }));
     let client = cluster.client().await;
     let c = client.clone();
@@ -1049,6 +1051,82 @@ async fn consumer_group_members_never_share_a_partition() {
     println!("trace-hash: {:016x} events={}", trace.hash(), trace.len());
 }
 
+/// A member of group `g` subscribed to `topic` on client host `host`: polls until `stop`, and
+/// publishes how many partitions it owns after each poll.
+fn polling_member(
+    cluster: &SimCluster,
+    host: usize,
+    topic: &'static str,
+    owned: Arc<std::sync::atomic::AtomicUsize>,
+    stop: Arc<AtomicU8>,
+) -> madsim::task::JoinHandle<()> {
+    let bootstrap = cluster.bootstrap();
+    cluster.client_host(host).spawn(async move {
+        let client = rill_chaos::cluster::connect(bootstrap).await;
+        let config = rill_client::ConsumerConfig { group_id: Some("g".into()), ..Default::default() };
+        let mut consumer = rill_client::Consumer::new(client, config);
+        consumer.subscribe(&[topic]).expect("subscribe");
+        while stop.load(Ordering::SeqCst) == RUN {
+            let _ = consumer.poll(Duration::from_millis(100)).await;
+            owned.store(consumer.assignment().len(), Ordering::SeqCst);
+        }
+        let _ = consumer.shutdown().await;
+    })
+}
+
+/// Scripted: with Kafka's default timeouts (5 s heartbeat interval), a member owning all four
+/// partitions is told at once — its heartbeat is held by the coordinator as a long poll — that a
+/// joining member needs two of them, and the join is stable within a second: not at the owner's
+/// next heartbeat, 0–5 s later.
+#[madsim::test]
+async fn an_owner_hears_at_once_that_a_joining_member_needs_its_partitions() {
+    const BOUND: Duration = Duration::from_secs(1);
+    let trace = begin_scripted();
+    let cluster = Arc::new(SimCluster::start_with(SimOptions {
+        nodes: 3,
+        client_hosts: 2,
+        sync_latency: Duration::from_millis(1),
+        transactional_id_expiration: None,
+        groups: Some(rill_coordinator::groups::Timeouts::default()),
+    }));
+    let client = cluster.client().await;
+    let c = client.clone();
+    cluster
+        .on_client(async move {
+            wait_until("the topic created", || async { c.create_topic("moves", 4, 3, &[]).await.ok() }).await;
+            c.wait_for_leaders("moves", SETTLE).await.expect("moves has leaders");
+            c.wait_for_leaders(rill_meta::CONSUMER_OFFSETS_TOPIC, SETTLE).await.expect("the offsets topic has leaders")
+        })
+        .await;
+    let stop = Arc::new(AtomicU8::new(RUN));
+    let (a_owns, b_owns) = (Arc::default(), Arc::default());
+    let a = polling_member(&cluster, 0, "moves", Arc::clone(&a_owns), stop.clone());
+    wait_until("the first member owning every partition", || {
+        let n = std::sync::atomic::AtomicUsize::load(&a_owns, Ordering::SeqCst);
+        async move { (n == 4).then_some(()) }
+    })
+    .await;
+    // Some heartbeat intervals of quiet, at a seed-drawn phase against the owner's heartbeats.
+    madsim::time::sleep(Duration::from_millis(rand::Rng::gen_range(&mut rill_rt::rng(), 10_000..15_000))).await;
+    let joined = rill_rt::now();
+    trace.record(format!("the second member joins at {:?}", elapsed()));
+    let b = polling_member(&cluster, 1, "moves", Arc::clone(&b_owns), stop.clone());
+    wait_until("the partitions shared", || {
+        let shared = std::sync::atomic::AtomicUsize::load(&a_owns, Ordering::SeqCst) == 2
+            && std::sync::atomic::AtomicUsize::load(&b_owns, Ordering::SeqCst) == 2;
+        async move { shared.then_some(()) }
+    })
+    .await;
+    let took = joined.elapsed();
+    trace.record(format!("shared {took:?} after the join"));
+    println!("the join was stable {took:?} after the second member started");
+    assert!(took < BOUND, "the partitions were shared {took:?} after the join; the bound is {BOUND:?}");
+    stop.store(LEAVE, Ordering::SeqCst);
+    a.await.expect("the first member");
+    b.await.expect("the second member");
+    println!("trace-hash: {:016x} events={}", trace.hash(), trace.len());
+}
+
 /// Runs a generated scenario and fails on any violation.
 async fn scenario(name: &str) {
     init_logs();
@@ -1136,6 +1214,7 @@ async fn list_scenarios() {
     println!("a_leader_dying_with_its_last_entry_on_one_follower_is_replaced_by_that_follower\tscripted: the leader dies with its last entry on the follower that is not its designated successor; that follower stands above the refused candidate and leads before openraft's own timer (default)");
     println!("an_acks_0_flood_waits_for_the_log\tscripted: 100 acks=0 requests of 1 MB on slow disks: no replica queues more than 32 MiB (default)");
     println!("a_failed_disk_takes_its_node_out\tscripted: the leader's syncs fail; it stops its groups and looks down, another replica leads (default)");
+    println!("an_owner_hears_at_once_that_a_joining_member_needs_its_partitions\tscripted: with a 5 s heartbeat interval, an owner's held heartbeat tells it at once that a joining member needs its partitions; the join is stable within a second (default)");
     println!("consumer_group_members_never_share_a_partition\tscripted: group members join, crash and leave while the coordinator is killed: no partition ever has two owners, commits never go back, everything is handed out (default)");
     println!("groups\tgenerated: consumer group members join, crash mid-batch, leave and pause past their session under every node fault; ownership in epoch order, nothing skipped, lag reaches 0 (default)");
     println!("transactions\tgenerated: transactional producers commit and abort, crash mid-transaction and are fenced by their successors, a read_committed reader follows, under every node fault; no aborted read, no lost committed write, no torn transaction, the LSO reaches the HW (default)");

@@ -3,7 +3,8 @@
 //!
 //! ```text
 //!  task: join (epoch 0) ─► heartbeat every interval (sooner when the consumer has acted on an
-//!        assignment) ─► answer: epoch, new assignment? ─► shared.assignment
+//!        assignment), each held by the coordinator up to the interval until the member has
+//!        something to do (a long poll) ─► answer: epoch, new assignment? ─► shared.assignment
 //!  consumer.poll: lost? (fenced, or no successful heartbeat for the session timeout, on the
 //!        consumer's own clock) ─► drop every partition and its buffered records, rejoin
 //!                 new assignment? ─► revoke (commit, release) what it leaves out ─► take the rest
@@ -207,11 +208,21 @@ async fn run(
                 Some((request(&config, &mut s), s.generation, rill_rt::now()))
             }
         };
-        let Some((req, generation, sent_at)) = req else {
+        let Some((mut req, generation, sent_at)) = req else {
             rill_rt::sleep(RETRY_AFTER).await;
             continue;
         };
-        let answer = client.consumer_group_heartbeat(req).await;
+        // A long poll: held by the coordinator until this member has something to do, at most
+        // an interval (and well inside the request's deadline).
+        let hold = interval.min(client.options().request_slack);
+        req.wait_ms = (req.member_epoch > 0).then(|| u32::try_from(hold.as_millis()).unwrap_or(u32::MAX));
+        // The consumer acted on an assignment meanwhile: that heartbeat goes now, in place of
+        // one the coordinator may be holding (dropped, its answer lost: a lost answer is
+        // allowed for, the next heartbeat may carry the previous epoch).
+        let answer = tokio::select! {
+            answer = client.consumer_group_heartbeat(req) => answer,
+            () = wake.notified() => continue,
+        };
         let mut act = false;
         let wait = {
             let mut s = lock(&shared);
@@ -221,6 +232,7 @@ async fn run(
             } else {
                 match answer {
                     Ok(resp) => {
+                        let epoch_before = s.epoch;
                         s.member_id = resp.member_id;
                         s.epoch = resp.member_epoch;
                         // The session runs from when the request left, as the coordinator's runs from
@@ -240,7 +252,16 @@ async fn run(
                             s.assignment = (assignment != s.owned).then_some(assignment);
                             act = s.assignment.is_some();
                         }
-                        interval
+                        let news = act || s.epoch != epoch_before;
+                        // One heartbeat is always held at the coordinator: an answer with news
+                        // came early, and the next goes at once; a quiet one was held (next at
+                        // once too) or came at once from a coordinator that holds none (next
+                        // after the rest of the hold, so heartbeats start at most every hold).
+                        if news {
+                            Duration::ZERO
+                        } else {
+                            hold.saturating_sub(sent_at.elapsed())
+                        }
                     }
                     Err(e) => {
                         s.last_error = Some(e.to_string());
@@ -294,6 +315,7 @@ fn request(config: &MembershipConfig, s: &mut Shared) -> ConsumerGroupHeartbeatR
         rebalance_mode: if joining { config.rebalance_mode.clone() } else { None },
         owned,
         client_id: config.client_id.clone(),
+        wait_ms: None,
     }
 }
 

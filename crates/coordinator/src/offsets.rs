@@ -276,12 +276,21 @@ pub struct OffsetsMachine {
     state: OffsetsState,
     groups: ConsumerGroups,
     classic: ClassicGroups,
+    /// Woken whenever a KIP-848 group's record changes (a change applied, a snapshot
+    /// installed): what a member's held heartbeat listens to.
+    group_changes: std::sync::Arc<rill_rt::sync::Notify>,
 }
 
 impl OffsetsMachine {
     /// An empty machine.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Notified whenever a KIP-848 group of this partition changes on this replica. A
+    /// `Notified` taken before reading a group sees every change applied after that read.
+    pub fn group_changes(&self) -> std::sync::Arc<rill_rt::sync::Notify> {
+        self.group_changes.clone()
     }
 
     /// The state.
@@ -445,6 +454,7 @@ impl GroupStateMachine for OffsetsMachine {
                             // Takes the id over from an empty classic group, if there was one.
                             self.classic.remove(&c.group_id);
                         }
+                        self.group_changes.notify_waiters();
                         Bytes::from_static(APPLIED)
                     }
                     Applied::Conflict => Bytes::from_static(CONFLICT),
@@ -516,6 +526,7 @@ impl GroupStateMachine for OffsetsMachine {
         self.state = state;
         self.groups = ConsumerGroups::from_proto(&s.consumer_groups);
         self.classic = ClassicGroups::from_proto(&s.classic_groups);
+        self.group_changes.notify_waiters();
         Ok(())
     }
 }

@@ -75,6 +75,37 @@ pub async fn consumer_heartbeat(
     Err(contended(&req.group_id))
 }
 
+/// [`consumer_heartbeat`] as a long poll: a heartbeat of a member in the group that changes
+/// nothing is held up to `hold` and decided again whenever the group changes, and answered as
+/// soon as that gives the member something to do (a new epoch, partitions to revoke or to take —
+/// any change its heartbeat makes). An owner thus hears at once that a joining member needs
+/// its partitions, instead of at its next heartbeat. Held out, it is decided once more, so a
+/// coordinator deposed meanwhile answers not-the-coordinator.
+pub async fn consumer_heartbeat_held(
+    partition: &StatePartition<OffsetsMachine>,
+    req: &HeartbeatRequest,
+    topics: TopicLookup<'_>,
+    timeouts: Timeouts,
+    timeout: Duration,
+    hold: Duration,
+) -> Result<Decision> {
+    let until = rill_rt::now() + hold;
+    let changes = partition.peek(|m| m.group_changes());
+    loop {
+        // Taken before the decision reads the group: a change applied after it wakes this.
+        let changed = changes.notified();
+        let decision = consumer_heartbeat(partition, req, topics, timeouts, timeout).await?;
+        let idle =
+            req.member_epoch > 0 && decision.change.is_none() && decision.answer.member_epoch == req.member_epoch;
+        if !idle || rill_rt::now() >= until {
+            return Ok(decision);
+        }
+        if rill_rt::timeout_at(until, changed).await.is_err() {
+            return consumer_heartbeat(partition, req, topics, timeouts, timeout).await;
+        }
+    }
+}
+
 /// On the group's coordinator: removes member `member_id` if it is still at `epoch` (its session
 /// or rebalance timer expired). True when it was removed.
 pub async fn fence_member(

@@ -33,6 +33,10 @@ use crate::node::{Hosted, Node};
 const COMMIT_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a membership change may take to be committed: well within a member's session.
 const HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest a heartbeat that changes nothing is held (`wait_ms`, a long poll), well inside a
+/// client's request deadline; never longer than the heartbeat interval either, which is below
+/// the session timeout, so a held member's session never runs out.
+const MAX_HEARTBEAT_HOLD: Duration = Duration::from_secs(5);
 
 /// The `Groups` service.
 pub struct GroupsApi {
@@ -398,12 +402,17 @@ impl Groups for GroupsApi {
             client_id: req.client_id,
             client_host,
         };
-        let decision = match consumer_groups::consumer_heartbeat(
+        let timeouts = self.node.config().groups;
+        let hold = Duration::from_millis(u64::from(req.wait_ms.unwrap_or(0)))
+            .min(Duration::from_millis(u64::from(timeouts.heartbeat_interval_ms)))
+            .min(MAX_HEARTBEAT_HOLD);
+        let decision = match consumer_groups::consumer_heartbeat_held(
             &coordinator,
             &decided,
             &topics,
-            self.node.config().groups,
+            timeouts,
             HEARTBEAT_TIMEOUT,
+            hold,
         )
         .await
         {
