@@ -10,8 +10,9 @@
 //! `a_long_snapshot_transfer_keeps_its_leader`,
 //! `a_leader_dying_with_its_last_entry_on_one_follower_is_replaced_by_that_follower`,
 //! `a_failed_disk_takes_its_node_out`,
-//! `an_acks_0_flood_waits_for_the_log`, `consumer_group_members_never_share_a_partition` and
-//! `an_owner_hears_at_once_that_a_joining_member_needs_its_partitions` are scripted.
+//! `an_acks_0_flood_waits_for_the_log`, `consumer_group_members_never_share_a_partition`,
+//! `an_owner_hears_at_once_that_a_joining_member_needs_its_partitions`,
+//! `held_heartbeats_keep_a_short_session` are scripted.
 
 #![cfg(madsim)]
 // Test code: a failed expectation is a failed test.
@@ -1051,13 +1052,23 @@ async fn consumer_group_members_never_share_a_partition() {
     println!("trace-hash: {:016x} events={}", trace.hash(), trace.len());
 }
 
+/// Counts the partitions a member lost without revoking them (its membership lost).
+struct CountLost(Arc<std::sync::atomic::AtomicUsize>);
+
+impl rill_client::RebalanceListener for CountLost {
+    fn on_lost(&mut self, partitions: &[rill_client::TopicPartition]) {
+        self.0.fetch_add(partitions.len(), Ordering::SeqCst);
+    }
+}
+
 /// A member of group `g` subscribed to `topic` on client host `host`: polls until `stop`, and
-/// publishes how many partitions it owns after each poll.
+/// publishes how many partitions it owns after each poll, and how many it ever lost.
 fn polling_member(
     cluster: &SimCluster,
     host: usize,
     topic: &'static str,
     owned: Arc<std::sync::atomic::AtomicUsize>,
+    lost: Arc<std::sync::atomic::AtomicUsize>,
     stop: Arc<AtomicU8>,
 ) -> madsim::task::JoinHandle<()> {
     let bootstrap = cluster.bootstrap();
@@ -1065,6 +1076,7 @@ fn polling_member(
         let client = rill_chaos::cluster::connect(bootstrap).await;
         let config = rill_client::ConsumerConfig { group_id: Some("g".into()), ..Default::default() };
         let mut consumer = rill_client::Consumer::new(client, config);
+        consumer.set_rebalance_listener(CountLost(lost));
         consumer.subscribe(&[topic]).expect("subscribe");
         while stop.load(Ordering::SeqCst) == RUN {
             let _ = consumer.poll(Duration::from_millis(100)).await;
@@ -1100,7 +1112,7 @@ async fn an_owner_hears_at_once_that_a_joining_member_needs_its_partitions() {
         .await;
     let stop = Arc::new(AtomicU8::new(RUN));
     let (a_owns, b_owns) = (Arc::default(), Arc::default());
-    let a = polling_member(&cluster, 0, "moves", Arc::clone(&a_owns), stop.clone());
+    let a = polling_member(&cluster, 0, "moves", Arc::clone(&a_owns), Arc::default(), stop.clone());
     wait_until("the first member owning every partition", || {
         let n = std::sync::atomic::AtomicUsize::load(&a_owns, Ordering::SeqCst);
         async move { (n == 4).then_some(()) }
@@ -1110,7 +1122,7 @@ async fn an_owner_hears_at_once_that_a_joining_member_needs_its_partitions() {
     madsim::time::sleep(Duration::from_millis(rand::Rng::gen_range(&mut rill_rt::rng(), 10_000..15_000))).await;
     let joined = rill_rt::now();
     trace.record(format!("the second member joins at {:?}", elapsed()));
-    let b = polling_member(&cluster, 1, "moves", Arc::clone(&b_owns), stop.clone());
+    let b = polling_member(&cluster, 1, "moves", Arc::clone(&b_owns), Arc::default(), stop.clone());
     wait_until("the partitions shared", || {
         let shared = std::sync::atomic::AtomicUsize::load(&a_owns, Ordering::SeqCst) == 2
             && std::sync::atomic::AtomicUsize::load(&b_owns, Ordering::SeqCst) == 2;
@@ -1121,6 +1133,57 @@ async fn an_owner_hears_at_once_that_a_joining_member_needs_its_partitions() {
     trace.record(format!("shared {took:?} after the join"));
     println!("the join was stable {took:?} after the second member started");
     assert!(took < BOUND, "the partitions were shared {took:?} after the join; the bound is {BOUND:?}");
+    stop.store(LEAVE, Ordering::SeqCst);
+    a.await.expect("the first member");
+    b.await.expect("the second member");
+    println!("trace-hash: {:016x} events={}", trace.hash(), trace.len());
+}
+
+/// Scripted: heartbeats held as long polls keep a session barely longer than the heartbeat
+/// interval (6 s and 5 s, as a user may set them): two members idle for 30 s keep their
+/// partitions — neither side counts a held heartbeat's wait against the session — and the group
+/// stays at its epoch.
+#[madsim::test]
+async fn held_heartbeats_keep_a_short_session() {
+    let trace = begin_scripted();
+    let cluster = Arc::new(SimCluster::start_with(SimOptions {
+        nodes: 3,
+        client_hosts: 2,
+        sync_latency: Duration::from_millis(1),
+        transactional_id_expiration: None,
+        groups: Some(rill_coordinator::groups::Timeouts { session_ms: 6_000, heartbeat_interval_ms: 5_000 }),
+    }));
+    let client = cluster.client().await;
+    let c = client.clone();
+    cluster
+        .on_client(async move {
+            wait_until("the topic created", || async { c.create_topic("idle", 4, 3, &[]).await.ok() }).await;
+            c.wait_for_leaders("idle", SETTLE).await.expect("idle has leaders");
+            c.wait_for_leaders(rill_meta::CONSUMER_OFFSETS_TOPIC, SETTLE).await.expect("the offsets topic has leaders")
+        })
+        .await;
+    let stop = Arc::new(AtomicU8::new(RUN));
+    let (a_owns, b_owns) = (Arc::default(), Arc::default());
+    let lost: Arc<std::sync::atomic::AtomicUsize> = Arc::default();
+    let a = polling_member(&cluster, 0, "idle", Arc::clone(&a_owns), lost.clone(), stop.clone());
+    let b = polling_member(&cluster, 1, "idle", Arc::clone(&b_owns), lost.clone(), stop.clone());
+    let owns = |x: &Arc<std::sync::atomic::AtomicUsize>| std::sync::atomic::AtomicUsize::load(x, Ordering::SeqCst);
+    wait_until("the partitions shared", || {
+        let shared = owns(&a_owns) == 2 && owns(&b_owns) == 2;
+        async move { shared.then_some(()) }
+    })
+    .await;
+    let epoch_of = |cluster: &SimCluster| group_run::led_group(cluster).map(|(g, _)| g.epoch);
+    let epoch = wait_until("the group's epoch", || {
+        let e = epoch_of(&cluster);
+        async move { e }
+    })
+    .await;
+    trace.record(format!("shared at group epoch {epoch}, {:?}", elapsed()));
+    madsim::time::sleep(Duration::from_secs(30)).await;
+    assert_eq!(owns(&lost), 0, "partitions lost by idle members (their membership ran out)");
+    assert_eq!((owns(&a_owns), owns(&b_owns)), (2, 2));
+    assert_eq!(epoch_of(&cluster), Some(epoch), "the group rebalanced while its members were idle");
     stop.store(LEAVE, Ordering::SeqCst);
     a.await.expect("the first member");
     b.await.expect("the second member");
@@ -1215,6 +1278,7 @@ async fn list_scenarios() {
     println!("an_acks_0_flood_waits_for_the_log\tscripted: 100 acks=0 requests of 1 MB on slow disks: no replica queues more than 32 MiB (default)");
     println!("a_failed_disk_takes_its_node_out\tscripted: the leader's syncs fail; it stops its groups and looks down, another replica leads (default)");
     println!("an_owner_hears_at_once_that_a_joining_member_needs_its_partitions\tscripted: with a 5 s heartbeat interval, an owner's held heartbeat tells it at once that a joining member needs its partitions; the join is stable within a second (default)");
+    println!("held_heartbeats_keep_a_short_session\tscripted: with a 6 s session and 5 s heartbeats held as long polls, two idle members keep their partitions for 30 s and the group its epoch (default)");
     println!("consumer_group_members_never_share_a_partition\tscripted: group members join, crash and leave while the coordinator is killed: no partition ever has two owners, commits never go back, everything is handed out (default)");
     println!("groups\tgenerated: consumer group members join, crash mid-batch, leave and pause past their session under every node fault; ownership in epoch order, nothing skipped, lag reaches 0 (default)");
     println!("transactions\tgenerated: transactional producers commit and abort, crash mid-transaction and are fenced by their successors, a read_committed reader follows, under every node fault; no aborted read, no lost committed write, no torn transaction, the LSO reaches the HW (default)");

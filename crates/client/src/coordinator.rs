@@ -311,8 +311,12 @@ impl Client {
         req: ConsumerGroupHeartbeatRequest,
     ) -> Result<ConsumerGroupHeartbeatResponse> {
         let group = req.group_id.clone();
-        self.at_group_coordinator(&group, req, |mut stub, req| async move { stub.consumer_group_heartbeat(req).await })
-            .await
+        // A held heartbeat (`wait_ms`) is answered that much later.
+        let wait = self.options().request_slack * 3 + Duration::from_millis(u64::from(req.wait_ms.unwrap_or(0)));
+        self.at_group_coordinator_within(&group, req, wait, |mut stub, req| async move {
+            stub.consumer_group_heartbeat(req).await
+        })
+        .await
     }
 
     /// A group's state, members and committed offsets, from its coordinator
@@ -348,7 +352,23 @@ impl Client {
         F: Fn(GroupsClient<Channel>, Req) -> Fut,
         Fut: std::future::Future<Output = std::result::Result<tonic::Response<Resp>, tonic::Status>>,
     {
-        let wait = self.options().request_slack * 3;
+        self.at_group_coordinator_within(group, req, self.options().request_slack * 3, call).await
+    }
+
+    /// [`Client::at_group_coordinator`], each attempt answered within `wait`.
+    async fn at_group_coordinator_within<Req, Resp, F, Fut>(
+        &self,
+        group: &str,
+        req: Req,
+        wait: Duration,
+        call: F,
+    ) -> Result<Resp>
+    where
+        Req: Clone,
+        Resp: GroupsStatus,
+        F: Fn(GroupsClient<Channel>, Req) -> Fut,
+        Fut: std::future::Future<Output = std::result::Result<tonic::Response<Resp>, tonic::Status>>,
+    {
         let call = &call;
         self.at_coordinator(Coordinator::Group, group, |addr| {
             let req = req.clone();

@@ -91,6 +91,8 @@ pub(crate) struct Membership {
 const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(45);
 /// The heartbeat interval assumed until the coordinator says.
 const DEFAULT_HEARTBEAT_INTERVAL: Duration = Duration::from_secs(5);
+/// Longest a heartbeat asks the coordinator to hold it (the coordinator holds at most 5 s).
+const MAX_HOLD: Duration = Duration::from_secs(5);
 /// Wait after a failed heartbeat before the next.
 const RETRY_AFTER: Duration = Duration::from_millis(200);
 
@@ -205,24 +207,36 @@ async fn run(
                 // Wait for the consumer to drop what it owned before rejoining.
                 None
             } else {
-                Some((request(&config, &mut s), s.generation, rill_rt::now()))
+                Some((request(&config, &mut s), s.generation, rill_rt::now(), s.session_timeout))
             }
         };
-        let Some((mut req, generation, sent_at)) = req else {
+        let Some((mut req, generation, sent_at, session_timeout)) = req else {
             rill_rt::sleep(RETRY_AFTER).await;
             continue;
         };
         // A long poll: held by the coordinator until this member has something to do, at most
-        // an interval (and well inside the request's deadline).
-        let hold = interval.min(client.options().request_slack);
+        // an interval, a third of the session (the session runs from when this heartbeat left,
+        // up to two holds before the next answer) and 5 s.
+        let hold = interval.min(session_timeout / 3).min(MAX_HOLD);
         req.wait_ms = (req.member_epoch > 0).then(|| u32::try_from(hold.as_millis()).unwrap_or(u32::MAX));
-        // The consumer acted on an assignment meanwhile: that heartbeat goes now, in place of
-        // one the coordinator may be holding (dropped, its answer lost: a lost answer is
-        // allowed for, the next heartbeat may carry the previous epoch).
-        let answer = tokio::select! {
-            answer = client.consumer_group_heartbeat(req) => answer,
-            () = wake.notified() => continue,
+        let heartbeat = client.consumer_group_heartbeat(req);
+        tokio::pin!(heartbeat);
+        let answer = loop {
+            tokio::select! {
+                answer = &mut heartbeat => break Some(answer),
+                () = wake.notified() => {
+                    // The consumer acted on an assignment: its report goes now, in place of
+                    // the heartbeat the coordinator may be holding, whose answer is dropped —
+                    // a lost answer, which the coordinator allows for when the next heartbeat
+                    // reports what the member owns. One that would not (a newer assignment
+                    // waits) keeps waiting for the held one.
+                    if lock(&shared).assignment.is_none() {
+                        break None;
+                    }
+                }
+            }
         };
+        let Some(answer) = answer else { continue };
         let mut act = false;
         let wait = {
             let mut s = lock(&shared);

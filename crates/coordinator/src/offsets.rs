@@ -276,9 +276,10 @@ pub struct OffsetsMachine {
     state: OffsetsState,
     groups: ConsumerGroups,
     classic: ClassicGroups,
-    /// Woken whenever a KIP-848 group's record changes (a change applied, a snapshot
-    /// installed): what a member's held heartbeat listens to.
-    group_changes: std::sync::Arc<rill_rt::sync::Notify>,
+    /// Per KIP-848 group, woken whenever its record changes (a change applied, a snapshot
+    /// installed): what its members' held heartbeats listen to. An entry nobody listens to any
+    /// more goes at the next change of its group.
+    group_changes: std::sync::Mutex<std::collections::HashMap<String, std::sync::Arc<rill_rt::sync::Notify>>>,
 }
 
 impl OffsetsMachine {
@@ -287,10 +288,27 @@ impl OffsetsMachine {
         Self::default()
     }
 
-    /// Notified whenever a KIP-848 group of this partition changes on this replica. A
-    /// `Notified` taken before reading a group sees every change applied after that read.
-    pub fn group_changes(&self) -> std::sync::Arc<rill_rt::sync::Notify> {
-        self.group_changes.clone()
+    /// Notified whenever KIP-848 group `group_id` changes on this replica. A `Notified` taken
+    /// before reading the group sees every change applied after that read.
+    pub fn group_changes(&self, group_id: &str) -> std::sync::Arc<rill_rt::sync::Notify> {
+        let mut changes = self.group_changes.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        changes.entry(group_id.to_string()).or_default().clone()
+    }
+
+    /// Wakes what listens to `group_id` (every group: `None`), and forgets what nobody does.
+    fn notify_group_changed(&self, group_id: Option<&str>) {
+        let mut changes = self.group_changes.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let Some(id) = group_id else {
+            changes.values().for_each(|notify| notify.notify_waiters());
+            changes.retain(|_, notify| std::sync::Arc::strong_count(notify) > 1);
+            return;
+        };
+        if let Some(notify) = changes.get(id) {
+            notify.notify_waiters();
+            if std::sync::Arc::strong_count(notify) == 1 {
+                changes.remove(id);
+            }
+        }
     }
 
     /// The state.
@@ -454,7 +472,7 @@ impl GroupStateMachine for OffsetsMachine {
                             // Takes the id over from an empty classic group, if there was one.
                             self.classic.remove(&c.group_id);
                         }
-                        self.group_changes.notify_waiters();
+                        self.notify_group_changed(Some(&c.group_id));
                         Bytes::from_static(APPLIED)
                     }
                     Applied::Conflict => Bytes::from_static(CONFLICT),
@@ -526,7 +544,7 @@ impl GroupStateMachine for OffsetsMachine {
         self.state = state;
         self.groups = ConsumerGroups::from_proto(&s.consumer_groups);
         self.classic = ClassicGroups::from_proto(&s.classic_groups);
-        self.group_changes.notify_waiters();
+        self.notify_group_changed(None);
         Ok(())
     }
 }

@@ -122,6 +122,8 @@ pub struct Node {
     compaction: Arc<rill_broker::CompactionBudget>,
     /// Session and rebalance timers of the consumer group members this node coordinates.
     group_sessions: rill_coordinator::groups::sessions::Sessions,
+    /// One heartbeat decision at a time per group this node coordinates.
+    group_turns: rill_coordinator::groups::GroupTurns,
     /// The transactions this node is finishing as their coordinator.
     txn_markers: crate::txn_markers::Markers,
     /// Additions to the transactions this node coordinates, queued per transactional id so
@@ -182,6 +184,7 @@ impl Node {
             )),
             txn_markers: crate::txn_markers::Markers::default(),
             txn_additions: rill_coordinator::transactions::Additions::new(),
+            group_turns: rill_coordinator::groups::GroupTurns::new(),
         });
         rill_rt::spawn(reconcile(Arc::downgrade(&node), node.meta.clone()));
         rill_rt::spawn(register_members(Arc::downgrade(&node)));
@@ -205,6 +208,11 @@ impl Node {
     /// Session and rebalance timers of the consumer group members this node coordinates.
     pub fn group_sessions(&self) -> &rill_coordinator::groups::sessions::Sessions {
         &self.group_sessions
+    }
+
+    /// One heartbeat decision at a time per group this node coordinates.
+    pub fn group_turns(&self) -> &rill_coordinator::groups::GroupTurns {
+        &self.group_turns
     }
 
     /// The transactions this node is finishing as their coordinator.

@@ -33,6 +33,7 @@ pub mod group;
 pub mod heartbeat;
 pub mod reconcile;
 pub mod sessions;
+pub mod turns;
 
 use std::time::Duration;
 
@@ -44,6 +45,7 @@ use rill_proto::coordinator as pb;
 pub use assignor::{Assignor, TopicPartitions};
 pub use group::{ConsumerGroup, GroupState, Member, MemberState, RebalanceMode, SubscribedTopic};
 pub use heartbeat::{Decision, HeartbeatAnswer, HeartbeatRequest, Timeouts, TopicLookup};
+pub use turns::GroupTurns;
 
 use crate::error::{CoordinatorError, Result};
 use crate::offsets::{OffsetsMachine, APPLIED};
@@ -81,8 +83,13 @@ pub async fn consumer_heartbeat(
 /// any change its heartbeat makes). An owner thus hears at once that a joining member needs
 /// its partitions, instead of at its next heartbeat. Held out, it is decided once more, so a
 /// coordinator deposed meanwhile answers not-the-coordinator.
+///
+/// Decisions of one group take its turn (`turns`), so members woken together decide one after
+/// another instead of racing each other's compare-and-set. A `hold` of zero answers at once.
+#[allow(clippy::too_many_arguments)]
 pub async fn consumer_heartbeat_held(
     partition: &StatePartition<OffsetsMachine>,
+    turns: &GroupTurns,
     req: &HeartbeatRequest,
     topics: TopicLookup<'_>,
     timeouts: Timeouts,
@@ -90,17 +97,27 @@ pub async fn consumer_heartbeat_held(
     hold: Duration,
 ) -> Result<Decision> {
     let until = rill_rt::now() + hold;
-    let changes = partition.peek(|m| m.group_changes());
+    let changes = partition.peek(|m| m.group_changes(&req.group_id));
     loop {
         // Taken before the decision reads the group: a change applied after it wakes this.
         let changed = changes.notified();
-        let decision = consumer_heartbeat(partition, req, topics, timeouts, timeout).await?;
-        let idle =
-            req.member_epoch > 0 && decision.change.is_none() && decision.answer.member_epoch == req.member_epoch;
+        let decision = {
+            let _turn = turns.take(&req.group_id).await;
+            consumer_heartbeat(partition, req, topics, timeouts, timeout).await?
+        };
+        // Nothing for the member to do: nothing written, the same epoch, and no assignment
+        // other than what it reported owning (an answer that repeats a revocation or a hand-over
+        // the member has not acted on yet is news, even at an unchanged epoch).
+        let quiet_assignment = decision.answer.assignment.as_ref().is_none_or(|a| req.owned.as_ref() == Some(a));
+        let idle = req.member_epoch > 0
+            && decision.change.is_none()
+            && decision.answer.member_epoch == req.member_epoch
+            && quiet_assignment;
         if !idle || rill_rt::now() >= until {
             return Ok(decision);
         }
         if rill_rt::timeout_at(until, changed).await.is_err() {
+            let _turn = turns.take(&req.group_id).await;
             return consumer_heartbeat(partition, req, topics, timeouts, timeout).await;
         }
     }

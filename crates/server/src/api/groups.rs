@@ -33,9 +33,10 @@ use crate::node::{Hosted, Node};
 const COMMIT_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a membership change may take to be committed: well within a member's session.
 const HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(10);
-/// Longest a heartbeat that changes nothing is held (`wait_ms`, a long poll), well inside a
-/// client's request deadline; never longer than the heartbeat interval either, which is below
-/// the session timeout, so a held member's session never runs out.
+/// Longest a heartbeat that changes nothing is held (`wait_ms`, a long poll). Never longer than
+/// the heartbeat interval or a third of the session timeout either: the member's session runs
+/// from when its previous heartbeat left, up to two holds and their round trips before an
+/// answer, on its clock and on the coordinator's.
 const MAX_HEARTBEAT_HOLD: Duration = Duration::from_secs(5);
 
 /// The `Groups` service.
@@ -382,9 +383,10 @@ impl Groups for GroupsApi {
             Ok(c) => c,
             Err(e) => return Ok(Response::new(heartbeat_error(e))),
         };
-        let meta = self.node.meta();
+        // Read at every decision: a held heartbeat decides again after topics changed.
         // Internal topics are never assigned to consumers.
         let topics = |name: &str| {
+            let meta = self.node.meta();
             let t = meta.topics.get(name).filter(|t| !t.is_internal())?;
             Some(SubscribedTopic { topic_id: t.topic_id, partitions: t.partitions.len() as u32 })
         };
@@ -405,9 +407,11 @@ impl Groups for GroupsApi {
         let timeouts = self.node.config().groups;
         let hold = Duration::from_millis(u64::from(req.wait_ms.unwrap_or(0)))
             .min(Duration::from_millis(u64::from(timeouts.heartbeat_interval_ms)))
+            .min(Duration::from_millis(u64::from(timeouts.session_ms)) / 3)
             .min(MAX_HEARTBEAT_HOLD);
         let decision = match consumer_groups::consumer_heartbeat_held(
             &coordinator,
+            self.node.group_turns(),
             &decided,
             &topics,
             timeouts,
