@@ -12,7 +12,9 @@
 //! `a_failed_disk_takes_its_node_out`,
 //! `an_acks_0_flood_waits_for_the_log`, `consumer_group_members_never_share_a_partition`,
 //! `an_owner_hears_at_once_that_a_joining_member_needs_its_partitions`,
-//! `held_heartbeats_keep_a_short_session` are scripted.
+//! `held_heartbeats_keep_a_short_session`, `a_group_of_fifty_settles_and_takes_new_partitions_within_seconds`,
+//! `a_lone_member_hears_at_once_that_its_topic_grew`
+//! are scripted.
 
 #![cfg(madsim)]
 // Test code: a failed expectation is a failed test.
@@ -1139,6 +1141,62 @@ async fn an_owner_hears_at_once_that_a_joining_member_needs_its_partitions() {
     println!("trace-hash: {:016x} events={}", trace.hash(), trace.len());
 }
 
+/// Scripted: with Kafka's default timeouts (5 s heartbeat interval), the only member of a group
+/// hears at once that its topic grew — its held heartbeat is decided again when the metadata
+/// changes — and owns the new partitions within a second: not at its next heartbeat, 0–5 s
+/// later.
+#[madsim::test]
+async fn a_lone_member_hears_at_once_that_its_topic_grew() {
+    const BOUND: Duration = Duration::from_secs(1);
+    let trace = begin_scripted();
+    let cluster = Arc::new(SimCluster::start_with(SimOptions {
+        nodes: 3,
+        client_hosts: 1,
+        sync_latency: Duration::from_millis(1),
+        transactional_id_expiration: None,
+        groups: Some(rill_coordinator::groups::Timeouts::default()),
+    }));
+    let client = cluster.client().await;
+    let c = client.clone();
+    cluster
+        .on_client(async move {
+            wait_until("the topic created", || async { c.create_topic("grows", 2, 3, &[]).await.ok() }).await;
+            c.wait_for_leaders("grows", SETTLE).await.expect("grows has leaders");
+            c.wait_for_leaders(rill_meta::CONSUMER_OFFSETS_TOPIC, SETTLE).await.expect("the offsets topic has leaders")
+        })
+        .await;
+    let stop = Arc::new(AtomicU8::new(RUN));
+    let owns: Arc<std::sync::atomic::AtomicUsize> = Arc::default();
+    let member = polling_member(&cluster, 0, "grows", Arc::clone(&owns), Arc::default(), stop.clone());
+    let owning = |n: usize| std::sync::atomic::AtomicUsize::load(&owns, Ordering::SeqCst) == n;
+    wait_until("the member owning both partitions", || {
+        let both = owning(2);
+        async move { both.then_some(()) }
+    })
+    .await;
+    // Some heartbeat intervals of quiet, at a seed-drawn phase against the member's heartbeats.
+    madsim::time::sleep(Duration::from_millis(rand::Rng::gen_range(&mut rill_rt::rng(), 10_000..15_000))).await;
+    let c = client.clone();
+    let grown = rill_rt::now();
+    cluster
+        .on_client(async move {
+            wait_until("the topic grown", || async { c.create_partitions("grows", 4).await.ok() }).await;
+        })
+        .await;
+    wait_until("the member owning all four", || {
+        let all = owning(4);
+        async move { all.then_some(()) }
+    })
+    .await;
+    let took = grown.elapsed();
+    trace.record(format!("owned four {took:?} after the topic grew"));
+    println!("the member owned the new partitions {took:?} after the topic grew");
+    assert!(took < BOUND, "the new partitions were owned {took:?} after the topic grew; the bound is {BOUND:?}");
+    stop.store(LEAVE, Ordering::SeqCst);
+    member.await.expect("the member");
+    println!("trace-hash: {:016x} events={}", trace.hash(), trace.len());
+}
+
 /// Scripted: heartbeats held as long polls keep a session barely longer than the heartbeat
 /// interval (6 s and 5 s, as a user may set them): two members idle for 30 s keep their
 /// partitions — neither side counts a held heartbeat's wait against the session — and the group
@@ -1187,6 +1245,76 @@ async fn held_heartbeats_keep_a_short_session() {
     stop.store(LEAVE, Ordering::SeqCst);
     a.await.expect("the first member");
     b.await.expect("the second member");
+    println!("trace-hash: {:016x} events={}", trace.hash(), trace.len());
+}
+
+/// Scripted: a group of 50 members with Kafka's default timeouts (5 s heartbeat interval)
+/// settles on 50 partitions, one each, within 10 s of starting, and when the topic grows to 100
+/// every member owns two within 3 s — 50 assignments, each a replicated change of the group,
+/// taken in turn. No member loses its membership.
+#[madsim::test]
+async fn a_group_of_fifty_settles_and_takes_new_partitions_within_seconds() {
+    const MEMBERS: usize = 50;
+    const HOSTS: usize = 5;
+    const SETTLE_BOUND: Duration = Duration::from_secs(10);
+    const BOUND: Duration = Duration::from_secs(3);
+    let trace = begin_scripted();
+    let cluster = Arc::new(SimCluster::start_with(SimOptions {
+        nodes: 3,
+        client_hosts: HOSTS as u32,
+        sync_latency: Duration::from_millis(1),
+        transactional_id_expiration: None,
+        groups: Some(rill_coordinator::groups::Timeouts::default()),
+    }));
+    let client = cluster.client().await;
+    let c = client.clone();
+    cluster
+        .on_client(async move {
+            wait_until("the topic created", || async { c.create_topic("wide", MEMBERS as u32, 3, &[]).await.ok() }).await;
+            c.wait_for_leaders("wide", SETTLE).await.expect("wide has leaders");
+            c.wait_for_leaders(rill_meta::CONSUMER_OFFSETS_TOPIC, SETTLE).await.expect("the offsets topic has leaders")
+        })
+        .await;
+    let stop = Arc::new(AtomicU8::new(RUN));
+    let owned: Vec<Arc<std::sync::atomic::AtomicUsize>> = (0..MEMBERS).map(|_| Arc::default()).collect();
+    let lost: Arc<std::sync::atomic::AtomicUsize> = Arc::default();
+    let started = rill_rt::now();
+    let members: Vec<_> = (0..MEMBERS)
+        .map(|i| polling_member(&cluster, i % HOSTS, "wide", Arc::clone(&owned[i]), lost.clone(), stop.clone()))
+        .collect();
+    let each_owns = |n: usize| owned.iter().all(|o| std::sync::atomic::AtomicUsize::load(o, Ordering::SeqCst) == n);
+    wait_until("one partition each", || {
+        let settled = each_owns(1);
+        async move { settled.then_some(()) }
+    })
+    .await;
+    let settled = started.elapsed();
+    trace.record(format!("settled {settled:?} after the members started"));
+    println!("{MEMBERS} members settled {settled:?} after they started");
+    assert!(settled < SETTLE_BOUND, "the group settled {settled:?} after its members started");
+    // Some heartbeat intervals of quiet, at a seed-drawn phase against the heartbeats.
+    madsim::time::sleep(Duration::from_millis(rand::Rng::gen_range(&mut rill_rt::rng(), 10_000..15_000))).await;
+    let c = client.clone();
+    let grown = rill_rt::now();
+    cluster
+        .on_client(async move {
+            wait_until("the topic grown", || async { c.create_partitions("wide", 2 * MEMBERS as u32).await.ok() }).await;
+        })
+        .await;
+    wait_until("two partitions each", || {
+        let shared = each_owns(2);
+        async move { shared.then_some(()) }
+    })
+    .await;
+    let took = grown.elapsed();
+    trace.record(format!("two each {took:?} after the topic grew"));
+    println!("every member owned two partitions {took:?} after the topic grew");
+    assert!(took < BOUND, "the new partitions were handed out {took:?} after the topic grew; the bound is {BOUND:?}");
+    assert_eq!(std::sync::atomic::AtomicUsize::load(&lost, Ordering::SeqCst), 0, "partitions lost by members");
+    stop.store(LEAVE, Ordering::SeqCst);
+    for m in members {
+        m.await.expect("a member");
+    }
     println!("trace-hash: {:016x} events={}", trace.hash(), trace.len());
 }
 
@@ -1278,6 +1406,8 @@ async fn list_scenarios() {
     println!("an_acks_0_flood_waits_for_the_log\tscripted: 100 acks=0 requests of 1 MB on slow disks: no replica queues more than 32 MiB (default)");
     println!("a_failed_disk_takes_its_node_out\tscripted: the leader's syncs fail; it stops its groups and looks down, another replica leads (default)");
     println!("an_owner_hears_at_once_that_a_joining_member_needs_its_partitions\tscripted: with a 5 s heartbeat interval, an owner's held heartbeat tells it at once that a joining member needs its partitions; the join is stable within a second (default)");
+    println!("a_group_of_fifty_settles_and_takes_new_partitions_within_seconds\tscripted: 50 members with 5 s heartbeats settle on 50 partitions within 10 s; when the topic grows to 100 each owns two within 3 s (default)");
+    println!("a_lone_member_hears_at_once_that_its_topic_grew\tscripted: with a 5 s heartbeat interval, a group's only member hears at once that its topic grew and owns the new partitions within a second (default)");
     println!("held_heartbeats_keep_a_short_session\tscripted: with a 6 s session and 5 s heartbeats held as long polls, two idle members keep their partitions for 30 s and the group its epoch (default)");
     println!("consumer_group_members_never_share_a_partition\tscripted: group members join, crash and leave while the coordinator is killed: no partition ever has two owners, commits never go back, everything is handed out (default)");
     println!("groups\tgenerated: consumer group members join, crash mid-batch, leave and pause past their session under every node fault; ownership in epoch order, nothing skipped, lag reaches 0 (default)");

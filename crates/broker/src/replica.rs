@@ -145,6 +145,25 @@ impl Replica {
         (m.state == ServerState::Leader).then_some(m.current_term)
     }
 
+    /// Resolves once this replica is no longer the leader it is now — at once when it is not
+    /// the leader. What a request held on the leader (a long poll) waits on beside its own
+    /// event, so a deposed leader answers it at once instead of at the end of the hold.
+    pub async fn leadership_lost(&self) {
+        let mut metrics = self.raft.metrics();
+        let Some(term) = self.leader_term() else { return };
+        loop {
+            {
+                let m = metrics.borrow_and_update();
+                if m.state != ServerState::Leader || m.current_term != term {
+                    return;
+                }
+            }
+            if metrics.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+
     /// Live state of this replica.
     pub fn state(&self) -> ReplicaState {
         let (is_leader, leader, term) = {

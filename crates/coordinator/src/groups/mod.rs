@@ -77,30 +77,43 @@ pub async fn consumer_heartbeat(
     Err(contended(&req.group_id))
 }
 
+/// How a heartbeat may be held ([`consumer_heartbeat_held`]).
+pub struct LongPoll<'a, T> {
+    /// The turns of the groups this coordinator decides for.
+    pub turns: &'a GroupTurns,
+    /// Longest the heartbeat is held; zero answers at once.
+    pub hold: Duration,
+    /// The cluster metadata the topic lookup reads: a change (new partitions of a subscribed
+    /// topic, a topic deleted) decides again.
+    pub topics: rill_rt::sync::watch::Receiver<T>,
+}
+
 /// [`consumer_heartbeat`] as a long poll: a heartbeat of a member in the group that changes
-/// nothing is held up to `hold` and decided again whenever the group changes, and answered as
-/// soon as that gives the member something to do (a new epoch, partitions to revoke or to take —
-/// any change its heartbeat makes). An owner thus hears at once that a joining member needs
-/// its partitions, instead of at its next heartbeat. Held out, it is decided once more, so a
-/// coordinator deposed meanwhile answers not-the-coordinator.
+/// nothing is held up to `poll.hold` and decided again whenever the group or the topics change,
+/// and answered as soon as that gives the member something to do (a new epoch, partitions to
+/// revoke or to take — any change its heartbeat makes). An owner thus hears at once that a
+/// joining member needs its partitions, instead of at its next heartbeat. Held out, or when
+/// this replica stops leading, it is decided once more, so a deposed coordinator answers
+/// not-the-coordinator at once.
 ///
-/// Decisions of one group take its turn (`turns`), so members woken together decide one after
-/// another instead of racing each other's compare-and-set. A `hold` of zero answers at once.
-#[allow(clippy::too_many_arguments)]
-pub async fn consumer_heartbeat_held(
+/// Decisions of one group take its turn (`poll.turns`), so members woken together decide one
+/// after another instead of racing each other's compare-and-set.
+pub async fn consumer_heartbeat_held<T>(
     partition: &StatePartition<OffsetsMachine>,
-    turns: &GroupTurns,
     req: &HeartbeatRequest,
     topics: TopicLookup<'_>,
     timeouts: Timeouts,
     timeout: Duration,
-    hold: Duration,
+    poll: LongPoll<'_, T>,
 ) -> Result<Decision> {
+    let LongPoll { turns, hold, topics: mut topics_changed } = poll;
     let until = rill_rt::now() + hold;
     let changes = partition.peek(|m| m.group_changes(&req.group_id));
     loop {
-        // Taken before the decision reads the group: a change applied after it wakes this.
+        // Both taken before the decision reads the group and the topics: a change after that
+        // read wakes this.
         let changed = changes.notified();
+        topics_changed.borrow_and_update();
         let decision = {
             let _turn = turns.take(&req.group_id).await;
             consumer_heartbeat(partition, req, topics, timeouts, timeout).await?
@@ -116,7 +129,15 @@ pub async fn consumer_heartbeat_held(
         if !idle || rill_rt::now() >= until {
             return Ok(decision);
         }
-        if rill_rt::timeout_at(until, changed).await.is_err() {
+        // A change decides again; the end of the hold, or this coordinator deposed, decides
+        // once more and answers (not the coordinator, once deposed).
+        let woken = tokio::select! {
+            () = changed => true,
+            changed = topics_changed.changed() => changed.is_ok(),
+            () = partition.leadership_lost() => false,
+            () = rill_rt::sleep_until(until) => false,
+        };
+        if !woken {
             let _turn = turns.take(&req.group_id).await;
             return consumer_heartbeat(partition, req, topics, timeouts, timeout).await;
         }

@@ -409,14 +409,14 @@ impl Groups for GroupsApi {
             .min(Duration::from_millis(u64::from(timeouts.heartbeat_interval_ms)))
             .min(Duration::from_millis(u64::from(timeouts.session_ms)) / 3)
             .min(MAX_HEARTBEAT_HOLD);
+        let poll = consumer_groups::LongPoll { turns: self.node.group_turns(), hold, topics: self.node.meta_watch() };
         let decision = match consumer_groups::consumer_heartbeat_held(
             &coordinator,
-            self.node.group_turns(),
             &decided,
             &topics,
             timeouts,
             HEARTBEAT_TIMEOUT,
-            hold,
+            poll,
         )
         .await
         {
