@@ -1270,7 +1270,8 @@ async fn a_group_of_fifty_settles_and_takes_new_partitions_within_seconds() {
     let c = client.clone();
     cluster
         .on_client(async move {
-            wait_until("the topic created", || async { c.create_topic("wide", MEMBERS as u32, 3, &[]).await.ok() }).await;
+            wait_until("the topic created", || async { c.create_topic("wide", MEMBERS as u32, 3, &[]).await.ok() })
+                .await;
             c.wait_for_leaders("wide", SETTLE).await.expect("wide has leaders");
             c.wait_for_leaders(rill_meta::CONSUMER_OFFSETS_TOPIC, SETTLE).await.expect("the offsets topic has leaders")
         })
@@ -1298,7 +1299,8 @@ async fn a_group_of_fifty_settles_and_takes_new_partitions_within_seconds() {
     let grown = rill_rt::now();
     cluster
         .on_client(async move {
-            wait_until("the topic grown", || async { c.create_partitions("wide", 2 * MEMBERS as u32).await.ok() }).await;
+            wait_until("the topic grown", || async { c.create_partitions("wide", 2 * MEMBERS as u32).await.ok() })
+                .await;
         })
         .await;
     wait_until("two partitions each", || {

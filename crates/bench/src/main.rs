@@ -140,6 +140,10 @@ struct BenchArgs {
     /// CPU measuring window of the group-heartbeats scenario (idle, then with the groups).
     #[arg(long, value_parser = humantime::parse_duration, default_value = "30s")]
     heartbeat_measure: Duration,
+    /// In the group-heartbeats scenario, heartbeats answered at once with a sleep between them,
+    /// instead of one held at the coordinator as the client keeps (a long poll).
+    #[arg(long)]
+    heartbeats_plain: bool,
     /// How long each producer mode runs per round in the transactions scenario.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "10s")]
     txn_round: Duration,
@@ -313,6 +317,7 @@ async fn run(args: BenchArgs) -> anyhow::Result<()> {
                     groups: args.heartbeat_groups,
                     heartbeat_interval: args.group_heartbeat_interval,
                     measure: args.heartbeat_measure,
+                    held: !args.heartbeats_plain,
                 };
                 group_heartbeats = Some(groups::heartbeats::group_heartbeats(&env, &settings).await?)
             }

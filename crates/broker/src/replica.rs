@@ -149,12 +149,13 @@ impl Replica {
     /// the leader. What a request held on the leader (a long poll) waits on beside its own
     /// event, so a deposed leader answers it at once instead of at the end of the hold.
     pub async fn leadership_lost(&self) {
-        let mut metrics = self.raft.metrics();
+        // Server metrics change only with the state, vote and leader — not with every append.
+        let mut metrics = self.raft.server_metrics();
         let Some(term) = self.leader_term() else { return };
         loop {
             {
                 let m = metrics.borrow_and_update();
-                if m.state != ServerState::Leader || m.current_term != term {
+                if m.state != ServerState::Leader || m.vote.leader_id().term != term {
                     return;
                 }
             }

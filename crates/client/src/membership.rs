@@ -200,6 +200,8 @@ async fn run(
     changed: Arc<Notify>,
 ) {
     let mut interval = DEFAULT_HEARTBEAT_INTERVAL;
+    // The previous heartbeat was dropped for a report: the report is answered at once.
+    let mut report = false;
     loop {
         let req = {
             let mut s = lock(&shared);
@@ -207,18 +209,21 @@ async fn run(
                 // Wait for the consumer to drop what it owned before rejoining.
                 None
             } else {
-                Some((request(&config, &mut s), s.generation, rill_rt::now(), s.session_timeout))
+                let session_left = s.session_timeout.saturating_sub(s.last_success.elapsed());
+                Some((request(&config, &mut s), s.generation, rill_rt::now(), s.session_timeout, session_left))
             }
         };
-        let Some((mut req, generation, sent_at, session_timeout)) = req else {
+        let Some((mut req, generation, sent_at, session_timeout, session_left)) = req else {
             rill_rt::sleep(RETRY_AFTER).await;
             continue;
         };
         // A long poll: held by the coordinator until this member has something to do, at most
         // an interval, a third of the session (the session runs from when this heartbeat left,
-        // up to two holds before the next answer) and 5 s.
-        let hold = interval.min(session_timeout / 3).min(MAX_HOLD);
-        req.wait_ms = (req.member_epoch > 0).then(|| u32::try_from(hold.as_millis()).unwrap_or(u32::MAX));
+        // up to two holds before the next answer), 5 s, and half of what is left of the session
+        // (so its answer comes before this consumer would declare the membership lost).
+        let hold = interval.min(session_timeout / 3).min(MAX_HOLD).min(session_left / 2);
+        let held = req.member_epoch > 0 && !std::mem::take(&mut report) && !hold.is_zero();
+        req.wait_ms = held.then(|| u32::try_from(hold.as_millis()).unwrap_or(u32::MAX));
         let heartbeat = client.consumer_group_heartbeat(req);
         tokio::pin!(heartbeat);
         let answer = loop {
@@ -231,6 +236,7 @@ async fn run(
                     // reports what the member owns. One that would not (a newer assignment
                     // waits) keeps waiting for the held one.
                     if lock(&shared).assignment.is_none() {
+                        report = true;
                         break None;
                     }
                 }
@@ -268,10 +274,11 @@ async fn run(
                         }
                         let news = act || s.epoch != epoch_before;
                         // One heartbeat is always held at the coordinator: an answer with news
-                        // came early, and the next goes at once; a quiet one was held (next at
-                        // once too) or came at once from a coordinator that holds none (next
-                        // after the rest of the hold, so heartbeats start at most every hold).
-                        if news {
+                        // came early, and the next goes at once, as after a report not held; a
+                        // quiet one was held (next at once too) or came at once from a
+                        // coordinator that holds none (next after the rest of the hold, so
+                        // heartbeats start at most every hold).
+                        if news || !held {
                             Duration::ZERO
                         } else {
                             hold.saturating_sub(sent_at.elapsed())

@@ -20,6 +20,7 @@ use rill_raft::{GroupStateMachine, Payload};
 use crate::error::{CoordinatorError, Result};
 use crate::groups::classic::{ClassicGroups, Replicated};
 use crate::groups::group::{Applied, ConsumerGroups};
+use crate::groups::held::HeldHeartbeats;
 use crate::txn_offsets::{self, TxnOffsets};
 
 /// Longest group id accepted (bytes): ids are keys in the coordinator's state and its snapshot.
@@ -276,10 +277,8 @@ pub struct OffsetsMachine {
     state: OffsetsState,
     groups: ConsumerGroups,
     classic: ClassicGroups,
-    /// Per KIP-848 group, woken whenever its record changes (a change applied, a snapshot
-    /// installed): what its members' held heartbeats listen to. An entry nobody listens to any
-    /// more goes at the next change of its group.
-    group_changes: std::sync::Mutex<std::collections::HashMap<String, std::sync::Arc<rill_rt::sync::Notify>>>,
+    /// Members whose heartbeat is held (a long poll), woken by the changes that concern them.
+    held: HeldHeartbeats,
 }
 
 impl OffsetsMachine {
@@ -288,27 +287,9 @@ impl OffsetsMachine {
         Self::default()
     }
 
-    /// Notified whenever KIP-848 group `group_id` changes on this replica. A `Notified` taken
-    /// before reading the group sees every change applied after that read.
-    pub fn group_changes(&self, group_id: &str) -> std::sync::Arc<rill_rt::sync::Notify> {
-        let mut changes = self.group_changes.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        changes.entry(group_id.to_string()).or_default().clone()
-    }
-
-    /// Wakes what listens to `group_id` (every group: `None`), and forgets what nobody does.
-    fn notify_group_changed(&self, group_id: Option<&str>) {
-        let mut changes = self.group_changes.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let Some(id) = group_id else {
-            changes.values().for_each(|notify| notify.notify_waiters());
-            changes.retain(|_, notify| std::sync::Arc::strong_count(notify) > 1);
-            return;
-        };
-        if let Some(notify) = changes.get(id) {
-            notify.notify_waiters();
-            if std::sync::Arc::strong_count(notify) == 1 {
-                changes.remove(id);
-            }
-        }
+    /// The members whose heartbeat is held on this replica, and what wakes them.
+    pub fn held_heartbeats(&self) -> &HeldHeartbeats {
+        &self.held
     }
 
     /// The state.
@@ -450,6 +431,7 @@ impl GroupStateMachine for OffsetsMachine {
                 self.state.txn.remove_group(&d.group_id);
                 self.groups.remove(&d.group_id);
                 self.classic.remove(&d.group_id);
+                self.held.wake_group(&d.group_id);
             }
             Ok(Some(pb::offsets_command::Command::DeleteOffsets(d))) => {
                 let topics = d.partitions.iter().map(|t| t.topic.as_str());
@@ -466,13 +448,16 @@ impl GroupStateMachine for OffsetsMachine {
                     // A classic group holds the id: the heartbeat is decided again, and refused.
                     return Bytes::from_static(CONFLICT);
                 }
+                let wake = self.held.plan(&self.groups, &c);
                 return match self.groups.apply(&c) {
                     Applied::Changed => {
                         if self.groups.has_members(&c.group_id) {
                             // Takes the id over from an empty classic group, if there was one.
                             self.classic.remove(&c.group_id);
                         }
-                        self.notify_group_changed(Some(&c.group_id));
+                        if let Some(wake) = wake {
+                            self.held.wake(wake, &self.groups);
+                        }
                         Bytes::from_static(APPLIED)
                     }
                     Applied::Conflict => Bytes::from_static(CONFLICT),
@@ -490,6 +475,7 @@ impl GroupStateMachine for OffsetsMachine {
                     // Neither offsets nor members: the group is gone (Kafka's group cleanup).
                     self.groups.remove(&e.group_id);
                     self.classic.remove(&e.group_id);
+                    self.held.wake_group(&e.group_id);
                 }
             }
             Ok(Some(pb::offsets_command::Command::ClassicGroup(r))) => {
@@ -504,6 +490,7 @@ impl GroupStateMachine for OffsetsMachine {
                         if self.classic.has_members(&group_id) {
                             // Takes the id over from an empty KIP-848 group, if there was one.
                             self.groups.remove(&group_id);
+                            self.held.wake_group(&group_id);
                         }
                         Bytes::from_static(APPLIED)
                     }
@@ -544,7 +531,7 @@ impl GroupStateMachine for OffsetsMachine {
         self.state = state;
         self.groups = ConsumerGroups::from_proto(&s.consumer_groups);
         self.classic = ClassicGroups::from_proto(&s.classic_groups);
-        self.notify_group_changed(None);
+        self.held.wake_all();
         Ok(())
     }
 }

@@ -9,6 +9,13 @@
 //! measured is heartbeats alone, and 3,000 members fit in the load generator beside the three
 //! nodes. The members share [`CLIENTS`] clients (connections), not one each.
 //!
+//! By default each member keeps one heartbeat held at the coordinator as the client does
+//! (`wait_ms` of one interval, the next sent as soon as the answer comes): the coordinator
+//! holds 3,000 requests at a time and answers each at the end of its hold. With
+//! `--heartbeats-plain` the members send heartbeats answered at once and sleep an interval
+//! between them (the path before long polls), so both costs can be compared in one run of each.
+//! Held round trips include the hold, so latencies are reported for plain heartbeats only.
+//!
 //! Joins are spread over one heartbeat interval. Once every group is `stable` with 3 members
 //! (`ListGroups`), the nodes' CPU is measured over `measure`; the same window is measured
 //! before any member starts (the idle cluster, internal topics included), and the load
@@ -55,6 +62,8 @@ pub struct HeartbeatSettings {
     pub heartbeat_interval: Duration,
     /// The measured window.
     pub measure: Duration,
+    /// Members keep a heartbeat held at the coordinator (a long poll), as the client does.
+    pub held: bool,
 }
 
 /// The scenario's result.
@@ -68,6 +77,8 @@ pub struct HeartbeatsResult {
     pub members_are: String,
     /// The members' heartbeat interval, ms.
     pub heartbeat_interval_ms: u64,
+    /// Whether each member kept a heartbeat held at the coordinator (`wait_ms`).
+    pub held: bool,
     /// From the first join to every group stable, s.
     pub settle_seconds: f64,
     /// The measured window, s.
@@ -136,6 +147,7 @@ pub async fn group_heartbeats(env: &Env, settings: &HeartbeatSettings) -> anyhow
             topic.to_string(),
             delay,
             settings.heartbeat_interval,
+            settings.held,
             counters.clone(),
         )));
     }
@@ -150,6 +162,7 @@ pub async fn group_heartbeats(env: &Env, settings: &HeartbeatSettings) -> anyhow
         members,
         members_are: "emulated: ConsumerGroupHeartbeat RPCs via rill-client (no Consumer, no fetches)".to_string(),
         heartbeat_interval_ms: settings.heartbeat_interval.as_millis() as u64,
+        held: settings.held,
         settle_seconds,
         seconds,
         idle_cpu_percent_per_node,
@@ -227,6 +240,7 @@ async fn member(
     topic: String,
     delay: Duration,
     interval: Duration,
+    held: bool,
     counters: Arc<Counters>,
 ) {
     tokio::time::sleep(delay).await;
@@ -245,6 +259,7 @@ async fn member(
             subscribed_topics: joining.then(|| SubscribedTopics { topics: vec![topic.clone()] }),
             owned: Some(owned.clone()),
             client_id: "rill-bench".to_string(),
+            wait_ms: (held && !joining).then(|| u32::try_from(interval.as_millis()).unwrap_or(u32::MAX)),
             ..ConsumerGroupHeartbeatRequest::default()
         };
         let sent = Instant::now();
@@ -254,8 +269,10 @@ async fn member(
             Ok(resp) => {
                 if measuring {
                     counters.heartbeats.fetch_add(1, Ordering::SeqCst);
-                    let us = sent.elapsed().as_micros() as u64;
-                    counters.latencies.lock().unwrap_or_else(PoisonError::into_inner).record_us(us);
+                    if !held {
+                        let us = sent.elapsed().as_micros() as u64;
+                        counters.latencies.lock().unwrap_or_else(PoisonError::into_inner).record_us(us);
+                    }
                 }
                 epoch = resp.member_epoch;
                 if resp.heartbeat_interval_ms > 0 {
@@ -269,7 +286,9 @@ async fn member(
                         continue;
                     }
                 }
-                tokio::time::sleep(interval).await;
+                // Held: the next at once (after the rest of the hold, if it was answered early).
+                let wait = if held { interval.saturating_sub(sent.elapsed()) } else { interval };
+                tokio::time::sleep(wait).await;
             }
             Err(e) => {
                 if measuring {

@@ -147,7 +147,7 @@ pub fn group_heartbeats_summary(h: &HeartbeatsResult) -> String {
     format!(
         "group-heartbeats: {} groups × 3 = {} members ({}), heartbeat interval {} ms, stable after {:.1} s\n  \
          CPU per node over {:.0} s: idle {}; with the groups {}; load generator {:.1}%\n  \
-         {:.0} heartbeats/s (p50 {:.2} ms, p99 {:.2} ms, max {:.1} ms), {} errors, {} rejoins; {} groups stable after",
+         {:.0} heartbeats/s ({}), {} errors, {} rejoins; {} groups stable after",
         h.groups,
         h.members,
         h.members_are,
@@ -158,9 +158,14 @@ pub fn group_heartbeats_summary(h: &HeartbeatsResult) -> String {
         pct(&h.cpu_percent_per_node),
         h.generator_cpu_percent,
         h.heartbeats_per_sec,
-        h.heartbeat_p50_ms,
-        h.heartbeat_p99_ms,
-        h.heartbeat_max_ms,
+        if h.held {
+            "each held at the coordinator".to_string()
+        } else {
+            format!(
+                "p50 {:.2} ms, p99 {:.2} ms, max {:.1} ms",
+                h.heartbeat_p50_ms, h.heartbeat_p99_ms, h.heartbeat_max_ms
+            )
+        },
         h.heartbeat_errors,
         h.rejoins,
         h.stable_groups_after

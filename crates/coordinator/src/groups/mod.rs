@@ -19,6 +19,8 @@
 //! * [`heartbeat`]: the coordinator's decisions for a heartbeat (join, heartbeat, leave) and for
 //!   an expired session or rebalance timer.
 //! * [`sessions`]: the leader's session and rebalance timers (soft state, never replicated).
+//! * [`held`] and [`turns`]: heartbeats held as long polls — which changes wake which held
+//!   member, and one writing decision at a time per group.
 //! * [`classic`]: classic groups (JoinGroup / SyncGroup / Heartbeat / LeaveGroup): their
 //!   replicated record and the leader's sans-IO engine for join and sync phases.
 //!
@@ -31,6 +33,7 @@ pub mod assignor;
 pub mod classic;
 pub mod group;
 pub mod heartbeat;
+pub mod held;
 pub mod reconcile;
 pub mod sessions;
 pub mod turns;
@@ -64,11 +67,7 @@ pub async fn consumer_heartbeat(
     timeout: Duration,
 ) -> Result<Decision> {
     for _ in 0..CAS_ATTEMPTS {
-        let now_ms = rill_rt::wall_clock_ms();
-        let decision = partition.read(|m| {
-            heartbeat::check_not_classic(m.classic_groups().get(&req.group_id), &req.group_id)?;
-            heartbeat::heartbeat(m.groups().get(&req.group_id), req, topics, timeouts, now_ms, &mut new_member_id)
-        })??;
+        let decision = decide(partition, req, topics, timeouts)?;
         let Some(change) = &decision.change else { return Ok(decision) };
         if propose(partition, change, timeout).await? {
             return Ok(decision);
@@ -77,27 +76,45 @@ pub async fn consumer_heartbeat(
     Err(contended(&req.group_id))
 }
 
+/// Decides `req` from the group as applied on this leader, proposing nothing.
+fn decide(
+    partition: &StatePartition<OffsetsMachine>,
+    req: &HeartbeatRequest,
+    topics: TopicLookup<'_>,
+    timeouts: Timeouts,
+) -> Result<Decision> {
+    let now_ms = rill_rt::wall_clock_ms();
+    partition.read(|m| {
+        heartbeat::check_not_classic(m.classic_groups().get(&req.group_id), &req.group_id)?;
+        heartbeat::heartbeat(m.groups().get(&req.group_id), req, topics, timeouts, now_ms, &mut new_member_id)
+    })?
+}
+
 /// How a heartbeat may be held ([`consumer_heartbeat_held`]).
 pub struct LongPoll<'a, T> {
     /// The turns of the groups this coordinator decides for.
     pub turns: &'a GroupTurns,
+    /// The session timers: a held member's session restarts when it is held, as it was heard.
+    pub sessions: &'a sessions::Sessions,
     /// Longest the heartbeat is held; zero answers at once.
     pub hold: Duration,
-    /// The cluster metadata the topic lookup reads: a change (new partitions of a subscribed
-    /// topic, a topic deleted) decides again.
+    /// The cluster metadata the topic lookup reads: a change of a topic the group subscribes to
+    /// (new partitions, the topic created or deleted) decides again.
     pub topics: rill_rt::sync::watch::Receiver<T>,
 }
 
 /// [`consumer_heartbeat`] as a long poll: a heartbeat of a member in the group that changes
-/// nothing is held up to `poll.hold` and decided again whenever the group or the topics change,
-/// and answered as soon as that gives the member something to do (a new epoch, partitions to
-/// revoke or to take — any change its heartbeat makes). An owner thus hears at once that a
-/// joining member needs its partitions, instead of at its next heartbeat. Held out, or when
-/// this replica stops leading, it is decided once more, so a deposed coordinator answers
-/// not-the-coordinator at once.
+/// nothing is held up to `poll.hold` and decided again whenever a change concerns the member
+/// ([`held`]) or a topic its group subscribes to changes, and answered as soon as that gives
+/// the member something to do (a new epoch, partitions to revoke or to take — any change its
+/// heartbeat makes). An owner thus hears at once that a joining member needs its partitions,
+/// instead of at its next heartbeat. Held out, or when this replica stops leading, it is decided
+/// once more, so a deposed coordinator answers not-the-coordinator at once.
 ///
-/// Decisions of one group take its turn (`poll.turns`), so members woken together decide one
-/// after another instead of racing each other's compare-and-set.
+/// The member's session restarts when its heartbeat is held (it was heard then), and again when
+/// it is answered. A decision that writes takes its group's turn (`poll.turns`), so members woken
+/// together write one after another instead of racing each other's compare-and-set; one that
+/// only reads does not wait behind them.
 pub async fn consumer_heartbeat_held<T>(
     partition: &StatePartition<OffsetsMachine>,
     req: &HeartbeatRequest,
@@ -106,42 +123,89 @@ pub async fn consumer_heartbeat_held<T>(
     timeout: Duration,
     poll: LongPoll<'_, T>,
 ) -> Result<Decision> {
-    let LongPoll { turns, hold, topics: mut topics_changed } = poll;
+    let LongPoll { turns, sessions, hold, topics: mut topics_changed } = poll;
+    if hold.is_zero() || req.member_epoch <= 0 {
+        return decide_in_turn(partition, turns, req, topics, timeouts, timeout).await;
+    }
     let until = rill_rt::now() + hold;
-    let changes = partition.peek(|m| m.group_changes(&req.group_id));
+    let changes = partition.peek(|m| m.held_heartbeats().listen(&req.group_id, &req.member_id));
     loop {
         // Both taken before the decision reads the group and the topics: a change after that
         // read wakes this.
         let changed = changes.notified();
+        tokio::pin!(changed);
         topics_changed.borrow_and_update();
-        let decision = {
-            let _turn = turns.take(&req.group_id).await;
-            consumer_heartbeat(partition, req, topics, timeouts, timeout).await?
-        };
+        let decision = decide_in_turn(partition, turns, req, topics, timeouts, timeout).await?;
         // Nothing for the member to do: nothing written, the same epoch, and no assignment
         // other than what it reported owning (an answer that repeats a revocation or a hand-over
         // the member has not acted on yet is news, even at an unchanged epoch).
         let quiet_assignment = decision.answer.assignment.as_ref().is_none_or(|a| req.owned.as_ref() == Some(a));
-        let idle = req.member_epoch > 0
-            && decision.change.is_none()
-            && decision.answer.member_epoch == req.member_epoch
-            && quiet_assignment;
+        let idle = decision.change.is_none() && decision.answer.member_epoch == req.member_epoch && quiet_assignment;
         if !idle || rill_rt::now() >= until {
             return Ok(decision);
         }
-        // A change decides again; the end of the hold, or this coordinator deposed, decides
-        // once more and answers (not the coordinator, once deposed).
-        let woken = tokio::select! {
-            () = changed => true,
-            changed = topics_changed.changed() => changed.is_ok(),
-            () = partition.leadership_lost() => false,
-            () = rill_rt::sleep_until(until) => false,
+        sessions.heard(partition.replica().group(), &req.group_id, &req.member_id, decision.member.as_ref());
+        let subscribed = subscribed_topics(partition, &req.group_id, topics);
+        // A change that concerns the member decides again; the end of the hold, or this
+        // coordinator deposed, decides once more and answers (not the coordinator, once deposed).
+        let woken = loop {
+            tokio::select! {
+                () = &mut changed => break true,
+                seen = topics_changed.changed() => {
+                    if seen.is_err() {
+                        break false;
+                    }
+                    if subscribed_topics(partition, &req.group_id, topics) != subscribed {
+                        break true;
+                    }
+                }
+                () = partition.leadership_lost() => break false,
+                () = rill_rt::sleep_until(until) => break false,
+            }
         };
         if !woken {
-            let _turn = turns.take(&req.group_id).await;
-            return consumer_heartbeat(partition, req, topics, timeouts, timeout).await;
+            return decide_in_turn(partition, turns, req, topics, timeouts, timeout).await;
         }
     }
+}
+
+/// Decides `req` from the applied group; only a decision that writes waits for the group's turn
+/// (and is then decided afresh in it).
+async fn decide_in_turn(
+    partition: &StatePartition<OffsetsMachine>,
+    turns: &GroupTurns,
+    req: &HeartbeatRequest,
+    topics: TopicLookup<'_>,
+    timeouts: Timeouts,
+    timeout: Duration,
+) -> Result<Decision> {
+    let decision = decide(partition, req, topics, timeouts)?;
+    if decision.change.is_none() {
+        return Ok(decision);
+    }
+    let _turn = turns.take(&req.group_id).await;
+    consumer_heartbeat(partition, req, topics, timeouts, timeout).await
+}
+
+/// Every topic some member of `group_id` subscribes to, as the lookup sees it now (`None`: it
+/// does not exist).
+fn subscribed_topics(
+    partition: &StatePartition<OffsetsMachine>,
+    group_id: &str,
+    topics: TopicLookup<'_>,
+) -> Vec<(String, Option<SubscribedTopic>)> {
+    let names: std::collections::BTreeSet<String> = partition.peek(|m| {
+        m.groups().get(group_id).map_or_else(Default::default, |g| {
+            g.members.values().flat_map(|member| member.subscribed.iter().cloned()).collect()
+        })
+    });
+    names
+        .into_iter()
+        .map(|name| {
+            let topic = topics(&name);
+            (name, topic)
+        })
+        .collect()
 }
 
 /// On the group's coordinator: removes member `member_id` if it is still at `epoch` (its session

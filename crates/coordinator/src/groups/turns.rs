@@ -1,10 +1,10 @@
-//! One heartbeat decision at a time per group on its coordinator.
+//! One writing heartbeat decision at a time per group on its coordinator.
 //!
-//! Every decision reads its group and proposes a compare-and-set on the group's version.
-//! Heartbeats of one group that arrive together — every member's held heartbeat woken by the
-//! same change — would all decide from one version, and all but one would lose and decide
-//! again: conflicts growing with the square of the group. Taking the group's turn first makes
-//! them decide one after another, each from what the one before left.
+//! A decision that changes its group proposes a compare-and-set on the group's version. Held
+//! heartbeats of one group woken by the same change would all decide from one version, and all
+//! but one would lose and decide again: conflicts growing with the square of the members woken.
+//! Taking the group's turn before writing makes them write one after another, each from what
+//! the one before left. Decisions that only read take no turn.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};

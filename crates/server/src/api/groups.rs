@@ -409,7 +409,12 @@ impl Groups for GroupsApi {
             .min(Duration::from_millis(u64::from(timeouts.heartbeat_interval_ms)))
             .min(Duration::from_millis(u64::from(timeouts.session_ms)) / 3)
             .min(MAX_HEARTBEAT_HOLD);
-        let poll = consumer_groups::LongPoll { turns: self.node.group_turns(), hold, topics: self.node.meta_watch() };
+        let poll = consumer_groups::LongPoll {
+            turns: self.node.group_turns(),
+            sessions: self.sessions(),
+            hold,
+            topics: self.node.meta_watch(),
+        };
         let decision = match consumer_groups::consumer_heartbeat_held(
             &coordinator,
             &decided,
