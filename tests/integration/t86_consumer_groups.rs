@@ -3,7 +3,8 @@
 //! two idle), a member that stops heartbeating loses its partitions after the session timeout
 //! and the next owner starts exactly at its last commit, a static member restarting within its
 //! session keeps its partitions with no revocation elsewhere, the group survives its
-//! coordinator's leader being killed, and commits are fenced by membership.
+//! coordinator's leader being killed, commits are fenced by membership, and a heartbeat held
+//! as a long poll at the end of a member's session keeps the member.
 //!
 //! Members run in this process; "crashing" one stops its heartbeats and fetches without
 //! leaving the group, which is what the coordinator sees of a SIGKILLed consumer.
@@ -633,5 +634,45 @@ async fn a_poll_wakes_when_the_member_is_given_partitions() -> anyhow::Result<()
     assert!(!records.is_empty(), "the first poll returned nothing");
     assert!(!consumer.assignment().is_empty(), "the member owns partitions");
     consumer.shutdown().await?;
+    Ok(())
+}
+
+/// A heartbeat held as a long poll (`wait_ms`) that reaches the coordinator in the last moments
+/// of the member's session keeps the member: the session restarts when the heartbeat is held,
+/// not only when it is answered, so the hold never runs the member out of its session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_heartbeat_held_at_the_end_of_the_session_keeps_the_member() -> anyhow::Result<()> {
+    use rill_proto::groups::{ConsumerGroupHeartbeatRequest, OwnedPartitions, SubscribedTopics};
+    const SESSION: Duration = Duration::from_secs(6);
+    init_logs();
+    let env = [("RILL_GROUP_SESSION_TIMEOUT", "6s"), ("RILL_GROUP_HEARTBEAT_INTERVAL", "3s")];
+    let cluster = TestCluster::start_with(3, &env, None).await?;
+    let client = cluster.client().await?;
+    cluster.create_topic(&client, TOPIC, PARTITIONS, 3, &[]).await?;
+    let heartbeat = |epoch: i32, owned: OwnedPartitions, wait_ms: Option<u32>| ConsumerGroupHeartbeatRequest {
+        group_id: "held".into(),
+        member_id: "m".into(),
+        member_epoch: epoch,
+        rebalance_timeout_ms: (epoch == 0).then_some(60_000),
+        subscribed_topics: (epoch == 0).then(|| SubscribedTopics { topics: vec![TOPIC.into()] }),
+        owned: Some(owned),
+        wait_ms,
+        ..ConsumerGroupHeartbeatRequest::default()
+    };
+    let joined = client.consumer_group_heartbeat(heartbeat(0, OwnedPartitions::default(), None)).await?;
+    let owned = joined.assignment.clone().expect("the only member is given every partition");
+    // Reports what it owns: the member is stable, and its next heartbeat changes nothing.
+    let stable = client.consumer_group_heartbeat(heartbeat(joined.member_epoch, owned.clone(), None)).await?;
+    let heard = std::time::Instant::now();
+    assert_eq!(stable.member_epoch, joined.member_epoch);
+
+    // The heartbeat arrives with 0.8 s of the session left and asks to be held for 2 s (the
+    // coordinator's most: a third of the session): 1.2 s past the end of the session, longer
+    // than the coordinator takes to notice an expired session (it checks every second).
+    tokio::time::sleep(SESSION.saturating_sub(Duration::from_millis(800)).saturating_sub(heard.elapsed())).await;
+    let held = client.consumer_group_heartbeat(heartbeat(joined.member_epoch, owned.clone(), Some(2_000))).await?;
+    assert_eq!(held.member_epoch, joined.member_epoch, "the member kept its epoch");
+    let after = client.consumer_group_heartbeat(heartbeat(joined.member_epoch, owned, None)).await?;
+    assert_eq!(after.member_epoch, joined.member_epoch, "the member is still in the group");
     Ok(())
 }
