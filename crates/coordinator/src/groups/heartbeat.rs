@@ -390,7 +390,7 @@ fn fenced(req: &HeartbeatRequest, member: &Member) -> CoordinatorError {
 }
 
 /// Every topic some member subscribes to that exists, as the metadata has it now.
-fn subscribed_topics(g: &ConsumerGroup, topics: TopicLookup<'_>) -> BTreeMap<String, SubscribedTopic> {
+pub(crate) fn subscribed_topics(g: &ConsumerGroup, topics: TopicLookup<'_>) -> BTreeMap<String, SubscribedTopic> {
     let names: BTreeSet<&String> = g.members.values().flat_map(|m| m.subscribed.iter()).collect();
     names.into_iter().filter_map(|name| Some((name.clone(), topics(name)?))).collect()
 }

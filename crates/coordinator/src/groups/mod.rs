@@ -129,12 +129,14 @@ pub async fn consumer_heartbeat_held<T>(
     }
     let until = rill_rt::now() + hold;
     let changes = partition.peek(|m| m.held_heartbeats().listen(&req.group_id, &req.member_id));
+    let version = |m: &OffsetsMachine| m.groups().get(&req.group_id).map(|g| g.version);
     loop {
-        // Both taken before the decision reads the group and the topics: a change after that
-        // read wakes this.
+        // All taken before the decision reads the group and the topics: a change after that
+        // read wakes this, or shows in the version.
         let changed = changes.notified();
         tokio::pin!(changed);
         topics_changed.borrow_and_update();
+        let decided_at = partition.peek(version);
         let decision = decide_in_turn(partition, turns, req, topics, timeouts, timeout).await?;
         // Nothing for the member to do: nothing written, the same epoch, and no assignment
         // other than what it reported owning (an answer that repeats a revocation or a hand-over
@@ -145,9 +147,10 @@ pub async fn consumer_heartbeat_held<T>(
             return Ok(decision);
         }
         sessions.heard(partition.replica().group(), &req.group_id, &req.member_id, decision.member.as_ref());
-        let subscribed = subscribed_topics(partition, &req.group_id, topics);
-        // A change that concerns the member decides again; the end of the hold, or this
-        // coordinator deposed, decides once more and answers (not the coordinator, once deposed).
+        // A change that concerns the member decides again. The end of the hold answers what
+        // was decided when nothing changed since (the same group version and topics: the same
+        // decision), else decides once more; so does this coordinator deposed (answering not
+        // the coordinator).
         let woken = loop {
             tokio::select! {
                 () = &mut changed => break true,
@@ -155,7 +158,13 @@ pub async fn consumer_heartbeat_held<T>(
                     if seen.is_err() {
                         break false;
                     }
-                    if subscribed_topics(partition, &req.group_id, topics) != subscribed {
+                    // Would the decision see the group's topics differently now?
+                    let moved = partition.peek(|m| {
+                        m.groups()
+                            .get(&req.group_id)
+                            .is_some_and(|g| heartbeat::subscribed_topics(g, topics) != g.subscribed_topics)
+                    });
+                    if moved {
                         break true;
                     }
                 }
@@ -163,9 +172,14 @@ pub async fn consumer_heartbeat_held<T>(
                 () = rill_rt::sleep_until(until) => break false,
             }
         };
-        if !woken {
-            return decide_in_turn(partition, turns, req, topics, timeouts, timeout).await;
+        if woken {
+            continue;
         }
+        // Leading still, with the group and its topics as decided from: the decision stands.
+        if partition.read(version)? == decided_at {
+            return Ok(decision);
+        }
+        return decide_in_turn(partition, turns, req, topics, timeouts, timeout).await;
     }
 }
 
@@ -185,27 +199,6 @@ async fn decide_in_turn(
     }
     let _turn = turns.take(&req.group_id).await;
     consumer_heartbeat(partition, req, topics, timeouts, timeout).await
-}
-
-/// Every topic some member of `group_id` subscribes to, as the lookup sees it now (`None`: it
-/// does not exist).
-fn subscribed_topics(
-    partition: &StatePartition<OffsetsMachine>,
-    group_id: &str,
-    topics: TopicLookup<'_>,
-) -> Vec<(String, Option<SubscribedTopic>)> {
-    let names: std::collections::BTreeSet<String> = partition.peek(|m| {
-        m.groups().get(group_id).map_or_else(Default::default, |g| {
-            g.members.values().flat_map(|member| member.subscribed.iter().cloned()).collect()
-        })
-    });
-    names
-        .into_iter()
-        .map(|name| {
-            let topic = topics(&name);
-            (name, topic)
-        })
-        .collect()
 }
 
 /// On the group's coordinator: removes member `member_id` if it is still at `epoch` (its session
