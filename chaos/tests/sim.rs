@@ -1054,6 +1054,48 @@ async fn consumer_group_members_never_share_a_partition() {
     println!("trace-hash: {:016x} events={}", trace.hash(), trace.len());
 }
 
+/// A 3-node cluster for a scripted consumer group run, with `client_hosts` client hosts and the
+/// members' `timeouts`, and topic `topic` of `partitions` partitions (3 replicas): once it and
+/// the offsets topic have leaders.
+async fn group_cluster(
+    client_hosts: usize,
+    timeouts: rill_coordinator::groups::Timeouts,
+    topic: &'static str,
+    partitions: u32,
+) -> (Arc<SimCluster>, Client) {
+    let cluster = Arc::new(SimCluster::start_with(SimOptions {
+        nodes: 3,
+        client_hosts: client_hosts as u32,
+        sync_latency: Duration::from_millis(1),
+        transactional_id_expiration: None,
+        groups: Some(timeouts),
+    }));
+    let client = cluster.client().await;
+    let c = client.clone();
+    cluster
+        .on_client(async move {
+            wait_until("the topic created", || async { c.create_topic(topic, partitions, 3, &[]).await.ok() }).await;
+            c.wait_for_leaders(topic, SETTLE).await.expect("the topic has leaders");
+            c.wait_for_leaders(rill_meta::CONSUMER_OFFSETS_TOPIC, SETTLE).await.expect("the offsets topic has leaders")
+        })
+        .await;
+    (cluster, client)
+}
+
+/// Grows `topic` to `total` partitions after some heartbeat intervals of quiet, at a seed-drawn
+/// phase against the members' heartbeats; answers when it asked.
+async fn grow_after_quiet(cluster: &SimCluster, client: &Client, topic: &'static str, total: u32) -> rill_rt::Instant {
+    madsim::time::sleep(Duration::from_millis(rand::Rng::gen_range(&mut rill_rt::rng(), 10_000..15_000))).await;
+    let c = client.clone();
+    let asked = rill_rt::now();
+    cluster
+        .on_client(async move {
+            wait_until("the topic grown", || async { c.create_partitions(topic, total).await.ok() }).await;
+        })
+        .await;
+    asked
+}
+
 /// Counts the partitions a member lost without revoking them (its membership lost).
 struct CountLost(Arc<std::sync::atomic::AtomicUsize>);
 
@@ -1096,22 +1138,7 @@ fn polling_member(
 async fn an_owner_hears_at_once_that_a_joining_member_needs_its_partitions() {
     const BOUND: Duration = Duration::from_secs(1);
     let trace = begin_scripted();
-    let cluster = Arc::new(SimCluster::start_with(SimOptions {
-        nodes: 3,
-        client_hosts: 2,
-        sync_latency: Duration::from_millis(1),
-        transactional_id_expiration: None,
-        groups: Some(rill_coordinator::groups::Timeouts::default()),
-    }));
-    let client = cluster.client().await;
-    let c = client.clone();
-    cluster
-        .on_client(async move {
-            wait_until("the topic created", || async { c.create_topic("moves", 4, 3, &[]).await.ok() }).await;
-            c.wait_for_leaders("moves", SETTLE).await.expect("moves has leaders");
-            c.wait_for_leaders(rill_meta::CONSUMER_OFFSETS_TOPIC, SETTLE).await.expect("the offsets topic has leaders")
-        })
-        .await;
+    let (cluster, _client) = group_cluster(2, rill_coordinator::groups::Timeouts::default(), "moves", 4).await;
     let stop = Arc::new(AtomicU8::new(RUN));
     let (a_owns, b_owns) = (Arc::default(), Arc::default());
     let a = polling_member(&cluster, 0, "moves", Arc::clone(&a_owns), Arc::default(), stop.clone());
@@ -1149,22 +1176,7 @@ async fn an_owner_hears_at_once_that_a_joining_member_needs_its_partitions() {
 async fn a_lone_member_hears_at_once_that_its_topic_grew() {
     const BOUND: Duration = Duration::from_secs(1);
     let trace = begin_scripted();
-    let cluster = Arc::new(SimCluster::start_with(SimOptions {
-        nodes: 3,
-        client_hosts: 1,
-        sync_latency: Duration::from_millis(1),
-        transactional_id_expiration: None,
-        groups: Some(rill_coordinator::groups::Timeouts::default()),
-    }));
-    let client = cluster.client().await;
-    let c = client.clone();
-    cluster
-        .on_client(async move {
-            wait_until("the topic created", || async { c.create_topic("grows", 2, 3, &[]).await.ok() }).await;
-            c.wait_for_leaders("grows", SETTLE).await.expect("grows has leaders");
-            c.wait_for_leaders(rill_meta::CONSUMER_OFFSETS_TOPIC, SETTLE).await.expect("the offsets topic has leaders")
-        })
-        .await;
+    let (cluster, client) = group_cluster(1, rill_coordinator::groups::Timeouts::default(), "grows", 2).await;
     let stop = Arc::new(AtomicU8::new(RUN));
     let owns: Arc<std::sync::atomic::AtomicUsize> = Arc::default();
     let member = polling_member(&cluster, 0, "grows", Arc::clone(&owns), Arc::default(), stop.clone());
@@ -1174,15 +1186,7 @@ async fn a_lone_member_hears_at_once_that_its_topic_grew() {
         async move { both.then_some(()) }
     })
     .await;
-    // Some heartbeat intervals of quiet, at a seed-drawn phase against the member's heartbeats.
-    madsim::time::sleep(Duration::from_millis(rand::Rng::gen_range(&mut rill_rt::rng(), 10_000..15_000))).await;
-    let c = client.clone();
-    let grown = rill_rt::now();
-    cluster
-        .on_client(async move {
-            wait_until("the topic grown", || async { c.create_partitions("grows", 4).await.ok() }).await;
-        })
-        .await;
+    let grown = grow_after_quiet(&cluster, &client, "grows", 4).await;
     wait_until("the member owning all four", || {
         let all = owning(4);
         async move { all.then_some(()) }
@@ -1204,22 +1208,13 @@ async fn a_lone_member_hears_at_once_that_its_topic_grew() {
 #[madsim::test]
 async fn held_heartbeats_keep_a_short_session() {
     let trace = begin_scripted();
-    let cluster = Arc::new(SimCluster::start_with(SimOptions {
-        nodes: 3,
-        client_hosts: 2,
-        sync_latency: Duration::from_millis(1),
-        transactional_id_expiration: None,
-        groups: Some(rill_coordinator::groups::Timeouts { session_ms: 6_000, heartbeat_interval_ms: 5_000 }),
-    }));
-    let client = cluster.client().await;
-    let c = client.clone();
-    cluster
-        .on_client(async move {
-            wait_until("the topic created", || async { c.create_topic("idle", 4, 3, &[]).await.ok() }).await;
-            c.wait_for_leaders("idle", SETTLE).await.expect("idle has leaders");
-            c.wait_for_leaders(rill_meta::CONSUMER_OFFSETS_TOPIC, SETTLE).await.expect("the offsets topic has leaders")
-        })
-        .await;
+    let (cluster, _client) = group_cluster(
+        2,
+        rill_coordinator::groups::Timeouts { session_ms: 6_000, heartbeat_interval_ms: 5_000 },
+        "idle",
+        4,
+    )
+    .await;
     let stop = Arc::new(AtomicU8::new(RUN));
     let (a_owns, b_owns) = (Arc::default(), Arc::default());
     let lost: Arc<std::sync::atomic::AtomicUsize> = Arc::default();
@@ -1259,23 +1254,8 @@ async fn a_group_of_fifty_settles_and_takes_new_partitions_within_seconds() {
     const SETTLE_BOUND: Duration = Duration::from_secs(10);
     const BOUND: Duration = Duration::from_secs(3);
     let trace = begin_scripted();
-    let cluster = Arc::new(SimCluster::start_with(SimOptions {
-        nodes: 3,
-        client_hosts: HOSTS as u32,
-        sync_latency: Duration::from_millis(1),
-        transactional_id_expiration: None,
-        groups: Some(rill_coordinator::groups::Timeouts::default()),
-    }));
-    let client = cluster.client().await;
-    let c = client.clone();
-    cluster
-        .on_client(async move {
-            wait_until("the topic created", || async { c.create_topic("wide", MEMBERS as u32, 3, &[]).await.ok() })
-                .await;
-            c.wait_for_leaders("wide", SETTLE).await.expect("wide has leaders");
-            c.wait_for_leaders(rill_meta::CONSUMER_OFFSETS_TOPIC, SETTLE).await.expect("the offsets topic has leaders")
-        })
-        .await;
+    let (cluster, client) =
+        group_cluster(HOSTS, rill_coordinator::groups::Timeouts::default(), "wide", MEMBERS as u32).await;
     let stop = Arc::new(AtomicU8::new(RUN));
     let owned: Vec<Arc<std::sync::atomic::AtomicUsize>> = (0..MEMBERS).map(|_| Arc::default()).collect();
     let lost: Arc<std::sync::atomic::AtomicUsize> = Arc::default();
@@ -1293,16 +1273,7 @@ async fn a_group_of_fifty_settles_and_takes_new_partitions_within_seconds() {
     trace.record(format!("settled {settled:?} after the members started"));
     println!("{MEMBERS} members settled {settled:?} after they started");
     assert!(settled < SETTLE_BOUND, "the group settled {settled:?} after its members started");
-    // Some heartbeat intervals of quiet, at a seed-drawn phase against the heartbeats.
-    madsim::time::sleep(Duration::from_millis(rand::Rng::gen_range(&mut rill_rt::rng(), 10_000..15_000))).await;
-    let c = client.clone();
-    let grown = rill_rt::now();
-    cluster
-        .on_client(async move {
-            wait_until("the topic grown", || async { c.create_partitions("wide", 2 * MEMBERS as u32).await.ok() })
-                .await;
-        })
-        .await;
+    let grown = grow_after_quiet(&cluster, &client, "wide", 2 * MEMBERS as u32).await;
     wait_until("two partitions each", || {
         let shared = each_owns(2);
         async move { shared.then_some(()) }
