@@ -229,7 +229,8 @@ async fn wait_consumed(client: Client) -> Result<(), String> {
 
 /// The generated `exactly_once` scenario (see the module docs).
 pub async fn run_generated() -> Report {
-    let (trace, phase, cluster) = crate::run::start_generated("exactly_once", FAULT_PHASE, PROCESSORS as u32 + 2, None);
+    let (trace, phase, cluster) =
+        crate::run::start_generated("exactly_once", FAULT_PHASE, PROCESSORS as u32 + 2, None, None);
     cluster.create_topic_and_wait(OUTPUT, PARTITIONS, rill_meta::TRANSACTION_STATE_TOPIC).await;
     cluster.create_topic_and_wait(INPUT, PARTITIONS, rill_meta::CONSUMER_OFFSETS_TOPIC).await;
 

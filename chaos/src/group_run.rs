@@ -256,7 +256,12 @@ struct Running {
 /// producer stops and the group must settle with its lag at 0.
 pub async fn run_generated() -> Report {
     const TOPIC: &str = "grouped";
-    let (trace, phase, cluster) = crate::run::start_generated("groups", FAULT_PHASE, MEMBER_HOSTS as u32 + 2, None);
+    // Half the seeds heartbeat every 2 s: each heartbeat then held up to 2 s (a third of the
+    // session), so faults land while heartbeats are held.
+    let interval_ms = if rill_rt::rng().gen_bool(0.5) { 500 } else { 2_000 };
+    let timeouts = rill_coordinator::groups::Timeouts { session_ms: 6_000, heartbeat_interval_ms: interval_ms };
+    let (trace, phase, cluster) =
+        crate::run::start_generated("groups", FAULT_PHASE, MEMBER_HOSTS as u32 + 2, None, Some(timeouts));
     cluster.create_topic_and_wait(TOPIC, PARTITIONS, rill_meta::CONSUMER_OFFSETS_TOPIC).await;
 
     let producing = Arc::new(AtomicU8::new(RUN));

@@ -96,14 +96,16 @@ pub fn fault_phase_of(base: Duration) -> Duration {
 }
 
 /// The start every generated scenario shares: prints and traces `scenario`'s seed and the armed
-/// mutation, and starts 3 nodes with `client_hosts` client hosts, a seed-drawn sync latency and
-/// `transactional_id_expiration` (`None`: the server's default). Returns the trace, the fault
-/// phase (`base`, longer with `RILL_SIM_LONG`) and the cluster.
+/// mutation, and starts 3 nodes with `client_hosts` client hosts, a seed-drawn sync latency,
+/// `transactional_id_expiration` (`None`: the server's default) and the consumer group members'
+/// `groups` timeouts (`None`: [`SimOptions::groups`]'s). Returns the trace, the fault phase
+/// (`base`, longer with `RILL_SIM_LONG`) and the cluster.
 pub fn start_generated(
     scenario: &str,
     base: Duration,
     client_hosts: u32,
     transactional_id_expiration: Option<Duration>,
+    groups: Option<rill_coordinator::groups::Timeouts>,
 ) -> (Trace, Duration, Arc<SimCluster>) {
     let seed = madsim::runtime::Handle::current().seed();
     println!("seed: {seed}");
@@ -119,8 +121,12 @@ pub fn start_generated(
         client_hosts,
         sync_latency: Duration::from_micros(rill_rt::rng().gen_range(500..8000)),
         transactional_id_expiration,
-        groups: None,
+        groups,
     }));
+    if let Some(t) = groups {
+        println!("groups: session {} ms, heartbeat interval {} ms", t.session_ms, t.heartbeat_interval_ms);
+        trace.record(format!("groups: session {} ms, heartbeat interval {} ms", t.session_ms, t.heartbeat_interval_ms));
+    }
     (trace, phase, cluster)
 }
 

@@ -253,7 +253,7 @@ pub(crate) async fn final_read(
 /// The generated `transactions` scenario (see the module docs).
 pub async fn run_generated() -> Report {
     let (trace, phase, cluster) =
-        crate::run::start_generated("transactions", FAULT_PHASE, PRODUCERS as u32 + 2, Some(ID_EXPIRATION));
+        crate::run::start_generated("transactions", FAULT_PHASE, PRODUCERS as u32 + 2, Some(ID_EXPIRATION), None);
     cluster.create_topic_and_wait(TOPIC, PARTITIONS, rill_meta::TRANSACTION_STATE_TOPIC).await;
 
     let log: Shared = Arc::default();
