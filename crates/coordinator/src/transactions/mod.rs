@@ -59,12 +59,24 @@ const PREPARED_WAIT: Duration = Duration::from_secs(2);
 
 /// What `apply` answers a command that took effect; a write's answer goes on with the record's
 /// new version (8 bytes, big-endian), a removal's stops there.
+/// Idle transactional ids removed per command: a sweep of many ids is a few writes, each
+/// bounded (an id is at most 255 bytes: a command stays under 70 KB).
+const REMOVALS_PER_COMMAND: usize = 256;
 const APPLIED: &[u8] = b"ok";
 const CONFLICT: &[u8] = b"conflict";
 
 /// True when `apply` answered that its command took effect.
 pub fn took_effect(answer: &[u8]) -> bool {
     answer.starts_with(APPLIED)
+}
+
+/// Which ids of a [`pb::RemoveTransactionalIds`] of `count` were removed, by position (none
+/// when the answer is not such a command's).
+fn removed_ids(answer: &[u8], count: usize) -> Vec<bool> {
+    match answer.strip_prefix(APPLIED) {
+        Some(bits) if bits.len() == count => bits.iter().map(|b| *b == 1).collect(),
+        _ => vec![false; count],
+    }
 }
 
 /// The version a write that took effect left (`None`: it did not take effect, or the answer is
@@ -189,6 +201,14 @@ impl GroupStateMachine for TransactionsMachine {
             Ok(Some(Command::InitProducer(c))) => self.state.apply_init(c).map(|v| v.to_be_bytes().to_vec()),
             Ok(Some(Command::WriteTransaction(c))) => self.state.apply_write(c).map(|v| v.to_be_bytes().to_vec()),
             Ok(Some(Command::RemoveTransactionalId(c))) => self.state.apply_remove(c).then(Vec::new),
+            Ok(Some(Command::RemoveTransactionalIds(c))) => {
+                // One byte per id, 1 where it was removed; applied even when none was.
+                let removed: Vec<u8> = c.ids.into_iter().map(|id| u8::from(self.state.apply_remove(id))).collect();
+                if removed.contains(&1) {
+                    self.changed.notify_waiters();
+                }
+                return [APPLIED, &removed].concat().into();
+            }
             Ok(None) | Err(_) => {
                 tracing::error!(index = log_id.index, "undecodable transactions command; skipped");
                 None
@@ -630,9 +650,10 @@ pub async fn to_finish(
 }
 
 /// On the coordinator: removes every transactional id idle for `expiration` (see
-/// [`transitions::idle_past`]); returns the ids removed. Each removal is a compare-and-set on
-/// the version it was decided from, so an id used meanwhile stays. A failed proposal ends the
-/// sweep (the next one goes on): an error only when nothing was removed.
+/// [`transitions::idle_past`]), up to [`REMOVALS_PER_COMMAND`] per replicated command; returns
+/// the ids removed. Each removal is a compare-and-set on the version it was decided from, so an
+/// id used meanwhile stays. A failed proposal ends the sweep (the next one goes on): an error
+/// only when nothing was removed.
 pub async fn remove_idle(
     partition: &StatePartition<TransactionsMachine>,
     expiration: Duration,
@@ -648,16 +669,24 @@ pub async fn remove_idle(
             .collect()
     })?;
     let mut removed = Vec::new();
-    for (id, expect_version) in idle {
-        let command = pb::TransactionsCommand {
-            command: Some(pb::transactions_command::Command::RemoveTransactionalId(pb::RemoveTransactionalId {
+    for chunk in idle.chunks(REMOVALS_PER_COMMAND) {
+        let ids = chunk
+            .iter()
+            .map(|(id, expect_version)| pb::RemoveTransactionalId {
                 transactional_id: id.clone(),
-                expect_version,
+                expect_version: *expect_version,
+            })
+            .collect();
+        let command = pb::TransactionsCommand {
+            command: Some(pb::transactions_command::Command::RemoveTransactionalIds(pb::RemoveTransactionalIds {
+                ids,
             })),
         };
         match partition.propose(command.encode_to_vec().into(), timeout).await {
-            Ok(answer) if took_effect(&answer) => removed.push(id),
-            Ok(_) => {}
+            Ok(answer) => {
+                let took = removed_ids(&answer, chunk.len());
+                removed.extend(chunk.iter().zip(took).filter(|(_, took)| *took).map(|((id, _), _)| id.clone()));
+            }
             Err(e) if removed.is_empty() => return Err(e.into()),
             Err(e) => {
                 tracing::debug!(error = %e, "removing expired transactional ids stopped; the next check goes on");
@@ -785,6 +814,34 @@ mod tests {
         assert_eq!(v(m.apply(&id, 0, &write("t", &record, 2))), None, "a decision from the removed record");
         assert_eq!(v(m.apply(&id, 0, &write("other", &fresh, 0))), Some(3), "the floor is the partition's");
         assert_eq!(m.state().get("t").map(|t| t.producer_id), Some(8));
+    }
+
+    #[test]
+    fn a_batch_of_removals_applies_each_compare_and_set_and_answers_which_took_effect() {
+        let id = LogId::default();
+        let mut m = TransactionsMachine::new();
+        let record = TransactionMetadata::new(7, 60_000, 0);
+        for t in ["a", "b", "c"] {
+            m.apply(&id, 0, &write(t, &record, 0));
+        }
+        m.apply(&id, 0, &write("b", &record, 1));
+        let entry = |t: &str, expect_version| pb::RemoveTransactionalId { transactional_id: t.into(), expect_version };
+        // "b" was written again after the decision, "gone" has no record: both stay as they are.
+        let batch = payload(pb::transactions_command::Command::RemoveTransactionalIds(pb::RemoveTransactionalIds {
+            ids: vec![entry("a", 1), entry("b", 1), entry("gone", 0), entry("c", 1)],
+        }));
+        let changes = m.changes();
+        let woken = changes.notified();
+        let answer = m.apply(&id, 0, &batch);
+        assert_eq!(removed_ids(&answer, 4), vec![true, false, false, true]);
+        assert!(m.state().get("a").is_none() && m.state().get("c").is_none());
+        assert_eq!(m.state().get("b").map(|t| t.version), Some(2));
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        assert!(std::future::Future::poll(std::pin::pin!(woken), &mut cx).is_ready(), "a removal wakes waiters");
+        // The floor is the highest removed version: a new record starts above it.
+        assert_eq!(applied_version(&m.apply(&id, 0, &write("a", &record, 0))), Some(2));
+        assert_eq!(removed_ids(&m.apply(&id, 0, &batch), 4), vec![false; 4], "nothing left to remove");
+        assert_eq!(removed_ids(b"conflict", 2), vec![false; 2]);
     }
 
     #[test]
