@@ -176,7 +176,12 @@ pub async fn consumer_heartbeat_held<T>(
             continue;
         }
         // Leading still, with the group and its topics as decided from: the decision stands.
-        if partition.read(version)? == decided_at {
+        // Every change of a group moves its version; a group deleted and created again starts
+        // over at version 1, but only after this member was removed, which woke it. (A
+        // metadata change not yet looked at — ready together with the end of the hold — decides
+        // again.)
+        let topics_unseen = topics_changed.has_changed().unwrap_or(true);
+        if !topics_unseen && partition.read(version)? == decided_at {
             return Ok(decision);
         }
         return decide_in_turn(partition, turns, req, topics, timeouts, timeout).await;

@@ -57,11 +57,13 @@ const CAS_ATTEMPTS: usize = 5;
 /// producer's next transaction begins as soon as `EndTxn` answered.
 const PREPARED_WAIT: Duration = Duration::from_secs(2);
 
-/// What `apply` answers a command that took effect; a write's answer goes on with the record's
-/// new version (8 bytes, big-endian), a removal's stops there.
 /// Idle transactional ids removed per command: a sweep of many ids is a few writes, each
 /// bounded (an id is at most 255 bytes: a command stays under 70 KB).
 const REMOVALS_PER_COMMAND: usize = 256;
+/// What `apply` answers a command that took effect. A write's answer goes on with the record's
+/// new version (8 bytes, big-endian); a single removal's stops there; a batch of removals'
+/// goes on with one byte per id, 1 where it was removed (its answer starts so even when none
+/// was: read it with `removed_ids`, never `took_effect` or `applied_version`).
 const APPLIED: &[u8] = b"ok";
 const CONFLICT: &[u8] = b"conflict";
 
