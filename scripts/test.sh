@@ -42,6 +42,9 @@ RUSTFLAGS="--cfg madsim" CARGO_TARGET_DIR="$RILL_SIM_TARGET_DIR" cargo clippy -p
 step "deterministic simulation: default scenarios x ${RILL_SIM_SEEDS:-50} seeds"
 chaos/run --seeds "${RILL_SIM_SEEDS:-50}"
 
+step "a group of fifty members (scripted, not a default scenario: 5-14 s a seed) x 5 seeds"
+chaos/run --scenario a_group_of_fifty_settles_and_takes_new_partitions_within_seconds --seeds 5
+
 step "simulation determinism: the same seed twice gives the same trace"
 chaos/run --seed "${RILL_DETERMINISM_SEED:-7}" --check-determinism
 
