@@ -32,9 +32,11 @@ if "$py" "$here/consumer.py" py --partition 1 --offset 0 --max-messages 1 >"$dat
 fi
 grep -q '^OFFSET_OUT_OF_RANGE' "$data/below" || { cat "$data/below"; exit 1; }
 diff <(printf '2 k three\n') <("$py" "$here/consumer.py" py --partition 1 --offset 2 --max-messages 1)
-# A consumer group over grpcio: two members share the partitions, commit as members, leave.
+# A consumer group over grpcio: held heartbeats (wait_ms) are answered at the end of their hold
+# when nothing changes and at once when a join needs the owner's partition; two members share
+# the partitions, commit as members, leave.
 "$bin/rill" topic create py-group --partitions 2 --replication-factor 3 >/dev/null
-diff <(printf 'shared 1+1\ncommit own partition: NONE\ncommit other'"'"'s partition: STALE_MEMBER_EPOCH\nleft\n') \
+diff <(printf 'held heartbeat of a stable member: answered at the end of its hold\nheld heartbeat of an owner: answered early with a revocation when a second member joined\nshared 1+1\ncommit own partition: NONE\ncommit other'"'"'s partition: STALE_MEMBER_EPOCH\nleft\n') \
   <("$py" "$here/group.py" py-group --group py-members)
 for codec in none gzip snappy lz4 zstd; do
   "$bin/rill" topic create "py-$codec" --partitions 1 --replication-factor 3 >/dev/null
@@ -59,4 +61,4 @@ for _ in $(seq 1 180); do
   sleep 1
 done
 [ -n "$compacted" ] || { cat "$data/compacted"; echo "the compacted topic still serves superseded records" >&2; exit 1; }
-echo "python example: produced and consumed 3 records; the rill CLI reads the same; DeleteRecords from Python moved the log start; two grpcio group members shared a topic and were fenced from each other's partitions; kafka-python and Rill read each other's batches with every codec; kafka-python reads a compacted topic's rewritten batches"
+echo "python example: produced and consumed 3 records; the rill CLI reads the same; DeleteRecords from Python moved the log start; grpcio group members' held heartbeats were answered at the end of the hold and early on a join, two members shared a topic and were fenced from each other's partitions; kafka-python and Rill read each other's batches with every codec; kafka-python reads a compacted topic's rewritten batches"

@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
 """Two members of one consumer group over gRPC (Groups.ConsumerGroupHeartbeat, KIP-848), without
-the Rust client: they join, share the topic's partitions cooperatively, commit as members, and
-leave.
+the Rust client: the first joins alone and takes every partition; its heartbeats are long polls
+(`wait_ms`); the second joins while one is held; they share the topic's partitions cooperatively,
+commit as members, and leave.
 
     group.py TOPIC --group G [--bootstrap ...]
 
-Prints, once the group is stable, how the partitions were shared (`shared 1+1`), then the codes
-of a commit of a partition the member owns (NONE) and of one it does not (STALE_MEMBER_EPOCH),
-and `left`.
+Prints, once the first member is stable, that its held heartbeat was answered at the end of its
+hold (nothing changed), then that an owner's held heartbeat was answered early, with a
+revocation, when the second member joined. Then, once the group is stable, how the partitions
+were shared (`shared 1+1`), the codes of a commit of a partition the member owns (NONE) and of
+one it does not (STALE_MEMBER_EPOCH), and `left`.
 """
 import argparse
 import os
@@ -27,7 +30,12 @@ class Member:
         self.stub, self.group, self.topic, self.name = stub, group, topic, name
         self.member_id, self.epoch, self.owned = "", 0, set()
 
-    def heartbeat(self):
+    def heartbeat(self, wait_ms=0):
+        """One heartbeat; with `wait_ms` the coordinator may hold it that long if nothing changes."""
+        self.answer(self.send(wait_ms).result())
+
+    def send(self, wait_ms=0):
+        """Sends a heartbeat without waiting for its answer (a grpc future)."""
         joining = self.epoch == 0
         req = groups_pb2.ConsumerGroupHeartbeatRequest(
             group_id=self.group,
@@ -41,7 +49,13 @@ class Member:
         if joining:
             req.rebalance_timeout_ms = 30000
             req.subscribed_topics.topics.append(self.topic)
-        resp = self.stub.ConsumerGroupHeartbeat(req, timeout=10)
+        if wait_ms:
+            req.wait_ms = wait_ms
+        # The deadline allows for the hold.
+        return self.stub.ConsumerGroupHeartbeat.future(req, timeout=10 + wait_ms / 1000)
+
+    def answer(self, resp):
+        """Takes a heartbeat's answer: the member's id, epoch and assignment."""
         if resp.error_code in RETRY:
             time.sleep(0.2)
             return
@@ -74,6 +88,25 @@ class Member:
             raise SystemExit(f"{self.name}: leaving failed: {resp}")
 
 
+HOLD_MS = 1000
+# Longer than the coordinator's largest hold (5 s), so the coordinator's cap decides.
+LONG_HOLD_MS = 10000
+# An owner woken by a join hears well within half of that cap.
+EARLY_S = 2.5
+
+
+def settle(done, *members):
+    """Heartbeats (unheld) until `done()` holds and no member's epoch or assignment changed."""
+    for _ in range(100):
+        before = [(m.epoch, set(m.owned)) for m in members]
+        for m in members:
+            m.heartbeat()
+        if done() and before == [(m.epoch, m.owned) for m in members]:
+            return
+        time.sleep(0.1)
+    raise SystemExit(f"the group did not settle: {[(m.name, m.owned) for m in members]}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("topic")
@@ -96,19 +129,30 @@ def main():
         raise SystemExit(f"no coordinator for group {args.group}")
 
     a, b = Member(stub, args.group, args.topic, "a"), Member(stub, args.group, args.topic, "b")
-    a.heartbeat()
+    # The first member joins alone and heartbeats until it owns every partition at a steady epoch.
+    settle(lambda: len(a.owned) == partitions, a)
+
+    # Nothing changes, so a held heartbeat is answered at the end of its hold, not at once.
+    epoch, started = a.epoch, time.monotonic()
+    a.heartbeat(wait_ms=HOLD_MS)
+    held = time.monotonic() - started
+    if held < HOLD_MS / 1000 * 0.9 or a.epoch != epoch or len(a.owned) != partitions:
+        raise SystemExit(f"a stable member's held heartbeat came back after {held:.2f} s: epoch {a.epoch}, {a.owned}")
+    print("held heartbeat of a stable member: answered at the end of its hold")
+
+    # The owner holds a heartbeat for as long as the coordinator allows; the second member joins
+    # meanwhile. The held heartbeat is answered as soon as the owner must give a partition up.
+    started = time.monotonic()
+    pending = a.send(wait_ms=LONG_HOLD_MS)
     b.heartbeat()
+    a.answer(pending.result())
+    waited = time.monotonic() - started
+    if len(a.owned) >= partitions or waited >= EARLY_S:
+        raise SystemExit(f"the owner's held heartbeat came back after {waited:.2f} s owning {a.owned}")
+    print("held heartbeat of an owner: answered early with a revocation when a second member joined")
+
     # Both heartbeat until their assignments cover the topic once and neither changes.
-    for _ in range(100):
-        before = (a.epoch, set(a.owned), b.epoch, set(b.owned))
-        a.heartbeat()
-        b.heartbeat()
-        stable = before == (a.epoch, a.owned, b.epoch, b.owned)
-        if stable and not (a.owned & b.owned) and len(a.owned | b.owned) == partitions:
-            break
-        time.sleep(0.1)
-    else:
-        raise SystemExit(f"the group did not settle: a={a.owned} b={b.owned}")
+    settle(lambda: not (a.owned & b.owned) and len(a.owned | b.owned) == partitions, a, b)
     print(f"shared {len(a.owned)}+{len(b.owned)}")
     print(f"commit own partition: {a.commit(min(a.owned))}")
     print(f"commit other's partition: {a.commit(min(b.owned))}")
