@@ -333,7 +333,13 @@ fn joining(
         }
     }
     if let Some(existing) = g.members.get(&member_id) {
-        // The same member id joining again (a client restarted with it): it owns nothing now.
+        // The same member id joining again (a client restarted with it, or one that declared
+        // its membership lost by its own clock while the coordinator still had it): it owns
+        // nothing now, and it is a new incarnation. The group epoch moves, so the member's next
+        // epoch is above every epoch it held before and anything stamped with one of those — a
+        // background commit still in flight — is refused as stale. Without that, it would get
+        // its old epoch back, and a commit of positions from before the loss could land after
+        // the new incarnation read its committed offsets, moving them back.
         if existing.instance_id.is_some() && existing.instance_id != req.instance_id {
             return Err(CoordinatorError::InvalidRequest(format!(
                 "member {member_id:?} is the static member {:?}",
@@ -346,7 +352,7 @@ fn joining(
         member.assigned.clear();
         member.revoking.clear();
         member.state = MemberState::Stable;
-        return Ok((member, false));
+        return Ok((member, true));
     }
     if g.members.len() >= MAX_MEMBERS_PER_GROUP {
         return Err(CoordinatorError::GroupMaxSizeReached { group_id: g.group_id.clone(), max: MAX_MEMBERS_PER_GROUP });
@@ -826,6 +832,30 @@ mod tests {
         claims_more.epoch = co.group().members[&a.member_id].previous_epoch;
         claims_more.owned = tp_all("t", 2);
         assert!(matches!(co.beat(&mut claims_more, &["t"]), Err(CoordinatorError::FencedMemberEpoch { .. })));
+    }
+
+    #[test]
+    fn a_member_rejoining_under_its_own_id_outranks_its_old_epoch() {
+        let mut co = Coordinator::new(&[("t", 4)]);
+        let mut clients = vec![Client::default(), Client::default()];
+        co.settle(&mut clients, &["t"]);
+        let before = clients[0].clone();
+        // It declared its membership lost by its own clock (the coordinator still has it) and
+        // rejoins at epoch 0 under the same id, owning nothing.
+        clients[0] = Client { member_id: before.member_id.clone(), ..Default::default() };
+        co.settle(&mut clients, &["t"]);
+        let back = clients[0].clone();
+        assert_eq!(back.member_id, before.member_id);
+        assert!(back.epoch > before.epoch, "a new incarnation: epoch {} after {}", back.epoch, before.epoch);
+        assert_eq!(back.owned, before.owned, "sticky: the same partitions come back");
+        // A commit the old incarnation stamped (still in flight) is refused; the new one's is not.
+        let partitions = || before.owned["t"].iter().map(|p| ("t", *p));
+        let commit = |epoch| {
+            let committer = crate::offsets::Committer::Member { member_id: &before.member_id, epoch };
+            crate::offsets::check_commit(&co.groups, &Default::default(), "g", committer, partitions())
+        };
+        assert!(matches!(commit(before.epoch), Err(CoordinatorError::StaleMemberEpoch { .. })));
+        assert!(commit(back.epoch).is_ok());
     }
 
     #[test]
