@@ -91,8 +91,6 @@ pub(crate) struct Membership {
 const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(45);
 /// The heartbeat interval assumed until the coordinator says.
 const DEFAULT_HEARTBEAT_INTERVAL: Duration = Duration::from_secs(5);
-/// Longest a heartbeat asks the coordinator to hold it (the coordinator holds at most 5 s).
-const MAX_HOLD: Duration = Duration::from_secs(5);
 /// Wait after a failed heartbeat before the next.
 const RETRY_AFTER: Duration = Duration::from_millis(200);
 
@@ -217,11 +215,11 @@ async fn run(
             rill_rt::sleep(RETRY_AFTER).await;
             continue;
         };
-        // A long poll: held by the coordinator until this member has something to do, at most
-        // an interval, a third of the session (the session runs from when this heartbeat left,
-        // up to two holds before the next answer), 5 s, and half of what is left of the session
-        // (so its answer comes before this consumer would declare the membership lost).
-        let hold = interval.min(session_timeout / 3).min(MAX_HOLD).min(session_left / 2);
+        // A long poll: held by the coordinator until this member has something to do, by the
+        // wire's rule (`rill_proto::heartbeat_hold`), asking for at most half of what is left of
+        // the session (so its answer comes before this consumer would declare the membership
+        // lost).
+        let hold = rill_proto::heartbeat_hold(session_left / 2, interval, session_timeout);
         let held = req.member_epoch > 0 && !std::mem::take(&mut report) && !hold.is_zero();
         req.wait_ms = held.then(|| u32::try_from(hold.as_millis()).unwrap_or(u32::MAX));
         let heartbeat = client.consumer_group_heartbeat(req);

@@ -67,3 +67,19 @@ pub use common::ErrorCode;
 /// Largest gRPC message Rill encodes or decodes. A produce request carries at most one batch per
 /// partition of at most `max.message.bytes` (default 1 MiB); Raft append batches carry several.
 pub const MAX_GRPC_MESSAGE_BYTES: usize = 64 << 20;
+
+/// Longest a coordinator holds a `ConsumerGroupHeartbeat` that changes nothing (its `wait_ms`).
+pub const MAX_HEARTBEAT_HOLD: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// How long a heartbeat that asks to wait `wait` may be held — the rule the coordinator applies
+/// and the client plans by: at most the wait, the heartbeat `interval`, a third of the `session`
+/// timeout (a member's session runs from when its heartbeat left, up to two holds and their
+/// round trips before an answer, on its clock and on the coordinator's) and
+/// [`MAX_HEARTBEAT_HOLD`].
+pub fn heartbeat_hold(
+    wait: std::time::Duration,
+    interval: std::time::Duration,
+    session: std::time::Duration,
+) -> std::time::Duration {
+    wait.min(interval).min(session / 3).min(MAX_HEARTBEAT_HOLD)
+}

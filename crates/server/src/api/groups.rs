@@ -33,11 +33,6 @@ use crate::node::{Hosted, Node};
 const COMMIT_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a membership change may take to be committed: well within a member's session.
 const HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(10);
-/// Longest a heartbeat that changes nothing is held (`wait_ms`, a long poll). Never longer than
-/// the heartbeat interval or a third of the session timeout either: the member's session runs
-/// from when its previous heartbeat left, up to two holds and their round trips before an
-/// answer, on its clock and on the coordinator's.
-const MAX_HEARTBEAT_HOLD: Duration = Duration::from_secs(5);
 
 /// The `Groups` service.
 pub struct GroupsApi {
@@ -405,10 +400,12 @@ impl Groups for GroupsApi {
             client_host,
         };
         let timeouts = self.node.config().groups;
-        let hold = Duration::from_millis(u64::from(req.wait_ms.unwrap_or(0)))
-            .min(Duration::from_millis(u64::from(timeouts.heartbeat_interval_ms)))
-            .min(Duration::from_millis(u64::from(timeouts.session_ms)) / 3)
-            .min(MAX_HEARTBEAT_HOLD);
+        // A heartbeat that changes nothing is held (`wait_ms`, a long poll) by the wire's rule.
+        let hold = rill_proto::heartbeat_hold(
+            Duration::from_millis(u64::from(req.wait_ms.unwrap_or(0))),
+            Duration::from_millis(u64::from(timeouts.heartbeat_interval_ms)),
+            Duration::from_millis(u64::from(timeouts.session_ms)),
+        );
         let poll = consumer_groups::LongPoll {
             turns: self.node.group_turns(),
             sessions: self.sessions(),
