@@ -882,6 +882,14 @@ fn index_range(range: &impl RangeBounds<u64>) -> (u64, u64) {
 }
 
 impl RaftLogReader<TypeConfig> for LogStore {
+    /// The entries of `range` from its start on, as far as they go without a gap: a prefix of
+    /// the range, possibly empty — never a later part of it. openraft reads ranges to apply them
+    /// (never purged) and to replicate them; a replication stream left over from a leadership
+    /// this node has just lost can ask for a range whose start was purged meanwhile (its
+    /// snapshot taken as a follower). Sent after the range's previous entry, the rest of the
+    /// range would leave a hole in the follower's log (entries numbered wrongly, and the
+    /// follower's state machine unable to apply across it); nothing is sent instead, and openraft
+    /// treats that as a heartbeat until the stream is closed.
     async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
         &mut self,
         range: RB,
@@ -896,7 +904,15 @@ impl RaftLogReader<TypeConfig> for LogStore {
             .engine
             .scan(Keyspace::RaftLog, &keys::group_u64(g, start), &keys::group_u64(g, end), usize::MAX)
             .map_err(read_err)?;
-        rows.into_iter().map(|(_, v)| codec::decode_entry(v).map(|e| e.entry).map_err(read_err)).collect()
+        let mut entries = Vec::with_capacity(rows.len());
+        for (_, v) in rows {
+            let entry = codec::decode_entry(v).map_err(read_err)?.entry;
+            if entry.log_id.index != start + entries.len() as u64 {
+                break;
+            }
+            entries.push(entry);
+        }
+        Ok(entries)
     }
 }
 
@@ -1100,6 +1116,36 @@ mod tests {
 
     fn indexes(c: &TailCache, start: u64, end: u64) -> Option<Vec<u64>> {
         c.range(start, end).map(|it| it.map(|e| e.entry.log_id.index).collect())
+    }
+
+    #[tokio::test]
+    async fn a_range_whose_start_was_purged_reads_as_nothing_not_as_its_rest() {
+        use openraft::CommittedLeaderId;
+        use rill_storage::MemEngine;
+
+        let g = 3;
+        let engine = MemEngine::new();
+        let mut b = WriteBatch::new();
+        for i in 1..=10u64 {
+            let e = test_entries::normal(i, 8);
+            b.put(Keyspace::RaftLog, keys::group_u64(g, i).to_vec(), codec::encode_entry(i, &e).unwrap());
+            b.put(Keyspace::LogIndex, keys::group_u64(g, i).to_vec(), i.to_be_bytes().to_vec());
+        }
+        engine.write(b, true).unwrap();
+        let engine: Arc<dyn Engine> = Arc::new(engine);
+        let mut log = LogStore::open(g, engine.clone(), Syncer::start(engine), TailBudget::new(1 << 20)).unwrap();
+        let read = |log: &mut LogStore, start: u64, end: u64| {
+            let mut log = log.clone();
+            async move {
+                log.try_get_log_entries(start..end).await.unwrap().iter().map(|e| e.log_id.index).collect::<Vec<_>>()
+            }
+        };
+        assert_eq!(read(&mut log, 3, 8).await, vec![3, 4, 5, 6, 7]);
+        log.purge(openraft::LogId::new(CommittedLeaderId::new(1, 1), 5)).await.unwrap();
+        // A replication stream of a lost leadership asking for 3..8 after the purge: sending
+        // 6 and 7 after entry 2 would leave a hole in the follower's log.
+        assert_eq!(read(&mut log, 3, 8).await, Vec::<u64>::new());
+        assert_eq!(read(&mut log, 6, 8).await, vec![6, 7]);
     }
 
     #[test]
