@@ -13,9 +13,18 @@
 //! the partition's leader: directly when that is this node, else through the leader's internal
 //! `Cluster.WriteTxnMarkers`. Failures (no leader yet, a leader moving) are retried until every
 //! marker is written or this node stops leading the coordinator's partition; the next leader
-//! then finds the `Prepare*` record and finishes it. Writing a marker twice is harmless: the
-//! second finds no transaction open and decides nothing. A partition of a deleted topic needs
-//! no marker.
+//! then finds the `Prepare*` record and finishes it. Writing a marker twice within one
+//! transaction is harmless: the second finds no transaction open and decides nothing.
+//!
+//! After completion it is not: a v2 producer's next transaction runs at the epoch the
+//! previous one's markers carried, so a stale marker of the previous transaction would decide
+//! the next one where it arrives. A deposed coordinator leader still acting on its `Prepare*`
+//! record sends such markers with its older term. They are refused because every partition of
+//! the transaction has seen a marker of the completing term before completion: a leader that
+//! led again in a new term writes every marker again, and the completion applies only in an
+//! entry of the term its markers carried (`WriteTransaction.markers_term`).
+//!
+//! A partition of a deleted topic needs no marker.
 //!
 //! A consumer group whose offsets the transaction commits (`AddOffsetsToTxn`) gets its marker in
 //! the `__consumer_offsets` partition it hashes to, whose leader is the group's coordinator: the
@@ -131,13 +140,24 @@ async fn finish(
         pending.extend(offsets.into_iter().map(|p| (rill_meta::CONSUMER_OFFSETS_TOPIC.to_string(), p)));
     }
     let transaction_start = prepared.txn_start_version;
+    let every = pending.clone();
     let started = rill_rt::now();
-    loop {
+    let mut round_term = None;
+    let markers_term = loop {
         // The coordinator's epoch is its current term; a node that no longer leads stops here.
         let state = coordinator.replica().state();
         if !state.is_leader {
             return Err("this node no longer leads the coordinator's partition".into());
         }
+        if round_term.is_some_and(|t| t != state.term) {
+            // Leading again in a new term: every partition gets the new epoch's marker, also
+            // those an earlier term's marker reached. A leader deposed in between may still act
+            // on this `Prepare*` record; once this transaction is complete and the next one of
+            // the same producer epoch (v2) has begun, its stale marker must be refused
+            // everywhere, not only where this term happened to write again.
+            pending = every.clone();
+        }
+        round_term = Some(state.term);
         let coordinator_epoch = i32::try_from(state.term).unwrap_or(i32::MAX);
         // Another leader may have completed it meanwhile (and the id moved on).
         let version =
@@ -168,14 +188,17 @@ async fn finish(
             }
         }
         if still.is_empty() {
-            break;
+            break state.term;
         }
         pending = still;
         rill_rt::sleep(RETRY_PAUSE).await;
-    }
+    };
     let completing = rill_rt::now();
-    let completed =
-        transactions::complete(coordinator, transactional_id, prepared, STEP_TIMEOUT).await.map_err(|e| e.to_string());
+    // Applies only in an entry of the term every marker carried (else it is refused, and the
+    // next leader finishes the transaction with a round of its own).
+    let completed = transactions::complete(coordinator, transactional_id, prepared, markers_term, STEP_TIMEOUT)
+        .await
+        .map_err(|e| e.to_string());
     tracing::debug!(
         transactional_id,
         markers_ms = (completing - started).as_secs_f64() * 1e3,

@@ -141,12 +141,13 @@ impl TransactionsState {
         Some(version)
     }
 
-    /// Applies a [`pb::WriteTransaction`]: the record, if the id is still at the version the
-    /// decision was made from; the record's new version when it took effect.
-    fn apply_write(&mut self, c: pb::WriteTransaction) -> Option<u64> {
+    /// Applies a [`pb::WriteTransaction`] carried by an entry of Raft term `term`: the record,
+    /// if the id is still at the version the decision was made from (and, for a completion, the
+    /// entry is of the term its markers carried); the record's new version when it took effect.
+    fn apply_write(&mut self, c: pb::WriteTransaction, term: u64) -> Option<u64> {
         let p = c.txn?;
         let current = self.ids.get(&p.transactional_id).map_or(0, |t| t.version);
-        if current != c.expect_version {
+        if current != c.expect_version || (c.markers_term != 0 && c.markers_term != term) {
             return None;
         }
         let mut stored = TransactionMetadata::from_proto(&p).ok()?;
@@ -201,7 +202,9 @@ impl GroupStateMachine for TransactionsMachine {
         use pb::transactions_command::Command;
         let applied = match pb::TransactionsCommand::decode(payload.body.clone()).map(|c| c.command) {
             Ok(Some(Command::InitProducer(c))) => self.state.apply_init(c).map(|v| v.to_be_bytes().to_vec()),
-            Ok(Some(Command::WriteTransaction(c))) => self.state.apply_write(c).map(|v| v.to_be_bytes().to_vec()),
+            Ok(Some(Command::WriteTransaction(c))) => {
+                self.state.apply_write(c, log_id.leader_id.term).map(|v| v.to_be_bytes().to_vec())
+            }
             Ok(Some(Command::RemoveTransactionalId(c))) => self.state.apply_remove(c).then(Vec::new),
             Ok(Some(Command::RemoveTransactionalIds(c))) => {
                 // One byte per id, 1 where it was removed; applied even when none was.
@@ -273,11 +276,17 @@ pub fn validate(transactional_id: &str, timeout_ms: u32) -> Result<u32> {
 }
 
 /// The command writing `record` for `transactional_id` over the version it was decided from.
-fn write_command(transactional_id: &str, record: &TransactionMetadata, expect_version: u64) -> Bytes {
+fn write_command(
+    transactional_id: &str,
+    record: &TransactionMetadata,
+    expect_version: u64,
+    markers_term: u64,
+) -> Bytes {
     let command = pb::TransactionsCommand {
         command: Some(pb::transactions_command::Command::WriteTransaction(pb::WriteTransaction {
             txn: Some(record.to_proto(transactional_id)),
             expect_version,
+            markers_term,
         })),
     };
     command.encode_to_vec().into()
@@ -329,7 +338,7 @@ where
                 (record, Err(busy))
             }
         };
-        let answered = partition.propose(write_command(transactional_id, &record, expect_version), timeout).await?;
+        let answered = partition.propose(write_command(transactional_id, &record, expect_version, 0), timeout).await?;
         if applied_version(&answered).is_some() {
             return answer;
         }
@@ -357,11 +366,24 @@ pub struct Ended {
 async fn write(
     partition: &StatePartition<TransactionsMachine>,
     transactional_id: &str,
-    mut record: TransactionMetadata,
+    record: TransactionMetadata,
     expect_version: u64,
     timeout: Duration,
 ) -> Result<Option<TransactionMetadata>> {
-    let answered = partition.propose(write_command(transactional_id, &record, expect_version), timeout).await?;
+    write_in_term(partition, transactional_id, record, expect_version, 0, timeout).await
+}
+
+/// [`write`], applying only in an entry of Raft term `markers_term` (0: any).
+async fn write_in_term(
+    partition: &StatePartition<TransactionsMachine>,
+    transactional_id: &str,
+    mut record: TransactionMetadata,
+    expect_version: u64,
+    markers_term: u64,
+    timeout: Duration,
+) -> Result<Option<TransactionMetadata>> {
+    let command = write_command(transactional_id, &record, expect_version, markers_term);
+    let answered = partition.propose(command, timeout).await?;
     let Some(version) = applied_version(&answered) else { return Ok(None) };
     record.version = version;
     Ok(Some(record))
@@ -617,10 +639,11 @@ pub async fn complete(
     partition: &StatePartition<TransactionsMachine>,
     transactional_id: &str,
     prepared: &TransactionMetadata,
+    markers_term: u64,
     timeout: Duration,
 ) -> Result<bool> {
     let Some(record) = transitions::complete(prepared, rill_rt::wall_clock_ms()) else { return Ok(false) };
-    Ok(write(partition, transactional_id, record, prepared.version, timeout).await?.is_some())
+    Ok(write_in_term(partition, transactional_id, record, prepared.version, markers_term, timeout).await?.is_some())
 }
 
 /// On the coordinator: aborts every transaction open longer than its timeout (under a bumped
@@ -753,7 +776,32 @@ mod tests {
         payload(pb::transactions_command::Command::WriteTransaction(pb::WriteTransaction {
             txn: Some(record.to_proto(id)),
             expect_version,
+            markers_term: 0,
         }))
+    }
+
+    #[test]
+    fn a_completion_applies_only_in_the_term_its_markers_carried() {
+        let mut m = TransactionsMachine::new();
+        let v = |answer: Bytes| applied_version(&answer);
+        let in_term = |term: u64| {
+            let mut id = LogId::default();
+            id.leader_id.term = term;
+            id
+        };
+        let record = TransactionMetadata::new(7, 60_000, 1);
+        assert_eq!(v(m.apply(&in_term(3), 0, &write("t", &record, 0))), Some(1));
+        let completion = |markers_term: u64| {
+            payload(pb::transactions_command::Command::WriteTransaction(pb::WriteTransaction {
+                txn: Some(record.to_proto("t")),
+                expect_version: 1,
+                markers_term,
+            }))
+        };
+        // Markers of term 4, the completion proposed again after the node led again in term 6:
+        // a deposed leader of term 5 may still send stale markers that outbid term 4's.
+        assert_eq!(v(m.apply(&in_term(6), 0, &completion(4))), None, "a later term than the markers'");
+        assert_eq!(v(m.apply(&in_term(6), 0, &completion(6))), Some(2));
     }
 
     #[test]
