@@ -76,21 +76,37 @@ enum Durable {
     /// (possible only on a compacted topic, where a record can be superseded between the
     /// leader's answer and the client's receiving it).
     Compacted,
+    /// Below the first position the disk still stores: deleted because the partition's log
+    /// start passed it (retention or `DeleteRecords` between the leader's answer and the
+    /// client's receiving it). Whether that deletion was allowed is the log-start checkers'
+    /// question, not this one's.
+    Deleted,
     /// Nothing.
     Nothing,
 }
 
 impl Durable {
-    /// Whether this counts as a synced copy: the record, or on a `compacted` topic the batch
-    /// compaction emptied of it.
+    /// Whether this counts as a synced copy: the record, a deleted one, or on a `compacted`
+    /// topic the batch compaction emptied of it.
     fn holds(self, compacted: bool) -> bool {
-        self == Durable::Holds || (compacted && self == Durable::Compacted)
+        self == Durable::Holds || self == Durable::Deleted || (compacted && self == Durable::Compacted)
     }
+}
+
+/// The first position `disk` still stores for `group`, by its synced purge record.
+fn durable_start(disk: &MemEngine, group: GroupId) -> u64 {
+    use codec::Wire;
+    disk.durable_get(Keyspace::RaftMeta, &keys::group_tag(group, keys::PURGED))
+        .and_then(|b| codec::Purged::decode(b).ok())
+        .map_or(0, |p| p.start_position)
 }
 
 /// What `disk`'s synced state has at `offset` of `group`, compared with `value` (any record
 /// counts when `value` is `None`).
 fn durable_at(disk: &MemEngine, group: GroupId, offset: u64, value: Option<&str>) -> Durable {
+    if offset < durable_start(disk, group) {
+        return Durable::Deleted;
+    }
     let found =
         disk.durable_scan_rev(Keyspace::LogIndex, &keys::group_u64(group, 0), &keys::group_u64(group, offset + 1), 1);
     let Some((_, index)) = found.first() else { return Durable::Nothing };
