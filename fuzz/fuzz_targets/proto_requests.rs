@@ -288,6 +288,7 @@ fn write_txn(
         command: Some(cpb::transactions_command::Command::WriteTransaction(cpb::WriteTransaction {
             txn: Some(record.to_proto(id)),
             expect_version,
+            markers_term: 0,
         })),
     };
     let answer = m.apply(&LogId::default(), 0, &Payload { units: 0, body: body.encode_to_vec().into(), proposal: 0 });
