@@ -121,6 +121,11 @@ struct Batch {
     /// batches behind it meanwhile), even when that batch has landed by the time the answer
     /// comes back.
     sent_behind: bool,
+    /// An attempt under `identity` ended without an answer that says whether it was stored
+    /// (a timeout, a lost connection, a leader change after the append): it is resent under
+    /// that identity until the partition's answer settles it, never under a newer producer id,
+    /// which would store it a second time if the first attempt had landed.
+    maybe_stored: bool,
 }
 
 #[derive(Default)]
@@ -384,7 +389,7 @@ async fn sender(inner: Arc<Inner>) {
                             assign_identity(&mut b, acc, identity, inner.idempotent);
                             b.sent_behind = false;
                             acc.in_flight += 1;
-                            acc.in_flight_pid = current_pid;
+                            acc.in_flight_pid = b.identity.map(|(p, _, _)| p).or(current_pid);
                             dispatch.push((topic.clone(), *partition, b));
                         }
                     }
@@ -433,7 +438,7 @@ fn assign_identity(b: &mut Batch, acc: &mut Accumulator, identity: Option<(i64, 
         return;
     }
     let Some((pid, epoch)) = identity else { return };
-    if b.identity.is_some_and(|(p, e, _)| p == pid && e == epoch) {
+    if b.identity.is_some_and(|(p, e, _)| (p == pid && e == epoch) || b.maybe_stored) {
         return;
     }
     let count = b.records.len() as i64;
@@ -458,7 +463,7 @@ fn take_batch(acc: &mut Accumulator, batch_size: usize) -> Batch {
     acc.first_at = if acc.records.is_empty() { None } else { Some(rill_rt::now()) };
     let order = acc.next_order;
     acc.next_order += 1;
-    Batch { records, order, identity: None, sent_behind: false }
+    Batch { records, order, identity: None, sent_behind: false, maybe_stored: false }
 }
 
 /// Resolves, with `e`, every queued record whose delivery deadline passed.
@@ -494,6 +499,8 @@ async fn send_batch(inner: Arc<Inner>, topic: String, partition: u32, mut b: Bat
         Ok(wire) => attempt(&inner, &topic, partition, wire, b.identity.is_some(), deadline).await,
     };
     let mut st = inner.lock();
+    let batch_pid = b.identity.map(|(p, _, _)| p);
+    let current_pid = st.identity.map(|(p, _)| p);
     match outcome {
         Outcome::Delivered(base) => {
             for (i, p) in b.records.into_iter().enumerate() {
@@ -507,7 +514,7 @@ async fn send_batch(inner: Arc<Inner>, topic: String, partition: u32, mut b: Bat
             if inner.transactional_id.is_some() {
                 // The transaction lost a batch: it can only abort (its producer id stays).
                 st.txn_error.get_or_insert(e);
-            } else if inner.idempotent && b.identity.is_some() {
+            } else if inner.idempotent && b.identity.is_some() && batch_pid == current_pid {
                 // Its sequence numbers are spent without a stored batch: later batches under
                 // this producer id would be refused as out of order. Start a new one.
                 tracing::debug!(topic, partition, error = %e, "a batch failed: a new producer id for what follows");
@@ -538,9 +545,21 @@ async fn send_batch(inner: Arc<Inner>, topic: String, partition: u32, mut b: Bat
                 }
                 st.txn_error.get_or_insert(e);
             } else if gap {
-                tracing::debug!(topic, partition, order = b.order, "a sequence gap: a new producer id, then resend");
-                reset_identity(&mut st);
+                // A gap proves this batch unstored under its identity: it may take a new one.
+                // Only a gap under the current producer id starts another.
+                if batch_pid == current_pid {
+                    tracing::debug!(
+                        topic,
+                        partition,
+                        order = b.order,
+                        "a sequence gap: a new producer id, then resend"
+                    );
+                    reset_identity(&mut st);
+                }
                 b.identity = None;
+                b.maybe_stored = false;
+            } else if matches!(outcome, Outcome::Retry) {
+                b.maybe_stored = true;
             }
             if let Some(acc) = st.partitions.get_mut(&(topic.clone(), partition)) {
                 if !b.records.is_empty() {
