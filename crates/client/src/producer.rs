@@ -500,7 +500,6 @@ async fn send_batch(inner: Arc<Inner>, topic: String, partition: u32, mut b: Bat
     };
     let mut st = inner.lock();
     let batch_pid = b.identity.map(|(p, _, _)| p);
-    let current_pid = st.identity.map(|(p, _)| p);
     match outcome {
         Outcome::Delivered(base) => {
             for (i, p) in b.records.into_iter().enumerate() {
@@ -514,11 +513,10 @@ async fn send_batch(inner: Arc<Inner>, topic: String, partition: u32, mut b: Bat
             if inner.transactional_id.is_some() {
                 // The transaction lost a batch: it can only abort (its producer id stays).
                 st.txn_error.get_or_insert(e);
-            } else if inner.idempotent && b.identity.is_some() && batch_pid == current_pid {
+            } else if inner.idempotent && b.identity.is_some() && reset_identity_if_current(&mut st, batch_pid) {
                 // Its sequence numbers are spent without a stored batch: later batches under
-                // this producer id would be refused as out of order. Start a new one.
+                // this producer id would be refused as out of order, so a new one was started.
                 tracing::debug!(topic, partition, error = %e, "a batch failed: a new producer id for what follows");
-                reset_identity(&mut st);
             }
         }
         Outcome::Retry | Outcome::NewProducerId | Outcome::OutOfOrder => {
@@ -547,14 +545,13 @@ async fn send_batch(inner: Arc<Inner>, topic: String, partition: u32, mut b: Bat
             } else if gap {
                 // A gap proves this batch unstored under its identity: it may take a new one.
                 // Only a gap under the current producer id starts another.
-                if batch_pid == current_pid {
+                if reset_identity_if_current(&mut st, batch_pid) {
                     tracing::debug!(
                         topic,
                         partition,
                         order = b.order,
                         "a sequence gap: a new producer id, then resend"
                     );
-                    reset_identity(&mut st);
                 }
                 b.identity = None;
                 b.maybe_stored = false;
@@ -579,11 +576,19 @@ async fn send_batch(inner: Arc<Inner>, topic: String, partition: u32, mut b: Bat
     inner.progress.notify_waiters();
 }
 
-fn reset_identity(st: &mut State) {
+/// Drops the producer id (the next batch asks for a new one, every partition's sequence
+/// restarting at 0) when a batch stamped `batch_pid` failed under the *current* id. A batch of
+/// an older id says nothing about the current one, and resetting on it would start yet another
+/// id while batches that may have landed still wait under theirs. Returns whether it reset.
+fn reset_identity_if_current(st: &mut State, batch_pid: Option<i64>) -> bool {
+    if batch_pid != st.identity.map(|(p, _)| p) {
+        return false;
+    }
     st.identity = None;
     for acc in st.partitions.values_mut() {
         acc.next_seq = 0;
     }
+    true
 }
 
 /// Sends one batch; classifies the result. Idempotent batches are retried here for a while on
