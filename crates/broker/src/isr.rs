@@ -157,11 +157,12 @@ impl FollowerContact for Quiescence {
 pub async fn run(
     raft: Raft,
     me: NodeId,
+    group: u64,
     quiescence: Arc<Quiescence>,
     lag_max: impl Fn() -> Duration + Send + 'static,
     tx: Arc<watch::Sender<IsrView>>,
 ) {
-    track(raft.metrics(), raft.server_metrics(), me, quiescence, lag_max, tx).await
+    track(raft.metrics(), raft.server_metrics(), me, group, quiescence, lag_max, tx).await
 }
 
 /// The tracker's loop over a group's two metrics streams.
@@ -177,6 +178,7 @@ async fn track(
     // which openraft republishes on every heartbeat: followers wait on these.
     mut server: watch::Receiver<RaftServerMetrics<NodeId, BasicNode>>,
     me: NodeId,
+    group: u64,
     contact: Arc<impl FollowerContact>,
     lag_max: impl Fn() -> Duration + Send + 'static,
     tx: Arc<watch::Sender<IsrView>>,
@@ -213,6 +215,13 @@ async fn track(
         let leading = view.leader_term.is_some();
         tx.send_if_modified(|old| {
             if *old != view {
+                // Kafka logs its ISR shrinking and expanding: what an operator reads first when
+                // acks=all writes are refused or slow.
+                if old.leader_term.is_some() && old.leader_term == view.leader_term && old.isr != view.isr {
+                    tracing::info!(group, term = view.leader_term, from = ?old.isr, to = ?view.isr, "in-sync replicas changed");
+                } else if view.leader_term.is_some() && old.leader_term != view.leader_term {
+                    tracing::debug!(group, term = view.leader_term, isr = ?view.isr, "leading: in-sync replicas");
+                }
                 *old = view;
                 true
             } else {
@@ -351,7 +360,7 @@ mod tests {
         let (server_tx, server_rx) = watch::channel(server_metrics(ServerState::Follower, 1));
         let (view_tx, mut view_rx) = watch::channel(IsrView::default());
         let lag = || Duration::from_secs(10);
-        let task = rill_rt::spawn(track(metrics_rx, server_rx, 1, Arc::new(AllHeard), lag, Arc::new(view_tx)));
+        let task = rill_rt::spawn(track(metrics_rx, server_rx, 1, 7, Arc::new(AllHeard), lag, Arc::new(view_tx)));
         // openraft's order: the server metrics say "leader" before the full metrics do. A tracker
         // that waits for the next role change after reading the stale full metrics never leads.
         server_tx.send_replace(server_metrics(ServerState::Leader, 2));

@@ -67,7 +67,7 @@ impl Replica {
         let (isr_tx, isr_rx) = watch::channel(IsrView::default());
         let lag_config = config.clone();
         let lag = move || lag_config.read().map(|c| c.replica_lag_time_max()).unwrap_or(Duration::from_secs(30));
-        rill_rt::spawn(isr::run(raft.clone(), node_id, quiescence.clone(), lag, Arc::new(isr_tx)));
+        rill_rt::spawn(isr::run(raft.clone(), node_id, log.group(), quiescence.clone(), lag, Arc::new(isr_tx)));
         Self {
             topic,
             partition,
