@@ -230,11 +230,15 @@ pub async fn restart(env: &Env, payload_mb: u64) -> anyhow::Result<RestartResult
     for p in 0..partitions {
         loop {
             let written = client.produce("restart", p, vec![Record::new("after one node")], Acks::All).await;
+            if let Err(e) = &written {
+                eprintln!("  partition {p}: at {} ms: {e}", started.elapsed().as_millis());
+            }
             let in_isr = match client.describe_topic("restart").await {
                 Ok(d) => d.partitions.get(p as usize).is_some_and(|d| d.isr.contains(&1)),
                 Err(_) => false,
             };
             if written.is_ok() && in_isr {
+                eprintln!("  partition {p}: written with node 1 in sync at {} ms", started.elapsed().as_millis());
                 break;
             }
             if Instant::now() > deadline {
@@ -350,13 +354,38 @@ pub async fn compaction(env: &Env, rounds: u32, round: Duration, keys: u32) -> a
 }
 
 /// Stops `deployment` and removes its data (the next scenario needs the disk), after printing
-/// `result` on stderr so that it is kept even if a later scenario fails.
+/// `result` on stderr so that it is kept even if a later scenario fails. With
+/// `RILL_BENCH_KEEP_LOGS` set, the nodes' logs are kept (`node-N.log` in the scenario's
+/// directory).
 pub(crate) fn finish(deployment: crate::systems::Deployment, name: &str, result: &impl Serialize) {
     eprintln!("{name}: {}", serde_json::to_string(result).unwrap_or_default());
     let dir = deployment.dir.clone();
     drop(deployment);
+    if std::env::var_os("RILL_BENCH_KEEP_LOGS").is_some() {
+        remove_all_but_logs(&dir);
+        eprintln!("{name}: node logs kept in {}", dir.display());
+        return;
+    }
     if let Err(e) = std::fs::remove_dir_all(&dir) {
         eprintln!("could not remove {}: {e}", dir.display());
+    }
+}
+
+/// Removes everything in `dir` except the nodes' `*.log` files.
+fn remove_all_but_logs(dir: &std::path::Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let removed = if path.is_dir() {
+            std::fs::remove_dir_all(&path)
+        } else if path.extension().is_some_and(|e| e == "log") {
+            Ok(())
+        } else {
+            std::fs::remove_file(&path)
+        };
+        if let Err(e) = removed {
+            eprintln!("could not remove {}: {e}", path.display());
+        }
     }
 }
 

@@ -36,7 +36,8 @@ pub async fn start_with(
     vars: &[(&str, &str)],
 ) -> anyhow::Result<Deployment> {
     let dir = env.fresh_dir(name)?;
-    let mut spec = ClusterSpec::new(nodes, &dir, Ports::Base(env.base_port)).env("RUST_LOG", "warn");
+    let log_filter = std::env::var("RILL_BENCH_NODE_LOG").unwrap_or_else(|_| "warn".to_string());
+    let mut spec = ClusterSpec::new(nodes, &dir, Ports::Base(env.base_port)).env("RUST_LOG", log_filter);
     for (k, v) in vars {
         spec = spec.env(*k, *v);
     }
