@@ -37,7 +37,12 @@ const UNREACHABLE_BACKOFF: Duration = Duration::from_millis(200);
 /// whole, and the followers fell out of the ISR while the leader kept writing (seen as
 /// `NOT_ENOUGH_REPLICAS` under a producer with 1 MiB batches). The network sends a prefix that
 /// fits and reports it as a partial success, which openraft continues from.
+#[cfg(not(madsim))]
 pub const MAX_APPEND_BYTES: usize = 1 << 20;
+/// In the simulation, whose records are a few bytes, a bound this low makes calls carry
+/// prefixes, and new leaders probe their followers ([`wants_probe`]), under every fault.
+#[cfg(madsim)]
+pub const MAX_APPEND_BYTES: usize = 2 << 10;
 
 /// How many of `entries`, from the first, fit in `max_bytes` of commands (at least one).
 pub fn entries_within(entries: &[Entry<TypeConfig>], max_bytes: usize) -> usize {
@@ -52,6 +57,77 @@ pub fn entries_within(entries: &[Entry<TypeConfig>], max_bytes: usize) -> usize 
         }
     }
     entries.len()
+}
+
+/// Whether to find out what the peer holds before sending `rpc`, whose first `fits` entries
+/// fit in one call: when the request does not fit and does not continue from `acked_to` (the
+/// last entry the peer acknowledged through this client).
+///
+/// A new leader does not know what its followers hold, and openraft 0.9 starts each follower's
+/// replication with a binary search whose first request carries the entries from the *middle*
+/// of the leader's log. Sent a megabyte per call (see [`MAX_APPEND_BYTES`]), a follower that
+/// already had everything was sent the second half of the log again, entry by entry: after a
+/// leadership change on a partition holding 1.2 GB, 600 MB to each follower before the leader
+/// counted it in sync (4 s of `NOT_ENOUGH_REPLICAS` after a node's restart with 10 GB). Probes
+/// ([`highest_held`]) ask the same question in a few small calls. Requests that continue where
+/// the last acknowledged one ended — a follower catching up — are sent without probing.
+fn wants_probe(rpc: &AppendEntriesRequest<TypeConfig>, fits: usize, acked_to: Option<LogId<NodeId>>) -> bool {
+    fits < rpc.entries.len() && rpc.prev_log_id != acked_to
+}
+
+/// What a peer answered an append without entries whose previous entry is the one asked about.
+#[derive(Debug)]
+enum Probe {
+    /// It holds that entry, flushed — and so, by Raft's log matching, every entry before it.
+    Holds,
+    /// It does not (its log is shorter, or holds another term's entry there).
+    Lacks,
+    /// Anything else (a higher vote): the answer to the whole request.
+    Answer(AppendEntriesResponse<NodeId>),
+}
+
+/// What the probes found about a request's entries.
+#[derive(Debug, PartialEq, Eq)]
+enum Held {
+    /// The peer holds every entry of the request.
+    All,
+    /// The peer holds the request's entries up to this one (not the next).
+    UpTo(LogId<NodeId>),
+    /// The peer holds none of them (or the probes could not tell): send the request as asked.
+    Unknown,
+    /// A probe was answered otherwise: the answer to the request.
+    Answer(AppendEntriesResponse<NodeId>),
+}
+
+/// The last of `entries` the peer holds, by binary search with `probe` (at most
+/// ⌈log₂ n⌉ + 1 probes). Sound because a peer holding an entry holds all before it; a probe
+/// that finds another term's entry makes the peer drop it and what follows, as the request
+/// itself would.
+async fn highest_held<E, F, Fut>(entries: &[LogId<NodeId>], mut probe: F) -> Result<Held, E>
+where
+    F: FnMut(LogId<NodeId>) -> Fut,
+    Fut: std::future::Future<Output = Result<Probe, E>>,
+{
+    let Some(last) = entries.last() else { return Ok(Held::Unknown) };
+    match probe(*last).await? {
+        Probe::Holds => return Ok(Held::All),
+        Probe::Answer(a) => return Ok(Held::Answer(a)),
+        Probe::Lacks => {}
+    }
+    // Invariant: the peer lacks entries[hi]; it holds entries[lo - 1] when lo > 0.
+    let (mut lo, mut hi) = (0usize, entries.len() - 1);
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        match probe(entries[mid]).await? {
+            Probe::Holds => lo = mid + 1,
+            Probe::Lacks => hi = mid,
+            Probe::Answer(a) => return Ok(Held::Answer(a)),
+        }
+    }
+    Ok(match lo.checked_sub(1) {
+        Some(i) => Held::UpTo(entries[i]),
+        None => Held::Unknown,
+    })
 }
 
 /// Why a call to a peer got no answer.
@@ -236,6 +312,7 @@ impl RaftNetworkFactory<TypeConfig> for GroupNetworkFactory {
             addr: node.addr.clone(),
             transport: self.transport.clone(),
             commit_sent: None,
+            acked_to: None,
         }
     }
 }
@@ -249,6 +326,8 @@ pub struct GroupNetwork {
     /// The highest commit index announced to this peer: sent in an append it acknowledged, or
     /// in an announcement attempted (see `append_entries`).
     commit_sent: Option<LogId<NodeId>>,
+    /// The last entry this peer acknowledged having through this client (see [`wants_probe`]).
+    acked_to: Option<LogId<NodeId>>,
 }
 
 #[derive(Clone, Copy)]
@@ -309,6 +388,27 @@ impl GroupNetwork {
         }
     }
 
+    /// Asks the peer whether it holds entry `at` (see [`Probe`]): an append of `rpc`'s leader
+    /// without entries whose previous entry is `at`.
+    async fn probe(
+        &self,
+        rpc: &AppendEntriesRequest<TypeConfig>,
+        at: LogId<NodeId>,
+        option: &RPCOption,
+    ) -> Result<Probe, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
+        let probe = AppendEntriesRequest {
+            vote: rpc.vote,
+            prev_log_id: Some(at),
+            entries: Vec::new(),
+            leader_commit: rpc.leader_commit,
+        };
+        Ok(match self.call(Rpc::Append, &probe, option).await? {
+            AppendEntriesResponse::Success => Probe::Holds,
+            AppendEntriesResponse::Conflict => Probe::Lacks,
+            other => Probe::Answer(other),
+        })
+    }
+
     /// Decodes the peer's answer and records the contact.
     fn answer<Resp, E>(&self, payload: bytes::Bytes) -> Result<Resp, RPCError<NodeId, BasicNode, E>>
     where
@@ -357,6 +457,29 @@ impl RaftNetwork<TypeConfig> for GroupNetwork {
             return self.heartbeat(&rpc, &option).await;
         }
         let fits = entries_within(&rpc.entries, MAX_APPEND_BYTES);
+        if wants_probe(&rpc, fits, self.acked_to) {
+            let ids: Vec<LogId<NodeId>> = rpc.entries.iter().map(|e| e.log_id).collect();
+            let held = if rill_rt::mutation::active(rill_rt::mutation::Mutation::ProbeClaimsAll) {
+                Held::All
+            } else {
+                highest_held(&ids, |at| self.probe(&rpc, at, &option)).await?
+            };
+            let answer = match held {
+                Held::All => AppendEntriesResponse::Success,
+                Held::UpTo(id) => AppendEntriesResponse::PartialSuccess(Some(id)),
+                Held::Answer(a) => return Ok(a),
+                Held::Unknown => AppendEntriesResponse::Conflict,
+            };
+            if !matches!(answer, AppendEntriesResponse::Conflict) {
+                self.acked_to = match held {
+                    Held::UpTo(id) => Some(id),
+                    _ => ids.last().copied(),
+                };
+                self.commit_sent = self.commit_sent.max(rpc.leader_commit);
+                return Ok(answer);
+            }
+            // It holds none of them: send from `prev` as asked.
+        }
         let answer = if fits == rpc.entries.len() {
             self.call(Rpc::Append, &rpc, &option).await?
         } else {
@@ -368,6 +491,11 @@ impl RaftNetwork<TypeConfig> for GroupNetwork {
                 other => other,
             }
         };
+        match &answer {
+            AppendEntriesResponse::Success => self.acked_to = rpc.entries.last().map(|e| e.log_id),
+            AppendEntriesResponse::PartialSuccess(last) => self.acked_to = *last,
+            _ => {}
+        }
         if matches!(answer, AppendEntriesResponse::Success | AppendEntriesResponse::PartialSuccess(_)) {
             self.commit_sent = self.commit_sent.max(rpc.leader_commit);
         }
@@ -415,5 +543,71 @@ mod tests {
             Entry::<TypeConfig> { log_id: LogId::new(CommittedLeaderId::new(1, 1), 1), payload: EntryPayload::Blank };
         assert_eq!(entries_within(&[blank], 0), 1);
         assert_eq!(entries_within(&[], 10), 0);
+    }
+
+    fn request(prev: Option<u64>, entries: std::ops::RangeInclusive<u64>) -> AppendEntriesRequest<TypeConfig> {
+        AppendEntriesRequest {
+            vote: openraft::Vote::new_committed(1, 1),
+            prev_log_id: prev.map(|i| LogId::new(CommittedLeaderId::new(1, 1), i)),
+            entries: entries.map(|i| entry(i, 1000)).collect(),
+            leader_commit: None,
+        }
+    }
+
+    fn id(term: u64, index: u64) -> LogId<NodeId> {
+        LogId::new(CommittedLeaderId::new(term, 1), index)
+    }
+
+    #[test]
+    fn only_a_request_that_does_not_fit_and_jumps_is_probed() {
+        // A new leader's first request (nothing acknowledged yet) from the middle of its log.
+        let jump = request(Some(50), 51..=60);
+        assert!(wants_probe(&jump, 1, None));
+        // A binary search step past what was acknowledged.
+        assert!(wants_probe(&jump, 1, Some(id(1, 20))));
+        // Catching up: the request continues where the last acknowledged one ended.
+        assert!(!wants_probe(&jump, 1, Some(id(1, 50))));
+        // A request sent whole in one call is never probed.
+        assert!(!wants_probe(&jump, 10, None));
+        assert!(wants_probe(&request(None, 1..=5), 2, Some(id(1, 3))));
+        assert!(!wants_probe(&request(None, 1..=5), 2, None), "continues from nothing acknowledged");
+    }
+
+    /// Probes against a follower holding `log` (its entries' ids, in order), counting calls.
+    fn held(request: &[LogId<NodeId>], log: &[LogId<NodeId>]) -> (Held, usize) {
+        let calls = std::cell::Cell::new(0);
+        let probe = |at: LogId<NodeId>| {
+            calls.set(calls.get() + 1);
+            let holds = log.contains(&at);
+            async move { Ok::<_, ()>(if holds { Probe::Holds } else { Probe::Lacks }) }
+        };
+        let found = futures::executor::block_on(highest_held(request, probe)).unwrap_or(Held::Unknown);
+        (found, calls.get())
+    }
+
+    #[test]
+    fn probes_find_the_last_entry_a_follower_holds() {
+        // The leader's log: term 2 up to index 100, then its own blank entry of term 3.
+        let leader: Vec<_> = (1..=100).map(|i| id(2, i)).chain([id(3, 101)]).collect();
+        let request = &leader[40..]; // entries 41..=101
+                                     // A follower with everything: one probe.
+        assert_eq!(held(request, &leader), (Held::All, 1));
+        // A follower with everything but the new leader's entry (a handover).
+        let (found, calls) = held(request, &leader[..100]);
+        assert_eq!(found, Held::UpTo(id(2, 100)));
+        assert!(calls <= 8, "{calls} probes for 61 entries");
+        // A follower that stopped at 70.
+        assert_eq!(held(request, &leader[..70]).0, Held::UpTo(id(2, 70)));
+        // A follower with none of them, or another term's entries from 41 on.
+        assert_eq!(held(request, &leader[..30]).0, Held::Unknown);
+        let diverged: Vec<_> = (1..=40).map(|i| id(2, i)).chain((41..=90).map(|i| id(1, i))).collect();
+        assert_eq!(held(request, &diverged).0, Held::Unknown);
+        // Holding exactly the request's first entry.
+        assert_eq!(held(request, &leader[..41]).0, Held::UpTo(id(2, 41)));
+        // A higher vote ends the search with that answer.
+        let higher = || AppendEntriesResponse::HigherVote(openraft::Vote::new(5, 2));
+        let vote = |_| async move { Ok::<_, ()>(Probe::Answer(higher())) };
+        let found = futures::executor::block_on(highest_held(request, vote));
+        assert_eq!(found, Ok(Held::Answer(higher())));
     }
 }

@@ -44,11 +44,14 @@ pub enum Mutation {
     /// A transaction coordinator removes an idle transactional id even while its transaction is
     /// open or its markers are being written: nothing then finishes that transaction.
     ExpireOpenTransactions,
+    /// A leader counts a follower as holding a request's entries without asking it (the probe
+    /// that replaces resending what the follower may already hold answers "holds" unasked).
+    ProbeClaimsAll,
 }
 
 impl Mutation {
     /// Every mutation.
-    pub const ALL: [Mutation; 14] = [
+    pub const ALL: [Mutation; 15] = [
         Mutation::AckBeforeSync,
         Mutation::ReadAboveHw,
         Mutation::SkipTruncate,
@@ -63,6 +66,7 @@ impl Mutation {
         Mutation::LsoOffByOne,
         Mutation::TxnOffsetsOnAbort,
         Mutation::ExpireOpenTransactions,
+        Mutation::ProbeClaimsAll,
     ];
 
     /// The name used on the command line (`chaos/run --mutation NAME`).
@@ -82,6 +86,7 @@ impl Mutation {
             Mutation::LsoOffByOne => "lso-off-by-one",
             Mutation::TxnOffsetsOnAbort => "txn-offsets-on-abort",
             Mutation::ExpireOpenTransactions => "expire-open-transactions",
+            Mutation::ProbeClaimsAll => "probe-claims-all",
         }
     }
 
