@@ -388,6 +388,37 @@ impl GroupNetwork {
         }
     }
 
+    /// Sends `rpc` (entries and all), or, when only its first `fits` entries fit in one call,
+    /// that prefix, answered as a partial success openraft continues from.
+    async fn send(
+        &self,
+        rpc: &mut AppendEntriesRequest<TypeConfig>,
+        fits: usize,
+        option: &RPCOption,
+    ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
+        if fits == rpc.entries.len() {
+            return self.call(Rpc::Append, &*rpc, option).await;
+        }
+        rpc.entries.truncate(fits);
+        let last = rpc.entries.last().map(|e| e.log_id);
+        Ok(match self.call(Rpc::Append, &*rpc, option).await? {
+            AppendEntriesResponse::Success => AppendEntriesResponse::PartialSuccess(last),
+            other => other,
+        })
+    }
+
+    /// Records what the peer acknowledged of `rpc` (sent, or probed): the last entry it holds
+    /// and the commit index it was told.
+    fn acknowledged(&mut self, rpc: &AppendEntriesRequest<TypeConfig>, answer: &AppendEntriesResponse<NodeId>) {
+        let held = match answer {
+            AppendEntriesResponse::Success => rpc.entries.last().map(|e| e.log_id),
+            AppendEntriesResponse::PartialSuccess(last) => *last,
+            _ => return,
+        };
+        self.acked_to = held;
+        self.commit_sent = self.commit_sent.max(rpc.leader_commit);
+    }
+
     /// Asks the peer whether it holds entry `at` (see [`Probe`]): an append of `rpc`'s leader
     /// without entries whose previous entry is `at`.
     async fn probe(
@@ -468,37 +499,14 @@ impl RaftNetwork<TypeConfig> for GroupNetwork {
                 Held::All => AppendEntriesResponse::Success,
                 Held::UpTo(id) => AppendEntriesResponse::PartialSuccess(Some(id)),
                 Held::Answer(a) => return Ok(a),
-                Held::Unknown => AppendEntriesResponse::Conflict,
+                // It holds none of them: send from `prev` as asked.
+                Held::Unknown => self.send(&mut rpc, fits, &option).await?,
             };
-            if !matches!(answer, AppendEntriesResponse::Conflict) {
-                self.acked_to = match held {
-                    Held::UpTo(id) => Some(id),
-                    _ => ids.last().copied(),
-                };
-                self.commit_sent = self.commit_sent.max(rpc.leader_commit);
-                return Ok(answer);
-            }
-            // It holds none of them: send from `prev` as asked.
+            self.acknowledged(&rpc, &answer);
+            return Ok(answer);
         }
-        let answer = if fits == rpc.entries.len() {
-            self.call(Rpc::Append, &rpc, &option).await?
-        } else {
-            // Send the prefix that fits; openraft sends the rest next, from where this one ends.
-            rpc.entries.truncate(fits);
-            let last = rpc.entries.last().map(|e| e.log_id);
-            match self.call(Rpc::Append, &rpc, &option).await? {
-                AppendEntriesResponse::Success => AppendEntriesResponse::PartialSuccess(last),
-                other => other,
-            }
-        };
-        match &answer {
-            AppendEntriesResponse::Success => self.acked_to = rpc.entries.last().map(|e| e.log_id),
-            AppendEntriesResponse::PartialSuccess(last) => self.acked_to = *last,
-            _ => {}
-        }
-        if matches!(answer, AppendEntriesResponse::Success | AppendEntriesResponse::PartialSuccess(_)) {
-            self.commit_sent = self.commit_sent.max(rpc.leader_commit);
-        }
+        let answer = self.send(&mut rpc, fits, &option).await?;
+        self.acknowledged(&rpc, &answer);
         Ok(answer)
     }
 
@@ -589,8 +597,8 @@ mod tests {
     fn probes_find_the_last_entry_a_follower_holds() {
         // The leader's log: term 2 up to index 100, then its own blank entry of term 3.
         let leader: Vec<_> = (1..=100).map(|i| id(2, i)).chain([id(3, 101)]).collect();
-        let request = &leader[40..]; // entries 41..=101
-                                     // A follower with everything: one probe.
+        // Requests entries 41..=101. A follower with everything: one probe.
+        let request = &leader[40..];
         assert_eq!(held(request, &leader), (Held::All, 1));
         // A follower with everything but the new leader's entry (a handover).
         let (found, calls) = held(request, &leader[..100]);
