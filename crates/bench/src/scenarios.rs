@@ -228,10 +228,16 @@ pub async fn restart(env: &Env, payload_mb: u64) -> anyhow::Result<RestartResult
     // every partition taking one means node 1 has caught up everywhere.
     let deadline = Instant::now() + READY_TIMEOUT;
     for p in 0..partitions {
+        let mut last_refusal = None;
         loop {
             let written = client.produce("restart", p, vec![Record::new("after one node")], Acks::All).await;
             if let Err(e) = &written {
-                eprintln!("  partition {p}: at {} ms: {e}", started.elapsed().as_millis());
+                // Once per kind of refusal: the loop retries every 20 ms.
+                let refusal = e.to_string();
+                if last_refusal.as_ref() != Some(&refusal) {
+                    eprintln!("  partition {p}: at {} ms: {refusal}", started.elapsed().as_millis());
+                    last_refusal = Some(refusal);
+                }
             }
             let in_isr = match client.describe_topic("restart").await {
                 Ok(d) => d.partitions.get(p as usize).is_some_and(|d| d.isr.contains(&1)),
