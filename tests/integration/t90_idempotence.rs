@@ -146,3 +146,80 @@ async fn producer_retries_through_leader_kills_without_duplicates() -> anyhow::R
     }
     Ok(())
 }
+
+/// A partition remembers at most `max-producers-per-partition` producers. Ids are handed to
+/// anyone, so a full table must not lock new producers out: a new producer makes the leader
+/// forget the producers idle for `producer-evictable-after` — never one active more recently,
+/// whose retries it must still recognise — and the forgetting is replicated.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_producer_table_forgets_idle_producers_to_admit_a_new_one() -> anyhow::Result<()> {
+    init_logs();
+    const IDLE: Duration = Duration::from_secs(10);
+    let env = [("RILL_MAX_PRODUCERS_PER_PARTITION", "3"), ("RILL_PRODUCER_EVICTABLE_AFTER", "10s")];
+    let mut cluster = TestCluster::start_with(3, &env, None).await?;
+    let client = cluster.client().await?;
+    cluster.create_topic(&client, "idem", 1, 3, &[]).await?;
+    let mut ids = Vec::new();
+    for _ in 0..5 {
+        ids.push(client.init_producer_id().await?);
+    }
+    let [(a, ae), (b, be), (c, ce), (d, de), (e, ee)] = ids[..] else { unreachable!("five ids") };
+
+    tracing::info!("--- three producers fill the table; a fourth is refused while all three are active");
+    // Taken before the three appends: each append happened after it.
+    let filled_from = std::time::Instant::now();
+    assert_eq!(send(&client, &idempotent_batch(&["a0"], a, ae, 0)).await?, Some(0));
+    assert_eq!(send(&client, &idempotent_batch(&["b0"], b, be, 0)).await?, Some(1));
+    assert_eq!(send(&client, &idempotent_batch(&["c0"], c, ce, 0)).await?, Some(2));
+    let d0 = idempotent_batch(&["d0"], d, de, 0);
+    let refused = send(&client, &d0).await.expect_err("the table is full");
+    assert!(filled_from.elapsed() < IDLE, "the premise: the three were active within {IDLE:?}");
+    assert_eq!(refused.code(), Some(ErrorCode::TooManyProducers), "{refused}");
+
+    tracing::info!("--- producer a stays active; the new producer gets in once b and c were idle long enough");
+    let mut a_seq = 1;
+    let deadline = std::time::Instant::now() + IDLE * 4;
+    let (d_at, a_batch, a_offset) = loop {
+        let a_batch = idempotent_batch(&[&format!("a{a_seq}")], a, ae, a_seq);
+        let a_offset = send(&client, &a_batch).await?;
+        a_seq += 1;
+        match send(&client, &d0).await {
+            Ok(at) => break (at, a_batch, a_offset),
+            Err(err) if err.code() == Some(ErrorCode::TooManyProducers) => {}
+            Err(err) => return Err(err.into()),
+        }
+        anyhow::ensure!(std::time::Instant::now() < deadline, "the new producer was never admitted");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    assert!(
+        filled_from.elapsed() >= IDLE,
+        "admitted after {:?}: b and c were forgotten before they were idle for {IDLE:?}",
+        filled_from.elapsed()
+    );
+    let d_at = d_at.expect("an offset");
+
+    tracing::info!("--- a's retry is still recognised, b is forgotten, d now counts");
+    assert_eq!(send(&client, &a_batch).await?, a_offset, "the active producer's retry is deduplicated");
+    assert_eq!(send(&client, &d0).await?, Some(d_at), "the admitted producer's retry too");
+    let b1 = idempotent_batch(&["b1"], b, be, 1);
+    assert_eq!(send(&client, &b1).await.expect_err("b is forgotten").code(), Some(ErrorCode::UnknownProducerId));
+    // Room for one more (a and d remembered): a producer taking a new id, as the client does.
+    assert!(send(&client, &idempotent_batch(&["e0"], e, ee, 0)).await?.is_some());
+
+    tracing::info!("--- every replica forgot the same producers: the same answers from a new leader");
+    let leader = cluster.wait_for_leaders(&client, "idem").await?.partitions[0].leader.expect("a leader");
+    cluster.kill(leader)?;
+    let fresh = cluster.client().await?;
+    let again = wait_for_ok(READY_TIMEOUT, "a's retry on the new leader", || send(&fresh, &a_batch))
+        .await
+        .map_err(|e| e.context(cluster.log_tails()))?;
+    assert_eq!(again, a_offset);
+    assert_eq!(send(&fresh, &b1).await.expect_err("b is forgotten").code(), Some(ErrorCode::UnknownProducerId));
+    let values: Vec<String> = read_all(&fresh, "idem", 0).await?.iter().map(|r| text(&r.value)).collect();
+    let mut expected = vec!["a0".to_string(), "b0".into(), "c0".into()];
+    expected.extend((1..a_seq).map(|i| format!("a{i}")));
+    expected.insert(usize::try_from(d_at)?, "d0".into());
+    expected.push("e0".into());
+    assert_eq!(values, expected, "each record once, in the order acknowledged");
+    Ok(())
+}

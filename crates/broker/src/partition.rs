@@ -17,7 +17,7 @@ use crate::error::{PartitionError, Result};
 use crate::idempotence::Gate;
 use crate::index::SparseIndex;
 use crate::machine::{PartitionStateMachine, SharedState};
-use crate::producers::ProducerStates;
+use crate::producers::{ProducerLimits, ProducerStates};
 use crate::propose::Proposer;
 use crate::replica::{Place, Replica};
 use crate::transactions::Transactions;
@@ -83,6 +83,8 @@ pub struct Partition {
     pub(crate) gate_changed: rill_rt::sync::Notify,
     /// Merges concurrent batches into entries and hands them to Raft.
     pub(crate) proposer: Arc<Proposer>,
+    /// How many producers this partition remembers (checked by the leader's produce path).
+    pub(crate) producer_limits: ProducerLimits,
 }
 
 impl std::ops::Deref for Partition {
@@ -109,7 +111,7 @@ impl Partition {
         started: StartedGroup<PartitionStateMachine>,
         shared: SharedState,
         config: TopicConfig,
-        settings: Housekeeping,
+        settings: PartitionSettings,
     ) -> Arc<Self> {
         let StartedGroup { raft, log, sm, quiescence, .. } = started;
         // The state machine may have been restored from a snapshot before anything was applied.
@@ -133,8 +135,9 @@ impl Partition {
             gate: Arc::default(),
             gate_changed: rill_rt::sync::Notify::new(),
             proposer,
+            producer_limits: settings.producers,
         });
-        rill_rt::spawn(housekeeping(Arc::downgrade(&partition), settings));
+        rill_rt::spawn(housekeeping(Arc::downgrade(&partition), settings.purge_every, settings.compaction));
         partition
     }
 
@@ -212,14 +215,16 @@ impl Partition {
     }
 }
 
-/// What a node gives each of its record partitions' housekeeping.
+/// What a node gives each of its record partitions.
 #[derive(Debug, Clone)]
-pub struct Housekeeping {
+pub struct PartitionSettings {
     /// How often, at most, a replica snapshots only because its log start offset or cleaning
     /// point moved, and a leader proposes a new cleaning point ([`PURGE_SNAPSHOT_EVERY`]).
     pub purge_every: Duration,
     /// The node's compaction budget, shared by its partitions.
     pub compaction: Arc<CompactionBudget>,
+    /// How many producers a partition remembers, and when a full table may forget one.
+    pub producers: ProducerLimits,
 }
 
 /// How often a leader checks its partition's retention (and every replica its snapshot).
@@ -246,8 +251,7 @@ pub const PURGE_SNAPSHOT_EVERY: Duration = Duration::from_secs(30);
 /// cleaning point — so every replica forgets, deletes and compacts at the same point of the
 /// log. Retention is checked every [`RETENTION_CHECK_EVERY`] (sooner for a shorter
 /// `retention.ms`), idle producers about every minute.
-async fn housekeeping(partition: std::sync::Weak<Partition>, settings: Housekeeping) {
-    let Housekeeping { purge_every, compaction } = settings;
+async fn housekeeping(partition: std::sync::Weak<Partition>, purge_every: Duration, compaction: Arc<CompactionBudget>) {
     let mut next_expiry = rill_rt::now();
     let mut next_purge_snapshot = rill_rt::now();
     let mut next_retention = rill_rt::now();

@@ -22,7 +22,7 @@ use crate::error::{PartitionError, Result};
 use crate::handover::InFlight;
 use crate::idempotence::{BatchId, Committed, Decision};
 use crate::partition::{Acks, Partition, ProduceOutcome};
-use crate::producers::{MarkerRefusal, MAX_PRODUCERS_PER_PARTITION};
+use crate::producers::MarkerRefusal;
 use crate::propose::{Landed, Lateness, Share};
 
 /// How long an idempotent batch that arrived ahead of its predecessor waits for it.
@@ -30,6 +30,10 @@ const REORDER_WAIT: Duration = Duration::from_millis(200);
 /// How many times a transactional batch's partition asks the coordinator when markers of its
 /// producer keep landing meanwhile (see [`Partition::produce_transactional`]).
 pub const VERIFY_ATTEMPTS: usize = 3;
+
+/// How often one batch may make its leader evict idle producers: more than once only when
+/// other new producers took the room meanwhile.
+const MAX_EVICTIONS_PER_BATCH: usize = 3;
 
 /// How often the leader checks for idle producers to expire (at most).
 pub const EXPIRY_CHECK_EVERY: Duration = Duration::from_secs(60);
@@ -303,6 +307,7 @@ impl Partition {
         // Requests of one producer may overtake each other on the way here; a batch that arrives
         // just ahead of its predecessor waits briefly for it instead of being refused.
         let reorder_deadline = rill_rt::now() + REORDER_WAIT;
+        let mut evictions = 0;
         let mut result = loop {
             let registered = self.gate_changed.notified();
             let mut gate = self.gate.lock().await;
@@ -317,12 +322,33 @@ impl Partition {
             let decision = {
                 let applied = self.producers.lock().unwrap_or_else(|p| p.into_inner());
                 let id = BatchId { pid, epoch, first_seq, count };
-                gate.decide(&applied, id, MAX_PRODUCERS_PER_PARTITION, rill_rt::mutation::active(Mutation::NoDedupe))
+                let max = self.producer_limits.max_per_partition;
+                gate.decide(&applied, id, max, rill_rt::mutation::active(Mutation::NoDedupe))
             };
             let decision = match decision {
                 Err(e) if overtook_its_predecessor(&e) && rill_rt::now() < reorder_deadline.min(deadline) => {
                     drop(gate);
                     let _ = rill_rt::timeout_at(reorder_deadline.min(deadline), registered).await;
+                    continue;
+                }
+                Err(PartitionError::TooManyProducers { max }) => {
+                    drop(gate);
+                    // Without the gate: the eviction is a log entry of its own, and other
+                    // producers' batches go on meanwhile.
+                    if evictions == MAX_EVICTIONS_PER_BATCH {
+                        return Err(PartitionError::TooManyProducers { max });
+                    }
+                    let evicted =
+                        rill_rt::timeout_at(deadline, self.evict_idle_producers()).await.map_err(|_| {
+                            PartitionError::Timeout {
+                                waited_ms: elapsed_ms(started),
+                                what: "idle producers to be evicted",
+                            }
+                        })??;
+                    if !evicted {
+                        return Err(PartitionError::TooManyProducers { max });
+                    }
+                    evictions += 1;
                     continue;
                 }
                 other => other?,
@@ -453,6 +479,36 @@ impl Partition {
     /// Proposes forgetting producers idle since before `older_than_ms` (leader only).
     pub async fn expire_producers(&self, older_than_ms: i64) -> Result<()> {
         self.propose_bookkeeping(command::encode_expire_producers(older_than_ms)).await.map(|_| ())
+    }
+
+    /// Makes room in a full producer table (leader only): proposes forgetting every producer
+    /// idle for [`ProducerLimits::evictable_after`] or longer that has no transaction open here,
+    /// and returns once that is applied. False, proposing nothing, when there is no such
+    /// producer. Replicated like `producer.id.expiration.ms`'s expiry, so every replica — and so
+    /// every future leader — forgets the same producers at the same point of the log.
+    ///
+    /// [`ProducerLimits::evictable_after`]: crate::producers::ProducerLimits
+    async fn evict_idle_producers(&self) -> Result<bool> {
+        let idle_for = i64::try_from(self.producer_limits.evictable_after.as_millis()).unwrap_or(i64::MAX);
+        let older_than = rill_rt::wall_clock_ms().saturating_sub(idle_for);
+        let any = {
+            let producers = self.producers.lock().unwrap_or_else(|p| p.into_inner());
+            let txns = self.transactions.lock().unwrap_or_else(|p| p.into_inner());
+            producers.any_expirable(older_than, |pid| txns.open(pid).is_some())
+        };
+        if !any {
+            return Ok(false);
+        }
+        let before = self.producers.lock().unwrap_or_else(|p| p.into_inner()).len();
+        self.expire_producers(older_than).await?;
+        let after = self.producers.lock().unwrap_or_else(|p| p.into_inner()).len();
+        tracing::info!(
+            group = self.group,
+            forgotten = before.saturating_sub(after),
+            idle_for_ms = idle_for,
+            "producer table full: forgot idle producers to make room"
+        );
+        Ok(true)
     }
 }
 

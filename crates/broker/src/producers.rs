@@ -13,9 +13,44 @@ use rill_proto::partition as pb;
 /// idempotence): a retry of any of them is answered with its original offsets.
 pub const CACHED_BATCHES: usize = 5;
 
-/// Most producers one partition tracks. Each costs a few hundred bytes; a new producer beyond
-/// this is refused (`TOO_MANY_PRODUCERS`) until idle ones expire.
-pub const MAX_PRODUCERS_PER_PARTITION: usize = 10_000;
+/// How many producers one partition remembers, and when one may be forgotten to make room.
+///
+/// Each remembered producer costs a few hundred bytes on every replica, so the table is capped.
+/// Producer ids are handed to anyone who asks, so the cap alone would let a client that asks for
+/// `max_per_partition` ids lock every new producer out of a partition for as long as
+/// `producer.id.expiration.ms` (a day by default). So a new producer that finds the table full
+/// makes the leader forget every producer idle for `evictable_after` or longer (those without a
+/// transaction open here) — the same replicated expiry as `producer.id.expiration.ms`, at a
+/// shorter age — and is refused `TOO_MANY_PRODUCERS` (retriable) only while every remembered
+/// producer was active more recently than that.
+///
+/// Why not evict the least recently used producer whatever its age (as some brokers do): a
+/// producer forgotten while a retry of a batch already stored is still on its way would store
+/// that batch twice. `evictable_after` defaults to two minutes, the producer's default
+/// `delivery.timeout.ms` (Rill's client's and Kafka's): a producer idle that long has no retry
+/// left to send, so forgetting it costs it only an `UNKNOWN_PRODUCER_ID` on its next batch,
+/// which the client answers by taking a new producer id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProducerLimits {
+    /// Most producers a partition remembers.
+    pub max_per_partition: usize,
+    /// How long a producer must have been idle before a full table may forget it.
+    pub evictable_after: std::time::Duration,
+}
+
+/// Default [`ProducerLimits::max_per_partition`].
+pub const DEFAULT_MAX_PRODUCERS_PER_PARTITION: usize = 10_000;
+/// Default [`ProducerLimits::evictable_after`].
+pub const DEFAULT_PRODUCER_EVICTABLE_AFTER: std::time::Duration = std::time::Duration::from_secs(120);
+
+impl Default for ProducerLimits {
+    fn default() -> Self {
+        Self {
+            max_per_partition: DEFAULT_MAX_PRODUCERS_PER_PARTITION,
+            evictable_after: DEFAULT_PRODUCER_EVICTABLE_AFTER,
+        }
+    }
+}
 
 /// One stored batch of a producer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -190,6 +225,11 @@ impl ProducerStates {
         let before = self.producers.len();
         self.producers.retain(|pid, e| e.last_append_ms >= older_than_ms || keep(*pid));
         before - self.producers.len()
+    }
+
+    /// True when [`Self::expire`] with the same arguments would forget at least one producer.
+    pub fn any_expirable(&self, older_than_ms: i64, keep: impl Fn(i64) -> bool) -> bool {
+        self.producers.iter().any(|(pid, e)| e.last_append_ms < older_than_ms && !keep(*pid))
     }
 
     /// The oldest latest-append time of any producer.
@@ -378,6 +418,9 @@ mod tests {
         let mut too_big = s.to_proto();
         too_big[0].epoch = 40_000;
         assert!(ProducerStates::from_proto(too_big).is_err(), "epochs are 16 bits");
+        assert!(!s.any_expirable(1_000, |_| false), "idle since exactly the bound is not older than it");
+        assert!(!s.any_expirable(2_000, |pid| pid == 1));
+        assert!(s.any_expirable(2_000, |_| false));
         assert_eq!(s.expire(2_000, |pid| pid == 1), 0, "a producer with an open transaction stays");
         assert_eq!(s.expire(2_000, |_| false), 1);
         assert_eq!(s.len(), 1);

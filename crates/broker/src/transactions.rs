@@ -19,7 +19,7 @@
 //! replica — and every future leader — computes the same LSO at the same point of the log
 //! (Redpanda's #5090 came from deriving it from the leader's own view). It is in the partition's
 //! snapshot and pruned as the log start offset advances. Both maps are bounded: one open
-//! transaction per producer (at most `MAX_PRODUCERS_PER_PARTITION` of them), and one aborted
+//! transaction per producer (at most `ProducerLimits::max_per_partition` of them), and one aborted
 //! entry per abort marker, which takes an offset of the retained log.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};

@@ -34,6 +34,11 @@
 //! # segment-bytes = "128MiB"          # at least 1MiB
 //! # gc-bytes-per-second = "128MiB"    # the value log collector's pace
 //! # recovery-free-bytes = "64MiB"     # after a storage failure, restart once this much is writable
+//!
+//! [limits]  # what clients may make a node hold (docs/security.md)
+//! # max-connections = 10000
+//! # max-producers-per-partition = 10000   # producers remembered for deduplication
+//! # producer-evictable-after = "2m"       # a full table forgets producers idle this long
 //! ```
 //!
 //! Unknown keys are refused with their full path. Every key has an environment variable
@@ -45,6 +50,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use rill_broker::producers::ProducerLimits;
 use rill_raft::{NodeId, RaftTiming};
 use serde::{Deserialize, Deserializer};
 
@@ -104,6 +110,9 @@ pub struct Config {
     pub internal_tls: InternalTls,
     /// What the client listener lets one client hold open.
     pub client_limits: ClientLimits,
+    /// `[limits]`: how many producers a record partition remembers, and when a full table may
+    /// forget an idle one.
+    pub producer_limits: ProducerLimits,
     /// The storage engine's value log tuning.
     pub storage: StorageTuning,
     /// `[groups]`: consumer group members' session timeout and heartbeat interval.
@@ -311,6 +320,7 @@ impl Config {
             record_purge_every: rill_broker::partition::PURGE_SNAPSHOT_EVERY,
             internal_tls: InternalTls::Insecure,
             client_limits: ClientLimits::default(),
+            producer_limits: ProducerLimits::default(),
             storage: StorageTuning::default(),
             groups: rill_coordinator::groups::Timeouts::default(),
             offsets_retention: OffsetsRetention::default(),
@@ -388,6 +398,9 @@ struct FileLimits {
     max_concurrent_streams: Option<u32>,
     #[serde(default, deserialize_with = "byte_size")]
     max_request_bytes_in_flight: Option<u64>,
+    max_producers_per_partition: Option<u32>,
+    #[serde(default, deserialize_with = "duration")]
+    producer_evictable_after: Option<Duration>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -484,6 +497,7 @@ fn parse_file(text: &str, path: &Path) -> Result<FileConfig> {
             "{}: unknown key(s) {}; known keys: node-id, listen, advertise, internal-listen, internal-advertise, data-dir, [cluster] members, [cluster] join, [cluster] auto-leader-rebalance, \
              [cluster] consumer-offsets-partitions, [cluster] transaction-state-partitions, [tls] ca, cert, key, insecure-internal, [raft] heartbeat-interval, \
              election-timeout-min, election-timeout-max, quiesce-after, [log] level, format, [limits] max-connections, max-concurrent-streams, max-request-bytes-in-flight, \
+             max-producers-per-partition, producer-evictable-after, \
              [storage] segment-bytes, gc-bytes-per-second, recovery-free-bytes, [groups] session-timeout, heartbeat-interval, offsets-retention, offsets-retention-check-interval, \
              [transactions] transactional-id-expiration, transactional-id-expiration-check-interval",
             path.display(),
@@ -578,6 +592,14 @@ pub struct Args {
     /// default; at least 64MiB). Requests beyond wait.
     #[arg(long, env = "RILL_MAX_REQUEST_BYTES_IN_FLIGHT", value_parser = parse_bytes)]
     pub max_request_bytes_in_flight: Option<u64>,
+    /// Most producers a record partition remembers for deduplication (default: 10000).
+    #[arg(long, env = "RILL_MAX_PRODUCERS_PER_PARTITION")]
+    pub max_producers_per_partition: Option<u32>,
+    /// How long a producer must have been idle before a partition whose producer table is full
+    /// may forget it to make room for a new one (default: 2m, the producer's default delivery
+    /// timeout).
+    #[arg(long, env = "RILL_PRODUCER_EVICTABLE_AFTER", value_parser = humantime::parse_duration)]
+    pub producer_evictable_after: Option<Duration>,
     /// Value log segment size (e.g. 128MiB, the default; at least 1MiB).
     #[arg(long, env = "RILL_STORAGE_SEGMENT_BYTES", value_parser = parse_bytes)]
     pub storage_segment_bytes: Option<u64>,
@@ -689,11 +711,15 @@ impl Args {
             self.log_format.or(file.log.format).unwrap_or(LogFormat::Text),
         )?;
         config.internal_tls = internal_tls;
-        config.client_limits = client_limits(FileLimits {
+        let limits = FileLimits {
             max_connections: self.max_connections.or(file.limits.max_connections),
             max_concurrent_streams: self.max_concurrent_streams.or(file.limits.max_concurrent_streams),
             max_request_bytes_in_flight: self.max_request_bytes_in_flight.or(file.limits.max_request_bytes_in_flight),
-        })?;
+            max_producers_per_partition: self.max_producers_per_partition.or(file.limits.max_producers_per_partition),
+            producer_evictable_after: self.producer_evictable_after.or(file.limits.producer_evictable_after),
+        };
+        config.client_limits = client_limits(&limits)?;
+        config.producer_limits = producer_limits(&limits)?;
         config.storage = storage_tuning(FileStorage {
             segment_bytes: self.storage_segment_bytes.or(file.storage.segment_bytes),
             gc_bytes_per_second: self.storage_gc_bytes_per_second.or(file.storage.gc_bytes_per_second),
@@ -780,7 +806,7 @@ fn at_least_a_second<const N: usize>(section: &str, durations: [(&str, Duration)
 
 /// The `[limits]` settings as given: the counts at least 1, the byte budget at least one
 /// largest message.
-fn client_limits(given: FileLimits) -> Result<ClientLimits> {
+fn client_limits(given: &FileLimits) -> Result<ClientLimits> {
     let defaults = ClientLimits::default();
     let limits = ClientLimits {
         max_connections: given.max_connections.unwrap_or(defaults.max_connections),
@@ -811,6 +837,30 @@ fn client_limits(given: FileLimits) -> Result<ClientLimits> {
     }
     Ok(limits)
 }
+
+/// The `[limits]` producer table settings as given: at least one producer per partition, at
+/// most [`MAX_PRODUCERS_PER_PARTITION_CEILING`]; an idle time of at least a second.
+fn producer_limits(given: &FileLimits) -> Result<ProducerLimits> {
+    let defaults = ProducerLimits::default();
+    let max = given.max_producers_per_partition.map_or(defaults.max_per_partition, |n| n as usize);
+    if max == 0 || max > MAX_PRODUCERS_PER_PARTITION_CEILING {
+        return Err(Error::Config(format!(
+            "[limits] max-producers-per-partition must be between 1 and {MAX_PRODUCERS_PER_PARTITION_CEILING}, got {max}"
+        )));
+    }
+    let evictable_after = given.producer_evictable_after.unwrap_or(defaults.evictable_after);
+    if evictable_after < Duration::from_secs(1) {
+        return Err(Error::Config(format!(
+            "[limits] producer-evictable-after must be at least 1s, got {}",
+            humantime::format_duration(evictable_after)
+        )));
+    }
+    Ok(ProducerLimits { max_per_partition: max, evictable_after })
+}
+
+/// Largest `[limits] max-producers-per-partition`: a remembered producer costs a few hundred
+/// bytes on every replica of every partition it wrote to.
+pub const MAX_PRODUCERS_PER_PARTITION_CEILING: usize = 1_000_000;
 
 /// The `[storage]` settings as given, each at least its minimum.
 fn storage_tuning(given: FileStorage) -> Result<StorageTuning> {
@@ -1005,6 +1055,7 @@ fn build(
         record_purge_every: rill_broker::partition::PURGE_SNAPSHOT_EVERY,
         internal_tls: InternalTls::Insecure,
         client_limits: ClientLimits::default(),
+        producer_limits: ProducerLimits::default(),
         storage: StorageTuning::default(),
         groups: rill_coordinator::groups::Timeouts::default(),
         offsets_retention: OffsetsRetention::default(),
@@ -1099,6 +1150,27 @@ heartbeat-interval = "50ms"
         assert!(budget("max-request-bytes-in-flight = -1", None).is_err());
         assert_eq!(parse_bytes("64 KiB"), Ok(64 << 10));
         assert!(parse_bytes("99999999999999GiB").is_err());
+    }
+
+    #[test]
+    fn producer_limits_have_bounds_and_flags_win_over_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let limits = |text: &str, flags: &[&str]| {
+            let path = write(dir.path(), &format!("{GOOD}[limits]\n{text}\n"));
+            let mut args = vec!["rill-server", "--config", path.to_str().unwrap()];
+            args.extend_from_slice(flags);
+            Args::parse_from(args).load().map(|c| c.producer_limits)
+        };
+        assert_eq!(limits("", &[]).unwrap(), ProducerLimits::default());
+        let set = limits("max-producers-per-partition = 50\nproducer-evictable-after = \"30s\"", &[]).unwrap();
+        assert_eq!(set, ProducerLimits { max_per_partition: 50, evictable_after: Duration::from_secs(30) });
+        let flagged = limits("max-producers-per-partition = 50", &["--max-producers-per-partition", "7"]).unwrap();
+        assert_eq!(flagged.max_per_partition, 7);
+        let zero = limits("max-producers-per-partition = 0", &[]).unwrap_err().to_string();
+        assert!(zero.contains("max-producers-per-partition must be between 1 and 1000000"), "{zero}");
+        assert!(limits("max-producers-per-partition = 1000001", &[]).is_err());
+        let short = limits("producer-evictable-after = \"10ms\"", &[]).unwrap_err().to_string();
+        assert!(short.contains("producer-evictable-after must be at least 1s"), "{short}");
     }
 
     #[test]

@@ -526,14 +526,13 @@ impl Node {
                 let shared = SharedState::new();
                 let started = self.multi.start_group(group, shared.state_machine(), initial, records).await?;
                 let (raft, pristine) = (started.raft.clone(), started.pristine);
-                {
-                    let housekeeping = rill_broker::partition::Housekeeping {
-                        purge_every: self.config.record_purge_every,
-                        compaction: self.compaction.clone(),
-                    };
-                    let p = Partition::new(name, partition, node, started, shared, config, housekeeping);
-                    (Hosted::Records(p), raft, pristine)
-                }
+                let settings = rill_broker::partition::PartitionSettings {
+                    purge_every: self.config.record_purge_every,
+                    compaction: self.compaction.clone(),
+                    producers: self.config.producer_limits,
+                };
+                let p = Partition::new(name, partition, node, started, shared, config, settings);
+                (Hosted::Records(p), raft, pristine)
             }
             PartitionKind::ConsumerOffsets => {
                 let started = self.multi.start_group(group, OffsetsMachine::new(), initial, state).await?;
