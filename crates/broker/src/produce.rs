@@ -311,6 +311,12 @@ impl Partition {
         let mut result = loop {
             let registered = self.gate_changed.notified();
             let mut gate = self.gate.lock().await;
+            // The gate's in-flight batches are this term's: a batch decided under a term that
+            // ended while this request waited (for the gate, a predecessor or an eviction) would
+            // be proposed in the next term unseen by its gate, and a retry there stored twice.
+            if self.leader_term() != Some(term) {
+                return Err(self.not_leader());
+            }
             gate.enter_term(term);
             if let Some(before) = marker_guard {
                 if gate.marker_pending(pid) || self.last_marker_of(pid) != before {
@@ -489,7 +495,11 @@ impl Partition {
     ///
     /// [`ProducerLimits::evictable_after`]: crate::producers::ProducerLimits
     async fn evict_idle_producers(&self) -> Result<bool> {
-        let idle_for = i64::try_from(self.producer_limits.evictable_after.as_millis()).unwrap_or(i64::MAX);
+        let idle_for = if rill_rt::mutation::active(Mutation::EvictActiveProducers) {
+            0
+        } else {
+            i64::try_from(self.producer_limits.evictable_after.as_millis()).unwrap_or(i64::MAX)
+        };
         let older_than = rill_rt::wall_clock_ms().saturating_sub(idle_for);
         let any = {
             let producers = self.producers.lock().unwrap_or_else(|p| p.into_inner());

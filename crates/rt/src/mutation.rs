@@ -47,11 +47,15 @@ pub enum Mutation {
     /// A leader counts a follower as holding a request's entries without asking it (the probe
     /// that replaces resending what the follower may already hold answers "holds" unasked).
     ProbeClaimsAll,
+    /// A full producer table forgets producers however recently they wrote (a least recently
+    /// used table), so a retry of a batch stored just before is stored again, or refused as
+    /// from an unknown producer although it was stored.
+    EvictActiveProducers,
 }
 
 impl Mutation {
     /// Every mutation.
-    pub const ALL: [Mutation; 15] = [
+    pub const ALL: [Mutation; 16] = [
         Mutation::AckBeforeSync,
         Mutation::ReadAboveHw,
         Mutation::SkipTruncate,
@@ -67,6 +71,7 @@ impl Mutation {
         Mutation::TxnOffsetsOnAbort,
         Mutation::ExpireOpenTransactions,
         Mutation::ProbeClaimsAll,
+        Mutation::EvictActiveProducers,
     ];
 
     /// The name used on the command line (`chaos/run --mutation NAME`).
@@ -87,6 +92,7 @@ impl Mutation {
             Mutation::TxnOffsetsOnAbort => "txn-offsets-on-abort",
             Mutation::ExpireOpenTransactions => "expire-open-transactions",
             Mutation::ProbeClaimsAll => "probe-claims-all",
+            Mutation::EvictActiveProducers => "evict-active-producers",
         }
     }
 
