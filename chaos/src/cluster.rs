@@ -40,6 +40,8 @@ pub struct SimOptions {
     /// Consumer group members' session timeout and heartbeat interval (`None`: 6 s and 500 ms,
     /// so members expire within a run's fault phase).
     pub groups: Option<rill_coordinator::groups::Timeouts>,
+    /// `[limits]` producer table settings (`None`: the server's defaults).
+    pub producer_limits: Option<rill_broker::producers::ProducerLimits>,
 }
 
 /// A simulated cluster: nodes at 10.0.0.<id> (clients on :7001, nodes on :7101), client hosts at
@@ -62,6 +64,7 @@ impl SimCluster {
             sync_latency: Duration::ZERO,
             transactional_id_expiration: None,
             groups: None,
+            producer_limits: None,
         })
     }
 
@@ -82,6 +85,7 @@ impl SimCluster {
             let incarnations = incarnations.clone();
             let sync_latency = opts.sync_latency;
             let transactional_id_expiration = opts.transactional_id_expiration;
+            let producer_limits = opts.producer_limits;
             let group_timeouts = opts.groups;
             let node = handle
                 .create_node()
@@ -125,6 +129,9 @@ impl SimCluster {
                             session_ms: 6_000,
                             heartbeat_interval_ms: 500,
                         });
+                        if let Some(limits) = producer_limits {
+                            config.producer_limits = limits;
+                        }
                         if let Some(expiration) = transactional_id_expiration {
                             config.transactional_id_expiration =
                                 TransactionalIdExpiration { expiration, check_every: expiration / 2 };

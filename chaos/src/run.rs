@@ -122,6 +122,7 @@ pub fn start_generated(
         sync_latency: Duration::from_micros(rill_rt::rng().gen_range(500..8000)),
         transactional_id_expiration,
         groups,
+        producer_limits: None,
     }));
     if let Some(t) = groups {
         println!("groups: session {} ms, heartbeat interval {} ms", t.session_ms, t.heartbeat_interval_ms);
@@ -178,6 +179,10 @@ pub async fn run(scenario: &Scenario) -> Report {
         sync_latency,
         transactional_id_expiration: None,
         groups: None,
+        producer_limits: scenario.producer_churn.map(|c| rill_broker::producers::ProducerLimits {
+            max_per_partition: c.max_per_partition,
+            evictable_after: c.evictable_after,
+        }),
     }));
     let mut violations = Vec::new();
 
@@ -240,6 +245,8 @@ pub async fn run(scenario: &Scenario) -> Report {
         recorder: recorder.clone(),
         oracle: oracle.clone(),
         keys_per_partition: scenario.keys_per_partition,
+        churn: scenario.producer_churn,
+        acked_producers: Default::default(),
     };
     let mut workers = Vec::new();
     for i in 0..processes {
@@ -332,6 +339,22 @@ pub async fn run(scenario: &Scenario) -> Report {
     } else {
         None
     };
+
+    if let Some(churn) = scenario.producer_churn {
+        let acked = w.acked_producers.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let counts: Vec<usize> = (0..parts).map(|p| acked.get(&p).map_or(0, |s| s.len())).collect();
+        trace.record(format!("producers acknowledged per partition {counts:?}"));
+        println!("producers acknowledged per partition: {counts:?} (a table holds {})", churn.max_per_partition);
+        if counts.iter().any(|n| *n <= churn.max_per_partition) {
+            violations.push(Violation {
+                checker: "churn-idle",
+                detail: format!(
+                    "the scenario tested no eviction: producers acknowledged per partition {counts:?}, a table holds {}",
+                    churn.max_per_partition
+                ),
+            });
+        }
+    }
 
     // --- checkers
     let history: History = recorder.snapshot();

@@ -51,6 +51,22 @@ pub enum AcksLevel {
     Leader,
 }
 
+/// Short-lived idempotent producers against small producer tables (`Scenario::producer_churn`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProducerChurn {
+    /// The nodes' `[limits] max-producers-per-partition`.
+    pub max_per_partition: usize,
+    /// The nodes' `[limits] producer-evictable-after`.
+    pub evictable_after: Duration,
+    /// A producer takes a new producer id after this many batches.
+    pub new_id_every: u32,
+    /// A producer gives a batch up (its outcome unknown) this long after first sending it, and
+    /// goes on under a new producer id: the delivery timeout `evictable_after` must exceed, with
+    /// the longest simulated message delay (3 s) on top, so that no retry of a stored batch
+    /// reaches a partition after the partition forgot its producer.
+    pub delivery_timeout: Duration,
+}
+
 /// A named scenario.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Scenario {
@@ -79,6 +95,9 @@ pub struct Scenario {
     /// Producers send keyed records from this many keys per partition, some of them tombstones
     /// (0: keyless records whose value is their id).
     pub keys_per_partition: u32,
+    /// Idempotent producers take a new producer id every few batches, and the nodes' producer
+    /// tables are small, so partitions fill them and must forget idle producers to admit new ones.
+    pub producer_churn: Option<ProducerChurn>,
     /// How long faults are injected (simulated time).
     pub fault_phase: Duration,
     /// Fault kinds a seed may enable.
@@ -102,6 +121,7 @@ pub const SCENARIOS: &[Scenario] = &[
         trimmer: false,
         topic_configs: &[],
         keys_per_partition: 0,
+        producer_churn: None,
         fault_phase: Duration::from_secs(20),
         faults: ALL_FAULTS,
         default: true,
@@ -119,6 +139,7 @@ pub const SCENARIOS: &[Scenario] = &[
         trimmer: false,
         topic_configs: &[],
         keys_per_partition: 0,
+        producer_churn: None,
         fault_phase: Duration::from_secs(20),
         faults: ALL_FAULTS,
         default: true,
@@ -136,6 +157,7 @@ pub const SCENARIOS: &[Scenario] = &[
         trimmer: false,
         topic_configs: &[],
         keys_per_partition: 0,
+        producer_churn: None,
         fault_phase: Duration::from_secs(15),
         faults: ALL_FAULTS,
         default: true,
@@ -153,7 +175,31 @@ pub const SCENARIOS: &[Scenario] = &[
         trimmer: false,
         topic_configs: &[],
         keys_per_partition: 0,
+        producer_churn: None,
         fault_phase: Duration::from_secs(20),
+        faults: ALL_FAULTS,
+        default: true,
+    },
+    Scenario {
+        name: "producer_churn",
+        description: "3 nodes, idempotent producers taking a new producer id every 20 batches against producer tables of 8 per partition that forget producers idle for 8 s: a new producer is admitted once others are idle that long, and no retry of a stored batch is stored twice or refused as unknown, under every fault kind",
+        nodes: 3,
+        partitions: 2,
+        replication_factor: 3,
+        acks: AcksLevel::All,
+        idempotent: true,
+        producers: 4,
+        consumers: 1,
+        trimmer: false,
+        topic_configs: &[],
+        keys_per_partition: 0,
+        producer_churn: Some(ProducerChurn {
+            max_per_partition: 8,
+            evictable_after: Duration::from_secs(8),
+            new_id_every: 20,
+            delivery_timeout: Duration::from_millis(2500),
+        }),
+        fault_phase: Duration::from_secs(25),
         faults: ALL_FAULTS,
         default: true,
     },
@@ -170,6 +216,7 @@ pub const SCENARIOS: &[Scenario] = &[
         trimmer: true,
         topic_configs: &[],
         keys_per_partition: 0,
+        producer_churn: None,
         fault_phase: Duration::from_secs(20),
         faults: ALL_FAULTS,
         default: true,
@@ -191,6 +238,7 @@ pub const SCENARIOS: &[Scenario] = &[
             ("min.compaction.lag.ms", "0"),
         ],
         keys_per_partition: 6,
+        producer_churn: None,
         fault_phase: Duration::from_secs(20),
         faults: ALL_FAULTS,
         default: true,

@@ -38,6 +38,13 @@ pub struct Workload {
     pub recorder: Recorder,
     /// Synced-copy oracle.
     pub oracle: AckOracle,
+    /// Idempotent producers take new producer ids often and give batches up after a delivery
+    /// timeout (`None`: one producer id for as long as it works; a batch is retried until
+    /// `deadline` + `retry_grace`).
+    pub churn: Option<crate::scenarios::ProducerChurn>,
+    /// Per partition, every producer id with an acknowledged batch there: more than a table
+    /// holds shows the partition forgot producers to admit new ones.
+    pub acked_producers: std::sync::Arc<std::sync::Mutex<BTreeMap<u32, std::collections::BTreeSet<i64>>>>,
     /// Keyed records from this many keys per partition, some of them tombstones (0: keyless
     /// records whose value is their id).
     pub keys_per_partition: u32,
@@ -136,18 +143,27 @@ fn think_time(deadline: Instant) -> Duration {
 /// An idempotent producer: numbers its records per partition and retries every batch whose
 /// outcome is unknown with the same producer id and sequence numbers until it is acknowledged —
 /// the partition must store it once.
+///
+/// With [`Workload::churn`], it also takes a new producer id every `new_id_every` batches, and
+/// gives a batch up `delivery_timeout` after first sending it (a real producer's
+/// `delivery.timeout.ms`), recording its outcome as unknown and going on under a new id.
 pub async fn idempotent_producer(process: u32, client: Client, w: Workload) {
     let give_up = w.deadline + w.retry_grace;
     let mut identity: Option<(i64, i16)> = None;
     let mut seqs: BTreeMap<u32, i32> = BTreeMap::new();
     let mut n = 0u64;
+    let mut under_this_id = 0u32;
     while rill_rt::now() < w.deadline {
+        if w.churn.is_some_and(|c| under_this_id >= c.new_id_every) {
+            identity = None;
+        }
         let (pid, epoch) = match identity {
             Some(i) => i,
             None => match client.init_producer_id().await {
                 Ok(i) => {
                     identity = Some(i);
                     seqs.clear();
+                    under_this_id = 0;
                     i
                 }
                 Err(_) => {
@@ -173,13 +189,26 @@ pub async fn idempotent_producer(process: u32, client: Client, w: Workload) {
                 continue;
             }
         };
+        under_this_id += 1;
+        let batch_give_up = w.churn.map_or(give_up, |c| give_up.min(rill_rt::now() + c.delivery_timeout));
         let outcome = loop {
-            match client.produce_batch(&w.topic, partition, wire.clone(), w.acks, w.produce_timeout).await {
+            let attempt = client.produce_batch(&w.topic, partition, wire.clone(), w.acks, w.produce_timeout);
+            let answer = if w.churn.is_some() {
+                match rill_rt::timeout_at(batch_give_up, attempt).await {
+                    Ok(answer) => answer,
+                    Err(_) => break Outcome::Info("delivery timeout: given up".into()),
+                }
+            } else {
+                attempt.await
+            };
+            match answer {
                 Ok(ack) => {
                     seqs.insert(partition, seq + 1);
                     match ack.base_offset {
                         Some(offset) => {
                             w.oracle.on_ack(partition, offset, &value, w.required_copies);
+                            let mut acked = w.acked_producers.lock().unwrap_or_else(|p| p.into_inner());
+                            acked.entry(partition).or_default().insert(pid);
                             break Outcome::SendOk { offset };
                         }
                         None => break Outcome::Info("acknowledged without an offset".into()),
@@ -189,7 +218,7 @@ pub async fn idempotent_producer(process: u32, client: Client, w: Workload) {
                     seqs.insert(partition, seq + 1);
                     break Outcome::Info(e.to_string());
                 }
-                Err(e) if e.is_retriable_idempotent() && rill_rt::now() < give_up => {
+                Err(e) if e.is_retriable_idempotent() && rill_rt::now() < batch_give_up => {
                     rill_rt::sleep(Duration::from_millis(50)).await;
                 }
                 Err(e) if e.is_retriable_idempotent() => break Outcome::Info(e.to_string()),
@@ -204,6 +233,12 @@ pub async fn idempotent_producer(process: u32, client: Client, w: Workload) {
         let broken = matches!(outcome, Outcome::Info(_));
         w.recorder.complete(id, outcome);
         if broken {
+            if w.churn.is_some() {
+                // Unknown whether stored: this id's next sequence cannot be chosen safely, but a
+                // new id's can (what a real producer does after a delivery timeout).
+                identity = None;
+                continue;
+            }
             // Unknown whether stored: the next sequence cannot be chosen safely. Stop.
             return;
         }

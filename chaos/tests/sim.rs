@@ -353,6 +353,7 @@ async fn slow_disk_cluster(sync_latency: Duration, topic: &'static str) -> (SimC
         sync_latency,
         transactional_id_expiration: None,
         groups: None,
+        producer_limits: None,
     });
     let client = cluster.client().await;
     let c = client.clone();
@@ -950,6 +951,7 @@ async fn consumer_group_members_never_share_a_partition() {
         sync_latency: Duration::from_millis(1),
         transactional_id_expiration: None,
         groups: None,
+        producer_limits: None,
     }));
     let client = cluster.client().await;
     let c = client.clone();
@@ -1069,6 +1071,7 @@ async fn group_cluster(
         sync_latency: Duration::from_millis(1),
         transactional_id_expiration: None,
         groups: Some(timeouts),
+        producer_limits: None,
     }));
     let client = cluster.client().await;
     let c = client.clone();
@@ -1318,6 +1321,11 @@ async fn acks_leader_3() {
 #[madsim::test]
 async fn idempotence() {
     scenario("idempotence").await;
+}
+
+#[madsim::test]
+async fn producer_churn() {
+    scenario("producer_churn").await;
 }
 
 #[madsim::test]

@@ -2,7 +2,7 @@
 //! means the history is consistent with the guarantee.
 //!
 //! Client-visible (from the [`History`]): [`lost_write`], [`inconsistent_offsets`],
-//! [`duplicates`], [`poll_order`], [`send_order`], [`deleted_records`], [`compaction_kept`]
+//! [`duplicates`], [`refused_stored`], [`poll_order`], [`send_order`], [`deleted_records`], [`compaction_kept`]
 //! (with the final cleaning point, white-box, as its oracle), [`group_delivery`] (what consumer
 //! group members handed out), [`txn_visibility`] (what read_committed readers returned of
 //! committed, aborted and undecided transactions), [`exactly_once`] (a consume-transform-produce
@@ -21,6 +21,7 @@ pub mod group_ownership;
 pub mod inconsistent_offsets;
 pub mod lost_write;
 pub mod poll_order;
+pub mod refused_stored;
 pub mod replicas_agree;
 pub mod send_order;
 pub mod txn_visibility;
@@ -53,6 +54,7 @@ pub fn check_history(history: &History) -> Vec<Violation> {
     out.extend(compaction_kept::check(history));
     out.extend(inconsistent_offsets::check(history));
     out.extend(duplicates::check(history));
+    out.extend(refused_stored::check(history));
     out.extend(poll_order::check(history));
     out.extend(deleted_records::check(history));
     out
