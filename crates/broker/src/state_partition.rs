@@ -84,6 +84,38 @@ impl<M: GroupStateMachine> StatePartition<M> {
         Ok(self.sm.with(|sm, _| read(sm)))
     }
 
+    /// Like [`Self::read`], and linearizable: the leader first confirms with a quorum that it
+    /// still leads and has applied everything committed before the call (Raft's read index),
+    /// waiting at most `timeout`. What a client is told as-is (committed offsets) must be read
+    /// this way: a deposed leader that has not heard of its successor yet — isolated, or paused
+    /// — still believes it leads, and would answer from state its successor has moved past (a
+    /// consumer told an offset older than one it committed processes records a second time).
+    pub async fn read_linearizable<R>(&self, timeout: Duration, read: impl FnOnce(&M) -> R) -> Result<R> {
+        let Some(term) = self.leader_term() else { return Err(self.not_leader()) };
+        if !self.caught_up(term) {
+            return Err(PartitionError::CatchingUp);
+        }
+        // A quiescent group sends no heartbeats; the confirmation needs the followers' answers.
+        self.quiescence.wake();
+        match rill_rt::timeout(timeout, self.raft.ensure_linearizable()).await {
+            Err(_) => {
+                return Err(PartitionError::Timeout {
+                    waited_ms: timeout.as_millis() as u64,
+                    what: "a quorum to confirm the leader",
+                })
+            }
+            Ok(Err(openraft::error::RaftError::APIError(openraft::error::CheckIsLeaderError::ForwardToLeader(f)))) => {
+                return Err(PartitionError::NotLeader { node: self.node_id, leader: f.leader_id })
+            }
+            Ok(Err(openraft::error::RaftError::APIError(openraft::error::CheckIsLeaderError::QuorumNotEnough(_)))) => {
+                return Err(self.not_leader())
+            }
+            Ok(Err(openraft::error::RaftError::Fatal(_))) => return Err(PartitionError::ShuttingDown),
+            Ok(Ok(_)) => {}
+        }
+        Ok(self.sm.with(|sm, _| read(sm)))
+    }
+
     /// Proposes `command` on the leader and waits up to `timeout` for it to be committed (synced
     /// on a majority) and applied; returns what the state machine answered. Refused with
     /// `CatchingUp` until the leader has applied its whole log, and while leadership moves.

@@ -765,9 +765,16 @@ pub async fn expire(partition: &StatePartition<OffsetsMachine>, retention_ms: i6
     Ok(removed)
 }
 
-/// On the group's coordinator: runs `read` with the committed offsets state.
-pub fn read<R>(partition: &StatePartition<OffsetsMachine>, read: impl FnOnce(&OffsetsState) -> R) -> Result<R> {
-    Ok(partition.read(|m| read(m.state()))?)
+/// On the group's coordinator: runs `read` with the committed offsets state, once the
+/// coordinator has confirmed with a quorum that it still leads (a linearizable read, at most
+/// `timeout`): a deposed coordinator that has not noticed yet must not answer an offset older
+/// than one its successor committed.
+pub async fn read<R>(
+    partition: &StatePartition<OffsetsMachine>,
+    timeout: std::time::Duration,
+    read: impl FnOnce(&OffsetsState) -> R,
+) -> Result<R> {
+    Ok(partition.read_linearizable(timeout, |m| read(m.state())).await?)
 }
 
 #[cfg(test)]

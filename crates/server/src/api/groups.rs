@@ -31,6 +31,9 @@ use crate::node::{Hosted, Node};
 
 /// How long a commit may take to be committed by the coordinator's partition.
 const COMMIT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a coordinator may take to confirm with a quorum that it still leads before it
+/// answers a read of committed offsets.
+const READ_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a membership change may take to be committed: well within a member's session.
 const HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -521,7 +524,7 @@ impl Groups for GroupsApi {
         let meta = self.node.meta();
         // An offset counts only while the topic still has the id it had at commit time.
         let current = |topic: &str, id: &[u8; 16]| meta.topics.get(topic).is_some_and(|t| t.topic_id == *id);
-        let answer = offsets::read(&coordinator, |state| {
+        let answer = offsets::read(&coordinator, READ_TIMEOUT, |state| {
             let result = |topic: &str, partition: u32| {
                 if req.require_stable && state.txn().is_pending(&req.group_id, topic, partition) {
                     let e = errors::unstable_offset_commit(&req.group_id, topic, partition);
@@ -573,7 +576,8 @@ impl Groups for GroupsApi {
                     })
                     .collect()
             }
-        });
+        })
+        .await;
         Ok(Response::new(match answer {
             Ok(topics) => FetchOffsetsResponse {
                 error_code: ErrorCode::None as i32,
