@@ -177,7 +177,7 @@ impl Partition {
         // An acks=0 request is answered once its batch is queued: nobody gives up on it later,
         // so it is written whenever its turn comes.
         let lateness = if acks == Acks::None { Lateness::Keep } else { Lateness::Drop };
-        let mut share = self.proposer.submit(batch, count, append_time_ms, deadline, lateness).await?;
+        let mut share = self.proposer.submit(batch, count, append_time_ms, deadline, lateness, None).await?;
         match acks {
             Acks::None => Ok(ProduceOutcome { base_offset: None, append_time_ms }),
             Acks::Leader => {
@@ -364,8 +364,10 @@ impl Partition {
                 Decision::Wait(rx) => rx,
                 Decision::Append => {
                     // Submitted while holding the gate: batches enter the log in decision order.
-                    let mut share =
-                        self.proposer.submit(batch, count, append_time_ms, deadline, Lateness::Keep).await?;
+                    let mut share = self
+                        .proposer
+                        .submit(batch, count, append_time_ms, deadline, Lateness::Keep, Some(term))
+                        .await?;
                     let (tx, rx) = watch::channel(None);
                     gate.register(pid, epoch, first_seq, count, rx.clone());
                     self.gate_changed.notify_waiters();
@@ -444,7 +446,7 @@ impl Partition {
         let share = {
             let mut gate = self.gate.lock().await;
             gate.enter_term(term);
-            let share = self.proposer.submit(batch, 1, append_time_ms, deadline, Lateness::Keep).await?;
+            let share = self.proposer.submit(batch, 1, append_time_ms, deadline, Lateness::Keep, Some(term)).await?;
             gate.marker_started(producer_id);
             share
         };

@@ -24,6 +24,15 @@
 //! dropped, its requests answered with a timeout (a batch that shares an entry with one whose
 //! request is still waiting goes with it).
 //!
+//! **Terms.** A batch the idempotence gate admitted (and a control batch the gate tracks) is
+//! submitted with the leader term it was decided in, and its entry is proposed only while this
+//! node still leads in that term; otherwise the entry fails `NOT_LEADER_OR_FOLLOWER`, nothing
+//! written. The gate forgets its in-flight batches when a new term begins, so a batch decided
+//! in one term and proposed in the next — the node lost leadership and won it back while the
+//! batch waited in the queue — would be unknown to the new term's gate, and a retry of it there
+//! appended a second time. (The check is made just before the entry is handed to Raft; a
+//! leadership change in the instant between the two is not excluded.)
+//!
 //! **Order.** Entries are proposed in the order they were opened, and batches keep their order
 //! inside an entry, so batches enter the log in the order `submit` was called (the idempotence
 //! gate relies on it). **Offsets.** The state machine answers an entry's base offset; a batch's
@@ -144,19 +153,30 @@ struct OpenEntry {
     /// The latest deadline of its batches' requests; `None` once a batch that must not be
     /// dropped joined (an idempotent or control batch).
     deadline: Option<Instant>,
+    /// The leader term its gate-admitted batches were decided in (all the same): the entry is
+    /// proposed only while this node leads in it. `None`: no such batch.
+    term: Option<u64>,
     progress: watch::Sender<Progress>,
 }
 
 impl OpenEntry {
-    fn new(deadline: Option<Instant>) -> Self {
+    fn new(deadline: Option<Instant>, term: Option<u64>) -> Self {
         Self {
             batches: Vec::new(),
             records: 0,
             bytes: 0,
             append_time_ms: i64::MIN,
             deadline,
+            term,
             progress: watch::channel(Progress::Pending).0,
         }
+    }
+
+    /// Whether a batch bound to `term` may join this entry.
+    fn takes(&self, size: usize, term: Option<u64>) -> bool {
+        let fits = self.batches.is_empty() || self.bytes + size <= MAX_ENTRY_BYTES;
+        let same_term = self.term.is_none() || term.is_none() || self.term == term;
+        fits && same_term
     }
 }
 
@@ -220,6 +240,9 @@ impl Proposer {
     /// Queues `batch` (a validated record batch of `records` records, accepted by the leader at
     /// `append_time_ms`) for the log. Batches enter the log in the order of calls. Waits for room
     /// while [`MAX_QUEUED_BYTES`] are queued, until `deadline` (then a timeout, nothing queued).
+    /// `term`: the leader term the idempotence gate admitted the batch in; it is written only
+    /// while this node leads in that term (module docs, "Terms").
+    #[allow(clippy::too_many_arguments)]
     pub async fn submit(
         self: &Arc<Self>,
         batch: Bytes,
@@ -227,6 +250,7 @@ impl Proposer {
         append_time_ms: i64,
         deadline: Instant,
         lateness: Lateness,
+        term: Option<u64>,
     ) -> Result<Share> {
         let size = batch.len();
         let started = rill_rt::now();
@@ -236,7 +260,7 @@ impl Proposer {
                 let mut st = self.lock();
                 // A batch larger than the whole bound still goes, alone in the queue.
                 if st.queued_bytes == 0 || st.queued_bytes + size <= MAX_QUEUED_BYTES {
-                    return Ok(self.enqueue(&mut st, batch, records, append_time_ms, deadline, lateness));
+                    return Ok(self.enqueue(&mut st, batch, records, append_time_ms, deadline, lateness, term));
                 }
             }
             if rill_rt::timeout_at(deadline, room).await.is_err() {
@@ -247,6 +271,7 @@ impl Proposer {
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn enqueue(
         self: &Arc<Self>,
         st: &mut State,
@@ -255,18 +280,20 @@ impl Proposer {
         append_time_ms: i64,
         deadline: Instant,
         lateness: Lateness,
+        term: Option<u64>,
     ) -> Share {
         let size = batch.len();
         let records = u64::from(records);
         let droppable = (lateness == Lateness::Drop).then_some(deadline);
         let mut entry = match st.entries.pop_back() {
-            Some(e) if e.batches.is_empty() || e.bytes + size <= MAX_ENTRY_BYTES => e,
-            Some(full) => {
-                st.entries.push_back(full);
-                OpenEntry::new(droppable)
+            Some(e) if e.takes(size, term) => e,
+            Some(other) => {
+                st.entries.push_back(other);
+                OpenEntry::new(droppable, term)
             }
-            None => OpenEntry::new(droppable),
+            None => OpenEntry::new(droppable, term),
         };
+        entry.term = entry.term.or(term);
         let share = Share { progress: entry.progress.subscribe(), records_before: entry.records };
         entry.records += records;
         entry.bytes += size;
@@ -315,7 +342,20 @@ impl Proposer {
     /// Proposes `entry` and returns once it is durable in this node's log, settled, or
     /// [`PACE_LIMIT`] passed.
     async fn write(&self, entry: OpenEntry) {
-        let OpenEntry { batches, records, append_time_ms, progress, .. } = entry;
+        let OpenEntry { batches, records, append_time_ms, progress, term, .. } = entry;
+        if let Some(term) = term {
+            let leads = {
+                let m = self.raft.metrics();
+                let m = m.borrow();
+                (m.state == openraft::ServerState::Leader && m.current_term == term)
+                    .then_some(())
+                    .ok_or_else(|| m.current_leader.filter(|l| *l != self.node_id))
+            };
+            if let Err(leader) = leads {
+                progress.send_replace(Progress::Failed(PartitionError::NotLeader { node: self.node_id, leader }));
+                return;
+            }
+        }
         let tag = self.next_tag.fetch_add(1, Ordering::Relaxed);
         let durable = self.log.watch_proposal(tag);
         let payload = Payload {
