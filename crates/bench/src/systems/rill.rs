@@ -37,7 +37,7 @@ pub async fn start_with(
 ) -> anyhow::Result<Deployment> {
     let dir = env.fresh_dir(name)?;
     let log_filter = std::env::var("RILL_BENCH_NODE_LOG").unwrap_or_else(|_| "warn".to_string());
-    let mut spec = ClusterSpec::new(nodes, &dir, Ports::Base(env.base_port)).env("RUST_LOG", log_filter);
+    let mut spec = ClusterSpec::new(nodes, &dir, Ports::Base(env.base_port)).env("RILL_LOG_LEVEL", log_filter);
     for (k, v) in vars {
         spec = spec.env(*k, *v);
     }
