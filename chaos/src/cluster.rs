@@ -163,7 +163,12 @@ impl SimCluster {
 
     /// Bootstrap addresses of every node.
     pub fn bootstrap(&self) -> Vec<String> {
-        self.nodes.keys().map(|id| format!("{}:{PORT}", server_ip(*id))).collect()
+        self.nodes.keys().map(|id| self.address(*id)).collect()
+    }
+
+    /// Client address of node `id` (for a client that must reach only some nodes).
+    pub fn address(&self, id: NodeId) -> String {
+        format!("{}:{PORT}", server_ip(id))
     }
 
     /// Node ids.

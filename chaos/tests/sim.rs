@@ -6,6 +6,7 @@
 //! `woken_quiescent_group_keeps_its_leader`, `concurrent_batches_share_entries`,
 //! `control_batches_take_offsets_and_are_skipped`,
 //! `state_partition_purges_and_installs_snapshots`,
+//! `a_deposed_offsets_coordinator_never_answers_a_stale_offset`,
 //! `record_partition_installs_a_snapshot_with_its_records`,
 //! `a_long_snapshot_transfer_keeps_its_leader`,
 //! `a_leader_dying_with_its_last_entry_on_one_follower_is_replaced_by_that_follower`,
@@ -691,6 +692,92 @@ async fn state_partition_purges_and_installs_snapshots() {
         .await;
     assert_eq!(after_failover.map(|c| c.offset), Some(1000));
     trace.record(format!("purged {leader_purged}, installed {installed:?}"));
+    println!("trace-hash: {:016x} events={}", trace.hash(), trace.len());
+}
+
+/// The offset `committed_offsets` answers for `tp` of group `g`: `None` for none committed or
+/// no answer within `within` (an error, or retries that never succeed).
+async fn fetched_offset(client: &Client, tp: &rill_client::TopicPartition, within: Duration) -> Option<u64> {
+    let read = client.committed_offsets("g", std::slice::from_ref(tp));
+    match rill_rt::timeout(within, read).await {
+        Ok(Ok(mut answer)) => answer.remove(tp).flatten().map(|c| c.offset),
+        Ok(Err(_)) | Err(_) => None,
+    }
+}
+
+/// Scripted: the coordinator of group `g` is cut off from the other nodes (clients still reach
+/// it) and, hearing nothing of its successor, still believes it leads; meanwhile the group
+/// commits a newer offset through the successor. Then clients reach only the deposed one: asked
+/// for the group's offset, it must not answer the offset it last knew — `FetchOffsets` confirms its
+/// leadership with a quorum first, so it answers nothing until it can. A consumer told the old
+/// offset would process its records again (the `exactly_once` scenario's duplicate output on
+/// its long seed 6). After healing, the new offset is read. Caught mutation:
+/// `stale-offsets-read`.
+#[madsim::test]
+async fn a_deposed_offsets_coordinator_never_answers_a_stale_offset() {
+    let trace = begin_scripted();
+    let (cluster, client) = cluster_with_topic("work", 4, &[], &[rill_meta::CONSUMER_OFFSETS_TOPIC]).await;
+    let (_, group) = cluster
+        .node(1)
+        .and_then(|n| n.coordinator_partition(rill_meta::PartitionKind::ConsumerOffsets, "g"))
+        .expect("g has a coordinator partition");
+    let tp = rill_client::TopicPartition::new("work", 0);
+    let commit = |c: Client, offset: u64| {
+        let tp = tp.clone();
+        async move {
+            wait_until("a commit", || async {
+                c.commit_offsets("g", &[(tp.clone(), offset, String::new())]).await.ok()
+            })
+            .await
+        }
+    };
+    cluster.on_client(commit(client.clone(), 10)).await;
+    let leads = |id: u64| group_metrics(&cluster, id, group).is_some_and(|m| m.current_leader == Some(id));
+    let old = wait_until("a leader of g's coordinator partition", || {
+        let l = cluster.ids().into_iter().find(|id| leads(*id));
+        async move { l }
+    })
+    .await;
+    let others: Vec<u64> = cluster.ids().into_iter().filter(|id| *id != old).collect();
+    for id in &others {
+        cluster.cut_link(old, *id);
+        cluster.cut_link(*id, old);
+    }
+    let new = wait_until("a successor among the other nodes", || {
+        let l = others.iter().copied().find(|id| leads(*id));
+        async move { l }
+    })
+    .await;
+    cluster.on_client(commit(client.clone(), 20)).await;
+    assert!(leads(old), "node {old} still believes it leads g's coordinator partition (else this proves nothing)");
+
+    // Now clients reach only the deposed coordinator.
+    for id in &others {
+        cluster.cut_clients(*id);
+    }
+    let only_old = cluster.on_client(rill_chaos::cluster::connect(vec![cluster.address(old)])).await;
+    let t = tp.clone();
+    let deposed_answer =
+        cluster.on_client(async move { fetched_offset(&only_old, &t, Duration::from_secs(8)).await }).await;
+    println!("node {old}, deposed, answered {deposed_answer:?}; node {new} leads");
+    assert!(
+        deposed_answer.is_none() || deposed_answer == Some(20),
+        "the deposed coordinator (node {old}) answered offset {deposed_answer:?}; node {new} had committed 20"
+    );
+
+    cluster.heal_network();
+    let c = client.clone();
+    let t = tp.clone();
+    let healed = cluster
+        .on_client(async move {
+            wait_until("the committed offset after healing", || async {
+                fetched_offset(&c, &t, Duration::from_secs(5)).await
+            })
+            .await
+        })
+        .await;
+    assert_eq!(healed, 20, "after healing, the group's offset is the one committed through node {new}");
+    trace.record(format!("old {old}, new {new}, deposed answer {deposed_answer:?}"));
     println!("trace-hash: {:016x} events={}", trace.hash(), trace.len());
 }
 
@@ -1381,6 +1468,7 @@ async fn list_scenarios() {
     println!("concurrent_batches_share_entries\tscripted: concurrent batches merge into entries, each at its own offset (default)");
     println!("control_batches_take_offsets_and_are_skipped\tscripted: a transaction marker takes an offset; consumers skip it (default)");
     println!("state_partition_purges_and_installs_snapshots\tscripted: a coordinator partition purges behind snapshots; a follower catches up by one (default)");
+    println!("a_deposed_offsets_coordinator_never_answers_a_stale_offset\tscripted: group g's coordinator is cut off from the other nodes and a newer offset is committed through its successor; asked directly, the deposed one never answers the old offset (default)");
     println!("record_partition_installs_a_snapshot_with_its_records\tscripted: a record partition purges below its log start; a follower catches up by a snapshot carrying the retained records (default)");
     println!("a_long_snapshot_transfer_keeps_its_leader\tscripted: a follower catches up by a snapshot transfer longer than the leader lease; the leader keeps its term (default)");
     println!("a_leader_dying_with_its_last_entry_on_one_follower_is_replaced_by_that_follower\tscripted: the leader dies with its last entry on the follower that is not its designated successor; that follower stands above the refused candidate and leads before openraft's own timer (default)");

@@ -774,6 +774,9 @@ pub async fn read<R>(
     timeout: std::time::Duration,
     read: impl FnOnce(&OffsetsState) -> R,
 ) -> Result<R> {
+    if rill_rt::mutation::active(rill_rt::mutation::Mutation::StaleOffsetsRead) {
+        return Ok(partition.read(|m| read(m.state()))?);
+    }
     Ok(partition.read_linearizable(timeout, |m| read(m.state())).await?)
 }
 

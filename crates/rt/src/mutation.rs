@@ -51,11 +51,15 @@ pub enum Mutation {
     /// used table), so a retry of a batch stored just before is stored again, or refused as
     /// from an unknown producer although it was stored.
     EvictActiveProducers,
+    /// A consumer group's coordinator answers `FetchOffsets` from its own state without
+    /// confirming that it still leads: a deposed coordinator that has not noticed yet answers
+    /// an offset its successor has moved past.
+    StaleOffsetsRead,
 }
 
 impl Mutation {
     /// Every mutation.
-    pub const ALL: [Mutation; 16] = [
+    pub const ALL: [Mutation; 17] = [
         Mutation::AckBeforeSync,
         Mutation::ReadAboveHw,
         Mutation::SkipTruncate,
@@ -72,6 +76,7 @@ impl Mutation {
         Mutation::ExpireOpenTransactions,
         Mutation::ProbeClaimsAll,
         Mutation::EvictActiveProducers,
+        Mutation::StaleOffsetsRead,
     ];
 
     /// The name used on the command line (`chaos/run --mutation NAME`).
@@ -93,6 +98,7 @@ impl Mutation {
             Mutation::ExpireOpenTransactions => "expire-open-transactions",
             Mutation::ProbeClaimsAll => "probe-claims-all",
             Mutation::EvictActiveProducers => "evict-active-producers",
+            Mutation::StaleOffsetsRead => "stale-offsets-read",
         }
     }
 
@@ -102,18 +108,18 @@ impl Mutation {
     }
 
     #[cfg_attr(not(madsim), allow(dead_code))]
-    fn bit(self) -> u16 {
-        1 << (self as u16)
+    fn bit(self) -> u32 {
+        1 << (self as u32)
     }
 }
 
 #[cfg(madsim)]
-static ACTIVE: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(0);
+static ACTIVE: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 
 /// Switches the mutations of this simulation run (simulation builds only).
 #[cfg(madsim)]
 pub fn set(mutations: &[Mutation]) {
-    let bits = mutations.iter().fold(0u16, |acc, m| acc | m.bit());
+    let bits = mutations.iter().fold(0u32, |acc, m| acc | m.bit());
     ACTIVE.store(bits, std::sync::atomic::Ordering::Relaxed);
 }
 
