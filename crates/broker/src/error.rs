@@ -1,6 +1,6 @@
 //! Per-partition errors. Each maps to one wire error code (in the server's `errors` module).
 
-use openraft::error::ClientWriteError;
+use openraft::error::{CheckIsLeaderError, ClientWriteError, RaftError};
 use rill_raft::NodeId;
 use rill_records::BatchError;
 
@@ -94,6 +94,22 @@ impl PartitionError {
         match e {
             ClientWriteError::ForwardToLeader(f) => Self::NotLeader { node, leader: f.leader_id },
             ClientWriteError::ChangeMembershipError(e) => Self::Reconfiguring(e.to_string()),
+        }
+    }
+
+    /// Why node `node` could not confirm with a quorum that it still leads (a linearizable
+    /// read); `not_leader` is the refusal naming the leader this node knows of.
+    pub fn from_leader_check(
+        e: RaftError<NodeId, CheckIsLeaderError<NodeId, openraft::BasicNode>>,
+        node: NodeId,
+        not_leader: impl FnOnce() -> Self,
+    ) -> Self {
+        match e {
+            RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f)) => {
+                Self::NotLeader { node, leader: f.leader_id }
+            }
+            RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(_)) => not_leader(),
+            RaftError::Fatal(_) => Self::ShuttingDown,
         }
     }
 }

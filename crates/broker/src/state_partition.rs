@@ -97,22 +97,10 @@ impl<M: GroupStateMachine> StatePartition<M> {
         }
         // A quiescent group sends no heartbeats; the confirmation needs the followers' answers.
         self.quiescence.wake();
-        match rill_rt::timeout(timeout, self.raft.ensure_linearizable()).await {
-            Err(_) => {
-                return Err(PartitionError::Timeout {
-                    waited_ms: timeout.as_millis() as u64,
-                    what: "a quorum to confirm the leader",
-                })
-            }
-            Ok(Err(openraft::error::RaftError::APIError(openraft::error::CheckIsLeaderError::ForwardToLeader(f)))) => {
-                return Err(PartitionError::NotLeader { node: self.node_id, leader: f.leader_id })
-            }
-            Ok(Err(openraft::error::RaftError::APIError(openraft::error::CheckIsLeaderError::QuorumNotEnough(_)))) => {
-                return Err(self.not_leader())
-            }
-            Ok(Err(openraft::error::RaftError::Fatal(_))) => return Err(PartitionError::ShuttingDown),
-            Ok(Ok(_)) => {}
-        }
+        let confirmed = rill_rt::timeout(timeout, self.raft.ensure_linearizable()).await.map_err(|_| {
+            PartitionError::Timeout { waited_ms: timeout.as_millis() as u64, what: "a quorum to confirm the leader" }
+        })?;
+        confirmed.map_err(|e| PartitionError::from_leader_check(e, self.node_id, || self.not_leader()))?;
         Ok(self.sm.with(|sm, _| read(sm)))
     }
 
