@@ -1075,6 +1075,14 @@ mod tests {
         p
     }
 
+    /// Loads a valid file with `text` added under `[section]`, then `flags` on the command line.
+    fn load_with(dir: &Path, section: &str, text: &str, flags: &[&str]) -> Result<Config> {
+        let path = write(dir, &format!("{GOOD}[{section}]\n{text}\n"));
+        let mut args = vec!["rill-server", "--config", path.to_str().unwrap()];
+        args.extend_from_slice(flags);
+        Args::parse_from(args).load()
+    }
+
     const GOOD: &str = r#"
 node-id = 2
 listen = "127.0.0.1:7002"
@@ -1133,10 +1141,8 @@ heartbeat-interval = "50ms"
     fn the_request_bytes_budget_takes_units_and_holds_one_largest_message() {
         let dir = tempfile::tempdir().unwrap();
         let budget = |text: &str, flag: Option<&str>| {
-            let path = write(dir.path(), &format!("{GOOD}[limits]\n{text}\n"));
-            let mut args = vec!["rill-server", "--config", path.to_str().unwrap()];
-            args.extend(flag.map(|f| ["--max-request-bytes-in-flight", f]).into_iter().flatten());
-            Args::parse_from(args).load().map(|c| c.client_limits.max_request_bytes_in_flight)
+            let flags: Vec<&str> = flag.map(|f| ["--max-request-bytes-in-flight", f]).into_iter().flatten().collect();
+            load_with(dir.path(), "limits", text, &flags).map(|c| c.client_limits.max_request_bytes_in_flight)
         };
         assert_eq!(budget("max-request-bytes-in-flight = \"512MiB\"", None).unwrap(), 512 << 20);
         assert_eq!(budget("max-request-bytes-in-flight = 134217728", None).unwrap(), 128 << 20);
@@ -1155,12 +1161,8 @@ heartbeat-interval = "50ms"
     #[test]
     fn producer_limits_have_bounds_and_flags_win_over_the_file() {
         let dir = tempfile::tempdir().unwrap();
-        let limits = |text: &str, flags: &[&str]| {
-            let path = write(dir.path(), &format!("{GOOD}[limits]\n{text}\n"));
-            let mut args = vec!["rill-server", "--config", path.to_str().unwrap()];
-            args.extend_from_slice(flags);
-            Args::parse_from(args).load().map(|c| c.producer_limits)
-        };
+        let limits =
+            |text: &str, flags: &[&str]| load_with(dir.path(), "limits", text, flags).map(|c| c.producer_limits);
         assert_eq!(limits("", &[]).unwrap(), ProducerLimits::default());
         let set = limits("max-producers-per-partition = 50\nproducer-evictable-after = \"30s\"", &[]).unwrap();
         assert_eq!(set, ProducerLimits { max_per_partition: 50, evictable_after: Duration::from_secs(30) });
@@ -1176,12 +1178,7 @@ heartbeat-interval = "50ms"
     #[test]
     fn storage_tuning_takes_units_and_minimums_and_defaults_to_the_engines() {
         let dir = tempfile::tempdir().unwrap();
-        let storage = |text: &str, flags: &[&str]| {
-            let path = write(dir.path(), &format!("{GOOD}[storage]\n{text}\n"));
-            let mut args = vec!["rill-server", "--config", path.to_str().unwrap()];
-            args.extend_from_slice(flags);
-            Args::parse_from(args).load().map(|c| c.storage)
-        };
+        let storage = |text: &str, flags: &[&str]| load_with(dir.path(), "storage", text, flags).map(|c| c.storage);
         assert_eq!(storage("", &[]).unwrap(), StorageTuning::default());
         let set = storage("segment-bytes = \"4MiB\"\ngc-bytes-per-second = \"32MiB\"", &[]).unwrap();
         assert_eq!(
@@ -1210,10 +1207,7 @@ heartbeat-interval = "50ms"
     fn transactional_id_expiration_comes_from_the_file_or_flags_and_is_at_least_a_second() {
         let dir = tempfile::tempdir().unwrap();
         let expiration = |text: &str, flags: &[&str]| {
-            let path = write(dir.path(), &format!("{GOOD}[transactions]\n{text}\n"));
-            let mut args = vec!["rill-server", "--config", path.to_str().unwrap()];
-            args.extend_from_slice(flags);
-            Args::parse_from(args).load().map(|c| c.transactional_id_expiration)
+            load_with(dir.path(), "transactions", text, flags).map(|c| c.transactional_id_expiration)
         };
         assert_eq!(expiration("", &[]).unwrap(), TransactionalIdExpiration::default());
         let set =
