@@ -1103,6 +1103,81 @@ mod tests {
         assert_eq!(back.state().txn().ended(7), 0, "forgotten");
     }
 
+    /// A classic member's transactional commit (Kafka's TxnOffsetCommit with a generation):
+    /// pending at the stored generation, refused at any other, refused in `apply` when the
+    /// generation moved after the leader checked it, and committed by its marker.
+    #[test]
+    fn a_classic_members_transactional_commit_is_checked_against_the_stored_generation() {
+        use crate::groups::classic::{ClassicGroup, ClassicMember};
+        let id = LogId::default();
+        let mut m = OffsetsMachine::new();
+        let generation = |generation: i32, expect_version: u64| {
+            let member =
+                ClassicMember { member_id: "m".into(), assignment: Bytes::from_static(b"a-0"), ..Default::default() };
+            let group = ClassicGroup {
+                group_id: "g".into(),
+                generation,
+                protocol_type: "consumer".into(),
+                protocol: Some("range".into()),
+                leader: Some("m".into()),
+                members: [("m".to_string(), member)].into(),
+                ..Default::default()
+            };
+            let record = pb::ClassicGroupRecord { expect_version, group: Some(group.to_proto()) };
+            command(pb::offsets_command::Command::ClassicGroup(record))
+        };
+        let txn_commit = |member: &str, generation: i32, offset: i64, transaction_start: u64| {
+            let Ok(pb::OffsetsCommand { command: Some(pb::offsets_command::Command::Commit(mut c)) }) =
+                pb::OffsetsCommand::decode(commit(&[("a", 0, offset)]).body)
+            else {
+                unreachable!("commit() builds a commit")
+            };
+            c.member_id = member.into();
+            c.member_epoch = generation;
+            command(pb::offsets_command::Command::TxnCommit(pb::TxnCommitOffsets {
+                commit: Some(c),
+                classic: true,
+                producer_id: 7,
+                producer_epoch: 0,
+                transaction_start,
+            }))
+        };
+        assert_eq!(m.apply(&id, 0, &generation(3, 0)).as_ref(), APPLIED);
+        let committer = |generation| Committer::Classic { member_id: "m", generation };
+        let partitions = || std::iter::once(("a", 0));
+        assert_eq!(check_commit(m.groups(), m.classic_groups(), "g", committer(3), partitions()), Ok(()));
+        assert_eq!(
+            check_commit(m.groups(), m.classic_groups(), "g", committer(2), partitions()),
+            Err(CoordinatorError::IllegalGeneration {
+                group_id: "g".into(),
+                member_id: "m".into(),
+                sent: 2,
+                current: 3
+            })
+        );
+        assert_eq!(m.apply(&id, 0, &txn_commit("m", 2, 40, 4)).as_ref(), REFUSED, "an older generation");
+        assert_eq!(m.apply(&id, 0, &txn_commit("other", 3, 40, 4)).as_ref(), REFUSED, "not a member");
+        assert!(!m.state().txn().is_pending("g", "a", 0));
+        assert!(m.apply(&id, 0, &txn_commit("m", 3, 40, 4)).is_empty(), "the stored generation");
+        assert!(m.state().txn().is_pending("g", "a", 0));
+        assert_eq!(m.state().committed("g", "a", 0), None, "pending is not committed");
+        // The group rebalanced after a commit at generation 4 was checked on the leader: it
+        // commits nothing.
+        assert_eq!(m.apply(&id, 0, &generation(4, 1)).as_ref(), APPLIED);
+        assert_eq!(m.apply(&id, 0, &txn_commit("m", 3, 41, 4)).as_ref(), REFUSED, "generation 3 is gone");
+        let marker = command(pb::offsets_command::Command::TxnMarker(pb::TxnOffsetsMarker {
+            producer_id: 7,
+            producer_epoch: 0,
+            coordinator_epoch: 1,
+            commit: true,
+            transaction_start: 4,
+            written_ms: 1_000,
+        }));
+        assert!(m.apply(&id, 0, &marker).is_empty());
+        assert_eq!(m.state().committed("g", "a", 0).map(|c| c.offset), Some(40), "what generation 3 committed");
+        assert!(!m.state().txn().is_pending("g", "a", 0));
+    }
+
     #[test]
     fn group_ids_are_checked() {
         assert!(validate_group_id("orders-service").is_ok());
