@@ -503,7 +503,7 @@ async fn append_marker(cluster: &SimCluster, kind: rill_records::ControlKind, pi
     wait_until("a marker appended on a leader every replica agrees on", || async {
         let (leader, _) = agreed_leader(cluster)?;
         let partition = cluster.node(leader)?.partitions().first()?.clone();
-        let marker = rill_records::ControlMarker { kind, coordinator_epoch: 7 };
+        let marker = rill_records::ControlMarker { kind, coordinator_epoch: 7, transaction: 0 };
         let appended = cluster
             .on_node(leader, async move { partition.append_control(marker, pid, epoch, Duration::from_secs(10)).await })
             .await;

@@ -57,15 +57,15 @@ async fn wait_for_state(client: &Client, id: &str, state: &str) -> anyhow::Resul
 }
 
 /// The control markers of a partition, read uncommitted from its leader: (offset, commit?,
-/// coordinator epoch).
-async fn markers(client: &Client, topic: &str, partition: u32) -> anyhow::Result<Vec<(u64, ControlKind, i32)>> {
+/// coordinator epoch, the transaction it names).
+async fn markers(client: &Client, topic: &str, partition: u32) -> anyhow::Result<Vec<(u64, ControlKind, i32, u64)>> {
     let p = raw_fetch(client, topic, partition, IsolationLevel::ReadUncommitted).await?;
     let mut out = Vec::new();
     for b in &p.batches {
         let decoded = rill_records::decode(&b.data, 1 << 20)?;
         if decoded.info.is_control() {
             let m = ControlMarker::parse(&decoded.records[0])?;
-            out.push((b.base_offset as u64, m.kind, m.coordinator_epoch));
+            out.push((b.base_offset as u64, m.kind, m.coordinator_epoch, m.transaction));
         }
     }
     Ok(out)
@@ -192,12 +192,15 @@ async fn transactions_commit_abort_and_fence_at_their_coordinator() -> anyhow::R
     assert_eq!(code(ended.error_code), ErrorCode::None, "{}", ended.error_message);
     assert_eq!((ended.producer_id, ended.producer_epoch), (pid, i32::from(epoch)), "v1 keeps the epoch");
     wait_for_state(&client, id, "CompleteCommit").await?;
+    let mut named = Vec::new();
     for p in 0..2 {
         let m = markers(&client, "orders", p).await?;
         assert_eq!(m.len(), 1, "partition {p}: {m:?}");
         assert_eq!(m[0].1, ControlKind::Commit);
         assert!(m[0].2 >= 1, "the marker carries the coordinator's epoch (its term)");
+        named.push(m[0].3);
     }
+    assert!(named[0] > 0 && named[0] == named[1], "both markers name the transaction they end: {named:?}");
     // The retry of a commit that already took effect succeeds; the other decision does not.
     let again = c
         .end_txn(EndTxnRequest {
@@ -242,6 +245,7 @@ async fn transactions_commit_abort_and_fence_at_their_coordinator() -> anyhow::R
     assert_eq!((d.state.as_str(), d.producer_epoch), ("Empty", i32::from(epoch2)));
     let m = markers(&client, "orders", 1).await?;
     assert_eq!(m.iter().map(|m| m.1).collect::<Vec<_>>(), vec![ControlKind::Commit, ControlKind::Abort]);
+    assert!(m[1].3 > m[0].3, "the next transaction has a later name: {m:?}");
     let zombie = c.add_partitions_to_txn(add(id, pid, epoch, "orders", &[0])).await?.into_inner();
     assert_eq!(code(zombie.error_code), ErrorCode::ProducerFenced, "{}", zombie.error_message);
     let stranger = c.add_partitions_to_txn(add(id, pid + 1000, epoch2, "orders", &[0])).await?.into_inner();

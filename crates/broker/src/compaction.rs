@@ -562,7 +562,8 @@ mod tests {
             .unwrap();
             b.build().unwrap()
         };
-        let marker = |pid: i64, kind| ControlMarker { kind, coordinator_epoch: 1 }.batch(pid, 0, 1).unwrap();
+        let marker =
+            |pid: i64, kind| ControlMarker { kind, coordinator_epoch: 1, transaction: 0 }.batch(pid, 0, 1).unwrap();
         // 0: k = committed (producer 1); 1: its commit marker; 2: k = aborted (producer 2);
         // 3: its abort marker; 4: k2 = plain.
         let entries = vec![

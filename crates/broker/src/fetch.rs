@@ -281,8 +281,10 @@ mod tests {
 
     #[test]
     fn read_committed_leaves_out_aborted_batches_and_markers_but_not_the_rest() {
-        let abort = ControlMarker { kind: ControlKind::Abort, coordinator_epoch: 1 }.batch(1, 0, 0).unwrap();
-        let commit = ControlMarker { kind: ControlKind::Commit, coordinator_epoch: 1 }.batch(2, 0, 0).unwrap();
+        let abort =
+            ControlMarker { kind: ControlKind::Abort, coordinator_epoch: 1, transaction: 0 }.batch(1, 0, 0).unwrap();
+        let commit =
+            ControlMarker { kind: ControlKind::Commit, coordinator_epoch: 1, transaction: 0 }.batch(2, 0, 0).unwrap();
         let mut out = FetchOutcome {
             batches: vec![
                 stored(0, batch(Some((1, true)))),  // aborted below

@@ -22,7 +22,7 @@ use rill_records::{BatchInfo, ControlKind, ControlMarker, MAX_DECOMPRESSED_BATCH
 use crate::cleaning::Cleaning;
 use crate::command;
 use crate::index::{IndexPoint, SparseIndex};
-use crate::producers::ProducerStates;
+use crate::producers::{MarkerRefusal, ProducerStates};
 use crate::transactions::Transactions;
 
 /// State a partition's state machine shares with the replica serving requests.
@@ -107,26 +107,49 @@ impl PartitionStateMachine {
             if b.is_control() {
                 match control_marker(&bytes) {
                     // A marker the leader's check let through while another won the race (two
-                    // coordinators, or a repeated marker of an older epoch) decides nothing;
-                    // every replica ignores it alike.
-                    Some(m) if producers.check_marker(b.producer_id, b.producer_epoch, m.coordinator_epoch).is_ok() => {
-                        let commit = match m.kind {
-                            ControlKind::Commit => true,
-                            ControlKind::Abort => false,
-                            ControlKind::Other(_) => {
-                                offset += span;
-                                continue;
-                            }
-                        };
-                        producers.apply_marker(b.producer_id, b.producer_epoch, m.coordinator_epoch, offset, append_ms);
-                        txns.on_marker(b.producer_id, commit, offset);
-                    }
-                    Some(m) => tracing::warn!(
-                        index = log_id.index,
-                        producer = b.producer_id,
-                        coordinator_epoch = m.coordinator_epoch,
-                        "ignored a transaction marker of a deposed coordinator or an older producer epoch"
-                    ),
+                    // coordinators, a repeated marker of an older epoch, two copies of one
+                    // transaction's marker) decides nothing; every replica ignores it alike.
+                    Some(m) => match producers.check_marker(
+                        b.producer_id,
+                        b.producer_epoch,
+                        m.coordinator_epoch,
+                        m.transaction,
+                    ) {
+                        Ok(()) => {
+                            let commit = match m.kind {
+                                ControlKind::Commit => true,
+                                ControlKind::Abort => false,
+                                ControlKind::Other(_) => {
+                                    offset += span;
+                                    continue;
+                                }
+                            };
+                            producers.apply_marker(
+                                b.producer_id,
+                                b.producer_epoch,
+                                m.coordinator_epoch,
+                                m.transaction,
+                                offset,
+                                append_ms,
+                            );
+                            txns.on_marker(b.producer_id, commit, offset);
+                        }
+                        Err(MarkerRefusal::Repeated { .. }) => {
+                            producers.note_coordinator_epoch(b.producer_id, m.coordinator_epoch);
+                            tracing::debug!(
+                                index = log_id.index,
+                                producer = b.producer_id,
+                                transaction = m.transaction,
+                                "a repeated marker of a transaction already decided here decides nothing"
+                            );
+                        }
+                        Err(_) => tracing::warn!(
+                            index = log_id.index,
+                            producer = b.producer_id,
+                            coordinator_epoch = m.coordinator_epoch,
+                            "ignored a transaction marker of a deposed coordinator or an older producer epoch"
+                        ),
+                    },
                     None => tracing::error!(index = log_id.index, offset, "unreadable control batch"),
                 }
             } else if b.has_producer() {
@@ -367,8 +390,41 @@ mod tests {
     }
 
     fn marker(pid: i64, epoch: i16, commit: bool, coordinator_epoch: i32) -> Bytes {
+        named_marker(pid, epoch, commit, coordinator_epoch, 0)
+    }
+
+    fn named_marker(pid: i64, epoch: i16, commit: bool, coordinator_epoch: i32, transaction: u64) -> Bytes {
         let kind = if commit { ControlKind::Commit } else { ControlKind::Abort };
-        ControlMarker { kind, coordinator_epoch }.batch(pid, epoch, 1_000).unwrap()
+        ControlMarker { kind, coordinator_epoch, transaction }.batch(pid, epoch, 1_000).unwrap()
+    }
+
+    /// Transactions v2: transaction 4 at epoch 0 commits with a marker at epoch 1, and the
+    /// producer's next transaction (6) opens at epoch 1. A copy of transaction 4's marker applied
+    /// then — the same producer epoch and coordinator epoch — decides nothing: transaction 6 stays
+    /// open (the LSO does not move) and is aborted by its own marker.
+    #[test]
+    fn a_late_copy_of_a_marker_never_decides_the_producers_next_transaction() {
+        let shared = SharedState::new();
+        let mut sm = shared.state_machine();
+        let log_id = LogId::default();
+        let mut at = 0;
+        let mut apply = |sm: &mut PartitionStateMachine, batches: &[Bytes]| {
+            let p = entry(batches);
+            let base = at;
+            at += u64::from(p.units);
+            sm.apply(&log_id, base, &p);
+        };
+        apply(&mut sm, &[txn_batch(1, 0, 0, 2)]);
+        apply(&mut sm, &[named_marker(1, 1, true, 3, 4)]);
+        assert_eq!((*shared.hw.borrow(), *shared.lso.borrow()), (3, 3));
+        apply(&mut sm, &[txn_batch(1, 1, 0, 1)]);
+        assert_eq!(*shared.lso.borrow(), 3, "transaction 6 opens at 3");
+        apply(&mut sm, &[named_marker(1, 1, true, 3, 4)]);
+        assert_eq!(*shared.lso.borrow(), 3, "the copy of 4's commit did not commit transaction 6");
+        assert_eq!(shared.transactions.lock().unwrap().open(1).map(|t| t.first_offset), Some(3));
+        apply(&mut sm, &[named_marker(1, 2, false, 3, 6)]);
+        assert_eq!((*shared.hw.borrow(), *shared.lso.borrow()), (6, 6));
+        assert_eq!(shared.transactions.lock().unwrap().aborted_len(), 1, "transaction 6 aborted");
     }
 
     #[test]

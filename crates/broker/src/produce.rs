@@ -405,8 +405,11 @@ impl Partition {
     /// transaction coordinator's commit and abort markers; clients cannot produce these). Like
     /// any batch it takes an offset; answered as `acks=all`. Returns the marker's offset.
     /// A marker of an older coordinator epoch than the producer's last one here is refused
-    /// (`TRANSACTION_COORDINATOR_FENCED`), as is one for an older producer epoch; one that
-    /// races past this check is ignored when applied.
+    /// (`TRANSACTION_COORDINATOR_FENCED`), as is one for an older producer epoch; a marker of a
+    /// transaction already decided here (the transaction it names) is answered with the
+    /// producer's last marker offset, nothing written, unless it comes from a newer coordinator
+    /// epoch (then it is written to fence the older coordinator, and decides nothing). One that
+    /// races past this check (two copies in flight at once) decides nothing when applied.
     pub async fn append_control(
         &self,
         marker: rill_records::ControlMarker,
@@ -428,9 +431,20 @@ impl Partition {
             producer_id,
             epoch,
             marker.coordinator_epoch,
+            marker.transaction,
         );
         match known {
             Ok(()) => {}
+            Err(MarkerRefusal::Repeated { last_marker_offset, coordinator_epoch })
+                if marker.coordinator_epoch <= coordinator_epoch =>
+            {
+                // Already decided here: the coordinator lost the first answer, or this copy is
+                // late. It is there; nothing is written.
+                return Ok(u64::try_from(last_marker_offset).unwrap_or(0));
+            }
+            // A newer coordinator's copy: written so that it fences the older one's, and
+            // decides nothing when applied.
+            Err(MarkerRefusal::Repeated { .. }) => {}
             Err(MarkerRefusal::CoordinatorFenced { current }) => {
                 return Err(PartitionError::CoordinatorFenced { current, got: marker.coordinator_epoch })
             }

@@ -78,6 +78,10 @@ pub struct ProducerEntry {
     /// Offset of the last transaction marker applied for it (-1: none): a transactional batch
     /// verified with the coordinator is appended only if no marker came in between.
     pub last_marker_offset: i64,
+    /// The latest transaction a marker decided here, as markers name them (0: none named): a
+    /// marker of this transaction or an earlier one is a repeat or a late copy and decides
+    /// nothing (see [`MarkerRefusal::Repeated`]).
+    pub last_marker_transaction: u64,
 }
 
 /// The last sequence of a batch starting at `first` with `count` records (sequences wrap at
@@ -127,6 +131,12 @@ pub enum MarkerRefusal {
     CoordinatorFenced { current: i32 },
     /// The partition has seen a newer epoch of this producer.
     StaleEpoch { current: i16 },
+    /// The transaction the marker names was already decided here: the coordinator repeated a
+    /// marker whose answer it lost, or a copy arrived late — possibly while the producer's next
+    /// transaction is open here, which it must not decide. Its coordinator epoch still counts
+    /// (see [`ProducerStates::note_coordinator_epoch`]): a leader writes it only when that is
+    /// newer than `coordinator_epoch`, the producer's latest here.
+    Repeated { last_marker_offset: i64, coordinator_epoch: i32 },
 }
 
 /// Every producer a partition remembers.
@@ -167,6 +177,7 @@ impl ProducerStates {
             last_append_ms: append_ms,
             coordinator_epoch: 0,
             last_marker_offset: -1,
+            last_marker_transaction: 0,
         });
         if epoch > entry.epoch {
             entry.epoch = epoch;
@@ -180,15 +191,29 @@ impl ProducerStates {
     }
 
     /// How a transaction marker of coordinator epoch `coordinator_epoch`, written for `pid` at
-    /// `epoch`, relates to what is stored: `Err` with the reason when it must be refused (a
-    /// deposed coordinator's, or one for an older producer epoch than the partition has seen).
-    pub fn check_marker(&self, pid: i64, epoch: i16, coordinator_epoch: i32) -> Result<(), MarkerRefusal> {
+    /// `epoch` to end `transaction` (0: not named), relates to what is stored: `Err` with the
+    /// reason when it must decide nothing (a deposed coordinator's, one for an older producer
+    /// epoch than the partition has seen, or a repeat of a transaction's marker).
+    pub fn check_marker(
+        &self,
+        pid: i64,
+        epoch: i16,
+        coordinator_epoch: i32,
+        transaction: u64,
+    ) -> Result<(), MarkerRefusal> {
         let Some(entry) = self.producers.get(&pid) else { return Ok(()) };
         if coordinator_epoch < entry.coordinator_epoch {
             return Err(MarkerRefusal::CoordinatorFenced { current: entry.coordinator_epoch });
         }
         if epoch < entry.epoch {
             return Err(MarkerRefusal::StaleEpoch { current: entry.epoch });
+        }
+        let repeated = transaction != 0 && transaction <= entry.last_marker_transaction;
+        if repeated && !rill_rt::mutation::active(rill_rt::mutation::Mutation::RepeatedMarkerDecides) {
+            return Err(MarkerRefusal::Repeated {
+                last_marker_offset: entry.last_marker_offset,
+                coordinator_epoch: entry.coordinator_epoch,
+            });
         }
         Ok(())
     }
@@ -202,21 +227,42 @@ impl ProducerStates {
     /// partition at the coordinator but no batch of it landed yet — one may still be on its way)
     /// creates its entry, so that the marker's epoch, coordinator epoch and offset fence what
     /// arrives after it.
-    pub fn apply_marker(&mut self, pid: i64, epoch: i16, coordinator_epoch: i32, offset: u64, append_ms: i64) {
+    pub fn apply_marker(
+        &mut self,
+        pid: i64,
+        epoch: i16,
+        coordinator_epoch: i32,
+        transaction: u64,
+        offset: u64,
+        append_ms: i64,
+    ) {
         let entry = self.producers.entry(pid).or_insert_with(|| ProducerEntry {
             epoch,
             batches: VecDeque::new(),
             last_append_ms: append_ms,
             coordinator_epoch,
             last_marker_offset: -1,
+            last_marker_transaction: 0,
         });
         entry.coordinator_epoch = entry.coordinator_epoch.max(coordinator_epoch);
+        entry.last_marker_transaction = entry.last_marker_transaction.max(transaction);
         entry.last_marker_offset = i64::try_from(offset).unwrap_or(i64::MAX);
         if epoch > entry.epoch {
             entry.epoch = epoch;
             entry.batches.clear();
         }
         entry.last_append_ms = entry.last_append_ms.max(append_ms);
+    }
+
+    /// A repeated marker (see [`MarkerRefusal::Repeated`]) of coordinator epoch
+    /// `coordinator_epoch` was applied: it decides nothing, but markers of older coordinators
+    /// are refused from now on, as after any marker of this epoch. (A coordinator leader in a
+    /// new term writes every marker of the transaction it finishes again, so that a deposed
+    /// leader's copies are refused everywhere.)
+    pub fn note_coordinator_epoch(&mut self, pid: i64, coordinator_epoch: i32) {
+        if let Some(entry) = self.producers.get_mut(&pid) {
+            entry.coordinator_epoch = entry.coordinator_epoch.max(coordinator_epoch);
+        }
     }
 
     /// Forgets producers whose latest batch was appended before `older_than_ms`, except those
@@ -247,6 +293,7 @@ impl ProducerStates {
                 last_append_ms: e.last_append_ms,
                 coordinator_epoch: e.coordinator_epoch,
                 last_marker_offset: e.last_marker_offset + 1,
+                last_marker_transaction: e.last_marker_transaction,
                 batches: e
                     .batches
                     .iter()
@@ -278,6 +325,7 @@ impl ProducerStates {
                 coordinator_epoch: p.coordinator_epoch,
                 // Stored one up, so that 0 (older snapshots) reads as "none".
                 last_marker_offset: p.last_marker_offset - 1,
+                last_marker_transaction: p.last_marker_transaction,
             };
             producers.insert(p.producer_id, entry);
         }
@@ -371,14 +419,14 @@ mod tests {
     #[test]
     fn markers_of_deposed_coordinators_and_old_epochs_are_refused() {
         let mut s = ProducerStates::default();
-        assert_eq!(s.check_marker(4, 0, 1), Ok(()), "a producer never seen here");
+        assert_eq!(s.check_marker(4, 0, 1, 0), Ok(()), "a producer never seen here");
         s.apply_batch(4, 2, 0, 3, 10, 1);
-        assert_eq!(s.check_marker(4, 1, 5), Err(MarkerRefusal::StaleEpoch { current: 2 }));
-        s.apply_marker(4, 2, 5, 20, 2);
+        assert_eq!(s.check_marker(4, 1, 5, 0), Err(MarkerRefusal::StaleEpoch { current: 2 }));
+        s.apply_marker(4, 2, 5, 0, 20, 2);
         assert_eq!(s.get(4).map(|e| e.last_marker_offset), Some(20));
-        assert_eq!(s.check_marker(4, 2, 4), Err(MarkerRefusal::CoordinatorFenced { current: 5 }));
+        assert_eq!(s.check_marker(4, 2, 4, 0), Err(MarkerRefusal::CoordinatorFenced { current: 5 }));
         assert_eq!(s.get(4).map(|e| (e.epoch, e.batches.len())), Some((2, 1)), "the same epoch keeps its batches");
-        s.apply_marker(4, 3, 5, 21, 3);
+        s.apply_marker(4, 3, 5, 0, 21, 3);
         assert_eq!(s.get(4).map(|e| (e.epoch, e.batches.len())), Some((3, 0)), "a bumped epoch restarts sequences");
         assert_eq!(s.check(4, 2, 3, 1), SeqCheck::StaleEpoch { current: 3 }, "the old epoch's late batch");
         assert_eq!(s.check(4, 3, 0, 1), SeqCheck::Append);
@@ -386,14 +434,47 @@ mod tests {
         assert_eq!(decoded.get(4).map(|e| e.coordinator_epoch), Some(5));
     }
 
+    /// Transactions v2: transaction 7's batches at epoch 2, its marker at 3; transaction 9 (the
+    /// producer's next) at 3. A repeat of 7's marker — same epochs — decides nothing.
+    #[test]
+    fn a_repeated_or_late_marker_of_a_decided_transaction_is_recognised_by_its_name() {
+        let mut s = ProducerStates::default();
+        s.apply_batch(4, 2, 0, 1, 10, 1);
+        assert_eq!(s.check_marker(4, 3, 5, 7), Ok(()));
+        s.apply_marker(4, 3, 5, 7, 11, 2);
+        assert_eq!(
+            s.check_marker(4, 3, 5, 7),
+            Err(MarkerRefusal::Repeated { last_marker_offset: 11, coordinator_epoch: 5 })
+        );
+        assert_eq!(
+            s.check_marker(4, 3, 5, 6),
+            Err(MarkerRefusal::Repeated { last_marker_offset: 11, coordinator_epoch: 5 }),
+            "older"
+        );
+        assert_eq!(s.check_marker(4, 3, 5, 0), Ok(()), "a marker naming no transaction: the epochs decide");
+        assert_eq!(s.check_marker(4, 3, 4, 7), Err(MarkerRefusal::CoordinatorFenced { current: 5 }));
+        s.note_coordinator_epoch(4, 6);
+        assert_eq!(s.check_marker(4, 3, 5, 0), Err(MarkerRefusal::CoordinatorFenced { current: 6 }));
+        let repeat = MarkerRefusal::Repeated { last_marker_offset: 11, coordinator_epoch: 6 };
+        assert_eq!(s.check_marker(4, 3, 6, 7), Err(repeat));
+        s.apply_batch(4, 3, 0, 1, 12, 3);
+        assert_eq!(s.check_marker(4, 4, 6, 9), Ok(()), "the next transaction's own marker");
+        s.apply_marker(4, 4, 6, 9, 13, 4);
+        assert_eq!(s.get(4).map(|e| e.last_marker_transaction), Some(9));
+        s.apply_marker(4, 4, 6, 0, 14, 5);
+        assert_eq!(s.get(4).map(|e| e.last_marker_transaction), Some(9), "an unnamed marker moves nothing back");
+        let decoded = ProducerStates::from_proto(s.to_proto()).unwrap();
+        assert_eq!(decoded, s, "the snapshot keeps it");
+    }
+
     #[test]
     fn a_marker_for_a_producer_not_seen_here_fences_what_comes_after_it() {
         let mut s = ProducerStates::default();
-        s.apply_marker(9, 3, 2, 40, 1);
+        s.apply_marker(9, 3, 2, 0, 40, 1);
         let e = s.get(9).cloned().unwrap();
         assert_eq!((e.epoch, e.coordinator_epoch, e.last_marker_offset), (3, 2, 40));
         assert_eq!(s.check(9, 2, 0, 1), SeqCheck::StaleEpoch { current: 3 }, "a late batch of the old epoch");
-        assert_eq!(s.check_marker(9, 3, 1), Err(MarkerRefusal::CoordinatorFenced { current: 2 }));
+        assert_eq!(s.check_marker(9, 3, 1, 0), Err(MarkerRefusal::CoordinatorFenced { current: 2 }));
     }
 
     #[test]

@@ -343,13 +343,13 @@ mod tests {
 
     #[test]
     fn control_batches_carry_markers() {
-        let marker = ControlMarker { kind: ControlKind::Commit, coordinator_epoch: 9 };
+        let marker = ControlMarker { kind: ControlKind::Commit, coordinator_epoch: 9, transaction: 0 };
         let bytes = marker.batch(42, 2, 5_000).unwrap();
         let d = decode(&bytes, LIMIT).unwrap();
         assert!(d.info.is_control() && d.info.is_transactional());
         assert_eq!((d.info.producer_id, d.info.producer_epoch, d.info.record_count), (42, 2, 1));
         assert_eq!(ControlMarker::parse(&d.records[0]).unwrap(), marker);
-        let abort = ControlMarker { kind: ControlKind::Abort, coordinator_epoch: 0 };
+        let abort = ControlMarker { kind: ControlKind::Abort, coordinator_epoch: 0, transaction: 0 };
         let d = decode(&abort.batch(42, 2, 5_000).unwrap(), LIMIT).unwrap();
         assert_eq!(ControlMarker::parse(&d.records[0]).unwrap().kind, ControlKind::Abort);
     }

@@ -321,7 +321,7 @@ mod tests {
 
     #[test]
     fn control_batches_are_left_alone() {
-        let marker = ControlMarker { kind: ControlKind::Commit, coordinator_epoch: 9 };
+        let marker = ControlMarker { kind: ControlKind::Commit, coordinator_epoch: 9, transaction: 0 };
         let bytes = marker.batch(42, 2, 5_000).unwrap();
         assert_eq!(
             retain(&bytes, LIMIT, |_| panic!("a control batch's records are not read")),

@@ -55,11 +55,15 @@ pub enum Mutation {
     /// confirming that it still leads: a deposed coordinator that has not noticed yet answers
     /// an offset its successor has moved past.
     StaleOffsetsRead,
+    /// A partition lets a marker decide whatever transaction of its producer is open, even when
+    /// the transaction it names was decided here already: a late copy of one transaction's
+    /// marker commits or aborts the producer's next transaction.
+    RepeatedMarkerDecides,
 }
 
 impl Mutation {
     /// Every mutation.
-    pub const ALL: [Mutation; 17] = [
+    pub const ALL: [Mutation; 18] = [
         Mutation::AckBeforeSync,
         Mutation::ReadAboveHw,
         Mutation::SkipTruncate,
@@ -77,6 +81,7 @@ impl Mutation {
         Mutation::ProbeClaimsAll,
         Mutation::EvictActiveProducers,
         Mutation::StaleOffsetsRead,
+        Mutation::RepeatedMarkerDecides,
     ];
 
     /// The name used on the command line (`chaos/run --mutation NAME`).
@@ -99,6 +104,7 @@ impl Mutation {
             Mutation::ProbeClaimsAll => "probe-claims-all",
             Mutation::EvictActiveProducers => "evict-active-producers",
             Mutation::StaleOffsetsRead => "stale-offsets-read",
+            Mutation::RepeatedMarkerDecides => "repeated-marker-decides",
         }
     }
 

@@ -13,16 +13,17 @@
 //! the partition's leader: directly when that is this node, else through the leader's internal
 //! `Cluster.WriteTxnMarkers`. Failures (no leader yet, a leader moving) are retried until every
 //! marker is written or this node stops leading the coordinator's partition; the next leader
-//! then finds the `Prepare*` record and finishes it. Writing a marker twice within one
-//! transaction is harmless: the second finds no transaction open and decides nothing.
+//! then finds the `Prepare*` record and finishes it. Each marker names the transaction it ends
+//! (`txn_start_version`), and a partition applies only the first marker of a transaction, so
+//! writing one twice is harmless, also after completion, when the producer's next transaction
+//! may be open there under the same epochs: the copy decides nothing.
 //!
-//! After completion it is not: a v2 producer's next transaction runs at the epoch the
-//! previous one's markers carried, so a stale marker of the previous transaction would decide
-//! the next one where it arrives. A deposed coordinator leader still acting on its `Prepare*`
-//! record sends such markers with its older term. They are refused because every partition of
-//! the transaction has seen a marker of the completing term before completion: a leader that
-//! led again in a new term writes every marker again, and the completion applies only in an
-//! entry of the term its markers carried (`WriteTransaction.markers_term`).
+//! A deposed coordinator leader still acting on its `Prepare*` record sends copies with its
+//! older term. They are also refused by their coordinator epoch, which matters for markers
+//! that name no transaction (written before markers named theirs): every partition of the
+//! transaction has seen a marker of the completing term before completion — a leader that led
+//! again in a new term writes every marker again, and the completion applies only in an entry
+//! of the term its markers carried (`WriteTransaction.markers_term`).
 //!
 //! A partition of a deleted topic needs no marker.
 //!
@@ -275,7 +276,11 @@ async fn write_local(hosted: &Hosted, marker: Marker) -> Result<(), errors::Wire
     match hosted {
         Hosted::Records(partition) => {
             let kind = if marker.commit { ControlKind::Commit } else { ControlKind::Abort };
-            let control = ControlMarker { kind, coordinator_epoch: marker.coordinator_epoch };
+            let control = ControlMarker {
+                kind,
+                coordinator_epoch: marker.coordinator_epoch,
+                transaction: marker.transaction_start,
+            };
             let written = partition.append_control(control, marker.producer_id, marker.epoch, STEP_TIMEOUT).await;
             // The coordinator retries wherever the leader is now: no address needed.
             written.map(|_| ()).map_err(|e: PartitionError| errors::partition(&e, |_| None))
