@@ -7,6 +7,7 @@
 //! `control_batches_take_offsets_and_are_skipped`,
 //! `state_partition_purges_and_installs_snapshots`,
 //! `a_deposed_offsets_coordinator_never_answers_a_stale_offset`,
+//! `a_late_copy_of_a_marker_never_decides_the_next_transaction`,
 //! `record_partition_installs_a_snapshot_with_its_records`,
 //! `a_long_snapshot_transfer_keeps_its_leader`,
 //! `a_leader_dying_with_its_last_entry_on_one_follower_is_replaced_by_that_follower`,
@@ -781,6 +782,118 @@ async fn a_deposed_offsets_coordinator_never_answers_a_stale_offset() {
     println!("trace-hash: {:016x} events={}", trace.hash(), trace.len());
 }
 
+/// The leader of `topic`/`partition` as node `id` sees it, when `id` leads it.
+fn led_records_partition(
+    cluster: &SimCluster,
+    id: u64,
+    topic: &str,
+    partition: usize,
+) -> Option<Arc<rill_broker::Partition>> {
+    let node = cluster.node(id)?;
+    let group = node.topic(topic)?.partitions.get(partition)?.group;
+    match node.replica(group)? {
+        Hosted::Records(p) if p.state().is_leader => Some(p),
+        _ => None,
+    }
+}
+
+/// The last transaction marker stored in `partition` (read uncommitted): its producer id, the
+/// producer epoch it carries, and the marker.
+fn last_marker(partition: &rill_broker::Partition) -> Option<(i64, i16, rill_records::ControlMarker)> {
+    let fetched = partition.fetch(0, 1 << 20, rill_broker::Isolation::ReadUncommitted).ok()?;
+    fetched.batches.iter().rev().find_map(|b| {
+        let decoded = rill_records::decode(&b.data, 1 << 20).ok()?;
+        let info = decoded.info;
+        let marker = rill_records::ControlMarker::parse(decoded.records.first()?).ok()?;
+        info.is_control().then_some((info.producer_id, info.producer_epoch, marker))
+    })
+}
+
+/// Scripted: a late copy of a transaction's marker never decides the producer's next
+/// transaction. A transactional producer (transactions v2) commits transaction 1 in partition 0;
+/// its marker carries the epoch transaction 2 then runs under, and the coordinator's epoch is
+/// unchanged. Transaction 2 writes to partition 0, and a copy of transaction 1's commit marker
+/// reaches the partition's leader (as a `WriteTxnMarkers` delayed past a whole transaction
+/// would). It must decide nothing: transaction 2 stays open (the LSO does not move), and once
+/// transaction 2 aborts, a read_committed read returns transaction 1's record only. Caught
+/// mutation: `repeated-marker-decides`.
+#[madsim::test]
+async fn a_late_copy_of_a_marker_never_decides_the_next_transaction() {
+    let trace = begin_scripted();
+    let (cluster, client) = cluster_with_topic("late", 1, &[], &[rill_meta::TRANSACTION_STATE_TOPIC]).await;
+    // Made on the client host: the producer's background tasks run where it is made.
+    let c = client.clone();
+    let (producer, first) = cluster
+        .on_client(async move {
+            let config = rill_client::ProducerConfig::default();
+            let p = Arc::new(rill_client::TransactionalProducer::new(c, config, "late-txn", Duration::from_secs(60)));
+            wait_until("init_transactions", || async { p.init_transactions().await.ok() }).await;
+            p.begin_transaction().unwrap();
+            let sent = p.send_to("late", 0, Record::new("first")).await.unwrap().await.unwrap();
+            p.commit_transaction().await.unwrap();
+            (p, sent.offset)
+        })
+        .await;
+    let (leader, partition, (pid, epoch, marker)) = wait_until("transaction 1's marker at the leader", || {
+        let found = cluster.ids().into_iter().find_map(|id| {
+            let p = led_records_partition(&cluster, id, "late", 0)?;
+            let marker = last_marker(&p).filter(|_| p.last_stable_offset() == p.high_watermark())?;
+            Some((id, p, marker))
+        });
+        async move { found }
+    })
+    .await;
+    assert_eq!(marker.kind, rill_records::ControlKind::Commit);
+    assert!(marker.transaction > 0, "the coordinator's marker names its transaction");
+    trace.record(format!("transaction 1 at {first:?}, marker {marker:?} at epoch {epoch} on node {leader}"));
+
+    let p = producer.clone();
+    let second = cluster
+        .on_client(async move {
+            p.begin_transaction().unwrap();
+            p.send_to("late", 0, Record::new("second")).await.unwrap().await.unwrap().offset
+        })
+        .await
+        .expect("acks=all answers an offset");
+    assert_eq!(producer.producer_id_and_epoch(), Some((pid, epoch)), "v2: transaction 2 runs at the marker's epoch");
+    assert_eq!(partition.last_stable_offset(), second, "transaction 2 is open from its record");
+
+    let hw = partition.high_watermark();
+    let copy = partition.clone();
+    let replayed = cluster
+        .on_node(leader, async move { copy.append_control(marker, pid, epoch, Duration::from_secs(5)).await })
+        .await;
+    trace.record(format!("the copy of transaction 1's marker answered {replayed:?}"));
+    assert!(replayed.is_ok(), "a repeat of a marker already written is answered as written: {replayed:?}");
+    assert_eq!(
+        partition.last_stable_offset(),
+        second,
+        "a late copy of transaction 1's commit marker decided transaction 2 (the LSO moved past its open record)"
+    );
+    assert_eq!(partition.high_watermark(), hw, "nothing is written for a repeat");
+
+    let p = producer.clone();
+    cluster.on_client(async move { p.abort_transaction().await.unwrap() }).await;
+    let c = client.clone();
+    let committed = cluster
+        .on_client(async move {
+            wait_until("transaction 2's abort marker", || async {
+                let f = c.fetch("late", 0, Some(0), Duration::from_millis(100)).await.ok()?;
+                (f.last_stable_offset == f.high_watermark && f.high_watermark > second + 1).then_some(f)
+            })
+            .await
+        })
+        .await;
+    let values: Vec<String> = committed
+        .records
+        .iter()
+        .filter_map(|r| r.value.as_ref().map(|v| String::from_utf8_lossy(v).into_owned()))
+        .collect();
+    trace.record(format!("read_committed {values:?}"));
+    assert_eq!(values, vec!["first".to_string()], "read_committed after transaction 2's abort");
+    println!("trace-hash: {:016x} events={}", trace.hash(), trace.len());
+}
+
 /// A record partition purges its log below its log start offset, and a follower that was down
 /// while the leader purged past its log catches up from a snapshot that carries the retained
 /// records: afterwards it holds exactly the leader's entries from the log start on (index,
@@ -1469,6 +1582,7 @@ async fn list_scenarios() {
     println!("control_batches_take_offsets_and_are_skipped\tscripted: a transaction marker takes an offset; consumers skip it (default)");
     println!("state_partition_purges_and_installs_snapshots\tscripted: a coordinator partition purges behind snapshots; a follower catches up by one (default)");
     println!("a_deposed_offsets_coordinator_never_answers_a_stale_offset\tscripted: group g's coordinator is cut off from the other nodes and a newer offset is committed through its successor; asked directly, the deposed one never answers the old offset (default)");
+    println!("a_late_copy_of_a_marker_never_decides_the_next_transaction\tscripted: a copy of a committed transaction's marker reaches its partition while the producer's next transaction is open there (same producer and coordinator epochs); it decides nothing, and after that transaction's abort read_committed shows the first one's record only (default)");
     println!("record_partition_installs_a_snapshot_with_its_records\tscripted: a record partition purges below its log start; a follower catches up by a snapshot carrying the retained records (default)");
     println!("a_long_snapshot_transfer_keeps_its_leader\tscripted: a follower catches up by a snapshot transfer longer than the leader lease; the leader keeps its term (default)");
     println!("a_leader_dying_with_its_last_entry_on_one_follower_is_replaced_by_that_follower\tscripted: the leader dies with its last entry on the follower that is not its designated successor; that follower stands above the refused candidate and leads before openraft's own timer (default)");
