@@ -457,6 +457,7 @@ impl Partition {
         let _in_flight = InFlight::enter(self);
         // Proposed under the gate and announced there until resolved: a transactional batch
         // verified before this marker is either ahead of it in the log or refused.
+        let gated = rill_rt::now();
         let share = {
             let mut gate = self.gate.lock().await;
             gate.enter_term(term);
@@ -494,7 +495,16 @@ impl Partition {
             Some(Err(e)) => return Err(e),
             None => return Err(PartitionError::ShuttingDown),
         };
+        let committed = rill_rt::now();
         self.wait_for_isr(landed.index, landed.term, config.min_insync_replicas, deadline, started).await?;
+        tracing::debug!(
+            group = self.group,
+            producer_id,
+            checks_ms = (gated - started).as_secs_f64() * 1e3,
+            commit_ms = (committed - gated).as_secs_f64() * 1e3,
+            isr_ms = committed.elapsed().as_secs_f64() * 1e3,
+            "transaction marker stored"
+        );
         Ok(landed.base)
     }
 

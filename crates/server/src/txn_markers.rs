@@ -239,10 +239,14 @@ impl Marker {
 
 /// Writes `marker` into `topic`/`partition` at its leader.
 async fn write_marker(node: &Arc<Node>, topic: &str, partition: u32, marker: Marker) -> Result<(), String> {
+    let started = rill_rt::now();
     let Some(meta) = node.topic(topic) else { return Ok(()) };
     let Some(assignment) = meta.partitions.get(partition as usize) else { return Ok(()) };
     if let Some(local) = node.replica(assignment.group).filter(|h| h.replica().state().is_leader) {
-        return write_local(&local, marker).await.map_err(|e| e.message);
+        let written = write_local(&local, marker).await.map_err(|e| e.message);
+        let ms = started.elapsed().as_secs_f64() * 1e3;
+        tracing::debug!(topic, partition, local = true, ms, "marker written");
+        return written;
     }
     let leader = node.leader_of(assignment.group).ok_or_else(|| format!("{topic}/{partition} has no leader yet"))?;
     let mut client = node.cluster_client(leader).ok_or_else(|| format!("no address for node {leader}"))?;
@@ -262,6 +266,8 @@ async fn write_marker(node: &Arc<Node>, topic: &str, partition: u32, marker: Mar
         .map_err(|_| format!("node {leader} did not answer in time"))?
         .map_err(|s| s.message().to_string())?
         .into_inner();
+    let ms = started.elapsed().as_secs_f64() * 1e3;
+    tracing::debug!(topic, partition, local = false, leader, ms, "marker written");
     match answer.results.first() {
         Some(r) if r.error_code == ErrorCode::None as i32 => Ok(()),
         Some(r) => Err(r.error_message.clone()),
