@@ -35,9 +35,10 @@ struct InFlightProducer {
 pub struct Gate {
     term: u64,
     producers: HashMap<i64, InFlightProducer>,
-    /// Transaction markers proposed and not yet resolved, by producer: a transactional batch
-    /// verified before one of them must not be appended after it.
-    markers: HashMap<i64, usize>,
+    /// Transaction markers proposed and not yet resolved, by producer, with the transaction
+    /// each names (0: none): a transactional batch verified before one of them must not be
+    /// appended after it, unless it is a copy of a marker already applied (it decides nothing).
+    markers: HashMap<i64, Vec<u64>>,
 }
 
 /// Who sent a batch and which sequence numbers it carries.
@@ -74,27 +75,30 @@ impl Gate {
         }
     }
 
-    /// A transaction marker of `pid` is being proposed.
-    pub fn marker_started(&mut self, pid: i64) {
-        *self.markers.entry(pid).or_default() += 1;
+    /// A transaction marker of `pid`, naming `transaction` (0: none), is being proposed.
+    pub fn marker_started(&mut self, pid: i64, transaction: u64) {
+        self.markers.entry(pid).or_default().push(transaction);
     }
 
     /// A marker of `pid` that [`Gate::marker_started`] announced in `term` is resolved.
-    pub fn marker_done(&mut self, term: u64, pid: i64) {
+    pub fn marker_done(&mut self, term: u64, pid: i64, transaction: u64) {
         if term != self.term {
             return;
         }
-        if let Some(n) = self.markers.get_mut(&pid) {
-            *n -= 1;
-            if *n == 0 {
+        if let Some(pending) = self.markers.get_mut(&pid) {
+            if let Some(at) = pending.iter().position(|t| *t == transaction) {
+                pending.swap_remove(at);
+            }
+            if pending.is_empty() {
                 self.markers.remove(&pid);
             }
         }
     }
 
-    /// True while a marker of `pid` is proposed and not yet resolved.
-    pub fn marker_pending(&self, pid: i64) -> bool {
-        self.markers.contains_key(&pid)
+    /// True while a marker of `pid` is proposed and not yet resolved that may decide something
+    /// after transaction `decided` was decided here: one naming a later transaction, or none.
+    pub fn marker_pending_after(&self, pid: i64, decided: u64) -> bool {
+        self.markers.get(&pid).is_some_and(|pending| pending.iter().any(|t| *t == 0 || *t > decided))
     }
 
     /// Decides what to do with a batch of `count` records from `pid`/`epoch` at `first_seq`.

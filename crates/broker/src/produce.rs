@@ -31,6 +31,16 @@ const REORDER_WAIT: Duration = Duration::from_millis(200);
 /// producer keep landing meanwhile (see [`Partition::produce_transactional`]).
 pub const VERIFY_ATTEMPTS: usize = 3;
 
+/// A marker the transaction coordinator says this partition is still owed by a producer's
+/// previous transaction (v2), to write before the first batch of its next one here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OwedMarker {
+    /// The marker, naming the transaction it ends.
+    pub marker: rill_records::ControlMarker,
+    /// The producer epoch it carries.
+    pub producer_epoch: i16,
+}
+
 /// How often one batch may make its leader evict idle producers: more than once only when
 /// other new producers took the room meanwhile.
 const MAX_EVICTIONS_PER_BATCH: usize = 3;
@@ -207,10 +217,16 @@ impl Partition {
     /// already closed (a "hanging" transaction).
     ///
     /// A marker that lands while the coordinator is answering is usually the producer's
-    /// *previous* transaction's (the coordinator adds a partition to the next one only once the
-    /// previous one's markers are written): the partition then asks again, up to
-    /// [`VERIFY_ATTEMPTS`] times, so that the answer it acts on is known to come after that
-    /// marker. A marker of the verified transaction itself makes the next answer a refusal.
+    /// *previous* transaction's: the partition then asks again, up to [`VERIFY_ATTEMPTS`]
+    /// times, so that the answer it acts on is known to come after that marker. A marker of the
+    /// verified transaction itself makes the next answer a refusal.
+    ///
+    /// Transactions v2 begin the next transaction while the previous one's markers are still
+    /// being written. When this partition is in both, the answer carries the previous one's
+    /// marker ([`OwedMarker`]) and it is written here first, so the batch never joins the
+    /// previous transaction; the coordinator's own copy, arriving later, decides nothing (it
+    /// names a transaction already decided here). A batch of a newer epoch than the producer's
+    /// transaction still open here is refused `CONCURRENT_TRANSACTIONS` whatever the answer.
     pub async fn produce_transactional<V, F>(
         &self,
         batch: Bytes,
@@ -219,7 +235,7 @@ impl Partition {
     ) -> Result<ProduceOutcome>
     where
         F: FnMut() -> V,
-        V: std::future::Future<Output = Result<()>>,
+        V: std::future::Future<Output = Result<Option<OwedMarker>>>,
     {
         let started = rill_rt::now();
         let deadline = started + timeout;
@@ -236,23 +252,43 @@ impl Partition {
             return Err(PartitionError::CatchingUp);
         }
         let (pid, epoch) = (info.producer_id, info.producer_epoch);
-        let last_marker = || self.last_marker_of(pid);
+        let last_marker = || self.last_marker_and_name(pid);
         let mut attempts = 0;
         let marker_before = loop {
             // Every transactional batch is let through only if no marker of its producer
             // arrived since this point (the guard): one that continues an open transaction as
             // much as one that begins it, since a marker may close that transaction meanwhile.
+            // (A copy of a marker already applied here decides nothing and does not count.)
             let marker_before = last_marker();
             let open_here = self.transactions.lock().unwrap_or_else(|p| p.into_inner()).open(pid).map(|t| t.epoch);
             if open_here == Some(epoch) {
                 break marker_before;
             }
-            rill_rt::timeout_at(deadline, verify()).await.map_err(|_| PartitionError::Timeout {
+            let owed = rill_rt::timeout_at(deadline, verify()).await.map_err(|_| PartitionError::Timeout {
                 waited_ms: elapsed_ms(started),
                 what: "the transaction coordinator to verify the partition",
             })??;
             attempts += 1;
-            if last_marker() == marker_before || attempts >= VERIFY_ATTEMPTS {
+            if let Some(owed) = owed.filter(|_| !rill_rt::mutation::active(Mutation::BatchBeforeMarker)) {
+                let remaining = deadline.saturating_duration_since(rill_rt::now());
+                match self.append_control(owed.marker, pid, owed.producer_epoch, remaining).await {
+                    Ok(_) => {}
+                    // A newer coordinator wrote here meanwhile: ask it.
+                    Err(PartitionError::CoordinatorFenced { .. }) if attempts < VERIFY_ATTEMPTS => continue,
+                    Err(e) => return Err(e),
+                }
+                // The answer holds from the owed marker on, if that (or the coordinator's copy
+                // of it) is still the producer's last marker here.
+                let now = last_marker();
+                if now.1 == owed.marker.transaction {
+                    break now;
+                }
+                if attempts >= VERIFY_ATTEMPTS {
+                    break marker_before;
+                }
+                continue;
+            }
+            if last_marker().0 == marker_before.0 || attempts >= VERIFY_ATTEMPTS {
                 break marker_before;
             }
         };
@@ -283,11 +319,18 @@ impl Partition {
         self.producers.lock().unwrap_or_else(|p| p.into_inner()).get(pid).map_or(-1, |e| e.last_marker_offset)
     }
 
+    /// [`Self::last_marker_of`] with the transaction that marker named (0: none named).
+    fn last_marker_and_name(&self, pid: i64) -> (i64, u64) {
+        let producers = self.producers.lock().unwrap_or_else(|p| p.into_inner());
+        producers.get(pid).map_or((-1, 0), |e| (e.last_marker_offset, e.last_marker_transaction))
+    }
+
     /// Idempotent batches: deduplicate retries, refuse gaps, then propose. Returns the base
     /// offset and, when this call's proposal committed it, the log index and term (for the ISR
     /// wait); a batch found stored already has none. `marker_guard` (transactional batches
     /// just verified): the producer's last marker offset before the verification, which must
-    /// still be its last, with no marker in flight, when the batch is let through.
+    /// still be its last, and the transaction that marker named, when the batch is let through,
+    /// with no marker in flight but copies of markers of that transaction or earlier ones.
     #[allow(clippy::too_many_arguments)]
     async fn produce_idempotent(
         &self,
@@ -297,7 +340,7 @@ impl Partition {
         term: u64,
         deadline: Instant,
         started: Instant,
-        marker_guard: Option<i64>,
+        marker_guard: Option<(i64, u64)>,
     ) -> Result<(u64, Option<(u64, u64)>)> {
         if !self.caught_up(term) {
             return Err(PartitionError::CatchingUp);
@@ -318,10 +361,19 @@ impl Partition {
                 return Err(self.not_leader());
             }
             gate.enter_term(term);
-            if let Some(before) = marker_guard {
-                if gate.marker_pending(pid) || self.last_marker_of(pid) != before {
+            if let Some((before, decided)) = marker_guard {
+                if gate.marker_pending_after(pid, decided) || self.last_marker_of(pid) != before {
                     return Err(PartitionError::ConcurrentTransactions(format!(
                         "producer {pid}: a transaction marker arrived while the partition was being verified; retry"
+                    )));
+                }
+                // The producer's previous transaction still open here (its marker not yet
+                // written): this batch would join it.
+                let open = self.transactions.lock().unwrap_or_else(|p| p.into_inner()).open(pid).map(|t| t.epoch);
+                let older = open.filter(|e| *e < epoch);
+                if let Some(open) = older.filter(|_| !rill_rt::mutation::active(Mutation::BatchBeforeMarker)) {
+                    return Err(PartitionError::ConcurrentTransactions(format!(
+                        "producer {pid}: its transaction of epoch {open} is still open here, its marker not yet written; retry"
                     )));
                 }
             }
@@ -462,7 +514,7 @@ impl Partition {
             let mut gate = self.gate.lock().await;
             gate.enter_term(term);
             let share = self.proposer.submit(batch, 1, append_time_ms, deadline, Lateness::Keep, Some(term)).await?;
-            gate.marker_started(producer_id);
+            gate.marker_started(producer_id, marker.transaction);
             share
         };
         // The marker stays announced until its outcome is known, whether or not this caller
@@ -472,7 +524,7 @@ impl Partition {
         rill_rt::spawn(async move {
             let mut share = share;
             let landed = share.committed(None).await;
-            gate.lock().await.marker_done(term, producer_id);
+            gate.lock().await.marker_done(term, producer_id, marker.transaction);
             tx.send_replace(Some(landed));
         });
         let landed = loop {

@@ -59,11 +59,15 @@ pub enum Mutation {
     /// the transaction it names was decided here already: a late copy of one transaction's
     /// marker commits or aborts the producer's next transaction.
     RepeatedMarkerDecides,
+    /// A partition takes the first batch of a v2 producer's next transaction while the previous
+    /// one is still open there (its marker not yet written): the batch joins the previous
+    /// transaction and is decided with it.
+    BatchBeforeMarker,
 }
 
 impl Mutation {
     /// Every mutation.
-    pub const ALL: [Mutation; 18] = [
+    pub const ALL: [Mutation; 19] = [
         Mutation::AckBeforeSync,
         Mutation::ReadAboveHw,
         Mutation::SkipTruncate,
@@ -82,6 +86,7 @@ impl Mutation {
         Mutation::EvictActiveProducers,
         Mutation::StaleOffsetsRead,
         Mutation::RepeatedMarkerDecides,
+        Mutation::BatchBeforeMarker,
     ];
 
     /// The name used on the command line (`chaos/run --mutation NAME`).
@@ -105,6 +110,7 @@ impl Mutation {
             Mutation::EvictActiveProducers => "evict-active-producers",
             Mutation::StaleOffsetsRead => "stale-offsets-read",
             Mutation::RepeatedMarkerDecides => "repeated-marker-decides",
+            Mutation::BatchBeforeMarker => "batch-before-marker",
         }
     }
 

@@ -59,7 +59,8 @@ const RETRY_PAUSE: Duration = Duration::from_millis(100);
 /// finish the same one twice at once.
 #[derive(Debug, Default)]
 pub struct Markers {
-    in_flight: Mutex<HashSet<(GroupId, String)>>,
+    /// (coordinator partition, transactional id, the transaction's name).
+    in_flight: Mutex<HashSet<(GroupId, String, u64)>>,
 }
 
 impl Markers {
@@ -73,7 +74,9 @@ impl Markers {
         transactional_id: String,
         prepared: TransactionMetadata,
     ) {
-        let key = (coordinator.replica().group(), transactional_id);
+        // By transaction: the next one of the same id may be decided as soon as this one's
+        // completion applies, before this task has left.
+        let key = (coordinator.replica().group(), transactional_id, prepared.txn_start_version);
         if !self.in_flight.lock().unwrap_or_else(|p| p.into_inner()).insert(key.clone()) {
             return;
         }
@@ -161,9 +164,10 @@ async fn finish(
         round_term = Some(state.term);
         let coordinator_epoch = i32::try_from(state.term).unwrap_or(i32::MAX);
         // Another leader may have completed it meanwhile (and the id moved on).
-        let version =
-            coordinator.read(|m| m.state().get(transactional_id).map(|r| r.version)).map_err(|e| e.to_string())?;
-        if version != Some(prepared.version) {
+        let finishing = coordinator
+            .read(|m| m.state().get(transactional_id).is_some_and(|r| r.is_finishing(transaction_start)))
+            .map_err(|e| e.to_string())?;
+        if !finishing {
             return Ok(false);
         }
         let Some(n) = node.upgrade() else { return Err("the node is stopping".into()) };

@@ -13,12 +13,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use rill_broker::produce::OwedMarker;
 use rill_broker::PartitionError;
 use rill_coordinator::transactions;
 use rill_coordinator::CoordinatorError;
 use rill_meta::PartitionKind;
 use rill_proto::common::ErrorCode;
-use rill_proto::internal::{AddTxnPartitionRequest, AddTxnPartitionResponse};
+use rill_proto::internal::{AddTxnPartitionRequest, AddTxnPartitionResponse, OwedTxnMarker};
+use rill_records::{ControlKind, ControlMarker};
 
 use crate::errors::{self, WireError};
 use crate::node::{Hosted, Node};
@@ -50,10 +52,37 @@ enum Target {
     Group(String),
 }
 
-/// Asks the coordinator of `v.transactional_id` about a partition.
-pub async fn verify(node: &Arc<Node>, v: Verify) -> Result<(), PartitionError> {
+/// Asks the coordinator of `v.transactional_id` about a partition; the marker the partition is
+/// still owed by the producer's previous transaction, if any (v2).
+pub async fn verify(node: &Arc<Node>, v: Verify) -> Result<Option<OwedMarker>, PartitionError> {
     let target = Target::Partition { topic: v.topic, partition: v.partition, add: !v.verify_only };
-    ask(node, &v.transactional_id, v.producer, target).await.map(|_| ()).map_err(to_partition)
+    let answer = ask(node, &v.transactional_id, v.producer, target).await.map_err(to_partition)?;
+    answer.owed.map(owed_from_proto).transpose()
+}
+
+/// What the coordinator answers: a group's transaction name, or a partition's owed marker.
+#[derive(Debug, Default)]
+struct Answer {
+    transaction_start: u64,
+    owed: Option<OwedTxnMarker>,
+}
+
+fn owed_to_proto(owed: transactions::OwedMarker, coordinator_epoch: i32) -> OwedTxnMarker {
+    OwedTxnMarker {
+        commit: owed.commit,
+        producer_epoch: i32::from(owed.producer_epoch),
+        coordinator_epoch,
+        transaction_start: owed.transaction,
+    }
+}
+
+fn owed_from_proto(o: OwedTxnMarker) -> Result<OwedMarker, PartitionError> {
+    let producer_epoch = i16::try_from(o.producer_epoch).map_err(|_| {
+        PartitionError::CoordinatorNotAvailable(format!("the coordinator answered epoch {}", o.producer_epoch))
+    })?;
+    let kind = if o.commit { ControlKind::Commit } else { ControlKind::Abort };
+    let marker = ControlMarker { kind, coordinator_epoch: o.coordinator_epoch, transaction: o.transaction_start };
+    Ok(OwedMarker { marker, producer_epoch })
 }
 
 /// Asks the coordinator of `transactional_id` whether `group_id` is in the ongoing transaction
@@ -65,7 +94,8 @@ pub async fn verify_group(
     producer: (i64, i16),
     group_id: &str,
 ) -> Result<u64, WireError> {
-    ask(node, transactional_id, producer, Target::Group(group_id.to_string())).await.map_err(|e| match e.code {
+    let answer = ask(node, transactional_id, producer, Target::Group(group_id.to_string()));
+    answer.await.map(|a| a.transaction_start).map_err(|e| match e.code {
         // The *transaction* coordinator moved: to the committer this is not its group
         // coordinator moving, only a coordinator it needs being briefly unavailable.
         ErrorCode::NotCoordinator | ErrorCode::CoordinatorLoadInProgress => {
@@ -75,8 +105,13 @@ pub async fn verify_group(
     })
 }
 
-/// Asks; the transaction's name for a group (0 for a partition).
-async fn ask(node: &Arc<Node>, transactional_id: &str, producer: (i64, i16), target: Target) -> Result<u64, WireError> {
+/// Asks; the transaction's name for a group, the owed marker for a partition.
+async fn ask(
+    node: &Arc<Node>,
+    transactional_id: &str,
+    producer: (i64, i16),
+    target: Target,
+) -> Result<Answer, WireError> {
     let unavailable = |m: String| WireError::new(ErrorCode::CoordinatorNotAvailable, m);
     let Some((_, group)) = node.coordinator_partition(PartitionKind::TransactionState, transactional_id) else {
         return Err(unavailable("the transaction state topic does not exist yet".into()));
@@ -110,7 +145,7 @@ async fn ask(node: &Arc<Node>, transactional_id: &str, producer: (i64, i16), tar
         .map_err(|s| unavailable(s.message().to_string()))?
         .into_inner();
     match ErrorCode::try_from(answer.error_code).unwrap_or(ErrorCode::UnknownServerError) {
-        ErrorCode::None => Ok(answer.transaction_start),
+        ErrorCode::None => Ok(Answer { transaction_start: answer.transaction_start, owed: answer.owed_marker }),
         code => Err(WireError::new(code, answer.error_message)),
     }
 }
@@ -121,11 +156,11 @@ async fn serve_local(
     transactional_id: &str,
     producer: (i64, i16),
     target: &Target,
-) -> Result<u64, CoordinatorError> {
+) -> Result<Answer, CoordinatorError> {
     match target {
         Target::Partition { topic, partition, add } => {
             let additions = node.txn_additions();
-            transactions::verify_partition(
+            let owed = transactions::verify_partition(
                 additions,
                 p,
                 transactional_id,
@@ -135,10 +170,15 @@ async fn serve_local(
                 !add,
                 VERIFY_TIMEOUT,
             )
-            .await
-            .map(|()| 0)
+            .await?;
+            // The marker carries this coordinator's epoch, as the ones it writes itself do.
+            let coordinator_epoch = i32::try_from(p.replica().state().term).unwrap_or(i32::MAX);
+            Ok(Answer { transaction_start: 0, owed: owed.map(|o| owed_to_proto(o, coordinator_epoch)) })
         }
-        Target::Group(group_id) => transactions::verify_group(p, transactional_id, producer, group_id).await,
+        Target::Group(group_id) => {
+            let transaction_start = transactions::verify_group(p, transactional_id, producer, group_id).await?;
+            Ok(Answer { transaction_start, owed: None })
+        }
     }
 }
 
@@ -147,7 +187,7 @@ pub async fn serve(node: &Arc<Node>, req: AddTxnPartitionRequest) -> AddTxnParti
     let answer = |e: WireError| AddTxnPartitionResponse {
         error_code: e.code as i32,
         error_message: e.message,
-        transaction_start: 0,
+        ..Default::default()
     };
     let Ok(epoch) = i16::try_from(req.producer_epoch) else {
         return answer(WireError::new(ErrorCode::InvalidRequest, "producer epoch beyond 16 bits"));
@@ -163,7 +203,11 @@ pub async fn serve(node: &Arc<Node>, req: AddTxnPartitionRequest) -> AddTxnParti
         Target::Group(req.group_id)
     };
     match serve_local(node, &p, &req.transactional_id, (req.producer_id, epoch), &target).await {
-        Ok(transaction_start) => AddTxnPartitionResponse { transaction_start, ..Default::default() },
+        Ok(a) => AddTxnPartitionResponse {
+            transaction_start: a.transaction_start,
+            owed_marker: a.owed,
+            ..Default::default()
+        },
         Err(e) => answer(errors::coordinator(&e)),
     }
 }

@@ -15,11 +15,13 @@
 //! refused as invalid (too many groups in the transaction), each of its additions is written
 //! on its own, so that refusal reaches only the request that caused it.
 //!
-//! The turn holder first waits out the previous transaction's markers (the record `Prepare*`,
-//! at most `PREPARED_WAIT`) and only then takes the queue: a producer
-//! begins its next transaction as soon as `EndTxn` is answered, so its first batches all arrive
-//! while those markers are written, and they become one write instead of a lone first one and
-//! the rest.
+//! When what is queued must wait for the previous transaction's markers (v1, or a consumer
+//! group: [`transitions::must_wait`]), the turn holder first waits them out (at most
+//! `PREPARED_WAIT`) and only then takes the queue: a producer begins its next transaction as
+//! soon as `EndTxn` is answered, so its first batches all arrive while those markers are
+//! written, and they become one write instead of a lone first one and the rest. A v2
+//! producer's partitions need not wait: they begin the next transaction at once, beside the
+//! decided one (`finishing`).
 //!
 //! Leader-local and in memory: nothing here survives a restart or matters to another replica;
 //! what is written is decided from the replicated record as before.
@@ -31,7 +33,7 @@ use std::time::Duration;
 use rill_broker::StatePartition;
 use rill_rt::sync::oneshot;
 
-use super::{add_once, prepared_deadline, wait_while_prepared, TransactionsMachine, TxnProtocol};
+use super::{add_once, prepared_deadline, transitions, wait_while, TransactionsMachine, TxnProtocol};
 use crate::error::{CoordinatorError, Result};
 use crate::groups::assignor::TopicPartitions;
 
@@ -123,8 +125,18 @@ impl Additions {
             }
             // What arrives meanwhile joins this turn's write (see the module docs).
             let prepared_until = prepared_deadline(timeout);
-            let producers: Vec<(i64, i16)> = lock(&held.queue.waiting).iter().map(|q| q.wanted.producer).collect();
-            wait_while_prepared(partition, transactional_id, &producers, prepared_until).await;
+            let (producers, protocol, with_groups) = {
+                let waiting = lock(&held.queue.waiting);
+                let producers: Vec<(i64, i16)> = waiting.iter().map(|q| q.wanted.producer).collect();
+                // The strictest of what is queued decides whether the turn waits.
+                let v1 = waiting.iter().any(|q| q.wanted.protocol == TxnProtocol::V1);
+                let with_groups = waiting.iter().any(|q| !q.wanted.groups.is_empty());
+                (producers, if v1 { TxnProtocol::V1 } else { TxnProtocol::V2 }, with_groups)
+            };
+            wait_while(partition, transactional_id, &producers, prepared_until, |m| {
+                transitions::must_wait(m, protocol, with_groups)
+            })
+            .await;
             let queued = std::mem::take(&mut *lock(&held.queue.waiting));
             for (wanted, parts) in merge(queued) {
                 let answer = add_once(partition, transactional_id, &wanted, prepared_until, timeout).await;

@@ -106,6 +106,24 @@ impl TxnProtocol {
     }
 }
 
+/// A decided v2 transaction whose markers are still being written while the producer's next
+/// transaction is already open (see [`TransactionMetadata::finishing`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finishing {
+    /// `PrepareCommit` or `PrepareAbort`.
+    pub state: TxnState,
+    /// The producer epoch its markers carry.
+    pub epoch: i16,
+    /// Its partitions.
+    pub partitions: TopicPartitions,
+    /// Its groups.
+    pub groups: BTreeSet<String>,
+    /// Its name (the version of the write that began it).
+    pub txn_start_version: u64,
+    /// When it began.
+    pub txn_start_ms: i64,
+}
+
 /// A transactional id's record.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TransactionMetadata {
@@ -136,6 +154,12 @@ pub struct TransactionMetadata {
     /// The version of the write that began the open (or last) transaction: which transaction
     /// of the id it is, whatever the epochs (0: none yet).
     pub txn_start_version: u64,
+    /// Transactions v2: the previous transaction, decided (`Prepare*`) and still having its
+    /// markers written, once the producer's next transaction began (`state` is then that one's).
+    /// A producer begins its next transaction as soon as `EndTxn` is answered; keeping the
+    /// decided one here lets the next one's partitions be added at once instead of after every
+    /// marker. Cleared by the decided transaction's completion.
+    pub finishing: Option<Finishing>,
 }
 
 impl TransactionMetadata {
@@ -155,7 +179,33 @@ impl TransactionMetadata {
             protocol: TxnProtocol::V1,
             version: 0,
             txn_start_version: 0,
+            finishing: None,
         }
+    }
+
+    /// The transaction whose markers are to be written, as a record in its `Prepare*` state:
+    /// this one when it is `Prepare*`, or the decided one its successor keeps in `finishing`.
+    pub fn prepared_part(&self) -> Option<TransactionMetadata> {
+        if self.state.is_prepared() {
+            return Some(self.clone());
+        }
+        let f = self.finishing.as_ref()?;
+        Some(TransactionMetadata {
+            state: f.state,
+            epoch: f.epoch,
+            partitions: f.partitions.clone(),
+            groups: f.groups.clone(),
+            txn_start_version: f.txn_start_version,
+            txn_start_ms: f.txn_start_ms,
+            finishing: None,
+            ..self.clone()
+        })
+    }
+
+    /// True while transaction `txn_start_version` is decided and its markers not all written.
+    pub fn is_finishing(&self, txn_start_version: u64) -> bool {
+        (self.state.is_prepared() && self.txn_start_version == txn_start_version)
+            || self.finishing.as_ref().is_some_and(|f| f.txn_start_version == txn_start_version)
     }
 
     /// True when the transaction has neither partitions nor groups (no marker to write).
@@ -180,6 +230,14 @@ impl TransactionMetadata {
             last_epoch: i32::from(self.last_epoch),
             version: self.version,
             txn_start_version: self.txn_start_version,
+            finishing: self.finishing.as_ref().map(|f| pb::TransactionFinishing {
+                state: f.state.to_proto(),
+                epoch: i32::from(f.epoch),
+                partitions: partitions_to_proto(&f.partitions),
+                groups: f.groups.iter().cloned().collect(),
+                txn_start_version: f.txn_start_version,
+                txn_start_ms: f.txn_start_ms,
+            }),
         }
     }
 
@@ -210,6 +268,21 @@ impl TransactionMetadata {
             protocol: TxnProtocol::from_proto(p.protocol_version).map_err(|e| format!("{id}: {e}"))?,
             version: p.version,
             txn_start_version: p.txn_start_version,
+            finishing: match &p.finishing {
+                None => None,
+                Some(f) => Some(Finishing {
+                    state: TxnState::from_proto(f.state)
+                        .ok()
+                        .filter(|s| s.is_prepared())
+                        .ok_or_else(|| format!("{id}: a finishing transaction in state {}", f.state))?,
+                    epoch: i16::try_from(f.epoch)
+                        .map_err(|_| format!("{id}: finishing epoch {} beyond 16 bits", f.epoch))?,
+                    partitions: partitions_from_proto(&f.partitions),
+                    groups: f.groups.iter().cloned().collect(),
+                    txn_start_version: f.txn_start_version,
+                    txn_start_ms: f.txn_start_ms,
+                }),
+            },
         })
     }
 }
@@ -230,6 +303,25 @@ mod tests {
         m.last_producer_id = 7;
         m.epoch = 1;
         assert_eq!(TransactionMetadata::from_proto(&m.to_proto("x")).unwrap(), m);
+        let mut overlapped = m.clone();
+        overlapped.state = TxnState::Ongoing;
+        overlapped.finishing = Some(Finishing {
+            state: TxnState::PrepareCommit,
+            epoch: 1,
+            partitions: [("t".to_string(), [2].into())].into(),
+            groups: BTreeSet::new(),
+            txn_start_version: 3,
+            txn_start_ms: 4,
+        });
+        assert_eq!(TransactionMetadata::from_proto(&overlapped.to_proto("x")).unwrap(), overlapped);
+        let part = overlapped.prepared_part().unwrap();
+        assert_eq!((part.state, part.txn_start_version, part.finishing), (TxnState::PrepareCommit, 3, None));
+        assert!(overlapped.is_finishing(3) && !overlapped.is_finishing(m.txn_start_version));
+        let mut bad = overlapped.to_proto("x");
+        if let Some(f) = bad.finishing.as_mut() {
+            f.state = TxnState::Ongoing.to_proto();
+        }
+        assert!(TransactionMetadata::from_proto(&bad).is_err(), "only a decided transaction can be finishing");
 
         let old = pb::TransactionalProducer {
             transactional_id: "x".into(),

@@ -40,6 +40,7 @@ pub use additions::Additions;
 use additions::Wanted;
 pub use metadata::{TransactionMetadata, TxnProtocol, TxnState};
 use transitions::InitDecision;
+pub use transitions::OwedMarker;
 
 /// Kafka's `transaction.max.timeout.ms` default: the longest transaction timeout accepted.
 pub const MAX_TRANSACTION_TIMEOUT: Duration = Duration::from_secs(15 * 60);
@@ -415,27 +416,28 @@ pub async fn add_partitions(
     additions.add(partition, transactional_id, wanted, timeout).await
 }
 
-/// Waits until the record of `transactional_id` is not `Prepare*` (its markers written and its
-/// completion applied), or until `until`: an addition of `producers` arriving meanwhile would
-/// only be refused `CONCURRENT_TRANSACTIONS`. No wait when none of `producers` is the record's
-/// (a fenced instance is refused at once).
-async fn wait_while_prepared(
+/// Waits until the previous transaction of `transactional_id` no longer holds up `busy` (a
+/// test of the record: its markers written and its completion applied), or until `until`: a
+/// request of `producers` arriving meanwhile would only be refused `CONCURRENT_TRANSACTIONS`.
+/// No wait when none of `producers` is the record's (a fenced instance is refused at once).
+async fn wait_while(
     partition: &StatePartition<TransactionsMachine>,
     transactional_id: &str,
     producers: &[(i64, i16)],
     until: Instant,
+    busy: impl Fn(&TransactionMetadata) -> bool,
 ) {
     let changes = partition.peek(|m| m.changes());
     loop {
         // Taken before the read: a completion applied after it wakes this.
         let changed = changes.notified();
-        let prepared = read_record(partition, transactional_id).ok().flatten().is_some_and(|m| {
-            m.state.is_prepared()
+        let waiting = read_record(partition, transactional_id).ok().flatten().is_some_and(|m| {
+            busy(&m)
                 && producers
                     .iter()
                     .any(|(id, epoch)| transitions::check_producer(transactional_id, &m, *id, *epoch).is_ok())
         });
-        if !prepared || rill_rt::now() >= until {
+        if !waiting || rill_rt::now() >= until {
             return;
         }
         let _ = rill_rt::timeout_at(until, changed).await;
@@ -500,7 +502,8 @@ async fn add_once(
             Ok(None) => return Ok(()),
             Ok(Some(record)) => record,
             Err(CoordinatorError::ConcurrentTransactions { .. })
-                if current.as_ref().is_some_and(|m| m.state.is_prepared()) && rill_rt::now() < wait_until =>
+                if current.as_ref().is_some_and(|m| m.state.is_prepared() || m.finishing.is_some())
+                    && rill_rt::now() < wait_until =>
             {
                 let _ = rill_rt::timeout_at(wait_until, changed).await;
                 continue;
@@ -559,7 +562,10 @@ pub async fn verify_group(
 /// On the coordinator, for a partition leader about to append the first transactional batch
 /// of `producer` there: `verify_only` (v1) checks that `topic`/`partition` is in the ongoing
 /// transaction of `transactional_id` under exactly this producer id and epoch; otherwise (v2)
-/// it adds the partition, beginning a transaction when none is open.
+/// it adds the partition, beginning a transaction when none is open. With v2 the answer may
+/// carry the marker the partition is still owed by the producer's previous transaction, whose
+/// markers are being written: the partition's leader writes it before the batch
+/// ([`transitions::owed_marker`]).
 #[allow(clippy::too_many_arguments)]
 pub async fn verify_partition(
     additions: &Additions,
@@ -570,12 +576,15 @@ pub async fn verify_partition(
     partition_id: u32,
     verify_only: bool,
     timeout: Duration,
-) -> Result<()> {
+) -> Result<Option<OwedMarker>> {
     if !verify_only {
         let mut added = groups::assignor::TopicPartitions::new();
         added.entry(topic.to_string()).or_default().insert(partition_id);
-        return add_partitions(additions, partition, transactional_id, producer, &added, TxnProtocol::V2, timeout)
-            .await;
+        add_partitions(additions, partition, transactional_id, producer, &added, TxnProtocol::V2, timeout).await?;
+        // Read after the addition applied: the decided transaction, if still finishing, is the
+        // one right before the one just verified (its `EndTxn` waits for that completion).
+        let record = read_record(partition, transactional_id)?;
+        return Ok(record.and_then(|m| transitions::owed_marker(&m, topic, partition_id)));
     }
     validate(transactional_id, 0)?;
     let current = read_record(partition, transactional_id)?;
@@ -589,7 +598,7 @@ pub async fn verify_partition(
     transitions::check_producer(transactional_id, &m, producer.0, producer.1)?;
     let included = m.partitions.get(topic).is_some_and(|ps| ps.contains(&partition_id));
     if m.state == TxnState::Ongoing && included {
-        return Ok(());
+        return Ok(None);
     }
     Err(CoordinatorError::InvalidTxnState {
         transactional_id: transactional_id.to_string(),
@@ -612,6 +621,9 @@ pub async fn end_transaction(
     timeout: Duration,
 ) -> Result<Ended> {
     validate(transactional_id, 0)?;
+    // The previous transaction may still be finishing (v2): one decided transaction at a time.
+    let until = prepared_deadline(timeout);
+    wait_while(partition, transactional_id, &[producer], until, |m| m.finishing.is_some()).await;
     for _ in 0..CAS_ATTEMPTS {
         let current = read_record(partition, transactional_id)?;
         let now = rill_rt::wall_clock_ms();
@@ -634,7 +646,8 @@ pub async fn end_transaction(
 }
 
 /// On the coordinator: every marker of the `Prepare*` record `prepared` is written; records its
-/// completion. `Ok(false)` when the record changed meanwhile (another leader completed it).
+/// completion (in an entry of `markers_term`). `Ok(false)` when it was completed already
+/// (another leader), or the write was refused (the term moved on: the next round finishes it).
 pub async fn complete(
     partition: &StatePartition<TransactionsMachine>,
     transactional_id: &str,
@@ -642,8 +655,21 @@ pub async fn complete(
     markers_term: u64,
     timeout: Duration,
 ) -> Result<bool> {
-    let Some(record) = transitions::complete(prepared, rill_rt::wall_clock_ms()) else { return Ok(false) };
-    Ok(write_in_term(partition, transactional_id, record, prepared.version, markers_term, timeout).await?.is_some())
+    for _ in 0..CAS_ATTEMPTS {
+        // The record may have moved since `prepared` (the next transaction began and gained
+        // partitions, v2): decided again from what it is now.
+        let Some(current) = read_record(partition, transactional_id)? else { return Ok(false) };
+        let now = rill_rt::wall_clock_ms();
+        let Some(record) = transitions::complete(&current, prepared.txn_start_version, now) else { return Ok(false) };
+        if write_in_term(partition, transactional_id, record, current.version, markers_term, timeout).await?.is_some() {
+            return Ok(true);
+        }
+        if read_record(partition, transactional_id)?.map(|m| m.version) == Some(current.version) {
+            // Refused with the record unchanged: not this term's entry.
+            return Ok(false);
+        }
+    }
+    Ok(false)
 }
 
 /// On the coordinator: aborts every transaction open longer than its timeout (under a bumped
@@ -656,7 +682,7 @@ pub async fn to_finish(
     let now = rill_rt::wall_clock_ms();
     let (prepared, expired): (Vec<_>, Vec<_>) = partition.read(|m| {
         let prepared: Vec<_> =
-            m.state().iter().filter(|(_, r)| r.state.is_prepared()).map(|(id, r)| (id.clone(), r.clone())).collect();
+            m.state().iter().filter_map(|(id, r)| r.prepared_part().map(|p| (id.clone(), p))).collect();
         let expired: Vec<_> = m
             .state()
             .iter()

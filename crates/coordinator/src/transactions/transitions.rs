@@ -9,6 +9,11 @@
 //!   recognised through the previous pair (KIP-360, and v2's `EndTxn`).
 //! * **One thing at a time.** While markers are being written (`Prepare*`), `AddPartitions`,
 //!   `EndTxn` and `InitProducerId` are answered `CONCURRENT_TRANSACTIONS`: the client retries.
+//!   One exception, transactions v2: the producer's next transaction may begin, and gain
+//!   partitions, while the decided one's markers are still being written (it moves to the
+//!   record's `finishing`); its `EndTxn`, a group addition, `InitProducerId` and a timeout wait
+//!   for that completion. Each partition it shares with the decided transaction gets that
+//!   transaction's marker first, from its own leader (see [`owed_marker`]).
 //! * **Epoch bumps.** `InitProducerId` bumps the epoch (a new producer id once it would
 //!   overflow); an `InitProducerId` that finds a transaction open first aborts it under a bumped
 //!   epoch, so the old instance is fenced before its transaction's markers are written; a
@@ -17,7 +22,7 @@
 
 use crate::error::{CoordinatorError, Result};
 use crate::groups::assignor::TopicPartitions;
-use crate::transactions::metadata::{TransactionMetadata, TxnProtocol, TxnState};
+use crate::transactions::metadata::{Finishing, TransactionMetadata, TxnProtocol, TxnState};
 use crate::transactions::LAST_EPOCH;
 
 /// What `InitProducerId` decided.
@@ -114,6 +119,9 @@ pub fn init_producer(
             return Ok(InitDecision::Answer { producer_id: m.producer_id, epoch: m.epoch });
         }
     }
+    if m.finishing.is_some() {
+        return Err(concurrent(id, m));
+    }
     match m.state {
         TxnState::PrepareCommit | TxnState::PrepareAbort => Err(concurrent(id, m)),
         TxnState::Ongoing => {
@@ -173,10 +181,21 @@ pub fn add_to_transaction(
         });
     };
     check_producer(id, m, producer_id, epoch)?;
-    if m.state.is_prepared() {
+    if must_wait(m, protocol, !groups.is_empty()) {
         return Err(concurrent(id, m));
     }
     let mut next = m.clone();
+    if m.state.is_prepared() {
+        // Transactions v2: the next transaction begins while this one's markers are written.
+        next.finishing = Some(Finishing {
+            state: m.state,
+            epoch: m.epoch,
+            partitions: m.partitions.clone(),
+            groups: m.groups.clone(),
+            txn_start_version: m.txn_start_version,
+            txn_start_ms: m.txn_start_ms,
+        });
+    }
     if m.state != TxnState::Ongoing {
         next.state = TxnState::Ongoing;
         next.partitions.clear();
@@ -200,6 +219,43 @@ pub fn add_to_transaction(
     }
     next.updated_ms = now_ms;
     Ok(Some(next))
+}
+
+/// True when an addition by a producer speaking `protocol` (`with_groups`: it adds consumer
+/// groups) must wait for the previous transaction's completion. A v2 producer's partitions may
+/// join its next transaction while the decided one's markers are written; a group may not — its
+/// offsets partition must apply the decided transaction's marker before the next transaction's
+/// offsets arrive there, or those would find the decided ones still pending and drop them — and
+/// v1 keeps Kafka's order.
+pub fn must_wait(m: &TransactionMetadata, protocol: TxnProtocol, with_groups: bool) -> bool {
+    let overlaps = protocol == TxnProtocol::V2 && m.protocol == TxnProtocol::V2 && !with_groups;
+    (m.state.is_prepared() && !overlaps) || (m.finishing.is_some() && with_groups)
+}
+
+/// The marker partition `topic`/`partition` is still owed by the producer's decided
+/// transaction while its next one is open (`finishing`): its leader writes it before the next
+/// transaction's first batch there (the coordinator's own copy then decides nothing, as markers
+/// name their transaction). `None` when the decided transaction does not include the partition,
+/// or none is finishing.
+pub fn owed_marker(m: &TransactionMetadata, topic: &str, partition: u32) -> Option<OwedMarker> {
+    let f = m.finishing.as_ref()?;
+    f.partitions.get(topic).is_some_and(|ps| ps.contains(&partition)).then_some(OwedMarker {
+        commit: f.state == TxnState::PrepareCommit,
+        producer_epoch: f.epoch,
+        transaction: f.txn_start_version,
+    })
+}
+
+/// A decided transaction's marker that a partition's leader writes itself (see
+/// [`owed_marker`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OwedMarker {
+    /// Commit or abort.
+    pub commit: bool,
+    /// The epoch the marker carries.
+    pub producer_epoch: i16,
+    /// The transaction it ends.
+    pub transaction: u64,
 }
 
 /// `EndTxn(commit)` from a producer speaking `protocol`.
@@ -230,7 +286,19 @@ pub fn end_transaction(
             false => Err(concurrent(id, m)),
         };
     }
+    // A retry of the decided transaction's EndTxn while its successor is open: still completing.
+    let retry_of_finishing = m
+        .finishing
+        .as_ref()
+        .is_some_and(|f| (producer_id, epoch) == (m.last_producer_id, m.last_epoch) && f.state == preparing);
+    if retry_of_finishing {
+        return Err(concurrent(id, m));
+    }
     check_producer(id, m, producer_id, epoch)?;
+    if m.finishing.is_some() {
+        // The previous transaction is not complete yet: one decided transaction at a time.
+        return Err(concurrent(id, m));
+    }
     let wrong_state = || CoordinatorError::InvalidTxnState {
         transactional_id: id.to_string(),
         reason: format!(
@@ -271,9 +339,20 @@ pub fn end_transaction(
     }
 }
 
-/// Every partition and group has its marker: the `Complete*` record that follows a
-/// `Prepare*` one.
-pub fn complete(m: &TransactionMetadata, now_ms: i64) -> Option<TransactionMetadata> {
+/// Every partition and group of transaction `finished` (its name) has its marker: the record
+/// that follows — `Complete*` after its `Prepare*`, or, when the producer's next transaction
+/// has begun meanwhile, that one's record without `finishing`. `None` when `finished` is not
+/// being finished (completed already).
+pub fn complete(m: &TransactionMetadata, finished: u64, now_ms: i64) -> Option<TransactionMetadata> {
+    if m.finishing.as_ref().is_some_and(|f| f.txn_start_version == finished) {
+        let mut next = m.clone();
+        next.finishing = None;
+        next.updated_ms = now_ms;
+        return Some(next);
+    }
+    if m.txn_start_version != finished {
+        return None;
+    }
     let state = match m.state {
         TxnState::PrepareCommit => TxnState::CompleteCommit,
         TxnState::PrepareAbort => TxnState::CompleteAbort,
@@ -289,6 +368,9 @@ pub fn complete(m: &TransactionMetadata, now_ms: i64) -> Option<TransactionMetad
 
 /// An operator's abort of `id`'s open transaction: under a bumped epoch, as a timeout does.
 pub fn force_abort(id: &str, m: &TransactionMetadata, now_ms: i64) -> Result<TransactionMetadata> {
+    if m.finishing.is_some() {
+        return Err(concurrent(id, m));
+    }
     match m.state {
         TxnState::Ongoing => {
             let mut next = fence(m);
@@ -308,7 +390,8 @@ pub fn force_abort(id: &str, m: &TransactionMetadata, now_ms: i64) -> Result<Tra
 /// its producer (its next request is `PRODUCER_FENCED`; a KIP-360 client re-initialises).
 pub fn expire(m: &TransactionMetadata, now_ms: i64) -> Option<TransactionMetadata> {
     let deadline = m.txn_start_ms.saturating_add(i64::from(m.timeout_ms));
-    if m.state != TxnState::Ongoing || now_ms <= deadline {
+    // A transaction whose predecessor is still finishing is aborted at the next check.
+    if m.state != TxnState::Ongoing || now_ms <= deadline || m.finishing.is_some() {
         return None;
     }
     let mut next = fence(m);
@@ -414,7 +497,7 @@ mod tests {
             init_producer("t", Some(&aborting), 1, None, None, 7),
             Err(CoordinatorError::ConcurrentTransactions { .. })
         ));
-        let done = complete(&aborting, 8).unwrap();
+        let done = complete(&aborting, aborting.txn_start_version, 8).unwrap();
         assert_eq!((done.state, done.partitions.len()), (TxnState::CompleteAbort, 0));
         let next = written(init_producer("t", Some(&done), 1, None, None, 9));
         assert_eq!((next.epoch, next.state), (2, TxnState::Empty));
@@ -484,7 +567,7 @@ mod tests {
             end_transaction("t", Some(&prepared), (7, 0), false, TxnProtocol::V1, 3),
             Err(CoordinatorError::InvalidTxnState { .. })
         ));
-        let done = complete(&prepared, 4).unwrap();
+        let done = complete(&prepared, prepared.txn_start_version, 4).unwrap();
         assert_eq!(
             end_transaction("t", Some(&done), (7, 0), true, TxnProtocol::V1, 5).unwrap(),
             EndDecision::AlreadyDone { producer_id: 7, epoch: 0 }
@@ -499,6 +582,89 @@ mod tests {
     }
 
     #[test]
+    fn v2_begins_the_next_transaction_while_the_decided_ones_markers_are_written() {
+        let m = fresh();
+        let open =
+            add_to_transaction("t", Some(&m), (7, 0), &tp("a", &[0, 1]), &[], TxnProtocol::V2, 1).unwrap().unwrap();
+        let EndDecision::Prepare(prepared) =
+            end_transaction("t", Some(&open), (7, 0), true, TxnProtocol::V2, 2).unwrap()
+        else {
+            panic!("a commit with partitions prepares")
+        };
+        // As written: each write's apply sets the version.
+        let prepared = TransactionMetadata { version: 2, ..prepared };
+        let first = prepared.txn_start_version;
+        assert!(!must_wait(&prepared, TxnProtocol::V2, false), "a v2 partition joins the next one at once");
+        assert!(must_wait(&prepared, TxnProtocol::V2, true), "a group waits for the markers");
+        assert!(must_wait(&prepared, TxnProtocol::V1, false), "v1 waits");
+        // The next transaction's first partitions, under the bumped epoch.
+        let next = add_to_transaction("t", Some(&prepared), (7, 1), &tp("a", &[1, 2]), &[], TxnProtocol::V2, 3)
+            .unwrap()
+            .unwrap();
+        assert_eq!((next.state, next.partitions.clone()), (TxnState::Ongoing, tp("a", &[1, 2])));
+        assert!(next.txn_start_version > first, "a new name");
+        let f = next.finishing.clone().unwrap();
+        assert_eq!(
+            (f.state, f.epoch, f.partitions, f.txn_start_version),
+            (TxnState::PrepareCommit, 1, tp("a", &[0, 1]), first)
+        );
+        assert!(next.is_finishing(first) && !next.is_finishing(next.txn_start_version));
+        let part = next.prepared_part().unwrap();
+        assert_eq!((part.state, part.partitions, part.epoch), (TxnState::PrepareCommit, tp("a", &[0, 1]), 1));
+        // Partition 1 is in both: its leader writes the decided transaction's marker first.
+        assert_eq!(
+            owed_marker(&next, "a", 1),
+            Some(OwedMarker { commit: true, producer_epoch: 1, transaction: first })
+        );
+        assert_eq!(owed_marker(&next, "a", 2), None, "not in the decided transaction");
+        // Until completion: no group, no EndTxn, no InitProducerId, no timeout abort, no admin abort.
+        let concurrent =
+            |r: Result<Option<TransactionMetadata>>| matches!(r, Err(CoordinatorError::ConcurrentTransactions { .. }));
+        assert!(concurrent(add_to_transaction(
+            "t",
+            Some(&next),
+            (7, 1),
+            &tp("a", &[]),
+            &["g".into()],
+            TxnProtocol::V2,
+            4
+        )));
+        assert!(matches!(
+            end_transaction("t", Some(&next), (7, 1), true, TxnProtocol::V2, 4),
+            Err(CoordinatorError::ConcurrentTransactions { .. })
+        ));
+        assert!(
+            matches!(
+                end_transaction("t", Some(&next), (7, 0), true, TxnProtocol::V2, 4),
+                Err(CoordinatorError::ConcurrentTransactions { .. })
+            ),
+            "a retry of the decided transaction's EndTxn"
+        );
+        assert!(matches!(
+            init_producer("t", Some(&next), 60_000, None, None, 4),
+            Err(CoordinatorError::ConcurrentTransactions { .. })
+        ));
+        assert_eq!(expire(&next, i64::MAX), None);
+        assert!(force_abort("t", &next, 4).is_err());
+        // More partitions join meanwhile.
+        let more =
+            add_to_transaction("t", Some(&next), (7, 1), &tp("b", &[0]), &[], TxnProtocol::V2, 4).unwrap().unwrap();
+        assert_eq!(more.finishing, next.finishing);
+        // The decided transaction completes: the next one stays, without `finishing`.
+        assert_eq!(complete(&more, more.txn_start_version, 5), None, "the open one is not being finished");
+        let done = complete(&more, first, 5).unwrap();
+        assert_eq!(
+            (done.state, done.finishing.clone(), done.txn_start_version),
+            (TxnState::Ongoing, None, more.txn_start_version)
+        );
+        assert_eq!(complete(&done, first, 6), None, "completed once");
+        assert!(matches!(
+            end_transaction("t", Some(&done), (7, 1), false, TxnProtocol::V2, 6),
+            Ok(EndDecision::Prepare(_))
+        ));
+    }
+
+    #[test]
     fn v2_end_bumps_the_epoch_so_the_old_one_cannot_reach_the_next_transaction() {
         let m = fresh();
         let open = add_to_transaction("t", Some(&m), (7, 0), &tp("a", &[0]), &[], TxnProtocol::V2, 1).unwrap().unwrap();
@@ -507,7 +673,7 @@ mod tests {
             other => panic!("{other:?}"),
         };
         assert_eq!((prepared.state, prepared.epoch, prepared.last_epoch), (TxnState::PrepareAbort, 1, 0));
-        let done = complete(&prepared, 3).unwrap();
+        let done = complete(&prepared, prepared.txn_start_version, 3).unwrap();
         // The EndTxn's retry under epoch 0 is answered with the new epoch.
         assert_eq!(
             end_transaction("t", Some(&done), (7, 0), false, TxnProtocol::V2, 4).unwrap(),
@@ -543,7 +709,14 @@ mod tests {
         assert_eq!((aborting.state, aborting.epoch), (TxnState::PrepareAbort, 1));
         assert_eq!(expire(&aborting, 9_999), None, "only open transactions expire");
         assert!(matches!(
-            end_transaction("t", Some(&complete(&aborting, 1_200).unwrap()), (7, 0), true, TxnProtocol::V1, 1_201),
+            end_transaction(
+                "t",
+                Some(&complete(&aborting, aborting.txn_start_version, 1_200).unwrap()),
+                (7, 0),
+                true,
+                TxnProtocol::V1,
+                1_201
+            ),
             Err(CoordinatorError::ProducerFenced { .. })
         ));
     }
