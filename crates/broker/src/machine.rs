@@ -393,6 +393,21 @@ mod tests {
         named_marker(pid, epoch, commit, coordinator_epoch, 0)
     }
 
+    /// A log of append entries applied one after another: `at` is the next offset.
+    #[derive(Default)]
+    struct Appends {
+        at: u64,
+    }
+
+    impl Appends {
+        /// Applies an append entry of `batches` at the next offset.
+        fn apply(&mut self, sm: &mut PartitionStateMachine, batches: &[Bytes]) {
+            let p = entry(batches);
+            sm.apply(&LogId::default(), self.at, &p);
+            self.at += u64::from(p.units);
+        }
+    }
+
     fn named_marker(pid: i64, epoch: i16, commit: bool, coordinator_epoch: i32, transaction: u64) -> Bytes {
         let kind = if commit { ControlKind::Commit } else { ControlKind::Abort };
         ControlMarker { kind, coordinator_epoch, transaction }.batch(pid, epoch, 1_000).unwrap()
@@ -406,23 +421,16 @@ mod tests {
     fn a_late_copy_of_a_marker_never_decides_the_producers_next_transaction() {
         let shared = SharedState::new();
         let mut sm = shared.state_machine();
-        let log_id = LogId::default();
-        let mut at = 0;
-        let mut apply = |sm: &mut PartitionStateMachine, batches: &[Bytes]| {
-            let p = entry(batches);
-            let base = at;
-            at += u64::from(p.units);
-            sm.apply(&log_id, base, &p);
-        };
-        apply(&mut sm, &[txn_batch(1, 0, 0, 2)]);
-        apply(&mut sm, &[named_marker(1, 1, true, 3, 4)]);
+        let mut log = Appends::default();
+        log.apply(&mut sm, &[txn_batch(1, 0, 0, 2)]);
+        log.apply(&mut sm, &[named_marker(1, 1, true, 3, 4)]);
         assert_eq!((*shared.hw.borrow(), *shared.lso.borrow()), (3, 3));
-        apply(&mut sm, &[txn_batch(1, 1, 0, 1)]);
+        log.apply(&mut sm, &[txn_batch(1, 1, 0, 1)]);
         assert_eq!(*shared.lso.borrow(), 3, "transaction 6 opens at 3");
-        apply(&mut sm, &[named_marker(1, 1, true, 3, 4)]);
+        log.apply(&mut sm, &[named_marker(1, 1, true, 3, 4)]);
         assert_eq!(*shared.lso.borrow(), 3, "the copy of 4's commit did not commit transaction 6");
         assert_eq!(shared.transactions.lock().unwrap().open(1).map(|t| t.first_offset), Some(3));
-        apply(&mut sm, &[named_marker(1, 2, false, 3, 6)]);
+        log.apply(&mut sm, &[named_marker(1, 2, false, 3, 6)]);
         assert_eq!((*shared.hw.borrow(), *shared.lso.borrow()), (6, 6));
         assert_eq!(shared.transactions.lock().unwrap().aborted_len(), 1, "transaction 6 aborted");
     }
@@ -432,31 +440,25 @@ mod tests {
         let shared = SharedState::new();
         let mut sm = shared.state_machine();
         let log_id = LogId::default();
-        let mut at = 0;
-        let mut apply = |sm: &mut PartitionStateMachine, batches: &[Bytes]| {
-            let p = entry(batches);
-            let base = at;
-            at += u64::from(p.units);
-            sm.apply(&log_id, base, &p);
-        };
+        let mut log = Appends::default();
         // 0-1: producer 1 (txn); 2-3: producer 2 (txn); 4: producer 1 aborts.
-        apply(&mut sm, &[txn_batch(1, 0, 0, 2), txn_batch(2, 0, 0, 2)]);
+        log.apply(&mut sm, &[txn_batch(1, 0, 0, 2), txn_batch(2, 0, 0, 2)]);
         assert_eq!((*shared.hw.borrow(), *shared.lso.borrow()), (4, 0));
-        apply(&mut sm, &[marker(1, 0, false, 3)]);
+        log.apply(&mut sm, &[marker(1, 0, false, 3)]);
         assert_eq!(*shared.lso.borrow(), 2, "producer 2's transaction is the oldest open");
         // Producer 2 commits (5); a deposed coordinator's marker then decides nothing (6).
-        apply(&mut sm, &[marker(2, 0, true, 3)]);
-        apply(&mut sm, &[marker(2, 0, true, 2)]);
+        log.apply(&mut sm, &[marker(2, 0, true, 3)]);
+        log.apply(&mut sm, &[marker(2, 0, true, 2)]);
         assert_eq!(*shared.lso.borrow(), 7, "nothing is open: the LSO is the high watermark");
-        apply(&mut sm, &[txn_batch(2, 0, 2, 1)]);
+        log.apply(&mut sm, &[txn_batch(2, 0, 2, 1)]);
         assert_eq!(*shared.lso.borrow(), 7, "a new transaction of producer 2 opens at 7");
-        apply(&mut sm, &[marker(2, 0, true, 2)]);
+        log.apply(&mut sm, &[marker(2, 0, true, 2)]);
         assert_eq!(*shared.lso.borrow(), 7, "a stale coordinator's marker is ignored");
         assert!(shared.transactions.lock().unwrap().open(2).is_some());
         // Retention cannot pass the open transaction, and expiry keeps its producer.
-        sm.apply(&log_id, at, &Payload { units: 0, body: command::encode_trim(100), proposal: 0 });
+        sm.apply(&log_id, log.at, &Payload { units: 0, body: command::encode_trim(100), proposal: 0 });
         assert_eq!(shared.index.lock().unwrap().log_start(), 7);
-        sm.apply(&log_id, at, &Payload { units: 0, body: command::encode_expire_producers(i64::MAX), proposal: 0 });
+        sm.apply(&log_id, log.at, &Payload { units: 0, body: command::encode_expire_producers(i64::MAX), proposal: 0 });
         assert!(shared.producers.lock().unwrap().get(2).is_some() && shared.producers.lock().unwrap().get(1).is_none());
         let aborted = shared.transactions.lock().unwrap().aborted_len();
         assert_eq!(aborted, 0, "producer 1's aborted transaction ended below the new log start");
@@ -465,7 +467,7 @@ mod tests {
         let restored = SharedState::new();
         let mut other = restored.state_machine();
         other.restore(&snap).unwrap();
-        other.installed(at);
+        other.installed(log.at);
         assert_eq!(*restored.transactions.lock().unwrap(), *shared.transactions.lock().unwrap());
         assert_eq!(*restored.lso.borrow(), 7);
         assert_eq!(restored.producers.lock().unwrap().get(2).map(|e| e.coordinator_epoch), Some(3));

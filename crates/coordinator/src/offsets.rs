@@ -830,6 +830,26 @@ mod tests {
         Payload { units: 0, body: pb::OffsetsCommand { command: Some(c) }.encode_to_vec().into(), proposal: 0 }
     }
 
+    /// Producer 7's (epoch 0) transactional commit of offset `offset` of `a`/0 for `g` by
+    /// `member` at `epoch` (a classic member's generation when `classic`), in transaction
+    /// `transaction_start`.
+    fn txn_commit_of(member: &str, epoch: i32, classic: bool, offset: i64, transaction_start: u64) -> Payload {
+        let Ok(pb::OffsetsCommand { command: Some(pb::offsets_command::Command::Commit(mut c)) }) =
+            pb::OffsetsCommand::decode(commit(&[("a", 0, offset)]).body)
+        else {
+            unreachable!("commit() builds a commit")
+        };
+        c.member_id = member.into();
+        c.member_epoch = epoch;
+        command(pb::offsets_command::Command::TxnCommit(pb::TxnCommitOffsets {
+            commit: Some(c),
+            classic,
+            producer_id: 7,
+            producer_epoch: 0,
+            transaction_start,
+        }))
+    }
+
     /// Group `g` with one member `m` subscribed to topic `a`, joined through a group change.
     fn with_member(m: &mut OffsetsMachine) {
         let member =
@@ -1022,22 +1042,7 @@ mod tests {
         let mut m = OffsetsMachine::new();
         with_member(&mut m);
         let epoch = m.groups().get("g").map(|g| g.members["m"].epoch).unwrap();
-        let txn_commit = |member: &str, transaction_start| {
-            let Ok(pb::OffsetsCommand { command: Some(pb::offsets_command::Command::Commit(mut c)) }) =
-                pb::OffsetsCommand::decode(commit(&[("a", 0, 42)]).body)
-            else {
-                unreachable!("commit() builds a commit")
-            };
-            c.member_id = member.into();
-            c.member_epoch = epoch;
-            command(pb::offsets_command::Command::TxnCommit(pb::TxnCommitOffsets {
-                commit: Some(c),
-                classic: false,
-                producer_id: 7,
-                producer_epoch: 0,
-                transaction_start,
-            }))
-        };
+        let txn_commit = |member: &str, transaction_start| txn_commit_of(member, epoch, false, 42, transaction_start);
         assert_eq!(m.apply(&id(1), 0, &txn_commit("stranger", 4)).as_ref(), REFUSED, "not a member");
         // The member owns nothing yet: a member may commit only what it owns.
         assert_eq!(m.apply(&id(2), 0, &txn_commit("m", 4)).as_ref(), REFUSED);
@@ -1127,20 +1132,7 @@ mod tests {
             command(pb::offsets_command::Command::ClassicGroup(record))
         };
         let txn_commit = |member: &str, generation: i32, offset: i64, transaction_start: u64| {
-            let Ok(pb::OffsetsCommand { command: Some(pb::offsets_command::Command::Commit(mut c)) }) =
-                pb::OffsetsCommand::decode(commit(&[("a", 0, offset)]).body)
-            else {
-                unreachable!("commit() builds a commit")
-            };
-            c.member_id = member.into();
-            c.member_epoch = generation;
-            command(pb::offsets_command::Command::TxnCommit(pb::TxnCommitOffsets {
-                commit: Some(c),
-                classic: true,
-                producer_id: 7,
-                producer_epoch: 0,
-                transaction_start,
-            }))
+            txn_commit_of(member, generation, true, offset, transaction_start)
         };
         assert_eq!(m.apply(&id, 0, &generation(3, 0)).as_ref(), APPLIED);
         let committer = |generation| Committer::Classic { member_id: "m", generation };
