@@ -15,13 +15,13 @@
 //! refused as invalid (too many groups in the transaction), each of its additions is written
 //! on its own, so that refusal reaches only the request that caused it.
 //!
-//! When what is queued must wait for the previous transaction's markers (v1, or a consumer
-//! group: [`transitions::must_wait`]), the turn holder first waits them out (at most
-//! `PREPARED_WAIT`) and only then takes the queue: a producer begins its next transaction as
-//! soon as `EndTxn` is answered, so its first batches all arrive while those markers are
-//! written, and they become one write instead of a lone first one and the rest. A v2
-//! producer's partitions need not wait: they begin the next transaction at once, beside the
-//! decided one (`finishing`).
+//! A v2 producer's partitions need not wait for the previous transaction's markers: the turn
+//! holder writes them at once, beginning the next transaction beside the decided one
+//! (`finishing`). What must wait (v1, or a consumer group: [`transitions::must_wait`]) stays
+//! queued; the turn holder then waits the markers out (at most `PREPARED_WAIT`) and takes the
+//! queue: a producer begins its next transaction as soon as `EndTxn` is answered, so what it
+//! adds arrives while those markers are written, and becomes one write instead of a lone first
+//! one and the rest.
 //!
 //! Leader-local and in memory: nothing here survives a restart or matters to another replica;
 //! what is written is decided from the replicated record as before.
@@ -123,8 +123,12 @@ impl Additions {
                 Err(oneshot::error::TryRecvError::Closed) => return Err(interrupted()),
                 Err(oneshot::error::TryRecvError::Empty) => {}
             }
-            // What arrives meanwhile joins this turn's write (see the module docs).
             let prepared_until = prepared_deadline(timeout);
+            // A v2 producer's partitions go at once, whatever else is queued: a group addition
+            // (or a v1 one) queued among them waits for the previous transaction's completion
+            // without holding them back.
+            let eager = take_where(&held.queue.waiting, |w| w.protocol == TxnProtocol::V2 && w.groups.is_empty());
+            write_all(partition, transactional_id, eager, prepared_until, timeout).await;
             let (producers, protocol, with_groups) = {
                 let waiting = lock(&held.queue.waiting);
                 let producers: Vec<(i64, i16)> = waiting.iter().map(|q| q.wanted.producer).collect();
@@ -133,25 +137,14 @@ impl Additions {
                 let with_groups = waiting.iter().any(|q| !q.wanted.groups.is_empty());
                 (producers, if v1 { TxnProtocol::V1 } else { TxnProtocol::V2 }, with_groups)
             };
-            wait_while(partition, transactional_id, &producers, prepared_until, |m| {
-                transitions::must_wait(m, protocol, with_groups)
-            })
-            .await;
-            let queued = std::mem::take(&mut *lock(&held.queue.waiting));
-            for (wanted, parts) in merge(queued) {
-                let answer = add_once(partition, transactional_id, &wanted, prepared_until, timeout).await;
-                if matches!(answer, Err(CoordinatorError::InvalidRequest(_))) && parts.len() > 1 {
-                    // One of them made the merged write invalid: each gets its own answer.
-                    for part in parts {
-                        let _ = part
-                            .answer
-                            .send(add_once(partition, transactional_id, &part.wanted, prepared_until, timeout).await);
-                    }
-                    continue;
-                }
-                for part in parts {
-                    let _ = part.answer.send(answer.clone());
-                }
+            if !producers.is_empty() {
+                // What arrives meanwhile joins this write (see the module docs).
+                wait_while(partition, transactional_id, &producers, prepared_until, |m| {
+                    transitions::must_wait(m, protocol, with_groups)
+                })
+                .await;
+                let queued = std::mem::take(&mut *lock(&held.queue.waiting));
+                write_all(partition, transactional_id, queued, prepared_until, timeout).await;
             }
         }
         rx.await.unwrap_or_else(|_| Err(interrupted()))
@@ -162,6 +155,40 @@ impl Additions {
     fn pending_ids(&self) -> usize {
         lock(&self.queues).len()
     }
+}
+
+/// Writes `queued` (merged where they may be) and answers each.
+async fn write_all(
+    partition: &StatePartition<TransactionsMachine>,
+    transactional_id: &str,
+    queued: Vec<Queued>,
+    prepared_until: rill_rt::Instant,
+    timeout: Duration,
+) {
+    for (wanted, parts) in merge(queued) {
+        let answer = add_once(partition, transactional_id, &wanted, prepared_until, timeout).await;
+        if matches!(answer, Err(CoordinatorError::InvalidRequest(_))) && parts.len() > 1 {
+            // One of them made the merged write invalid: each gets its own answer.
+            for part in parts {
+                let _ = part
+                    .answer
+                    .send(add_once(partition, transactional_id, &part.wanted, prepared_until, timeout).await);
+            }
+            continue;
+        }
+        for part in parts {
+            let _ = part.answer.send(answer.clone());
+        }
+    }
+}
+
+/// Takes the queued additions `wanted` picks, in their order; the rest stay queued.
+fn take_where(waiting: &Mutex<Vec<Queued>>, wanted: impl Fn(&Wanted) -> bool) -> Vec<Queued> {
+    let mut waiting = lock(waiting);
+    let (taken, kept): (Vec<Queued>, Vec<Queued>) =
+        std::mem::take(&mut *waiting).into_iter().partition(|q| wanted(&q.wanted));
+    *waiting = kept;
+    taken
 }
 
 /// The turn that was writing this addition was abandoned (its request went away).
