@@ -654,15 +654,34 @@ async fn consumed_offsets_commit_with_the_transaction_and_only_then() -> anyhow:
     wait_for_state(&client, "billing-1", "CompleteAbort").await?;
     assert_eq!(group_offset(&client, "billing").await?, (Some(5), ErrorCode::None));
 
-    tracing::info!("--- refused: a group not in the transaction, a committer that is not a member");
+    tracing::info!("--- refused: a group not in the transaction (v1), a committer that is not a member");
     let identity = invoicer.producer_id_and_epoch().ok_or_else(|| anyhow::anyhow!("no identity"))?;
     let offsets = [(tp.clone(), 6, String::new())];
     let member = group.member.as_ref().map(|(id, epoch)| (id.as_str(), *epoch));
-    let e = client
-        .txn_commit_offsets("billing-1", identity, "billing", member, &offsets)
-        .await
-        .expect_err("the group was not added to a transaction");
-    assert_eq!(e.code(), Some(ErrorCode::InvalidTxnState), "{e}");
+    // A v1 TxnCommitOffsets needs AddOffsetsToTxn first; v2's (the Rust client's) adds the group.
+    let (_, group_addr) = client.find_coordinator(Coordinator::Group, "billing").await?;
+    let mut raw = rill_proto::groups::groups_client::GroupsClient::connect(format!("http://{group_addr}")).await?;
+    let v1 = raw
+        .txn_commit_offsets(rill_proto::groups::TxnCommitOffsetsRequest {
+            transactional_id: "billing-1".into(),
+            group_id: "billing".into(),
+            producer_id: identity.0,
+            producer_epoch: i32::from(identity.1),
+            member_id: member.map(|(id, _)| id.to_string()).unwrap_or_default(),
+            generation_id: member.map_or(-1, |(_, epoch)| epoch),
+            topics: vec![rill_proto::groups::CommitTopic {
+                topic: tp.topic.clone(),
+                partitions: vec![rill_proto::groups::CommitPartition {
+                    partition: tp.partition,
+                    offset: 6,
+                    metadata: String::new(),
+                }],
+            }],
+            transaction_version: 1,
+        })
+        .await?
+        .into_inner();
+    assert_eq!(code(v1.error_code), ErrorCode::InvalidTxnState, "{}", v1.error_message);
     client.add_offsets_to_transaction("billing-1", identity, "billing").await?;
     let e = client
         .txn_commit_offsets("billing-1", identity, "billing", Some(("stranger", 1)), &offsets)

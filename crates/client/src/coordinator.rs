@@ -272,8 +272,9 @@ impl Client {
 
     /// Commits `offsets` of group `group` inside the transaction of `transactional_id`'s
     /// `producer` (id, epoch), as member `member` (id, epoch) or without membership: pending
-    /// until the transaction ends (Kafka's TxnOffsetCommit). The group must be in the
-    /// transaction first ([`Client::add_offsets_to_transaction`]).
+    /// until the transaction ends (Kafka's TxnOffsetCommit). Under transactions v2 (this
+    /// client's) the group joins the transaction with this request; no
+    /// [`Client::add_offsets_to_transaction`] is needed first.
     pub async fn txn_commit_offsets(
         &self,
         transactional_id: &str,
@@ -290,15 +291,20 @@ impl Client {
             member_id: member.map(|(id, _)| id.to_string()).unwrap_or_default(),
             generation_id: member.map_or(-1, |(_, epoch)| epoch),
             topics: commit_topics(offsets)?,
+            transaction_version: crate::client::TRANSACTION_VERSION,
         };
         let wait = self.options().request_slack * 3;
-        self.at_coordinator(Coordinator::Group, group, |addr| {
-            let req = req.clone();
-            async move {
-                let mut stub = GroupsClient::new(self.channel(&addr)?);
-                let resp = answer_within(&addr, wait, stub.txn_commit_offsets(req)).await?;
-                commit_answer(resp)
-            }
+        // Adding the group waits for the producer's previous transaction to complete; a long
+        // completion is answered CONCURRENT_TRANSACTIONS, and retried.
+        self.while_concurrent(|| {
+            self.at_coordinator(Coordinator::Group, group, |addr| {
+                let req = req.clone();
+                async move {
+                    let mut stub = GroupsClient::new(self.channel(&addr)?);
+                    let resp = answer_within(&addr, wait, stub.txn_commit_offsets(req)).await?;
+                    commit_answer(resp)
+                }
+            })
         })
         .await
     }

@@ -165,9 +165,10 @@ impl TransactionalProducer {
             return Err(Error::InvalidArgument(format!("offset {o} of {}/{} is too large", tp.topic, tp.partition)));
         }
         let Some(identity) = self.producer.identity() else { return Err(self.misuse("send_offsets_to_transaction")) };
+        // The group joins the transaction with the commit (transactions v2): from the request
+        // on, the transaction may hold it, so ending it sends EndTxn even without records.
+        self.offsets_state().added = true;
         let result = async {
-            self.client.add_offsets_to_transaction(&self.transactional_id, identity, &group.group_id).await?;
-            self.offsets_state().added = true;
             let offsets: Vec<(TopicPartition, u64, String)> =
                 offsets.iter().map(|(tp, o)| (tp.clone(), *o, String::new())).collect();
             let member = group.member.as_ref().map(|(id, epoch)| (id.as_str(), *epoch));

@@ -48,8 +48,8 @@ pub struct Verify {
 enum Target {
     /// A partition (checked, or added with `add`).
     Partition { topic: String, partition: u32, add: bool },
-    /// A consumer group (checked).
-    Group(String),
+    /// A consumer group (checked, or added with `add`).
+    Group { group: String, add: bool },
 }
 
 /// Asks the coordinator of `v.transactional_id` about a partition; the marker the partition is
@@ -86,15 +86,16 @@ fn owed_from_proto(o: OwedTxnMarker) -> Result<OwedMarker, PartitionError> {
 }
 
 /// Asks the coordinator of `transactional_id` whether `group_id` is in the ongoing transaction
-/// of `producer` (id, epoch); that transaction's name (the version of the coordinator's write
-/// that began it) when it is.
+/// of `producer` (id, epoch) — or, with `add` (transactions v2), to add it; that transaction's
+/// name (the version of the coordinator's write that began it) when it is.
 pub async fn verify_group(
     node: &Arc<Node>,
     transactional_id: &str,
     producer: (i64, i16),
     group_id: &str,
+    add: bool,
 ) -> Result<u64, WireError> {
-    let answer = ask(node, transactional_id, producer, Target::Group(group_id.to_string()));
+    let answer = ask(node, transactional_id, producer, Target::Group { group: group_id.to_string(), add });
     answer.await.map(|a| a.transaction_start).map_err(|e| match e.code {
         // The *transaction* coordinator moved: to the committer this is not its group
         // coordinator moving, only a coordinator it needs being briefly unavailable.
@@ -127,7 +128,7 @@ async fn ask(
     let mut client = node.cluster_client(leader).ok_or_else(|| unavailable(format!("no address for node {leader}")))?;
     let (topic, partition, verify_only, group_id) = match target {
         Target::Partition { topic, partition, add } => (topic, partition, !add, String::new()),
-        Target::Group(g) => (String::new(), 0, true, g),
+        Target::Group { group, add } => (String::new(), 0, !add, group),
     };
     let request = AddTxnPartitionRequest {
         from_node: node.id(),
@@ -175,8 +176,11 @@ async fn serve_local(
             let coordinator_epoch = i32::try_from(p.replica().state().term).unwrap_or(i32::MAX);
             Ok(Answer { transaction_start: 0, owed: owed.map(|o| owed_to_proto(o, coordinator_epoch)) })
         }
-        Target::Group(group_id) => {
-            let transaction_start = transactions::verify_group(p, transactional_id, producer, group_id).await?;
+        Target::Group { group, add } => {
+            let additions = node.txn_additions();
+            let transaction_start =
+                transactions::verify_group(additions, p, transactional_id, producer, group, *add, VERIFY_TIMEOUT)
+                    .await?;
             Ok(Answer { transaction_start, owed: None })
         }
     }
@@ -200,7 +204,7 @@ pub async fn serve(node: &Arc<Node>, req: AddTxnPartitionRequest) -> AddTxnParti
     let target = if req.group_id.is_empty() {
         Target::Partition { topic: req.topic, partition: req.partition, add: !req.verify_only }
     } else {
-        Target::Group(req.group_id)
+        Target::Group { group: req.group_id, add: !req.verify_only }
     };
     match serve_local(node, &p, &req.transactional_id, (req.producer_id, epoch), &target).await {
         Ok(a) => AddTxnPartitionResponse {

@@ -530,15 +530,22 @@ async fn add_once(
 
 /// On the coordinator, for a group coordinator about to accept a transactional offset commit:
 /// checks that `group_id` is in the ongoing transaction of `transactional_id` under exactly
-/// this producer id and epoch (added by `AddOffsetsToTxn`), and names that transaction (the
-/// version of the write that began it), which the pending offsets then carry.
+/// this producer id and epoch (added by `AddOffsetsToTxn`) — or, with `add` (transactions v2,
+/// Kafka's TxnOffsetCommit v5), adds it first, as `AddOffsetsToTxn` would — and names that
+/// transaction (the version of the write that began it), which the pending offsets then carry.
 pub async fn verify_group(
+    additions: &Additions,
     partition: &StatePartition<TransactionsMachine>,
     transactional_id: &str,
     producer: (i64, i16),
     group_id: &str,
+    add: bool,
+    timeout: Duration,
 ) -> Result<u64> {
     validate(transactional_id, 0)?;
+    if add {
+        add_offsets(additions, partition, transactional_id, producer, group_id, TxnProtocol::V2, timeout).await?;
+    }
     let Some(m) = read_record(partition, transactional_id)? else {
         return Err(CoordinatorError::InvalidProducerIdMapping {
             transactional_id: transactional_id.to_string(),

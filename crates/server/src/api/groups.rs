@@ -496,8 +496,15 @@ impl Groups for GroupsApi {
             let identity = (req.transactional_id.as_str(), producer);
             let prepared = txn_offsets::prepare(&coordinator, &req.group_id, committer, identity, &accepted)
                 .map_err(|e| errors::coordinator(&e))?;
+            // Transactions v2: the group joins the transaction here (no AddOffsetsToTxn).
+            let add = match req.transaction_version {
+                0 | 1 => false,
+                2 => true,
+                v => return Err(errors::invalid_request(format!("unknown transaction version {v}"))),
+            };
             let transaction =
-                crate::txn_verify::verify_group(&self.node, &req.transactional_id, producer, &req.group_id).await?;
+                crate::txn_verify::verify_group(&self.node, &req.transactional_id, producer, &req.group_id, add)
+                    .await?;
             txn_offsets::commit(&coordinator, prepared, transaction, committer, COMMIT_TIMEOUT)
                 .await
                 .map_err(|e| errors::coordinator(&e))?;
