@@ -316,7 +316,7 @@ impl Partition {
     /// transactional batch's guard compares. (A producer whose first batch lands meanwhile
     /// gains an entry without a marker: that is no marker.)
     fn last_marker_of(&self, pid: i64) -> i64 {
-        self.producers.lock().unwrap_or_else(|p| p.into_inner()).get(pid).map_or(-1, |e| e.last_marker_offset)
+        self.last_marker_and_name(pid).0
     }
 
     /// [`Self::last_marker_of`] with the transaction that marker named (0: none named).

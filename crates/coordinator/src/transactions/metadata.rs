@@ -202,6 +202,12 @@ impl TransactionMetadata {
         })
     }
 
+    /// True while a decided transaction of this id has markers still to write (the record is
+    /// `Prepare*`, or keeps one in `finishing`).
+    pub fn completing(&self) -> bool {
+        self.state.is_prepared() || self.finishing.is_some()
+    }
+
     /// True while transaction `txn_start_version` is decided and its markers not all written.
     pub fn is_finishing(&self, txn_start_version: u64) -> bool {
         (self.state.is_prepared() && self.txn_start_version == txn_start_version)

@@ -502,8 +502,7 @@ async fn add_once(
             Ok(None) => return Ok(()),
             Ok(Some(record)) => record,
             Err(CoordinatorError::ConcurrentTransactions { .. })
-                if current.as_ref().is_some_and(|m| m.state.is_prepared() || m.finishing.is_some())
-                    && rill_rt::now() < wait_until =>
+                if current.as_ref().is_some_and(TransactionMetadata::completing) && rill_rt::now() < wait_until =>
             {
                 let _ = rill_rt::timeout_at(wait_until, changed).await;
                 continue;
