@@ -17,11 +17,15 @@
 //!
 //! A v2 producer's partitions need not wait for the previous transaction's markers: the turn
 //! holder writes them at once, beginning the next transaction beside the decided one
-//! (`finishing`). What must wait (v1, or a consumer group: [`transitions::must_wait`]) stays
-//! queued; the turn holder then waits the markers out (at most `PREPARED_WAIT`) and takes the
-//! queue: a producer begins its next transaction as soon as `EndTxn` is answered, so what it
-//! adds arrives while those markers are written, and becomes one write instead of a lone first
-//! one and the rest.
+//! (`finishing`), and goes on writing those that arrive meanwhile. What must wait (v1, or a
+//! consumer group: [`transitions::must_wait`]) stays queued; a turn holder whose own addition
+//! is among those waits the markers out (at most `PREPARED_WAIT`) and takes the queue — a
+//! producer begins its next transaction as soon as `EndTxn` is answered, so what it adds
+//! arrives while those markers are written, and becomes one write instead of a lone first one
+//! and the rest. While it waits, partitions that arrive are still written at once: a
+//! consume-transform-produce job's offsets (a group) reach the coordinator among its first
+//! batches' partitions and must not hold them back. A turn holder whose addition is answered
+//! passes the turn on.
 //!
 //! Leader-local and in memory: nothing here survives a restart or matters to another replica;
 //! what is written is decided from the replicated record as before.
@@ -79,6 +83,8 @@ struct Queued {
 #[derive(Default)]
 struct Queue {
     waiting: Mutex<Vec<Queued>>,
+    /// Signalled when an addition is queued (the turn holder may be waiting on a completion).
+    arrived: rill_rt::sync::Notify,
     /// Held while one caller writes what was queued.
     turn: rill_rt::sync::Mutex<()>,
 }
@@ -115,20 +121,27 @@ impl Additions {
         let held = Held::new(self, transactional_id);
         let (tx, mut rx) = oneshot::channel();
         lock(&held.queue.waiting).push(Queued { wanted, answer: tx });
-        {
-            let _turn = held.queue.turn.lock().await;
+        held.queue.arrived.notify_one();
+        let _turn = held.queue.turn.lock().await;
+        let prepared_until = prepared_deadline(timeout);
+        loop {
             match rx.try_recv() {
-                // An earlier turn wrote this one with its own.
+                // This turn's write, or an earlier turn's, answered it: the turn passes on.
                 Ok(answer) => return answer,
                 Err(oneshot::error::TryRecvError::Closed) => return Err(interrupted()),
                 Err(oneshot::error::TryRecvError::Empty) => {}
             }
-            let prepared_until = prepared_deadline(timeout);
+            let arrived = held.queue.arrived.notified();
             // A v2 producer's partitions go at once, whatever else is queued: a group addition
             // (or a v1 one) queued among them waits for the previous transaction's completion
-            // without holding them back.
+            // without holding them back — neither those queued now nor those arriving while
+            // it waits.
             let eager = take_where(&held.queue.waiting, |w| w.protocol == TxnProtocol::V2 && w.groups.is_empty());
-            write_all(partition, transactional_id, eager, prepared_until, timeout).await;
+            if !eager.is_empty() {
+                write_all(partition, transactional_id, eager, prepared_until, timeout).await;
+                continue;
+            }
+            // Only additions that must wait are queued, this caller's among them.
             let (producers, protocol, with_groups) = {
                 let waiting = lock(&held.queue.waiting);
                 let producers: Vec<(i64, i16)> = waiting.iter().map(|q| q.wanted.producer).collect();
@@ -137,17 +150,18 @@ impl Additions {
                 let with_groups = waiting.iter().any(|q| !q.wanted.groups.is_empty());
                 (producers, if v1 { TxnProtocol::V1 } else { TxnProtocol::V2 }, with_groups)
             };
-            if !producers.is_empty() {
-                // What arrives meanwhile joins this write (see the module docs).
-                wait_while(partition, transactional_id, &producers, prepared_until, |m| {
+            tokio::select! {
+                // What arrives meanwhile and must wait too joins this write (module docs).
+                () = wait_while(partition, transactional_id, &producers, prepared_until, |m| {
                     transitions::must_wait(m, protocol, with_groups)
-                })
-                .await;
-                let queued = std::mem::take(&mut *lock(&held.queue.waiting));
-                write_all(partition, transactional_id, queued, prepared_until, timeout).await;
+                }) => {
+                    let queued = std::mem::take(&mut *lock(&held.queue.waiting));
+                    write_all(partition, transactional_id, queued, prepared_until, timeout).await;
+                }
+                // Something arrived: a v2 producer's partitions are written before waiting on.
+                () = arrived => {}
             }
         }
-        rx.await.unwrap_or_else(|_| Err(interrupted()))
     }
 
     /// Number of transactional ids with additions under way.
