@@ -20,7 +20,7 @@ use rill_rt::Instant;
 use crate::command;
 use crate::error::{PartitionError, Result};
 use crate::handover::InFlight;
-use crate::idempotence::{BatchId, Committed, Decision};
+use crate::idempotence::{BatchId, Committed, Decision, Gate};
 use crate::partition::{Acks, Partition, ProduceOutcome};
 use crate::producers::MarkerRefusal;
 use crate::propose::{Landed, Lateness, Share};
@@ -39,6 +39,31 @@ pub struct OwedMarker {
     pub marker: rill_records::ControlMarker,
     /// The producer epoch it carries.
     pub producer_epoch: i16,
+}
+
+/// What a transactional batch's verification established, checked again under the gate
+/// (`Partition::guard_transactional`).
+#[derive(Debug, Clone, Copy)]
+struct MarkerGuard {
+    /// The producer's last marker here when the verification began: its offset and the
+    /// transaction it named.
+    before: (i64, u64),
+    /// The transaction the verification found the partition in, by name (0: not named).
+    transaction: u64,
+    /// The decided transaction's marker the coordinator said this partition is still owed,
+    /// written just ahead of the batch.
+    owed: Option<OwedMarker>,
+}
+
+/// What a transactional batch's partition learns from the transaction coordinator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Verified {
+    /// The ongoing transaction the partition is in, by name (the coordinator's
+    /// `txn_start_version`; markers name their transaction by it); 0 when the coordinator could
+    /// not name it.
+    pub transaction: u64,
+    /// The marker the partition is still owed by the producer's previous transaction (v2).
+    pub owed: Option<OwedMarker>,
 }
 
 /// How often one batch may make its leader evict idle producers: more than once only when
@@ -223,10 +248,13 @@ impl Partition {
     ///
     /// Transactions v2 begin the next transaction while the previous one's markers are still
     /// being written. When this partition is in both, the answer carries the previous one's
-    /// marker ([`OwedMarker`]) and it is written here first, so the batch never joins the
-    /// previous transaction; the coordinator's own copy, arriving later, decides nothing (it
-    /// names a transaction already decided here). A batch of a newer epoch than the producer's
-    /// transaction still open here is refused `CONCURRENT_TRANSACTIONS` whatever the answer.
+    /// marker ([`OwedMarker`]) and it is written here just ahead of the batch, so the batch
+    /// never joins the previous transaction: both are proposed under one hold of the gate and
+    /// usually share a Raft entry, so the first append of a transaction costs one replicated
+    /// write, not the marker's and then the batch's. The coordinator's own copy, arriving
+    /// later, decides nothing (it names a transaction already decided here). Otherwise a batch
+    /// of a newer epoch than the producer's transaction still open here is refused
+    /// `CONCURRENT_TRANSACTIONS`.
     pub async fn produce_transactional<V, F>(
         &self,
         batch: Bytes,
@@ -235,7 +263,7 @@ impl Partition {
     ) -> Result<ProduceOutcome>
     where
         F: FnMut() -> V,
-        V: std::future::Future<Output = Result<Option<OwedMarker>>>,
+        V: std::future::Future<Output = Result<Verified>>,
     {
         let started = rill_rt::now();
         let deadline = started + timeout;
@@ -254,45 +282,57 @@ impl Partition {
         let (pid, epoch) = (info.producer_id, info.producer_epoch);
         let last_marker = || self.last_marker_and_name(pid);
         let mut attempts = 0;
-        let marker_before = loop {
+        let guard = loop {
             // Every transactional batch is let through only if no marker of its producer
             // arrived since this point (the guard): one that continues an open transaction as
             // much as one that begins it, since a marker may close that transaction meanwhile.
             // (A copy of a marker already applied here decides nothing and does not count.)
-            let marker_before = last_marker();
+            let before = last_marker();
             let open_here = self.transactions.lock().unwrap_or_else(|p| p.into_inner()).open(pid).map(|t| t.epoch);
             if open_here == Some(epoch) {
-                break marker_before;
+                break MarkerGuard { before, transaction: 0, owed: None };
             }
-            let owed = rill_rt::timeout_at(deadline, verify()).await.map_err(|_| PartitionError::Timeout {
+            let verified = rill_rt::timeout_at(deadline, verify()).await.map_err(|_| PartitionError::Timeout {
                 waited_ms: elapsed_ms(started),
                 what: "the transaction coordinator to verify the partition",
             })??;
             attempts += 1;
-            if let Some(owed) = owed.filter(|_| !rill_rt::mutation::active(Mutation::BatchBeforeMarker)) {
-                let remaining = deadline.saturating_duration_since(rill_rt::now());
-                match self.append_control(owed.marker, pid, owed.producer_epoch, remaining).await {
-                    Ok(_) => {}
+            let transaction = verified.transaction;
+            if let Some(owed) = verified.owed.filter(|_| !rill_rt::mutation::active(Mutation::BatchBeforeMarker)) {
+                // Written just ahead of the batch, under the gate (see `guard_transactional`);
+                // here only whether this partition takes it at all.
+                let check = self.producers.lock().unwrap_or_else(|p| p.into_inner()).check_marker(
+                    pid,
+                    owed.producer_epoch,
+                    owed.marker.coordinator_epoch,
+                    owed.marker.transaction,
+                );
+                match check {
+                    Ok(()) | Err(MarkerRefusal::Repeated { .. }) => {
+                        break MarkerGuard { before, transaction, owed: Some(owed) }
+                    }
                     // A newer coordinator wrote here meanwhile: ask it.
-                    Err(PartitionError::CoordinatorFenced { .. }) if attempts < VERIFY_ATTEMPTS => continue,
-                    Err(e) => return Err(e),
+                    Err(MarkerRefusal::CoordinatorFenced { .. }) if attempts < VERIFY_ATTEMPTS => continue,
+                    Err(MarkerRefusal::CoordinatorFenced { current }) => {
+                        return Err(PartitionError::CoordinatorFenced { current, got: owed.marker.coordinator_epoch })
+                    }
+                    Err(MarkerRefusal::StaleEpoch { current }) => {
+                        return Err(PartitionError::InvalidProducerEpoch {
+                            producer_id: pid,
+                            current,
+                            got: owed.producer_epoch,
+                        })
+                    }
                 }
-                // The answer holds from the owed marker on, if that (or the coordinator's copy
-                // of it) is still the producer's last marker here.
-                let now = last_marker();
-                if now.1 == owed.marker.transaction {
-                    break now;
-                }
-                if attempts >= VERIFY_ATTEMPTS {
-                    break marker_before;
-                }
-                continue;
             }
-            if last_marker().0 == marker_before.0 || attempts >= VERIFY_ATTEMPTS {
-                break marker_before;
+            // A named answer is checked under the gate against the markers' names; an unnamed
+            // one holds only if no marker of the producer landed while it was asked for.
+            if transaction > 0 || last_marker().0 == before.0 || attempts >= VERIFY_ATTEMPTS {
+                break MarkerGuard { before, transaction, owed: None };
             }
         };
-        let guard = Some(marker_before);
+        let owed_marker = guard.owed.is_some();
+        let guard = Some(guard);
         let verified = rill_rt::now();
         let append_time_ms = rill_rt::wall_clock_ms();
         let (base, landed) =
@@ -306,20 +346,18 @@ impl Partition {
             partition = self.replica.partition(),
             producer_id = pid,
             verify_ms = (verified - started).as_secs_f64() * 1e3,
+            verify_attempts = attempts,
+            owed_marker = owed_marker,
             append_ms = verified.elapsed().as_secs_f64() * 1e3,
             "transactional batch stored"
         );
         Ok(ProduceOutcome { base_offset: Some(base), append_time_ms })
     }
 
-    /// The offset of the last marker applied for producer `pid`, -1 when none: what a
-    /// transactional batch's guard compares. (A producer whose first batch lands meanwhile
-    /// gains an entry without a marker: that is no marker.)
-    fn last_marker_of(&self, pid: i64) -> i64 {
-        self.last_marker_and_name(pid).0
-    }
-
-    /// [`Self::last_marker_of`] with the transaction that marker named (0: none named).
+    /// The offset of the last marker applied for producer `pid` (-1 when none) and the
+    /// transaction it named (0: none named): what a transactional batch's guard compares. (A
+    /// producer whose first batch lands meanwhile gains an entry without a marker: that is no
+    /// marker.)
     fn last_marker_and_name(&self, pid: i64) -> (i64, u64) {
         let producers = self.producers.lock().unwrap_or_else(|p| p.into_inner());
         producers.get(pid).map_or((-1, 0), |e| (e.last_marker_offset, e.last_marker_transaction))
@@ -327,10 +365,9 @@ impl Partition {
 
     /// Idempotent batches: deduplicate retries, refuse gaps, then propose. Returns the base
     /// offset and, when this call's proposal committed it, the log index and term (for the ISR
-    /// wait); a batch found stored already has none. `marker_guard` (transactional batches
-    /// just verified): the producer's last marker offset before the verification, which must
-    /// still be its last, and the transaction that marker named, when the batch is let through,
-    /// with no marker in flight but copies of markers of that transaction or earlier ones.
+    /// wait); a batch found stored already has none. `marker_guard`: what a transactional
+    /// batch's verification established, checked again under the gate
+    /// ([`Self::guard_transactional`]).
     #[allow(clippy::too_many_arguments)]
     async fn produce_idempotent(
         &self,
@@ -340,7 +377,7 @@ impl Partition {
         term: u64,
         deadline: Instant,
         started: Instant,
-        marker_guard: Option<(i64, u64)>,
+        marker_guard: Option<MarkerGuard>,
     ) -> Result<(u64, Option<(u64, u64)>)> {
         if !self.caught_up(term) {
             return Err(PartitionError::CatchingUp);
@@ -351,6 +388,8 @@ impl Partition {
         // just ahead of its predecessor waits briefly for it instead of being refused.
         let reorder_deadline = rill_rt::now() + REORDER_WAIT;
         let mut evictions = 0;
+        // The owed marker (if any) is proposed once, however often the batch re-enters the gate.
+        let mut owed_written = false;
         let mut result = loop {
             let registered = self.gate_changed.notified();
             let mut gate = self.gate.lock().await;
@@ -361,21 +400,8 @@ impl Partition {
                 return Err(self.not_leader());
             }
             gate.enter_term(term);
-            if let Some((before, decided)) = marker_guard {
-                if gate.marker_pending_after(pid, decided) || self.last_marker_of(pid) != before {
-                    return Err(PartitionError::ConcurrentTransactions(format!(
-                        "producer {pid}: a transaction marker arrived while the partition was being verified; retry"
-                    )));
-                }
-                // The producer's previous transaction still open here (its marker not yet
-                // written): this batch would join it.
-                let open = self.transactions.lock().unwrap_or_else(|p| p.into_inner()).open(pid).map(|t| t.epoch);
-                let older = open.filter(|e| *e < epoch);
-                if let Some(open) = older.filter(|_| !rill_rt::mutation::active(Mutation::BatchBeforeMarker)) {
-                    return Err(PartitionError::ConcurrentTransactions(format!(
-                        "producer {pid}: its transaction of epoch {open} is still open here, its marker not yet written; retry"
-                    )));
-                }
+            if let Some(guard) = marker_guard {
+                self.guard_transactional(&mut gate, term, pid, epoch, guard, &mut owed_written, deadline).await?;
             }
             let decision = {
                 let applied = self.producers.lock().unwrap_or_else(|p| p.into_inner());
@@ -504,29 +530,13 @@ impl Partition {
                 return Err(PartitionError::InvalidProducerEpoch { producer_id, current, got: epoch })
             }
         }
-        let append_time_ms = rill_rt::wall_clock_ms();
-        let batch = marker.batch(producer_id, epoch, append_time_ms).map_err(PartitionError::InvalidBatch)?;
         let _in_flight = InFlight::enter(self);
-        // Proposed under the gate and announced there until resolved: a transactional batch
-        // verified before this marker is either ahead of it in the log or refused.
         let gated = rill_rt::now();
-        let share = {
+        let mut outcome = {
             let mut gate = self.gate.lock().await;
             gate.enter_term(term);
-            let share = self.proposer.submit(batch, 1, append_time_ms, deadline, Lateness::Keep, Some(term)).await?;
-            gate.marker_started(producer_id, marker.transaction);
-            share
+            self.submit_marker(&mut gate, term, marker, producer_id, epoch, deadline).await?
         };
-        // The marker stays announced until its outcome is known, whether or not this caller
-        // still waits for it (a caller that gave up must not leave it announced for the term).
-        let (tx, mut outcome) = watch::channel(None);
-        let gate = self.gate.clone();
-        rill_rt::spawn(async move {
-            let mut share = share;
-            let landed = share.committed(None).await;
-            gate.lock().await.marker_done(term, producer_id, marker.transaction);
-            tx.send_replace(Some(landed));
-        });
         let landed = loop {
             if let Some(landed) = outcome.borrow_and_update().clone() {
                 break landed;
@@ -558,6 +568,108 @@ impl Partition {
             "transaction marker stored"
         );
         Ok(landed.base)
+    }
+
+    /// Under the gate, for a transactional batch its coordinator just verified: refuses it
+    /// (`CONCURRENT_TRANSACTIONS`, retry) when a marker of its producer was applied here or
+    /// proposed since the verification began — that marker may have closed the transaction the
+    /// verification found — unless it names a transaction before the verified one (the answer
+    /// names it: `guard.transaction`), such as the decided transaction the verification said
+    /// this partition is owed (`guard.owed`: the coordinator's copy of it); and proposes that owed
+    /// marker, once, right ahead of the batch. Marker and batch are proposed under one hold of
+    /// the gate, so nothing comes between them in the log and they usually share one Raft
+    /// entry: the batch commits only if the marker before it does, and the marker closes the
+    /// producer's decided transaction here before the batch opens the next one. Without an owed
+    /// marker, a transaction of an older epoch still open here refuses the batch (it would join
+    /// that transaction).
+    #[allow(clippy::too_many_arguments)]
+    async fn guard_transactional(
+        &self,
+        gate: &mut Gate,
+        term: u64,
+        pid: i64,
+        epoch: i16,
+        guard: MarkerGuard,
+        owed_written: &mut bool,
+        deadline: Instant,
+    ) -> Result<()> {
+        let retry = |why: &str| PartitionError::ConcurrentTransactions(format!("producer {pid}: {why}; retry"));
+        let owed_transaction = guard.owed.map(|o| o.marker.transaction);
+        // Markers naming a transaction before the verified one cannot close it. (Every marker
+        // Rill's coordinator writes names its transaction, and a producer's last marker name
+        // here only grows: a later copy of an earlier marker decides nothing and is not noted.)
+        let decided = match guard.transaction {
+            0 => owed_transaction.unwrap_or(guard.before.1),
+            verified => verified - 1,
+        };
+        let now = self.last_marker_and_name(pid);
+        let earlier = guard.transaction > 0 && now.1 != 0 && now.1 < guard.transaction;
+        let unchanged = now.0 == guard.before.0 || owed_transaction == Some(now.1) || earlier;
+        if gate.marker_pending_after(pid, decided) || !unchanged {
+            return Err(retry("a transaction marker arrived while the partition was being verified"));
+        }
+        if let Some(owed) = guard.owed {
+            if *owed_written {
+                return Ok(());
+            }
+            let check = self.producers.lock().unwrap_or_else(|p| p.into_inner()).check_marker(
+                pid,
+                owed.producer_epoch,
+                owed.marker.coordinator_epoch,
+                owed.marker.transaction,
+            );
+            match check {
+                Ok(()) => {
+                    // The outcome needs no waiter: the batch behind it commits only if it does.
+                    self.submit_marker(gate, term, owed.marker, pid, owed.producer_epoch, deadline).await?;
+                    *owed_written = true;
+                    return Ok(());
+                }
+                // Decided here already: the open-transaction check below applies as without one.
+                Err(MarkerRefusal::Repeated { .. }) => {}
+                Err(MarkerRefusal::CoordinatorFenced { .. } | MarkerRefusal::StaleEpoch { .. }) => {
+                    return Err(retry("a newer coordinator or producer epoch wrote here since the verification"))
+                }
+            }
+        }
+        // The producer's previous transaction still open here (its marker not yet written):
+        // this batch would join it.
+        let open = self.transactions.lock().unwrap_or_else(|p| p.into_inner()).open(pid).map(|t| t.epoch);
+        let older = open.filter(|e| *e < epoch);
+        if let Some(open) = older.filter(|_| !rill_rt::mutation::active(Mutation::BatchBeforeMarker)) {
+            return Err(retry(&format!(
+                "its transaction of epoch {open} is still open here, its marker not yet written"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Proposes the control batch of `marker` for `producer_id` at `epoch`, under the gate the
+    /// caller holds in `term`, and announces the marker there until its outcome is known —
+    /// whether or not anyone still waits for it (a caller that gave up must not leave it
+    /// announced for the rest of the term). A transactional batch verified before this marker
+    /// is thereby either ahead of it in the log or refused. Returns the outcome to come.
+    async fn submit_marker(
+        &self,
+        gate: &mut Gate,
+        term: u64,
+        marker: rill_records::ControlMarker,
+        producer_id: i64,
+        epoch: i16,
+        deadline: Instant,
+    ) -> Result<watch::Receiver<Option<Option<Result<Landed>>>>> {
+        let append_time_ms = rill_rt::wall_clock_ms();
+        let batch = marker.batch(producer_id, epoch, append_time_ms).map_err(PartitionError::InvalidBatch)?;
+        let mut share = self.proposer.submit(batch, 1, append_time_ms, deadline, Lateness::Keep, Some(term)).await?;
+        gate.marker_started(producer_id, marker.transaction);
+        let (tx, outcome) = watch::channel(None);
+        let gate = self.gate.clone();
+        rill_rt::spawn(async move {
+            let landed = share.committed(None).await;
+            gate.lock().await.marker_done(term, producer_id, marker.transaction);
+            tx.send_replace(Some(landed));
+        });
+        Ok(outcome)
     }
 
     /// Proposes forgetting producers idle since before `older_than_ms` (leader only).

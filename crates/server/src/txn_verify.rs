@@ -13,7 +13,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use rill_broker::produce::OwedMarker;
+use rill_broker::produce::{OwedMarker, Verified};
 use rill_broker::PartitionError;
 use rill_coordinator::transactions;
 use rill_coordinator::CoordinatorError;
@@ -52,15 +52,16 @@ enum Target {
     Group { group: String, add: bool },
 }
 
-/// Asks the coordinator of `v.transactional_id` about a partition; the marker the partition is
-/// still owed by the producer's previous transaction, if any (v2).
-pub async fn verify(node: &Arc<Node>, v: Verify) -> Result<Option<OwedMarker>, PartitionError> {
+/// Asks the coordinator of `v.transactional_id` about a partition: the transaction it is in,
+/// named, and the marker the partition is still owed by the producer's previous transaction,
+/// if any (v2).
+pub async fn verify(node: &Arc<Node>, v: Verify) -> Result<Verified, PartitionError> {
     let target = Target::Partition { topic: v.topic, partition: v.partition, add: !v.verify_only };
     let answer = ask(node, &v.transactional_id, v.producer, target).await.map_err(to_partition)?;
-    answer.owed.map(owed_from_proto).transpose()
+    Ok(Verified { transaction: answer.transaction_start, owed: answer.owed.map(owed_from_proto).transpose()? })
 }
 
-/// What the coordinator answers: a group's transaction name, or a partition's owed marker.
+/// What the coordinator answers: the transaction's name, and a partition's owed marker.
 #[derive(Debug, Default)]
 struct Answer {
     transaction_start: u64,
@@ -161,7 +162,7 @@ async fn serve_local(
     match target {
         Target::Partition { topic, partition, add } => {
             let additions = node.txn_additions();
-            let owed = transactions::verify_partition(
+            let verified = transactions::verify_partition(
                 additions,
                 p,
                 transactional_id,
@@ -174,7 +175,10 @@ async fn serve_local(
             .await?;
             // The marker carries this coordinator's epoch, as the ones it writes itself do.
             let coordinator_epoch = i32::try_from(p.replica().state().term).unwrap_or(i32::MAX);
-            Ok(Answer { transaction_start: 0, owed: owed.map(|o| owed_to_proto(o, coordinator_epoch)) })
+            Ok(Answer {
+                transaction_start: verified.transaction_start,
+                owed: verified.owed.map(|o| owed_to_proto(o, coordinator_epoch)),
+            })
         }
         Target::Group { group, add } => {
             let additions = node.txn_additions();

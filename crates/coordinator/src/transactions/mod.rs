@@ -516,6 +516,8 @@ async fn add_once(
                 transactional_id,
                 waited_ms = (writing - started).as_secs_f64() * 1e3,
                 write_ms = writing.elapsed().as_secs_f64() * 1e3,
+                partitions = wanted.partitions.values().map(|ps| ps.len()).sum::<usize>(),
+                groups = wanted.groups.len(),
                 "transaction additions recorded"
             );
             return Ok(());
@@ -565,13 +567,23 @@ pub async fn verify_group(
     })
 }
 
+/// What the coordinator answers a partition leader about to append a transactional batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PartitionVerified {
+    /// The ongoing transaction the partition is in (its name: the version of the write that
+    /// began it), 0 when it cannot be named (the transaction moved on meanwhile).
+    pub transaction_start: u64,
+    /// The marker the partition is still owed by the producer's previous transaction (v2).
+    pub owed: Option<OwedMarker>,
+}
+
 /// On the coordinator, for a partition leader about to append the first transactional batch
 /// of `producer` there: `verify_only` (v1) checks that `topic`/`partition` is in the ongoing
 /// transaction of `transactional_id` under exactly this producer id and epoch; otherwise (v2)
-/// it adds the partition, beginning a transaction when none is open. With v2 the answer may
-/// carry the marker the partition is still owed by the producer's previous transaction, whose
-/// markers are being written: the partition's leader writes it before the batch
-/// ([`transitions::owed_marker`]).
+/// it adds the partition, beginning a transaction when none is open. The answer names that
+/// transaction, and with v2 may carry the marker the partition is still owed by the producer's
+/// previous transaction, whose markers are being written: the partition's leader writes it
+/// before the batch ([`transitions::owed_marker`]).
 #[allow(clippy::too_many_arguments)]
 pub async fn verify_partition(
     additions: &Additions,
@@ -582,15 +594,26 @@ pub async fn verify_partition(
     partition_id: u32,
     verify_only: bool,
     timeout: Duration,
-) -> Result<Option<OwedMarker>> {
+) -> Result<PartitionVerified> {
+    let includes = |m: &TransactionMetadata| {
+        m.state == TxnState::Ongoing && m.partitions.get(topic).is_some_and(|ps| ps.contains(&partition_id))
+    };
     if !verify_only {
         let mut added = groups::assignor::TopicPartitions::new();
         added.entry(topic.to_string()).or_default().insert(partition_id);
         add_partitions(additions, partition, transactional_id, producer, &added, TxnProtocol::V2, timeout).await?;
         // Read after the addition applied: the decided transaction, if still finishing, is the
-        // one right before the one just verified (its `EndTxn` waits for that completion).
-        let record = read_record(partition, transactional_id)?;
-        return Ok(record.and_then(|m| transitions::owed_marker(&m, topic, partition_id)));
+        // one right before the one just verified (its `EndTxn` waits for that completion). The
+        // transaction is named only while it is still ongoing with the partition in it, under
+        // this producer.
+        let Some(m) = read_record(partition, transactional_id)? else {
+            return Ok(PartitionVerified { transaction_start: 0, owed: None });
+        };
+        let current = transitions::check_producer(transactional_id, &m, producer.0, producer.1).is_ok();
+        return Ok(PartitionVerified {
+            transaction_start: if current && includes(&m) { m.txn_start_version } else { 0 },
+            owed: transitions::owed_marker(&m, topic, partition_id),
+        });
     }
     validate(transactional_id, 0)?;
     let current = read_record(partition, transactional_id)?;
@@ -602,9 +625,8 @@ pub async fn verify_partition(
         });
     };
     transitions::check_producer(transactional_id, &m, producer.0, producer.1)?;
-    let included = m.partitions.get(topic).is_some_and(|ps| ps.contains(&partition_id));
-    if m.state == TxnState::Ongoing && included {
-        return Ok(None);
+    if includes(&m) {
+        return Ok(PartitionVerified { transaction_start: m.txn_start_version, owed: None });
     }
     Err(CoordinatorError::InvalidTxnState {
         transactional_id: transactional_id.to_string(),
