@@ -37,7 +37,7 @@ use std::time::Duration;
 use rill_broker::StatePartition;
 use rill_rt::sync::oneshot;
 
-use super::{add_once, prepared_deadline, transitions, wait_while, TransactionsMachine, TxnProtocol};
+use super::{add_once, prepared_deadline, transitions, wait_while, TransactionsMachine, TxnProtocol, TxnState};
 use crate::error::{CoordinatorError, Result};
 use crate::groups::assignor::TopicPartitions;
 
@@ -122,8 +122,14 @@ impl Additions {
         let (tx, mut rx) = oneshot::channel();
         lock(&held.queue.waiting).push(Queued { wanted, answer: tx });
         held.queue.arrived.notify_one();
-        let _turn = held.queue.turn.lock().await;
+        // Answered by whoever holds the turn, or take the turn: a holder that waits for a
+        // completion on a group's behalf must not hold back the partitions it already wrote.
+        let _turn = tokio::select! {
+            answer = &mut rx => return answer.unwrap_or_else(|_| Err(interrupted())),
+            turn = held.queue.turn.lock() => turn,
+        };
         let prepared_until = prepared_deadline(timeout);
+        let mut gathered = false;
         loop {
             match rx.try_recv() {
                 // This turn's write, or an earlier turn's, answered it: the turn passes on.
@@ -131,14 +137,25 @@ impl Additions {
                 Err(oneshot::error::TryRecvError::Closed) => return Err(interrupted()),
                 Err(oneshot::error::TryRecvError::Empty) => {}
             }
+            if !gathered {
+                gathered = true;
+                // The first batches of a transaction leave for every partition at once and their
+                // leaders ask within a moment of each other: a write that begins the
+                // transaction waits that moment, so that it takes them all instead of the first
+                // alone and the rest one write later.
+                let partitions_queued = lock(&held.queue.waiting).iter().any(|q| eager(&q.wanted));
+                if partitions_queued && begins_transaction(partition, transactional_id) {
+                    rill_rt::sleep(GATHER).await;
+                }
+            }
             let arrived = held.queue.arrived.notified();
             // A v2 producer's partitions go at once, whatever else is queued: a group addition
             // (or a v1 one) queued among them waits for the previous transaction's completion
             // without holding them back — neither those queued now nor those arriving while
             // it waits.
-            let eager = take_where(&held.queue.waiting, |w| w.protocol == TxnProtocol::V2 && w.groups.is_empty());
-            if !eager.is_empty() {
-                write_all(partition, transactional_id, eager, prepared_until, timeout).await;
+            let at_once = take_where(&held.queue.waiting, eager);
+            if !at_once.is_empty() {
+                write_all(partition, transactional_id, at_once, prepared_until, timeout).await;
                 continue;
             }
             // Only additions that must wait are queued, this caller's among them.
@@ -169,6 +186,24 @@ impl Additions {
     fn pending_ids(&self) -> usize {
         lock(&self.queues).len()
     }
+}
+
+/// Whether `wanted` is written at once: a v2 producer's partitions (see the module docs).
+fn eager(wanted: &Wanted) -> bool {
+    wanted.protocol == TxnProtocol::V2 && wanted.groups.is_empty()
+}
+
+/// How long a write that begins a transaction waits for the rest of its first additions.
+/// Shorter than one replicated write of the coordinator (about a millisecond on an idle
+/// cluster, several under load), which is what the additions arriving just after the first
+/// would otherwise wait for.
+const GATHER: Duration = Duration::from_micros(500);
+
+/// Whether an addition now would begin the transactional id's next transaction (none is
+/// ongoing).
+fn begins_transaction(partition: &StatePartition<TransactionsMachine>, transactional_id: &str) -> bool {
+    let state = partition.read(|m| m.state().get(transactional_id).map(|r| r.state));
+    !matches!(state, Ok(Some(TxnState::Ongoing)))
 }
 
 /// Writes `queued` (merged where they may be) and answers each.
