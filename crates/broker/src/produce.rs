@@ -301,13 +301,7 @@ impl Partition {
             if let Some(owed) = verified.owed.filter(|_| !rill_rt::mutation::active(Mutation::BatchBeforeMarker)) {
                 // Written just ahead of the batch, under the gate (see `guard_transactional`);
                 // here only whether this partition takes it at all.
-                let check = self.producers.lock().unwrap_or_else(|p| p.into_inner()).check_marker(
-                    pid,
-                    owed.producer_epoch,
-                    owed.marker.coordinator_epoch,
-                    owed.marker.transaction,
-                );
-                match check {
+                match self.marker_check(pid, owed.producer_epoch, &owed.marker) {
                     Ok(()) | Err(MarkerRefusal::Repeated { .. }) => {
                         break MarkerGuard { before, transaction, owed: Some(owed) }
                     }
@@ -352,6 +346,18 @@ impl Partition {
             "transactional batch stored"
         );
         Ok(ProduceOutcome { base_offset: Some(base), append_time_ms })
+    }
+
+    /// How `marker`, for producer `pid` at `epoch`, relates to what is applied here
+    /// ([`crate::producers::ProducerStates::check_marker`]).
+    fn marker_check(
+        &self,
+        pid: i64,
+        epoch: i16,
+        marker: &rill_records::ControlMarker,
+    ) -> std::result::Result<(), MarkerRefusal> {
+        let producers = self.producers.lock().unwrap_or_else(|p| p.into_inner());
+        producers.check_marker(pid, epoch, marker.coordinator_epoch, marker.transaction)
     }
 
     /// The offset of the last marker applied for producer `pid` (-1 when none) and the
@@ -505,13 +511,7 @@ impl Partition {
         if !self.caught_up(term) {
             return Err(PartitionError::CatchingUp);
         }
-        let known = self.producers.lock().unwrap_or_else(|p| p.into_inner()).check_marker(
-            producer_id,
-            epoch,
-            marker.coordinator_epoch,
-            marker.transaction,
-        );
-        match known {
+        match self.marker_check(producer_id, epoch, &marker) {
             Ok(()) => {}
             Err(MarkerRefusal::Repeated { last_marker_offset, coordinator_epoch })
                 if marker.coordinator_epoch <= coordinator_epoch =>
@@ -612,13 +612,7 @@ impl Partition {
             if *owed_written {
                 return Ok(());
             }
-            let check = self.producers.lock().unwrap_or_else(|p| p.into_inner()).check_marker(
-                pid,
-                owed.producer_epoch,
-                owed.marker.coordinator_epoch,
-                owed.marker.transaction,
-            );
-            match check {
+            match self.marker_check(pid, owed.producer_epoch, &owed.marker) {
                 Ok(()) => {
                     // The outcome needs no waiter: the batch behind it commits only if it does.
                     self.submit_marker(gate, term, owed.marker, pid, owed.producer_epoch, deadline).await?;
