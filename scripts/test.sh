@@ -49,7 +49,7 @@ step "simulation determinism: the same seed twice gives the same trace"
 chaos/run --seed "${RILL_DETERMINISM_SEED:-7}" --check-determinism
 
 step "the checkers catch deliberate bugs (each mutation must produce violations)"
-for m in ack-before-sync read-above-hw skip-truncate no-dedupe empty-state-snapshot serve-below-log-start purge-ahead-of-log-start compact-above-hw double-assign commit-before-process no-epoch-bump lso-off-by-one txn-offsets-on-abort expire-open-transactions probe-claims-all evict-active-producers stale-offsets-read repeated-marker-decides batch-before-marker; do
+for m in ack-before-sync read-above-hw skip-truncate no-dedupe empty-state-snapshot serve-below-log-start purge-ahead-of-log-start compact-above-hw double-assign commit-before-process no-epoch-bump lso-off-by-one txn-offsets-on-abort expire-open-transactions probe-claims-all evict-active-producers stale-offsets-read repeated-marker-decides batch-before-marker group-offsets-before-marker; do
   scenario=acks_all_3
   [ "$m" = no-dedupe ] && scenario=idempotence
   [ "$m" = empty-state-snapshot ] && scenario=state_partition_purges_and_installs_snapshots
@@ -61,6 +61,7 @@ for m in ack-before-sync read-above-hw skip-truncate no-dedupe empty-state-snaps
   [ "$m" = no-epoch-bump ] && scenario=transactions
   [ "$m" = lso-off-by-one ] && scenario=transactions
   [ "$m" = batch-before-marker ] && scenario=transactions
+  [ "$m" = group-offsets-before-marker ] && scenario=exactly_once
   [ "$m" = txn-offsets-on-abort ] && scenario=exactly_once
   [ "$m" = expire-open-transactions ] && scenario=transactions
   [ "$m" = evict-active-producers ] && scenario=producer_churn

@@ -4,8 +4,9 @@
 //! ```text
 //!  AddOffsetsToTxn(group) ─► txn coordinator records the group in the transaction
 //!  TxnCommitOffsets ─► group coordinator: member/epoch checked, the group verified in the
-//!                      producer's ongoing transaction ─► pending (FetchOffsets shows the old
-//!                      offset; with require_stable: UNSTABLE_OFFSET_COMMIT)
+//!                      producer's ongoing transaction (v2: and the decided transaction's owed
+//!                      marker written first, `write_owed_marker`) ─► pending (FetchOffsets
+//!                      shows the old offset; with require_stable: UNSTABLE_OFFSET_COMMIT)
 //!  EndTxn ─► marker into the group's partition ─► commit: pending become committed
 //!                                              └► abort: pending dropped
 //! ```
@@ -443,6 +444,29 @@ pub async fn write_marker(
         });
     }
     Ok(())
+}
+
+/// On the group's coordinator, before a transaction's offsets: writes the marker the
+/// transaction coordinator said the group is still owed by the producer's decided transaction
+/// (v2: the next transaction began while the decided one's markers were being written). The
+/// decided transaction's offsets, if still pending here, are then ended by their own marker
+/// instead of being dropped as orphaned when the next transaction's arrive. Nothing is written
+/// when a marker of that transaction or a later one is here already; a newer coordinator's
+/// marker here (this one refused as fenced) is left to decide, and the offsets that follow are
+/// checked against it.
+pub async fn write_owed_marker(
+    partition: &StatePartition<OffsetsMachine>,
+    marker: TxnMarker,
+    timeout: Duration,
+) -> Result<()> {
+    let ended = partition.read(|m| m.state().txn().ended(marker.producer_id))?;
+    if ended >= marker.transaction_start {
+        return Ok(());
+    }
+    match write_marker(partition, marker, timeout).await {
+        Ok(()) | Err(CoordinatorError::TransactionCoordinatorFenced { .. }) => Ok(()),
+        Err(e) => Err(e),
+    }
 }
 
 #[cfg(test)]

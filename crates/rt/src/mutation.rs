@@ -63,11 +63,15 @@ pub enum Mutation {
     /// one is still open there (its marker not yet written): the batch joins the previous
     /// transaction and is decided with it.
     BatchBeforeMarker,
+    /// A group's coordinator takes the offsets of a v2 producer's next transaction before the
+    /// marker of the decided one, still being written: the decided transaction's offsets,
+    /// pending in the group, are dropped as orphaned although it commits.
+    GroupOffsetsBeforeMarker,
 }
 
 impl Mutation {
     /// Every mutation.
-    pub const ALL: [Mutation; 19] = [
+    pub const ALL: [Mutation; 20] = [
         Mutation::AckBeforeSync,
         Mutation::ReadAboveHw,
         Mutation::SkipTruncate,
@@ -87,6 +91,7 @@ impl Mutation {
         Mutation::StaleOffsetsRead,
         Mutation::RepeatedMarkerDecides,
         Mutation::BatchBeforeMarker,
+        Mutation::GroupOffsetsBeforeMarker,
     ];
 
     /// The name used on the command line (`chaos/run --mutation NAME`).
@@ -111,6 +116,7 @@ impl Mutation {
             Mutation::StaleOffsetsRead => "stale-offsets-read",
             Mutation::RepeatedMarkerDecides => "repeated-marker-decides",
             Mutation::BatchBeforeMarker => "batch-before-marker",
+            Mutation::GroupOffsetsBeforeMarker => "group-offsets-before-marker",
         }
     }
 

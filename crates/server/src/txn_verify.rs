@@ -15,8 +15,8 @@ use std::time::Duration;
 
 use rill_broker::produce::{OwedMarker, Verified};
 use rill_broker::PartitionError;
-use rill_coordinator::transactions;
 use rill_coordinator::CoordinatorError;
+use rill_coordinator::{transactions, txn_offsets};
 use rill_meta::PartitionKind;
 use rill_proto::common::ErrorCode;
 use rill_proto::internal::{AddTxnPartitionRequest, AddTxnPartitionResponse, OwedTxnMarker};
@@ -86,24 +86,54 @@ fn owed_from_proto(o: OwedTxnMarker) -> Result<OwedMarker, PartitionError> {
     Ok(OwedMarker { marker, producer_epoch })
 }
 
+/// What a group coordinator learns about a transactional offset commit's group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GroupVerified {
+    /// The ongoing transaction the group is in, by name (the version of the coordinator's
+    /// write that began it).
+    pub transaction: u64,
+    /// The marker the group is still owed by the producer's decided transaction (v2), to write
+    /// before the offsets.
+    pub owed: Option<txn_offsets::TxnMarker>,
+}
+
 /// Asks the coordinator of `transactional_id` whether `group_id` is in the ongoing transaction
 /// of `producer` (id, epoch) — or, with `add` (transactions v2), to add it; that transaction's
-/// name (the version of the coordinator's write that began it) when it is.
+/// name when it is, and the marker the group is still owed by the producer's previous
+/// transaction, if any.
 pub async fn verify_group(
     node: &Arc<Node>,
     transactional_id: &str,
     producer: (i64, i16),
     group_id: &str,
     add: bool,
-) -> Result<u64, WireError> {
+) -> Result<GroupVerified, WireError> {
     let answer = ask(node, transactional_id, producer, Target::Group { group: group_id.to_string(), add });
-    answer.await.map(|a| a.transaction_start).map_err(|e| match e.code {
+    let answer = answer.await.map_err(|e| match e.code {
         // The *transaction* coordinator moved: to the committer this is not its group
         // coordinator moving, only a coordinator it needs being briefly unavailable.
         ErrorCode::NotCoordinator | ErrorCode::CoordinatorLoadInProgress => {
             WireError::new(ErrorCode::CoordinatorNotAvailable, e.message)
         }
         _ => e,
+    })?;
+    let owed = answer.owed.map(|o| group_marker_from_proto(o, producer.0)).transpose()?;
+    Ok(GroupVerified { transaction: answer.transaction_start, owed })
+}
+
+fn group_marker_from_proto(o: OwedTxnMarker, producer_id: i64) -> Result<txn_offsets::TxnMarker, WireError> {
+    let producer_epoch = i16::try_from(o.producer_epoch).map_err(|_| {
+        WireError::new(
+            ErrorCode::CoordinatorNotAvailable,
+            format!("the transaction coordinator answered epoch {}", o.producer_epoch),
+        )
+    })?;
+    Ok(txn_offsets::TxnMarker {
+        producer_id,
+        producer_epoch,
+        coordinator_epoch: o.coordinator_epoch,
+        commit: o.commit,
+        transaction_start: o.transaction_start,
     })
 }
 
@@ -182,10 +212,14 @@ async fn serve_local(
         }
         Target::Group { group, add } => {
             let additions = node.txn_additions();
-            let transaction_start =
+            let verified =
                 transactions::verify_group(additions, p, transactional_id, producer, group, *add, VERIFY_TIMEOUT)
                     .await?;
-            Ok(Answer { transaction_start, owed: None })
+            let coordinator_epoch = i32::try_from(p.replica().state().term).unwrap_or(i32::MAX);
+            Ok(Answer {
+                transaction_start: verified.transaction_start,
+                owed: verified.owed.map(|o| owed_to_proto(o, coordinator_epoch)),
+            })
         }
     }
 }

@@ -18,17 +18,15 @@
 //! refused as invalid (too many groups in the transaction), each of its additions is written
 //! on its own, so that refusal reaches only the request that caused it.
 //!
-//! A v2 producer's partitions need not wait for the previous transaction's markers: the turn
-//! holder writes them at once, beginning the next transaction beside the decided one
-//! (`finishing`), and goes on writing those that arrive meanwhile. What must wait (v1, or a
-//! consumer group: [`transitions::must_wait`]) stays queued; a turn holder whose own addition
-//! is among those waits the markers out (at most `PREPARED_WAIT`) and takes the queue — a
-//! producer begins its next transaction as soon as `EndTxn` is answered, so what it adds
-//! arrives while those markers are written, and becomes one write instead of a lone first one
-//! and the rest. While it waits, partitions that arrive are still written at once: a
-//! consume-transform-produce job's offsets (a group) reach the coordinator among its first
-//! batches' partitions and must not hold them back. A turn holder whose addition is answered
-//! passes the turn on.
+//! A v2 producer's partitions and groups need not wait for the previous transaction's
+//! markers: the turn holder writes them at once, beginning the next transaction beside the
+//! decided one (`finishing`), and goes on writing those that arrive meanwhile. What must wait
+//! (v1: [`transitions::must_wait`]) stays queued; a turn holder whose own addition is among
+//! those waits the markers out (at most `PREPARED_WAIT`) and takes the queue — a producer
+//! begins its next transaction as soon as `EndTxn` is answered, so what it adds arrives while
+//! those markers are written, and becomes one write instead of a lone first one and the rest.
+//! While it waits, v2 additions that arrive are still written at once. A turn holder whose
+//! addition is answered passes the turn on.
 //!
 //! Leader-local and in memory: nothing here survives a restart or matters to another replica;
 //! what is written is decided from the replicated record as before.
@@ -152,28 +150,26 @@ impl Additions {
                 }
             }
             let arrived = held.queue.arrived.notified();
-            // A v2 producer's partitions go at once, whatever else is queued: a group addition
-            // (or a v1 one) queued among them waits for the previous transaction's completion
-            // without holding them back — neither those queued now nor those arriving while
-            // it waits.
+            // A v2 producer's additions go at once, whatever else is queued: a v1 one queued
+            // among them waits for the previous transaction's completion without holding them
+            // back — neither those queued now nor those arriving while it waits.
             let at_once = take_where(&held.queue.waiting, eager);
             if !at_once.is_empty() {
                 write_all(partition, transactional_id, at_once, prepared_until, timeout).await;
                 continue;
             }
             // Only additions that must wait are queued, this caller's among them.
-            let (producers, protocol, with_groups) = {
+            let (producers, protocol) = {
                 let waiting = lock(&held.queue.waiting);
                 let producers: Vec<(i64, i16)> = waiting.iter().map(|q| q.wanted.producer).collect();
                 // The strictest of what is queued decides whether the turn waits.
                 let v1 = waiting.iter().any(|q| q.wanted.protocol == TxnProtocol::V1);
-                let with_groups = waiting.iter().any(|q| !q.wanted.groups.is_empty());
-                (producers, if v1 { TxnProtocol::V1 } else { TxnProtocol::V2 }, with_groups)
+                (producers, if v1 { TxnProtocol::V1 } else { TxnProtocol::V2 })
             };
             tokio::select! {
                 // What arrives meanwhile and must wait too joins this write (module docs).
                 () = wait_while(partition, transactional_id, &producers, prepared_until, |m| {
-                    transitions::must_wait(m, protocol, with_groups)
+                    transitions::must_wait(m, protocol)
                 }) => {
                     let queued = std::mem::take(&mut *lock(&held.queue.waiting));
                     write_all(partition, transactional_id, queued, prepared_until, timeout).await;
@@ -191,9 +187,10 @@ impl Additions {
     }
 }
 
-/// Whether `wanted` is written at once: a v2 producer's partitions (see the module docs).
+/// Whether `wanted` is written at once: a v2 producer's partitions and groups (see the module
+/// docs).
 fn eager(wanted: &Wanted) -> bool {
-    wanted.protocol == TxnProtocol::V2 && wanted.groups.is_empty()
+    wanted.protocol == TxnProtocol::V2
 }
 
 /// How long a write that begins a transaction waits for the rest of its first additions.

@@ -533,7 +533,9 @@ async fn add_once(
 /// checks that `group_id` is in the ongoing transaction of `transactional_id` under exactly
 /// this producer id and epoch (added by `AddOffsetsToTxn`) — or, with `add` (transactions v2,
 /// Kafka's TxnOffsetCommit v5), adds it first, as `AddOffsetsToTxn` would — and names that
-/// transaction (the version of the write that began it), which the pending offsets then carry.
+/// transaction (the version of the write that began it), which the pending offsets then carry,
+/// and the marker the group is still owed by the producer's decided transaction, if any (v2:
+/// [`transitions::owed_group_marker`]), which the group's coordinator writes first.
 pub async fn verify_group(
     additions: &Additions,
     partition: &StatePartition<TransactionsMachine>,
@@ -542,7 +544,7 @@ pub async fn verify_group(
     group_id: &str,
     add: bool,
     timeout: Duration,
-) -> Result<u64> {
+) -> Result<GroupVerified> {
     validate(transactional_id, 0)?;
     if add {
         add_offsets(additions, partition, transactional_id, producer, group_id, TxnProtocol::V2, timeout).await?;
@@ -556,7 +558,8 @@ pub async fn verify_group(
     };
     transitions::check_producer(transactional_id, &m, producer.0, producer.1)?;
     if m.state == TxnState::Ongoing && m.groups.contains(group_id) {
-        return Ok(m.txn_start_version);
+        let owed = transitions::owed_group_marker(&m, group_id);
+        return Ok(GroupVerified { transaction_start: m.txn_start_version, owed });
     }
     Err(CoordinatorError::InvalidTxnState {
         transactional_id: transactional_id.to_string(),
@@ -565,6 +568,16 @@ pub async fn verify_group(
             m.state.name()
         ),
     })
+}
+
+/// What the coordinator answers a group coordinator about to accept a transactional offset
+/// commit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GroupVerified {
+    /// The ongoing transaction the group is in (its name).
+    pub transaction_start: u64,
+    /// The marker the group is still owed by the producer's previous transaction (v2).
+    pub owed: Option<OwedMarker>,
 }
 
 /// What the coordinator answers a partition leader about to append a transactional batch.

@@ -11,9 +11,10 @@
 //!   `EndTxn` and `InitProducerId` are answered `CONCURRENT_TRANSACTIONS`: the client retries.
 //!   One exception, transactions v2: the producer's next transaction may begin, and gain
 //!   partitions, while the decided one's markers are still being written (it moves to the
-//!   record's `finishing`); its `EndTxn`, a group addition, `InitProducerId` and a timeout wait
-//!   for that completion. Each partition it shares with the decided transaction gets that
-//!   transaction's marker first, from its own leader (see [`owed_marker`]).
+//!   record's `finishing`); its `EndTxn`, `InitProducerId` and a timeout wait for that
+//!   completion. Each partition and group it shares with the decided transaction gets that
+//!   transaction's marker first, from the partition's leader or the group's coordinator (see
+//!   [`owed_marker`], [`owed_group_marker`]).
 //! * **Epoch bumps.** `InitProducerId` bumps the epoch (a new producer id once it would
 //!   overflow); an `InitProducerId` that finds a transaction open first aborts it under a bumped
 //!   epoch, so the old instance is fenced before its transaction's markers are written; a
@@ -181,7 +182,7 @@ pub fn add_to_transaction(
         });
     };
     check_producer(id, m, producer_id, epoch)?;
-    if must_wait(m, protocol, !groups.is_empty()) {
+    if must_wait(m, protocol) {
         return Err(concurrent(id, m));
     }
     let mut next = m.clone();
@@ -221,15 +222,14 @@ pub fn add_to_transaction(
     Ok(Some(next))
 }
 
-/// True when an addition by a producer speaking `protocol` (`with_groups`: it adds consumer
-/// groups) must wait for the previous transaction's completion. A v2 producer's partitions may
-/// join its next transaction while the decided one's markers are written; a group may not — its
-/// offsets partition must apply the decided transaction's marker before the next transaction's
-/// offsets arrive there, or those would find the decided ones still pending and drop them — and
-/// v1 keeps Kafka's order.
-pub fn must_wait(m: &TransactionMetadata, protocol: TxnProtocol, with_groups: bool) -> bool {
-    let overlaps = protocol == TxnProtocol::V2 && m.protocol == TxnProtocol::V2 && !with_groups;
-    (m.state.is_prepared() && !overlaps) || (m.finishing.is_some() && with_groups)
+/// True when an addition by a producer speaking `protocol` must wait for the previous
+/// transaction's completion. A v2 producer's partitions and groups may join its next
+/// transaction while the decided one's markers are written: where the decided transaction's
+/// marker has not arrived yet, the partition's leader or the group's coordinator writes it
+/// first ([`owed_marker`], [`owed_group_marker`]). v1 keeps Kafka's order.
+pub fn must_wait(m: &TransactionMetadata, protocol: TxnProtocol) -> bool {
+    let overlaps = protocol == TxnProtocol::V2 && m.protocol == TxnProtocol::V2;
+    m.state.is_prepared() && !overlaps
 }
 
 /// The marker partition `topic`/`partition` is still owed by the producer's decided
@@ -239,11 +239,18 @@ pub fn must_wait(m: &TransactionMetadata, protocol: TxnProtocol, with_groups: bo
 /// or none is finishing.
 pub fn owed_marker(m: &TransactionMetadata, topic: &str, partition: u32) -> Option<OwedMarker> {
     let f = m.finishing.as_ref()?;
-    f.partitions.get(topic).is_some_and(|ps| ps.contains(&partition)).then_some(OwedMarker {
-        commit: f.state == TxnState::PrepareCommit,
-        producer_epoch: f.epoch,
-        transaction: f.txn_start_version,
-    })
+    f.partitions.get(topic).is_some_and(|ps| ps.contains(&partition)).then(|| OwedMarker::of(f))
+}
+
+/// The marker group `group`'s offsets partition is still owed by the producer's decided
+/// transaction while its next one is open (`finishing`): the group's coordinator writes it
+/// before the next transaction's offsets there, which would otherwise find the decided
+/// transaction's offsets still pending and drop them as orphaned (the coordinator's own copy
+/// then ends nothing, as markers name their transaction). `None` when the decided transaction
+/// does not include the group, or none is finishing.
+pub fn owed_group_marker(m: &TransactionMetadata, group: &str) -> Option<OwedMarker> {
+    let f = m.finishing.as_ref()?;
+    f.groups.contains(group).then(|| OwedMarker::of(f))
 }
 
 /// A decided transaction's marker that a partition's leader writes itself (see
@@ -256,6 +263,13 @@ pub struct OwedMarker {
     pub producer_epoch: i16,
     /// The transaction it ends.
     pub transaction: u64,
+}
+
+impl OwedMarker {
+    /// The marker of the decided transaction `f`.
+    fn of(f: &Finishing) -> Self {
+        Self { commit: f.state == TxnState::PrepareCommit, producer_epoch: f.epoch, transaction: f.txn_start_version }
+    }
 }
 
 /// `EndTxn(commit)` from a producer speaking `protocol`.
@@ -586,6 +600,9 @@ mod tests {
         let m = fresh();
         let open =
             add_to_transaction("t", Some(&m), (7, 0), &tp("a", &[0, 1]), &[], TxnProtocol::V2, 1).unwrap().unwrap();
+        let open = add_to_transaction("t", Some(&open), (7, 0), &tp("a", &[]), &["g0".into()], TxnProtocol::V2, 1)
+            .unwrap()
+            .unwrap();
         let EndDecision::Prepare(prepared) =
             end_transaction("t", Some(&open), (7, 0), true, TxnProtocol::V2, 2).unwrap()
         else {
@@ -594,9 +611,8 @@ mod tests {
         // As written: each write's apply sets the version.
         let prepared = TransactionMetadata { version: 2, ..prepared };
         let first = prepared.txn_start_version;
-        assert!(!must_wait(&prepared, TxnProtocol::V2, false), "a v2 partition joins the next one at once");
-        assert!(must_wait(&prepared, TxnProtocol::V2, true), "a group waits for the markers");
-        assert!(must_wait(&prepared, TxnProtocol::V1, false), "v1 waits");
+        assert!(!must_wait(&prepared, TxnProtocol::V2), "a v2 partition or group joins the next one at once");
+        assert!(must_wait(&prepared, TxnProtocol::V1), "v1 waits");
         // The next transaction's first partitions, under the bumped epoch.
         let next = add_to_transaction("t", Some(&prepared), (7, 1), &tp("a", &[1, 2]), &[], TxnProtocol::V2, 3)
             .unwrap()
@@ -617,18 +633,18 @@ mod tests {
             Some(OwedMarker { commit: true, producer_epoch: 1, transaction: first })
         );
         assert_eq!(owed_marker(&next, "a", 2), None, "not in the decided transaction");
-        // Until completion: no group, no EndTxn, no InitProducerId, no timeout abort, no admin abort.
-        let concurrent =
-            |r: Result<Option<TransactionMetadata>>| matches!(r, Err(CoordinatorError::ConcurrentTransactions { .. }));
-        assert!(concurrent(add_to_transaction(
-            "t",
-            Some(&next),
-            (7, 1),
-            &tp("a", &[]),
-            &["g".into()],
-            TxnProtocol::V2,
-            4
-        )));
+        // The decided transaction's group is owed its marker by the group's coordinator; a group
+        // joins the next transaction at once.
+        assert_eq!(
+            owed_group_marker(&next, "g0"),
+            Some(OwedMarker { commit: true, producer_epoch: 1, transaction: first })
+        );
+        let grouped =
+            add_to_transaction("t", Some(&next), (7, 1), &tp("a", &[]), &["g".into()], TxnProtocol::V2, 4).unwrap();
+        let grouped = grouped.unwrap();
+        assert!(grouped.groups.contains("g") && grouped.finishing == next.finishing);
+        assert_eq!(owed_group_marker(&grouped, "g"), None, "not in the decided transaction");
+        // Until completion: no EndTxn, no InitProducerId, no timeout abort, no admin abort.
         assert!(matches!(
             end_transaction("t", Some(&next), (7, 1), true, TxnProtocol::V2, 4),
             Err(CoordinatorError::ConcurrentTransactions { .. })

@@ -502,10 +502,19 @@ impl Groups for GroupsApi {
                 2 => true,
                 v => return Err(errors::invalid_request(format!("unknown transaction version {v}"))),
             };
-            let transaction =
+            let verified =
                 crate::txn_verify::verify_group(&self.node, &req.transactional_id, producer, &req.group_id, add)
                     .await?;
-            txn_offsets::commit(&coordinator, prepared, transaction, committer, COMMIT_TIMEOUT)
+            // The producer's decided transaction's marker first, where it has not arrived yet:
+            // its offsets, still pending here, would otherwise be dropped as orphaned by these.
+            let before_marker = rill_rt::mutation::Mutation::GroupOffsetsBeforeMarker;
+            let owed = verified.owed.filter(|_| !rill_rt::mutation::active(before_marker));
+            if let Some(owed) = owed {
+                txn_offsets::write_owed_marker(&coordinator, owed, COMMIT_TIMEOUT)
+                    .await
+                    .map_err(|e| errors::coordinator(&e))?;
+            }
+            txn_offsets::commit(&coordinator, prepared, verified.transaction, committer, COMMIT_TIMEOUT)
                 .await
                 .map_err(|e| errors::coordinator(&e))?;
             Ok(topics)
