@@ -77,10 +77,14 @@ fn owed_to_proto(owed: transactions::OwedMarker, coordinator_epoch: i32) -> Owed
     }
 }
 
+/// The owed marker's producer epoch, which must fit Kafka's 16 bits.
+fn owed_epoch(o: &OwedTxnMarker) -> Result<i16, String> {
+    i16::try_from(o.producer_epoch)
+        .map_err(|_| format!("the transaction coordinator answered epoch {}", o.producer_epoch))
+}
+
 fn owed_from_proto(o: OwedTxnMarker) -> Result<OwedMarker, PartitionError> {
-    let producer_epoch = i16::try_from(o.producer_epoch).map_err(|_| {
-        PartitionError::CoordinatorNotAvailable(format!("the coordinator answered epoch {}", o.producer_epoch))
-    })?;
+    let producer_epoch = owed_epoch(&o).map_err(PartitionError::CoordinatorNotAvailable)?;
     let kind = if o.commit { ControlKind::Commit } else { ControlKind::Abort };
     let marker = ControlMarker { kind, coordinator_epoch: o.coordinator_epoch, transaction: o.transaction_start };
     Ok(OwedMarker { marker, producer_epoch })
@@ -122,12 +126,7 @@ pub async fn verify_group(
 }
 
 fn group_marker_from_proto(o: OwedTxnMarker, producer_id: i64) -> Result<txn_offsets::TxnMarker, WireError> {
-    let producer_epoch = i16::try_from(o.producer_epoch).map_err(|_| {
-        WireError::new(
-            ErrorCode::CoordinatorNotAvailable,
-            format!("the transaction coordinator answered epoch {}", o.producer_epoch),
-        )
-    })?;
+    let producer_epoch = owed_epoch(&o).map_err(|m| WireError::new(ErrorCode::CoordinatorNotAvailable, m))?;
     Ok(txn_offsets::TxnMarker {
         producer_id,
         producer_epoch,

@@ -544,7 +544,7 @@ pub async fn verify_group(
     group_id: &str,
     add: bool,
     timeout: Duration,
-) -> Result<GroupVerified> {
+) -> Result<Verified> {
     validate(transactional_id, 0)?;
     if add {
         add_offsets(additions, partition, transactional_id, producer, group_id, TxnProtocol::V2, timeout).await?;
@@ -559,7 +559,7 @@ pub async fn verify_group(
     transitions::check_producer(transactional_id, &m, producer.0, producer.1)?;
     if m.state == TxnState::Ongoing && m.groups.contains(group_id) {
         let owed = transitions::owed_group_marker(&m, group_id);
-        return Ok(GroupVerified { transaction_start: m.txn_start_version, owed });
+        return Ok(Verified { transaction_start: m.txn_start_version, owed });
     }
     Err(CoordinatorError::InvalidTxnState {
         transactional_id: transactional_id.to_string(),
@@ -570,23 +570,15 @@ pub async fn verify_group(
     })
 }
 
-/// What the coordinator answers a group coordinator about to accept a transactional offset
-/// commit.
+/// What the coordinator answers a group's coordinator about to accept a transactional offset
+/// commit, or a partition's leader about to append a transactional batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct GroupVerified {
-    /// The ongoing transaction the group is in (its name).
+pub struct Verified {
+    /// The ongoing transaction the group or partition is in (its name: the version of the
+    /// write that began it); 0 when a partition's answer cannot name it (the transaction moved
+    /// on meanwhile).
     pub transaction_start: u64,
-    /// The marker the group is still owed by the producer's previous transaction (v2).
-    pub owed: Option<OwedMarker>,
-}
-
-/// What the coordinator answers a partition leader about to append a transactional batch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PartitionVerified {
-    /// The ongoing transaction the partition is in (its name: the version of the write that
-    /// began it), 0 when it cannot be named (the transaction moved on meanwhile).
-    pub transaction_start: u64,
-    /// The marker the partition is still owed by the producer's previous transaction (v2).
+    /// The marker it is still owed by the producer's previous transaction (v2).
     pub owed: Option<OwedMarker>,
 }
 
@@ -607,7 +599,7 @@ pub async fn verify_partition(
     partition_id: u32,
     verify_only: bool,
     timeout: Duration,
-) -> Result<PartitionVerified> {
+) -> Result<Verified> {
     let includes = |m: &TransactionMetadata| {
         m.state == TxnState::Ongoing && m.partitions.get(topic).is_some_and(|ps| ps.contains(&partition_id))
     };
@@ -620,10 +612,10 @@ pub async fn verify_partition(
         // transaction is named only while it is still ongoing with the partition in it, under
         // this producer.
         let Some(m) = read_record(partition, transactional_id)? else {
-            return Ok(PartitionVerified { transaction_start: 0, owed: None });
+            return Ok(Verified { transaction_start: 0, owed: None });
         };
         let current = transitions::check_producer(transactional_id, &m, producer.0, producer.1).is_ok();
-        return Ok(PartitionVerified {
+        return Ok(Verified {
             transaction_start: if current && includes(&m) { m.txn_start_version } else { 0 },
             owed: transitions::owed_marker(&m, topic, partition_id),
         });
@@ -639,7 +631,7 @@ pub async fn verify_partition(
     };
     transitions::check_producer(transactional_id, &m, producer.0, producer.1)?;
     if includes(&m) {
-        return Ok(PartitionVerified { transaction_start: m.txn_start_version, owed: None });
+        return Ok(Verified { transaction_start: m.txn_start_version, owed: None });
     }
     Err(CoordinatorError::InvalidTxnState {
         transactional_id: transactional_id.to_string(),
