@@ -656,7 +656,9 @@ pub async fn end_transaction(
     validate(transactional_id, 0)?;
     // The previous transaction may still be finishing (v2): one decided transaction at a time.
     let until = prepared_deadline(timeout);
+    let arrived = rill_rt::now();
     wait_while(partition, transactional_id, &[producer], until, |m| m.finishing.is_some()).await;
+    let waited = arrived.elapsed();
     for _ in 0..CAS_ATTEMPTS {
         let current = read_record(partition, transactional_id)?;
         let now = rill_rt::wall_clock_ms();
@@ -670,7 +672,15 @@ pub async fn end_transaction(
             transitions::EndDecision::Complete(record) => (record, false),
             transitions::EndDecision::Prepare(record) => (record, true),
         };
+        let writing = rill_rt::now();
         if let Some(applied) = write(partition, transactional_id, record, expect, timeout).await? {
+            tracing::debug!(
+                transactional_id,
+                waited_ms = waited.as_secs_f64() * 1e3,
+                write_ms = writing.elapsed().as_secs_f64() * 1e3,
+                commit,
+                "transaction decided"
+            );
             let (producer_id, epoch) = (applied.producer_id, applied.epoch);
             return Ok(Ended { producer_id, epoch, to_mark: to_mark.then_some(applied) });
         }
