@@ -101,6 +101,12 @@ impl Gate {
         self.markers.get(&pid).is_some_and(|pending| pending.iter().any(|t| *t == 0 || *t > decided))
     }
 
+    /// True when a marker of `pid` naming `transaction` (named: not 0) is proposed in this term
+    /// and its outcome not yet known: a batch proposed after it lands after it, or not at all.
+    pub fn marker_pending(&self, pid: i64, transaction: u64) -> bool {
+        transaction != 0 && self.markers.get(&pid).is_some_and(|pending| pending.contains(&transaction))
+    }
+
     /// Decides what to do with a batch of `count` records from `pid`/`epoch` at `first_seq`.
     /// `applied` is the replicated producer state; `max_producers` bounds how many producers a
     /// partition tracks; `skip_checks` is the no-dedupe mutation (simulation only).

@@ -19,6 +19,8 @@
 //! * [`partition`]: [`Partition`] — a record partition replica: its parts, status and
 //!   housekeeping; its produce path is [`produce`], its read path [`fetch`].
 //! * [`produce`]: checks, proposal and the acknowledgement levels.
+//! * [`verifying`]: one transactional verification at a time per producer epoch, its answer
+//!   shared by the batches that arrive meanwhile.
 //! * [`fetch`]: fetch, the long poll, and the offsets `ListOffsets` asks for.
 //! * [`state_partition`]: [`StatePartition`] — a partition of an internal topic whose state
 //!   machine is its data (a coordinator's state): read on the caught-up leader, propose commands.
@@ -58,6 +60,7 @@ pub mod replica;
 pub mod retention;
 pub mod state_partition;
 pub mod transactions;
+pub mod verifying;
 
 pub use compaction::CompactionBudget;
 pub use error::{PartitionError, Result};

@@ -85,6 +85,8 @@ pub struct Partition {
     pub(crate) proposer: Arc<Proposer>,
     /// How many producers this partition remembers (checked by the leader's produce path).
     pub(crate) producer_limits: ProducerLimits,
+    /// Transactional batches' verifications under way, one per producer epoch.
+    pub(crate) verifying: crate::verifying::Verifying<crate::produce::MarkerGuard>,
 }
 
 impl std::ops::Deref for Partition {
@@ -136,6 +138,7 @@ impl Partition {
             gate_changed: rill_rt::sync::Notify::new(),
             proposer,
             producer_limits: settings.producers,
+            verifying: Default::default(),
         });
         rill_rt::spawn(housekeeping(Arc::downgrade(&partition), settings.purge_every, settings.compaction));
         partition

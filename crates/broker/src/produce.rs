@@ -24,6 +24,7 @@ use crate::idempotence::{BatchId, Committed, Decision, Gate};
 use crate::partition::{Acks, Partition, ProduceOutcome};
 use crate::producers::MarkerRefusal;
 use crate::propose::{Landed, Lateness, Share};
+use crate::verifying::Turn;
 
 /// How long an idempotent batch that arrived ahead of its predecessor waits for it.
 const REORDER_WAIT: Duration = Duration::from_millis(200);
@@ -44,7 +45,7 @@ pub struct OwedMarker {
 /// What a transactional batch's verification established, checked again under the gate
 /// (`Partition::guard_transactional`).
 #[derive(Debug, Clone, Copy)]
-struct MarkerGuard {
+pub(crate) struct MarkerGuard {
     /// The producer's last marker here when the verification began: its offset and the
     /// transaction it named.
     before: (i64, u64),
@@ -280,18 +281,76 @@ impl Partition {
             return Err(PartitionError::CatchingUp);
         }
         let (pid, epoch) = (info.producer_id, info.producer_epoch);
+        let (guard, attempts) = loop {
+            if let Some(guard) = self.continues_open_transaction(pid, epoch) {
+                break (guard, 0);
+            }
+            // The batches of this producer epoch that arrive while one asks take its answer
+            // (`crate::verifying`).
+            match self.verifying.join(term, pid, epoch, deadline).await {
+                Turn::Answered(Some(shared)) => break (shared, 0),
+                Turn::Answered(None) if rill_rt::now() >= deadline => {
+                    return Err(PartitionError::Timeout {
+                        waited_ms: elapsed_ms(started),
+                        what: "the transaction coordinator to verify the partition",
+                    })
+                }
+                // The asker failed: ask again (this batch, or one that got in first).
+                Turn::Answered(None) => continue,
+                Turn::Ask(asking) => {
+                    let asked = self.verify_transactional(pid, epoch, &mut verify, deadline, started).await?;
+                    asking.answer(asked.0);
+                    break asked;
+                }
+            }
+        };
+        let owed_marker = guard.owed.is_some();
+        let guard = Some(guard);
+        let verified = rill_rt::now();
+        let append_time_ms = rill_rt::wall_clock_ms();
+        let (base, landed) =
+            self.produce_idempotent(batch, &info, append_time_ms, term, deadline, started, guard).await?;
+        if let Some((index, entry_term)) = landed {
+            self.wait_for_isr(index, entry_term, config.min_insync_replicas, deadline, started).await?;
+        }
+        // Where a transaction's time goes (docs/benchmarks.md, "Transactions").
+        tracing::debug!(
+            topic = self.replica.topic(),
+            partition = self.replica.partition(),
+            producer_id = pid,
+            verify_ms = (verified - started).as_secs_f64() * 1e3,
+            verify_attempts = attempts,
+            owed_marker = owed_marker,
+            append_ms = verified.elapsed().as_secs_f64() * 1e3,
+            "transactional batch stored"
+        );
+        Ok(ProduceOutcome { base_offset: Some(base), append_time_ms })
+    }
+
+    /// Asks the transaction coordinator, through `verify`, whether this partition is in the
+    /// ongoing transaction of producer `pid` at `epoch` (unless that transaction is open here
+    /// already), again while markers of the producer keep landing meanwhile (up to
+    /// [`VERIFY_ATTEMPTS`] times): what the batch's gate check then holds it to, and how many
+    /// times it asked.
+    async fn verify_transactional<V, F>(
+        &self,
+        pid: i64,
+        epoch: i16,
+        verify: &mut F,
+        deadline: Instant,
+        started: Instant,
+    ) -> Result<(MarkerGuard, usize)>
+    where
+        F: FnMut() -> V,
+        V: std::future::Future<Output = Result<Verified>>,
+    {
         let last_marker = || self.last_marker_and_name(pid);
         let mut attempts = 0;
         let guard = loop {
-            // Every transactional batch is let through only if no marker of its producer
-            // arrived since this point (the guard): one that continues an open transaction as
-            // much as one that begins it, since a marker may close that transaction meanwhile.
-            // (A copy of a marker already applied here decides nothing and does not count.)
-            let before = last_marker();
-            let open_here = self.transactions.lock().unwrap_or_else(|p| p.into_inner()).open(pid).map(|t| t.epoch);
-            if open_here == Some(epoch) {
-                break MarkerGuard { before, transaction: 0, owed: None };
+            if let Some(guard) = self.continues_open_transaction(pid, epoch) {
+                break guard;
             }
+            let before = last_marker();
             let verified = rill_rt::timeout_at(deadline, verify()).await.map_err(|_| PartitionError::Timeout {
                 waited_ms: elapsed_ms(started),
                 what: "the transaction coordinator to verify the partition",
@@ -325,27 +384,19 @@ impl Partition {
                 break MarkerGuard { before, transaction, owed: None };
             }
         };
-        let owed_marker = guard.owed.is_some();
-        let guard = Some(guard);
-        let verified = rill_rt::now();
-        let append_time_ms = rill_rt::wall_clock_ms();
-        let (base, landed) =
-            self.produce_idempotent(batch, &info, append_time_ms, term, deadline, started, guard).await?;
-        if let Some((index, entry_term)) = landed {
-            self.wait_for_isr(index, entry_term, config.min_insync_replicas, deadline, started).await?;
-        }
-        // Where a transaction's time goes (docs/benchmarks.md, "Transactions").
-        tracing::debug!(
-            topic = self.replica.topic(),
-            partition = self.replica.partition(),
-            producer_id = pid,
-            verify_ms = (verified - started).as_secs_f64() * 1e3,
-            verify_attempts = attempts,
-            owed_marker = owed_marker,
-            append_ms = verified.elapsed().as_secs_f64() * 1e3,
-            "transactional batch stored"
-        );
-        Ok(ProduceOutcome { base_offset: Some(base), append_time_ms })
+        Ok((guard, attempts))
+    }
+
+    /// The guard of a batch of producer `pid` at `epoch` whose transaction is open here already
+    /// (no verification needed), `None` otherwise. Every transactional batch is let through
+    /// only if no marker of its producer arrived since its guard was taken: one that continues
+    /// an open transaction as much as one that begins it, since a marker may close that
+    /// transaction meanwhile. (A copy of a marker already applied here decides nothing and does
+    /// not count.)
+    fn continues_open_transaction(&self, pid: i64, epoch: i16) -> Option<MarkerGuard> {
+        let before = self.last_marker_and_name(pid);
+        let open_here = self.transactions.lock().unwrap_or_else(|p| p.into_inner()).open(pid).map(|t| t.epoch);
+        (open_here == Some(epoch)).then_some(MarkerGuard { before, transaction: 0, owed: None })
     }
 
     /// How `marker`, for producer `pid` at `epoch`, relates to what is applied here
@@ -609,7 +660,9 @@ impl Partition {
             return Err(retry("a transaction marker arrived while the partition was being verified"));
         }
         if let Some(owed) = guard.owed {
-            if *owed_written {
+            // Proposed already, by this batch or another of its transaction (they share one
+            // verification): one copy ahead of them is enough.
+            if *owed_written || gate.marker_pending(pid, owed.marker.transaction) {
                 return Ok(());
             }
             match self.marker_check(pid, owed.producer_epoch, &owed.marker) {
