@@ -382,15 +382,24 @@ pub fn prepare(
 }
 
 /// On the group's coordinator, after [`prepare`] and the verification that named the
-/// transaction (`transaction_start`): proposes the pending offsets; returns once they are
-/// replicated.
+/// transaction (`transaction_start`) and the marker the group is still `owed` by the producer's
+/// decided transaction, if any: writes that marker ([`write_owed_marker`]), then proposes the
+/// pending offsets; returns once they are replicated. Every transactional offset commit comes
+/// through here, whatever listener it arrived on.
 pub async fn commit(
     partition: &StatePartition<OffsetsMachine>,
     prepared: Prepared,
-    transaction_start: u64,
+    (transaction_start, owed): (u64, Option<TxnMarker>),
     committer: Committer<'_>,
     timeout: Duration,
 ) -> Result<()> {
+    // The decided transaction's marker first, where it has not arrived yet: its offsets, still
+    // pending here, would otherwise be dropped as orphaned by these. (The
+    // group-offsets-before-marker mutation, simulation only, skips it.)
+    let skip = rill_rt::mutation::active(rill_rt::mutation::Mutation::GroupOffsetsBeforeMarker);
+    if let Some(owed) = owed.filter(|_| !skip) {
+        write_owed_marker(partition, owed, timeout).await?;
+    }
     let group = prepared.commit.group_id.clone();
     let touched: Vec<(String, u32)> = prepared.commit.offsets.iter().map(|o| (o.topic.clone(), o.partition)).collect();
     let producer_id = prepared.producer.0;
@@ -454,7 +463,7 @@ pub async fn write_marker(
 /// when a marker of that transaction or a later one is here already; a newer coordinator's
 /// marker here (this one refused as fenced) is left to decide, and the offsets that follow are
 /// checked against it.
-pub async fn write_owed_marker(
+async fn write_owed_marker(
     partition: &StatePartition<OffsetsMachine>,
     marker: TxnMarker,
     timeout: Duration,

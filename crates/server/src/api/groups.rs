@@ -505,16 +505,8 @@ impl Groups for GroupsApi {
             let verified =
                 crate::txn_verify::verify_group(&self.node, &req.transactional_id, producer, &req.group_id, add)
                     .await?;
-            // The producer's decided transaction's marker first, where it has not arrived yet:
-            // its offsets, still pending here, would otherwise be dropped as orphaned by these.
-            let before_marker = rill_rt::mutation::Mutation::GroupOffsetsBeforeMarker;
-            let owed = verified.owed.filter(|_| !rill_rt::mutation::active(before_marker));
-            if let Some(owed) = owed {
-                txn_offsets::write_owed_marker(&coordinator, owed, COMMIT_TIMEOUT)
-                    .await
-                    .map_err(|e| errors::coordinator(&e))?;
-            }
-            txn_offsets::commit(&coordinator, prepared, verified.transaction, committer, COMMIT_TIMEOUT)
+            let verified = (verified.transaction, verified.owed);
+            txn_offsets::commit(&coordinator, prepared, verified, committer, COMMIT_TIMEOUT)
                 .await
                 .map_err(|e| errors::coordinator(&e))?;
             Ok(topics)
