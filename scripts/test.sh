@@ -61,7 +61,7 @@ for m in ack-before-sync read-above-hw skip-truncate no-dedupe empty-state-snaps
   [ "$m" = no-epoch-bump ] && scenario=transactions
   [ "$m" = lso-off-by-one ] && scenario=transactions
   [ "$m" = batch-before-marker ] && scenario=transactions
-  [ "$m" = group-offsets-before-marker ] && scenario=exactly_once
+  [ "$m" = group-offsets-before-marker ] && scenario=a_groups_owed_marker_comes_before_the_next_transactions_offsets
   [ "$m" = txn-offsets-on-abort ] && scenario=exactly_once
   [ "$m" = expire-open-transactions ] && scenario=transactions
   [ "$m" = evict-active-producers ] && scenario=producer_churn

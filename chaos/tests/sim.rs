@@ -8,6 +8,7 @@
 //! `state_partition_purges_and_installs_snapshots`,
 //! `a_deposed_offsets_coordinator_never_answers_a_stale_offset`,
 //! `a_late_copy_of_a_marker_never_decides_the_next_transaction`,
+//! `a_groups_owed_marker_comes_before_the_next_transactions_offsets`,
 //! `record_partition_installs_a_snapshot_with_its_records`,
 //! `a_long_snapshot_transfer_keeps_its_leader`,
 //! `a_leader_dying_with_its_last_entry_on_one_follower_is_replaced_by_that_follower`,
@@ -894,6 +895,92 @@ async fn a_late_copy_of_a_marker_never_decides_the_next_transaction() {
     println!("trace-hash: {:016x} events={}", trace.hash(), trace.len());
 }
 
+/// Scripted: a group's coordinator writes the marker the group is still owed by a producer's
+/// decided transaction before that producer's next transaction's offsets (transactions v2, where
+/// the next transaction may begin while the decided one's markers are still being written).
+/// Transaction 1 commits offset 10 of `owed`/0 for group `g` (pending in g's partition); its
+/// marker has not reached the group when transaction 2's offsets arrive (offset 20), carrying
+/// the verification's answer that the group is owed transaction 1's commit marker. That marker
+/// must be written first: offset 10 is then committed and 20 pending — without it, transaction
+/// 1's pending offsets would be dropped as orphaned by transaction 2's, and a consumer that takes
+/// over before transaction 2 ends would read its input again from the last offset before 10.
+/// Both commits go through `txn_offsets::commit` on the group's coordinator, as `TxnCommitOffsets`
+/// does after its verification (the transaction coordinator's own marker is the part held back,
+/// which no link cut can hold back alone: the verification travels the same way). Caught
+/// mutation: `group-offsets-before-marker`.
+#[madsim::test]
+async fn a_groups_owed_marker_comes_before_the_next_transactions_offsets() {
+    use rill_coordinator::offsets::{Committer, OffsetCommit};
+    use rill_coordinator::txn_offsets::{self, TxnMarker};
+    let trace = begin_scripted();
+    let (cluster, client) = cluster_with_topic("owed", 1, &[], &[rill_meta::CONSUMER_OFFSETS_TOPIC]).await;
+    let (_, group) = cluster
+        .node(1)
+        .and_then(|n| n.coordinator_partition(rill_meta::PartitionKind::ConsumerOffsets, "g"))
+        .expect("g has a coordinator partition");
+    let (leader, offsets) = wait_until("the leader of g's coordinator partition", || {
+        let found = cluster.ids().into_iter().find_map(|id| match cluster.node(id)?.replica(group)? {
+            Hosted::Offsets(p) if p.state().is_leader => Some((id, p)),
+            _ => None,
+        });
+        async move { found }
+    })
+    .await;
+    let topic_id = cluster.node(leader).and_then(|n| n.topic("owed")).expect("the topic's metadata").topic_id;
+    // A producer id no allocation reaches in this run, and the names of its two transactions.
+    let (pid, first, second) = (1 << 40, 3, 5);
+    let commit = |offset: i64, epoch: i16, transaction: u64, owed: Option<TxnMarker>| {
+        let p = offsets.clone();
+        async move {
+            let offsets =
+                [OffsetCommit { topic: "owed".into(), topic_id, partition: 0, offset, metadata: String::new() }];
+            let prepared = txn_offsets::prepare(&p, "g", Committer::Standalone, ("owed-txn", (pid, epoch)), &offsets)?;
+            txn_offsets::commit(&p, prepared, (transaction, owed), Committer::Standalone, Duration::from_secs(5)).await
+        }
+    };
+    let answered = cluster.on_node(leader, commit(10, 0, first, None)).await;
+    assert!(answered.is_ok(), "transaction 1's offsets are pending: {answered:?}");
+    let tp = rill_client::TopicPartition::new("owed", 0);
+    let c = client.clone();
+    let t = tp.clone();
+    let before = cluster.on_client(async move { fetched_offset(&c, &t, Duration::from_secs(5)).await }).await;
+    assert_eq!(before, None, "transaction 1's offset stays pending until its marker");
+
+    // Transaction 1 was committed (v2: its marker carries epoch 1, transaction 2's); its marker
+    // has not reached the group yet when transaction 2's offsets do.
+    let owed =
+        TxnMarker { producer_id: pid, producer_epoch: 1, coordinator_epoch: 1, commit: true, transaction_start: first };
+    let answered = cluster.on_node(leader, commit(20, 1, second, Some(owed))).await;
+    trace.record(format!("transaction 2's offsets answered {answered:?}"));
+    assert!(answered.is_ok(), "transaction 2's offsets are pending: {answered:?}");
+    let c = client.clone();
+    let t = tp.clone();
+    let between = cluster.on_client(async move { fetched_offset(&c, &t, Duration::from_secs(5)).await }).await;
+    trace.record(format!("between the transactions: {between:?}"));
+    assert_eq!(
+        between,
+        Some(10),
+        "transaction 1's committed offset was lost: its pending offsets were dropped as orphaned by transaction 2's, its owed marker not written first"
+    );
+
+    let p = offsets.clone();
+    let end = TxnMarker {
+        producer_id: pid,
+        producer_epoch: 2,
+        coordinator_epoch: 1,
+        commit: true,
+        transaction_start: second,
+    };
+    let ended =
+        cluster.on_node(leader, async move { txn_offsets::write_marker(&p, end, Duration::from_secs(5)).await }).await;
+    assert!(ended.is_ok(), "transaction 2's marker: {ended:?}");
+    let c = client.clone();
+    let after = cluster.on_client(async move { fetched_offset(&c, &tp, Duration::from_secs(5)).await }).await;
+    trace.record(format!("after transaction 2: {after:?}"));
+    assert_eq!(after, Some(20), "transaction 2's marker commits its offset");
+    println!("trace-hash: {:016x} events={}", trace.hash(), trace.len());
+}
+
 /// A record partition purges its log below its log start offset, and a follower that was down
 /// while the leader purged past its log catches up from a snapshot that carries the retained
 /// records: afterwards it holds exactly the leader's entries from the log start on (index,
@@ -1583,6 +1670,7 @@ async fn list_scenarios() {
     println!("state_partition_purges_and_installs_snapshots\tscripted: a coordinator partition purges behind snapshots; a follower catches up by one (default)");
     println!("a_deposed_offsets_coordinator_never_answers_a_stale_offset\tscripted: group g's coordinator is cut off from the other nodes and a newer offset is committed through its successor; asked directly, the deposed one never answers the old offset (default)");
     println!("a_late_copy_of_a_marker_never_decides_the_next_transaction\tscripted: a copy of a committed transaction's marker reaches its partition while the producer's next transaction is open there (same producer and coordinator epochs); it decides nothing, and after that transaction's abort read_committed shows the first one's record only (default)");
+    println!("a_groups_owed_marker_comes_before_the_next_transactions_offsets\tscripted: a producer's next transaction's offsets reach its group's partition before the decided transaction's marker; the group's coordinator writes that owed marker first, so the decided offset is committed, not dropped as orphaned (default)");
     println!("record_partition_installs_a_snapshot_with_its_records\tscripted: a record partition purges below its log start; a follower catches up by a snapshot carrying the retained records (default)");
     println!("a_long_snapshot_transfer_keeps_its_leader\tscripted: a follower catches up by a snapshot transfer longer than the leader lease; the leader keeps its term (default)");
     println!("a_leader_dying_with_its_last_entry_on_one_follower_is_replaced_by_that_follower\tscripted: the leader dies with its last entry on the follower that is not its designated successor; that follower stands above the refused candidate and leads before openraft's own timer (default)");
