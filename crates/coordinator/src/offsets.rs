@@ -409,6 +409,13 @@ impl GroupStateMachine for OffsetsMachine {
                 self.state.apply(c);
             }
             Ok(Some(pb::offsets_command::Command::TxnCommit(c))) => {
+                // The decided transaction's marker the group is still owed, first (a refused one
+                // — a newer coordinator's marker is here — decides nothing).
+                if let Some(owed) = &c.owed_marker {
+                    if let Ok(commits) = txn_offsets::apply_marker(&mut self.state.txn, owed) {
+                        commits.into_iter().for_each(|c| self.state.apply(c));
+                    }
+                }
                 let may = c.commit.as_ref().is_some_and(|commit| self.may_commit(commit, c.classic));
                 if !txn_offsets::apply_commit(&mut self.state.txn, c, may) {
                     return Bytes::from_static(REFUSED);
@@ -847,6 +854,7 @@ mod tests {
             producer_id: 7,
             producer_epoch: 0,
             transaction_start,
+            owed_marker: None,
         }))
     }
 
@@ -1034,6 +1042,36 @@ mod tests {
         assert_eq!(back.classic_groups(), m.classic_groups());
         assert_eq!(back.classic_groups().get("g").map(|g| (g.version, g.generation)), Some((1, 3)));
         assert_eq!(back.state(), m.state());
+    }
+
+    #[test]
+    fn an_owed_marker_in_a_commit_ends_the_decided_transaction_first() {
+        let id = |index| LogId { index, ..LogId::default() };
+        let mut m = OffsetsMachine::new();
+        // Transaction 8's offsets, pending; transaction 10's arrive with transaction 8's commit
+        // marker, still owed: 8's are committed first, 10's pending.
+        let commit_of = |offset: i64, start: u64, owed: Option<u64>| {
+            let mut p = txn_commit_of("", -1, false, offset, start);
+            let mut cmd = pb::OffsetsCommand::decode(p.body.clone()).unwrap();
+            if let Some(pb::offsets_command::Command::TxnCommit(t)) = &mut cmd.command {
+                t.owed_marker = owed.map(|transaction_start| pb::TxnOffsetsMarker {
+                    producer_id: 7,
+                    coordinator_epoch: 3,
+                    commit: true,
+                    transaction_start,
+                    ..Default::default()
+                });
+            }
+            p.body = cmd.encode_to_vec().into();
+            p
+        };
+        assert!(m.apply(&id(9), 0, &commit_of(50, 8, None)).is_empty());
+        assert!(m.apply(&id(10), 0, &commit_of(60, 10, Some(8))).is_empty());
+        assert_eq!(m.state().committed("g", "a", 0).map(|c| c.offset), Some(50), "8's, by its owed marker");
+        assert!(m.state().txn().is_pending("g", "a", 0), "10's");
+        // Without it, 8's would have been dropped as orphaned: 12's offsets find 10's pending.
+        assert!(m.apply(&id(11), 0, &commit_of(70, 12, None)).is_empty());
+        assert_eq!(m.state().committed("g", "a", 0).map(|c| c.offset), Some(50), "10's were dropped");
     }
 
     #[test]

@@ -4,8 +4,8 @@
 //! ```text
 //!  AddOffsetsToTxn(group) ─► txn coordinator records the group in the transaction
 //!  TxnCommitOffsets ─► group coordinator: member/epoch checked, the group verified in the
-//!                      producer's ongoing transaction (v2: and the decided transaction's owed
-//!                      marker written first, `write_owed_marker`) ─► pending (FetchOffsets
+//!                      producer's ongoing transaction (v2: the decided transaction's owed
+//!                      marker applied first, in the same command) ─► pending (FetchOffsets
 //!                      shows the old offset; with require_stable: UNSTABLE_OFFSET_COMMIT)
 //!  EndTxn ─► marker into the group's partition ─► commit: pending become committed
 //!                                              └► abort: pending dropped
@@ -394,12 +394,13 @@ pub async fn commit(
     timeout: Duration,
 ) -> Result<()> {
     // The decided transaction's marker first, where it has not arrived yet: its offsets, still
-    // pending here, would otherwise be dropped as orphaned by these. (The
-    // group-offsets-before-marker mutation, simulation only, skips it.)
+    // pending here, would otherwise be dropped as orphaned by these. It rides in the same
+    // command. (The group-offsets-before-marker mutation, simulation only, leaves it out.)
     let skip = rill_rt::mutation::active(rill_rt::mutation::Mutation::GroupOffsetsBeforeMarker);
-    if let Some(owed) = owed.filter(|_| !skip) {
-        write_owed_marker(partition, owed, timeout).await?;
-    }
+    let owed_marker = match owed.filter(|_| !skip) {
+        Some(owed) => owed_marker(partition, owed)?,
+        None => None,
+    };
     let group = prepared.commit.group_id.clone();
     let touched: Vec<(String, u32)> = prepared.commit.offsets.iter().map(|o| (o.topic.clone(), o.partition)).collect();
     let producer_id = prepared.producer.0;
@@ -411,6 +412,7 @@ pub async fn commit(
             producer_id,
             producer_epoch: i32::from(prepared.producer.1),
             transaction_start,
+            owed_marker,
         })),
     };
     let answer = partition.propose(command.encode_to_vec().into(), timeout).await?;
@@ -435,16 +437,7 @@ pub async fn write_marker(
     marker: TxnMarker,
     timeout: Duration,
 ) -> Result<()> {
-    let command = pb::OffsetsCommand {
-        command: Some(pb::offsets_command::Command::TxnMarker(pb::TxnOffsetsMarker {
-            producer_id: marker.producer_id,
-            producer_epoch: i32::from(marker.producer_epoch),
-            coordinator_epoch: marker.coordinator_epoch,
-            commit: marker.commit,
-            transaction_start: marker.transaction_start,
-            written_ms: rill_rt::wall_clock_ms(),
-        })),
-    };
+    let command = pb::OffsetsCommand { command: Some(pb::offsets_command::Command::TxnMarker(marker_command(marker))) };
     let answer: Bytes = partition.propose(command.encode_to_vec().into(), timeout).await?;
     if answer.as_ref() == offsets::REFUSED {
         return Err(CoordinatorError::TransactionCoordinatorFenced {
@@ -455,27 +448,28 @@ pub async fn write_marker(
     Ok(())
 }
 
-/// On the group's coordinator, before a transaction's offsets: writes the marker the
-/// transaction coordinator said the group is still owed by the producer's decided transaction
-/// (v2: the next transaction began while the decided one's markers were being written). The
+/// The command of `marker`, written now.
+fn marker_command(marker: TxnMarker) -> pb::TxnOffsetsMarker {
+    pb::TxnOffsetsMarker {
+        producer_id: marker.producer_id,
+        producer_epoch: i32::from(marker.producer_epoch),
+        coordinator_epoch: marker.coordinator_epoch,
+        commit: marker.commit,
+        transaction_start: marker.transaction_start,
+        written_ms: rill_rt::wall_clock_ms(),
+    }
+}
+
+/// The marker the transaction coordinator said the group is still owed by the producer's
+/// decided transaction (v2: the next transaction began while the decided one's markers were
+/// being written), to apply ahead of the next transaction's offsets in the same command: the
 /// decided transaction's offsets, if still pending here, are then ended by their own marker
-/// instead of being dropped as orphaned when the next transaction's arrive. Nothing is written
-/// when a marker of that transaction or a later one is here already; a newer coordinator's
-/// marker here (this one refused as fenced) is left to decide, and the offsets that follow are
-/// checked against it.
-async fn write_owed_marker(
-    partition: &StatePartition<OffsetsMachine>,
-    marker: TxnMarker,
-    timeout: Duration,
-) -> Result<()> {
+/// instead of being dropped as orphaned by the next ones. `None` when a marker of that
+/// transaction or a later one is here already. (A newer coordinator's marker here makes the
+/// apply skip it, and the offsets that follow are checked against that one.)
+fn owed_marker(partition: &StatePartition<OffsetsMachine>, marker: TxnMarker) -> Result<Option<pb::TxnOffsetsMarker>> {
     let ended = partition.read(|m| m.state().txn().ended(marker.producer_id))?;
-    if ended >= marker.transaction_start {
-        return Ok(());
-    }
-    match write_marker(partition, marker, timeout).await {
-        Ok(()) | Err(CoordinatorError::TransactionCoordinatorFenced { .. }) => Ok(()),
-        Err(e) => Err(e),
-    }
+    Ok((ended < marker.transaction_start).then(|| marker_command(marker)))
 }
 
 #[cfg(test)]
@@ -593,6 +587,7 @@ mod tests {
             producer_id: pid,
             producer_epoch: 1,
             transaction_start: start,
+            owed_marker: None,
         };
         apply_marker(&mut t, &marker(1, 4, 1_000)).unwrap();
         apply_marker(&mut t, &marker(2, 4, 1_000)).unwrap();
@@ -639,6 +634,7 @@ mod tests {
             producer_id: 9,
             producer_epoch: 1,
             transaction_start: start,
+            owed_marker: None,
         };
         assert!(!apply_commit(&mut t, c(4), false), "the committer may not commit");
         assert!(apply_commit(&mut t, c(4), true));
