@@ -57,6 +57,32 @@ pub struct CtpRow {
     pub commits_per_sec: f64,
     /// Transactions that failed and were aborted and redone, over every round.
     pub aborted: u64,
+    /// Where a poll's time goes, median over every round: the writing — every output
+    /// acknowledged (send + synchronous commit), or the outputs sent and
+    /// `send_offsets_to_transaction` answered (transaction per poll)…
+    pub p50_write_ms: f64,
+    /// …then the commit — `Consumer::commit`, or `commit_transaction` (the rest of the outputs
+    /// acknowledged, then `EndTxn`).
+    pub p50_commit_ms: f64,
+}
+
+/// A poll's two parts (see [`CtpRow::p50_write_ms`]), in milliseconds.
+#[derive(Debug, Default)]
+struct Split {
+    write_ms: Vec<f64>,
+    commit_ms: Vec<f64>,
+}
+
+impl Split {
+    fn record(&mut self, started: Instant, written: Instant) {
+        self.write_ms.push(written.duration_since(started).as_secs_f64() * 1e3);
+        self.commit_ms.push(written.elapsed().as_secs_f64() * 1e3);
+    }
+}
+
+fn p50(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values.get(values.len() / 2).copied().unwrap_or(0.0)
 }
 
 /// Fills the input topic with `INPUT_RECORDS` records of `record_bytes`.
@@ -92,6 +118,7 @@ pub(super) async fn consume_transform_produce(
     let modes = [Mode::SendThenCommit, Mode::Transaction];
     let mut rates: Vec<Vec<(f64, f64)>> = vec![Vec::new(); modes.len()];
     let mut aborted = [0u64; 2];
+    let mut splits = [Split::default(), Split::default()];
     for r in 0..rounds.max(1) {
         // Alternating which goes first, so neither always reads an input the other just warmed.
         let order: Vec<usize> = if r % 2 == 0 { vec![0, 1] } else { vec![1, 0] };
@@ -103,7 +130,7 @@ pub(super) async fn consume_transform_produce(
                 rounds.max(1),
                 mode.name()
             );
-            let (msgs, commits, aborts) = run(client, *mode, round, r).await?;
+            let (msgs, commits, aborts) = run(client, *mode, round, r, &mut splits[i]).await?;
             rates[i].push((msgs, commits));
             aborted[i] += aborts;
         }
@@ -113,7 +140,8 @@ pub(super) async fn consume_transform_produce(
         .iter()
         .zip(&rates)
         .zip(aborted)
-        .map(|((mode, r), aborted)| {
+        .zip(splits.iter_mut())
+        .map(|(((mode, r), aborted), split)| {
             let (msgs, commits) = super::median(r);
             CtpRow {
                 mode: mode.name().to_string(),
@@ -122,6 +150,8 @@ pub(super) async fn consume_transform_produce(
                 ratio_to_send_then_commit: msgs / base,
                 commits_per_sec: commits,
                 aborted,
+                p50_write_ms: p50(&mut split.write_ms),
+                p50_commit_ms: p50(&mut split.commit_ms),
             }
         })
         .collect())
@@ -138,7 +168,13 @@ fn transform(input: &ConsumerRecord) -> Record {
 /// One mode for one round: (input records processed per second, commits per second, aborted
 /// transactions). The clock starts at the first records polled, so joining the group is not
 /// counted.
-async fn run(client: &Client, mode: Mode, round: Duration, r: u32) -> anyhow::Result<(f64, f64, u64)> {
+async fn run(
+    client: &Client,
+    mode: Mode,
+    round: Duration,
+    r: u32,
+    split: &mut Split,
+) -> anyhow::Result<(f64, f64, u64)> {
     let group = format!("ctp-{}-{r}", if mode == Mode::Transaction { "txn" } else { "sync" });
     let config = ConsumerConfig {
         group_id: Some(group.clone()),
@@ -168,6 +204,7 @@ async fn run(client: &Client, mode: Mode, round: Duration, r: u32) -> anyhow::Re
             continue;
         }
         start.get_or_insert_with(Instant::now);
+        let started = Instant::now();
         if let Some(producer) = &plain {
             let mut deliveries = Vec::with_capacity(records.len());
             for input in &records {
@@ -176,10 +213,12 @@ async fn run(client: &Client, mode: Mode, round: Duration, r: u32) -> anyhow::Re
             for d in deliveries {
                 d.await.context("an output send failed")?;
             }
+            let written = Instant::now();
             consumer.commit().await.context("the offset commit failed")?;
+            split.record(started, written);
         } else if let Some(producer) = &transactional {
             match transact(producer, &consumer, &records).await {
-                Ok(()) => {}
+                Ok(written) => split.record(started, written),
                 Err(e) if e.transaction_kind() != TransactionErrorKind::Fatal => {
                     eprintln!("transactions: consume-transform-produce: a transaction failed and is redone: {e}");
                     producer.abort_transaction().await?;
@@ -204,16 +243,19 @@ async fn run(client: &Client, mode: Mode, round: Duration, r: u32) -> anyhow::Re
     Ok((processed as f64 / seconds, commits as f64 / seconds, aborts))
 }
 
-/// One poll's records as one transaction, its offsets included.
+/// One poll's records as one transaction, its offsets included; when the offsets were
+/// answered (the commit took the rest).
 async fn transact(
     producer: &TransactionalProducer,
     consumer: &Consumer,
     records: &[ConsumerRecord],
-) -> rill_client::Result<()> {
+) -> rill_client::Result<Instant> {
     producer.begin_transaction()?;
     for input in records {
         producer.send(OUTPUT, transform(input)).await?;
     }
     producer.send_offsets_to_transaction(&consumer.positions_to_commit(), &consumer.group_metadata()?).await?;
-    producer.commit_transaction().await
+    let written = Instant::now();
+    producer.commit_transaction().await?;
+    Ok(written)
 }

@@ -319,8 +319,14 @@ pub fn summary(r: &TransactionsResult) -> String {
     }
     for c in &r.consume_transform_produce {
         out.push_str(&format!(
-            "  consume-transform-produce, {:<26} {:>8.0} msg/s  ({:.2} of send + commit; {:.1} commits/s; {} aborted)\n",
-            c.mode, c.median_msgs_per_sec, c.ratio_to_send_then_commit, c.commits_per_sec, c.aborted
+            "  consume-transform-produce, {:<26} {:>8.0} msg/s  ({:.2} of send + commit; {:.1} commits/s; {} aborted; p50 {:.1} ms writing, {:.1} ms committing)\n",
+            c.mode,
+            c.median_msgs_per_sec,
+            c.ratio_to_send_then_commit,
+            c.commits_per_sec,
+            c.aborted,
+            c.p50_write_ms,
+            c.p50_commit_ms
         ));
     }
     out
