@@ -197,6 +197,7 @@ fn txn_commit_offsets(req: groups::TxnCommitOffsetsRequest) {
         producer_id: req.producer_id,
         producer_epoch: req.producer_epoch,
         transaction_start: 1,
+        owed_marker: None,
     };
     apply(&mut m, 1, cpb::offsets_command::Command::TxnCommit(pending));
     for (topic, partition) in &expected {
