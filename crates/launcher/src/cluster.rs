@@ -387,11 +387,39 @@ fn ports_for(ports: Ports, id: u64) -> anyhow::Result<(u16, u16)> {
             };
             Ok((port(0)?, port(INTERNAL_PORT_OFFSET)?))
         }
-        Ports::Free => {
-            // Both bound at once, so the OS hands out two different ports.
-            let a = std::net::TcpListener::bind("127.0.0.1:0").context("cannot bind an ephemeral port")?;
-            let b = std::net::TcpListener::bind("127.0.0.1:0").context("cannot bind an ephemeral port")?;
-            Ok((a.local_addr()?.port(), b.local_addr()?.port()))
+        Ports::Free => Ok((free_port()?, free_port()?)),
+    }
+}
+
+/// A port the OS reports free that this process has not handed out before. A port is probed,
+/// released, and bound by the node's process only later: without the record, the OS could hand
+/// the same port to the next node of the cluster, or to a cluster of a test running alongside,
+/// in the meantime, and one of the two nodes would fail to start ("address already in use").
+fn free_port() -> anyhow::Result<u16> {
+    static HANDED_OUT: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    // Probes stay bound while the search goes on, so that the OS offers others.
+    let mut probes = Vec::new();
+    for _ in 0..64 {
+        let probe = std::net::TcpListener::bind("127.0.0.1:0").context("cannot bind an ephemeral port")?;
+        let port = probe.local_addr()?.port();
+        if HANDED_OUT.lock().unwrap_or_else(|p| p.into_inner()).insert(port) {
+            return Ok(port);
         }
+        probes.push(probe);
+    }
+    anyhow::bail!("no free port this process has not handed out already")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn free_ports_are_never_handed_out_twice() -> anyhow::Result<()> {
+        let ports = (0..200).map(|_| free_port()).collect::<anyhow::Result<Vec<u16>>>()?;
+        let distinct: std::collections::BTreeSet<u16> = ports.iter().copied().collect();
+        assert_eq!(distinct.len(), ports.len());
+        Ok(())
     }
 }
