@@ -14,6 +14,8 @@ use rill_client::{
 };
 use serde::Serialize;
 
+use crate::stats::Latencies;
+
 /// The input topic (pre-filled) and the output topic.
 pub(super) const INPUT: &str = "ctp-in";
 pub(super) const OUTPUT: &str = "ctp-out";
@@ -66,23 +68,19 @@ pub struct CtpRow {
     pub p50_commit_ms: f64,
 }
 
-/// A poll's two parts (see [`CtpRow::p50_write_ms`]), in milliseconds.
-#[derive(Debug, Default)]
+/// A poll's two parts (see [`CtpRow::p50_write_ms`]).
+#[derive(Default)]
 struct Split {
-    write_ms: Vec<f64>,
-    commit_ms: Vec<f64>,
+    write: Latencies,
+    commit: Latencies,
 }
 
 impl Split {
     fn record(&mut self, started: Instant, written: Instant) {
-        self.write_ms.push(written.duration_since(started).as_secs_f64() * 1e3);
-        self.commit_ms.push(written.elapsed().as_secs_f64() * 1e3);
+        let us = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
+        self.write.record_us(us(written.duration_since(started)));
+        self.commit.record_us(us(written.elapsed()));
     }
-}
-
-fn p50(values: &mut [f64]) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values.get(values.len() / 2).copied().unwrap_or(0.0)
 }
 
 /// Fills the input topic with `INPUT_RECORDS` records of `record_bytes`.
@@ -140,7 +138,7 @@ pub(super) async fn consume_transform_produce(
         .iter()
         .zip(&rates)
         .zip(aborted)
-        .zip(splits.iter_mut())
+        .zip(&splits)
         .map(|(((mode, r), aborted), split)| {
             let (msgs, commits) = super::median(r);
             CtpRow {
@@ -150,8 +148,8 @@ pub(super) async fn consume_transform_produce(
                 ratio_to_send_then_commit: msgs / base,
                 commits_per_sec: commits,
                 aborted,
-                p50_write_ms: p50(&mut split.write_ms),
-                p50_commit_ms: p50(&mut split.commit_ms),
+                p50_write_ms: split.write.quantile_ms(0.5),
+                p50_commit_ms: split.commit.quantile_ms(0.5),
             }
         })
         .collect())
