@@ -1,4 +1,4 @@
-//! [`Verifying`]: one verification at a time per producer epoch and leader term, shared by
+//! `Verifying`: one verification at a time per producer epoch and leader term, shared by
 //! the transactional batches that arrive while it is under way.
 //!
 //! A producer sends up to five batches to a partition before the first is acknowledged, so the
@@ -37,8 +37,6 @@ impl<T> Default for Verifying<T> {
 
 #[derive(Debug)]
 struct Asker<T> {
-    /// Which registration this is (an entry is removed only by its own asker).
-    id: u64,
     answer: watch::Receiver<Option<T>>,
 }
 
@@ -54,7 +52,6 @@ pub(crate) enum Turn<'a, T> {
 pub(crate) struct Asking<'a, T> {
     verifying: &'a Verifying<T>,
     key: Key,
-    id: u64,
     answer: watch::Sender<Option<T>>,
 }
 
@@ -68,11 +65,9 @@ impl<T: Clone> Verifying<T> {
             match asking.get(&key) {
                 Some(asker) => asker.answer.clone(),
                 None => {
-                    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
-                    let id = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     let (tx, rx) = watch::channel(None);
-                    asking.insert(key, Asker { id, answer: rx });
-                    return Turn::Ask(Asking { verifying: self, key, id, answer: tx });
+                    asking.insert(key, Asker { answer: rx });
+                    return Turn::Ask(Asking { verifying: self, key, answer: tx });
                 }
             }
         };
@@ -104,8 +99,9 @@ impl<T> Asking<'_, T> {
 
 impl<T> Drop for Asking<'_, T> {
     fn drop(&mut self) {
+        // Only its own entry: a later asker of the same key may have registered since.
         let mut asking = lock(&self.verifying.asking);
-        if asking.get(&self.key).is_some_and(|a| a.id == self.id) {
+        if asking.get(&self.key).is_some_and(|a| a.answer.same_channel(&self.answer.subscribe())) {
             asking.remove(&self.key);
         }
     }
