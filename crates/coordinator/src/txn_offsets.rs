@@ -383,9 +383,9 @@ pub fn prepare(
 
 /// On the group's coordinator, after [`prepare`] and the verification that named the
 /// transaction (`transaction_start`) and the marker the group is still `owed` by the producer's
-/// decided transaction, if any: writes that marker ([`write_owed_marker`]), then proposes the
-/// pending offsets; returns once they are replicated. Every transactional offset commit comes
-/// through here, whatever listener it arrived on.
+/// decided transaction, if any: proposes the pending offsets with that marker ahead of them in
+/// the same command (`owed_marker`); returns once they are replicated. Every transactional
+/// offset commit comes through here, whatever listener it arrived on.
 pub async fn commit(
     partition: &StatePartition<OffsetsMachine>,
     prepared: Prepared,

@@ -96,8 +96,8 @@ pub struct GroupVerified {
     /// The ongoing transaction the group is in, by name (the version of the coordinator's
     /// write that began it).
     pub transaction: u64,
-    /// The marker the group is still owed by the producer's decided transaction (v2), to write
-    /// before the offsets.
+    /// The marker the group is still owed by the producer's decided transaction (v2), applied
+    /// ahead of the offsets.
     pub owed: Option<txn_offsets::TxnMarker>,
 }
 
