@@ -35,7 +35,7 @@
 //! * [`transactions`]: transactions as a partition sees them — open ones, the last stable
 //!   offset, the aborted index, and what a `read_committed` fetch leaves out.
 //! * [`propose`]: [`Proposer`] — batches that arrive while the previous entry is being written go
-//!   to Raft together, as one entry.
+//!   to Raft together, as one entry, as do batches submitted under one [`propose::Hold`].
 //!
 //! Offsets are Raft *positions*: an entry whose batches span `n` offsets occupies `n` positions,
 //! assigned when it is appended and identical on every replica (see `rill_raft::log_store`).

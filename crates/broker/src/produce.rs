@@ -267,8 +267,9 @@ impl Partition {
     /// being written. When this partition is in both, the answer carries the previous one's
     /// marker ([`OwedMarker`]) and it is written here just ahead of the batch, so the batch
     /// never joins the previous transaction: both are proposed under one hold of the gate and
-    /// usually share a Raft entry, so the first append of a transaction costs one replicated
-    /// write, not the marker's and then the batch's. The coordinator's own copy, arriving
+    /// of the proposer ([`crate::propose::Hold`]), so they share a Raft entry and the first
+    /// append of a transaction costs one replicated write, not the marker's and then the
+    /// batch's. The coordinator's own copy, arriving
     /// later, decides nothing (it names a transaction already decided here). Otherwise a batch
     /// of a newer epoch than the producer's transaction still open here is refused
     /// `CONCURRENT_TRANSACTIONS`.
@@ -473,6 +474,9 @@ impl Partition {
                 return Err(self.not_leader());
             }
             gate.enter_term(term);
+            // An owed marker proposed below and this batch go to Raft as one entry, also when
+            // the partition is idle (one sync and one round of replication, not two in a row).
+            let together = marker_guard.is_some_and(|g| g.owed.is_some()).then(|| self.proposer.hold());
             if let Some(guard) = marker_guard {
                 self.guard_transactional(&mut gate, term, pid, epoch, guard, &mut owed_written, deadline).await?;
             }
@@ -484,12 +488,13 @@ impl Partition {
             };
             let decision = match decision {
                 Err(e) if overtook_its_predecessor(&e) && rill_rt::now() < reorder_deadline.min(deadline) => {
-                    drop(gate);
+                    drop((gate, together));
                     let _ = rill_rt::timeout_at(reorder_deadline.min(deadline), registered).await;
                     continue;
                 }
                 Err(PartitionError::TooManyProducers { max }) => {
-                    drop(gate);
+                    // The eviction is an entry of its own, which a hold would keep back.
+                    drop((gate, together));
                     // Without the gate: the eviction is a log entry of its own, and other
                     // producers' batches go on meanwhile.
                     if evictions == MAX_EVICTIONS_PER_BATCH {
@@ -650,8 +655,8 @@ impl Partition {
     /// names it: `guard.transaction`), such as the decided transaction the verification said
     /// this partition is owed (`guard.owed`: the coordinator's copy of it); and proposes that owed
     /// marker, once, right ahead of the batch. Marker and batch are proposed under one hold of
-    /// the gate, so nothing comes between them in the log and they usually share one Raft
-    /// entry: the batch commits only if the marker before it does, and the marker closes the
+    /// the gate, so nothing comes between them in the log, and of the proposer (the caller's),
+    /// so they share one Raft entry: the batch commits only if the marker before it does, and the marker closes the
     /// producer's decided transaction here before the batch opens the next one. Without an owed
     /// marker, a transaction of an older epoch still open here refuses the batch (it would join
     /// that transaction).

@@ -33,6 +33,12 @@
 //! appended a second time. (The check is made just before the entry is handed to Raft; a
 //! leadership change in the instant between the two is not excluded.)
 //!
+//! **Holds.** A lone batch on an idle partition goes to Raft at once, so two batches submitted
+//! one after the other may still land in two entries, written one after the other. A caller
+//! that needs them in one — a transaction's owed marker and the batch of the producer's next
+//! transaction right behind it — takes a [`Hold`] first: while one lives, the driver leaves the
+//! newest entry open (older ones are written as usual), and the last hold to go starts it again.
+//!
 //! **Order.** Entries are proposed in the order they were opened, and batches keep their order
 //! inside an entry, so batches enter the log in the order `submit` was called (the idempotence
 //! gate relies on it). **Offsets.** The state machine answers an entry's base offset; a batch's
@@ -188,6 +194,57 @@ struct State {
     queued_bytes: usize,
     /// A driver task is writing entries.
     driving: bool,
+    /// Live [`Hold`]s: while any is, the newest entry is not taken (its holder may add more).
+    holds: usize,
+}
+
+impl State {
+    /// Adds `batch` to the newest entry, or to a new one when it does not fit there.
+    fn push(
+        &mut self,
+        batch: Bytes,
+        records: u32,
+        append_time_ms: i64,
+        deadline: Instant,
+        lateness: Lateness,
+        term: Option<u64>,
+    ) -> Share {
+        let size = batch.len();
+        let records = u64::from(records);
+        let droppable = (lateness == Lateness::Drop).then_some(deadline);
+        let mut entry = match self.entries.pop_back() {
+            Some(e) if e.takes(size, term) => e,
+            Some(other) => {
+                self.entries.push_back(other);
+                OpenEntry::new(droppable, term)
+            }
+            None => OpenEntry::new(droppable, term),
+        };
+        entry.term = entry.term.or(term);
+        let share = Share { progress: entry.progress.subscribe(), records_before: entry.records };
+        entry.records += records;
+        entry.bytes += size;
+        entry.append_time_ms = entry.append_time_ms.max(append_time_ms);
+        entry.deadline = match (entry.deadline, droppable) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            _ => None,
+        };
+        entry.batches.push(batch);
+        self.entries.push_back(entry);
+        self.queued_bytes += size;
+        share
+    }
+
+    /// The oldest entry, for the driver to write: `None` when none is queued or only the
+    /// newest one is, and a [`Hold`] keeps it open.
+    fn take_next(&mut self) -> Option<OpenEntry> {
+        if self.holds > 0 && self.entries.len() == 1 {
+            return None;
+        }
+        let entry = self.entries.pop_front()?;
+        self.queued_bytes = self.queued_bytes.saturating_sub(entry.bytes);
+        Some(entry)
+    }
 }
 
 /// How a submitted batch may be treated when its request runs out of time.
@@ -200,6 +257,22 @@ pub enum Lateness {
     /// queued), an idempotent batch (the gate deduplicates its retries and admitted its
     /// successors after it), or a control batch.
     Keep,
+}
+
+/// Keeps a proposer's newest entry open while it lives ([`Proposer::hold`]).
+pub struct Hold {
+    proposer: Arc<Proposer>,
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        let mut st = self.proposer.lock();
+        st.holds = st.holds.saturating_sub(1);
+        if st.holds == 0 && !st.driving && !st.entries.is_empty() {
+            st.driving = true;
+            rill_rt::spawn(self.proposer.clone().drive());
+        }
+    }
 }
 
 /// Merges and proposes a partition's record batches (see the module docs).
@@ -282,34 +355,23 @@ impl Proposer {
         lateness: Lateness,
         term: Option<u64>,
     ) -> Share {
-        let size = batch.len();
-        let records = u64::from(records);
-        let droppable = (lateness == Lateness::Drop).then_some(deadline);
-        let mut entry = match st.entries.pop_back() {
-            Some(e) if e.takes(size, term) => e,
-            Some(other) => {
-                st.entries.push_back(other);
-                OpenEntry::new(droppable, term)
-            }
-            None => OpenEntry::new(droppable, term),
-        };
-        entry.term = entry.term.or(term);
-        let share = Share { progress: entry.progress.subscribe(), records_before: entry.records };
-        entry.records += records;
-        entry.bytes += size;
-        entry.append_time_ms = entry.append_time_ms.max(append_time_ms);
-        entry.deadline = match (entry.deadline, droppable) {
-            (Some(a), Some(b)) => Some(a.max(b)),
-            _ => None,
-        };
-        entry.batches.push(batch);
-        st.entries.push_back(entry);
-        st.queued_bytes += size;
-        if !st.driving {
+        let share = st.push(batch, records, append_time_ms, deadline, lateness, term);
+        if !st.driving && st.holds == 0 {
             st.driving = true;
             rill_rt::spawn(self.clone().drive());
         }
         share
+    }
+
+    /// Keeps the newest entry open until the returned [`Hold`] is dropped: batches submitted
+    /// while it lives share one entry (as far as [`MAX_ENTRY_BYTES`] and their terms allow)
+    /// even when the partition is idle, where the first would otherwise go to Raft alone at
+    /// once. For batches that belong together in the log, such as a transaction marker and the
+    /// batch of the producer's next transaction that it must precede. Entries before the newest
+    /// are written as usual. Drop it promptly: the entry waits for it.
+    pub fn hold(self: &Arc<Self>) -> Hold {
+        self.lock().holds += 1;
+        Hold { proposer: self.clone() }
     }
 
     /// Writes entries until none is waiting.
@@ -317,12 +379,10 @@ impl Proposer {
         loop {
             let entry = {
                 let mut st = self.lock();
-                match st.entries.pop_front() {
-                    Some(e) => {
-                        st.queued_bytes = st.queued_bytes.saturating_sub(e.bytes);
-                        e
-                    }
+                match st.take_next() {
+                    Some(e) => e,
                     None => {
+                        // Nothing to write, or only a held entry (the last hold to go resumes).
                         st.driving = false;
                         return;
                     }
@@ -418,5 +478,55 @@ impl Proposer {
         // The next entry goes once this one is durable here (when Raft takes the next client
         // write anyway) or settled, and after PACE_LIMIT regardless.
         let _ = rill_rt::timeout(PACE_LIMIT, settled.wait_for(|p| *p != Progress::Pending)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn push(st: &mut State, bytes: usize, term: Option<u64>) -> Share {
+        let far = rill_rt::now() + Duration::from_secs(60);
+        st.push(Bytes::from(vec![0u8; bytes]), 1, 0, far, Lateness::Keep, term)
+    }
+
+    fn batches(entry: &OpenEntry) -> Vec<usize> {
+        entry.batches.iter().map(Bytes::len).collect()
+    }
+
+    #[test]
+    fn batches_submitted_under_a_hold_share_an_entry_taken_once_released() {
+        let mut st = State { holds: 1, ..State::default() };
+        let first = push(&mut st, 10, Some(3));
+        // Alone and held: not written yet, so the next batch can still join it.
+        assert!(st.take_next().is_none());
+        let second = push(&mut st, 20, Some(3));
+        assert!(st.take_next().is_none());
+        st.holds = 0;
+        let entry = st.take_next().expect("released");
+        assert_eq!(batches(&entry), [10, 20]);
+        assert_eq!((first.records_before, second.records_before), (0, 1));
+        assert_eq!(st.queued_bytes, 0);
+        assert!(st.take_next().is_none());
+    }
+
+    #[test]
+    fn a_hold_keeps_back_only_the_newest_entry() {
+        let mut st = State::default();
+        push(&mut st, 10, Some(3));
+        // Another term's batch cannot share the entry: it opens the next one.
+        push(&mut st, 20, Some(4));
+        st.holds = 1;
+        let older = st.take_next().expect("entries before the newest are written as usual");
+        assert_eq!(batches(&older), [10]);
+        assert!(st.take_next().is_none());
+        assert_eq!(st.queued_bytes, 20);
+    }
+
+    #[test]
+    fn without_a_hold_a_lone_batch_goes_at_once() {
+        let mut st = State::default();
+        push(&mut st, 10, None);
+        assert_eq!(st.take_next().map(|e| batches(&e)), Some(vec![10]));
     }
 }
