@@ -16,9 +16,25 @@ use rill_rt::sync::watch;
 
 use crate::error::PartitionError;
 use crate::producers::{check_against, follows, last_seq, BatchMeta, ProducerStates, SeqCheck};
+use crate::propose::Landed;
 
 /// The outcome of a committed batch: (base offset, log index, term) or why it failed.
 pub type Committed = Result<(u64, u64, u64), PartitionError>;
+
+/// What a proposed marker's outcome will be: where it landed once committed, or why not
+/// (`None` inside: the replica stopped first).
+pub type MarkerOutcome = watch::Receiver<Option<Option<crate::error::Result<Landed>>>>;
+
+/// A transaction marker proposed in this term and not yet resolved.
+#[derive(Debug, Clone)]
+pub struct PendingMarker {
+    /// The marker; it names the transaction it ends (0: none).
+    pub marker: rill_records::ControlMarker,
+    /// The producer epoch it carries.
+    pub epoch: i16,
+    /// Its outcome, once known: what another copy of it can wait for instead of being written.
+    pub outcome: MarkerOutcome,
+}
 
 struct InFlight {
     meta: BatchMeta,
@@ -35,10 +51,11 @@ struct InFlightProducer {
 pub struct Gate {
     term: u64,
     producers: HashMap<i64, InFlightProducer>,
-    /// Transaction markers proposed and not yet resolved, by producer, with the transaction
-    /// each names (0: none): a transactional batch verified before one of them must not be
-    /// appended after it, unless it is a copy of a marker already applied (it decides nothing).
-    markers: HashMap<i64, Vec<u64>>,
+    /// Transaction markers proposed and not yet resolved, by producer: a transactional batch
+    /// verified before one of them must not be appended after it, unless it is a copy of a
+    /// marker already applied (it decides nothing); and a copy of one arriving meanwhile waits
+    /// for its outcome instead of being written too.
+    markers: HashMap<i64, Vec<PendingMarker>>,
 }
 
 /// Who sent a batch and which sequence numbers it carries.
@@ -75,18 +92,19 @@ impl Gate {
         }
     }
 
-    /// A transaction marker of `pid`, naming `transaction` (0: none), is being proposed.
-    pub fn marker_started(&mut self, pid: i64, transaction: u64) {
-        self.markers.entry(pid).or_default().push(transaction);
+    /// A transaction marker of `pid` is being proposed.
+    pub fn marker_started(&mut self, pid: i64, pending: PendingMarker) {
+        self.markers.entry(pid).or_default().push(pending);
     }
 
-    /// A marker of `pid` that [`Gate::marker_started`] announced in `term` is resolved.
-    pub fn marker_done(&mut self, term: u64, pid: i64, transaction: u64) {
+    /// The marker of `pid` whose outcome is `outcome`, announced in `term` by
+    /// [`Gate::marker_started`], is resolved.
+    pub fn marker_done(&mut self, term: u64, pid: i64, outcome: &MarkerOutcome) {
         if term != self.term {
             return;
         }
         if let Some(pending) = self.markers.get_mut(&pid) {
-            if let Some(at) = pending.iter().position(|t| *t == transaction) {
+            if let Some(at) = pending.iter().position(|m| m.outcome.same_channel(outcome)) {
                 pending.swap_remove(at);
             }
             if pending.is_empty() {
@@ -98,13 +116,34 @@ impl Gate {
     /// True while a marker of `pid` is proposed and not yet resolved that may decide something
     /// after transaction `decided` was decided here: one naming a later transaction, or none.
     pub fn marker_pending_after(&self, pid: i64, decided: u64) -> bool {
-        self.markers.get(&pid).is_some_and(|pending| pending.iter().any(|t| *t == 0 || *t > decided))
+        self.pending_transactions(pid).any(|t| t == 0 || t > decided)
     }
 
     /// True when a marker of `pid` naming `transaction` (named: not 0) is proposed in this term
     /// and its outcome not yet known: a batch proposed after it lands after it, or not at all.
     pub fn marker_pending(&self, pid: i64, transaction: u64) -> bool {
-        transaction != 0 && self.markers.get(&pid).is_some_and(|pending| pending.contains(&transaction))
+        transaction != 0 && self.pending_transactions(pid).any(|t| t == transaction)
+    }
+
+    /// The outcome of a copy of `marker` (for producer `pid` at `epoch`) proposed in this term
+    /// and not yet resolved: the same decision on the same named transaction, at the same
+    /// producer epoch, from this marker's coordinator epoch or a newer one. (An older
+    /// coordinator's copy does not stand for a newer one's, which is written to fence it.)
+    pub fn marker_copy(&self, pid: i64, epoch: i16, marker: &rill_records::ControlMarker) -> Option<MarkerOutcome> {
+        if marker.transaction == 0 {
+            return None;
+        }
+        self.markers.get(&pid)?.iter().find_map(|m| {
+            let same = m.marker.transaction == marker.transaction
+                && m.marker.kind == marker.kind
+                && m.epoch == epoch
+                && m.marker.coordinator_epoch >= marker.coordinator_epoch;
+            same.then(|| m.outcome.clone())
+        })
+    }
+
+    fn pending_transactions(&self, pid: i64) -> impl Iterator<Item = u64> + '_ {
+        self.markers.get(&pid).into_iter().flatten().map(|m| m.marker.transaction)
     }
 
     /// Decides what to do with a batch of `count` records from `pid`/`epoch` at `first_seq`.
@@ -287,5 +326,63 @@ mod tests {
             matches!(g.decide(&s, id(11, 5, 1), 10, true), Ok(Decision::Append)),
             "the no-dedupe mutation skips every check"
         );
+    }
+
+    fn marker(
+        kind: rill_records::ControlKind,
+        coordinator_epoch: i32,
+        transaction: u64,
+    ) -> rill_records::ControlMarker {
+        rill_records::ControlMarker { kind, coordinator_epoch, transaction }
+    }
+
+    fn pending(m: rill_records::ControlMarker, epoch: i16) -> (PendingMarker, MarkerOutcome) {
+        let (_tx, outcome) = watch::channel(None);
+        (PendingMarker { marker: m, epoch, outcome: outcome.clone() }, outcome)
+    }
+
+    #[test]
+    fn a_marker_copy_waits_only_for_the_same_decision_from_the_same_or_a_newer_coordinator() {
+        use rill_records::ControlKind::{Abort, Commit};
+        let mut g = Gate::default();
+        g.enter_term(1);
+        let (first, first_outcome) = pending(marker(Commit, 5, 7), 2);
+        g.marker_started(1, first);
+        assert!(g.marker_copy(1, 2, &marker(Commit, 5, 7)).is_some_and(|o| o.same_channel(&first_outcome)));
+        assert!(g.marker_copy(1, 2, &marker(Commit, 4, 7)).is_some(), "an older coordinator's copy");
+        assert!(g.marker_copy(1, 2, &marker(Commit, 6, 7)).is_none(), "a newer coordinator's copy is written");
+        assert!(g.marker_copy(1, 2, &marker(Abort, 5, 7)).is_none());
+        assert!(g.marker_copy(1, 3, &marker(Commit, 5, 7)).is_none());
+        assert!(g.marker_copy(1, 2, &marker(Commit, 5, 8)).is_none());
+        assert!(g.marker_copy(2, 2, &marker(Commit, 5, 7)).is_none());
+        // Unnamed markers are never taken for one another.
+        let (unnamed, _) = pending(marker(Commit, 5, 0), 2);
+        g.marker_started(1, unnamed);
+        assert!(g.marker_copy(1, 2, &marker(Commit, 5, 0)).is_none());
+        assert!(g.marker_pending_after(1, 7), "an unnamed marker may decide anything");
+    }
+
+    #[test]
+    fn a_resolved_marker_is_forgotten_by_its_outcome_and_a_new_term_forgets_them_all() {
+        use rill_records::ControlKind::Commit;
+        let mut g = Gate::default();
+        g.enter_term(1);
+        // Two copies of one marker (a newer coordinator's fences the older's).
+        let (older, older_outcome) = pending(marker(Commit, 5, 7), 2);
+        let (newer, newer_outcome) = pending(marker(Commit, 6, 7), 2);
+        g.marker_started(1, older);
+        g.marker_started(1, newer);
+        assert!(g.marker_pending(1, 7) && g.marker_pending_after(1, 6) && !g.marker_pending_after(1, 7));
+        g.marker_done(1, 1, &newer_outcome);
+        assert!(g.marker_copy(1, 2, &marker(Commit, 5, 7)).is_some_and(|o| o.same_channel(&older_outcome)));
+        assert!(g.marker_copy(1, 2, &marker(Commit, 6, 7)).is_none(), "the newer copy is resolved");
+        g.marker_done(0, 1, &older_outcome);
+        assert!(g.marker_pending(1, 7), "a resolution announced for another term changes nothing");
+        g.marker_done(1, 1, &older_outcome);
+        assert!(!g.marker_pending(1, 7));
+        let (again, _) = pending(marker(Commit, 5, 9), 2);
+        g.marker_started(1, again);
+        g.enter_term(2);
+        assert!(!g.marker_pending(1, 9) && g.marker_copy(1, 2, &marker(Commit, 5, 9)).is_none());
     }
 }

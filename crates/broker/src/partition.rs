@@ -87,9 +87,6 @@ pub struct Partition {
     pub(crate) producer_limits: ProducerLimits,
     /// Transactional batches' verifications under way, one per producer epoch.
     pub(crate) verifying: crate::verifying::Verifying<crate::produce::MarkerGuard>,
-    /// Named markers proposed and not yet resolved, by producer and transaction: a copy that
-    /// arrives meanwhile waits for that one instead of being written too.
-    pub(crate) markers_in_flight: crate::produce::MarkersInFlight,
 }
 
 impl std::ops::Deref for Partition {
@@ -142,7 +139,6 @@ impl Partition {
             proposer,
             producer_limits: settings.producers,
             verifying: Default::default(),
-            markers_in_flight: Default::default(),
         });
         rill_rt::spawn(housekeeping(Arc::downgrade(&partition), settings.purge_every, settings.compaction));
         partition

@@ -20,7 +20,7 @@ use rill_rt::Instant;
 use crate::command;
 use crate::error::{PartitionError, Result};
 use crate::handover::InFlight;
-use crate::idempotence::{BatchId, Committed, Decision, Gate};
+use crate::idempotence::{BatchId, Committed, Decision, Gate, MarkerOutcome, PendingMarker};
 use crate::partition::{Acks, Partition, ProduceOutcome};
 use crate::producers::MarkerRefusal;
 use crate::propose::{Landed, Lateness, Share};
@@ -55,22 +55,6 @@ pub(crate) struct MarkerGuard {
     /// written just ahead of the batch.
     owed: Option<OwedMarker>,
 }
-
-/// What a proposed marker's outcome will be: its offset and log position once committed.
-pub(crate) type MarkerOutcome = watch::Receiver<Option<Option<Result<Landed>>>>;
-
-/// A named marker proposed and not yet resolved.
-#[derive(Debug)]
-pub(crate) struct MarkerInFlight {
-    marker: rill_records::ControlMarker,
-    epoch: i16,
-    outcome: MarkerOutcome,
-}
-
-/// The named markers of a partition's leader proposed and not yet resolved, by producer id
-/// and transaction.
-pub(crate) type MarkersInFlight =
-    std::sync::Arc<std::sync::Mutex<std::collections::HashMap<(i64, u64), MarkerInFlight>>>;
 
 /// What a transactional batch's partition learns from the transaction coordinator.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -610,7 +594,7 @@ impl Partition {
             // A copy of it proposed already (the owed marker a batch of the producer's next
             // transaction wrote ahead of itself) decides as this one would: its outcome is this
             // one's, nothing is written twice.
-            match self.marker_in_flight(producer_id, epoch, &marker) {
+            match gate.marker_copy(producer_id, epoch, &marker) {
                 Some(outcome) => outcome,
                 None => self.submit_marker(&mut gate, term, marker, producer_id, epoch, deadline).await?,
             }
@@ -731,50 +715,20 @@ impl Partition {
         producer_id: i64,
         epoch: i16,
         deadline: Instant,
-    ) -> Result<watch::Receiver<Option<Option<Result<Landed>>>>> {
+    ) -> Result<MarkerOutcome> {
         let append_time_ms = rill_rt::wall_clock_ms();
         let batch = marker.batch(producer_id, epoch, append_time_ms).map_err(PartitionError::InvalidBatch)?;
         let mut share = self.proposer.submit(batch, 1, append_time_ms, deadline, Lateness::Keep, Some(term)).await?;
-        gate.marker_started(producer_id, marker.transaction);
         let (tx, outcome) = watch::channel(None);
-        let key = (producer_id, marker.transaction);
-        if marker.transaction != 0 {
-            let in_flight = MarkerInFlight { marker, epoch, outcome: outcome.clone() };
-            self.markers_in_flight.lock().unwrap_or_else(|p| p.into_inner()).insert(key, in_flight);
-        }
+        gate.marker_started(producer_id, PendingMarker { marker, epoch, outcome: outcome.clone() });
         let gate = self.gate.clone();
-        let markers_in_flight = self.markers_in_flight.clone();
         let mine = outcome.clone();
         rill_rt::spawn(async move {
             let landed = share.committed(None).await;
-            gate.lock().await.marker_done(term, producer_id, marker.transaction);
-            let mut in_flight = markers_in_flight.lock().unwrap_or_else(|p| p.into_inner());
-            if in_flight.get(&key).is_some_and(|m| m.outcome.same_channel(&mine)) {
-                in_flight.remove(&key);
-            }
-            drop(in_flight);
+            gate.lock().await.marker_done(term, producer_id, &mine);
             tx.send_replace(Some(landed));
         });
         Ok(outcome)
-    }
-
-    /// The outcome of a copy of `marker` (for producer `producer_id` at `epoch`) proposed and
-    /// not yet resolved: the same decision and transaction, from this marker's coordinator
-    /// epoch or a newer one (a newer coordinator's marker is written to fence the older one).
-    fn marker_in_flight(
-        &self,
-        producer_id: i64,
-        epoch: i16,
-        marker: &rill_records::ControlMarker,
-    ) -> Option<MarkerOutcome> {
-        if marker.transaction == 0 {
-            return None;
-        }
-        let in_flight = self.markers_in_flight.lock().unwrap_or_else(|p| p.into_inner());
-        let m = in_flight.get(&(producer_id, marker.transaction))?;
-        let same =
-            m.marker.kind == marker.kind && m.epoch == epoch && m.marker.coordinator_epoch >= marker.coordinator_epoch;
-        same.then(|| m.outcome.clone())
     }
 
     /// Proposes forgetting producers idle since before `older_than_ms` (leader only).
