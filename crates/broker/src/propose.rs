@@ -268,10 +268,7 @@ impl Drop for Hold {
     fn drop(&mut self) {
         let mut st = self.proposer.lock();
         st.holds = st.holds.saturating_sub(1);
-        if st.holds == 0 && !st.driving && !st.entries.is_empty() {
-            st.driving = true;
-            rill_rt::spawn(self.proposer.clone().drive());
-        }
+        self.proposer.drive_if_idle(&mut st);
     }
 }
 
@@ -333,7 +330,9 @@ impl Proposer {
                 let mut st = self.lock();
                 // A batch larger than the whole bound still goes, alone in the queue.
                 if st.queued_bytes == 0 || st.queued_bytes + size <= MAX_QUEUED_BYTES {
-                    return Ok(self.enqueue(&mut st, batch, records, append_time_ms, deadline, lateness, term));
+                    let share = st.push(batch, records, append_time_ms, deadline, lateness, term);
+                    self.drive_if_idle(&mut st);
+                    return Ok(share);
                 }
             }
             if rill_rt::timeout_at(deadline, room).await.is_err() {
@@ -344,23 +343,12 @@ impl Proposer {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn enqueue(
-        self: &Arc<Self>,
-        st: &mut State,
-        batch: Bytes,
-        records: u32,
-        append_time_ms: i64,
-        deadline: Instant,
-        lateness: Lateness,
-        term: Option<u64>,
-    ) -> Share {
-        let share = st.push(batch, records, append_time_ms, deadline, lateness, term);
-        if !st.driving && st.holds == 0 {
+    /// Starts the driver when entries wait, none is held and no driver runs.
+    fn drive_if_idle(self: &Arc<Self>, st: &mut State) {
+        if st.holds == 0 && !st.driving && !st.entries.is_empty() {
             st.driving = true;
             rill_rt::spawn(self.clone().drive());
         }
-        share
     }
 
     /// Keeps the newest entry open until the returned [`Hold`] is dropped: batches submitted
