@@ -38,6 +38,8 @@
 //! that needs them in one — a transaction's owed marker and the batch of the producer's next
 //! transaction right behind it — takes a [`Hold`] first: while one lives, the driver leaves the
 //! newest entry open (older ones are written as usual), and the last hold to go starts it again.
+//! A hold keeps nothing back while a submit waits for room in the queue ("Bounds"): the holder's
+//! own next batch may be the one waiting.
 //!
 //! **Order.** Entries are proposed in the order they were opened, and batches keep their order
 //! inside an entry, so batches enter the log in the order `submit` was called (the idempotence
@@ -196,6 +198,9 @@ struct State {
     driving: bool,
     /// Live [`Hold`]s: while any is, the newest entry is not taken (its holder may add more).
     holds: usize,
+    /// Submits waiting for room in the queue: while any is, holds keep nothing back (the
+    /// holder itself may be the one waiting, for room only the held entry takes up).
+    wanting_room: usize,
 }
 
 impl State {
@@ -235,10 +240,15 @@ impl State {
         share
     }
 
+    /// Whether the newest entry is kept open ([`Hold`]).
+    fn held(&self) -> bool {
+        self.holds > 0 && self.wanting_room == 0
+    }
+
     /// The oldest entry, for the driver to write: `None` when none is queued or only the
-    /// newest one is, and a [`Hold`] keeps it open.
+    /// newest one is, and it is held.
     fn take_next(&mut self) -> Option<OpenEntry> {
-        if self.holds > 0 && self.entries.len() == 1 {
+        if self.held() && self.entries.len() == 1 {
             return None;
         }
         let entry = self.entries.pop_front()?;
@@ -269,6 +279,27 @@ impl Drop for Hold {
         let mut st = self.proposer.lock();
         st.holds = st.holds.saturating_sub(1);
         self.proposer.drive_if_idle(&mut st);
+    }
+}
+
+/// A submit waiting for room in the queue, for as long as it lives (see
+/// `State::wanting_room`).
+struct WantsRoom<'a>(&'a Arc<Proposer>);
+
+impl<'a> WantsRoom<'a> {
+    fn new(proposer: &'a Arc<Proposer>) -> Self {
+        let mut st = proposer.lock();
+        st.wanting_room += 1;
+        // A held entry may be what takes up the room: the driver goes on with it.
+        proposer.drive_if_idle(&mut st);
+        Self(proposer)
+    }
+}
+
+impl Drop for WantsRoom<'_> {
+    fn drop(&mut self) {
+        let mut st = self.0.lock();
+        st.wanting_room = st.wanting_room.saturating_sub(1);
     }
 }
 
@@ -335,7 +366,10 @@ impl Proposer {
                     return Ok(share);
                 }
             }
-            if rill_rt::timeout_at(deadline, room).await.is_err() {
+            let waiting = WantsRoom::new(self);
+            let timed_out = rill_rt::timeout_at(deadline, room).await.is_err();
+            drop(waiting);
+            if timed_out {
                 let waited_ms =
                     u64::try_from(rill_rt::now().saturating_duration_since(started).as_millis()).unwrap_or(u64::MAX);
                 return Err(PartitionError::Timeout { waited_ms, what: "room in the partition's write queue" });
@@ -345,7 +379,7 @@ impl Proposer {
 
     /// Starts the driver when entries wait, none is held and no driver runs.
     fn drive_if_idle(self: &Arc<Self>, st: &mut State) {
-        if st.holds == 0 && !st.driving && !st.entries.is_empty() {
+        if !st.held() && !st.driving && !st.entries.is_empty() {
             st.driving = true;
             rill_rt::spawn(self.clone().drive());
         }
@@ -509,6 +543,16 @@ mod tests {
         assert_eq!(batches(&older), [10]);
         assert!(st.take_next().is_none());
         assert_eq!(st.queued_bytes, 20);
+    }
+
+    #[test]
+    fn a_hold_keeps_nothing_back_from_a_submit_waiting_for_room() {
+        let mut st = State { holds: 1, ..State::default() };
+        push(&mut st, 10, None);
+        assert!(st.take_next().is_none());
+        // The holder's next batch may need the room the held entry takes up.
+        st.wanting_room = 1;
+        assert_eq!(st.take_next().map(|e| batches(&e)), Some(vec![10]));
     }
 
     #[test]
