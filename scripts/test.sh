@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every test tier, exactly as CI does (.ci/run calls this):
-#   format and lints, unit and storage-conformance tests, a short run of every fuzz target,
+#   format, lints and API docs, unit and storage-conformance tests, a short run of every fuzz target,
 #   integration tests against real rill-server processes on 127.0.0.1, and the deterministic
 #   simulation (fixed seeds plus a same-seed-same-trace check).
 # Works on a fresh Debian machine with only Rust installed: it installs what the build needs.
@@ -15,6 +15,9 @@ cargo fmt --all -- --check
 
 step "lints"
 cargo clippy --workspace --all-targets -- -D warnings
+
+step "API docs build without warnings (broken or private intra-doc links)"
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps
 
 step "build (binaries and tests)"
 cargo build --workspace --bins --tests

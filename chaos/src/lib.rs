@@ -16,10 +16,10 @@
 //! * [`history`] and [`checkers`]: the record of a run and one checker per invariant (plain
 //!   code, unit-tested in every build).
 //! * [`scenarios`]: the named scenarios and what they enable.
-//! * [`cluster`], [`faults`], [`workload`], [`oracle`], [`run`]: the simulation itself (madsim
-//!   builds only); [`group_run`]: consumer group members under faults and the `groups` scenario;
-//!   [`txn_run`]: transactional producers and read_committed readers under faults, the
-//!   `transactions` scenario; [`ctp_run`]: consume-transform-produce processors committing
+//! * `cluster`, `faults`, `workload`, `oracle`, `run`: the simulation itself (madsim
+//!   builds only); `group_run`: consumer group members under faults and the `groups` scenario;
+//!   `txn_run`: transactional producers and read_committed readers under faults, the
+//!   `transactions` scenario; `ctp_run`: consume-transform-produce processors committing
 //!   offsets in their transactions, the `exactly_once` scenario.
 //! * [`trace`]: the event record whose hash proves a seed replays exactly.
 

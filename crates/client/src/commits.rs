@@ -3,7 +3,7 @@
 //! One task per consumer makes its background commits one at a time, in the order they were
 //! asked for: two commits racing to the coordinator could land out of order, and the earlier
 //! one would then overwrite the later (the committed offset would move back). A synchronous
-//! commit first waits for the background ones asked for before it ([`Committer::drain`]), so
+//! commit first waits for the background ones asked for before it (`Committer::drain`), so
 //! every commit of a consumer, of either kind, lands in the order the application made it.
 
 use std::future::Future;

@@ -331,7 +331,7 @@ pub(crate) fn apply_prune(txn: &mut TxnOffsets, p: &pb::PruneTxnMarks) -> usize 
 const MIN_MARKS_HORIZON: Duration = Duration::from_secs(3600);
 
 /// On the group's coordinator: forgets the marks of producers whose last marker here is older
-/// than `horizon` (the transactional id expiration, at least [`MIN_MARKS_HORIZON`]) and that
+/// than `horizon` (the transactional id expiration, at least `MIN_MARKS_HORIZON`) and that
 /// have no offsets pending. A mark refuses a late `TxnCommitOffsets` of a transaction that
 /// already ended and a late marker of a deposed coordinator: requests in flight, which never
 /// live that long — and a commit prepared before the prune is refused from then on anyway.

@@ -7,7 +7,7 @@
 //! heartbeats missed their deadline and triggered elections. Multi-Raft systems (TiKV,
 //! CockroachDB) coalesce heartbeats per node pair for the same reason.
 //!
-//! Here a heartbeat joins its peer's queue; one flusher per peer waits [`LINGER`], then sends
+//! Here a heartbeat joins its peer's queue; one flusher per peer waits `LINGER`, then sends
 //! everything queued as one `Heartbeats` call and hands each group its own answer. While a
 //! call is out, new heartbeats queue for the next one, so the number of calls per peer is
 //! bounded by the round trip, not by the number of groups. Append-entries that carry entries

@@ -26,7 +26,7 @@
 //!
 //! A follower installing a snapshot of such a group receives those entries with it
 //! ([`crate::transfer`]): they are staged under [`keys::staging`] while they arrive, and
-//! [`LogStore::install`] moves them into the log after the snapshot is persisted, recording an
+//! `LogStore::install` moves them into the log after the snapshot is persisted, recording an
 //! [`InstallMarker`] first so that a node which crashes mid-move finishes it when its log opens.
 //! openraft purges the log up to the snapshot without waiting for the state machine to install
 //! it; a purge that finds the snapshot it is about to install only moves the log's positions in
@@ -664,7 +664,7 @@ impl LogStore {
         Ok(self.shared.engine.write(b, false)?)
     }
 
-    /// Stages received entries (index, encoded as stored) for [`LogStore::install`].
+    /// Stages received entries (index, encoded as stored) for `LogStore::install`.
     pub(crate) fn stage(&self, entries: &[(u64, Bytes)]) -> crate::Result<()> {
         let staged = keys::staging(self.shared.group);
         let mut b = WriteBatch::new();
@@ -783,7 +783,7 @@ impl LogStore {
 /// Most staged entries moved into the log per write.
 const MOVE_BATCH_ENTRIES: usize = 64;
 
-/// The move of an installation (see [`LogStore::install`]): deletes the log up to the
+/// The move of an installation (see `LogStore::install`): deletes the log up to the
 /// snapshot, copies the staged entries in, records the purge point and drops the marker. Each
 /// step may be repeated after a crash: the marker stays until the last one.
 fn move_staged(engine: &dyn Engine, g: GroupId, marker: &InstallMarker) -> crate::Result<()> {

@@ -35,7 +35,7 @@
 //!
 //! Raft's safety never depends on any of this: votes, terms and log matching are untouched.
 //! The leader lease keeps its meaning: a quiescent follower that still hears its leader's node
-//! within the lease refuses to vote for another candidate ([`Quiescence::refuse_vote`]), as
+//! within the lease refuses to vote for another candidate (`Quiescence::refuse_vote`), as
 //! openraft refuses while it hears heartbeats, so a follower cut from the leader alone cannot
 //! depose it.
 

@@ -19,7 +19,7 @@
 //!   the entries' stored size is summed when the transfer starts — lazily, so that merely
 //!   opening the current snapshot (openraft does at every start) reads nothing.
 //! * **Receiving** ([`SnapshotStream::incoming`]) parses the stream as chunks arrive and stages
-//!   each entry in the engine ([`LogStore::stage`]): memory holds at most one entry and one
+//!   each entry in the engine (`LogStore::stage`): memory holds at most one entry and one
 //!   chunk. It refuses a stream that breaks what its header declares (sizes, counts, an entry
 //!   out of order or out of place, a wrong checksum) before openraft sees it complete.
 //!   [`crate::state_machine::SmStore`] installs what it received.
@@ -78,7 +78,7 @@ pub struct SnapshotState {
     pub retained_from: Option<u64>,
 }
 
-/// A snapshot received in full, ready for [`LogStore::install`].
+/// A snapshot received in full, ready for `LogStore::install`.
 #[derive(Debug, Clone)]
 pub struct Received {
     /// The state.

@@ -5,11 +5,11 @@
 //! one node would lead everything. Kafka calls this `auto.leader.rebalance.enable`.
 //!
 //! Every node checks, every 5 s, the partitions it leads. It hands one over when the preferred
-//! replica is in the ISR and this node has led the partition for longer than [`settled_for`]
+//! replica is in the ISR and this node has led the partition for longer than `settled_for`
 //! (10 s, and longer than the leader lease, so this node's vote goes to the preferred replica;
 //! see `rill_broker::handover`). Both are [`crate::config::RebalanceTiming`]. Handover: stop new writes, wait until every produce in
 //! progress is answered and the preferred replica has the whole log, then ask it to stand for
-//! election (`Cluster.ElectLeader`). Writes resume on failure. At most [`MAX_MOVES_AT_ONCE`]
+//! election (`Cluster.ElectLeader`). Writes resume on failure. At most `MAX_MOVES_AT_ONCE`
 //! partitions move at a time per node; each is unavailable for writes for about one election
 //! round trip, and producers retry (`LEADER_NOT_AVAILABLE`).
 
@@ -92,7 +92,7 @@ const RECENTLY_HEARD: Duration = Duration::from_secs(1);
 
 /// On graceful shutdown: hands every partition this node leads to an in-sync replica that
 /// answered within the last second (the preferred replica first), so producers are not left
-/// waiting for a failover (Kafka's controlled shutdown). Bounded by [`SHUTDOWN_HANDOVER_LIMIT`];
+/// waiting for a failover (Kafka's controlled shutdown). Bounded by `SHUTDOWN_HANDOVER_LIMIT`;
 /// a partition that cannot be handed over fails over as after a crash.
 pub async fn hand_over_all(node: &Arc<Node>) {
     let meta = node.meta();

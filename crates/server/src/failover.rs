@@ -8,8 +8,8 @@
 //! lease. The random timeout only spreads out candidates so they do not split the vote; with
 //! one designated candidate per partition it is not needed.
 //!
-//! So every node checks every [`CHECK_EVERY`] the partitions it follows: when the leader last
-//! reached it more than the lease plus one heartbeat interval and [`MARGIN`] ago (so every other
+//! So every node checks every `CHECK_EVERY` the partitions it follows: when the leader last
+//! reached it more than the lease plus one heartbeat interval and `MARGIN` ago (so every other
 //! follower's lease has run out too), and this node is the designated candidate — the first
 //! replica in the partition's replica list other than the silent leader — it stands for
 //! election, once per leader term.

@@ -1,7 +1,7 @@
 //! The rustls configurations of the internal listener and of the connections to peers (real
 //! builds only). Their certificate resolvers and verifiers take the current material of a
 //! [`ReloadingTls`] at every handshake, so new connections use new files as soon as they are
-//! swapped in; [`Keys::verify_peer`] checks an established connection's peer again with them
+//! swapped in; `Keys::verify_peer` checks an established connection's peer again with them
 //! ([`crate::connections`]).
 //!
 //! ```text

@@ -6,7 +6,7 @@
 //! retired (its CA taken out of `ca.pem`), or that has simply expired, would go on being trusted
 //! until it happened to close. So every connection is registered here after its handshake, and
 //! [`crate::ReloadingTls`] checks every registered peer chain again at each poll of its files
-//! (see [`Connections::close_unverified`]); one that no longer verifies is told to close.
+//! (see `Connections::close_unverified`); one that no longer verifies is told to close.
 //!
 //! ```text
 //!   handshake ok ──► register(side, peer chain) ──► Registration ──► Tracked<TlsStream>
@@ -59,7 +59,7 @@ pub struct LiveConnection {
     pub peer: String,
 }
 
-/// What [`Connections::close_unverified`] did.
+/// What `Connections::close_unverified` did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Sweep {
     /// Connections whose peer still verifies.
@@ -180,7 +180,7 @@ impl Connections {
         self.registry.next_id.load(Ordering::Relaxed)
     }
 
-    /// How many connections [`Connections::close_unverified`] closed since the start.
+    /// How many connections `Connections::close_unverified` closed since the start.
     pub fn closed(&self) -> u64 {
         self.registry.closed.load(Ordering::Relaxed)
     }

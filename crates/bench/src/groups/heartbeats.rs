@@ -7,7 +7,7 @@
 //! owns every heartbeat interval the coordinator asks for, at once after taking a new
 //! assignment, rejoining when fenced) — but without a `Consumer`, so no fetches: what is
 //! measured is heartbeats alone, and 3,000 members fit in the load generator beside the three
-//! nodes. The members share [`CLIENTS`] clients (connections), not one each.
+//! nodes. The members share `CLIENTS` clients (connections), not one each.
 //!
 //! By default each member keeps one heartbeat held at the coordinator as the client does
 //! (`wait_ms` of one interval, the next sent as soon as the answer comes): the coordinator

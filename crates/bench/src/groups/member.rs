@@ -78,7 +78,7 @@ pub struct MemberView {
     pub commits: Vec<CommitTiming>,
     /// Failed commits: when, and why.
     pub failed_commits: Vec<(Instant, String)>,
-    /// Polls that took more than their timeout plus [`SLOW_POLL_SLACK`]: when each started, and
+    /// Polls that took more than their timeout plus `SLOW_POLL_SLACK`: when each started, and
     /// how long it took. Records of every partition the member owns wait meanwhile.
     pub slow_polls: Vec<(Instant, Duration)>,
 }

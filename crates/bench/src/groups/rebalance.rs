@@ -13,7 +13,7 @@
 //! done) and measure one phase only. Per join:
 //!
 //! * **time to stable**: from creating the new member's consumer to the group stable with it
-//!   (see [`super::wait_stable`]);
+//!   (see `super::wait_stable`);
 //! * per partition, the **longest processing gap** overlapping the rebalance (from the join to
 //!   stable): the longest time between two records of the partition that were new — never
 //!   received before by any member, so a record delivered twice does not count as progress;

@@ -10,7 +10,7 @@
 //! * **Commit latency**: transactions of one record to each of 1, 4 and 16 partitions; the
 //!   records are acknowledged first, then `commit_transaction` (the `EndTxn` round trip: the
 //!   coordinator's Prepare write; markers follow asynchronously) is timed. p50 / p99 / max.
-//! * **Consume-transform-produce** ([`ctp`]): a job committing a transaction per poll against
+//! * **Consume-transform-produce** (`ctp`): a job committing a transaction per poll against
 //!   the same job sending and then committing its offsets synchronously.
 
 mod ctp;

@@ -23,7 +23,7 @@ pub enum TlsCommand {
         #[arg(long, default_value = "Rill cluster CA")]
         name: String,
     },
-    /// Issue a node certificate (subject alternative name node-<id>) from the CA in a directory.
+    /// Issue a node certificate (subject alternative name node-N, N its node id) from the CA in a directory.
     Node {
         /// Directory holding the CA (from `rill tls ca` or `rill dev`); the certificate goes there.
         #[arg(long)]

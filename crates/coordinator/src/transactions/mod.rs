@@ -744,7 +744,7 @@ pub async fn to_finish(
 }
 
 /// On the coordinator: removes every transactional id idle for `expiration` (see
-/// [`transitions::idle_past`]), up to [`REMOVALS_PER_COMMAND`] per replicated command; returns
+/// [`transitions::idle_past`]), up to `REMOVALS_PER_COMMAND` per replicated command; returns
 /// the ids removed. Each removal is a compare-and-set on the version it was decided from, so an
 /// id used meanwhile stays. A failed proposal ends the sweep (the next one goes on): an error
 /// only when nothing was removed.

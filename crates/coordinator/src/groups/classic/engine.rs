@@ -83,7 +83,7 @@ pub const MAX_GROUP_RECORD_BYTES: usize = rill_proto::MAX_GRPC_MESSAGE_BYTES / 2
 /// half of the stored record, the other half being the members' ids and metadata.
 pub const MAX_SYNC_ASSIGNMENTS_BYTES: usize = MAX_GROUP_RECORD_BYTES / 2;
 /// Most bytes the members may take in the stored record besides their assignments' contents
-/// ([`super::live::member_bytes`] summed): a JoinGroup that would pass it is refused, so that the
+/// (`super::live::member_bytes` summed): a JoinGroup that would pass it is refused, so that the
 /// group's record with any assignments the leader may send stays within
 /// [`MAX_GROUP_RECORD_BYTES`]. (With 255-byte ids a member takes about 1.1 KiB plus its metadata,
 /// so even a group of `group.max.size` members has room for several KiB of metadata each.)
