@@ -253,10 +253,9 @@ impl Partition {
     /// never joins the previous transaction: both are proposed under one hold of the gate and
     /// of the proposer ([`crate::propose::Hold`]), so they share a Raft entry and the first
     /// append of a transaction costs one replicated write, not the marker's and then the
-    /// batch's. The coordinator's own copy, arriving
-    /// later, decides nothing (it names a transaction already decided here). Otherwise a batch
-    /// of a newer epoch than the producer's transaction still open here is refused
-    /// `CONCURRENT_TRANSACTIONS`.
+    /// batch's. The coordinator's own copy, arriving later, decides nothing (it names a
+    /// transaction already decided here). Otherwise a batch of a newer epoch than the
+    /// producer's transaction still open here is refused `CONCURRENT_TRANSACTIONS`.
     pub async fn produce_transactional<V, F>(
         &self,
         batch: Bytes,
@@ -458,12 +457,15 @@ impl Partition {
                 return Err(self.not_leader());
             }
             gate.enter_term(term);
-            // An owed marker proposed below and this batch go to Raft as one entry, also when
-            // the partition is idle (one sync and one round of replication, not two in a row).
-            let together = marker_guard.is_some_and(|g| g.owed.is_some()).then(|| self.proposer.hold());
-            if let Some(guard) = marker_guard {
-                self.guard_transactional(&mut gate, term, pid, epoch, guard, &mut owed_written, deadline).await?;
-            }
+            // An owed marker proposed here and this batch go to Raft as one entry, also when
+            // the partition is idle (one sync and one round of replication, not two in a row):
+            // the proposer is held from the marker to the batch.
+            let together = match marker_guard {
+                Some(guard) => {
+                    self.guard_transactional(&mut gate, term, pid, epoch, guard, &mut owed_written, deadline).await?
+                }
+                None => None,
+            };
             let decision = {
                 let applied = self.producers.lock().unwrap_or_else(|p| p.into_inner());
                 let id = BatchId { pid, epoch, first_seq, count };
@@ -477,10 +479,9 @@ impl Partition {
                     continue;
                 }
                 Err(PartitionError::TooManyProducers { max }) => {
-                    // The eviction is an entry of its own, which a hold would keep back.
                     drop((gate, together));
-                    // Without the gate: the eviction is a log entry of its own, and other
-                    // producers' batches go on meanwhile.
+                    // Without the gate or a hold: the eviction is a log entry of its own, and
+                    // other producers' batches go on meanwhile.
                     if evictions == MAX_EVICTIONS_PER_BATCH {
                         return Err(PartitionError::TooManyProducers { max });
                     }
@@ -639,9 +640,11 @@ impl Partition {
     /// names it: `guard.transaction`), such as the decided transaction the verification said
     /// this partition is owed (`guard.owed`: the coordinator's copy of it); and proposes that owed
     /// marker, once, right ahead of the batch. Marker and batch are proposed under one hold of
-    /// the gate, so nothing comes between them in the log, and of the proposer (the caller's),
-    /// so they share one Raft entry: the batch commits only if the marker before it does, and the marker closes the
-    /// producer's decided transaction here before the batch opens the next one. Without an owed
+    /// the gate, so nothing comes between them in the log, and of the proposer (the returned
+    /// [`crate::propose::Hold`], which the caller keeps until the batch is submitted), so they
+    /// share one Raft entry: the batch commits only if the marker before it does, and the
+    /// marker closes the producer's decided transaction here before the batch opens the next
+    /// one. Without an owed
     /// marker, a transaction of an older epoch still open here refuses the batch (it would join
     /// that transaction).
     #[allow(clippy::too_many_arguments)]
@@ -654,7 +657,7 @@ impl Partition {
         guard: MarkerGuard,
         owed_written: &mut bool,
         deadline: Instant,
-    ) -> Result<()> {
+    ) -> Result<Option<crate::propose::Hold>> {
         let retry = |why: &str| PartitionError::ConcurrentTransactions(format!("producer {pid}: {why}; retry"));
         let owed_transaction = guard.owed.map(|o| o.marker.transaction);
         // Markers naming a transaction before the verified one cannot close it. (Every marker
@@ -674,14 +677,15 @@ impl Partition {
             // Proposed already, by this batch or another of its transaction (they share one
             // verification): one copy ahead of them is enough.
             if *owed_written || gate.marker_pending(pid, owed.marker.transaction) {
-                return Ok(());
+                return Ok(None);
             }
             match self.marker_check(pid, owed.producer_epoch, &owed.marker) {
                 Ok(()) => {
                     // The outcome needs no waiter: the batch behind it commits only if it does.
+                    let together = self.proposer.hold();
                     self.submit_marker(gate, term, owed.marker, pid, owed.producer_epoch, deadline).await?;
                     *owed_written = true;
-                    return Ok(());
+                    return Ok(Some(together));
                 }
                 // Decided here already: the open-transaction check below applies as without one.
                 Err(MarkerRefusal::Repeated { .. }) => {}
@@ -699,7 +703,7 @@ impl Partition {
                 "its transaction of epoch {open} is still open here, its marker not yet written"
             )));
         }
-        Ok(())
+        Ok(None)
     }
 
     /// Proposes the control batch of `marker` for `producer_id` at `epoch`, under the gate the
