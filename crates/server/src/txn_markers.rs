@@ -32,7 +32,7 @@
 //! marker commits or drops the offsets pending there
 //! ([`rill_coordinator::txn_offsets`]).
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -180,10 +180,7 @@ async fn finish(
         };
         // All at once: each marker is a replicated write at its partition's leader, and the
         // next transaction of this id waits for the last one.
-        let written = futures::future::join_all(
-            pending.iter().map(|(topic, partition)| write_marker(&n, topic, *partition, marker)),
-        )
-        .await;
+        let written = write_markers(&n, &pending, marker).await;
         drop(n);
         let mut still = Vec::new();
         for ((topic, partition), outcome) in pending.into_iter().zip(written) {
@@ -241,19 +238,69 @@ impl Marker {
     }
 }
 
-/// Writes `marker` into `topic`/`partition` at its leader.
-async fn write_marker(node: &Arc<Node>, topic: &str, partition: u32, marker: Marker) -> Result<(), String> {
-    let started = rill_rt::now();
-    let Some(meta) = node.topic(topic) else { return Ok(()) };
-    let Some(assignment) = meta.partitions.get(partition as usize) else { return Ok(()) };
-    if let Some(local) = node.replica(assignment.group).filter(|h| h.replica().state().is_leader) {
-        let written = write_local(&local, marker).await.map_err(|e| e.message);
-        let ms = started.elapsed().as_secs_f64() * 1e3;
-        tracing::debug!(topic, partition, local = true, ms, "marker written");
-        return written;
+/// Writes `marker` into every partition of `pending` at its leader; one outcome per partition,
+/// in `pending`'s order. The markers a node leads for one topic go in one request: a
+/// transaction over sixteen partitions costs the coordinator a request per node, not sixteen.
+async fn write_markers(node: &Arc<Node>, pending: &[(String, u32)], marker: Marker) -> Vec<Result<(), String>> {
+    let mut outcomes: Vec<Option<Result<(), String>>> = vec![None; pending.len()];
+    let mut local = Vec::new();
+    // (leader, topic) → the indexes into `pending` it is asked for: at most a topic's
+    // partitions, well within what one request may name.
+    let mut remote: BTreeMap<(u64, &str), Vec<usize>> = BTreeMap::new();
+    for (i, (topic, partition)) in pending.iter().enumerate() {
+        // A partition of a deleted topic needs no marker.
+        let Some(group) = node.topic(topic).and_then(|m| m.partitions.get(*partition as usize).map(|a| a.group)) else {
+            outcomes[i] = Some(Ok(()));
+            continue;
+        };
+        if let Some(hosted) = node.replica(group).filter(|h| h.replica().state().is_leader) {
+            local.push((i, hosted));
+            continue;
+        }
+        match node.leader_of(group) {
+            Some(leader) => remote.entry((leader, topic.as_str())).or_default().push(i),
+            None => outcomes[i] = Some(Err(format!("{topic}/{partition} has no leader yet"))),
+        }
     }
-    let leader = node.leader_of(assignment.group).ok_or_else(|| format!("{topic}/{partition} has no leader yet"))?;
-    let mut client = node.cluster_client(leader).ok_or_else(|| format!("no address for node {leader}"))?;
+    let locally = futures::future::join_all(local.into_iter().map(|(i, hosted)| async move {
+        let started = rill_rt::now();
+        let written = write_local(&hosted, marker).await.map_err(|e| e.message);
+        let ms = started.elapsed().as_secs_f64() * 1e3;
+        tracing::debug!(topic = %pending[i].0, partition = pending[i].1, local = true, ms, "marker written");
+        (i, written)
+    }));
+    let remotely = futures::future::join_all(remote.into_iter().map(|((leader, topic), indexes)| async move {
+        let partitions: Vec<u32> = indexes.iter().map(|i| pending[*i].1).collect();
+        let answered = write_remote(node, leader, topic, &partitions, marker).await;
+        indexes.into_iter().zip(partitions).map(move |(i, p)| {
+            (
+                i,
+                answered
+                    .get(&p)
+                    .cloned()
+                    .unwrap_or_else(|| Err(format!("node {leader} answered no result for {topic}/{p}"))),
+            )
+        })
+    }));
+    let (locally, remotely) = futures::future::join(locally, remotely).await;
+    for (i, outcome) in locally.into_iter().chain(remotely.into_iter().flatten()) {
+        outcomes[i] = Some(outcome);
+    }
+    outcomes.into_iter().map(|o| o.unwrap_or_else(|| Err("no marker was written".into()))).collect()
+}
+
+/// Writes `marker` into `partitions` of `topic` through their leader `leader`'s
+/// `Cluster.WriteTxnMarkers`: each partition's outcome (a failed request fails them all).
+async fn write_remote(
+    node: &Arc<Node>,
+    leader: u64,
+    topic: &str,
+    partitions: &[u32],
+    marker: Marker,
+) -> HashMap<u32, Result<(), String>> {
+    let started = rill_rt::now();
+    let every = |e: String| partitions.iter().map(|p| (*p, Err(e.clone()))).collect();
+    let Some(mut client) = node.cluster_client(leader) else { return every(format!("no address for node {leader}")) };
     let request = WriteTxnMarkersRequest {
         from_node: node.id(),
         producer_id: marker.producer_id,
@@ -261,22 +308,25 @@ async fn write_marker(node: &Arc<Node>, topic: &str, partition: u32, marker: Mar
         coordinator_epoch: marker.coordinator_epoch,
         commit: marker.commit,
         topic: topic.to_string(),
-        partitions: vec![partition],
+        partitions: partitions.to_vec(),
         timeout_ms: STEP_TIMEOUT.as_millis() as u32,
         transaction_start: marker.transaction_start,
     };
-    let answer = rill_rt::timeout(STEP_TIMEOUT * 2, client.write_txn_markers(request))
-        .await
-        .map_err(|_| format!("node {leader} did not answer in time"))?
-        .map_err(|s| s.message().to_string())?
-        .into_inner();
+    let answer = match rill_rt::timeout(STEP_TIMEOUT * 2, client.write_txn_markers(request)).await {
+        Err(_) => return every(format!("node {leader} did not answer in time")),
+        Ok(Err(status)) => return every(status.message().to_string()),
+        Ok(Ok(answer)) => answer.into_inner(),
+    };
     let ms = started.elapsed().as_secs_f64() * 1e3;
-    tracing::debug!(topic, partition, local = false, leader, ms, "marker written");
-    match answer.results.first() {
-        Some(r) if r.error_code == ErrorCode::None as i32 => Ok(()),
-        Some(r) => Err(r.error_message.clone()),
-        None => Err(format!("node {leader} answered no result")),
-    }
+    tracing::debug!(topic, partitions = partitions.len(), local = false, leader, ms, "markers written");
+    answer
+        .results
+        .into_iter()
+        .map(|r| {
+            let outcome = if r.error_code == ErrorCode::None as i32 { Ok(()) } else { Err(r.error_message) };
+            (r.partition, outcome)
+        })
+        .collect()
 }
 
 /// Writes `marker` into a partition this node leads: a record partition appends a control
