@@ -518,6 +518,7 @@ async fn add_once(
                 write_ms = writing.elapsed().as_secs_f64() * 1e3,
                 partitions = wanted.partitions.values().map(|ps| ps.len()).sum::<usize>(),
                 groups = wanted.groups.len(),
+                conflicts,
                 "transaction additions recorded"
             );
             return Ok(());
@@ -698,13 +699,14 @@ pub async fn complete(
     markers_term: u64,
     timeout: Duration,
 ) -> Result<bool> {
-    for _ in 0..CAS_ATTEMPTS {
+    for conflicts in 0..CAS_ATTEMPTS {
         // The record may have moved since `prepared` (the next transaction began and gained
         // partitions, v2): decided again from what it is now.
         let Some(current) = read_record(partition, transactional_id)? else { return Ok(false) };
         let now = rill_rt::wall_clock_ms();
         let Some(record) = transitions::complete(&current, prepared.txn_start_version, now) else { return Ok(false) };
         if write_in_term(partition, transactional_id, record, current.version, markers_term, timeout).await?.is_some() {
+            tracing::debug!(transactional_id, conflicts, "transaction completion recorded");
             return Ok(true);
         }
         if read_record(partition, transactional_id)?.map(|m| m.version) == Some(current.version) {
