@@ -66,6 +66,12 @@ pub struct CtpRow {
     /// …then the commit — `Consumer::commit`, or `commit_transaction` (the rest of the outputs
     /// acknowledged, then `EndTxn`).
     pub p50_commit_ms: f64,
+    /// CPU the three nodes and the bench itself (the job's client) used per 1,000 input records,
+    /// ms, median round: what the mode costs in work. On a machine whose cores the job keeps
+    /// busy, the modes' rates stand in about the inverse ratio.
+    pub cpu_ms_per_1000_records: f64,
+    /// That CPU over the round's wall time (cores kept busy), median round.
+    pub cores_busy: f64,
 }
 
 /// A poll's two parts (see [`CtpRow::p50_write_ms`]).
@@ -106,15 +112,26 @@ pub(super) async fn fill_input(client: &Client, record_bytes: usize) -> anyhow::
     Ok(())
 }
 
+/// One mode's round: input records and commits per second, CPU (cluster and bench) per
+/// second.
+#[derive(Debug, Clone, Copy)]
+struct Round {
+    msgs_per_sec: f64,
+    commits_per_sec: f64,
+    cpu_per_sec: f64,
+}
+
 /// Runs both modes `rounds` times, interleaved, each for `round` (or until it has read the
-/// whole input).
+/// whole input). `cpu_seconds` reads the CPU seconds the cluster's processes and the bench have
+/// used so far.
 pub(super) async fn consume_transform_produce(
     client: &Client,
     round: Duration,
     rounds: u32,
+    cpu_seconds: &dyn Fn() -> f64,
 ) -> anyhow::Result<Vec<CtpRow>> {
     let modes = [Mode::SendThenCommit, Mode::Transaction];
-    let mut rates: Vec<Vec<(f64, f64)>> = vec![Vec::new(); modes.len()];
+    let mut rates: Vec<Vec<Round>> = vec![Vec::new(); modes.len()];
     let mut aborted = [0u64; 2];
     let mut splits = [Split::default(), Split::default()];
     for r in 0..rounds.max(1) {
@@ -128,31 +145,40 @@ pub(super) async fn consume_transform_produce(
                 rounds.max(1),
                 mode.name()
             );
-            let (msgs, commits, aborts) = run(client, *mode, round, r, &mut splits[i]).await?;
-            rates[i].push((msgs, commits));
+            let (measured, aborts) = run(client, *mode, round, r, &mut splits[i], cpu_seconds).await?;
+            rates[i].push(measured);
             aborted[i] += aborts;
         }
     }
-    let base = super::median(&rates[0]).0.max(1e-9);
+    let base = median_round(&rates[0]).msgs_per_sec.max(1e-9);
     Ok(modes
         .iter()
         .zip(&rates)
         .zip(aborted)
         .zip(&splits)
         .map(|(((mode, r), aborted), split)| {
-            let (msgs, commits) = super::median(r);
+            let m = median_round(r);
             CtpRow {
                 mode: mode.name().to_string(),
-                msgs_per_sec: r.iter().map(|x| x.0).collect(),
-                median_msgs_per_sec: msgs,
-                ratio_to_send_then_commit: msgs / base,
-                commits_per_sec: commits,
+                msgs_per_sec: r.iter().map(|x| x.msgs_per_sec).collect(),
+                median_msgs_per_sec: m.msgs_per_sec,
+                ratio_to_send_then_commit: m.msgs_per_sec / base,
+                commits_per_sec: m.commits_per_sec,
                 aborted,
                 p50_write_ms: split.write.quantile_ms(0.5),
                 p50_commit_ms: split.commit.quantile_ms(0.5),
+                cpu_ms_per_1000_records: m.cpu_per_sec / m.msgs_per_sec.max(1e-9) * 1e6,
+                cores_busy: m.cpu_per_sec,
             }
         })
         .collect())
+}
+
+/// The round with the median rate (all zero for none).
+fn median_round(rounds: &[Round]) -> Round {
+    let mut sorted = rounds.to_vec();
+    sorted.sort_by(|a, b| a.msgs_per_sec.total_cmp(&b.msgs_per_sec));
+    sorted.get(sorted.len() / 2).copied().unwrap_or(Round { msgs_per_sec: 0.0, commits_per_sec: 0.0, cpu_per_sec: 0.0 })
 }
 
 /// The output record of `input`, keyed by where it came from (so outputs spread over the
@@ -163,16 +189,16 @@ fn transform(input: &ConsumerRecord) -> Record {
     Record::keyed(format!("{}-{}", input.partition, input.offset), value)
 }
 
-/// One mode for one round: (input records processed per second, commits per second, aborted
-/// transactions). The clock starts at the first records polled, so joining the group is not
-/// counted.
+/// One mode for one round: its rates, and the transactions aborted. The clock (and the CPU
+/// count) starts at the first records polled, so joining the group is not counted.
 async fn run(
     client: &Client,
     mode: Mode,
     round: Duration,
     r: u32,
     split: &mut Split,
-) -> anyhow::Result<(f64, f64, u64)> {
+    cpu_seconds: &dyn Fn() -> f64,
+) -> anyhow::Result<(Round, u64)> {
     let group = format!("ctp-{}-{r}", if mode == Mode::Transaction { "txn" } else { "sync" });
     let config = ConsumerConfig {
         group_id: Some(group.clone()),
@@ -193,15 +219,15 @@ async fn run(
         }
     };
     let give_up = Instant::now() + round + Duration::from_secs(60);
-    let mut start: Option<Instant> = None;
+    let mut start: Option<(Instant, f64)> = None;
     let (mut processed, mut commits, mut aborts) = (0u64, 0u64, 0u64);
-    while start.is_none_or(|s| s.elapsed() < round) && processed < INPUT_RECORDS {
+    while start.is_none_or(|(s, _)| s.elapsed() < round) && processed < INPUT_RECORDS {
         anyhow::ensure!(Instant::now() < give_up, "{}: no records to read within a minute", mode.name());
         let records = consumer.poll(Duration::from_millis(100)).await?;
         if records.is_empty() {
             continue;
         }
-        start.get_or_insert_with(Instant::now);
+        start.get_or_insert_with(|| (Instant::now(), cpu_seconds()));
         let started = Instant::now();
         if let Some(producer) = &plain {
             let mut deliveries = Vec::with_capacity(records.len());
@@ -230,7 +256,8 @@ async fn run(
         processed += records.len() as u64;
         commits += 1;
     }
-    let seconds = start.map_or(0.0, |s| s.elapsed().as_secs_f64()).max(1e-9);
+    let seconds = start.map_or(0.0, |(s, _)| s.elapsed().as_secs_f64()).max(1e-9);
+    let cpu = start.map_or(0.0, |(_, before)| cpu_seconds() - before);
     consumer.shutdown().await?;
     if let Some(p) = plain {
         p.close().await;
@@ -238,7 +265,12 @@ async fn run(
     if let Some(p) = transactional {
         p.close().await;
     }
-    Ok((processed as f64 / seconds, commits as f64 / seconds, aborts))
+    let measured = Round {
+        msgs_per_sec: processed as f64 / seconds,
+        commits_per_sec: commits as f64 / seconds,
+        cpu_per_sec: cpu / seconds,
+    };
+    Ok((measured, aborts))
 }
 
 /// One poll's records as one transaction, its offsets included; when the offsets were

@@ -11,7 +11,9 @@
 //!   records are acknowledged first, then `commit_transaction` (the `EndTxn` round trip: the
 //!   coordinator's Prepare write; markers follow asynchronously) is timed. p50 / p99 / max.
 //! * **Consume-transform-produce** (`ctp`): a job committing a transaction per poll against
-//!   the same job sending and then committing its offsets synchronously.
+//!   the same job sending and then committing its offsets synchronously, with the CPU each
+//!   costs per record (the nodes' and the bench's own): on a machine the job keeps busy, what
+//!   bounds the ratio.
 
 mod ctp;
 
@@ -172,7 +174,9 @@ pub async fn transactions(env: &Env, round: Duration, rounds: u32) -> anyhow::Re
     }
     eprintln!("transactions: filling {} for consume-transform-produce…", ctp::INPUT);
     ctp::fill_input(&client, RECORD_BYTES).await?;
-    let consume_transform_produce = ctp::consume_transform_produce(&client, round, rounds).await?;
+    let cpu_seconds =
+        || deployment.cpu_seconds().iter().map(|(_, s)| s).sum::<f64>() + crate::process::own_cpu_seconds();
+    let consume_transform_produce = ctp::consume_transform_produce(&client, round, rounds, &cpu_seconds).await?;
     let result = TransactionsResult {
         seconds_per_round: round.as_secs_f64(),
         rounds: rounds.max(1),
@@ -319,14 +323,16 @@ pub fn summary(r: &TransactionsResult) -> String {
     }
     for c in &r.consume_transform_produce {
         out.push_str(&format!(
-            "  consume-transform-produce, {:<26} {:>8.0} msg/s  ({:.2} of send + commit; {:.1} commits/s; {} aborted; p50 {:.1} ms writing, {:.1} ms committing)\n",
+            "  consume-transform-produce, {:<26} {:>8.0} msg/s  ({:.2} of send + commit; {:.1} commits/s; {} aborted; p50 {:.1} ms writing, {:.1} ms committing; {:.0} CPU-ms per 1,000 records, {:.2} cores busy)\n",
             c.mode,
             c.median_msgs_per_sec,
             c.ratio_to_send_then_commit,
             c.commits_per_sec,
             c.aborted,
             c.p50_write_ms,
-            c.p50_commit_ms
+            c.p50_commit_ms,
+            c.cpu_ms_per_1000_records,
+            c.cores_busy
         ));
     }
     out
