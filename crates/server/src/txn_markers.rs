@@ -238,29 +238,61 @@ impl Marker {
     }
 }
 
+/// Where one marker is written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Route<L> {
+    /// Nowhere: the partition's topic is gone, and a deleted partition needs no marker.
+    Gone,
+    /// This node leads the partition: written directly.
+    Local(L),
+    /// Through this leader's `Cluster.WriteTxnMarkers`.
+    Remote(u64),
+    /// The partition has no leader yet: retried in the next round.
+    NoLeader,
+}
+
+/// The markers of one round, arranged by route.
+#[derive(Debug)]
+struct Plan<'a, L> {
+    /// Outcomes known before anything is written (gone, no leader), by index into `pending`.
+    known: Vec<(usize, Result<(), String>)>,
+    /// Partitions this node leads, by index into `pending`.
+    local: Vec<(usize, L)>,
+    /// (leader, topic) → the indexes into `pending` one request to that leader names: at most a
+    /// topic's partitions, well within what one request may name.
+    remote: BTreeMap<(u64, &'a str), Vec<usize>>,
+}
+
+/// Arranges `pending` by where each marker goes (`route`).
+fn plan<L>(pending: &[(String, u32)], route: impl Fn(&str, u32) -> Route<L>) -> Plan<'_, L> {
+    let mut plan = Plan { known: Vec::new(), local: Vec::new(), remote: BTreeMap::new() };
+    for (i, (topic, partition)) in pending.iter().enumerate() {
+        match route(topic, *partition) {
+            Route::Gone => plan.known.push((i, Ok(()))),
+            Route::Local(hosted) => plan.local.push((i, hosted)),
+            Route::Remote(leader) => plan.remote.entry((leader, topic.as_str())).or_default().push(i),
+            Route::NoLeader => plan.known.push((i, Err(format!("{topic}/{partition} has no leader yet")))),
+        }
+    }
+    plan
+}
+
 /// Writes `marker` into every partition of `pending` at its leader; one outcome per partition,
 /// in `pending`'s order. The markers a node leads for one topic go in one request: a
 /// transaction over sixteen partitions costs the coordinator a request per node, not sixteen.
 async fn write_markers(node: &Arc<Node>, pending: &[(String, u32)], marker: Marker) -> Vec<Result<(), String>> {
-    let mut outcomes: Vec<Option<Result<(), String>>> = vec![None; pending.len()];
-    let mut local = Vec::new();
-    // (leader, topic) → the indexes into `pending` it is asked for: at most a topic's
-    // partitions, well within what one request may name.
-    let mut remote: BTreeMap<(u64, &str), Vec<usize>> = BTreeMap::new();
-    for (i, (topic, partition)) in pending.iter().enumerate() {
-        // A partition of a deleted topic needs no marker.
-        let Some(group) = node.topic(topic).and_then(|m| m.partitions.get(*partition as usize).map(|a| a.group)) else {
-            outcomes[i] = Some(Ok(()));
-            continue;
+    let Plan { known, local, remote } = plan(pending, |topic, partition| {
+        let Some(group) = node.topic(topic).and_then(|m| m.partitions.get(partition as usize).map(|a| a.group)) else {
+            return Route::Gone;
         };
         if let Some(hosted) = node.replica(group).filter(|h| h.replica().state().is_leader) {
-            local.push((i, hosted));
-            continue;
+            return Route::Local(hosted);
         }
-        match node.leader_of(group) {
-            Some(leader) => remote.entry((leader, topic.as_str())).or_default().push(i),
-            None => outcomes[i] = Some(Err(format!("{topic}/{partition} has no leader yet"))),
-        }
+        node.leader_of(group).map_or(Route::NoLeader, Route::Remote)
+    });
+    let mut outcomes: Vec<Option<Result<(), String>>> = vec![None; pending.len()];
+    for (i, outcome) in known {
+        outcomes[i] = Some(outcome);
     }
     let locally = futures::future::join_all(local.into_iter().map(|(i, hosted)| async move {
         let started = rill_rt::now();
@@ -396,4 +428,47 @@ pub async fn serve(node: &Arc<Node>, req: WriteTxnMarkersRequest) -> Vec<WriteTx
             .into_iter()
             .collect();
     req.partitions.iter().filter_map(|p| written.get(p).cloned()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pending(of: &[(&str, u32)]) -> Vec<(String, u32)> {
+        of.iter().map(|(t, p)| (t.to_string(), *p)).collect()
+    }
+
+    #[test]
+    fn a_leaders_partitions_of_one_topic_share_one_request() {
+        let pending = pending(&[("out", 0), ("out", 1), ("out", 2), ("out", 3), ("__consumer_offsets", 7), ("out", 4)]);
+        // Node 1 (this one) leads out/0 and out/3; node 2 the other partitions of `out` and the
+        // group's partition.
+        let plan = plan(&pending, |topic, p| match (topic, p) {
+            ("out", 0 | 3) => Route::Local(p),
+            _ => Route::Remote(2),
+        });
+        assert_eq!(plan.local, vec![(0, 0), (3, 3)]);
+        assert!(plan.known.is_empty());
+        let requests: Vec<_> = plan.remote.into_iter().collect();
+        assert_eq!(requests, vec![((2, "__consumer_offsets"), vec![4]), ((2, "out"), vec![1, 2, 5])]);
+    }
+
+    #[test]
+    fn each_leader_gets_its_own_request_and_the_rest_are_answered_at_once() {
+        let pending = pending(&[("out", 0), ("out", 1), ("gone", 0), ("out", 2), ("out", 3)]);
+        let plan = plan(&pending, |topic, p| match (topic, p) {
+            ("gone", _) => Route::Gone,
+            (_, 0) => Route::Remote(2),
+            (_, 1) => Route::Remote(3),
+            (_, 2) => Route::NoLeader,
+            _ => Route::<()>::Remote(2),
+        });
+        assert!(plan.local.is_empty());
+        assert_eq!(plan.known.len(), 2);
+        assert_eq!(plan.known[0], (2, Ok(())));
+        assert_eq!(plan.known[1].0, 3);
+        assert!(plan.known[1].1.as_ref().is_err_and(|e| e.contains("out/2 has no leader")));
+        let requests: Vec<_> = plan.remote.into_iter().collect();
+        assert_eq!(requests, vec![((2, "out"), vec![0, 4]), ((3, "out"), vec![1])]);
+    }
 }
