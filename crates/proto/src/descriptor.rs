@@ -65,6 +65,7 @@ mod tests {
         assert!(has("/rill.transactions.Transactions/EndTxn", false));
         assert!(has("/rill.internal.Cluster/WriteTxnMarkers", true));
         assert!(has("/rill.internal.Cluster/AddTxnPartition", true));
-        assert_eq!(rpcs.iter().filter(|r| r.internal).count(), 12, "{rpcs:#?}");
+        assert!(has("/rill.internal.Cluster/AddTxnPartitions", true));
+        assert_eq!(rpcs.iter().filter(|r| r.internal).count(), 13, "{rpcs:#?}");
     }
 }

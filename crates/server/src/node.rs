@@ -129,6 +129,7 @@ pub struct Node {
     /// Additions to the transactions this node coordinates, queued per transactional id so
     /// that those arriving together are written together.
     txn_additions: rill_coordinator::transactions::Additions,
+    txn_asks: crate::txn_verify::Asks,
 }
 
 impl Node {
@@ -184,6 +185,7 @@ impl Node {
             )),
             txn_markers: crate::txn_markers::Markers::default(),
             txn_additions: rill_coordinator::transactions::Additions::new(),
+            txn_asks: crate::txn_verify::Asks::default(),
             group_turns: rill_coordinator::groups::GroupTurns::new(),
         });
         rill_rt::spawn(reconcile(Arc::downgrade(&node), node.meta.clone()));
@@ -224,6 +226,12 @@ impl Node {
     /// [`rill_coordinator::transactions::Additions`]).
     pub fn txn_additions(&self) -> &rill_coordinator::transactions::Additions {
         &self.txn_additions
+    }
+
+    /// Verification asks this node, as a partition leader, has yet to send to coordinators
+    /// (see [`crate::txn_verify::Asks`]).
+    pub fn txn_asks(&self) -> &crate::txn_verify::Asks {
+        &self.txn_asks
     }
 
     /// The configuration.

@@ -5,12 +5,18 @@
 //! group is in it (added by `AddOffsetsToTxn`). Directly when the transaction coordinator is
 //! this node, else through its internal `Cluster.AddTxnPartition`.
 //!
+//! One transactional id's asks bound for its coordinator at the same moment — a produce
+//! request's partitions, handled together — travel in one `Cluster.AddTxnPartitions`
+//! ([`Asks`]): a transaction's first batches over sixteen partitions cost a leader a few
+//! requests to the coordinator, not one per partition.
+//!
 //! The answer is mapped to the partition's errors here, in one place: a fenced producer is
 //! `INVALID_PRODUCER_EPOCH`, a partition not in the transaction `INVALID_TXN_STATE`, a busy
 //! coordinator `CONCURRENT_TRANSACTIONS`, an unreachable one `COORDINATOR_NOT_AVAILABLE`. A
 //! group coordinator answers the transaction coordinator's code as it is.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rill_broker::produce::{OwedMarker, Verified};
@@ -19,8 +25,12 @@ use rill_coordinator::CoordinatorError;
 use rill_coordinator::{transactions, txn_offsets};
 use rill_meta::PartitionKind;
 use rill_proto::common::ErrorCode;
-use rill_proto::internal::{AddTxnPartitionRequest, AddTxnPartitionResponse, OwedTxnMarker};
+use rill_proto::internal::cluster_client::ClusterClient;
+use rill_proto::internal::{AddTxnPartitionRequest, AddTxnPartitionResponse, AddTxnPartitionsRequest, OwedTxnMarker};
+use rill_raft::NodeId;
 use rill_records::{ControlKind, ControlMarker};
+use rill_rt::sync::oneshot;
+use tonic::transport::Channel;
 
 use crate::errors::{self, WireError};
 use crate::node::{Hosted, Node};
@@ -155,7 +165,6 @@ async fn ask(
         }
     }
     let leader = node.leader_of(group).ok_or_else(|| unavailable("the coordinator has no leader yet".into()))?;
-    let mut client = node.cluster_client(leader).ok_or_else(|| unavailable(format!("no address for node {leader}")))?;
     let (topic, partition, verify_only, group_id) = match target {
         Target::Partition { topic, partition, add } => (topic, partition, !add, String::new()),
         Target::Group { group, add } => (String::new(), 0, !add, group),
@@ -170,14 +179,139 @@ async fn ask(
         verify_only,
         group_id,
     };
-    let answer = rill_rt::timeout(VERIFY_TIMEOUT, client.add_txn_partition(request))
-        .await
-        .map_err(|_| unavailable(format!("node {leader} did not answer in time")))?
-        .map_err(|s| unavailable(s.message().to_string()))?
-        .into_inner();
+    let answer = node.txn_asks().ask(node, leader, request).await?;
     match ErrorCode::try_from(answer.error_code).unwrap_or(ErrorCode::UnknownServerError) {
         ErrorCode::None => Ok(Answer { transaction_start: answer.transaction_start, owed: answer.owed_marker }),
         code => Err(WireError::new(code, answer.error_message)),
+    }
+}
+
+/// The asks this node has yet to send, by coordinator node and transactional id (see the
+/// module docs). One per node.
+///
+/// Only one transactional id's asks travel together: the coordinator answers a request once
+/// every ask in it is answered, and one id's ask may wait there (for its previous transaction's
+/// markers), which must not hold up another producer's. One id's asks at one moment are
+/// recorded in one write at the coordinator anyway, and answered together.
+#[derive(Debug, Default)]
+pub struct Asks {
+    queued: Mutex<HashMap<(NodeId, String), Vec<Queued>>>,
+}
+
+/// An ask waiting to be sent, and where its answer goes.
+#[derive(Debug)]
+struct Queued {
+    request: AddTxnPartitionRequest,
+    answer: oneshot::Sender<Result<AddTxnPartitionResponse, WireError>>,
+}
+
+impl Asks {
+    /// Sends `request` to `leader` with the other asks for it and its transactional id made at
+    /// the same moment; its answer. The first such ask starts a task that lets the others join
+    /// (one turn of the scheduler: the partitions of a produce request reach their verification
+    /// together) and then sends them all. A task, so that a caller going away abandons no one
+    /// else's ask.
+    async fn ask(
+        &self,
+        node: &Arc<Node>,
+        leader: NodeId,
+        request: AddTxnPartitionRequest,
+    ) -> Result<AddTxnPartitionResponse, WireError> {
+        let (tx, rx) = oneshot::channel();
+        let key = (leader, request.transactional_id.clone());
+        if self.queue(key.clone(), Queued { request, answer: tx }) {
+            let node = node.clone();
+            rill_rt::spawn(async move {
+                tokio::task::yield_now().await;
+                let asks = node.txn_asks().take(&key);
+                send(&node, leader, asks).await;
+            });
+        }
+        rx.await.unwrap_or_else(|_| Err(unavailable_at(leader, "the ask was dropped unsent")))
+    }
+
+    /// Queues `ask` under `key` (coordinator node, transactional id): true when it is the first
+    /// there (its caller starts the sending).
+    fn queue(&self, key: (NodeId, String), ask: Queued) -> bool {
+        let mut queued = self.queued.lock().unwrap_or_else(|p| p.into_inner());
+        let asks = queued.entry(key).or_default();
+        asks.push(ask);
+        asks.len() == 1
+    }
+
+    /// The asks queued under `key`, leaving none.
+    fn take(&self, key: &(NodeId, String)) -> Vec<Queued> {
+        self.queued.lock().unwrap_or_else(|p| p.into_inner()).remove(key).unwrap_or_default()
+    }
+}
+
+fn unavailable_at(leader: NodeId, why: &str) -> WireError {
+    WireError::new(ErrorCode::CoordinatorNotAvailable, format!("node {leader}: {why}"))
+}
+
+/// Sends `asks` to `leader` and answers each: one `AddTxnPartition` for a single ask (which
+/// every node knows), else one `AddTxnPartitions` — or, from a node that does not know it yet,
+/// one `AddTxnPartition` each.
+async fn send(node: &Arc<Node>, leader: NodeId, asks: Vec<Queued>) {
+    let Some(mut client) = node.cluster_client(leader) else {
+        for ask in asks {
+            let _ = ask.answer.send(Err(unavailable_at(leader, "no address for it")));
+        }
+        return;
+    };
+    tracing::debug!(leader, asks = asks.len(), "verification asks sent");
+    if asks.len() == 1 {
+        for ask in asks {
+            let _ = ask.answer.send(ask_one(client.clone(), leader, ask.request).await);
+        }
+        return;
+    }
+    let (requests, answers): (Vec<_>, Vec<_>) = asks.into_iter().map(|q| (q.request, q.answer)).unzip();
+    let batch = AddTxnPartitionsRequest { from_node: node.id(), asks: requests.clone() };
+    let answered = match rill_rt::timeout(VERIFY_TIMEOUT, client.add_txn_partitions(batch)).await {
+        Err(_) => Err(unavailable_at(leader, "did not answer in time")),
+        Ok(Err(status)) if status.code() == tonic::Code::Unimplemented => {
+            // An older node: one at a time, all at once.
+            let each = requests.into_iter().map(|r| ask_one(client.clone(), leader, r));
+            for (answer, outcome) in answers.into_iter().zip(futures::future::join_all(each).await) {
+                let _ = answer.send(outcome);
+            }
+            return;
+        }
+        Ok(Err(status)) => Err(unavailable_at(leader, status.message())),
+        Ok(Ok(response)) => {
+            let got = response.into_inner().answers;
+            if got.len() == answers.len() {
+                Ok(got)
+            } else {
+                Err(unavailable_at(leader, &format!("answered {} of {} asks", got.len(), answers.len())))
+            }
+        }
+    };
+    match answered {
+        Ok(got) => {
+            for (answer, outcome) in answers.into_iter().zip(got) {
+                let _ = answer.send(Ok(outcome));
+            }
+        }
+        Err(e) => {
+            for answer in answers {
+                let _ = answer.send(Err(e.clone()));
+            }
+        }
+    }
+}
+
+/// One `AddTxnPartition` to `leader`.
+async fn ask_one(
+    mut client: ClusterClient<Channel>,
+    leader: NodeId,
+    request: AddTxnPartitionRequest,
+) -> Result<AddTxnPartitionResponse, WireError> {
+    match rill_rt::timeout(VERIFY_TIMEOUT, client.add_txn_partition(request)).await {
+        Err(_) => Err(unavailable_at(leader, "did not answer in time")),
+        Ok(Err(status)) => Err(unavailable_at(leader, status.message())),
+        Ok(Ok(answer)) => Ok(answer.into_inner()),
     }
 }
 
@@ -264,5 +398,41 @@ fn to_partition(e: WireError) -> PartitionError {
         ErrorCode::ConcurrentTransactions => PartitionError::ConcurrentTransactions(message),
         ErrorCode::InvalidRequest => PartitionError::InvalidRequest(message),
         _ => PartitionError::CoordinatorNotAvailable(message),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ask(partition: u32) -> (Queued, oneshot::Receiver<Result<AddTxnPartitionResponse, WireError>>) {
+        let (tx, rx) = oneshot::channel();
+        let request = AddTxnPartitionRequest { topic: "out".into(), partition, ..Default::default() };
+        (Queued { request, answer: tx }, rx)
+    }
+
+    fn key(node: NodeId, id: &str) -> (NodeId, String) {
+        (node, id.to_string())
+    }
+
+    #[test]
+    fn one_ids_asks_for_one_node_queue_behind_the_first_until_taken() {
+        let asks = Asks::default();
+        let (a, _ra) = ask(0);
+        let (b, _rb) = ask(1);
+        let (c, _rc) = ask(2);
+        let (d, _rd) = ask(3);
+        assert!(asks.queue(key(2, "t"), a), "the first ask starts a sending");
+        assert!(!asks.queue(key(2, "t"), b), "the next joins it");
+        assert!(asks.queue(key(3, "t"), c), "another node's asks are sent on their own");
+        assert!(asks.queue(key(2, "u"), d), "so are another transactional id's");
+        let taken: Vec<u32> = asks.take(&key(2, "t")).iter().map(|q| q.request.partition).collect();
+        assert_eq!(taken, vec![0, 1]);
+        assert!(asks.take(&key(2, "t")).is_empty());
+        // Taken: the next ask starts a new sending.
+        let (e, _re) = ask(4);
+        assert!(asks.queue(key(2, "t"), e));
+        assert_eq!(asks.take(&key(3, "t")).len(), 1);
+        assert_eq!(asks.take(&key(2, "u")).len(), 1);
     }
 }

@@ -11,9 +11,9 @@ use rill_meta::machine::encode_result;
 use rill_meta::NodeInfo;
 use rill_proto::internal::cluster_server::Cluster;
 use rill_proto::internal::{
-    AddNodeRequest, AddNodeResponse, AddTxnPartitionRequest, AddTxnPartitionResponse, ElectLeaderRequest,
-    ElectLeaderResponse, PingRequest, PingResponse, ProposeMetaRequest, ProposeMetaResponse, ReplicaStatusRequest,
-    ReplicaStatusResponse, WriteTxnMarkersRequest, WriteTxnMarkersResponse,
+    AddNodeRequest, AddNodeResponse, AddTxnPartitionRequest, AddTxnPartitionResponse, AddTxnPartitionsRequest,
+    AddTxnPartitionsResponse, ElectLeaderRequest, ElectLeaderResponse, PingRequest, PingResponse, ProposeMetaRequest,
+    ProposeMetaResponse, ReplicaStatusRequest, ReplicaStatusResponse, WriteTxnMarkersRequest, WriteTxnMarkersResponse,
 };
 use rill_raft::NodeId;
 use rill_tls::Caller;
@@ -146,5 +146,24 @@ impl Cluster for ClusterApi {
     ) -> Result<Response<AddTxnPartitionResponse>, Status> {
         self.check_member(&request, request.get_ref().from_node, "AddTxnPartition")?;
         Ok(Response::new(crate::txn_verify::serve(&self.node, request.into_inner()).await))
+    }
+
+    async fn add_txn_partitions(
+        &self,
+        request: Request<AddTxnPartitionsRequest>,
+    ) -> Result<Response<AddTxnPartitionsResponse>, Status> {
+        self.check_member(&request, request.get_ref().from_node, "AddTxnPartitions")?;
+        let req = request.into_inner();
+        if req.asks.len() > crate::api::limits::MAX_PARTITIONS_PER_REQUEST {
+            return Err(errors::too_many_entries_status(
+                "AddTxnPartitions",
+                "asks",
+                req.asks.len(),
+                crate::api::limits::MAX_PARTITIONS_PER_REQUEST,
+            ));
+        }
+        let answers =
+            futures::future::join_all(req.asks.into_iter().map(|ask| crate::txn_verify::serve(&self.node, ask)));
+        Ok(Response::new(AddTxnPartitionsResponse { answers: answers.await }))
     }
 }
