@@ -154,14 +154,8 @@ impl Cluster for ClusterApi {
     ) -> Result<Response<AddTxnPartitionsResponse>, Status> {
         self.check_member(&request, request.get_ref().from_node, "AddTxnPartitions")?;
         let req = request.into_inner();
-        if req.asks.len() > crate::api::limits::MAX_PARTITIONS_PER_REQUEST {
-            return Err(errors::too_many_entries_status(
-                "AddTxnPartitions",
-                "asks",
-                req.asks.len(),
-                crate::api::limits::MAX_PARTITIONS_PER_REQUEST,
-            ));
-        }
+        // Each ask names one partition (or group): the produce path's bound on partitions.
+        crate::api::limits::check_counts("AddTxnPartitions", 0, req.asks.len())?;
         let answers =
             futures::future::join_all(req.asks.into_iter().map(|ask| crate::txn_verify::serve(&self.node, ask)));
         Ok(Response::new(AddTxnPartitionsResponse { answers: answers.await }))
