@@ -42,6 +42,8 @@ pub struct SimOptions {
     pub groups: Option<rill_coordinator::groups::Timeouts>,
     /// `[limits]` producer table settings (`None`: the server's defaults).
     pub producer_limits: Option<rill_broker::producers::ProducerLimits>,
+    /// Partitions of `__transaction_state` (`None`: 2).
+    pub transaction_state_partitions: Option<u32>,
 }
 
 /// A simulated cluster: nodes at 10.0.0.<id> (clients on :7001, nodes on :7101), client hosts at
@@ -65,6 +67,7 @@ impl SimCluster {
             transactional_id_expiration: None,
             groups: None,
             producer_limits: None,
+            transaction_state_partitions: None,
         })
     }
 
@@ -86,6 +89,7 @@ impl SimCluster {
             let sync_latency = opts.sync_latency;
             let transactional_id_expiration = opts.transactional_id_expiration;
             let producer_limits = opts.producer_limits;
+            let transaction_state_partitions = opts.transaction_state_partitions.unwrap_or(2);
             let group_timeouts = opts.groups;
             let node = handle
                 .create_node()
@@ -118,7 +122,7 @@ impl SimCluster {
                         // partitions snapshot every 20 entries and purge their logs behind it
                         // but 5, so runs purge and install their snapshots.
                         config.consumer_offsets_partitions = 2;
-                        config.transaction_state_partitions = 2;
+                        config.transaction_state_partitions = transaction_state_partitions;
                         config.state_snapshot_every_entries = 20;
                         config.state_log_kept_entries = 5;
                         // Record partitions snapshot and purge below their log start as soon

@@ -123,6 +123,7 @@ pub fn start_generated(
         transactional_id_expiration,
         groups,
         producer_limits: None,
+        transaction_state_partitions: None,
     }));
     if let Some(t) = groups {
         println!("groups: session {} ms, heartbeat interval {} ms", t.session_ms, t.heartbeat_interval_ms);
@@ -183,6 +184,7 @@ pub async fn run(scenario: &Scenario) -> Report {
             max_per_partition: c.max_per_partition,
             evictable_after: c.evictable_after,
         }),
+        transaction_state_partitions: None,
     }));
     let mut violations = Vec::new();
 

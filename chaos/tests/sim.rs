@@ -357,6 +357,7 @@ async fn slow_disk_cluster(sync_latency: Duration, topic: &'static str) -> (SimC
         transactional_id_expiration: None,
         groups: None,
         producer_limits: None,
+        transaction_state_partitions: None,
     });
     let client = cluster.client().await;
     let c = client.clone();
@@ -780,6 +781,121 @@ async fn a_deposed_offsets_coordinator_never_answers_a_stale_offset() {
         .await;
     assert_eq!(healed, 20, "after healing, the group's offset is the one committed through node {new}");
     trace.record(format!("old {old}, new {new}, deposed answer {deposed_answer:?}"));
+    println!("trace-hash: {:016x} events={}", trace.hash(), trace.len());
+}
+
+/// A new producer instance of transactional id `id` initialised (retried until one succeeds):
+/// its producer id and epoch, the epoch one above the previous instance's.
+async fn init_instance(client: &Client, id: &'static str) -> (i64, i16) {
+    wait_until("init_transactions", || async {
+        let config = rill_client::ProducerConfig::default();
+        let p = rill_client::TransactionalProducer::new(client.clone(), config, id, Duration::from_secs(60));
+        let ready = rill_rt::timeout(Duration::from_secs(8), p.init_transactions()).await;
+        let identity = matches!(ready, Ok(Ok(()))).then(|| p.producer_id_and_epoch()).flatten();
+        p.close().await;
+        identity
+    })
+    .await
+}
+
+/// Scripted: the coordinator of transactional id `d-txn` is cut off from the other nodes
+/// (clients still reach it) and, hearing nothing of its successor, still believes it leads;
+/// meanwhile a new instance of the producer is initialised through the successor, bumping the
+/// id's epoch. Then clients reach only the deposed one: asked to describe or list the id's
+/// transaction, it must not show the epoch it last knew — both confirm its leadership with a
+/// quorum first, so it answers nothing until it can. An operator shown the old epoch would take
+/// the fenced instance for the live one (and a transaction its successor finished for one still
+/// open). After healing, the new epoch is shown. Caught mutation: `stale-transactions-read`.
+#[madsim::test]
+async fn a_deposed_transaction_coordinator_never_describes_a_stale_transaction() {
+    let trace = begin_scripted();
+    // One partition of `__transaction_state`: the deposed node leads all of it, so a listing
+    // asks it alone.
+    let cluster = SimCluster::start_with(SimOptions {
+        nodes: 3,
+        client_hosts: 1,
+        sync_latency: Duration::ZERO,
+        transactional_id_expiration: None,
+        groups: None,
+        producer_limits: None,
+        transaction_state_partitions: Some(1),
+    });
+    let client = cluster.client().await;
+    let c = client.clone();
+    cluster
+        .on_client(async move {
+            let t = rill_meta::TRANSACTION_STATE_TOPIC;
+            wait_until("the topic created", || async { c.create_topic("dt", 1, 3, &[]).await.ok() }).await;
+            c.wait_for_leaders(t, SETTLE).await.unwrap_or_else(|e| panic!("{t} has no leaders: {e}"));
+        })
+        .await;
+    let (_, group) = cluster
+        .node(1)
+        .and_then(|n| n.coordinator_partition(rill_meta::PartitionKind::TransactionState, "d-txn"))
+        .expect("d-txn has a coordinator partition");
+    let c = client.clone();
+    let (pid, first) = cluster.on_client(async move { init_instance(&c, "d-txn").await }).await;
+    let leads = |id: u64| group_metrics(&cluster, id, group).is_some_and(|m| m.current_leader == Some(id));
+    let old = wait_until("a leader of d-txn's coordinator partition", || {
+        let l = cluster.ids().into_iter().find(|id| leads(*id));
+        async move { l }
+    })
+    .await;
+    let others: Vec<u64> = cluster.ids().into_iter().filter(|id| *id != old).collect();
+    for id in &others {
+        cluster.cut_link(old, *id);
+        cluster.cut_link(*id, old);
+    }
+    let new = wait_until("a successor among the other nodes", || {
+        let l = others.iter().copied().find(|id| leads(*id));
+        async move { l }
+    })
+    .await;
+    let only_new = cluster.on_client(rill_chaos::cluster::connect(vec![cluster.address(new)])).await;
+    let (pid_now, current) = cluster.on_client(async move { init_instance(&only_new, "d-txn").await }).await;
+    assert_eq!(pid_now, pid, "the same producer id, its epoch bumped");
+    assert!(current > first, "the successor bumped the epoch: {first} -> {current}");
+    assert!(leads(old), "node {old} still believes it leads d-txn's coordinator partition (else this proves nothing)");
+
+    // Now clients reach only the deposed coordinator.
+    for id in &others {
+        cluster.cut_clients(*id);
+    }
+    let only_old = cluster.on_client(rill_chaos::cluster::connect(vec![cluster.address(old)])).await;
+    let (described, listed) = cluster
+        .on_client(async move {
+            let described = rill_rt::timeout(Duration::from_secs(8), only_old.describe_transaction("d-txn")).await;
+            let listed = rill_rt::timeout(Duration::from_secs(8), only_old.list_transactions(&[], None)).await;
+            let described = described.ok().and_then(|d| d.ok()).map(|d| d.producer_epoch);
+            let listed = listed
+                .ok()
+                .and_then(|l| l.ok())
+                .and_then(|l| l.into_iter().find(|t| t.transactional_id == "d-txn"))
+                .map(|t| t.producer_epoch);
+            (described, listed)
+        })
+        .await;
+    println!("node {old}, deposed, described epoch {described:?}, listed {listed:?}; node {new} leads at {current}");
+    for (what, shown) in [("described", described), ("listed", listed)] {
+        assert!(
+            shown.is_none() || shown == Some(i32::from(current)),
+            "the deposed coordinator (node {old}) {what} epoch {shown:?}; node {new} had moved it to {current}"
+        );
+    }
+
+    cluster.heal_network();
+    let c = client.clone();
+    let healed = cluster
+        .on_client(async move {
+            wait_until("the transaction described after healing", || async {
+                let d = rill_rt::timeout(Duration::from_secs(5), c.describe_transaction("d-txn")).await;
+                d.ok().and_then(|d| d.ok()).map(|d| d.producer_epoch)
+            })
+            .await
+        })
+        .await;
+    assert_eq!(healed, i32::from(current), "after healing, the epoch is the one node {new} gave");
+    trace.record(format!("old {old}, new {new}, epochs {first} -> {current}, deposed {described:?} / {listed:?}"));
     println!("trace-hash: {:016x} events={}", trace.hash(), trace.len());
 }
 
@@ -1239,6 +1355,7 @@ async fn consumer_group_members_never_share_a_partition() {
         transactional_id_expiration: None,
         groups: None,
         producer_limits: None,
+        transaction_state_partitions: None,
     }));
     let client = cluster.client().await;
     let c = client.clone();
@@ -1359,6 +1476,7 @@ async fn group_cluster(
         transactional_id_expiration: None,
         groups: Some(timeouts),
         producer_limits: None,
+        transaction_state_partitions: None,
     }));
     let client = cluster.client().await;
     let c = client.clone();
@@ -1669,6 +1787,7 @@ async fn list_scenarios() {
     println!("control_batches_take_offsets_and_are_skipped\tscripted: a transaction marker takes an offset; consumers skip it (default)");
     println!("state_partition_purges_and_installs_snapshots\tscripted: a coordinator partition purges behind snapshots; a follower catches up by one (default)");
     println!("a_deposed_offsets_coordinator_never_answers_a_stale_offset\tscripted: group g's coordinator is cut off from the other nodes and a newer offset is committed through its successor; asked directly, the deposed one never answers the old offset (default)");
+    println!("a_deposed_transaction_coordinator_never_describes_a_stale_transaction\tscripted: transactional id d-txn's coordinator (the only transaction-state partition's leader) is cut off from the other nodes and a new producer instance bumps the id's epoch through its successor; asked directly, the deposed one never describes or lists the old epoch (default)");
     println!("a_late_copy_of_a_marker_never_decides_the_next_transaction\tscripted: a copy of a committed transaction's marker reaches its partition while the producer's next transaction is open there (same producer and coordinator epochs); it decides nothing, and after that transaction's abort read_committed shows the first one's record only (default)");
     println!("a_groups_owed_marker_comes_before_the_next_transactions_offsets\tscripted: a producer's next transaction's offsets reach its group's partition before the decided transaction's marker; the group's coordinator writes that owed marker first, so the decided offset is committed, not dropped as orphaned (default)");
     println!("record_partition_installs_a_snapshot_with_its_records\tscripted: a record partition purges below its log start; a follower catches up by a snapshot carrying the retained records (default)");

@@ -55,6 +55,10 @@ pub enum Mutation {
     /// confirming that it still leads: a deposed coordinator that has not noticed yet answers
     /// an offset its successor has moved past.
     StaleOffsetsRead,
+    /// A transaction coordinator answers `DescribeTransactions` and `ListTransactions` from
+    /// its own state without confirming that it still leads: a deposed coordinator shows the
+    /// transaction its successor has moved past.
+    StaleTransactionsRead,
     /// A partition lets a marker decide whatever transaction of its producer is open, even when
     /// the transaction it names was decided here already: a late copy of one transaction's
     /// marker commits or aborts the producer's next transaction.
@@ -71,7 +75,7 @@ pub enum Mutation {
 
 impl Mutation {
     /// Every mutation.
-    pub const ALL: [Mutation; 20] = [
+    pub const ALL: [Mutation; 21] = [
         Mutation::AckBeforeSync,
         Mutation::ReadAboveHw,
         Mutation::SkipTruncate,
@@ -92,6 +96,7 @@ impl Mutation {
         Mutation::RepeatedMarkerDecides,
         Mutation::BatchBeforeMarker,
         Mutation::GroupOffsetsBeforeMarker,
+        Mutation::StaleTransactionsRead,
     ];
 
     /// The name used on the command line (`chaos/run --mutation NAME`).
@@ -117,6 +122,7 @@ impl Mutation {
             Mutation::RepeatedMarkerDecides => "repeated-marker-decides",
             Mutation::BatchBeforeMarker => "batch-before-marker",
             Mutation::GroupOffsetsBeforeMarker => "group-offsets-before-marker",
+            Mutation::StaleTransactionsRead => "stale-transactions-read",
         }
     }
 

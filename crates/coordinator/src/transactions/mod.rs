@@ -815,6 +815,22 @@ pub async fn abort_open(
     Err(busy(transactional_id))
 }
 
+/// On the coordinator: runs `read` with every transactional id's record, once the coordinator
+/// has confirmed with a quorum that it still leads (a linearizable read, at most `timeout`).
+/// What an operator is shown — `describe`, `list`, the hanging transactions an abort acts on —
+/// must not come from a deposed coordinator that has not heard of its successor: it would show
+/// a transaction open that its successor completed, or the epoch its successor moved past.
+pub async fn read<R>(
+    partition: &StatePartition<TransactionsMachine>,
+    timeout: Duration,
+    read: impl FnOnce(&TransactionsState) -> R,
+) -> Result<R> {
+    if rill_rt::mutation::active(rill_rt::mutation::Mutation::StaleTransactionsRead) {
+        return Ok(partition.read(|m| read(m.state()))?);
+    }
+    Ok(partition.read_linearizable(timeout, |m| read(m.state())).await?)
+}
+
 fn busy(transactional_id: &str) -> CoordinatorError {
     CoordinatorError::NotAvailable(format!("{transactional_id}: {CAS_ATTEMPTS} concurrent changes in a row; retry"))
 }

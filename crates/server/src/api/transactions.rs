@@ -31,6 +31,9 @@ use crate::node::{Hosted, Node};
 const DECISION_TIMEOUT: Duration = Duration::from_secs(10);
 /// Most transactional ids one `DescribeTransactions` names.
 const MAX_DESCRIBED: usize = 1_000;
+/// How long a coordinator may take to confirm with a quorum that it still leads before it
+/// answers `DescribeTransactions` or `ListTransactions`.
+const READ_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The `Transactions` service.
 pub struct TransactionsApi {
@@ -225,7 +228,7 @@ impl Transactions for TransactionsApi {
             ));
         }
         self.authz.authorize(&principal, rpc::DESCRIBE_TRANSACTIONS, &req)?;
-        let transactions = req.transactional_ids.iter().map(|id| self.describe(id)).collect();
+        let transactions = self.describe(&req.transactional_ids).await;
         Ok(Response::new(DescribeTransactionsResponse { transactions }))
     }
 
@@ -241,10 +244,12 @@ impl Transactions for TransactionsApi {
         self.authz.authorize(&principal, rpc::LIST_TRANSACTIONS, &req)?;
         let now = rill_rt::wall_clock_ms();
         let mut transactions = Vec::new();
-        for p in self.node.transactions_replicas() {
-            // Only a caught-up leader answers for its partition; the client asks every leader.
-            let Ok(listed) = p.read(|m| {
-                m.state()
+        // Only a leader that a quorum confirms answers for its partition (the client asks every
+        // leader); the partitions' confirmations run together.
+        let replicas = self.node.transactions_replicas();
+        let reads = replicas.iter().map(|p| {
+            transactions::read(p, READ_TIMEOUT, |state| {
+                state
                     .iter()
                     .map(|(id, r)| {
                         let open = r.state == transactions::TxnState::Ongoing || r.state.is_prepared();
@@ -258,9 +263,10 @@ impl Transactions for TransactionsApi {
                         }
                     })
                     .collect::<Vec<_>>()
-            }) else {
-                continue;
-            };
+            })
+        });
+        for listed in futures::future::join_all(reads).await {
+            let Ok(listed) = listed else { continue };
             transactions.extend(listed.into_iter().filter(|t| {
                 (req.states.is_empty() || req.states.contains(&t.state))
                     && (req.open_longer_than_ms <= 0 || t.open_ms >= req.open_longer_than_ms)
@@ -301,23 +307,60 @@ impl Transactions for TransactionsApi {
 }
 
 impl TransactionsApi {
-    fn describe(&self, id: &str) -> TransactionDescription {
-        let failed = |e: WireError| TransactionDescription {
+    /// Each of `ids` described, in order: read from its coordinator partition once this node's
+    /// leadership of it is confirmed by a quorum (one confirmation per partition, all at once).
+    async fn describe(&self, ids: &[String]) -> Vec<TransactionDescription> {
+        let mut partitions: Vec<(Arc<StatePartition<TransactionsMachine>>, Vec<usize>)> = Vec::new();
+        let mut described: Vec<Option<TransactionDescription>> = vec![None; ids.len()];
+        for (i, id) in ids.iter().enumerate() {
+            match self.coordinator(id) {
+                Ok(c) => match partitions.iter_mut().find(|(p, _)| Arc::ptr_eq(p, &c)) {
+                    Some((_, asked)) => asked.push(i),
+                    None => partitions.push((c, vec![i])),
+                },
+                Err(e) => described[i] = Some(Self::description_failed(id, e)),
+            }
+        }
+        let reads = partitions.iter().map(|(p, asked)| {
+            transactions::read(p, READ_TIMEOUT, |state| {
+                asked.iter().map(|&i| (i, state.get(&ids[i]).cloned())).collect::<Vec<_>>()
+            })
+        });
+        for (read, (_, asked)) in futures::future::join_all(reads).await.into_iter().zip(&partitions) {
+            match read {
+                Ok(records) => {
+                    for (i, record) in records {
+                        described[i] = Some(match record {
+                            Some(r) => Self::description(&ids[i], &r),
+                            None => Self::description_failed(
+                                &ids[i],
+                                errors::coordinator(&CoordinatorError::TransactionalIdNotFound(ids[i].clone())),
+                            ),
+                        });
+                    }
+                }
+                Err(e) => {
+                    let e = errors::coordinator(&e);
+                    for &i in asked {
+                        described[i] = Some(Self::description_failed(&ids[i], e.clone()));
+                    }
+                }
+            }
+        }
+        described.into_iter().flatten().collect()
+    }
+
+    fn description_failed(id: &str, e: WireError) -> TransactionDescription {
+        TransactionDescription {
             transactional_id: id.to_string(),
             error_code: e.code as i32,
             error_message: e.message,
             coordinator: e.leader,
             ..TransactionDescription::default()
-        };
-        let coordinator = match self.coordinator(id) {
-            Ok(c) => c,
-            Err(e) => return failed(e),
-        };
-        let record = match coordinator.read(|m| m.state().get(id).cloned()) {
-            Ok(Some(r)) => r,
-            Ok(None) => return failed(errors::coordinator(&CoordinatorError::TransactionalIdNotFound(id.to_string()))),
-            Err(e) => return failed(errors::coordinator(&e.into())),
-        };
+        }
+    }
+
+    fn description(id: &str, record: &transactions::TransactionMetadata) -> TransactionDescription {
         let open = matches!(record.state, transactions::TxnState::Ongoing) || record.state.is_prepared();
         TransactionDescription {
             transactional_id: id.to_string(),
