@@ -253,12 +253,17 @@ fn unavailable_at(leader: NodeId, why: &str) -> WireError {
 /// every node knows), else one `AddTxnPartitions` — or, from a node that does not know it yet,
 /// one `AddTxnPartition` each.
 async fn send(node: &Arc<Node>, leader: NodeId, asks: Vec<Queued>) {
-    let Some(mut client) = node.cluster_client(leader) else {
+    let Some(client) = node.cluster_client(leader) else {
         for ask in asks {
             let _ = ask.answer.send(Err(unavailable_at(leader, "no address for it")));
         }
         return;
     };
+    send_through(client, node.id(), leader, asks).await;
+}
+
+/// [`send`] through `client`, a connection to node `leader`, from node `from_node`.
+async fn send_through(mut client: ClusterClient<Channel>, from_node: NodeId, leader: NodeId, asks: Vec<Queued>) {
     tracing::debug!(leader, asks = asks.len(), "verification asks sent");
     if asks.len() == 1 {
         for ask in asks {
@@ -267,7 +272,7 @@ async fn send(node: &Arc<Node>, leader: NodeId, asks: Vec<Queued>) {
         return;
     }
     let (requests, answers): (Vec<_>, Vec<_>) = asks.into_iter().map(|q| (q.request, q.answer)).unzip();
-    let batch = AddTxnPartitionsRequest { from_node: node.id(), asks: requests.clone() };
+    let batch = AddTxnPartitionsRequest { from_node, asks: requests.clone() };
     let answered = match rill_rt::timeout(VERIFY_TIMEOUT, client.add_txn_partitions(batch)).await {
         Err(_) => Err(unavailable_at(leader, "did not answer in time")),
         Ok(Err(status)) if status.code() == tonic::Code::Unimplemented => {
@@ -434,5 +439,154 @@ mod tests {
         assert!(asks.queue(key(2, "t"), e));
         assert_eq!(asks.take(&key(3, "t")).len(), 1);
         assert_eq!(asks.take(&key(2, "u")).len(), 1);
+    }
+}
+
+/// [`send_through`] against a coordinator node served here: what it sends, and how its answers
+/// reach each ask.
+#[cfg(test)]
+#[cfg(not(madsim))]
+mod sending_tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use rill_proto::internal::cluster_server::{Cluster, ClusterServer};
+    use rill_proto::internal::*;
+    use tonic::{Request, Response, Status};
+
+    use super::*;
+
+    /// How the coordinator node answers `AddTxnPartitions`.
+    #[derive(Clone, Copy)]
+    enum Batches {
+        /// Ask by ask, in order (each answer names the ask's partition).
+        Answered,
+        /// `UNIMPLEMENTED`, as a node from before the RPC does.
+        Unknown,
+        /// One answer short.
+        Short,
+    }
+
+    /// A coordinator node that answers every ask for partition `p` with `transaction_start`
+    /// 100 + `p` (so each answer shows which ask it belongs to), and counts its requests.
+    struct Coordinator {
+        batches: Batches,
+        singles: Arc<AtomicUsize>,
+        batched: Arc<AtomicUsize>,
+    }
+
+    fn answer(ask: &AddTxnPartitionRequest) -> AddTxnPartitionResponse {
+        AddTxnPartitionResponse { transaction_start: 100 + u64::from(ask.partition), ..Default::default() }
+    }
+
+    fn unused<T>() -> Result<Response<T>, Status> {
+        Err(Status::unimplemented("not served by this test"))
+    }
+
+    #[tonic::async_trait]
+    impl Cluster for Coordinator {
+        async fn ping(&self, _: Request<PingRequest>) -> Result<Response<PingResponse>, Status> {
+            unused()
+        }
+        async fn propose_meta(&self, _: Request<ProposeMetaRequest>) -> Result<Response<ProposeMetaResponse>, Status> {
+            unused()
+        }
+        async fn replica_status(
+            &self,
+            _: Request<ReplicaStatusRequest>,
+        ) -> Result<Response<ReplicaStatusResponse>, Status> {
+            unused()
+        }
+        async fn add_node(&self, _: Request<AddNodeRequest>) -> Result<Response<AddNodeResponse>, Status> {
+            unused()
+        }
+        async fn elect_leader(&self, _: Request<ElectLeaderRequest>) -> Result<Response<ElectLeaderResponse>, Status> {
+            unused()
+        }
+        async fn write_txn_markers(
+            &self,
+            _: Request<WriteTxnMarkersRequest>,
+        ) -> Result<Response<WriteTxnMarkersResponse>, Status> {
+            unused()
+        }
+        async fn add_txn_partition(
+            &self,
+            request: Request<AddTxnPartitionRequest>,
+        ) -> Result<Response<AddTxnPartitionResponse>, Status> {
+            self.singles.fetch_add(1, Ordering::SeqCst);
+            Ok(Response::new(answer(request.get_ref())))
+        }
+        async fn add_txn_partitions(
+            &self,
+            request: Request<AddTxnPartitionsRequest>,
+        ) -> Result<Response<AddTxnPartitionsResponse>, Status> {
+            self.batched.fetch_add(1, Ordering::SeqCst);
+            let asks = &request.get_ref().asks;
+            let answers: Vec<_> = match self.batches {
+                Batches::Unknown => return Err(Status::unimplemented("unknown method AddTxnPartitions")),
+                Batches::Answered => asks.iter().map(answer).collect(),
+                Batches::Short => asks.iter().skip(1).map(answer).collect(),
+            };
+            Ok(Response::new(AddTxnPartitionsResponse { answers }))
+        }
+    }
+
+    /// Sends asks for `partitions` to a coordinator answering batches as `batches`: each ask's
+    /// outcome (its `transaction_start`, or the error code), and the requests it got (single,
+    /// batched).
+    async fn send_to(batches: Batches, partitions: &[u32]) -> (Vec<Result<u64, ErrorCode>>, usize, usize) {
+        let (singles, batched) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let coordinator = Coordinator { batches, singles: singles.clone(), batched: batched.clone() };
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = tonic::transport::Server::builder()
+            .add_service(ClusterServer::new(coordinator))
+            .serve_with_incoming(crate::api::connections::accept(listener, 4));
+        let served = tokio::spawn(server);
+        let channel = Channel::from_shared(format!("http://{addr}")).unwrap().connect().await.unwrap();
+        let mut answers = Vec::new();
+        let mut asks = Vec::new();
+        for &partition in partitions {
+            let (tx, rx) = oneshot::channel();
+            let request = AddTxnPartitionRequest { topic: "out".into(), partition, ..Default::default() };
+            asks.push(Queued { request, answer: tx });
+            answers.push(rx);
+        }
+        send_through(ClusterClient::new(channel), 1, 2, asks).await;
+        let mut outcomes = Vec::new();
+        for rx in answers {
+            let outcome = rx.await.expect("every ask is answered");
+            outcomes.push(outcome.map(|a| a.transaction_start).map_err(|e| e.code));
+        }
+        served.abort();
+        (outcomes, singles.load(Ordering::SeqCst), batched.load(Ordering::SeqCst))
+    }
+
+    #[tokio::test]
+    async fn asks_travel_in_one_request_and_each_gets_its_own_answer() {
+        let (outcomes, singles, batched) = send_to(Batches::Answered, &[3, 1, 2]).await;
+        assert_eq!(outcomes, vec![Ok(103), Ok(101), Ok(102)]);
+        assert_eq!((singles, batched), (0, 1));
+    }
+
+    #[tokio::test]
+    async fn a_single_ask_goes_as_add_txn_partition() {
+        let (outcomes, singles, batched) = send_to(Batches::Answered, &[7]).await;
+        assert_eq!(outcomes, vec![Ok(107)]);
+        assert_eq!((singles, batched), (1, 0));
+    }
+
+    #[tokio::test]
+    async fn a_node_without_add_txn_partitions_gets_one_ask_at_a_time() {
+        let (outcomes, singles, batched) = send_to(Batches::Unknown, &[3, 1, 2]).await;
+        assert_eq!(outcomes, vec![Ok(103), Ok(101), Ok(102)]);
+        assert_eq!((singles, batched), (3, 1));
+    }
+
+    #[tokio::test]
+    async fn an_answer_missing_fails_every_ask_of_the_request() {
+        let (outcomes, _, batched) = send_to(Batches::Short, &[3, 1, 2]).await;
+        let unavailable = Err(ErrorCode::CoordinatorNotAvailable);
+        assert_eq!(outcomes, vec![unavailable; 3]);
+        assert_eq!(batched, 1);
     }
 }
