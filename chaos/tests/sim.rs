@@ -708,6 +708,32 @@ async fn fetched_offset(client: &Client, tp: &rill_client::TopicPartition, withi
     }
 }
 
+/// True when node `id` believes it leads Raft group `group`.
+fn leads_group(cluster: &SimCluster, id: u64, group: u64) -> bool {
+    group_metrics(cluster, id, group).is_some_and(|m| m.current_leader == Some(id))
+}
+
+/// Cuts the leader of Raft group `group` off from the other nodes (clients still reach it) and
+/// waits for a successor among them: (the deposed leader, its successor, the other nodes).
+async fn depose_leader(cluster: &SimCluster, group: u64) -> (u64, u64, Vec<u64>) {
+    let old = wait_until("a leader of the group", || {
+        let l = cluster.ids().into_iter().find(|id| leads_group(cluster, *id, group));
+        async move { l }
+    })
+    .await;
+    let others: Vec<u64> = cluster.ids().into_iter().filter(|id| *id != old).collect();
+    for id in &others {
+        cluster.cut_link(old, *id);
+        cluster.cut_link(*id, old);
+    }
+    let new = wait_until("a successor among the other nodes", || {
+        let l = others.iter().copied().find(|id| leads_group(cluster, *id, group));
+        async move { l }
+    })
+    .await;
+    (old, new, others)
+}
+
 /// Scripted: the coordinator of group `g` is cut off from the other nodes (clients still reach
 /// it) and, hearing nothing of its successor, still believes it leads; meanwhile the group
 /// commits a newer offset through the successor. Then clients reach only the deposed one: asked
@@ -735,22 +761,8 @@ async fn a_deposed_offsets_coordinator_never_answers_a_stale_offset() {
         }
     };
     cluster.on_client(commit(client.clone(), 10)).await;
-    let leads = |id: u64| group_metrics(&cluster, id, group).is_some_and(|m| m.current_leader == Some(id));
-    let old = wait_until("a leader of g's coordinator partition", || {
-        let l = cluster.ids().into_iter().find(|id| leads(*id));
-        async move { l }
-    })
-    .await;
-    let others: Vec<u64> = cluster.ids().into_iter().filter(|id| *id != old).collect();
-    for id in &others {
-        cluster.cut_link(old, *id);
-        cluster.cut_link(*id, old);
-    }
-    let new = wait_until("a successor among the other nodes", || {
-        let l = others.iter().copied().find(|id| leads(*id));
-        async move { l }
-    })
-    .await;
+    let (old, new, others) = depose_leader(&cluster, group).await;
+    let leads = |id: u64| leads_group(&cluster, id, group);
     cluster.on_client(commit(client.clone(), 20)).await;
     assert!(leads(old), "node {old} still believes it leads g's coordinator partition (else this proves nothing)");
 
@@ -835,22 +847,8 @@ async fn a_deposed_transaction_coordinator_never_describes_a_stale_transaction()
         .expect("d-txn has a coordinator partition");
     let c = client.clone();
     let (pid, first) = cluster.on_client(async move { init_instance(&c, "d-txn").await }).await;
-    let leads = |id: u64| group_metrics(&cluster, id, group).is_some_and(|m| m.current_leader == Some(id));
-    let old = wait_until("a leader of d-txn's coordinator partition", || {
-        let l = cluster.ids().into_iter().find(|id| leads(*id));
-        async move { l }
-    })
-    .await;
-    let others: Vec<u64> = cluster.ids().into_iter().filter(|id| *id != old).collect();
-    for id in &others {
-        cluster.cut_link(old, *id);
-        cluster.cut_link(*id, old);
-    }
-    let new = wait_until("a successor among the other nodes", || {
-        let l = others.iter().copied().find(|id| leads(*id));
-        async move { l }
-    })
-    .await;
+    let (old, new, others) = depose_leader(&cluster, group).await;
+    let leads = |id: u64| leads_group(&cluster, id, group);
     let only_new = cluster.on_client(rill_chaos::cluster::connect(vec![cluster.address(new)])).await;
     let (pid_now, current) = cluster.on_client(async move { init_instance(&only_new, "d-txn").await }).await;
     assert_eq!(pid_now, pid, "the same producer id, its epoch bumped");
