@@ -883,16 +883,24 @@ async fn a_deposed_transaction_coordinator_never_describes_a_stale_transaction()
 
     cluster.heal_network();
     let c = client.clone();
-    let healed = cluster
+    let (healed, healed_listed) = cluster
         .on_client(async move {
-            wait_until("the transaction described after healing", || async {
-                let d = rill_rt::timeout(Duration::from_secs(5), c.describe_transaction("d-txn")).await;
+            let described = wait_until("the transaction described after healing", || async {
+                let d = rill_rt::timeout(Duration::from_secs(20), c.describe_transaction("d-txn")).await;
                 d.ok().and_then(|d| d.ok()).map(|d| d.producer_epoch)
             })
-            .await
+            .await;
+            let listed = wait_until("the transactions listed after healing", || async {
+                let l = rill_rt::timeout(Duration::from_secs(20), c.list_transactions(&[], None)).await;
+                let listing = l.ok().and_then(|l| l.ok())?;
+                listing.into_iter().find(|t| t.transactional_id == "d-txn").map(|t| t.producer_epoch)
+            })
+            .await;
+            (described, listed)
         })
         .await;
-    assert_eq!(healed, i32::from(current), "after healing, the epoch is the one node {new} gave");
+    assert_eq!(healed, i32::from(current), "after healing, the epoch described is the one node {new} gave");
+    assert_eq!(healed_listed, i32::from(current), "after healing, the epoch listed is the one node {new} gave");
     trace.record(format!("old {old}, new {new}, epochs {first} -> {current}, deposed {described:?} / {listed:?}"));
     println!("trace-hash: {:016x} events={}", trace.hash(), trace.len());
 }

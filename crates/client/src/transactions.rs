@@ -124,8 +124,38 @@ impl Client {
 
     /// Every transactional id of the cluster (each node lists those of the
     /// `__transaction_state` partitions it leads, so every partition's leader is asked), in
-    /// `states` when not empty, open at least `open_longer_than` when set.
+    /// `states` when not empty, open at least `open_longer_than` when set. A listing a leader
+    /// could not give yet (leadership moving, a new leader loading, no quorum confirming it) is
+    /// asked for again, within the client's request budget.
     pub async fn list_transactions(
+        &self,
+        states: &[String],
+        open_longer_than: Option<std::time::Duration>,
+    ) -> Result<Vec<TransactionListing>> {
+        let deadline = rill_rt::now() + self.options().request_slack * 3;
+        let mut attempt = 0;
+        loop {
+            let e = match self.list_transactions_once(states, open_longer_than).await {
+                Ok(listed) => return Ok(listed),
+                Err(e) => e,
+            };
+            let retriable = matches!(
+                e.code(),
+                Some(
+                    ErrorCode::NotCoordinator
+                        | ErrorCode::CoordinatorLoadInProgress
+                        | ErrorCode::CoordinatorNotAvailable
+                )
+            );
+            if !retriable || rill_rt::now() >= deadline {
+                return Err(e);
+            }
+            attempt += 1;
+            rill_rt::sleep(crate::client::backoff_up_to(attempt, std::time::Duration::from_millis(250))).await;
+        }
+    }
+
+    async fn list_transactions_once(
         &self,
         states: &[String],
         open_longer_than: Option<std::time::Duration>,
@@ -184,7 +214,8 @@ impl Client {
     /// The record of `transactional_id` at its coordinator: state, producer, open partitions.
     pub async fn describe_transaction(&self, transactional_id: &str) -> Result<TransactionDescription> {
         let req = DescribeTransactionsRequest { transactional_ids: vec![transactional_id.to_string()] };
-        let wait = self.options().request_slack;
+        // The coordinator first confirms with a quorum that it still leads (up to 5 s).
+        let wait = self.options().request_slack * 3;
         self.at_coordinator(Coordinator::Transaction, transactional_id, |addr| {
             let req = req.clone();
             async move {

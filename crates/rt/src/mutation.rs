@@ -55,10 +55,6 @@ pub enum Mutation {
     /// confirming that it still leads: a deposed coordinator that has not noticed yet answers
     /// an offset its successor has moved past.
     StaleOffsetsRead,
-    /// A transaction coordinator answers `DescribeTransactions` and `ListTransactions` from
-    /// its own state without confirming that it still leads: a deposed coordinator shows the
-    /// transaction its successor has moved past.
-    StaleTransactionsRead,
     /// A partition lets a marker decide whatever transaction of its producer is open, even when
     /// the transaction it names was decided here already: a late copy of one transaction's
     /// marker commits or aborts the producer's next transaction.
@@ -71,6 +67,10 @@ pub enum Mutation {
     /// marker of the decided one, still being written: the decided transaction's offsets,
     /// pending in the group, are dropped as orphaned although it commits.
     GroupOffsetsBeforeMarker,
+    /// A transaction coordinator answers `DescribeTransactions` and `ListTransactions` from
+    /// its own state without confirming that it still leads: a deposed coordinator shows the
+    /// transaction its successor has moved past.
+    StaleTransactionsRead,
 }
 
 impl Mutation {

@@ -474,6 +474,9 @@ mod sending_tests {
         batched: Arc<AtomicUsize>,
     }
 
+    /// The node the asks come from; every request must name it.
+    const FROM_NODE: NodeId = 1;
+
     fn answer(ask: &AddTxnPartitionRequest) -> AddTxnPartitionResponse {
         AddTxnPartitionResponse { transaction_start: 100 + u64::from(ask.partition), ..Default::default() }
     }
@@ -513,6 +516,7 @@ mod sending_tests {
             request: Request<AddTxnPartitionRequest>,
         ) -> Result<Response<AddTxnPartitionResponse>, Status> {
             self.singles.fetch_add(1, Ordering::SeqCst);
+            assert_eq!(request.get_ref().from_node, FROM_NODE, "an ask names its node");
             Ok(Response::new(answer(request.get_ref())))
         }
         async fn add_txn_partitions(
@@ -520,6 +524,7 @@ mod sending_tests {
             request: Request<AddTxnPartitionsRequest>,
         ) -> Result<Response<AddTxnPartitionsResponse>, Status> {
             self.batched.fetch_add(1, Ordering::SeqCst);
+            assert_eq!(request.get_ref().from_node, FROM_NODE, "a batch names its node");
             let asks = &request.get_ref().asks;
             let answers: Vec<_> = match self.batches {
                 Batches::Unknown => return Err(Status::unimplemented("unknown method AddTxnPartitions")),
@@ -547,11 +552,12 @@ mod sending_tests {
         let mut asks = Vec::new();
         for &partition in partitions {
             let (tx, rx) = oneshot::channel();
-            let request = AddTxnPartitionRequest { topic: "out".into(), partition, ..Default::default() };
+            let request =
+                AddTxnPartitionRequest { from_node: FROM_NODE, topic: "out".into(), partition, ..Default::default() };
             asks.push(Queued { request, answer: tx });
             answers.push(rx);
         }
-        send_through(ClusterClient::new(channel), 1, 2, asks).await;
+        send_through(ClusterClient::new(channel), FROM_NODE, 2, asks).await;
         let mut outcomes = Vec::new();
         for rx in answers {
             let outcome = rx.await.expect("every ask is answered");
@@ -584,9 +590,9 @@ mod sending_tests {
 
     #[tokio::test]
     async fn an_answer_missing_fails_every_ask_of_the_request() {
-        let (outcomes, _, batched) = send_to(Batches::Short, &[3, 1, 2]).await;
+        let (outcomes, singles, batched) = send_to(Batches::Short, &[3, 1, 2]).await;
         let unavailable = Err(ErrorCode::CoordinatorNotAvailable);
         assert_eq!(outcomes, vec![unavailable; 3]);
-        assert_eq!(batched, 1);
+        assert_eq!((singles, batched), (0, 1), "not asked again one by one: the leader retries");
     }
 }

@@ -60,12 +60,12 @@ pub struct CtpRow {
     pub commits_per_sec: f64,
     /// Transactions that failed and were aborted and redone, over every round.
     pub aborted: u64,
-    /// Where a poll's time goes, median over every round: the writing — every output
-    /// acknowledged (send + synchronous commit), or the outputs sent and
+    /// Where a poll's time goes, median over every round: the writing — every output flushed
+    /// and acknowledged (send + synchronous commit), or the outputs queued and
     /// `send_offsets_to_transaction` answered (transaction per poll)…
     pub p50_write_ms: f64,
-    /// …then the commit — `Consumer::commit`, or `commit_transaction` (the rest of the outputs
-    /// acknowledged, then `EndTxn`).
+    /// …then the commit — `Consumer::commit`, or `commit_transaction` (the outputs still queued
+    /// sent and acknowledged, then `EndTxn`).
     pub p50_commit_ms: f64,
     /// CPU the three nodes and the bench itself (the job's client) used per 1,000 input records,
     /// ms, median round: what the mode costs in work. On a machine whose cores the job keeps

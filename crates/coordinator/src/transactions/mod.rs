@@ -817,9 +817,11 @@ pub async fn abort_open(
 
 /// On the coordinator: runs `read` with every transactional id's record, once the coordinator
 /// has confirmed with a quorum that it still leads (a linearizable read, at most `timeout`).
-/// What an operator is shown — `describe`, `list`, the hanging transactions an abort acts on —
-/// must not come from a deposed coordinator that has not heard of its successor: it would show
-/// a transaction open that its successor completed, or the epoch its successor moved past.
+/// What an operator is shown (`describe`, `list`), and decides on — which transaction hangs,
+/// which producer is live — must not come from a deposed coordinator that has not heard of its
+/// successor: it would show a transaction open that its successor completed, or the epoch its
+/// successor moved past. No confirmation within `timeout` is `NotAvailable` (the client asks
+/// the coordinator again, wherever it is now), not a timeout of the read itself.
 pub async fn read<R>(
     partition: &StatePartition<TransactionsMachine>,
     timeout: Duration,
@@ -828,7 +830,13 @@ pub async fn read<R>(
     if rill_rt::mutation::active(rill_rt::mutation::Mutation::StaleTransactionsRead) {
         return Ok(partition.read(|m| read(m.state()))?);
     }
-    Ok(partition.read_linearizable(timeout, |m| read(m.state())).await?)
+    match partition.read_linearizable(timeout, |m| read(m.state())).await {
+        Ok(r) => Ok(r),
+        Err(rill_broker::PartitionError::Timeout { waited_ms, .. }) => Err(CoordinatorError::NotAvailable(format!(
+            "no quorum confirmed within {waited_ms} ms that this node still coordinates; retry"
+        ))),
+        Err(e) => Err(e.into()),
+    }
 }
 
 fn busy(transactional_id: &str) -> CoordinatorError {

@@ -244,8 +244,10 @@ impl Transactions for TransactionsApi {
         self.authz.authorize(&principal, rpc::LIST_TRANSACTIONS, &req)?;
         let now = rill_rt::wall_clock_ms();
         let mut transactions = Vec::new();
-        // Only a leader that a quorum confirms answers for its partition (the client asks every
-        // leader); the partitions' confirmations run together.
+        // Only a leader answers for its partition (the client asks every leader), once a quorum
+        // confirms it still leads; the partitions' confirmations run together. A replica that
+        // is not the leader is left out; a leader that cannot answer fails the listing, which
+        // would otherwise look complete without its transactions.
         let replicas = self.node.transactions_replicas();
         let reads = replicas.iter().map(|p| {
             transactions::read(p, READ_TIMEOUT, |state| {
@@ -266,7 +268,18 @@ impl Transactions for TransactionsApi {
             })
         });
         for listed in futures::future::join_all(reads).await {
-            let Ok(listed) = listed else { continue };
+            let listed = match listed {
+                Ok(listed) => listed,
+                Err(CoordinatorError::NotCoordinator { .. }) => continue,
+                Err(e) => {
+                    let e = errors::coordinator(&e);
+                    return Ok(Response::new(ListTransactionsResponse {
+                        error_code: e.code as i32,
+                        error_message: e.message,
+                        ..ListTransactionsResponse::default()
+                    }));
+                }
+            };
             transactions.extend(listed.into_iter().filter(|t| {
                 (req.states.is_empty() || req.states.contains(&t.state))
                     && (req.open_longer_than_ms <= 0 || t.open_ms >= req.open_longer_than_ms)
