@@ -215,15 +215,7 @@ impl Client {
                 Err(e) => (e, None),
             };
             self.remember_coordinator(kind, key, if decided_by_the_coordinator(&e) { asked } else { None });
-            let retriable = matches!(
-                e.code(),
-                Some(
-                    ErrorCode::NotCoordinator
-                        | ErrorCode::CoordinatorLoadInProgress
-                        | ErrorCode::CoordinatorNotAvailable
-                )
-            ) || matches!(e, Error::Transport(_));
-            if !retriable || rill_rt::now() >= deadline {
+            if !coordinator_retriable(&e) || rill_rt::now() >= deadline {
                 return Err(e);
             }
             attempt += 1;
@@ -554,4 +546,13 @@ fn decided_by_the_coordinator(e: &Error) -> bool {
                     | ErrorCode::GroupIdNotFound
             )
         )
+}
+
+/// True for the errors a coordinator request is asked again after: the coordinator moved,
+/// is loading, is not available, or could not be reached.
+pub(crate) fn coordinator_retriable(e: &Error) -> bool {
+    matches!(
+        e.code(),
+        Some(ErrorCode::NotCoordinator | ErrorCode::CoordinatorLoadInProgress | ErrorCode::CoordinatorNotAvailable)
+    ) || matches!(e, Error::Transport(_))
 }

@@ -10,7 +10,7 @@ use rill_proto::transactions::{
 };
 use tonic::transport::Channel;
 
-use crate::coordinator::{answer_within, check, Coordinator};
+use crate::coordinator::{answer_within, check, coordinator_retriable, Coordinator};
 use crate::error::{Error, Result};
 use crate::Client;
 
@@ -125,8 +125,8 @@ impl Client {
     /// Every transactional id of the cluster (each node lists those of the
     /// `__transaction_state` partitions it leads, so every partition's leader is asked), in
     /// `states` when not empty, open at least `open_longer_than` when set. A listing a leader
-    /// could not give yet (leadership moving, a new leader loading, no quorum confirming it) is
-    /// asked for again, within the client's request budget.
+    /// could not give yet (leadership moving, a new leader loading, no quorum confirming it, a
+    /// node unreachable) is asked for again, within the client's request budget.
     pub async fn list_transactions(
         &self,
         states: &[String],
@@ -139,15 +139,7 @@ impl Client {
                 Ok(listed) => return Ok(listed),
                 Err(e) => e,
             };
-            let retriable = matches!(
-                e.code(),
-                Some(
-                    ErrorCode::NotCoordinator
-                        | ErrorCode::CoordinatorLoadInProgress
-                        | ErrorCode::CoordinatorNotAvailable
-                )
-            );
-            if !retriable || rill_rt::now() >= deadline {
+            if !coordinator_retriable(&e) || rill_rt::now() >= deadline {
                 return Err(e);
             }
             attempt += 1;
