@@ -125,6 +125,20 @@ impl From<PartitionError> for CoordinatorError {
     }
 }
 
+impl CoordinatorError {
+    /// A linearizable read's failure: a leadership no quorum confirmed in time is
+    /// `NotAvailable` — the client asks the coordinator again, wherever it is now — rather than
+    /// a timeout of the read itself (which clients do not retry).
+    pub fn from_linearizable_read(e: PartitionError) -> Self {
+        match e {
+            PartitionError::Timeout { waited_ms, .. } => Self::NotAvailable(format!(
+                "no quorum confirmed within {waited_ms} ms that this node still coordinates; retry"
+            )),
+            other => other.into(),
+        }
+    }
+}
+
 fn leader_text(leader: Option<NodeId>, addr: &Option<String>) -> String {
     match (leader, addr) {
         (Some(l), Some(a)) => format!("; the coordinator is node {l} at {a}"),

@@ -775,7 +775,8 @@ pub async fn expire(partition: &StatePartition<OffsetsMachine>, retention_ms: i6
 /// On the group's coordinator: runs `read` with the committed offsets state, once the
 /// coordinator has confirmed with a quorum that it still leads (a linearizable read, at most
 /// `timeout`): a deposed coordinator that has not noticed yet must not answer an offset older
-/// than one its successor committed.
+/// than one its successor committed. No confirmation within `timeout` is `NotAvailable`
+/// ([`CoordinatorError::from_linearizable_read`]).
 pub async fn read<R>(
     partition: &StatePartition<OffsetsMachine>,
     timeout: std::time::Duration,
@@ -784,7 +785,7 @@ pub async fn read<R>(
     if rill_rt::mutation::active(rill_rt::mutation::Mutation::StaleOffsetsRead) {
         return Ok(partition.read(|m| read(m.state()))?);
     }
-    Ok(partition.read_linearizable(timeout, |m| read(m.state())).await?)
+    partition.read_linearizable(timeout, |m| read(m.state())).await.map_err(CoordinatorError::from_linearizable_read)
 }
 
 #[cfg(test)]

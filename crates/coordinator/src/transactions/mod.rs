@@ -820,8 +820,8 @@ pub async fn abort_open(
 /// What an operator is shown (`describe`, `list`), and decides on — which transaction hangs,
 /// which producer is live — must not come from a deposed coordinator that has not heard of its
 /// successor: it would show a transaction open that its successor completed, or the epoch its
-/// successor moved past. No confirmation within `timeout` is `NotAvailable` (the client asks
-/// the coordinator again, wherever it is now), not a timeout of the read itself.
+/// successor moved past. No confirmation within `timeout` is `NotAvailable`
+/// ([`CoordinatorError::from_linearizable_read`]).
 pub async fn read<R>(
     partition: &StatePartition<TransactionsMachine>,
     timeout: Duration,
@@ -830,13 +830,7 @@ pub async fn read<R>(
     if rill_rt::mutation::active(rill_rt::mutation::Mutation::StaleTransactionsRead) {
         return Ok(partition.read(|m| read(m.state()))?);
     }
-    match partition.read_linearizable(timeout, |m| read(m.state())).await {
-        Ok(r) => Ok(r),
-        Err(rill_broker::PartitionError::Timeout { waited_ms, .. }) => Err(CoordinatorError::NotAvailable(format!(
-            "no quorum confirmed within {waited_ms} ms that this node still coordinates; retry"
-        ))),
-        Err(e) => Err(e.into()),
-    }
+    partition.read_linearizable(timeout, |m| read(m.state())).await.map_err(CoordinatorError::from_linearizable_read)
 }
 
 fn busy(transactional_id: &str) -> CoordinatorError {
