@@ -43,11 +43,21 @@ impl Client {
         F: Fn() -> Fut,
         Fut: std::future::Future<Output = Result<T>>,
     {
+        self.while_failing(|e| e.code() == Some(code), attempt).await
+    }
+
+    /// Runs `attempt` again while it fails with an error `again` accepts, backing off, within
+    /// the retry budget.
+    pub(crate) async fn while_failing<T, F, Fut>(&self, again: impl Fn(&Error) -> bool, attempt: F) -> Result<T>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<T>>,
+    {
         let deadline = rill_rt::now() + self.options().retry_budget;
         let mut pause = CONCURRENT_BACKOFF;
         loop {
             match attempt().await {
-                Err(e) if e.code() == Some(code) && rill_rt::now() < deadline => {
+                Err(e) if again(&e) && rill_rt::now() < deadline => {
                     rill_rt::sleep(pause).await;
                     pause = (pause * 2).min(CONCURRENT_BACKOFF_MAX);
                 }
@@ -126,25 +136,13 @@ impl Client {
     /// `__transaction_state` partitions it leads, so every partition's leader is asked), in
     /// `states` when not empty, open at least `open_longer_than` when set. A listing a leader
     /// could not give yet (leadership moving, a new leader loading, no quorum confirming it, a
-    /// node unreachable) is asked for again, within the client's request budget.
+    /// node unreachable) is asked for again, within the client's retry budget.
     pub async fn list_transactions(
         &self,
         states: &[String],
         open_longer_than: Option<std::time::Duration>,
     ) -> Result<Vec<TransactionListing>> {
-        let deadline = rill_rt::now() + self.options().request_slack * 3;
-        let mut attempt = 0;
-        loop {
-            let e = match self.list_transactions_once(states, open_longer_than).await {
-                Ok(listed) => return Ok(listed),
-                Err(e) => e,
-            };
-            if !coordinator_retriable(&e) || rill_rt::now() >= deadline {
-                return Err(e);
-            }
-            attempt += 1;
-            rill_rt::sleep(crate::client::backoff_up_to(attempt, std::time::Duration::from_millis(250))).await;
-        }
+        self.while_failing(coordinator_retriable, || self.list_transactions_once(states, open_longer_than)).await
     }
 
     async fn list_transactions_once(
