@@ -14,11 +14,14 @@
 //! * [`transactions`] — Rill-only: transactional producer throughput against the idempotent
 //!   producer (commit every 10 / 100 / 1,000 records, every 100 ms) and commit latency.
 //! * [`report`] — the table, the Rill/peer ratios, JSON.
+//! * [`disk`] — keeps the data directory's file system from filling: a floor of free space,
+//!   watched while a run writes, and the run's directories removed if it stops early.
 //!
 //! This is a measuring tool for real clusters on real clocks: it never runs under the
 //! simulator, so it reads the clock and starts threads directly.
 #![allow(clippy::disallowed_methods)]
 
+pub mod disk;
 pub mod driver;
 pub mod groups;
 pub mod process;

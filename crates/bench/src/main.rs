@@ -18,7 +18,7 @@ use rill_bench::groups::rebalance::RebalanceSettings;
 use rill_bench::runner::{PayloadKind, RunSettings};
 use rill_bench::systems::{Env, Variant};
 use rill_bench::workload::Workload;
-use rill_bench::{groups, report, scenarios, BenchPlan};
+use rill_bench::{disk, groups, report, scenarios, BenchPlan};
 use serde_json::json;
 
 /// Output style.
@@ -246,14 +246,37 @@ const SCENARIOS: [&str; 10] = [
     "transactions",
 ];
 
-/// Runs the bench.
+/// Runs the bench, stopping it when its data directory's file system runs low or on Ctrl-C
+/// (see [`rill_bench::disk`]).
 async fn run(args: BenchArgs) -> anyhow::Result<()> {
     let env = Env {
         data_dir: args.data_dir.clone(),
         base_port: args.base_port,
         rill_server: rill_launcher::server_binary(),
         rill_idempotence: !args.no_idempotence,
+        created: Default::default(),
     };
+    std::fs::create_dir_all(&env.data_dir).with_context(|| format!("cannot create {}", env.data_dir.display()))?;
+    disk::ensure_room(&env.data_dir, disk::MIN_FREE_BYTES)?;
+    // Dropping `measure` when another branch wins stops every system it started.
+    let stopped = tokio::select! {
+        done = measure(args, env.clone()) => return done,
+        e = disk::exhausted(&env.data_dir, disk::MIN_FREE_BYTES) => e,
+        () = interrupted() => anyhow::anyhow!("interrupted; the run's data is removed"),
+    };
+    env.created.remove_all();
+    Err(stopped)
+}
+
+/// Resolves on Ctrl-C; never, if the signal cannot be waited for.
+async fn interrupted() {
+    if tokio::signal::ctrl_c().await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// Runs every set-up and scenario asked for, and prints the results.
+async fn measure(args: BenchArgs, env: Env) -> anyhow::Result<()> {
     for s in &args.scenario {
         if !SCENARIOS.contains(&s.as_str()) {
             bail!("unknown scenario {s}; known: {}", SCENARIOS.join(", "));

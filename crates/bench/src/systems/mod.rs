@@ -192,6 +192,8 @@ pub struct Env {
     pub rill_server: PathBuf,
     /// Rill producers deduplicate retries (the client's default; applies with acks=all).
     pub rill_idempotence: bool,
+    /// The directories this run created under `data_dir` (removed if it stops early).
+    pub created: crate::disk::CreatedDirs,
 }
 
 impl Env {
@@ -202,6 +204,7 @@ impl Env {
             std::fs::remove_dir_all(&dir).with_context(|| format!("cannot clear {}", dir.display()))?;
         }
         std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        self.created.record(&dir);
         Ok(dir)
     }
 }
