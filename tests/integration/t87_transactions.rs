@@ -907,3 +907,45 @@ async fn an_idle_transactional_id_expires_and_its_producer_id_is_retired() -> an
     assert_eq!(committed, vec!["before", "after"], "the retired producer's batch was never written");
     Ok(())
 }
+
+#[tokio::test]
+async fn offsets_sent_to_a_transaction_end_the_linger_of_its_records() -> anyhow::Result<()> {
+    use rill_client::{ConsumerGroupMetadata, ProducerConfig, Record, TopicPartition, TransactionalProducer};
+    init_logs();
+    let cluster = TestCluster::start(3).await?;
+    let client = cluster.client().await?;
+    cluster.create_topic(&client, "orders", 2, 3, &[]).await?;
+    cluster.wait_for_leaders(&client, TRANSACTIONS).await?;
+    cluster.wait_for_leaders(&client, "__consumer_offsets").await?;
+    // A linger far longer than this test may take: only an early send delivers in time.
+    let config = ProducerConfig { linger: Duration::from_secs(600), ..ProducerConfig::default() };
+    let producer = TransactionalProducer::new(client.clone(), config, "lingering", Duration::from_secs(60));
+    producer.init_transactions().await?;
+
+    tracing::info!("--- records sent in a transaction linger until its offsets are sent");
+    producer.begin_transaction()?;
+    let first = producer.send_to("orders", 0, Record::new("first")).await?;
+    let second = producer.send_to("orders", 1, Record::new("second")).await?;
+    for p in 0..2 {
+        assert!(values(&client, p, IsolationLevel::ReadUncommitted).await?.is_empty(), "partition {p} lingers");
+    }
+    let group = ConsumerGroupMetadata { group_id: "lingering-readers".into(), member: None };
+    producer.send_offsets_to_transaction(&[(TopicPartition::new("orders", 0), 1)], &group).await?;
+    let acknowledged = tokio::time::timeout(MARKERS_TIMEOUT, async { (first.await, second.await) }).await;
+    let (first, second) = acknowledged.map_err(|_| anyhow::anyhow!("the records still lingered"))?;
+    assert_eq!((first?.offset, second?.offset), (Some(0), Some(0)));
+
+    tracing::info!("--- a record sent after the offsets lingers again, until the commit sends it");
+    let third = producer.send_to("orders", 0, Record::new("third")).await?;
+    assert_eq!(values(&client, 0, IsolationLevel::ReadUncommitted).await?, vec!["first"]);
+    producer.commit_transaction().await?;
+    assert_eq!(third.await?.offset, Some(1));
+    let committed = wait_for(MARKERS_TIMEOUT, "the transaction read committed", || async {
+        let v = values(&client, 0, IsolationLevel::ReadCommitted).await.ok()?;
+        (v.len() == 2).then_some(v)
+    })
+    .await?;
+    assert_eq!(committed, vec!["first", "third"]);
+    producer.close().await;
+    Ok(())
+}

@@ -283,6 +283,24 @@ impl Producer {
         Ok(DeliveryFuture { rx })
     }
 
+    /// Ends the linger of every record buffered now, without waiting: they leave as soon as
+    /// their partitions may send. Records queued after the call linger as usual.
+    pub(crate) fn send_buffered_now(&self) {
+        let mut st = self.inner.lock();
+        let Some(due_now) = rill_rt::now().checked_sub(self.inner.config.linger) else { return };
+        let mut any = false;
+        for acc in st.partitions.values_mut() {
+            if let Some(first) = acc.first_at.as_mut() {
+                *first = (*first).min(due_now);
+                any = true;
+            }
+        }
+        drop(st);
+        if any {
+            self.inner.wake.notify_one();
+        }
+    }
+
     /// Sends everything buffered now and waits until every record queued before the call is
     /// acknowledged or failed.
     pub async fn flush(&self) {

@@ -150,6 +150,8 @@ impl TransactionalProducer {
     /// `read_committed` consumer taking a partition over waits for the transaction to end.
     /// `group` comes from [`crate::Consumer::group_metadata`]: a subscribed consumer's commit
     /// is refused once it is no longer the member owning those partitions at that epoch.
+    /// The records sent so far stop lingering and leave at once: their writes overlap the
+    /// offsets' instead of waiting for `commit_transaction`.
     pub async fn send_offsets_to_transaction(
         &self,
         offsets: &[(TopicPartition, u64)],
@@ -165,6 +167,9 @@ impl TransactionalProducer {
             return Err(Error::InvalidArgument(format!("offset {o} of {}/{} is too large", tp.topic, tp.partition)));
         }
         let Some(identity) = self.producer.identity() else { return Err(self.misuse("send_offsets_to_transaction")) };
+        // The transaction is about to end: its buffered records leave now and replicate while
+        // the offsets are committed, instead of lingering until `commit_transaction` flushes.
+        self.producer.send_buffered_now();
         // The group joins the transaction with the commit (transactions v2): from the request
         // on, the transaction may hold it, so ending it sends EndTxn even without records.
         self.offsets_state().added = true;
