@@ -12,7 +12,9 @@
 //! * [`groups`] — Rill-only consumer group measurements: rebalance pauses (cooperative vs
 //!   eager), coordinator failover to the next commit, CPU of many heartbeating groups.
 //! * [`transactions`] — Rill-only: transactional producer throughput against the idempotent
-//!   producer (commit every 10 / 100 / 1,000 records, every 100 ms) and commit latency.
+//!   producer (commit every 10 / 100 / 1,000 records, every 100 ms), commit latency, and
+//!   consume-transform-produce with a transaction per poll against send + synchronous commit
+//!   (per poll of 500 records, and a record at a time).
 //! * [`report`] — the table, the Rill/peer ratios, JSON.
 //! * [`disk`] — keeps the data directory's file system from filling: a floor of free space,
 //!   watched while a run writes, and the run's directories removed if it stops early.

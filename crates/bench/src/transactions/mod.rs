@@ -13,11 +13,12 @@
 //! * **Consume-transform-produce** (`ctp`): a job committing a transaction per poll against
 //!   the same job sending and then committing its offsets synchronously, with the CPU each
 //!   costs per record (the nodes' and the bench's own): on a machine the job keeps busy, what
-//!   bounds the ratio.
+//!   bounds the ratio. Then the same job a record at a time, each iteration timed (the
+//!   experiment of the post the target rests on).
 
 mod ctp;
 
-pub use ctp::CtpRow;
+pub use ctp::{CtpRow, RecordAtATimeRow};
 
 use std::time::{Duration, Instant};
 
@@ -109,6 +110,8 @@ pub struct TransactionsResult {
     pub commit_latency: Vec<CommitLatencyRow>,
     /// Consume-transform-produce per way of committing.
     pub consume_transform_produce: Vec<CtpRow>,
+    /// Consume-transform-produce a record at a time, per way of committing.
+    pub record_at_a_time: Vec<RecordAtATimeRow>,
 }
 
 /// Runs the scenario: `round` per mode and round, `rounds` rounds.
@@ -177,6 +180,7 @@ pub async fn transactions(env: &Env, round: Duration, rounds: u32) -> anyhow::Re
     let cpu_seconds =
         || deployment.cpu_seconds().iter().map(|(_, s)| s).sum::<f64>() + crate::process::own_cpu_seconds();
     let consume_transform_produce = ctp::consume_transform_produce(&client, round, rounds, &cpu_seconds).await?;
+    let record_at_a_time = ctp::record_at_a_time(&client, rounds).await?;
     let result = TransactionsResult {
         seconds_per_round: round.as_secs_f64(),
         rounds: rounds.max(1),
@@ -184,6 +188,7 @@ pub async fn transactions(env: &Env, round: Duration, rounds: u32) -> anyhow::Re
         throughput,
         commit_latency,
         consume_transform_produce,
+        record_at_a_time,
     };
     crate::scenarios::finish(deployment, "transactions", &result);
     Ok(result)
@@ -333,6 +338,12 @@ pub fn summary(r: &TransactionsResult) -> String {
             c.p50_commit_ms,
             c.cpu_ms_per_1000_records,
             c.cores_busy
+        ));
+    }
+    for c in &r.record_at_a_time {
+        out.push_str(&format!(
+            "  a record at a time, {:<26} p50 {:.2} ms ({:.1}× send + commit), p99 {:.2} ms ({} records)\n",
+            c.mode, c.p50_ms, c.p50_ratio_to_send_then_commit, c.p99_ms, c.iterations
         ));
     }
     out
