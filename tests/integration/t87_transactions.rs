@@ -908,6 +908,96 @@ async fn an_idle_transactional_id_expires_and_its_producer_id_is_retired() -> an
     Ok(())
 }
 
+/// The `__transaction_state` partition of `id`: Java's `String.hashCode` made non-negative,
+/// modulo `partitions` (Kafka's rule, which Rill follows), computed here on its own so the test
+/// does not borrow the server's code.
+fn state_partition(id: &str, partitions: u32) -> u32 {
+    let hash = id.encode_utf16().fold(0i32, |h, unit| h.wrapping_mul(31).wrapping_add(i32::from(unit)));
+    (hash & 0x7fff_ffff) as u32 % partitions.max(1)
+}
+
+#[tokio::test]
+async fn describing_many_ids_answers_each_in_its_place_from_its_coordinator() -> anyhow::Result<()> {
+    init_logs();
+    let cluster = TestCluster::start(3).await?;
+    let client = cluster.client().await?;
+    cluster.create_topic(&client, "orders", 1, 3, &[]).await?;
+    cluster.wait_for_leaders(&client, TRANSACTIONS).await?;
+    let partitions = u32::try_from(client.describe_topic(TRANSACTIONS).await?.partitions.len())?;
+
+    tracing::info!("--- one id on every {TRANSACTIONS} partition, every other one with a transaction open");
+    let mut ids = Vec::new();
+    let mut covered = std::collections::BTreeSet::new();
+    for i in 0..10_000 {
+        let id = format!("many-{i}");
+        if covered.insert(state_partition(&id, partitions)) {
+            ids.push(id);
+        }
+        if covered.len() == partitions as usize {
+            break;
+        }
+    }
+    assert_eq!(covered.len(), partitions as usize);
+    let mut expected = std::collections::BTreeMap::new();
+    for (i, id) in ids.iter().enumerate() {
+        let (pid, epoch) =
+            wait_for_ok(READY_TIMEOUT, "a transactional producer id", || client.init_transactional_producer(id, 0))
+                .await?;
+        let state = if i % 2 == 0 {
+            let r = coordinator(&client, id).await?.add_partitions_to_txn(add(id, pid, epoch, "orders", &[0])).await?;
+            let r = r.into_inner();
+            assert_eq!(code(r.error_code), ErrorCode::None, "{id}: {}", r.error_message);
+            "Ongoing"
+        } else {
+            "Empty"
+        };
+        expected.insert(id.clone(), (pid, state));
+    }
+    // Asked in another order than created, an unknown id among them.
+    let mut asked: Vec<String> = ids.iter().rev().cloned().collect();
+    asked.insert(asked.len() / 2, "many-unknown".to_string());
+
+    tracing::info!("--- every node, asked for all of them at once, answers each id in its place");
+    // Retried only while leadership moves between the three requests (an id answered by two
+    // nodes or by none, or a leader still loading); a description out of place fails at once.
+    wait_for_ok(READY_TIMEOUT, "one answer for every id from its coordinator", || async {
+        let mut answered_by = std::collections::BTreeMap::new();
+        let mut several_partitions_in_one_request = false;
+        for node in 1..=3u64 {
+            let mut stub = TransactionsClient::connect(format!("http://{}", cluster.addr(node))).await?;
+            let r = stub
+                .describe_transactions(DescribeTransactionsRequest { transactional_ids: asked.clone() })
+                .await?
+                .into_inner();
+            assert_eq!(r.transactions.len(), asked.len(), "node {node}: one description per id asked");
+            let mut partitions_answered = std::collections::BTreeSet::new();
+            for (d, id) in r.transactions.iter().zip(&asked) {
+                assert_eq!(&d.transactional_id, id, "node {node}: descriptions in the order asked");
+                match (code(d.error_code), expected.get(id)) {
+                    (ErrorCode::NotCoordinator, _) => continue,
+                    (ErrorCode::None, Some(&(pid, state))) => {
+                        assert_eq!((d.producer_id, d.state.as_str()), (pid, state), "node {node}: {id}");
+                    }
+                    (ErrorCode::TransactionalIdNotFound, None) => {}
+                    (other, _) => anyhow::bail!("node {node}: {id}: {other:?} {}", d.error_message),
+                }
+                partitions_answered.insert(state_partition(id, partitions));
+                if let Some(before) = answered_by.insert(id.clone(), node) {
+                    anyhow::bail!("{id} answered by nodes {before} and {node}");
+                }
+            }
+            several_partitions_in_one_request |= partitions_answered.len() >= 2;
+        }
+        anyhow::ensure!(answered_by.len() == asked.len(), "answered {} of {} ids", answered_by.len(), asked.len());
+        // Sixteen partitions over three nodes: some node leads several, and answered for all of
+        // them in one request.
+        assert!(several_partitions_in_one_request, "no node answered for two partitions at once");
+        anyhow::Ok(())
+    })
+    .await?;
+    Ok(())
+}
+
 #[tokio::test]
 async fn offsets_sent_to_a_transaction_end_the_linger_of_its_records() -> anyhow::Result<()> {
     use rill_client::{ConsumerGroupMetadata, ProducerConfig, Record, TopicPartition, TransactionalProducer};
