@@ -228,70 +228,107 @@ pub(super) async fn record_at_a_time(client: &Client, rounds: u32) -> anyhow::Re
 /// One mode's round of [`record_at_a_time`]: `RECORD_AT_A_TIME_ITERATIONS` records, each
 /// polled alone, transformed, written and committed before the next poll.
 async fn one_at_a_time(client: &Client, mode: Mode, r: u32, latencies: &mut Latencies) -> anyhow::Result<()> {
-    let tag = if mode == Mode::Transaction { "txn" } else { "sync" };
-    let config = ConsumerConfig {
-        group_id: Some(format!("ctp-one-{tag}-{r}")),
-        start: OffsetSpec::Earliest,
-        max_poll_records: 1,
-        ..ConsumerConfig::default()
-    };
-    let mut consumer = Consumer::new(client.clone(), config);
-    consumer.subscribe(&[INPUT])?;
-    let producer_config = ProducerConfig::default();
-    let (plain, transactional) = match mode {
-        Mode::SendThenCommit => (Some(Producer::new(client.clone(), producer_config)), None),
-        Mode::Transaction => {
-            let p = TransactionalProducer::new(
-                client.clone(),
-                producer_config,
-                &format!("bench-ctp-one-{r}"),
-                Duration::from_secs(60),
-            );
-            p.init_transactions().await?;
-            (None, Some(p))
-        }
-    };
+    let mut job = Job::start(client, mode, &format!("one-{r}"), 1).await?;
     let give_up = Instant::now() + Duration::from_secs(120);
     let mut done = 0u64;
     while done < RECORD_AT_A_TIME_ITERATIONS {
         anyhow::ensure!(Instant::now() < give_up, "{}: a record at a time took over two minutes", mode.name());
-        let records = consumer.poll(Duration::from_millis(100)).await?;
+        let records = job.consumer.poll(Duration::from_millis(100)).await?;
         if records.is_empty() {
             continue;
         }
         let started = Instant::now();
-        if let Some(producer) = &plain {
-            let mut deliveries = Vec::with_capacity(records.len());
-            for input in &records {
-                deliveries.push(producer.send(OUTPUT, transform(input)).await?);
-            }
-            producer.flush().await;
-            for d in deliveries {
-                d.await.context("an output send failed")?;
-            }
-            consumer.commit().await.context("the offset commit failed")?;
-        } else if let Some(producer) = &transactional {
-            if let Err(e) = transact(producer, &consumer, &records).await {
-                if e.transaction_kind() == TransactionErrorKind::Fatal {
-                    return Err(e.into());
-                }
-                eprintln!("transactions: a record at a time: a transaction failed and is redone: {e}");
-                producer.abort_transaction().await?;
-                consumer.seek_to_committed().await?;
-                continue;
-            }
+        if job.process(&records).await?.is_some() {
+            latencies.record_us(u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX));
+            done += records.len() as u64;
         }
-        latencies.record_us(u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX));
-        done += records.len() as u64;
     }
-    consumer.shutdown().await?;
-    if let Some(p) = plain {
-        p.close().await;
+    job.close().await
+}
+
+/// A consume-transform-produce job: a subscribed consumer of [`INPUT`] under its own group,
+/// and the producer of its mode, with the client's default settings (linger 5 ms), as an
+/// application gets them: a poll's outputs go out as one batch per partition. Neither mode
+/// waits its linger out: the synchronous one flushes before waiting for its acknowledgements
+/// (Kafka's at-least-once loop: `flush`, then `commitSync`), a transaction's offsets send what
+/// it buffered and `commit_transaction` flushes.
+struct Job {
+    consumer: Consumer,
+    producer: JobProducer,
+}
+
+enum JobProducer {
+    Plain(Producer),
+    Transactional(TransactionalProducer),
+}
+
+impl Job {
+    /// Joins group `ctp-{txn|sync}-{name}` (transactional id `bench-ctp-{name}`), reading
+    /// from the earliest input, at most `max_poll_records` a poll.
+    async fn start(client: &Client, mode: Mode, name: &str, max_poll_records: usize) -> anyhow::Result<Job> {
+        let tag = if mode == Mode::Transaction { "txn" } else { "sync" };
+        let config = ConsumerConfig {
+            group_id: Some(format!("ctp-{tag}-{name}")),
+            start: OffsetSpec::Earliest,
+            max_poll_records,
+            ..ConsumerConfig::default()
+        };
+        let mut consumer = Consumer::new(client.clone(), config);
+        consumer.subscribe(&[INPUT])?;
+        let producer = match mode {
+            Mode::SendThenCommit => JobProducer::Plain(Producer::new(client.clone(), ProducerConfig::default())),
+            Mode::Transaction => {
+                let id = format!("bench-ctp-{name}");
+                let p =
+                    TransactionalProducer::new(client.clone(), ProducerConfig::default(), &id, Duration::from_secs(60));
+                p.init_transactions().await?;
+                JobProducer::Transactional(p)
+            }
+        };
+        Ok(Job { consumer, producer })
     }
-    if let Some(p) = transactional {
-        p.close().await;
+
+    /// Writes one output per input record and commits the input's offsets: `Some(written)`,
+    /// when the outputs were acknowledged (send + synchronous commit) or the offsets answered
+    /// (transaction) — the commit took the rest — or `None` when a transaction failed, was
+    /// aborted, and its input is to be read again.
+    async fn process(&mut self, records: &[ConsumerRecord]) -> anyhow::Result<Option<Instant>> {
+        match &self.producer {
+            JobProducer::Plain(producer) => {
+                let mut deliveries = Vec::with_capacity(records.len());
+                for input in records {
+                    deliveries.push(producer.send(OUTPUT, transform(input)).await?);
+                }
+                producer.flush().await;
+                for d in deliveries {
+                    d.await.context("an output send failed")?;
+                }
+                let written = Instant::now();
+                self.consumer.commit().await.context("the offset commit failed")?;
+                Ok(Some(written))
+            }
+            JobProducer::Transactional(producer) => match transact(producer, &self.consumer, records).await {
+                Ok(written) => Ok(Some(written)),
+                Err(e) if e.transaction_kind() != TransactionErrorKind::Fatal => {
+                    eprintln!("transactions: consume-transform-produce: a transaction failed and is redone: {e}");
+                    producer.abort_transaction().await?;
+                    self.consumer.seek_to_committed().await?;
+                    Ok(None)
+                }
+                Err(e) => Err(e.into()),
+            },
+        }
     }
-    Ok(())
+
+    /// Leaves the group and closes the producer.
+    async fn close(self) -> anyhow::Result<()> {
+        self.consumer.shutdown().await?;
+        match self.producer {
+            JobProducer::Plain(p) => p.close().await,
+            JobProducer::Transactional(p) => p.close().await,
+        }
+        Ok(())
+    }
 }
 
 /// The round with the median rate (all zero for none).
@@ -319,63 +356,23 @@ async fn run(
     split: &mut Split,
     cpu_seconds: &dyn Fn() -> f64,
 ) -> anyhow::Result<(Round, u64)> {
-    let group = format!("ctp-{}-{r}", if mode == Mode::Transaction { "txn" } else { "sync" });
-    let config = ConsumerConfig {
-        group_id: Some(group.clone()),
-        start: OffsetSpec::Earliest,
-        max_poll_records: MAX_POLL_RECORDS,
-        ..ConsumerConfig::default()
-    };
-    let mut consumer = Consumer::new(client.clone(), config);
-    consumer.subscribe(&[INPUT])?;
-    // The client's defaults (linger 5 ms), as an application gets them: a poll's outputs go out
-    // as one batch per partition. Neither loop waits its linger out: the synchronous one
-    // flushes before waiting for its acknowledgements (Kafka's at-least-once loop: `flush`,
-    // then `commitSync`), `commit_transaction` flushes.
-    let producer_config = ProducerConfig::default();
-    let (plain, transactional) = match mode {
-        Mode::SendThenCommit => (Some(Producer::new(client.clone(), producer_config)), None),
-        Mode::Transaction => {
-            let id = format!("bench-ctp-{r}");
-            let p = TransactionalProducer::new(client.clone(), producer_config, &id, Duration::from_secs(60));
-            p.init_transactions().await?;
-            (None, Some(p))
-        }
-    };
+    let mut job = Job::start(client, mode, &r.to_string(), MAX_POLL_RECORDS).await?;
     let give_up = Instant::now() + round + Duration::from_secs(60);
     let mut start: Option<(Instant, f64)> = None;
     let (mut processed, mut commits, mut aborts) = (0u64, 0u64, 0u64);
     while start.is_none_or(|(s, _)| s.elapsed() < round) && processed < INPUT_RECORDS {
         anyhow::ensure!(Instant::now() < give_up, "{}: no records to read within a minute", mode.name());
-        let records = consumer.poll(Duration::from_millis(100)).await?;
+        let records = job.consumer.poll(Duration::from_millis(100)).await?;
         if records.is_empty() {
             continue;
         }
         start.get_or_insert_with(|| (Instant::now(), cpu_seconds()));
         let started = Instant::now();
-        if let Some(producer) = &plain {
-            let mut deliveries = Vec::with_capacity(records.len());
-            for input in &records {
-                deliveries.push(producer.send(OUTPUT, transform(input)).await?);
-            }
-            producer.flush().await;
-            for d in deliveries {
-                d.await.context("an output send failed")?;
-            }
-            let written = Instant::now();
-            consumer.commit().await.context("the offset commit failed")?;
-            split.record(started, written);
-        } else if let Some(producer) = &transactional {
-            match transact(producer, &consumer, &records).await {
-                Ok(written) => split.record(started, written),
-                Err(e) if e.transaction_kind() != TransactionErrorKind::Fatal => {
-                    eprintln!("transactions: consume-transform-produce: a transaction failed and is redone: {e}");
-                    producer.abort_transaction().await?;
-                    consumer.seek_to_committed().await?;
-                    aborts += 1;
-                    continue;
-                }
-                Err(e) => return Err(e.into()),
+        match job.process(&records).await? {
+            Some(written) => split.record(started, written),
+            None => {
+                aborts += 1;
+                continue;
             }
         }
         processed += records.len() as u64;
@@ -383,13 +380,7 @@ async fn run(
     }
     let seconds = start.map_or(0.0, |(s, _)| s.elapsed().as_secs_f64()).max(1e-9);
     let cpu = start.map_or(0.0, |(_, before)| cpu_seconds() - before);
-    consumer.shutdown().await?;
-    if let Some(p) = plain {
-        p.close().await;
-    }
-    if let Some(p) = transactional {
-        p.close().await;
-    }
+    job.close().await?;
     let measured = Round {
         msgs_per_sec: processed as f64 / seconds,
         commits_per_sec: commits as f64 / seconds,
