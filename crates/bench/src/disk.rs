@@ -1,7 +1,8 @@
 //! The file system under the bench's data: a guard that stops a run before it fills it.
 //!
-//! Some scenarios write tens of gigabytes: the transactions scenario's producers run flat out
-//! for minutes on topics without retention (about 35 GB with `--txn-round 10s --txn-rounds 3`).
+//! Some runs write tens of gigabytes: `--scenario restart --restart-mb 10000` keeps 30 GB, and
+//! the transactions scenario, whose producers run flat out for minutes, wrote about 45 GB
+//! before its topics got a retention limit.
 //! A node answers a full disk with errors and keeps what it acknowledged (`t47_disk_full`), but
 //! the machine is not only the bench's: a file system full to the last block stops every other
 //! program on it that writes. So the bench refuses to start with less than

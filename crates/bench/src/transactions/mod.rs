@@ -2,7 +2,7 @@
 //! RF 3, `min.insync.replicas` 2), every figure from the same run.
 //!
 //! * **Throughput**: one producer sending 1 KiB records as fast as its in-flight window allows
-//!   for a fixed time, round-robin over 16 partitions: the plain idempotent `Producer`, then a
+//!   for a fixed time, round-robin over 16 partitions (each keeping 64 MiB, `retention.bytes`): the plain idempotent `Producer`, then a
 //!   `TransactionalProducer` committing every 100 ms and every 10, 100 and 1,000 records, then
 //!   the idempotent producer again. Each mode runs `rounds` times, interleaved. A shared machine
 //!   drifts within a round, so each mode's rate is divided by the mean of its round's two
@@ -37,6 +37,9 @@ const PARTITIONS: u32 = 16;
 const RECORD_BYTES: usize = 1024;
 /// Most deliveries outstanding at once (the producer's pipelining window).
 const WINDOW: usize = 20_000;
+/// `retention.bytes` of each partition of the topics written flat out (the throughput modes'
+/// and consume-transform-produce's output): 16 partitions on 3 replicas keep about 3 GB.
+const RETAINED_BYTES: u64 = 64 << 20;
 /// Transactions per commit-latency sample set.
 const LATENCY_TRANSACTIONS: usize = 300;
 
@@ -118,11 +121,19 @@ pub struct TransactionsResult {
 pub async fn transactions(env: &Env, round: Duration, rounds: u32) -> anyhow::Result<TransactionsResult> {
     let deployment = start_with(env, "rill-transactions", 3, true, &[]).await?;
     let client = Client::connect(&deployment.endpoints).await?;
-    let configs = [("min.insync.replicas".to_string(), "2".to_string())];
-    let topics =
-        [("txn-bench", PARTITIONS), ("txn-latency", 16), (ctp::INPUT, ctp::PARTITIONS), (ctp::OUTPUT, ctp::PARTITIONS)];
-    for (topic, partitions) in topics {
-        client.create_topic(topic, partitions, 3, &configs).await.with_context(|| format!("cannot create {topic}"))?;
+    let kept = [("min.insync.replicas".to_string(), "2".to_string())];
+    // The topics written flat out keep what a deployment would, not everything: without a
+    // limit the scenario wrote about 45 GB. The limit is reached within the first seconds of
+    // the first run, so every mode measured runs with retention working behind it.
+    let bounded = [kept[0].clone(), ("retention.bytes".to_string(), RETAINED_BYTES.to_string())];
+    let topics = [
+        ("txn-bench", PARTITIONS, &bounded[..]),
+        ("txn-latency", 16, &kept[..]),
+        (ctp::INPUT, ctp::PARTITIONS, &kept[..]),
+        (ctp::OUTPUT, ctp::PARTITIONS, &bounded[..]),
+    ];
+    for (topic, partitions, configs) in topics {
+        client.create_topic(topic, partitions, 3, configs).await.with_context(|| format!("cannot create {topic}"))?;
         wait_for_leaders(&client, topic).await?;
     }
     wait_for_leaders(&client, "__transaction_state").await?;
