@@ -133,6 +133,9 @@ struct Accumulator {
     records: Vec<Pending>,
     bytes: usize,
     first_at: Option<Instant>,
+    /// The records buffered here leave without waiting out their linger (set by
+    /// `send_buffered_now`, cleared once none is left).
+    send_now: bool,
     in_flight: usize,
     /// The producer id the batches in flight carry: batches under a new id wait until those are
     /// done, so a partition never has two ids racing (order).
@@ -284,16 +287,14 @@ impl Producer {
     }
 
     /// Ends the linger of every record buffered now, without waiting: they leave as soon as
-    /// their partitions may send. Records queued after the call linger as usual.
+    /// their partitions may send (in as many batches as `batch_size` makes of them). Records
+    /// queued after the call linger as usual, unless they join a batch of those.
     pub(crate) fn send_buffered_now(&self) {
         let mut st = self.inner.lock();
-        let Some(due_now) = rill_rt::now().checked_sub(self.inner.config.linger) else { return };
         let mut any = false;
-        for acc in st.partitions.values_mut() {
-            if let Some(first) = acc.first_at.as_mut() {
-                *first = (*first).min(due_now);
-                any = true;
-            }
+        for acc in st.partitions.values_mut().filter(|acc| !acc.records.is_empty()) {
+            acc.send_now = true;
+            any = true;
         }
         drop(st);
         if any {
@@ -415,7 +416,7 @@ async fn sender(inner: Arc<Inner>) {
                 }
                 while acc.in_flight < max_in_flight && !acc.records.is_empty() {
                     let due = acc.first_at.map_or(now, |t| t + inner.config.linger);
-                    if !(flushing || acc.bytes >= inner.config.batch_size || due <= now) {
+                    if !(flushing || acc.send_now || acc.bytes >= inner.config.batch_size || due <= now) {
                         next = Some(next.map_or(due, |n: Instant| n.min(due)));
                         break;
                     }
@@ -479,6 +480,7 @@ fn take_batch(acc: &mut Accumulator, batch_size: usize) -> Batch {
     let records: Vec<Pending> = acc.records.drain(..n).collect();
     acc.bytes = acc.bytes.saturating_sub(bytes);
     acc.first_at = if acc.records.is_empty() { None } else { Some(rill_rt::now()) };
+    acc.send_now &= !acc.records.is_empty();
     let order = acc.next_order;
     acc.next_order += 1;
     Batch { records, order, identity: None, sent_behind: false, maybe_stored: false }
@@ -491,6 +493,11 @@ fn fail_expired(inner: &Inner, e: &Error) {
     for acc in st.partitions.values_mut() {
         let (expired, kept): (Vec<Pending>, Vec<Pending>) = acc.records.drain(..).partition(|p| p.deadline <= now);
         acc.records = kept;
+        if acc.records.is_empty() {
+            // The next record starts its own linger.
+            acc.first_at = None;
+            acc.send_now = false;
+        }
         for p in expired {
             acc.bytes = acc.bytes.saturating_sub(p.record.size_bytes());
             let _ = p.tx.send(Err(e.clone()));
