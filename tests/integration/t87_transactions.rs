@@ -939,10 +939,13 @@ async fn describing_many_ids_answers_each_in_its_place_from_its_coordinator() ->
     }
     assert_eq!(covered.len(), partitions as usize);
     let mut expected = std::collections::BTreeMap::new();
+    // Transactions that outlast the test: none is aborted on its timeout meanwhile.
+    let timeout_ms = 900_000;
     for (i, id) in ids.iter().enumerate() {
-        let (pid, epoch) =
-            wait_for_ok(READY_TIMEOUT, "a transactional producer id", || client.init_transactional_producer(id, 0))
-                .await?;
+        let (pid, epoch) = wait_for_ok(READY_TIMEOUT, "a transactional producer id", || {
+            client.init_transactional_producer(id, timeout_ms)
+        })
+        .await?;
         let state = if i % 2 == 0 {
             let r = coordinator(&client, id).await?.add_partitions_to_txn(add(id, pid, epoch, "orders", &[0])).await?;
             let r = r.into_inner();
@@ -958,11 +961,12 @@ async fn describing_many_ids_answers_each_in_its_place_from_its_coordinator() ->
     asked.insert(asked.len() / 2, "many-unknown".to_string());
 
     tracing::info!("--- every node, asked for all of them at once, answers each id in its place");
-    // Retried only while leadership moves between the three requests (an id answered by two
-    // nodes or by none, or a leader still loading); a description out of place fails at once.
+    // Sixteen partitions over three nodes: a node leads several, and answers for all of them in
+    // one request. Retried only while leadership moves between the three requests (an id
+    // answered by two nodes or by none, or a leader still loading); a description out of place
+    // fails at once.
     wait_for_ok(READY_TIMEOUT, "one answer for every id from its coordinator", || async {
         let mut answered_by = std::collections::BTreeMap::new();
-        let mut several_partitions_in_one_request = false;
         for node in 1..=3u64 {
             let mut stub = TransactionsClient::connect(format!("http://{}", cluster.addr(node))).await?;
             let r = stub
@@ -970,7 +974,6 @@ async fn describing_many_ids_answers_each_in_its_place_from_its_coordinator() ->
                 .await?
                 .into_inner();
             assert_eq!(r.transactions.len(), asked.len(), "node {node}: one description per id asked");
-            let mut partitions_answered = std::collections::BTreeSet::new();
             for (d, id) in r.transactions.iter().zip(&asked) {
                 assert_eq!(&d.transactional_id, id, "node {node}: descriptions in the order asked");
                 match (code(d.error_code), expected.get(id)) {
@@ -981,17 +984,12 @@ async fn describing_many_ids_answers_each_in_its_place_from_its_coordinator() ->
                     (ErrorCode::TransactionalIdNotFound, None) => {}
                     (other, _) => anyhow::bail!("node {node}: {id}: {other:?} {}", d.error_message),
                 }
-                partitions_answered.insert(state_partition(id, partitions));
                 if let Some(before) = answered_by.insert(id.clone(), node) {
                     anyhow::bail!("{id} answered by nodes {before} and {node}");
                 }
             }
-            several_partitions_in_one_request |= partitions_answered.len() >= 2;
         }
         anyhow::ensure!(answered_by.len() == asked.len(), "answered {} of {} ids", answered_by.len(), asked.len());
-        // Sixteen partitions over three nodes: some node leads several, and answered for all of
-        // them in one request.
-        assert!(several_partitions_in_one_request, "no node answered for two partitions at once");
         anyhow::Ok(())
     })
     .await?;
