@@ -8,7 +8,8 @@
 //! program on it that writes. So the bench refuses to start with less than
 //! [`MIN_FREE_BYTES`] free under its data directory, watches the free space while it runs, and
 //! when it falls below that floor, or on Ctrl-C, stops (the systems' processes end with the
-//! scenario that started them) and removes the directories it created ([`CreatedDirs`]).
+//! scenario that started them) and removes the directories it created ([`CreatedDirs`]; with
+//! `RILL_BENCH_KEEP_LOGS`, all but their node logs, as a scenario that ends on its own does).
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -81,14 +82,43 @@ impl CreatedDirs {
         }
     }
 
-    /// Removes every directory noted that still exists, saying which could not be.
+    /// Removes every directory noted that still exists (all but the node logs in it with
+    /// `RILL_BENCH_KEEP_LOGS`), saying which could not be.
     pub fn remove_all(&self) {
         let dirs = std::mem::take(&mut *self.0.lock().unwrap_or_else(PoisonError::into_inner));
         for dir in dirs.iter().filter(|d| d.exists()) {
+            if keep_logs() {
+                remove_all_but_logs(dir);
+                eprintln!("removed {} but its node logs", dir.display());
+                continue;
+            }
             match std::fs::remove_dir_all(dir) {
                 Ok(()) => eprintln!("removed {}", dir.display()),
                 Err(e) => eprintln!("could not remove {}: {e}", dir.display()),
             }
+        }
+    }
+}
+
+/// `RILL_BENCH_KEEP_LOGS` is set: a scenario's node logs outlive its data.
+pub fn keep_logs() -> bool {
+    std::env::var_os("RILL_BENCH_KEEP_LOGS").is_some()
+}
+
+/// Removes everything in `dir` except the nodes' `*.log` files.
+pub fn remove_all_but_logs(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let removed = if path.is_dir() {
+            std::fs::remove_dir_all(&path)
+        } else if path.extension().is_some_and(|e| e == "log") {
+            Ok(())
+        } else {
+            std::fs::remove_file(&path)
+        };
+        if let Err(e) = removed {
+            eprintln!("could not remove {}: {e}", path.display());
         }
     }
 }

@@ -258,12 +258,21 @@ async fn run(args: BenchArgs) -> anyhow::Result<()> {
     };
     std::fs::create_dir_all(&env.data_dir).with_context(|| format!("cannot create {}", env.data_dir.display()))?;
     disk::ensure_room(&env.data_dir, disk::MIN_FREE_BYTES)?;
-    // Dropping `measure` when another branch wins stops every system it started.
+    let mut measuring = Box::pin(measure(args, env.clone()));
     let stopped = tokio::select! {
-        done = measure(args, env.clone()) => return done,
+        done = &mut measuring => return done,
         e = disk::exhausted(&env.data_dir, disk::MIN_FREE_BYTES) => e,
         () = interrupted() => anyhow::anyhow!("interrupted; the run's data is removed"),
     };
+    // Stopping the systems can take a while (each process gets a grace period): a second
+    // Ctrl-C exits at once.
+    eprintln!("stopping: {stopped:#} (Ctrl-C again to exit at once)");
+    tokio::spawn(async {
+        interrupted().await;
+        std::process::exit(130);
+    });
+    // Dropping the run stops every system it started, before their directories go.
+    drop(measuring);
     env.created.remove_all();
     Err(stopped)
 }

@@ -367,31 +367,13 @@ pub(crate) fn finish(deployment: crate::systems::Deployment, name: &str, result:
     eprintln!("{name}: {}", serde_json::to_string(result).unwrap_or_default());
     let dir = deployment.dir.clone();
     drop(deployment);
-    if std::env::var_os("RILL_BENCH_KEEP_LOGS").is_some() {
-        remove_all_but_logs(&dir);
+    if crate::disk::keep_logs() {
+        crate::disk::remove_all_but_logs(&dir);
         eprintln!("{name}: node logs kept in {}", dir.display());
         return;
     }
     if let Err(e) = std::fs::remove_dir_all(&dir) {
         eprintln!("could not remove {}: {e}", dir.display());
-    }
-}
-
-/// Removes everything in `dir` except the nodes' `*.log` files.
-fn remove_all_but_logs(dir: &std::path::Path) {
-    let Ok(entries) = std::fs::read_dir(dir) else { return };
-    for entry in entries.flatten() {
-        let path = entry.path();
-        let removed = if path.is_dir() {
-            std::fs::remove_dir_all(&path)
-        } else if path.extension().is_some_and(|e| e == "log") {
-            Ok(())
-        } else {
-            std::fs::remove_file(&path)
-        };
-        if let Err(e) = removed {
-            eprintln!("could not remove {}: {e}", path.display());
-        }
     }
 }
 
