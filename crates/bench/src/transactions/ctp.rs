@@ -108,10 +108,14 @@ struct Split {
 
 impl Split {
     fn record(&mut self, started: Instant, written: Instant) {
-        let us = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
-        self.write.record_us(us(written.duration_since(started)));
-        self.commit.record_us(us(written.elapsed()));
+        self.write.record_us(micros(written.duration_since(started)));
+        self.commit.record_us(micros(written.elapsed()));
     }
+}
+
+/// `d` in whole microseconds (saturating).
+fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
 /// Fills the input topic with `INPUT_RECORDS` records of `record_bytes`.
@@ -159,21 +163,12 @@ pub(super) async fn consume_transform_produce(
     let mut rates: Vec<Vec<Round>> = vec![Vec::new(); modes.len()];
     let mut aborted = [0u64; 2];
     let mut splits = [Split::default(), Split::default()];
-    for r in 0..rounds.max(1) {
-        // Alternating which goes first, so neither always reads an input the other just warmed.
-        let order: Vec<usize> = if r % 2 == 0 { vec![0, 1] } else { vec![1, 0] };
-        for i in order {
-            let mode = &modes[i];
-            eprintln!(
-                "transactions: round {} of {}, consume-transform-produce, {}…",
-                r + 1,
-                rounds.max(1),
-                mode.name()
-            );
-            let (measured, aborts) = run(client, *mode, round, r, &mut splits[i], cpu_seconds).await?;
-            rates[i].push(measured);
-            aborted[i] += aborts;
-        }
+    for (r, i) in interleaved(rounds) {
+        let mode = &modes[i];
+        eprintln!("transactions: round {} of {}, consume-transform-produce, {}…", r + 1, rounds.max(1), mode.name());
+        let (measured, aborts) = run(client, *mode, round, r, &mut splits[i], cpu_seconds).await?;
+        rates[i].push(measured);
+        aborted[i] += aborts;
     }
     let base = median_round(&rates[0]).msgs_per_sec.max(1e-9);
     Ok(modes
@@ -204,12 +199,9 @@ pub(super) async fn consume_transform_produce(
 pub(super) async fn record_at_a_time(client: &Client, rounds: u32) -> anyhow::Result<Vec<RecordAtATimeRow>> {
     let modes = [Mode::SendThenCommit, Mode::Transaction];
     let mut latencies = [Latencies::default(), Latencies::default()];
-    for r in 0..rounds.max(1) {
-        let order: Vec<usize> = if r % 2 == 0 { vec![0, 1] } else { vec![1, 0] };
-        for i in order {
-            eprintln!("transactions: round {} of {}, a record at a time, {}…", r + 1, rounds.max(1), modes[i].name());
-            one_at_a_time(client, modes[i], r, &mut latencies[i]).await?;
-        }
+    for (r, i) in interleaved(rounds) {
+        eprintln!("transactions: round {} of {}, a record at a time, {}…", r + 1, rounds.max(1), modes[i].name());
+        one_at_a_time(client, modes[i], r, &mut latencies[i]).await?;
     }
     let base = latencies[0].quantile_ms(0.5).max(1e-9);
     Ok(modes
@@ -239,7 +231,7 @@ async fn one_at_a_time(client: &Client, mode: Mode, r: u32, latencies: &mut Late
         }
         let started = Instant::now();
         if job.process(&records).await?.is_some() {
-            latencies.record_us(u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX));
+            latencies.record_us(micros(started.elapsed()));
             done += records.len() as u64;
         }
     }
@@ -329,6 +321,12 @@ impl Job {
         }
         Ok(())
     }
+}
+
+/// (round, mode index) for `rounds` rounds (at least one) of the two modes, alternating which
+/// goes first, so neither always reads an input the other just warmed.
+fn interleaved(rounds: u32) -> impl Iterator<Item = (u32, usize)> {
+    (0..rounds.max(1)).flat_map(|r| if r % 2 == 0 { [(r, 0), (r, 1)] } else { [(r, 1), (r, 0)] })
 }
 
 /// The round with the median rate (all zero for none).
