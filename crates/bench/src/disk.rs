@@ -43,6 +43,23 @@ pub fn ensure_room(path: &Path, min_free: u64) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Fails unless `path`'s file system can take `bytes` more and still keep [`MIN_FREE_BYTES`]
+/// free: for a scenario whose footprint is known before it writes, so it is refused at once
+/// rather than stopped by the floor minutes later. `what` names it in the error.
+pub fn ensure_room_for(path: &Path, bytes: u64, what: &str) -> anyhow::Result<()> {
+    let free = free_bytes(path)?;
+    anyhow::ensure!(
+        free >= bytes.saturating_add(MIN_FREE_BYTES),
+        "{what} writes about {} under {}, which has {} free (the bench keeps {} free): \
+         ask for less or pass --data-dir on a larger file system",
+        gib(bytes),
+        path.display(),
+        gib(free),
+        gib(MIN_FREE_BYTES)
+    );
+    Ok(())
+}
+
 /// Resolves once `path`'s file system has less than `min_free` bytes free (or its free space
 /// can no longer be read), with the error that says so. Never resolves otherwise.
 pub async fn exhausted(path: &Path, min_free: u64) -> anyhow::Error {
@@ -135,6 +152,8 @@ mod tests {
         let refused = ensure_room(&dir, u64::MAX).map_err(|e| e.to_string());
         assert!(refused.is_err_and(|e| e.contains("the bench needs at least")));
         assert!(free_bytes(Path::new("/no/such/directory")).is_err());
+        let too_big = ensure_room_for(&dir, u64::MAX, "a huge run").map_err(|e| e.to_string());
+        assert!(too_big.is_err_and(|e| e.starts_with("a huge run writes about")));
     }
 
     #[test]

@@ -182,6 +182,9 @@ pub struct RestartResult {
 /// Writes `payload_mb` MB to an 8-partition RF-3 topic, stops all three nodes (SIGTERM), starts
 /// them again and times the way back to full service.
 pub async fn restart(env: &Env, payload_mb: u64) -> anyhow::Result<RestartResult> {
+    // Three replicas of the payload; 10,000 MB per node took 30.3 GB on disk (benchmarks.md).
+    let footprint = payload_mb.saturating_mul(1_000_000).saturating_mul(3) / 20 * 21;
+    crate::disk::ensure_room_for(&env.data_dir, footprint, &format!("--restart-mb {payload_mb}"))?;
     let mut deployment = start(env, "rill-restart", 3, true).await?;
     let client = Client::connect(&deployment.endpoints).await?;
     let partitions = 8;
