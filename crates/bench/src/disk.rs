@@ -47,17 +47,9 @@ pub fn ensure_room(path: &Path, min_free: u64) -> anyhow::Result<()> {
 /// free: for a scenario whose footprint is known before it writes, so it is refused at once
 /// rather than stopped by the floor minutes later. `what` names it in the error.
 pub fn ensure_room_for(path: &Path, bytes: u64, what: &str) -> anyhow::Result<()> {
-    let free = free_bytes(path)?;
-    anyhow::ensure!(
-        free >= bytes.saturating_add(MIN_FREE_BYTES),
-        "{what} writes about {} under {}, which has {} free (the bench keeps {} free): \
-         ask for less or pass --data-dir on a larger file system",
-        gib(bytes),
-        path.display(),
-        gib(free),
-        gib(MIN_FREE_BYTES)
-    );
-    Ok(())
+    ensure_room(path, bytes.saturating_add(MIN_FREE_BYTES)).map_err(|e| {
+        e.context(format!("{what} writes about {} and the bench keeps {} free", gib(bytes), gib(MIN_FREE_BYTES)))
+    })
 }
 
 /// Resolves once `path`'s file system has less than `min_free` bytes free (or its free space

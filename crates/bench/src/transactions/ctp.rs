@@ -41,6 +41,9 @@ enum Mode {
     Transaction,
 }
 
+/// Both modes, the synchronous one first: the ratios' base.
+const MODES: [Mode; 2] = [Mode::SendThenCommit, Mode::Transaction];
+
 impl Mode {
     fn name(self) -> &'static str {
         match self {
@@ -159,7 +162,7 @@ pub(super) async fn consume_transform_produce(
     rounds: u32,
     cpu_seconds: &dyn Fn() -> f64,
 ) -> anyhow::Result<Vec<CtpRow>> {
-    let modes = [Mode::SendThenCommit, Mode::Transaction];
+    let modes = MODES;
     let mut rates: Vec<Vec<Round>> = vec![Vec::new(); modes.len()];
     let mut aborted = [0u64; 2];
     let mut splits = [Split::default(), Split::default()];
@@ -197,7 +200,7 @@ pub(super) async fn consume_transform_produce(
 /// Processes the input a record at a time in both modes, `rounds` times interleaved, and
 /// times each iteration: the experiment of the post the target rests on.
 pub(super) async fn record_at_a_time(client: &Client, rounds: u32) -> anyhow::Result<Vec<RecordAtATimeRow>> {
-    let modes = [Mode::SendThenCommit, Mode::Transaction];
+    let modes = MODES;
     let mut latencies = [Latencies::default(), Latencies::default()];
     for (r, i) in interleaved(rounds) {
         eprintln!("transactions: round {} of {}, a record at a time, {}…", r + 1, rounds.max(1), modes[i].name());

@@ -2,11 +2,12 @@
 //! RF 3, `min.insync.replicas` 2), every figure from the same run.
 //!
 //! * **Throughput**: one producer sending 1 KiB records as fast as its in-flight window allows
-//!   for a fixed time, round-robin over 16 partitions (each keeping 64 MiB, `retention.bytes`): the plain idempotent `Producer`, then a
-//!   `TransactionalProducer` committing every 100 ms and every 10, 100 and 1,000 records, then
-//!   the idempotent producer again. Each mode runs `rounds` times, interleaved. A shared machine
-//!   drifts within a round, so each mode's rate is divided by the mean of its round's two
-//!   idempotent runs, and the median of those per-round ratios is what to quote.
+//!   for a fixed time, round-robin over 16 partitions (each keeping 64 MiB, `retention.bytes`):
+//!   the plain idempotent `Producer`, then a `TransactionalProducer` committing every 100 ms
+//!   and every 10, 100 and 1,000 records, then the idempotent producer again. Each mode runs
+//!   `rounds` times, interleaved. A shared machine drifts within a round, so each mode's rate
+//!   is divided by the mean of its round's two idempotent runs, and the median of those
+//!   per-round ratios is what to quote.
 //! * **Commit latency**: transactions of one record to each of 1, 4 and 16 partitions; the
 //!   records are acknowledged first, then `commit_transaction` (the `EndTxn` round trip: the
 //!   coordinator's Prepare write; markers follow asynchronously) is timed. p50 / p99 / max.
@@ -123,8 +124,9 @@ pub async fn transactions(env: &Env, round: Duration, rounds: u32) -> anyhow::Re
     let client = Client::connect(&deployment.endpoints).await?;
     let kept = [("min.insync.replicas".to_string(), "2".to_string())];
     // The topics written flat out keep what a deployment would, not everything: without a
-    // limit the scenario wrote about 45 GB. The limit is reached within the first seconds of
-    // the first run, so every mode measured runs with retention working behind it.
+    // limit the scenario wrote about 45 GB. `txn-bench` reaches its limit within the first
+    // producer run, so every producer mode runs with retention working behind it; `ctp-out`,
+    // written more slowly, from the consume-transform-produce loops' second round.
     let bounded = [kept[0].clone(), ("retention.bytes".to_string(), RETAINED_BYTES.to_string())];
     let topics = [
         ("txn-bench", PARTITIONS, &bounded[..]),
