@@ -198,7 +198,7 @@ pub(super) async fn consume_transform_produce(
 }
 
 /// Processes the input a record at a time in both modes, `rounds` times interleaved, and
-/// times each iteration: the experiment of the post the target rests on.
+/// times each iteration: the experiment of Redpanda's post (module docs).
 pub(super) async fn record_at_a_time(client: &Client, rounds: u32) -> anyhow::Result<Vec<RecordAtATimeRow>> {
     let modes = MODES;
     let mut latencies = [Latencies::default(), Latencies::default()];

@@ -15,7 +15,7 @@
 //!   the same job sending and then committing its offsets synchronously, with the CPU each
 //!   costs per record (the nodes' and the bench's own): on a machine the job keeps busy, what
 //!   bounds the ratio. Then the same job a record at a time, each iteration timed (the
-//!   experiment of the post the target rests on).
+//!   experiment of Redpanda's post on its transactions).
 
 mod ctp;
 
