@@ -96,12 +96,16 @@ impl TxnProtocol {
         }
     }
 
-    /// Reads the stored form (0, written before versions were recorded, is v1).
-    pub fn from_proto(v: u32) -> Result<Self, String> {
+    /// The protocol of version number `v`, as stored and as requests name it (0 — stored before
+    /// versions were recorded, or a request that names none — is v1). The one reader of version
+    /// numbers: every listener and the stored records go through it.
+    pub fn from_version(v: u32) -> Result<Self, String> {
         match v {
             0 | 1 => Ok(Self::V1),
             2 => Ok(Self::V2),
-            other => Err(format!("unknown transaction protocol version {other}")),
+            other => Err(format!(
+                "unknown transaction version {other}: 1 (partitions added with AddPartitionsToTxn) or 2 (added by the first batch)"
+            )),
         }
     }
 }
@@ -271,7 +275,7 @@ impl TransactionMetadata {
             groups: p.groups.iter().cloned().collect(),
             txn_start_ms: if old_record { -1 } else { p.txn_start_ms },
             updated_ms: p.updated_ms,
-            protocol: TxnProtocol::from_proto(p.protocol_version).map_err(|e| format!("{id}: {e}"))?,
+            protocol: TxnProtocol::from_version(p.protocol_version).map_err(|e| format!("{id}: {e}"))?,
             version: p.version,
             txn_start_version: p.txn_start_version,
             finishing: match &p.finishing {
