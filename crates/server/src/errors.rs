@@ -1,11 +1,13 @@
-//! The one place internal errors become wire error codes.
+//! The one place internal errors become Rill's error codes.
 //!
-//! Every per-partition or per-topic error a public RPC answers is built here, from an internal
-//! error ([`partition`], [`meta`], [`propose`]) or by a named constructor for a refusal the API
-//! layer makes itself (an unknown topic, a malformed request field). Whole-request failures are
-//! gRPC statuses, built here too ([`invalid_request_status`] and the internal services' statuses).
-//! [`kafka_code`] states, for every code, the Kafka error code the Kafka-protocol listener
-//! answers with.
+//! Every per-entry [`Refusal`] a service function answers (a partition of a produce, a topic of
+//! a metadata request, a transactional id of a describe) is built here, from an internal error
+//! ([`partition`], [`meta`], [`propose`], [`coordinator`]) or by a named constructor for a refusal
+//! the service layer makes itself (an unknown topic, a malformed field, a denied resource). Each
+//! listener encodes a refusal in its own wire shape; whole-request failures
+//! ([`crate::service::RequestError`]) are turned into gRPC statuses by [`request_status`], the
+//! gRPC listener's one mapping, beside the internal services' statuses. [`kafka_code`] states,
+//! for every code, the Kafka error code the Kafka-protocol listener answers with.
 
 use rill_broker::PartitionError;
 use rill_meta::{MetaError, MetaErrorKind};
@@ -16,10 +18,14 @@ use rill_records::BatchError;
 use rill_coordinator::CoordinatorError;
 
 use crate::node::ProposeError;
+use crate::service::authz::{Denied, ResourceType};
+use crate::service::RequestError;
 
-/// A per-partition wire error: code, readable message, and the leader hint when known.
+/// Why one entry of a request (a partition, a topic, a group, a transactional id) was not served:
+/// a stable code (Kafka's number where the meaning is the same), a readable message saying what
+/// to do, and where the leader or coordinator is when that is the reason.
 #[derive(Debug, Clone, PartialEq)]
-pub struct WireError {
+pub struct Refusal {
     /// The stable code.
     pub code: ErrorCode,
     /// What went wrong and what to do.
@@ -28,7 +34,7 @@ pub struct WireError {
     pub leader: Option<LeaderHint>,
 }
 
-impl WireError {
+impl Refusal {
     /// An error without a leader hint.
     pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
         Self { code, message: message.into(), leader: None }
@@ -36,12 +42,12 @@ impl WireError {
 }
 
 /// Maps a partition error; `client_addr` gives a node's client address for the leader hint.
-pub fn partition(e: &PartitionError, client_addr: impl Fn(NodeId) -> Option<String>) -> WireError {
+pub fn partition(e: &PartitionError, client_addr: impl Fn(NodeId) -> Option<String>) -> Refusal {
     let message = e.to_string();
     match e {
         PartitionError::NotLeader { leader, .. } => {
             let address = leader.and_then(&client_addr);
-            WireError {
+            Refusal {
                 code: ErrorCode::NotLeaderOrFollower,
                 // The broker's text ends "the leader is node N".
                 message: match &address {
@@ -51,44 +57,44 @@ pub fn partition(e: &PartitionError, client_addr: impl Fn(NodeId) -> Option<Stri
                 leader: leader.map(|id| LeaderHint { node_id: id, address: address.unwrap_or_default() }),
             }
         }
-        PartitionError::NotEnoughReplicas { .. } => WireError::new(ErrorCode::NotEnoughReplicas, message),
+        PartitionError::NotEnoughReplicas { .. } => Refusal::new(ErrorCode::NotEnoughReplicas, message),
         PartitionError::NotEnoughReplicasAfterAppend { .. } => {
-            WireError::new(ErrorCode::NotEnoughReplicasAfterAppend, message)
+            Refusal::new(ErrorCode::NotEnoughReplicasAfterAppend, message)
         }
-        PartitionError::Timeout { .. } => WireError::new(ErrorCode::RequestTimedOut, message),
-        PartitionError::MessageTooLarge { .. } => WireError::new(ErrorCode::MessageTooLarge, message),
+        PartitionError::Timeout { .. } => Refusal::new(ErrorCode::RequestTimedOut, message),
+        PartitionError::MessageTooLarge { .. } => Refusal::new(ErrorCode::MessageTooLarge, message),
         PartitionError::InvalidBatch(BatchError::UnsupportedCompression(_)) => {
-            WireError::new(ErrorCode::UnsupportedCompressionType, message)
+            Refusal::new(ErrorCode::UnsupportedCompressionType, message)
         }
         PartitionError::InvalidBatch(BatchError::TooLargeDecompressed { .. }) => {
-            WireError::new(ErrorCode::MessageTooLarge, message)
+            Refusal::new(ErrorCode::MessageTooLarge, message)
         }
-        PartitionError::InvalidBatch(b) if b.is_invalid_record() => WireError::new(ErrorCode::InvalidRecord, message),
-        PartitionError::InvalidBatch(_) => WireError::new(ErrorCode::CorruptMessage, message),
-        PartitionError::InvalidRecord(_) => WireError::new(ErrorCode::InvalidRecord, message),
-        PartitionError::InvalidTxnState(_) => WireError::new(ErrorCode::InvalidTxnState, message),
-        PartitionError::OffsetOutOfRange { .. } => WireError::new(ErrorCode::OffsetOutOfRange, message),
-        PartitionError::InvalidRequest(_) => WireError::new(ErrorCode::InvalidRequest, message),
-        PartitionError::Storage(_) => WireError::new(ErrorCode::StorageError, message),
-        PartitionError::ShuttingDown => WireError::new(ErrorCode::NodeShuttingDown, message),
+        PartitionError::InvalidBatch(b) if b.is_invalid_record() => Refusal::new(ErrorCode::InvalidRecord, message),
+        PartitionError::InvalidBatch(_) => Refusal::new(ErrorCode::CorruptMessage, message),
+        PartitionError::InvalidRecord(_) => Refusal::new(ErrorCode::InvalidRecord, message),
+        PartitionError::InvalidTxnState(_) => Refusal::new(ErrorCode::InvalidTxnState, message),
+        PartitionError::OffsetOutOfRange { .. } => Refusal::new(ErrorCode::OffsetOutOfRange, message),
+        PartitionError::InvalidRequest(_) => Refusal::new(ErrorCode::InvalidRequest, message),
+        PartitionError::Storage(_) => Refusal::new(ErrorCode::StorageError, message),
+        PartitionError::ShuttingDown => Refusal::new(ErrorCode::NodeShuttingDown, message),
         PartitionError::CatchingUp | PartitionError::LeaderMoving { .. } => {
-            WireError::new(ErrorCode::LeaderNotAvailable, message)
+            Refusal::new(ErrorCode::LeaderNotAvailable, message)
         }
-        PartitionError::OutOfOrderSequence { .. } => WireError::new(ErrorCode::OutOfOrderSequenceNumber, message),
-        PartitionError::DuplicateSequence { .. } => WireError::new(ErrorCode::DuplicateSequenceNumber, message),
-        PartitionError::InvalidProducerEpoch { .. } => WireError::new(ErrorCode::InvalidProducerEpoch, message),
-        PartitionError::CoordinatorFenced { .. } => WireError::new(ErrorCode::TransactionCoordinatorFenced, message),
-        PartitionError::ConcurrentTransactions(_) => WireError::new(ErrorCode::ConcurrentTransactions, message),
-        PartitionError::TransactionFenced(_) => WireError::new(ErrorCode::ProducerFenced, message),
-        PartitionError::CoordinatorNotAvailable(_) => WireError::new(ErrorCode::CoordinatorNotAvailable, message),
-        PartitionError::UnknownProducerId { .. } => WireError::new(ErrorCode::UnknownProducerId, message),
-        PartitionError::TooManyProducers { .. } => WireError::new(ErrorCode::TooManyProducers, message),
-        PartitionError::Reconfiguring(_) => WireError::new(ErrorCode::LeaderNotAvailable, message),
+        PartitionError::OutOfOrderSequence { .. } => Refusal::new(ErrorCode::OutOfOrderSequenceNumber, message),
+        PartitionError::DuplicateSequence { .. } => Refusal::new(ErrorCode::DuplicateSequenceNumber, message),
+        PartitionError::InvalidProducerEpoch { .. } => Refusal::new(ErrorCode::InvalidProducerEpoch, message),
+        PartitionError::CoordinatorFenced { .. } => Refusal::new(ErrorCode::TransactionCoordinatorFenced, message),
+        PartitionError::ConcurrentTransactions(_) => Refusal::new(ErrorCode::ConcurrentTransactions, message),
+        PartitionError::TransactionFenced(_) => Refusal::new(ErrorCode::ProducerFenced, message),
+        PartitionError::CoordinatorNotAvailable(_) => Refusal::new(ErrorCode::CoordinatorNotAvailable, message),
+        PartitionError::UnknownProducerId { .. } => Refusal::new(ErrorCode::UnknownProducerId, message),
+        PartitionError::TooManyProducers { .. } => Refusal::new(ErrorCode::TooManyProducers, message),
+        PartitionError::Reconfiguring(_) => Refusal::new(ErrorCode::LeaderNotAvailable, message),
     }
 }
 
 /// Maps a metadata refusal.
-pub fn meta(e: &MetaError) -> WireError {
+pub fn meta(e: &MetaError) -> Refusal {
     let code = match e.kind {
         MetaErrorKind::InvalidTopic => ErrorCode::InvalidTopic,
         MetaErrorKind::TopicExists => ErrorCode::TopicAlreadyExists,
@@ -97,91 +103,89 @@ pub fn meta(e: &MetaError) -> WireError {
         MetaErrorKind::InvalidReplicationFactor => ErrorCode::InvalidReplicationFactor,
         MetaErrorKind::InvalidConfig => ErrorCode::InvalidConfig,
     };
-    WireError::new(code, e.message.clone())
+    Refusal::new(code, e.message.clone())
 }
 
 /// Maps a failed metadata proposal.
-pub fn propose(e: &ProposeError) -> WireError {
+pub fn propose(e: &ProposeError) -> Refusal {
     let code = match e {
         ProposeError::NoLeader(_) => ErrorCode::LeaderNotAvailable,
         ProposeError::ShuttingDown => ErrorCode::NodeShuttingDown,
         ProposeError::Internal(_) => ErrorCode::UnknownServerError,
     };
-    WireError::new(code, e.to_string())
+    Refusal::new(code, e.to_string())
 }
 
 /// A malformed request field (one per-request answer can carry).
-pub fn invalid_request(message: impl Into<String>) -> WireError {
-    WireError::new(ErrorCode::InvalidRequest, message)
+pub fn invalid_request(message: impl Into<String>) -> Refusal {
+    Refusal::new(ErrorCode::InvalidRequest, message)
 }
 
 /// The internal topic a coordinator lives in is not created yet (the cluster is starting).
-pub fn coordinator_not_created(topic: &str) -> WireError {
-    WireError::new(
+pub fn coordinator_not_created(topic: &str) -> Refusal {
+    Refusal::new(
         ErrorCode::CoordinatorNotAvailable,
         format!("{topic} is not created yet (the cluster creates it once its members are registered); retry shortly"),
     )
 }
 
 /// No leader is known for the coordinator's partition.
-pub fn coordinator_without_leader(topic: &str, partition: u32) -> WireError {
-    WireError::new(
+pub fn coordinator_without_leader(topic: &str, partition: u32) -> Refusal {
+    Refusal::new(
         ErrorCode::CoordinatorNotAvailable,
         format!("{topic}/{partition} has no leader right now (an election is in progress, or too many replicas are down); retry"),
     )
 }
 
 /// Maps a coordinator failure (the coordinator's address comes with `NOT_COORDINATOR`).
-pub fn coordinator(e: &CoordinatorError) -> WireError {
+pub fn coordinator(e: &CoordinatorError) -> Refusal {
     let message = e.to_string();
     match e {
-        CoordinatorError::NotCoordinator { leader, addr, .. } => WireError {
+        CoordinatorError::NotCoordinator { leader, addr, .. } => Refusal {
             code: ErrorCode::NotCoordinator,
             message,
             leader: leader.map(|id| LeaderHint { node_id: id, address: addr.clone().unwrap_or_default() }),
         },
-        CoordinatorError::LoadInProgress => WireError::new(ErrorCode::CoordinatorLoadInProgress, message),
-        CoordinatorError::NotAvailable(_) => WireError::new(ErrorCode::CoordinatorNotAvailable, message),
-        CoordinatorError::Timeout { .. } => WireError::new(ErrorCode::RequestTimedOut, message),
-        CoordinatorError::InvalidGroupId(_) => WireError::new(ErrorCode::InvalidGroupId, message),
+        CoordinatorError::LoadInProgress => Refusal::new(ErrorCode::CoordinatorLoadInProgress, message),
+        CoordinatorError::NotAvailable(_) => Refusal::new(ErrorCode::CoordinatorNotAvailable, message),
+        CoordinatorError::Timeout { .. } => Refusal::new(ErrorCode::RequestTimedOut, message),
+        CoordinatorError::InvalidGroupId(_) => Refusal::new(ErrorCode::InvalidGroupId, message),
         CoordinatorError::InvalidTransactionTimeout { .. } => {
-            WireError::new(ErrorCode::InvalidTransactionTimeout, message)
+            Refusal::new(ErrorCode::InvalidTransactionTimeout, message)
         }
-        CoordinatorError::InvalidRequest(_) => WireError::new(ErrorCode::InvalidRequest, message),
-        CoordinatorError::UnknownMemberId { .. } => WireError::new(ErrorCode::UnknownMemberId, message),
-        CoordinatorError::FencedMemberEpoch { .. } => WireError::new(ErrorCode::FencedMemberEpoch, message),
-        CoordinatorError::UnreleasedInstanceId { .. } => WireError::new(ErrorCode::UnreleasedInstanceId, message),
-        CoordinatorError::StaleMemberEpoch { .. } => WireError::new(ErrorCode::StaleMemberEpoch, message),
-        CoordinatorError::GroupNotEmpty { .. } => WireError::new(ErrorCode::GroupNotEmpty, message),
-        CoordinatorError::GroupSubscribedToTopic { .. } => WireError::new(ErrorCode::GroupSubscribedToTopic, message),
-        CoordinatorError::GroupIdNotFound(_) => WireError::new(ErrorCode::GroupIdNotFound, message),
-        CoordinatorError::UnsupportedAssignor(_) => WireError::new(ErrorCode::UnsupportedAssignor, message),
-        CoordinatorError::GroupMaxSizeReached { .. } => WireError::new(ErrorCode::GroupMaxSizeReached, message),
-        CoordinatorError::IllegalGeneration { .. } => WireError::new(ErrorCode::IllegalGeneration, message),
+        CoordinatorError::InvalidRequest(_) => Refusal::new(ErrorCode::InvalidRequest, message),
+        CoordinatorError::UnknownMemberId { .. } => Refusal::new(ErrorCode::UnknownMemberId, message),
+        CoordinatorError::FencedMemberEpoch { .. } => Refusal::new(ErrorCode::FencedMemberEpoch, message),
+        CoordinatorError::UnreleasedInstanceId { .. } => Refusal::new(ErrorCode::UnreleasedInstanceId, message),
+        CoordinatorError::StaleMemberEpoch { .. } => Refusal::new(ErrorCode::StaleMemberEpoch, message),
+        CoordinatorError::GroupNotEmpty { .. } => Refusal::new(ErrorCode::GroupNotEmpty, message),
+        CoordinatorError::GroupSubscribedToTopic { .. } => Refusal::new(ErrorCode::GroupSubscribedToTopic, message),
+        CoordinatorError::GroupIdNotFound(_) => Refusal::new(ErrorCode::GroupIdNotFound, message),
+        CoordinatorError::UnsupportedAssignor(_) => Refusal::new(ErrorCode::UnsupportedAssignor, message),
+        CoordinatorError::GroupMaxSizeReached { .. } => Refusal::new(ErrorCode::GroupMaxSizeReached, message),
+        CoordinatorError::IllegalGeneration { .. } => Refusal::new(ErrorCode::IllegalGeneration, message),
         CoordinatorError::InconsistentGroupProtocol { .. } => {
-            WireError::new(ErrorCode::InconsistentGroupProtocol, message)
+            Refusal::new(ErrorCode::InconsistentGroupProtocol, message)
         }
-        CoordinatorError::InvalidSessionTimeout { .. } => WireError::new(ErrorCode::InvalidSessionTimeout, message),
-        CoordinatorError::RebalanceInProgress { .. } => WireError::new(ErrorCode::RebalanceInProgress, message),
-        CoordinatorError::MemberIdRequired { .. } => WireError::new(ErrorCode::MemberIdRequired, message),
-        CoordinatorError::FencedInstanceId { .. } => WireError::new(ErrorCode::FencedInstanceId, message),
-        CoordinatorError::ConcurrentTransactions { .. } => WireError::new(ErrorCode::ConcurrentTransactions, message),
-        CoordinatorError::InvalidProducerIdMapping { .. } => {
-            WireError::new(ErrorCode::InvalidProducerIdMapping, message)
-        }
-        CoordinatorError::ProducerFenced { .. } => WireError::new(ErrorCode::ProducerFenced, message),
-        CoordinatorError::InvalidTxnState { .. } => WireError::new(ErrorCode::InvalidTxnState, message),
-        CoordinatorError::TransactionalIdNotFound(_) => WireError::new(ErrorCode::TransactionalIdNotFound, message),
+        CoordinatorError::InvalidSessionTimeout { .. } => Refusal::new(ErrorCode::InvalidSessionTimeout, message),
+        CoordinatorError::RebalanceInProgress { .. } => Refusal::new(ErrorCode::RebalanceInProgress, message),
+        CoordinatorError::MemberIdRequired { .. } => Refusal::new(ErrorCode::MemberIdRequired, message),
+        CoordinatorError::FencedInstanceId { .. } => Refusal::new(ErrorCode::FencedInstanceId, message),
+        CoordinatorError::ConcurrentTransactions { .. } => Refusal::new(ErrorCode::ConcurrentTransactions, message),
+        CoordinatorError::InvalidProducerIdMapping { .. } => Refusal::new(ErrorCode::InvalidProducerIdMapping, message),
+        CoordinatorError::ProducerFenced { .. } => Refusal::new(ErrorCode::ProducerFenced, message),
+        CoordinatorError::InvalidTxnState { .. } => Refusal::new(ErrorCode::InvalidTxnState, message),
+        CoordinatorError::TransactionalIdNotFound(_) => Refusal::new(ErrorCode::TransactionalIdNotFound, message),
         CoordinatorError::TransactionCoordinatorFenced { .. } => {
-            WireError::new(ErrorCode::TransactionCoordinatorFenced, message)
+            Refusal::new(ErrorCode::TransactionCoordinatorFenced, message)
         }
-        CoordinatorError::Storage(_) => WireError::new(ErrorCode::StorageError, message),
+        CoordinatorError::Storage(_) => Refusal::new(ErrorCode::StorageError, message),
     }
 }
 
 /// Offset metadata longer than the limit.
-pub fn offset_metadata_too_large(len: usize, max: usize) -> WireError {
-    WireError::new(
+pub fn offset_metadata_too_large(len: usize, max: usize) -> Refusal {
+    Refusal::new(
         ErrorCode::OffsetMetadataTooLarge,
         format!("offset metadata of {len} bytes is longer than the {max} allowed"),
     )
@@ -189,8 +193,8 @@ pub fn offset_metadata_too_large(len: usize, max: usize) -> WireError {
 
 /// A transactional offset commit of the partition is pending (FetchOffsets with
 /// `require_stable`).
-pub fn unstable_offset_commit(group: &str, topic: &str, partition: u32) -> WireError {
-    WireError::new(
+pub fn unstable_offset_commit(group: &str, topic: &str, partition: u32) -> Refusal {
+    Refusal::new(
         ErrorCode::UnstableOffsetCommit,
         format!(
             "group {group:?} has a transactional commit of {topic}/{partition} pending (its transaction has not ended); retry shortly"
@@ -199,48 +203,48 @@ pub fn unstable_offset_commit(group: &str, topic: &str, partition: u32) -> WireE
 }
 
 /// A negative committed offset.
-pub fn negative_offset(offset: i64) -> WireError {
-    WireError::new(ErrorCode::InvalidRequest, format!("offset {offset} is negative; commit the next offset to read"))
+pub fn negative_offset(offset: i64) -> Refusal {
+    Refusal::new(ErrorCode::InvalidRequest, format!("offset {offset} is negative; commit the next offset to read"))
 }
 
 /// A produce, fetch or list-offsets request names an internal topic (its partitions hold a
 /// coordinator's state, written by the cluster, and have no records).
-pub fn internal_topic(topic: &str, kind: &str) -> WireError {
-    WireError::new(
+pub fn internal_topic(topic: &str, kind: &str) -> Refusal {
+    Refusal::new(
         ErrorCode::InvalidTopic,
         format!("{topic} is an internal topic ({kind} state, written by the cluster): it cannot be produced to or read as records"),
     )
 }
 
 /// A produce request names a partition without a record batch.
-pub fn missing_batch(partition: u32) -> WireError {
-    WireError::new(ErrorCode::InvalidRequest, format!("partition {partition} has no record batch"))
+pub fn missing_batch(partition: u32) -> Refusal {
+    Refusal::new(ErrorCode::InvalidRequest, format!("partition {partition} has no record batch"))
 }
 
 /// A group with neither members nor committed offsets.
-pub fn group_not_found(group_id: &str) -> WireError {
-    WireError::new(ErrorCode::GroupIdNotFound, format!("group {group_id:?} has no members and no committed offsets"))
+pub fn group_not_found(group_id: &str) -> Refusal {
+    Refusal::new(ErrorCode::GroupIdNotFound, format!("group {group_id:?} has no members and no committed offsets"))
 }
 
 /// A request names the same partition twice.
-pub fn duplicate_partition(topic: &str, partition: u32) -> WireError {
-    WireError::new(
+pub fn duplicate_partition(topic: &str, partition: u32) -> Refusal {
+    Refusal::new(
         ErrorCode::InvalidRequest,
         format!("topic {topic:?} partition {partition} appears twice in one request; the second entry was ignored"),
     )
 }
 
 /// The produce request's acks value is not one Rill knows.
-pub fn invalid_acks(raw: i32) -> WireError {
-    WireError::new(
+pub fn invalid_acks(raw: i32) -> Refusal {
+    Refusal::new(
         ErrorCode::InvalidRequiredAcks,
         format!("acks value {raw} is not one of ALL (0), LEADER (1), NONE (2)"),
     )
 }
 
 /// This node is assigned a replica of the partition but has not started it yet.
-pub fn replica_starting(topic: &str, partition: u32, node: u64) -> WireError {
-    WireError::new(
+pub fn replica_starting(topic: &str, partition: u32, node: u64) -> Refusal {
+    Refusal::new(
         ErrorCode::LeaderNotAvailable,
         format!("the replica of {topic}/{partition} on node {node} is still starting; retry shortly"),
     )
@@ -258,8 +262,8 @@ pub fn storage_failed(
     node: u64,
     reason: &str,
     leader: Option<(NodeId, Option<String>)>,
-) -> WireError {
-    let mut e = WireError::new(
+) -> Refusal {
+    let mut e = Refusal::new(
         ErrorCode::NotLeaderOrFollower,
         format!(
             "node {node}'s storage failed ({reason}): it serves no replica of {topic}/{partition} until it has restarted \
@@ -271,8 +275,8 @@ pub fn storage_failed(
 }
 
 /// This node holds no replica of the partition.
-pub fn not_hosted(topic: &str, partition: u32, node: u64, replicas: &[u64]) -> WireError {
-    WireError::new(
+pub fn not_hosted(topic: &str, partition: u32, node: u64, replicas: &[u64]) -> Refusal {
+    Refusal::new(
         ErrorCode::NotLeaderOrFollower,
         format!(
             "node {node} does not host {topic}/{partition} (its replicas are on nodes {replicas:?}); refresh metadata"
@@ -281,21 +285,21 @@ pub fn not_hosted(topic: &str, partition: u32, node: u64, replicas: &[u64]) -> W
 }
 
 /// The metadata has no registered nodes yet (the cluster is still forming).
-pub fn metadata_not_ready() -> WireError {
-    WireError::new(
+pub fn metadata_not_ready() -> Refusal {
+    Refusal::new(
         ErrorCode::LeaderNotAvailable,
         "the cluster metadata is not ready yet (no nodes registered); is a majority of nodes up?",
     )
 }
 
 /// The metadata group answered a command with a result of the wrong kind.
-pub fn unexpected_meta_answer(answer: &impl std::fmt::Debug) -> WireError {
-    WireError::new(ErrorCode::UnknownServerError, format!("unexpected metadata answer {answer:?}"))
+pub fn unexpected_meta_answer(answer: &impl std::fmt::Debug) -> Refusal {
+    Refusal::new(ErrorCode::UnknownServerError, format!("unexpected metadata answer {answer:?}"))
 }
 
 /// The topic was deleted while a change to it was being applied.
-pub fn topic_vanished(topic: &str, during: &str) -> WireError {
-    WireError::new(ErrorCode::UnknownServerError, format!("topic {topic:?} vanished while {during}"))
+pub fn topic_vanished(topic: &str, during: &str) -> Refusal {
+    Refusal::new(ErrorCode::UnknownServerError, format!("topic {topic:?} vanished while {during}"))
 }
 
 /// A whole request is malformed (a field no per-partition answer can carry).
@@ -304,14 +308,14 @@ pub fn invalid_request_status(message: impl Into<String>) -> tonic::Status {
 }
 
 /// A produced batch names a producer id the cluster never issued.
-pub fn unissued_producer_id(producer_id: i64) -> WireError {
-    WireError::new(
+pub fn unissued_producer_id(producer_id: i64) -> Refusal {
+    Refusal::new(
         ErrorCode::UnknownProducerId,
         format!("producer id {producer_id} was never issued by this cluster; get one with InitProducerId"),
     )
 }
 
-/// A request names more entries than one request may (see `api::limits`).
+/// A request names more entries than one request may (see `service::limits`).
 pub fn too_many_entries_status(rpc: &str, what: &str, count: usize, max: usize) -> tonic::Status {
     tonic::Status::invalid_argument(format!("{rpc} names {count} {what}; one request may name at most {max}: split it"))
 }
@@ -321,10 +325,28 @@ pub fn group_not_hosted_status(group: u64, node: u64) -> tonic::Status {
     tonic::Status::not_found(format!("group {group} is not hosted on node {node}"))
 }
 
-/// A public request the authorization hook refused (whole-request until per-entry
-/// authorization codes come with client authentication).
-pub fn not_authorized_status(e: &crate::api::authz::Denied) -> tonic::Status {
-    tonic::Status::permission_denied(e.to_string())
+/// A resource the caller may not use for what the request does with it, by its type (Kafka's
+/// `*_AUTHORIZATION_FAILED` codes).
+pub fn not_authorized(e: &Denied) -> Refusal {
+    let code = match e.resource.kind {
+        ResourceType::Topic => ErrorCode::TopicAuthorizationFailed,
+        ResourceType::Group => ErrorCode::GroupAuthorizationFailed,
+        ResourceType::Cluster => ErrorCode::ClusterAuthorizationFailed,
+        ResourceType::TransactionalId => ErrorCode::TransactionalIdAuthorizationFailed,
+    };
+    Refusal::new(code, e.to_string())
+}
+
+/// A whole public request refused, as the gRPC status its handler returns: the gRPC listener's
+/// one mapping of [`RequestError`].
+pub fn request_status(e: &RequestError) -> tonic::Status {
+    match e {
+        RequestError::Invalid(_) | RequestError::TooManyEntries { .. } => {
+            tonic::Status::invalid_argument(e.to_string())
+        }
+        RequestError::Denied(_) => tonic::Status::permission_denied(e.to_string()),
+        RequestError::StorageFailed { node, reason } => storage_failed_status(*node, reason),
+    }
 }
 
 /// An internal request that names a node other than the one whose certificate sent it.
@@ -386,25 +408,44 @@ pub const KAFKA_UNKNOWN_SERVER_ERROR: i16 = -1;
 /// Kafka's `THROTTLING_QUOTA_EXCEEDED`.
 pub const KAFKA_THROTTLING_QUOTA_EXCEEDED: i16 = 89;
 
+/// No replica of `topic`/`partition` reports leading it: an election is in progress, or the
+/// replicas in `unreachable` (of `replicas`) did not answer.
+pub fn no_leader_heard(
+    topic: &str,
+    partition: u32,
+    unreachable: &std::collections::BTreeSet<NodeId>,
+    replicas: usize,
+) -> Refusal {
+    let message = if unreachable.is_empty() {
+        format!("no leader for {topic}/{partition} yet: an election is in progress")
+    } else {
+        format!(
+            "no leader for {topic}/{partition}: {} of {replicas} replicas unreachable (nodes {unreachable:?})",
+            unreachable.len()
+        )
+    };
+    Refusal::new(ErrorCode::LeaderNotAvailable, message)
+}
+
 /// The topic does not exist.
-pub fn unknown_topic(topic: &str) -> WireError {
-    WireError::new(
+pub fn unknown_topic(topic: &str) -> Refusal {
+    Refusal::new(
         ErrorCode::UnknownTopicOrPartition,
         format!("unknown topic {topic:?}; create it with `rill topic create {topic}`"),
     )
 }
 
 /// The request names `topic` by an id it no longer has (deleted, perhaps re-created).
-pub fn unknown_topic_id(topic: &str) -> WireError {
-    WireError::new(
+pub fn unknown_topic_id(topic: &str) -> Refusal {
+    Refusal::new(
         ErrorCode::UnknownTopicId,
         format!("topic {topic:?} does not have the id this request names: it was deleted (and perhaps re-created); refresh metadata"),
     )
 }
 
 /// The partition number is out of range.
-pub fn unknown_partition(topic: &str, partition: u32, count: usize) -> WireError {
-    WireError::new(
+pub fn unknown_partition(topic: &str, partition: u32, count: usize) -> Refusal {
+    Refusal::new(
         ErrorCode::UnknownTopicOrPartition,
         format!(
             "partition {partition} does not exist: topic {topic:?} has {count} partition(s), numbered 0 to {}",

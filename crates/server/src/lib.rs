@@ -4,8 +4,9 @@
 //!   main.rs ──► Args::load ──► open RocksDB ──► start(config, engine, shutdown)
 //!   chaos/  ──────────────────► MemEngine  ──┘        │
 //!                                                     ├─ Node::start: group 0 + reconciler
-//!                                                     └─ api::serve: Records, Admin (public)
-//!                                                                    RaftTransport, Cluster (internal)
+//!                                                     └─ api::serve: Records, Admin, Groups,
+//!                                                          Transactions (public) → service::Service
+//!                                                          RaftTransport, Cluster (internal)
 //! ```
 //!
 //! * [`config`]: the typed configuration (TOML, `RILL_*` environment, flags).
@@ -21,8 +22,11 @@
 //! * [`txn_ids`]: removing transactional ids idle past `transactional-id-expiration`.
 //! * [`failover`]: a designated follower stands for election as soon as a silent leader's lease
 //!   has run out.
-//! * [`api`]: the gRPC services.
-//! * [`errors`]: the one mapping from internal errors to wire error codes.
+//! * [`service`]: the service layer — every public operation once, for every listener, with
+//!   the request context and authorization decided per resource.
+//! * [`api`]: the gRPC listeners: public handlers that translate to and from [`service`], and
+//!   the internal services.
+//! * [`errors`]: the one mapping from internal errors to Rill's error codes (and gRPC statuses).
 //! * [`recovery`]: after a storage failure, waiting until the data directory takes writes again
 //!   (the binary then restarts itself from its durable state).
 //!
@@ -39,6 +43,7 @@ pub mod join;
 pub mod node;
 #[cfg(not(madsim))]
 pub mod recovery;
+pub mod service;
 pub mod txn_ids;
 pub mod txn_markers;
 pub mod txn_verify;
@@ -103,7 +108,7 @@ pub async fn start(
 }
 
 /// Opens the node's RocksDB engine in `config.data_dir`, tuned by `[storage]`.
-#[cfg(not(madsim))]
+#[cfg(all(not(madsim), feature = "rocksdb"))]
 pub fn open_engine(config: &Config) -> Result<Arc<dyn Engine>> {
     std::fs::create_dir_all(&config.data_dir)
         .map_err(|e| Error::Config(format!("cannot create data-dir {}: {e}", config.data_dir.display())))?;

@@ -364,7 +364,7 @@ async fn write_remote(
 /// Writes `marker` into a partition this node leads: a record partition appends a control
 /// batch; a group's `__consumer_offsets` partition commits or drops the producer's pending
 /// offsets.
-async fn write_local(hosted: &Hosted, marker: Marker) -> Result<(), errors::WireError> {
+async fn write_local(hosted: &Hosted, marker: Marker) -> Result<(), errors::Refusal> {
     match hosted {
         Hosted::Records(partition) => {
             let kind = if marker.commit { ControlKind::Commit } else { ControlKind::Abort };
@@ -381,22 +381,21 @@ async fn write_local(hosted: &Hosted, marker: Marker) -> Result<(), errors::Wire
             .await
             .map_err(|e| errors::coordinator(&e)),
         Hosted::Transactions(_) => {
-            Err(errors::WireError::new(ErrorCode::InvalidRequest, "a transaction state partition takes no markers"))
+            Err(errors::Refusal::new(ErrorCode::InvalidRequest, "a transaction state partition takes no markers"))
         }
     }
 }
 
 /// `Cluster.WriteTxnMarkers` on the receiving node: one result per partition named.
 pub async fn serve(node: &Arc<Node>, req: WriteTxnMarkersRequest) -> Vec<WriteTxnMarkerResult> {
-    let result = |partition: u32, e: Option<errors::WireError>| WriteTxnMarkerResult {
+    let result = |partition: u32, e: Option<errors::Refusal>| WriteTxnMarkerResult {
         partition,
         error_code: e.as_ref().map_or(ErrorCode::None as i32, |e| e.code as i32),
         error_message: e.map(|e| e.message).unwrap_or_default(),
     };
-    let Ok(epoch) = i16::try_from(req.producer_epoch) else {
-        let bad =
-            errors::WireError::new(ErrorCode::InvalidRequest, format!("epoch {} beyond 16 bits", req.producer_epoch));
-        return req.partitions.iter().map(|p| result(*p, Some(bad.clone()))).collect();
+    let epoch = match crate::service::checks::producer_epoch(req.producer_epoch) {
+        Ok(epoch) => epoch,
+        Err(bad) => return req.partitions.iter().map(|p| result(*p, Some(bad.clone()))).collect(),
     };
     let marker = Marker {
         producer_id: req.producer_id,
@@ -412,7 +411,7 @@ pub async fn serve(node: &Arc<Node>, req: WriteTxnMarkersRequest) -> Vec<WriteTx
             .and_then(|t| t.partitions.get(p as usize).map(|a| a.group))
             .and_then(|g| node.replica(g));
         let outcome = match local {
-            None => Some(errors::WireError::new(
+            None => Some(errors::Refusal::new(
                 ErrorCode::NotLeaderOrFollower,
                 format!("node {} hosts no replica of {}/{p}", node.id(), req.topic),
             )),

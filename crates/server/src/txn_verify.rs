@@ -32,7 +32,7 @@ use rill_records::{ControlKind, ControlMarker};
 use rill_rt::sync::oneshot;
 use tonic::transport::Channel;
 
-use crate::errors::{self, WireError};
+use crate::errors::{self, Refusal};
 use crate::node::{Hosted, Node};
 
 /// How long the coordinator may take to answer.
@@ -121,13 +121,13 @@ pub async fn verify_group(
     producer: (i64, i16),
     group_id: &str,
     add: bool,
-) -> Result<GroupVerified, WireError> {
+) -> Result<GroupVerified, Refusal> {
     let answer = ask(node, transactional_id, producer, Target::Group { group: group_id.to_string(), add });
     let answer = answer.await.map_err(|e| match e.code {
         // The *transaction* coordinator moved: to the committer this is not its group
         // coordinator moving, only a coordinator it needs being briefly unavailable.
         ErrorCode::NotCoordinator | ErrorCode::CoordinatorLoadInProgress => {
-            WireError::new(ErrorCode::CoordinatorNotAvailable, e.message)
+            Refusal::new(ErrorCode::CoordinatorNotAvailable, e.message)
         }
         _ => e,
     })?;
@@ -135,8 +135,8 @@ pub async fn verify_group(
     Ok(GroupVerified { transaction: answer.transaction_start, owed })
 }
 
-fn group_marker_from_proto(o: OwedTxnMarker, producer_id: i64) -> Result<txn_offsets::TxnMarker, WireError> {
-    let producer_epoch = owed_epoch(&o).map_err(|m| WireError::new(ErrorCode::CoordinatorNotAvailable, m))?;
+fn group_marker_from_proto(o: OwedTxnMarker, producer_id: i64) -> Result<txn_offsets::TxnMarker, Refusal> {
+    let producer_epoch = owed_epoch(&o).map_err(|m| Refusal::new(ErrorCode::CoordinatorNotAvailable, m))?;
     Ok(txn_offsets::TxnMarker {
         producer_id,
         producer_epoch,
@@ -152,8 +152,8 @@ async fn ask(
     transactional_id: &str,
     producer: (i64, i16),
     target: Target,
-) -> Result<Answer, WireError> {
-    let unavailable = |m: String| WireError::new(ErrorCode::CoordinatorNotAvailable, m);
+) -> Result<Answer, Refusal> {
+    let unavailable = |m: String| Refusal::new(ErrorCode::CoordinatorNotAvailable, m);
     let Some((_, group)) = node.coordinator_partition(PartitionKind::TransactionState, transactional_id) else {
         return Err(unavailable("the transaction state topic does not exist yet".into()));
     };
@@ -182,7 +182,7 @@ async fn ask(
     let answer = node.txn_asks().ask(node, leader, request).await?;
     match ErrorCode::try_from(answer.error_code).unwrap_or(ErrorCode::UnknownServerError) {
         ErrorCode::None => Ok(Answer { transaction_start: answer.transaction_start, owed: answer.owed_marker }),
-        code => Err(WireError::new(code, answer.error_message)),
+        code => Err(Refusal::new(code, answer.error_message)),
     }
 }
 
@@ -202,7 +202,7 @@ pub struct Asks {
 #[derive(Debug)]
 struct Queued {
     request: AddTxnPartitionRequest,
-    answer: oneshot::Sender<Result<AddTxnPartitionResponse, WireError>>,
+    answer: oneshot::Sender<Result<AddTxnPartitionResponse, Refusal>>,
 }
 
 impl Asks {
@@ -216,7 +216,7 @@ impl Asks {
         node: &Arc<Node>,
         leader: NodeId,
         request: AddTxnPartitionRequest,
-    ) -> Result<AddTxnPartitionResponse, WireError> {
+    ) -> Result<AddTxnPartitionResponse, Refusal> {
         let (tx, rx) = oneshot::channel();
         let key = (leader, request.transactional_id.clone());
         if self.queue(key.clone(), Queued { request, answer: tx }) {
@@ -245,8 +245,8 @@ impl Asks {
     }
 }
 
-fn unavailable_at(leader: NodeId, why: &str) -> WireError {
-    WireError::new(ErrorCode::CoordinatorNotAvailable, format!("node {leader}: {why}"))
+fn unavailable_at(leader: NodeId, why: &str) -> Refusal {
+    Refusal::new(ErrorCode::CoordinatorNotAvailable, format!("node {leader}: {why}"))
 }
 
 /// Sends `asks` to `leader` and answers each: one `AddTxnPartition` for a single ask (which
@@ -312,7 +312,7 @@ async fn ask_one(
     mut client: ClusterClient<Channel>,
     leader: NodeId,
     request: AddTxnPartitionRequest,
-) -> Result<AddTxnPartitionResponse, WireError> {
+) -> Result<AddTxnPartitionResponse, Refusal> {
     match rill_rt::timeout(VERIFY_TIMEOUT, client.add_txn_partition(request)).await {
         Err(_) => Err(unavailable_at(leader, "did not answer in time")),
         Ok(Err(status)) => Err(unavailable_at(leader, status.message())),
@@ -364,17 +364,17 @@ async fn serve_local(
 
 /// `Cluster.AddTxnPartition` on the coordinator's node.
 pub async fn serve(node: &Arc<Node>, req: AddTxnPartitionRequest) -> AddTxnPartitionResponse {
-    let answer = |e: WireError| AddTxnPartitionResponse {
+    let answer = |e: Refusal| AddTxnPartitionResponse {
         error_code: e.code as i32,
         error_message: e.message,
         ..Default::default()
     };
-    let Ok(epoch) = i16::try_from(req.producer_epoch) else {
-        return answer(WireError::new(ErrorCode::InvalidRequest, "producer epoch beyond 16 bits"));
+    let epoch = match crate::service::checks::producer_epoch(req.producer_epoch) {
+        Ok(epoch) => epoch,
+        Err(e) => return answer(e),
     };
-    let p = match crate::api::routing::coordinator_here(node, PartitionKind::TransactionState, &req.transactional_id) {
-        Ok(Hosted::Transactions(p)) => p,
-        Ok(_) => return answer(errors::coordinator_not_created(rill_meta::TRANSACTION_STATE_TOPIC)),
+    let p = match crate::service::routing::transaction_coordinator(node, &req.transactional_id) {
+        Ok(p) => p,
         Err(e) => return answer(e),
     };
     let target = if req.group_id.is_empty() {
@@ -393,7 +393,7 @@ pub async fn serve(node: &Arc<Node>, req: AddTxnPartitionRequest) -> AddTxnParti
 }
 
 /// The partition's error for the coordinator's refusal.
-fn to_partition(e: WireError) -> PartitionError {
+fn to_partition(e: Refusal) -> PartitionError {
     let message = e.message;
     match e.code {
         ErrorCode::ProducerFenced | ErrorCode::InvalidProducerEpoch | ErrorCode::InvalidProducerIdMapping => {
@@ -410,7 +410,7 @@ fn to_partition(e: WireError) -> PartitionError {
 mod tests {
     use super::*;
 
-    fn ask(partition: u32) -> (Queued, oneshot::Receiver<Result<AddTxnPartitionResponse, WireError>>) {
+    fn ask(partition: u32) -> (Queued, oneshot::Receiver<Result<AddTxnPartitionResponse, Refusal>>) {
         let (tx, rx) = oneshot::channel();
         let request = AddTxnPartitionRequest { topic: "out".into(), partition, ..Default::default() };
         (Queued { request, answer: tx }, rx)
@@ -543,9 +543,10 @@ mod sending_tests {
         let coordinator = Coordinator { batches, singles: singles.clone(), batched: batched.clone() };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let server = tonic::transport::Server::builder()
-            .add_service(ClusterServer::new(coordinator))
-            .serve_with_incoming(crate::api::connections::accept(listener, 4));
+        let server =
+            tonic::transport::Server::builder().add_service(ClusterServer::new(coordinator)).serve_with_incoming(
+                crate::api::connections::accept(listener, std::sync::Arc::new(tokio::sync::Semaphore::new(4))),
+            );
         let served = tokio::spawn(server);
         let channel = Channel::from_shared(format!("http://{addr}")).unwrap().connect().await.unwrap();
         let mut answers = Vec::new();

@@ -19,10 +19,10 @@ use rill_raft::NodeId;
 use rill_tls::Caller;
 use tonic::{Request, Response, Status};
 
-use crate::api::status::local_status;
 use crate::errors;
 use crate::join::{add_node, AddNodeError};
 use crate::node::{LocalPropose, Node};
+use crate::service::status::local_status;
 
 /// The `Cluster` service.
 pub struct ClusterApi {
@@ -128,12 +128,12 @@ impl Cluster for ClusterApi {
     ) -> Result<Response<WriteTxnMarkersResponse>, Status> {
         self.check_member(&request, request.get_ref().from_node, "WriteTxnMarkers")?;
         let req = request.into_inner();
-        if req.partitions.len() > crate::api::limits::MAX_PARTITIONS_PER_REQUEST {
+        if req.partitions.len() > crate::service::limits::MAX_PARTITIONS_PER_REQUEST {
             return Err(errors::too_many_entries_status(
                 "WriteTxnMarkers",
                 "partitions",
                 req.partitions.len(),
-                crate::api::limits::MAX_PARTITIONS_PER_REQUEST,
+                crate::service::limits::MAX_PARTITIONS_PER_REQUEST,
             ));
         }
         let results = crate::txn_markers::serve(&self.node, req).await;
@@ -155,7 +155,8 @@ impl Cluster for ClusterApi {
         self.check_member(&request, request.get_ref().from_node, "AddTxnPartitions")?;
         let req = request.into_inner();
         // Each ask names one partition (or group): the produce path's bound on partitions.
-        crate::api::limits::check_counts("AddTxnPartitions", 0, req.asks.len())?;
+        crate::service::limits::check_counts("AddTxnPartitions", 0, req.asks.len())
+            .map_err(|e| errors::request_status(&e))?;
         let answers =
             futures::future::join_all(req.asks.into_iter().map(|ask| crate::txn_verify::serve(&self.node, ask)));
         Ok(Response::new(AddTxnPartitionsResponse { answers: answers.await }))

@@ -1,4 +1,4 @@
-//! The client listener's accept loop, with a bound on open connections.
+//! A client listener's accept loop, with the node's bound on open connections.
 //!
 //! Each accepted connection holds a permit until it closes; with every permit taken the loop
 //! stops accepting, so further clients wait in the kernel's listen backlog (and time out there)
@@ -21,15 +21,15 @@ use tonic::transport::server::{Connected, TcpConnectInfo};
 /// not spin while the condition lasts.
 const ACCEPT_ERROR_BACKOFF: Duration = Duration::from_millis(50);
 
-/// An accepted client connection, counted against the listener's bound until dropped.
+/// An accepted client connection, counted against the node's bound until dropped.
 pub struct Counted {
     stream: TcpStream,
     _permit: OwnedSemaphorePermit,
 }
 
-/// The connections `listener` accepts, at most `max` open at once.
-pub fn accept(listener: TcpListener, max: usize) -> impl Stream<Item = io::Result<Counted>> {
-    let permits = Arc::new(Semaphore::new(max));
+/// The connections `listener` accepts, each holding one of `permits` until it closes: at most as
+/// many open at once as there are permits, which every client listener of the node shares.
+pub fn accept(listener: TcpListener, permits: Arc<Semaphore>) -> impl Stream<Item = io::Result<Counted>> {
     futures::stream::unfold((listener, permits), |(listener, permits)| async move {
         // A closed semaphore never happens (it is never closed); end the stream if it did.
         let permit = permits.clone().acquire_owned().await.ok()?;
@@ -97,7 +97,7 @@ mod tests {
     async fn a_connection_beyond_the_bound_waits_until_one_closes() {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let mut accepted = Box::pin(accept(listener, 1));
+        let mut accepted = Box::pin(accept(listener, Arc::new(Semaphore::new(1))));
         let _first_client = TcpStream::connect(addr).await.unwrap();
         let first = accepted.next().await.unwrap().unwrap();
         // The second client's TCP handshake completes in the kernel's backlog, but the loop

@@ -540,7 +540,7 @@ mod tests {
         let limits = ClientLimits { max_concurrent_streams: STREAMS, ..ClientLimits::default() };
         let server = super::super::public_server(&limits, &budget)
             .add_service(RecordsServer::new(service).max_decoding_message_size(MAX_GRPC_MESSAGE_BYTES))
-            .serve_with_incoming(super::super::connections::accept(listener, 16));
+            .serve_with_incoming(super::super::connections::accept(listener, Arc::new(Semaphore::new(16))));
         tokio::spawn(server);
         let channel = Channel::from_shared(format!("http://{addr}")).unwrap().connect().await.unwrap();
         Harness { budget, started, hold, client: RecordsClient::new(channel) }

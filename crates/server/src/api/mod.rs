@@ -1,32 +1,30 @@
-//! The gRPC services a node serves, on two listeners:
+//! The gRPC listeners of a node:
 //!
-//! * the **client listener** (`listen`) serves only the public services: [`records::RecordsApi`]
-//!   (Produce, Fetch, ListOffsets, InitProducerId), [`admin::AdminApi`] (topics, cluster,
-//!   metadata, FindCoordinator), [`groups::GroupsApi`] (committed offsets),
-//!   [`transactions::TransactionsApi`] (adding partitions, ending and describing transactions);
+//! * the **client listener** (`listen`) serves only the public services, each handler decoding
+//!   its request into one [`Service`] call with the request's context ([`rules::context`]) and
+//!   encoding the answer — no rule of Rill's lives here: [`records::RecordsApi`] (Produce, Fetch,
+//!   ListOffsets, InitProducerId), [`admin::AdminApi`] (topics, cluster, metadata,
+//!   FindCoordinator), [`groups::GroupsApi`] (membership, committed offsets),
+//!   [`transactions::TransactionsApi`] (adding to, ending, describing and aborting transactions);
 //! * the **internal listener** (`internal-listen`) serves only the node-to-node services:
 //!   `RaftTransport` (from `rill-raft`) and [`cluster::ClusterApi`]. A client that reaches the
 //!   client port cannot act as a node (docs/security.md).
 //!
-//! [`connections`] bounds the client connections open at once (real builds; the client
-//! listener also caps concurrent requests per connection, `[limits]`), [`inflight`] bounds the
-//! bytes of requests received and not yet answered across all of them (real builds), [`limits`]
-//! bounds what one public request may name before a handler looks at it, and
-//! [`authz`] maps every public RPC to the (resource, operation) pairs it needs and checks them
-//! before the handler works.
+//! [`rules`] is the client listener's rule table (what each public RPC needs, for the service
+//! layer's authorization decisions). [`ClientLimits`] — the bound on client connections open at
+//! once ([`connections`]) and on the bytes of requests received and not yet answered
+//! ([`inflight`]) — is made once per node and shared by every client listener (real builds; the
+//! client listener also caps concurrent requests per connection, `[limits]`).
 
 pub mod admin;
-pub mod authz;
 pub mod cluster;
 #[cfg(not(madsim))]
 pub mod connections;
 pub mod groups;
 #[cfg(not(madsim))]
 pub mod inflight;
-pub mod limits;
 pub mod records;
-pub mod routing;
-pub mod status;
+pub mod rules;
 pub mod transactions;
 
 use std::future::Future;
@@ -45,6 +43,33 @@ use rill_raft::service::RaftService;
 
 use crate::error::{Error, Result};
 use crate::node::Node;
+use crate::service::{Authorization, Service};
+
+/// The limits every client listener of a node shares: at most `max-connections` client
+/// connections open at once, and at most `max-request-bytes-in-flight` bytes of requests
+/// received and not yet answered, across all of them (real builds: the simulation's network has
+/// its own listener).
+#[cfg(not(madsim))]
+#[derive(Clone)]
+pub struct ClientLimits {
+    /// The connection permits.
+    pub connections: Arc<tokio::sync::Semaphore>,
+    /// The request bytes budget.
+    pub budget: Arc<inflight::Budget>,
+}
+
+#[cfg(not(madsim))]
+impl ClientLimits {
+    /// The node's limits, from its `[limits]`.
+    pub fn new(limits: &crate::config::ClientLimits) -> Self {
+        let max_connections =
+            usize::try_from(limits.max_connections).unwrap_or(usize::MAX).min(tokio::sync::Semaphore::MAX_PERMITS);
+        Self {
+            connections: Arc::new(tokio::sync::Semaphore::new(max_connections)),
+            budget: inflight::Budget::new(limits.max_request_bytes_in_flight, MAX_GRPC_MESSAGE_BYTES),
+        }
+    }
+}
 
 /// Serves the public services on the client listener and the internal ones on the internal
 /// listener until `shutdown` completes, then stops accepting on both and lets in-flight requests
@@ -62,8 +87,15 @@ pub async fn serve(node: Arc<Node>, shutdown: impl Future<Output = ()> + Send + 
             let _ = rx.wait_for(|s| *s).await;
         }
     };
+    // One service layer and one set of client limits for every client listener of the node;
+    // every public handler asks the same authorizer (allow-all until clients authenticate).
+    let service = Service::new(node.clone(), Authorization::default());
+    #[cfg(not(madsim))]
+    let limits = ClientLimits::new(&node.config().client_limits);
+    #[cfg(madsim)]
+    let limits = ();
     let servers = futures::future::try_join(
-        serve_public(node.clone(), stopped()).boxed(),
+        serve_public(&node, service, limits, stopped()).boxed(),
         serve_internal(node.clone(), stopped()).boxed(),
     );
     // A listener that fails (e.g. its port is taken) fails the node at once.
@@ -73,47 +105,64 @@ pub async fn serve(node: Arc<Node>, shutdown: impl Future<Output = ()> + Send + 
     }
 }
 
-/// The client listener: public services only.
-async fn serve_public(node: Arc<Node>, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<()> {
+/// The public gRPC services over `service`, as a tuple (records, admin, groups, transactions).
+/// A macro: the simulation's tonic names its server types with an extra parameter.
+macro_rules! public_services {
+    ($service:expr) => {{
+        let service: Service = $service;
+        let records = RecordsServer::new(records::RecordsApi::new(service.clone()))
+            .max_decoding_message_size(MAX_GRPC_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_GRPC_MESSAGE_BYTES);
+        let admin = AdminServer::new(admin::AdminApi::new(service.clone()));
+        let groups = GroupsServer::new(groups::GroupsApi::new(service.clone()));
+        let transactions = TransactionsServer::new(transactions::TransactionsApi::new(service));
+        (records, admin, groups, transactions)
+    }};
+}
+
+/// The gRPC client listener: public services only, over `service`, within the node's shared
+/// `limits`.
+#[cfg(not(madsim))]
+async fn serve_public(
+    node: &Node,
+    service: Service,
+    limits: ClientLimits,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<()> {
     let addr = node.config().listen;
-    // Every public handler asks the same authorizer (allow-all until clients authenticate).
-    let authz = authz::Authorization::default();
-    let records = RecordsServer::new(records::RecordsApi::new(node.clone(), authz.clone()))
-        .max_decoding_message_size(MAX_GRPC_MESSAGE_BYTES)
-        .max_encoding_message_size(MAX_GRPC_MESSAGE_BYTES);
-    let admin = AdminServer::new(admin::AdminApi::new(node.clone(), authz.clone()));
-    let groups = GroupsServer::new(groups::GroupsApi::new(node.clone(), authz.clone()));
-    let transactions = TransactionsServer::new(transactions::TransactionsApi::new(node.clone(), authz));
+    let (records, admin, groups, transactions) = public_services!(service);
     let failed = |e: &dyn std::fmt::Display| Error::Serve(format!("client listener {addr}: {e}"));
-    let limits = node.config().client_limits;
-    #[cfg(not(madsim))]
-    {
-        // At most `max-connections` open.
-        let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| failed(&e))?;
-        let max_connections = usize::try_from(limits.max_connections).unwrap_or(usize::MAX);
-        let budget = inflight::Budget::new(limits.max_request_bytes_in_flight, MAX_GRPC_MESSAGE_BYTES);
-        public_server(&limits, &budget)
-            .add_service(records)
-            .add_service(admin)
-            .add_service(groups)
-            .add_service(transactions)
-            .serve_with_incoming_shutdown(connections::accept(listener, max_connections), shutdown)
-            .await
-            .map_err(|e| failed(&e))
-    }
-    // The simulation's network has its own listener; the limits are real builds' only.
-    #[cfg(madsim)]
-    {
-        let _ = limits;
-        tonic::transport::Server::builder()
-            .add_service(records)
-            .add_service(admin)
-            .add_service(groups)
-            .add_service(transactions)
-            .serve_with_shutdown(addr, shutdown)
-            .await
-            .map_err(|e| failed(&e))
-    }
+    let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| failed(&e))?;
+    public_server(&node.config().client_limits, &limits.budget)
+        .add_service(records)
+        .add_service(admin)
+        .add_service(groups)
+        .add_service(transactions)
+        .serve_with_incoming_shutdown(connections::accept(listener, limits.connections), shutdown)
+        .await
+        .map_err(|e| failed(&e))
+}
+
+/// The gRPC client listener of a simulated node: the simulation's network has its own listener;
+/// the limits are real builds' only.
+#[cfg(madsim)]
+async fn serve_public(
+    node: &Node,
+    service: Service,
+    _limits: (),
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<()> {
+    let addr = node.config().listen;
+    let (records, admin, groups, transactions) = public_services!(service);
+    let failed = |e: &dyn std::fmt::Display| Error::Serve(format!("client listener {addr}: {e}"));
+    tonic::transport::Server::builder()
+        .add_service(records)
+        .add_service(admin)
+        .add_service(groups)
+        .add_service(transactions)
+        .serve_with_shutdown(addr, shutdown)
+        .await
+        .map_err(|e| failed(&e))
 }
 
 /// The client listener's HTTP/2 settings (real builds): at most `max-concurrent-streams` requests

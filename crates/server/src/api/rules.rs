@@ -1,40 +1,22 @@
-//! The authorization hook: every public RPC mapped to the resources it acts on and the
-//! operation it performs on each, checked before the handler does any work.
+//! The gRPC listener's rule table: every public RPC mapped to the (resource type, operation)
+//! pairs it needs, and the [`RequestContext`] a handler builds from its request.
 //!
-//! The model is Kafka's ACL model, so that client authentication and ACLs (and the Kafka
-//! listener, whose requests map onto the same rules) plug in here without touching a handler:
-//!
-//! * a [`Resource`] is the cluster, a topic, a consumer group or a transactional id;
-//! * an [`Operation`] is what is done to it (Kafka's operation names);
-//! * [`RULES`] states, for each RPC of the public services, which (resource type, operation)
-//!   pairs it needs; the request message names the resources ([`Resources`]);
-//! * an [`Authorizer`] decides, for a [`Principal`], each (resource, operation).
-//!
-//! Until clients authenticate, every caller is [`Principal::Anonymous`] and the node's
-//! authorizer is [`AllowAll`]. An RPC with no rule is refused (deny by default), and a test
-//! over the compiled descriptor set fails when a public RPC has no rule — so no RPC can be
-//! added to the public services without stating what it needs.
+//! The service layer decides each resource a request touches against the rule the context
+//! carries ([`crate::service::authz`]); this table only says what each RPC needs — Kafka's
+//! mapping where Kafka has the request. An RPC with no rule is refused before its handler works
+//! (deny by default), and a test over the compiled descriptor set fails when a public RPC has
+//! no rule, so no RPC can be added to the public services without stating what it needs.
 
-use std::fmt;
-use std::sync::Arc;
+use crate::service::authz::{Need, Operation, ResourceType};
+use crate::service::{Listener, Principal, RequestContext};
 
-use rill_proto::admin::{
-    AdmitNodeRequest, AlterTopicConfigRequest, CoordinatorKind, CreatePartitionsRequest, CreateTopicRequest,
-    DeleteRecordsRequest, DeleteTopicRequest, DescribeClusterRequest, DescribeTopicRequest, FindCoordinatorRequest,
-    ListTopicsRequest, MetadataRequest,
-};
-use rill_proto::groups::{
-    CommitOffsetsRequest, ConsumerGroupHeartbeatRequest, DeleteGroupRequest, DeleteOffsetsRequest,
-    DescribeGroupRequest, FetchOffsetsRequest, ListGroupsRequest, TxnCommitOffsetsRequest,
-};
-use rill_proto::records::{FetchRequest, InitProducerIdRequest, ListOffsetsRequest, ProduceRequest};
-use rill_proto::transactions::{
-    AbortTransactionRequest, AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, DescribeTransactionsRequest,
-    EndTxnRequest, ListTransactionsRequest,
-};
+/// The gRPC metadata key a client may name itself by (Kafka's `client.id`): shown where Rill
+/// records who called (a consumer group member's description). Optional; ASCII.
+pub const CLIENT_ID_HEADER: &str = "rill-client-id";
 
-/// The name the cluster resource goes by (Kafka's is `kafka-cluster`).
-pub const CLUSTER_RESOURCE: &str = "rill-cluster";
+/// Longest client id taken from [`CLIENT_ID_HEADER`]; a longer one is cut (Kafka's client ids
+/// are short names; a member's client id is stored with it).
+const MAX_CLIENT_ID_BYTES: usize = 255;
 
 /// The gRPC paths of the public RPCs, as handlers name them.
 pub mod rpc {
@@ -98,168 +80,66 @@ pub mod rpc {
     pub const ABORT_TRANSACTION: &str = "/rill.transactions.Transactions/AbortTransaction";
 }
 
-/// The kinds of resource an operation applies to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum ResourceType {
-    /// The cluster as a whole (named [`CLUSTER_RESOURCE`]).
-    Cluster,
-    /// A topic.
-    Topic,
-    /// A consumer group.
-    Group,
-    /// A transactional id.
-    TransactionalId,
-}
-
-/// What is done to a resource (Kafka's ACL operations).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Operation {
-    /// Consume from a topic; commit offsets as a group.
-    Read,
-    /// Produce to a topic; use a transactional id.
-    Write,
-    /// Create a topic.
-    Create,
-    /// Delete a topic.
-    Delete,
-    /// Change a topic's shape (add partitions); change the cluster's membership.
-    Alter,
-    /// Learn that a resource exists and where it lives.
-    Describe,
-    /// Change a topic's configuration.
-    AlterConfigs,
-    /// Read a topic's configuration.
-    DescribeConfigs,
-    /// Produce idempotently (obtain a producer id without a transactional id).
-    IdempotentWrite,
-}
-
-/// One resource, by type and name.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Resource {
-    /// Its type.
-    pub kind: ResourceType,
-    /// Its name ([`CLUSTER_RESOURCE`] for the cluster).
-    pub name: String,
-}
-
-impl fmt::Display for Resource {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:?} {:?}", self.kind, self.name)
-    }
-}
-
-/// Who is asking. Clients do not authenticate yet, so every caller is anonymous; the
-/// authentication issue adds the authenticated kinds.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Principal {
-    /// A caller that did not authenticate.
-    Anonymous,
-}
-
-/// Decides whether a principal may perform an operation on a resource.
-pub trait Authorizer: Send + Sync {
-    /// True when `principal` may perform `operation` on `resource`.
-    fn allows(&self, principal: &Principal, resource: &Resource, operation: Operation) -> bool;
-}
-
-/// The authorizer until client authentication lands: everything is allowed.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct AllowAll;
-
-impl Authorizer for AllowAll {
-    fn allows(&self, _principal: &Principal, _resource: &Resource, _operation: Operation) -> bool {
-        true
-    }
-}
-
-/// How an RPC uses one of its (resource type, operation) pairs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Check {
-    /// Every resource of this type the request names must be allowed.
-    Named,
-    /// The answer lists resources of this type: only allowed ones are listed (Kafka's
-    /// `Metadata` for all topics). Named resources, when the request names some, are checked
-    /// as [`Check::Named`].
-    Filter,
-}
+use Operation as Op;
+use ResourceType as R;
 
 /// What one RPC needs.
 #[derive(Debug, Clone, Copy)]
 pub struct Rule {
     /// The gRPC path, `/package.Service/Method`.
     pub rpc: &'static str,
-    /// Each (resource type, operation) the RPC needs, and how it applies.
-    pub needs: &'static [(ResourceType, Operation, Check)],
+    /// Each (resource type, operation) the RPC needs.
+    pub needs: &'static [Need],
 }
-
-use Check::{Filter, Named};
-use Operation as Op;
-use ResourceType as R;
 
 /// Every public RPC and what it needs. Kafka's mapping where Kafka has the request.
 pub const RULES: &[Rule] = &[
     // With a transactional id: Write on it too (Kafka's Produce).
-    Rule { rpc: rpc::PRODUCE, needs: &[(R::Topic, Op::Write, Named), (R::TransactionalId, Op::Write, Named)] },
-    Rule { rpc: rpc::FETCH, needs: &[(R::Topic, Op::Read, Named)] },
-    Rule { rpc: rpc::LIST_OFFSETS, needs: &[(R::Topic, Op::Describe, Named)] },
+    Rule { rpc: rpc::PRODUCE, needs: &[(R::Topic, Op::Write), (R::TransactionalId, Op::Write)] },
+    Rule { rpc: rpc::FETCH, needs: &[(R::Topic, Op::Read)] },
+    Rule { rpc: rpc::LIST_OFFSETS, needs: &[(R::Topic, Op::Describe)] },
     // With a transactional id: Write on it; without: idempotent writes on the cluster.
-    Rule {
-        rpc: rpc::INIT_PRODUCER_ID,
-        needs: &[(R::TransactionalId, Op::Write, Named), (R::Cluster, Op::IdempotentWrite, Named)],
-    },
-    Rule { rpc: rpc::CREATE_TOPIC, needs: &[(R::Topic, Op::Create, Named)] },
-    Rule { rpc: rpc::DELETE_TOPIC, needs: &[(R::Topic, Op::Delete, Named)] },
-    Rule { rpc: rpc::ALTER_TOPIC_CONFIG, needs: &[(R::Topic, Op::AlterConfigs, Named)] },
-    Rule { rpc: rpc::CREATE_PARTITIONS, needs: &[(R::Topic, Op::Alter, Named)] },
-    Rule { rpc: rpc::LIST_TOPICS, needs: &[(R::Topic, Op::Describe, Filter)] },
-    Rule {
-        rpc: rpc::DESCRIBE_TOPIC,
-        needs: &[(R::Topic, Op::Describe, Named), (R::Topic, Op::DescribeConfigs, Named)],
-    },
-    Rule { rpc: rpc::DESCRIBE_CLUSTER, needs: &[(R::Cluster, Op::Describe, Named)] },
-    Rule { rpc: rpc::METADATA, needs: &[(R::Topic, Op::Describe, Filter)] },
-    Rule {
-        rpc: rpc::FIND_COORDINATOR,
-        needs: &[(R::Group, Op::Describe, Named), (R::TransactionalId, Op::Describe, Named)],
-    },
+    Rule { rpc: rpc::INIT_PRODUCER_ID, needs: &[(R::TransactionalId, Op::Write), (R::Cluster, Op::IdempotentWrite)] },
+    Rule { rpc: rpc::CREATE_TOPIC, needs: &[(R::Topic, Op::Create)] },
+    Rule { rpc: rpc::DELETE_TOPIC, needs: &[(R::Topic, Op::Delete)] },
+    Rule { rpc: rpc::ALTER_TOPIC_CONFIG, needs: &[(R::Topic, Op::AlterConfigs)] },
+    Rule { rpc: rpc::CREATE_PARTITIONS, needs: &[(R::Topic, Op::Alter)] },
+    Rule { rpc: rpc::LIST_TOPICS, needs: &[(R::Topic, Op::Describe)] },
+    Rule { rpc: rpc::DESCRIBE_TOPIC, needs: &[(R::Topic, Op::Describe), (R::Topic, Op::DescribeConfigs)] },
+    Rule { rpc: rpc::DESCRIBE_CLUSTER, needs: &[(R::Cluster, Op::Describe)] },
+    Rule { rpc: rpc::METADATA, needs: &[(R::Topic, Op::Describe)] },
+    Rule { rpc: rpc::FIND_COORDINATOR, needs: &[(R::Group, Op::Describe), (R::TransactionalId, Op::Describe)] },
     // Admitting a node changes the cluster's membership.
-    Rule { rpc: rpc::ADMIT_NODE, needs: &[(R::Cluster, Op::Alter, Named)] },
+    Rule { rpc: rpc::ADMIT_NODE, needs: &[(R::Cluster, Op::Alter)] },
     // Kafka's DeleteRecords needs Delete on the topic.
-    Rule { rpc: rpc::DELETE_RECORDS, needs: &[(R::Topic, Op::Delete, Named)] },
+    Rule { rpc: rpc::DELETE_RECORDS, needs: &[(R::Topic, Op::Delete)] },
     // Kafka's ConsumerGroupHeartbeat: Read on the group; Describe on each subscribed topic.
-    Rule { rpc: rpc::CONSUMER_GROUP_HEARTBEAT, needs: &[(R::Group, Op::Read, Named), (R::Topic, Op::Describe, Named)] },
+    Rule { rpc: rpc::CONSUMER_GROUP_HEARTBEAT, needs: &[(R::Group, Op::Read), (R::Topic, Op::Describe)] },
     // Kafka's ListGroups and DescribeGroups: Describe on each group (listings filtered).
-    Rule { rpc: rpc::LIST_GROUPS, needs: &[(R::Group, Op::Describe, Filter)] },
-    Rule { rpc: rpc::DESCRIBE_GROUP, needs: &[(R::Group, Op::Describe, Named)] },
+    Rule { rpc: rpc::LIST_GROUPS, needs: &[(R::Group, Op::Describe)] },
+    Rule { rpc: rpc::DESCRIBE_GROUP, needs: &[(R::Group, Op::Describe)] },
     // Kafka's DeleteGroups: Delete on the group; OffsetDelete: Delete on the group, Read on each topic.
-    Rule { rpc: rpc::DELETE_GROUP, needs: &[(R::Group, Op::Delete, Named)] },
-    Rule { rpc: rpc::DELETE_OFFSETS, needs: &[(R::Group, Op::Delete, Named), (R::Topic, Op::Read, Named)] },
-    Rule { rpc: rpc::COMMIT_OFFSETS, needs: &[(R::Group, Op::Read, Named), (R::Topic, Op::Read, Named)] },
-    Rule { rpc: rpc::FETCH_OFFSETS, needs: &[(R::Group, Op::Describe, Named), (R::Topic, Op::Describe, Named)] },
+    Rule { rpc: rpc::DELETE_GROUP, needs: &[(R::Group, Op::Delete)] },
+    Rule { rpc: rpc::DELETE_OFFSETS, needs: &[(R::Group, Op::Delete), (R::Topic, Op::Read)] },
+    Rule { rpc: rpc::COMMIT_OFFSETS, needs: &[(R::Group, Op::Read), (R::Topic, Op::Read)] },
+    Rule { rpc: rpc::FETCH_OFFSETS, needs: &[(R::Group, Op::Describe), (R::Topic, Op::Describe)] },
     // Kafka's AddPartitionsToTxn: Write on the transactional id and on each topic.
-    Rule {
-        rpc: rpc::ADD_PARTITIONS_TO_TXN,
-        needs: &[(R::TransactionalId, Op::Write, Named), (R::Topic, Op::Write, Named)],
-    },
+    Rule { rpc: rpc::ADD_PARTITIONS_TO_TXN, needs: &[(R::TransactionalId, Op::Write), (R::Topic, Op::Write)] },
     // Kafka's AddOffsetsToTxn: Write on the transactional id, Read on the group.
-    Rule {
-        rpc: rpc::ADD_OFFSETS_TO_TXN,
-        needs: &[(R::TransactionalId, Op::Write, Named), (R::Group, Op::Read, Named)],
-    },
+    Rule { rpc: rpc::ADD_OFFSETS_TO_TXN, needs: &[(R::TransactionalId, Op::Write), (R::Group, Op::Read)] },
     // Kafka's TxnOffsetCommit: Write on the transactional id, Read on the group and each topic.
     Rule {
         rpc: rpc::TXN_COMMIT_OFFSETS,
-        needs: &[(R::TransactionalId, Op::Write, Named), (R::Group, Op::Read, Named), (R::Topic, Op::Read, Named)],
+        needs: &[(R::TransactionalId, Op::Write), (R::Group, Op::Read), (R::Topic, Op::Read)],
     },
     // Kafka's EndTxn: Write on the transactional id.
-    Rule { rpc: rpc::END_TXN, needs: &[(R::TransactionalId, Op::Write, Named)] },
+    Rule { rpc: rpc::END_TXN, needs: &[(R::TransactionalId, Op::Write)] },
     // Kafka's DescribeTransactions: Describe on each transactional id.
-    Rule { rpc: rpc::DESCRIBE_TRANSACTIONS, needs: &[(R::TransactionalId, Op::Describe, Named)] },
+    Rule { rpc: rpc::DESCRIBE_TRANSACTIONS, needs: &[(R::TransactionalId, Op::Describe)] },
     // Kafka's ListTransactions: lists only ids the caller may Describe.
-    Rule { rpc: rpc::LIST_TRANSACTIONS, needs: &[(R::TransactionalId, Op::Describe, Filter)] },
+    Rule { rpc: rpc::LIST_TRANSACTIONS, needs: &[(R::TransactionalId, Op::Describe)] },
     // Aborting another producer's transaction writes to the id (and fences its producer).
-    Rule { rpc: rpc::ABORT_TRANSACTION, needs: &[(R::TransactionalId, Op::Write, Named)] },
+    Rule { rpc: rpc::ABORT_TRANSACTION, needs: &[(R::TransactionalId, Op::Write)] },
 ];
 
 /// The rule of RPC `rpc` (a gRPC path), if it has one.
@@ -267,318 +147,35 @@ pub fn rule(rpc: &str) -> Option<&'static Rule> {
     RULES.iter().find(|r| r.rpc == rpc)
 }
 
-/// The resources of one type a request names. Every public request message implements it.
-pub trait Resources {
-    /// The names of the resources of type `kind` this request acts on.
-    fn names(&self, kind: ResourceType) -> Vec<&str>;
+/// The context of a public request to RPC `rpc`: its caller (anonymous until clients
+/// authenticate), the client id it gives in [`CLIENT_ID_HEADER`], the address it came from, and
+/// the RPC's rule. An RPC without a rule is refused (`PERMISSION_DENIED`).
+pub fn context<T>(request: &tonic::Request<T>, rpc: &str) -> Result<RequestContext, tonic::Status> {
+    let Some(rule) = rule(rpc) else {
+        return Err(tonic::Status::permission_denied(format!("{rpc} has no authorization rule")));
+    };
+    let client_id = request
+        .metadata()
+        .get(CLIENT_ID_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(|id| truncated(id, MAX_CLIENT_ID_BYTES).to_string())
+        .unwrap_or_default();
+    Ok(RequestContext {
+        principal: Principal::Anonymous,
+        client_id,
+        client_host: request.remote_addr().map(|a| a.ip().to_string()).unwrap_or_default(),
+        listener: Listener::Grpc,
+        needs: rule.needs,
+    })
 }
 
-/// A refused request: the first resource the principal may not use.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum Denied {
-    /// The RPC has no rule: refused, whatever the authorizer says.
-    #[error("{rpc} has no authorization rule")]
-    NoRule {
-        /// The RPC.
-        rpc: String,
-    },
-    /// The principal may not perform the operation on the resource.
-    #[error("not authorized to {operation:?} {resource}")]
-    Resource {
-        /// The resource.
-        resource: Resource,
-        /// The operation.
-        operation: Operation,
-    },
-}
-
-/// The node's authorization: one authorizer, consulted by every public handler.
-#[derive(Clone)]
-pub struct Authorization {
-    authorizer: Arc<dyn Authorizer>,
-}
-
-impl Default for Authorization {
-    fn default() -> Self {
-        Self::new(Arc::new(AllowAll))
+/// `s` cut to at most `max` bytes, at a character boundary.
+fn truncated(s: &str, max: usize) -> &str {
+    let mut end = s.len().min(max);
+    while !s.is_char_boundary(end) {
+        end -= 1;
     }
-}
-
-impl Authorization {
-    /// Authorization by `authorizer`.
-    pub fn new(authorizer: Arc<dyn Authorizer>) -> Self {
-        Self { authorizer }
-    }
-
-    /// The principal behind `request`. Anonymous until clients authenticate.
-    pub fn principal<T>(&self, _request: &tonic::Request<T>) -> Principal {
-        Principal::Anonymous
-    }
-
-    /// Checks request `message` of RPC `rpc` for `principal`, before its handler runs.
-    pub fn check(&self, principal: &Principal, rpc: &str, message: &impl Resources) -> Result<(), Denied> {
-        let rule = rule(rpc).ok_or_else(|| Denied::NoRule { rpc: rpc.to_string() })?;
-        for &(kind, operation, _) in rule.needs {
-            for name in message.names(kind) {
-                let resource = Resource { kind, name: name.to_string() };
-                if !self.authorizer.allows(principal, &resource, operation) {
-                    return Err(Denied::Resource { resource, operation });
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// [`Authorization::check`], answered as the gRPC status a handler returns.
-    pub fn authorize(&self, principal: &Principal, rpc: &str, message: &impl Resources) -> Result<(), tonic::Status> {
-        self.check(principal, rpc, message).map_err(|e| crate::errors::not_authorized_status(&e))
-    }
-
-    /// True when an answer of RPC `rpc` that lists resources may list `name` of type `kind`
-    /// (its [`Check::Filter`] pairs; an RPC without one lists nothing it filters).
-    pub fn lists(&self, principal: &Principal, rpc: &str, kind: ResourceType, name: &str) -> bool {
-        let Some(rule) = rule(rpc) else { return false };
-        let resource = Resource { kind, name: name.to_string() };
-        rule.needs
-            .iter()
-            .filter(|(k, _, check)| *k == kind && *check == Filter)
-            .all(|&(_, operation, _)| self.authorizer.allows(principal, &resource, operation))
-    }
-}
-
-/// The topic names of a request's entries (a name that repeats is checked again: harmless,
-/// and the request limits answer repeated entries anyway).
-fn topics<'a>(kind: ResourceType, names: impl Iterator<Item = &'a str>) -> Vec<&'a str> {
-    if kind == R::Topic {
-        names.collect()
-    } else {
-        Vec::new()
-    }
-}
-
-fn only(kind: ResourceType, wanted: ResourceType, name: &str) -> Vec<&str> {
-    if kind == wanted {
-        vec![name]
-    } else {
-        Vec::new()
-    }
-}
-
-impl Resources for ProduceRequest {
-    fn names(&self, kind: ResourceType) -> Vec<&str> {
-        match kind {
-            R::TransactionalId if !self.transactional_id.is_empty() => vec![self.transactional_id.as_str()],
-            R::TransactionalId => Vec::new(),
-            _ => topics(kind, self.topics.iter().map(|t| t.topic.as_str())),
-        }
-    }
-}
-
-impl Resources for DeleteRecordsRequest {
-    fn names(&self, kind: ResourceType) -> Vec<&str> {
-        topics(kind, self.topics.iter().map(|t| t.topic.as_str()))
-    }
-}
-
-impl Resources for FetchRequest {
-    fn names(&self, kind: ResourceType) -> Vec<&str> {
-        topics(kind, self.topics.iter().map(|t| t.topic.as_str()))
-    }
-}
-
-impl Resources for ListOffsetsRequest {
-    fn names(&self, kind: ResourceType) -> Vec<&str> {
-        topics(kind, self.topics.iter().map(|t| t.topic.as_str()))
-    }
-}
-
-impl Resources for InitProducerIdRequest {
-    fn names(&self, kind: ResourceType) -> Vec<&str> {
-        match (kind, self.transactional_id.is_empty()) {
-            (R::TransactionalId, false) => vec![self.transactional_id.as_str()],
-            (R::Cluster, true) => vec![CLUSTER_RESOURCE],
-            _ => Vec::new(),
-        }
-    }
-}
-
-impl Resources for AddPartitionsToTxnRequest {
-    fn names(&self, kind: ResourceType) -> Vec<&str> {
-        match kind {
-            R::TransactionalId => vec![self.transactional_id.as_str()],
-            _ => topics(kind, self.topics.iter().map(|t| t.topic.as_str())),
-        }
-    }
-}
-
-impl Resources for AddOffsetsToTxnRequest {
-    fn names(&self, kind: ResourceType) -> Vec<&str> {
-        match kind {
-            R::TransactionalId => vec![self.transactional_id.as_str()],
-            R::Group => vec![self.group_id.as_str()],
-            _ => Vec::new(),
-        }
-    }
-}
-
-impl Resources for EndTxnRequest {
-    fn names(&self, kind: ResourceType) -> Vec<&str> {
-        only(kind, R::TransactionalId, &self.transactional_id)
-    }
-}
-
-impl Resources for DescribeTransactionsRequest {
-    fn names(&self, kind: ResourceType) -> Vec<&str> {
-        match kind {
-            R::TransactionalId => self.transactional_ids.iter().map(String::as_str).collect(),
-            _ => Vec::new(),
-        }
-    }
-}
-
-impl Resources for ListTransactionsRequest {
-    fn names(&self, _kind: ResourceType) -> Vec<&str> {
-        Vec::new()
-    }
-}
-
-impl Resources for AbortTransactionRequest {
-    fn names(&self, kind: ResourceType) -> Vec<&str> {
-        only(kind, R::TransactionalId, &self.transactional_id)
-    }
-}
-
-impl Resources for CreateTopicRequest {
-    fn names(&self, kind: ResourceType) -> Vec<&str> {
-        only(kind, R::Topic, &self.name)
-    }
-}
-
-impl Resources for DeleteTopicRequest {
-    fn names(&self, kind: ResourceType) -> Vec<&str> {
-        only(kind, R::Topic, &self.name)
-    }
-}
-
-impl Resources for AlterTopicConfigRequest {
-    fn names(&self, kind: ResourceType) -> Vec<&str> {
-        only(kind, R::Topic, &self.name)
-    }
-}
-
-impl Resources for CreatePartitionsRequest {
-    fn names(&self, kind: ResourceType) -> Vec<&str> {
-        only(kind, R::Topic, &self.name)
-    }
-}
-
-impl Resources for ListTopicsRequest {
-    fn names(&self, _kind: ResourceType) -> Vec<&str> {
-        Vec::new()
-    }
-}
-
-impl Resources for DescribeTopicRequest {
-    fn names(&self, kind: ResourceType) -> Vec<&str> {
-        only(kind, R::Topic, &self.name)
-    }
-}
-
-impl Resources for DescribeClusterRequest {
-    fn names(&self, kind: ResourceType) -> Vec<&str> {
-        only(kind, R::Cluster, CLUSTER_RESOURCE)
-    }
-}
-
-impl Resources for AdmitNodeRequest {
-    fn names(&self, kind: ResourceType) -> Vec<&str> {
-        only(kind, R::Cluster, CLUSTER_RESOURCE)
-    }
-}
-
-impl Resources for MetadataRequest {
-    fn names(&self, kind: ResourceType) -> Vec<&str> {
-        topics(kind, self.topics.iter().map(String::as_str))
-    }
-}
-
-impl Resources for FindCoordinatorRequest {
-    fn names(&self, kind: ResourceType) -> Vec<&str> {
-        match (kind, CoordinatorKind::try_from(self.kind)) {
-            (R::Group, Ok(CoordinatorKind::Group)) => vec![self.key.as_str()],
-            (R::TransactionalId, Ok(CoordinatorKind::Transaction)) => vec![self.key.as_str()],
-            _ => Vec::new(),
-        }
-    }
-}
-
-impl Resources for ConsumerGroupHeartbeatRequest {
-    fn names(&self, kind: ResourceType) -> Vec<&str> {
-        match kind {
-            R::Group => vec![self.group_id.as_str()],
-            R::Topic => self.subscribed_topics.iter().flat_map(|s| s.topics.iter().map(String::as_str)).collect(),
-            _ => Vec::new(),
-        }
-    }
-}
-
-impl Resources for ListGroupsRequest {
-    fn names(&self, _kind: ResourceType) -> Vec<&str> {
-        Vec::new()
-    }
-}
-
-impl Resources for DescribeGroupRequest {
-    fn names(&self, kind: ResourceType) -> Vec<&str> {
-        only(kind, R::Group, &self.group_id)
-    }
-}
-
-impl Resources for DeleteGroupRequest {
-    fn names(&self, kind: ResourceType) -> Vec<&str> {
-        only(kind, R::Group, &self.group_id)
-    }
-}
-
-impl Resources for DeleteOffsetsRequest {
-    fn names(&self, kind: ResourceType) -> Vec<&str> {
-        match kind {
-            R::Group => vec![self.group_id.as_str()],
-            R::Topic => self.topics.iter().map(|t| t.topic.as_str()).collect(),
-            _ => Vec::new(),
-        }
-    }
-}
-
-impl Resources for CommitOffsetsRequest {
-    fn names(&self, kind: ResourceType) -> Vec<&str> {
-        match kind {
-            R::Group => vec![self.group_id.as_str()],
-            R::Topic => self.topics.iter().map(|t| t.topic.as_str()).collect(),
-            _ => Vec::new(),
-        }
-    }
-}
-
-impl Resources for TxnCommitOffsetsRequest {
-    fn names(&self, kind: ResourceType) -> Vec<&str> {
-        match kind {
-            R::TransactionalId => vec![self.transactional_id.as_str()],
-            R::Group => vec![self.group_id.as_str()],
-            R::Topic => self.topics.iter().map(|t| t.topic.as_str()).collect(),
-            _ => Vec::new(),
-        }
-    }
-}
-
-impl Resources for FetchOffsetsRequest {
-    fn names(&self, kind: ResourceType) -> Vec<&str> {
-        match kind {
-            R::Group => vec![self.group_id.as_str()],
-            R::Topic => self.topics.iter().map(|t| t.topic.as_str()).collect(),
-            _ => Vec::new(),
-        }
-    }
+    &s[..end]
 }
 
 #[cfg(test)]
@@ -602,76 +199,18 @@ mod tests {
         }
     }
 
-    /// Denies one (type, name, operation).
-    struct Deny(ResourceType, &'static str, Operation);
-
-    impl Authorizer for Deny {
-        fn allows(&self, _p: &Principal, resource: &Resource, operation: Operation) -> bool {
-            !(resource.kind == self.0 && resource.name == self.1 && operation == self.2)
-        }
-    }
-
-    fn produce(topics: &[&str]) -> ProduceRequest {
-        ProduceRequest {
-            topics: topics
-                .iter()
-                .map(|t| rill_proto::records::TopicProduce { topic: t.to_string(), ..Default::default() })
-                .collect(),
-            ..Default::default()
-        }
-    }
-
     #[test]
-    fn a_request_naming_a_denied_resource_is_refused_with_that_resource() {
-        let authz = Authorization::new(Arc::new(Deny(R::Topic, "secret", Op::Write)));
-        let p = Principal::Anonymous;
-        let rpc = "/rill.records.Records/Produce";
-        assert_eq!(authz.check(&p, rpc, &produce(&["open", "also-open"])), Ok(()));
-        let denied = authz.check(&p, rpc, &produce(&["open", "secret"])).unwrap_err();
-        assert_eq!(denied.to_string(), "not authorized to Write Topic \"secret\"");
-        // Reading it is a different operation.
-        let fetch = FetchRequest {
-            topics: vec![rill_proto::records::FetchTopic { topic: "secret".into(), ..Default::default() }],
-            ..Default::default()
-        };
-        assert_eq!(authz.check(&p, "/rill.records.Records/Fetch", &fetch), Ok(()));
-    }
-
-    #[test]
-    fn an_rpc_without_a_rule_is_refused_even_by_allow_all() {
-        let authz = Authorization::default();
-        assert_eq!(
-            authz.check(&Principal::Anonymous, "/rill.admin.Admin/Unknown", &ListTopicsRequest::default()),
-            Err(Denied::NoRule { rpc: "/rill.admin.Admin/Unknown".into() })
-        );
-    }
-
-    #[test]
-    fn producer_ids_need_the_transactional_id_or_idempotent_writes_on_the_cluster() {
-        let rpc = "/rill.records.Records/InitProducerId";
-        let p = Principal::Anonymous;
-        let no_idempotence = Authorization::new(Arc::new(Deny(R::Cluster, CLUSTER_RESOURCE, Op::IdempotentWrite)));
-        assert!(no_idempotence.check(&p, rpc, &InitProducerIdRequest::default()).is_err());
-        let transactional = InitProducerIdRequest { transactional_id: "tx".into(), ..Default::default() };
-        assert_eq!(no_idempotence.check(&p, rpc, &transactional), Ok(()));
-        let no_tx = Authorization::new(Arc::new(Deny(R::TransactionalId, "tx", Op::Write)));
-        assert!(no_tx.check(&p, rpc, &transactional).is_err());
-    }
-
-    #[test]
-    fn listings_show_only_what_may_be_described() {
-        let authz = Authorization::new(Arc::new(Deny(R::Topic, "hidden", Op::Describe)));
-        let p = Principal::Anonymous;
-        let rpc = "/rill.admin.Admin/ListTopics";
-        assert!(authz.lists(&p, rpc, R::Topic, "shown"));
-        assert!(!authz.lists(&p, rpc, R::Topic, "hidden"));
-        assert!(!authz.lists(&p, "/rill.admin.Admin/Unknown", R::Topic, "shown"));
-        // Groups and offsets: a commit names its group and its topics.
-        let commit = CommitOffsetsRequest {
-            group_id: "g".into(),
-            topics: vec![rill_proto::groups::CommitTopic { topic: "hidden".into(), ..Default::default() }],
-            ..Default::default()
-        };
-        assert_eq!(authz.check(&p, "/rill.groups.Groups/CommitOffsets", &commit), Ok(()), "Read, not Describe");
+    fn a_context_carries_the_rule_the_caller_and_its_client_id() {
+        let mut request = tonic::Request::new(());
+        request.metadata_mut().insert(CLIENT_ID_HEADER, "billing-7".parse().unwrap());
+        let ctx = context(&request, rpc::PRODUCE).unwrap();
+        assert_eq!(ctx.principal, Principal::Anonymous);
+        assert_eq!(ctx.client_id, "billing-7");
+        assert_eq!(ctx.listener, Listener::Grpc);
+        assert_eq!(ctx.needs, rule(rpc::PRODUCE).unwrap().needs);
+        let refused = context(&request, "/rill.admin.Admin/Unknown").unwrap_err();
+        assert_eq!(refused.code(), tonic::Code::PermissionDenied);
+        let long = "é".repeat(200);
+        assert_eq!(truncated(&long, MAX_CLIENT_ID_BYTES).len(), 254, "cut at a character boundary");
     }
 }

@@ -1,17 +1,9 @@
-//! The public `Transactions` service: adding partitions to a transaction, ending it, and
-//! describing transactional ids, served by each id's coordinator (the leader of the
-//! `__transaction_state` partition the id hashes to). The markers an `EndTxn` calls for are
-//! written by [`crate::txn_markers`].
+//! The public `Transactions` service: adding partitions and groups to a transaction, ending it,
+//! and describing, listing and aborting transactions — each decoded into a [`Service`] call and
+//! its answer encoded.
 
-use std::sync::Arc;
-use std::time::Duration;
-
-use rill_broker::StatePartition;
-use rill_coordinator::groups::TopicPartitions;
-use rill_coordinator::transactions::{self, TxnProtocol};
-use rill_coordinator::{CoordinatorError, TransactionsMachine};
-use rill_meta::PartitionKind;
-use rill_proto::common::ErrorCode;
+use rill_coordinator::transactions::{TransactionMetadata, TxnState};
+use rill_proto::common::{ErrorCode, LeaderHint};
 use rill_proto::transactions::transactions_server::Transactions;
 use rill_proto::transactions::{
     AbortTransactionRequest, AbortTransactionResponse, AddOffsetsToTxnRequest, AddPartitionsToTxnRequest,
@@ -21,97 +13,66 @@ use rill_proto::transactions::{
 };
 use tonic::{Request, Response, Status};
 
-use crate::api::authz::{rpc, Authorization, ResourceType};
-use crate::api::limits;
-use crate::api::routing::coordinator_here;
-use crate::errors::{self, WireError};
-use crate::node::{Hosted, Node};
-
-/// How long a coordinator's decision may take to be committed.
-const DECISION_TIMEOUT: Duration = Duration::from_secs(10);
-/// Most transactional ids one `DescribeTransactions` names.
-const MAX_DESCRIBED: usize = 1_000;
-/// How long a coordinator may take to confirm with a quorum that it still leads before it
-/// answers `DescribeTransactions` or `ListTransactions`.
-const READ_TIMEOUT: Duration = Duration::from_secs(5);
+use crate::api::rules::{context, rpc};
+use crate::errors::request_status;
+use crate::service::checks::NamedPartitions;
+use crate::service::transactions::{ListTransactionsFilter, TxnProducer};
+use crate::service::{Answer, Service};
 
 /// The `Transactions` service.
 pub struct TransactionsApi {
-    node: Arc<Node>,
-    authz: Authorization,
+    service: Service,
 }
 
 impl TransactionsApi {
-    /// The service for `node`.
-    pub fn new(node: Arc<Node>, authz: Authorization) -> Self {
-        Self { node, authz }
+    /// The service over `service`.
+    pub fn new(service: Service) -> Self {
+        Self { service }
     }
+}
 
-    /// The id's coordinator partition, when this node leads it, or the error to answer.
-    fn coordinator(&self, transactional_id: &str) -> Result<Arc<StatePartition<TransactionsMachine>>, WireError> {
-        transactions::validate(transactional_id, 0).map_err(|e| errors::coordinator(&e))?;
-        match coordinator_here(&self.node, PartitionKind::TransactionState, transactional_id)? {
-            Hosted::Transactions(p) => Ok(p),
-            _ => Err(errors::coordinator_not_created(rill_meta::TRANSACTION_STATE_TOPIC)),
-        }
+/// An answer's error code, message and coordinator hint: none for `Ok`.
+fn error_of<T>(answer: &Answer<T>) -> (i32, String, Option<LeaderHint>) {
+    match answer {
+        Ok(_) => (ErrorCode::None as i32, String::new(), None),
+        Err(e) => (e.code as i32, e.message.clone(), e.leader.clone()),
     }
+}
 
-    /// The partitions a request names, checked against the metadata: every topic exists, is
-    /// not internal, and has each partition; no partition appears twice.
-    fn partitions(&self, topics: &[TxnTopic]) -> Result<TopicPartitions, WireError> {
-        let mut out = TopicPartitions::new();
-        for t in topics {
-            let unknown = |what: String| WireError::new(ErrorCode::UnknownTopicOrPartition, what);
-            let Some(meta) = self.node.topic(&t.topic) else {
-                return Err(unknown(format!("topic {:?} does not exist", t.topic)));
-            };
-            if meta.is_internal() {
-                return Err(WireError::new(
-                    ErrorCode::InvalidTopic,
-                    format!("{:?} is an internal topic: transactions write to record topics only", t.topic),
-                ));
+fn added(answer: Answer<()>) -> AddPartitionsToTxnResponse {
+    let (error_code, error_message, coordinator) = error_of(&answer);
+    AddPartitionsToTxnResponse { error_code, error_message, coordinator }
+}
+
+fn description(id: String, answer: Answer<TransactionMetadata>) -> TransactionDescription {
+    match answer {
+        Ok(record) => {
+            let open = matches!(record.state, TxnState::Ongoing) || record.state.is_prepared();
+            TransactionDescription {
+                transactional_id: id,
+                error_code: ErrorCode::None as i32,
+                error_message: String::new(),
+                state: record.state.name().to_string(),
+                producer_id: record.producer_id,
+                producer_epoch: i32::from(record.epoch),
+                transaction_timeout_ms: record.timeout_ms,
+                transaction_start_ms: if open { record.txn_start_ms } else { -1 },
+                topics: record
+                    .partitions
+                    .iter()
+                    .map(|(topic, ps)| TxnTopic { topic: topic.clone(), partitions: ps.iter().copied().collect() })
+                    .collect(),
+                protocol_version: record.protocol.to_proto(),
+                coordinator: None,
             }
-            let set = out.entry(t.topic.clone()).or_default();
-            for &p in &t.partitions {
-                if p as usize >= meta.partitions.len() {
-                    return Err(unknown(format!("topic {:?} has no partition {p}", t.topic)));
-                }
-                if !set.insert(p) {
-                    return Err(errors::duplicate_partition(&t.topic, p));
-                }
-            }
         }
-        Ok(out)
-    }
-}
-
-/// A request's producer epoch, checked to fit Kafka's 16 bits.
-fn epoch(producer_epoch: i32) -> Result<i16, WireError> {
-    i16::try_from(producer_epoch).ok().filter(|e| *e >= 0).ok_or_else(|| {
-        WireError::new(ErrorCode::InvalidRequest, format!("producer epoch {producer_epoch} is not a 16-bit epoch"))
-    })
-}
-
-/// A request's transaction protocol version: 0 or 1 (v1), or 2.
-fn protocol(version: u32) -> Result<TxnProtocol, WireError> {
-    match version {
-        0 | 1 => Ok(TxnProtocol::V1),
-        2 => Ok(TxnProtocol::V2),
-        v => Err(WireError::new(ErrorCode::InvalidRequest, format!("unknown transaction version {v}: 1 or 2"))),
-    }
-}
-
-fn add_error(e: WireError) -> AddPartitionsToTxnResponse {
-    AddPartitionsToTxnResponse { error_code: e.code as i32, error_message: e.message, coordinator: e.leader }
-}
-
-fn end_error(e: WireError) -> EndTxnResponse {
-    EndTxnResponse {
-        error_code: e.code as i32,
-        error_message: e.message,
-        producer_id: -1,
-        producer_epoch: -1,
-        coordinator: e.leader,
+        Err(e) => TransactionDescription {
+            transactional_id: id,
+            error_code: e.code as i32,
+            error_message: e.message,
+            coordinator: e.leader,
+            ..TransactionDescription::default()
+        },
     }
 }
 
@@ -121,95 +82,57 @@ impl Transactions for TransactionsApi {
         &self,
         request: Request<AddPartitionsToTxnRequest>,
     ) -> Result<Response<AddPartitionsToTxnResponse>, Status> {
-        let principal = self.authz.principal(&request);
+        let ctx = context(&request, rpc::ADD_PARTITIONS_TO_TXN)?;
         let req = request.into_inner();
-        let count = req.topics.iter().map(|t| t.partitions.len()).sum();
-        limits::check_counts("AddPartitionsToTxn", req.topics.len(), count)?;
-        self.authz.authorize(&principal, rpc::ADD_PARTITIONS_TO_TXN, &req)?;
-        let answer = async {
-            let epoch = epoch(req.producer_epoch)?;
-            let partitions = self.partitions(&req.topics)?;
-            let coordinator = self.coordinator(&req.transactional_id)?;
-            let producer = (req.producer_id, epoch);
-            transactions::add_partitions(
-                self.node.txn_additions(),
-                &coordinator,
-                &req.transactional_id,
-                producer,
-                &partitions,
-                TxnProtocol::V1,
-                DECISION_TIMEOUT,
-            )
-            .await
-            .map_err(|e| errors::coordinator(&e))
+        let producer = TxnProducer {
+            transactional_id: req.transactional_id,
+            producer_id: req.producer_id,
+            producer_epoch: req.producer_epoch,
         };
-        Ok(Response::new(match answer.await {
-            Ok(()) => AddPartitionsToTxnResponse::default(),
-            Err(e) => add_error(e),
-        }))
+        let topics =
+            req.topics.into_iter().map(|t| NamedPartitions { topic: t.topic, partitions: t.partitions }).collect();
+        let answer =
+            self.service.add_partitions_to_txn(&ctx, producer, topics).await.map_err(|e| request_status(&e))?;
+        Ok(Response::new(added(answer)))
     }
 
     async fn add_offsets_to_txn(
         &self,
         request: Request<AddOffsetsToTxnRequest>,
     ) -> Result<Response<AddPartitionsToTxnResponse>, Status> {
-        let principal = self.authz.principal(&request);
+        let ctx = context(&request, rpc::ADD_OFFSETS_TO_TXN)?;
         let req = request.into_inner();
-        self.authz.authorize(&principal, rpc::ADD_OFFSETS_TO_TXN, &req)?;
-        let answer = async {
-            let epoch = epoch(req.producer_epoch)?;
-            let protocol = protocol(req.transaction_version)?;
-            let coordinator = self.coordinator(&req.transactional_id)?;
-            let producer = (req.producer_id, epoch);
-            transactions::add_offsets(
-                self.node.txn_additions(),
-                &coordinator,
-                &req.transactional_id,
-                producer,
-                &req.group_id,
-                protocol,
-                DECISION_TIMEOUT,
-            )
-            .await
-            .map_err(|e| errors::coordinator(&e))
+        let producer = TxnProducer {
+            transactional_id: req.transactional_id,
+            producer_id: req.producer_id,
+            producer_epoch: req.producer_epoch,
         };
-        Ok(Response::new(match answer.await {
-            Ok(()) => AddPartitionsToTxnResponse::default(),
-            Err(e) => add_error(e),
-        }))
+        let answer = self.service.add_offsets_to_txn(&ctx, producer, &req.group_id, req.transaction_version).await;
+        Ok(Response::new(added(answer)))
     }
 
     async fn end_txn(&self, request: Request<EndTxnRequest>) -> Result<Response<EndTxnResponse>, Status> {
-        let principal = self.authz.principal(&request);
+        let ctx = context(&request, rpc::END_TXN)?;
         let req = request.into_inner();
-        self.authz.authorize(&principal, rpc::END_TXN, &req)?;
-        let answer = async {
-            let epoch = epoch(req.producer_epoch)?;
-            let coordinator = self.coordinator(&req.transactional_id)?;
-            let producer = (req.producer_id, epoch);
-            let protocol = protocol(req.transaction_version)?;
-            let ended = transactions::end_transaction(
-                &coordinator,
-                &req.transactional_id,
-                producer,
-                req.commit,
-                protocol,
-                DECISION_TIMEOUT,
-            )
-            .await
-            .map_err(|e| errors::coordinator(&e))?;
-            if let Some(prepared) = ended.to_mark.clone() {
-                self.node.txn_markers().finish(&self.node, coordinator, req.transactional_id.clone(), prepared);
-            }
-            Ok::<_, WireError>(ended)
+        let producer = TxnProducer {
+            transactional_id: req.transactional_id,
+            producer_id: req.producer_id,
+            producer_epoch: req.producer_epoch,
         };
-        Ok(Response::new(match answer.await {
+        let answer = self.service.end_txn(&ctx, producer, req.commit, req.transaction_version).await;
+        Ok(Response::new(match answer {
             Ok(ended) => EndTxnResponse {
                 producer_id: ended.producer_id,
                 producer_epoch: i32::from(ended.epoch),
                 ..EndTxnResponse::default()
             },
-            Err(e) => end_error(e),
+            Err(e) => EndTxnResponse {
+                error_code: e.code as i32,
+                error_message: e.message,
+                producer_id: -1,
+                producer_epoch: -1,
+                coordinator: e.leader,
+            },
         }))
     }
 
@@ -217,18 +140,10 @@ impl Transactions for TransactionsApi {
         &self,
         request: Request<DescribeTransactionsRequest>,
     ) -> Result<Response<DescribeTransactionsResponse>, Status> {
-        let principal = self.authz.principal(&request);
-        let req = request.into_inner();
-        if req.transactional_ids.len() > MAX_DESCRIBED {
-            return Err(errors::too_many_entries_status(
-                "DescribeTransactions",
-                "transactional ids",
-                req.transactional_ids.len(),
-                MAX_DESCRIBED,
-            ));
-        }
-        self.authz.authorize(&principal, rpc::DESCRIBE_TRANSACTIONS, &req)?;
-        let transactions = self.describe(&req.transactional_ids).await;
+        let ctx = context(&request, rpc::DESCRIBE_TRANSACTIONS)?;
+        let ids = request.into_inner().transactional_ids;
+        let described = self.service.describe_transactions(&ctx, &ids).await.map_err(|e| request_status(&e))?;
+        let transactions = described.into_iter().map(|(id, answer)| description(id, answer)).collect();
         Ok(Response::new(DescribeTransactionsResponse { transactions }))
     }
 
@@ -236,161 +151,33 @@ impl Transactions for TransactionsApi {
         &self,
         request: Request<ListTransactionsRequest>,
     ) -> Result<Response<ListTransactionsResponse>, Status> {
-        let principal = self.authz.principal(&request);
+        let ctx = context(&request, rpc::LIST_TRANSACTIONS)?;
         let req = request.into_inner();
-        if req.states.len() > 16 {
-            return Err(errors::too_many_entries_status("ListTransactions", "states", req.states.len(), 16));
-        }
-        self.authz.authorize(&principal, rpc::LIST_TRANSACTIONS, &req)?;
-        let now = rill_rt::wall_clock_ms();
-        let mut transactions = Vec::new();
-        // Only a leader answers for its partition (the client asks every leader), once a quorum
-        // confirms it still leads; the partitions' confirmations run together. A replica that
-        // is not the leader is left out; a leader that cannot answer fails the listing, which
-        // would otherwise look complete without its transactions.
-        let replicas = self.node.transactions_replicas();
-        let reads = replicas.iter().map(|p| {
-            transactions::read(p, READ_TIMEOUT, |state| {
-                state
-                    .iter()
-                    .map(|(id, r)| {
-                        let open = r.state == transactions::TxnState::Ongoing || r.state.is_prepared();
-                        TransactionListing {
-                            transactional_id: id.clone(),
-                            state: r.state.name().to_string(),
-                            producer_id: r.producer_id,
-                            producer_epoch: i32::from(r.epoch),
-                            open_ms: if open { now.saturating_sub(r.txn_start_ms).max(0) } else { -1 },
-                            partitions: r.partitions.values().map(|ps| ps.len() as u32).sum(),
-                        }
-                    })
-                    .collect::<Vec<_>>()
+        let filter = ListTransactionsFilter { states: req.states, open_longer_than_ms: req.open_longer_than_ms };
+        let answer = self.service.list_transactions(&ctx, filter).await.map_err(|e| request_status(&e))?;
+        let (error_code, error_message, _) = error_of(&answer);
+        let transactions = answer
+            .unwrap_or_default()
+            .into_iter()
+            .map(|t| TransactionListing {
+                transactional_id: t.transactional_id,
+                state: t.state,
+                producer_id: t.producer_id,
+                producer_epoch: i32::from(t.producer_epoch),
+                open_ms: t.open_ms,
+                partitions: t.partitions,
             })
-        });
-        for listed in futures::future::join_all(reads).await {
-            let listed = match listed {
-                Ok(listed) => listed,
-                Err(CoordinatorError::NotCoordinator { .. }) => continue,
-                Err(e) => {
-                    let e = errors::coordinator(&e);
-                    return Ok(Response::new(ListTransactionsResponse {
-                        error_code: e.code as i32,
-                        error_message: e.message,
-                        ..ListTransactionsResponse::default()
-                    }));
-                }
-            };
-            transactions.extend(listed.into_iter().filter(|t| {
-                (req.states.is_empty() || req.states.contains(&t.state))
-                    && (req.open_longer_than_ms <= 0 || t.open_ms >= req.open_longer_than_ms)
-                    && self.authz.lists(
-                        &principal,
-                        rpc::LIST_TRANSACTIONS,
-                        ResourceType::TransactionalId,
-                        &t.transactional_id,
-                    )
-            }));
-        }
-        transactions.sort_by(|a, b| a.transactional_id.cmp(&b.transactional_id));
-        Ok(Response::new(ListTransactionsResponse { transactions, ..ListTransactionsResponse::default() }))
+            .collect();
+        Ok(Response::new(ListTransactionsResponse { error_code, error_message, transactions }))
     }
 
     async fn abort_transaction(
         &self,
         request: Request<AbortTransactionRequest>,
     ) -> Result<Response<AbortTransactionResponse>, Status> {
-        let principal = self.authz.principal(&request);
-        let req = request.into_inner();
-        self.authz.authorize(&principal, rpc::ABORT_TRANSACTION, &req)?;
-        let answer = async {
-            let coordinator = self.coordinator(&req.transactional_id)?;
-            let prepared = transactions::abort_open(&coordinator, &req.transactional_id, DECISION_TIMEOUT)
-                .await
-                .map_err(|e| errors::coordinator(&e))?;
-            self.node.txn_markers().finish(&self.node, coordinator, req.transactional_id.clone(), prepared);
-            Ok::<_, WireError>(())
-        };
-        Ok(Response::new(match answer.await {
-            Ok(()) => AbortTransactionResponse::default(),
-            Err(e) => {
-                AbortTransactionResponse { error_code: e.code as i32, error_message: e.message, coordinator: e.leader }
-            }
-        }))
-    }
-}
-
-impl TransactionsApi {
-    /// Each of `ids` described, in order: read from its coordinator partition once this node's
-    /// leadership of it is confirmed by a quorum (one confirmation per partition, all at once).
-    async fn describe(&self, ids: &[String]) -> Vec<TransactionDescription> {
-        let mut partitions: Vec<(Arc<StatePartition<TransactionsMachine>>, Vec<usize>)> = Vec::new();
-        let mut described: Vec<Option<TransactionDescription>> = vec![None; ids.len()];
-        for (i, id) in ids.iter().enumerate() {
-            match self.coordinator(id) {
-                Ok(c) => match partitions.iter_mut().find(|(p, _)| Arc::ptr_eq(p, &c)) {
-                    Some((_, asked)) => asked.push(i),
-                    None => partitions.push((c, vec![i])),
-                },
-                Err(e) => described[i] = Some(Self::description_failed(id, e)),
-            }
-        }
-        let reads = partitions.iter().map(|(p, asked)| {
-            transactions::read(p, READ_TIMEOUT, |state| {
-                asked.iter().map(|&i| (i, state.get(&ids[i]).cloned())).collect::<Vec<_>>()
-            })
-        });
-        for (read, (_, asked)) in futures::future::join_all(reads).await.into_iter().zip(&partitions) {
-            match read {
-                Ok(records) => {
-                    for (i, record) in records {
-                        described[i] = Some(match record {
-                            Some(r) => Self::description(&ids[i], &r),
-                            None => Self::description_failed(
-                                &ids[i],
-                                errors::coordinator(&CoordinatorError::TransactionalIdNotFound(ids[i].clone())),
-                            ),
-                        });
-                    }
-                }
-                Err(e) => {
-                    let e = errors::coordinator(&e);
-                    for &i in asked {
-                        described[i] = Some(Self::description_failed(&ids[i], e.clone()));
-                    }
-                }
-            }
-        }
-        described.into_iter().flatten().collect()
-    }
-
-    fn description_failed(id: &str, e: WireError) -> TransactionDescription {
-        TransactionDescription {
-            transactional_id: id.to_string(),
-            error_code: e.code as i32,
-            error_message: e.message,
-            coordinator: e.leader,
-            ..TransactionDescription::default()
-        }
-    }
-
-    fn description(id: &str, record: &transactions::TransactionMetadata) -> TransactionDescription {
-        let open = matches!(record.state, transactions::TxnState::Ongoing) || record.state.is_prepared();
-        TransactionDescription {
-            transactional_id: id.to_string(),
-            error_code: ErrorCode::None as i32,
-            error_message: String::new(),
-            state: record.state.name().to_string(),
-            producer_id: record.producer_id,
-            producer_epoch: i32::from(record.epoch),
-            transaction_timeout_ms: record.timeout_ms,
-            transaction_start_ms: if open { record.txn_start_ms } else { -1 },
-            topics: record
-                .partitions
-                .iter()
-                .map(|(topic, ps)| TxnTopic { topic: topic.clone(), partitions: ps.iter().copied().collect() })
-                .collect(),
-            protocol_version: record.protocol.to_proto(),
-            coordinator: None,
-        }
+        let ctx = context(&request, rpc::ABORT_TRANSACTION)?;
+        let answer = self.service.abort_transaction(&ctx, &request.into_inner().transactional_id).await;
+        let (error_code, error_message, coordinator) = error_of(&answer);
+        Ok(Response::new(AbortTransactionResponse { error_code, error_message, coordinator }))
     }
 }

@@ -6,24 +6,26 @@
 //! * Produce, Fetch, ListOffsets: a (topic, partition) named twice is answered
 //!   `INVALID_REQUEST` for the second entry, and nothing is done for it.
 //! * More than [`MAX_TOPICS_PER_REQUEST`] topics or [`MAX_PARTITIONS_PER_REQUEST`] partitions:
-//!   the whole request is refused (`INVALID_ARGUMENT`), before any work.
+//!   the whole request is refused ([`RequestError::TooManyEntries`]), before any work.
 
 use std::collections::{HashMap, HashSet};
 
-use crate::errors;
+use super::RequestError;
 
 /// Most topics one request may name.
 pub const MAX_TOPICS_PER_REQUEST: usize = 10_000;
 /// Most (topic, partition) entries one request may name, over all its topics.
 pub const MAX_PARTITIONS_PER_REQUEST: usize = 100_000;
 
-/// Refuses a request naming more than the bounds allow; `partitions` counts every entry.
-pub fn check_counts(rpc: &str, topics: usize, partitions: usize) -> Result<(), tonic::Status> {
+/// Refuses request `request` (its name, for the message) when it names more than the bounds
+/// allow; `partitions` counts every entry.
+pub fn check_counts(request: &'static str, topics: usize, partitions: usize) -> Result<(), RequestError> {
+    let too_many = |what, count, max| RequestError::TooManyEntries { request, what, count, max };
     if topics > MAX_TOPICS_PER_REQUEST {
-        return Err(errors::too_many_entries_status(rpc, "topics", topics, MAX_TOPICS_PER_REQUEST));
+        return Err(too_many("topics", topics, MAX_TOPICS_PER_REQUEST));
     }
     if partitions > MAX_PARTITIONS_PER_REQUEST {
-        return Err(errors::too_many_entries_status(rpc, "partitions", partitions, MAX_PARTITIONS_PER_REQUEST));
+        return Err(too_many("partitions", partitions, MAX_PARTITIONS_PER_REQUEST));
     }
     Ok(())
 }
@@ -65,7 +67,7 @@ mod tests {
         assert_eq!(distinct(vec!["x".into(), "y".into(), "x".into()]), vec!["x".to_string(), "y".to_string()]);
         assert!(check_counts("Fetch", MAX_TOPICS_PER_REQUEST, MAX_PARTITIONS_PER_REQUEST).is_ok());
         let refused = check_counts("Fetch", 1, MAX_PARTITIONS_PER_REQUEST + 1).unwrap_err();
-        assert_eq!(refused.code(), tonic::Code::InvalidArgument);
-        assert!(refused.message().contains("100001 partitions"), "{}", refused.message());
+        assert!(matches!(refused, RequestError::TooManyEntries { count: 100_001, .. }), "{refused}");
+        assert!(refused.to_string().contains("100001 partitions"), "{refused}");
     }
 }

@@ -1,0 +1,206 @@
+//! The authorization model every listener shares: resources, operations, the [`Authorizer`], and
+//! decisions made per resource.
+//!
+//! It is Kafka's ACL model, so that client authentication, ACLs and the Kafka listener plug in
+//! here without touching the service functions:
+//!
+//! * a [`Resource`] is the cluster, a topic, a consumer group or a transactional id;
+//! * an [`Operation`] is what is done to it (Kafka's operation names);
+//! * each listener keeps a **rule table** saying, for each of its requests, which
+//!   [`Need`]s — (resource type, operation) pairs — it has (gRPC's, keyed by RPC path, is
+//!   `crate::api::rules`); the listener puts the request's rule into its
+//!   [`RequestContext`] and refuses a request that has none;
+//! * the service function decides **each resource the request touches** with
+//!   [`Authorization::check`], and answers a denied one with its own authorization error while
+//!   serving the rest (a produce to five topics, one of them denied, writes to four), as Kafka
+//!   does; a listing shows only what [`Authorization::lists`] allows.
+//!
+//! Until clients authenticate every caller is anonymous and the node's authorizer is
+//! [`AllowAll`].
+
+use std::fmt;
+use std::sync::Arc;
+
+use super::context::{Principal, RequestContext};
+
+/// The name the cluster resource goes by (Kafka's is `kafka-cluster`).
+pub const CLUSTER_RESOURCE: &str = "rill-cluster";
+
+/// The kinds of resource an operation applies to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ResourceType {
+    /// The cluster as a whole (named [`CLUSTER_RESOURCE`]).
+    Cluster,
+    /// A topic.
+    Topic,
+    /// A consumer group.
+    Group,
+    /// A transactional id.
+    TransactionalId,
+}
+
+/// What is done to a resource (Kafka's ACL operations).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Operation {
+    /// Consume from a topic; commit offsets as a group.
+    Read,
+    /// Produce to a topic; use a transactional id.
+    Write,
+    /// Create a topic.
+    Create,
+    /// Delete a topic.
+    Delete,
+    /// Change a topic's shape (add partitions); change the cluster's membership.
+    Alter,
+    /// Learn that a resource exists and where it lives.
+    Describe,
+    /// Change a topic's configuration.
+    AlterConfigs,
+    /// Read a topic's configuration.
+    DescribeConfigs,
+    /// Produce idempotently (obtain a producer id without a transactional id).
+    IdempotentWrite,
+}
+
+/// One resource, by type and name.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Resource {
+    /// Its type.
+    pub kind: ResourceType,
+    /// Its name ([`CLUSTER_RESOURCE`] for the cluster).
+    pub name: String,
+}
+
+impl fmt::Display for Resource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?} {:?}", self.kind, self.name)
+    }
+}
+
+/// One (resource type, operation) pair a request needs: every resource of that type it touches
+/// must allow the operation.
+pub type Need = (ResourceType, Operation);
+
+/// Decides whether a principal may perform an operation on a resource.
+pub trait Authorizer: Send + Sync {
+    /// True when `principal` may perform `operation` on `resource`.
+    fn allows(&self, principal: &Principal, resource: &Resource, operation: Operation) -> bool;
+}
+
+/// The authorizer until client authentication lands: everything is allowed.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AllowAll;
+
+impl Authorizer for AllowAll {
+    fn allows(&self, _principal: &Principal, _resource: &Resource, _operation: Operation) -> bool {
+        true
+    }
+}
+
+/// A resource the principal may not use for what the request does with it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{principal} is not authorized to {operation:?} {resource}")]
+pub struct Denied {
+    /// Who asked.
+    pub principal: Principal,
+    /// The resource.
+    pub resource: Resource,
+    /// The operation refused.
+    pub operation: Operation,
+}
+
+/// The node's authorization: one authorizer, consulted by every service function.
+#[derive(Clone)]
+pub struct Authorization {
+    authorizer: Arc<dyn Authorizer>,
+}
+
+impl Default for Authorization {
+    fn default() -> Self {
+        Self::new(Arc::new(AllowAll))
+    }
+}
+
+impl Authorization {
+    /// Authorization by `authorizer`.
+    pub fn new(authorizer: Arc<dyn Authorizer>) -> Self {
+        Self { authorizer }
+    }
+
+    /// `Ok` when the request of `ctx` may touch `name` of type `kind`: its caller is allowed every
+    /// operation its rule needs on that type. A request whose rule names no need of `kind` may
+    /// not touch such a resource at all (deny by default: a listener's rule that forgot a type
+    /// refuses, never allows).
+    pub fn check(&self, ctx: &RequestContext, kind: ResourceType, name: &str) -> Result<(), Denied> {
+        let resource = Resource { kind, name: name.to_string() };
+        let denied = |resource, operation| Denied { principal: ctx.principal.clone(), resource, operation };
+        let mut named = false;
+        for &(_, operation) in ctx.needs.iter().filter(|(k, _)| *k == kind) {
+            named = true;
+            if !self.authorizer.allows(&ctx.principal, &resource, operation) {
+                return Err(denied(resource, operation));
+            }
+        }
+        if named {
+            Ok(())
+        } else {
+            // No need of this type in the rule: refused as the least the request could mean.
+            Err(denied(resource, Operation::Describe))
+        }
+    }
+
+    /// True when an answer that lists resources of `kind` may list `name` (Kafka's `Metadata`
+    /// for all topics, `ListGroups`): the same decision as [`Self::check`], as a filter.
+    pub fn lists(&self, ctx: &RequestContext, kind: ResourceType, name: &str) -> bool {
+        self.check(ctx, kind, name).is_ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::service::context::Listener;
+
+    /// Denies one (type, name, operation).
+    struct Deny(ResourceType, &'static str, Operation);
+
+    impl Authorizer for Deny {
+        fn allows(&self, _p: &Principal, resource: &Resource, operation: Operation) -> bool {
+            !(resource.kind == self.0 && resource.name == self.1 && operation == self.2)
+        }
+    }
+
+    const PRODUCE: &[Need] = &[(ResourceType::Topic, Operation::Write)];
+    const DESCRIBE_TOPIC: &[Need] =
+        &[(ResourceType::Topic, Operation::Describe), (ResourceType::Topic, Operation::DescribeConfigs)];
+
+    #[test]
+    fn each_resource_is_decided_on_its_own() {
+        let authz = Authorization::new(Arc::new(Deny(ResourceType::Topic, "secret", Operation::Write)));
+        let ctx = RequestContext::anonymous(Listener::Grpc, PRODUCE);
+        assert_eq!(authz.check(&ctx, ResourceType::Topic, "open"), Ok(()));
+        let denied = authz.check(&ctx, ResourceType::Topic, "secret").unwrap_err();
+        assert_eq!(denied.to_string(), "User:ANONYMOUS is not authorized to Write Topic \"secret\"");
+        assert!(authz.lists(&ctx, ResourceType::Topic, "open"));
+        assert!(!authz.lists(&ctx, ResourceType::Topic, "secret"));
+    }
+
+    #[test]
+    fn every_operation_the_rule_needs_on_the_type_must_be_allowed() {
+        let authz = Authorization::new(Arc::new(Deny(ResourceType::Topic, "t", Operation::DescribeConfigs)));
+        let ctx = RequestContext::anonymous(Listener::Grpc, DESCRIBE_TOPIC);
+        let denied = authz.check(&ctx, ResourceType::Topic, "t").unwrap_err();
+        assert_eq!(denied.operation, Operation::DescribeConfigs);
+        // Reading it is another request's operation.
+        let fetch = RequestContext::anonymous(Listener::Grpc, &[(ResourceType::Topic, Operation::Read)]);
+        assert_eq!(authz.check(&fetch, ResourceType::Topic, "t"), Ok(()));
+    }
+
+    #[test]
+    fn a_type_the_rule_does_not_name_is_refused_even_by_allow_all() {
+        let authz = Authorization::default();
+        let ctx = RequestContext::anonymous(Listener::Grpc, PRODUCE);
+        assert!(authz.check(&ctx, ResourceType::Group, "g").is_err());
+        assert!(authz.check(&ctx, ResourceType::Topic, "t").is_ok());
+    }
+}

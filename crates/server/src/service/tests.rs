@@ -1,0 +1,208 @@
+//! The service layer's decisions on a running one-node cluster (in memory): authorization per
+//! resource — a request touching a denied resource answers that entry with its authorization
+//! error and serves the rest. (Real builds: the simulation has its own harness.)
+#![cfg(not(madsim))]
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use rill_broker::{Acks, Isolation};
+use rill_meta::PartitionKind;
+use rill_proto::common::ErrorCode;
+
+use super::authz::{Authorization, Authorizer, Operation, Resource, ResourceType};
+use super::checks::{CommitPartition, CommitTopic};
+use super::records::{FetchPartition, FetchRequest, FetchTopic, ProduceRequest, TopicBatches};
+use super::topics::CreateTopic;
+use super::{Answer, Principal, RequestContext, RequestError, Service};
+use crate::api::rules::{rpc, rule};
+use crate::node::Node;
+
+/// How long the one-node cluster may take to elect its leaders and create a topic.
+const SETTLE: Duration = Duration::from_secs(30);
+
+/// Denies the listed (type, name, operation) triples; allows everything else.
+struct Deny(Vec<(ResourceType, &'static str, Operation)>);
+
+impl Authorizer for Deny {
+    fn allows(&self, _p: &Principal, resource: &Resource, operation: Operation) -> bool {
+        !self.0.iter().any(|(kind, name, op)| resource.kind == *kind && resource.name == *name && operation == *op)
+    }
+}
+
+/// A running one-node cluster on an in-memory engine, and its service allowing everything.
+async fn one_node() -> (Arc<Node>, Service) {
+    let members = BTreeMap::from([(1, "127.0.0.1:1".to_string())]);
+    let config = crate::Config::for_member(1, "127.0.0.1:2".parse().unwrap(), members, "/unused".into()).unwrap();
+    let node = Node::start(config, Arc::new(rill_storage::MemEngine::new())).await.unwrap();
+    let service = Service::new(node.clone(), Authorization::default());
+    (node, service)
+}
+
+/// The context of a gRPC request to `rpc` by an anonymous caller.
+fn ctx(rpc: &str) -> RequestContext {
+    let needs = rule(rpc).map(|r| r.needs).unwrap_or_default();
+    RequestContext {
+        client_id: "tests".into(),
+        client_host: "192.0.2.7".into(),
+        ..RequestContext::anonymous(super::Listener::Grpc, needs)
+    }
+}
+
+/// Polls `done` until it holds, failing the test after `SETTLE`.
+async fn must_reach<F, Fut>(what: &str, mut done: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + SETTLE;
+    while !done().await {
+        assert!(tokio::time::Instant::now() < deadline, "{what} within {SETTLE:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Creates topic `name` with `partitions` partitions and waits until each has a leader here.
+async fn must_create(node: &Node, service: &Service, name: &str, partitions: u32) {
+    let create = CreateTopic { name: name.into(), partitions, replication_factor: 1, configs: Vec::new() };
+    must_reach("the topic created", || {
+        let create = create.clone();
+        async move {
+            let created = service.create_topic(&ctx(rpc::CREATE_TOPIC), create).await;
+            matches!(code(&created), ErrorCode::None | ErrorCode::TopicAlreadyExists)
+        }
+    })
+    .await;
+    must_reach("its partitions led", || async {
+        let meta = node.meta();
+        let Some(t) = meta.topics.get(name) else { return false };
+        t.partitions.iter().all(|p| node.partition_by_group(p.group).is_some_and(|r| r.state().is_leader))
+    })
+    .await;
+}
+
+/// A one-record batch without a producer id.
+fn batch(value: &[u8]) -> Bytes {
+    let mut builder = rill_records::BatchBuilder::new(rill_records::Compression::None);
+    let record = rill_records::Record { value: Some(Bytes::copy_from_slice(value)), ..Default::default() };
+    builder.push(record).unwrap();
+    builder.build().unwrap()
+}
+
+fn code<T>(answer: &Answer<T>) -> ErrorCode {
+    answer.as_ref().err().map_or(ErrorCode::None, |e| e.code)
+}
+
+#[tokio::test]
+async fn a_denied_topic_is_refused_on_its_own_and_the_rest_is_served() {
+    let (node, allow) = one_node().await;
+    must_create(&node, &allow, "open", 1).await;
+    must_create(&node, &allow, "secret", 1).await;
+    let deny = |denied| Service::new(node.clone(), Authorization::new(Arc::new(Deny(denied))));
+
+    tracing::info!("--- produce: Write on one topic denied");
+    let service = deny(vec![(ResourceType::Topic, "secret", Operation::Write)]);
+    let produce = ProduceRequest {
+        acks: Ok(Acks::All),
+        topics: ["open", "secret"]
+            .iter()
+            .map(|t| TopicBatches { topic: t.to_string(), partitions: vec![(0, batch(b"v"))], ..Default::default() })
+            .collect(),
+        ..Default::default()
+    };
+    let answers = service.produce(&ctx(rpc::PRODUCE), produce.clone()).await.unwrap();
+    assert_eq!(code(&answers[0].partitions[0].1), ErrorCode::None, "{answers:?}");
+    assert_eq!(code(&answers[1].partitions[0].1), ErrorCode::TopicAuthorizationFailed);
+    // With the whole-request resource denied, every partition carries its refusal.
+    let service = deny(vec![(ResourceType::TransactionalId, "tx", Operation::Write)]);
+    let transactional = ProduceRequest { transactional_id: "tx".into(), transaction_version: 2, ..produce.clone() };
+    let answers = service.produce(&ctx(rpc::PRODUCE), transactional).await.unwrap();
+    for t in &answers {
+        assert_eq!(code(&t.partitions[0].1), ErrorCode::TransactionalIdAuthorizationFailed, "{answers:?}");
+    }
+
+    tracing::info!("--- fetch: Read on one topic denied; the other's record comes back");
+    let service = deny(vec![(ResourceType::Topic, "secret", Operation::Read)]);
+    let fetch = FetchRequest {
+        isolation: Isolation::ReadUncommitted,
+        topics: ["open", "secret"]
+            .iter()
+            .map(|t| FetchTopic {
+                topic: t.to_string(),
+                partitions: vec![FetchPartition { partition: 0, offset: 0, max_bytes: 0 }],
+                ..Default::default()
+            })
+            .collect(),
+        ..Default::default()
+    };
+    let answers = service.fetch(&ctx(rpc::FETCH), fetch).await.unwrap();
+    let open = answers[0].partitions[0].1.as_ref().unwrap();
+    assert_eq!(open.batches.len(), 1, "the allowed topic's record is served");
+    assert_eq!(code(&answers[1].partitions[0].1), ErrorCode::TopicAuthorizationFailed);
+
+    tracing::info!("--- metadata: Describe denied hides the topic from listings and refuses it by name");
+    let service = deny(vec![(ResourceType::Topic, "secret", Operation::Describe)]);
+    let all = service.metadata(&ctx(rpc::METADATA), Vec::new()).unwrap();
+    let listed: Vec<&str> = all.topics.iter().map(|(name, _)| name.as_str()).collect();
+    assert_eq!(listed, vec!["open"]);
+    let named = service.metadata(&ctx(rpc::METADATA), vec!["secret".into(), "open".into()]).unwrap();
+    assert_eq!(code(&named.topics[0].1), ErrorCode::TopicAuthorizationFailed);
+    assert_eq!(code(&named.topics[1].1), ErrorCode::None);
+    let topics: Vec<String> = service.list_topics(&ctx(rpc::LIST_TOPICS), false).into_iter().map(|t| t.name).collect();
+    assert_eq!(topics, vec!["open".to_string()]);
+
+    tracing::info!("--- commits: the group denied refuses the commit; a topic denied, its partitions");
+    let commit = |topics: &[&str]| -> Vec<CommitTopic> {
+        topics
+            .iter()
+            .map(|t| CommitTopic {
+                topic: t.to_string(),
+                partitions: vec![CommitPartition { partition: 0, offset: 1, metadata: String::new() }],
+            })
+            .collect()
+    };
+    must_reach("the group's coordinator", || async {
+        allow.find_coordinator(&ctx(rpc::FIND_COORDINATOR), PartitionKind::ConsumerOffsets, "g").is_ok()
+    })
+    .await;
+    let service = deny(vec![(ResourceType::Topic, "secret", Operation::Read)]);
+    // The coordinator may still be loading its partition: asked again until it answers.
+    let deadline = tokio::time::Instant::now() + SETTLE;
+    let topics = loop {
+        let commit = commit(&["open", "secret"]);
+        match service.commit_offsets(&ctx(rpc::COMMIT_OFFSETS), "g", "", -1, commit).await.unwrap() {
+            Ok(topics) => break topics,
+            Err(e) => assert!(tokio::time::Instant::now() < deadline, "the commit answered within {SETTLE:?}: {e:?}"),
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(code(&topics[0].partitions[0].1), ErrorCode::None);
+    assert_eq!(code(&topics[1].partitions[0].1), ErrorCode::TopicAuthorizationFailed);
+    let committed = allow.fetch_offsets(&ctx(rpc::FETCH_OFFSETS), "g", Vec::new(), false).await.unwrap().unwrap();
+    let named: Vec<&str> = committed.iter().map(|t| t.topic.as_str()).collect();
+    assert_eq!(named, vec!["open"], "only the allowed partition was committed");
+    let service = deny(vec![(ResourceType::Group, "g", Operation::Read)]);
+    let refused = service.commit_offsets(&ctx(rpc::COMMIT_OFFSETS), "g", "", -1, commit(&["open"])).await.unwrap();
+    assert_eq!(code(&refused), ErrorCode::GroupAuthorizationFailed);
+
+    tracing::info!("--- the cluster: a denied description refuses the request, a producer id its answer");
+    let service = deny(vec![
+        (ResourceType::Cluster, super::authz::CLUSTER_RESOURCE, Operation::Describe),
+        (ResourceType::Cluster, super::authz::CLUSTER_RESOURCE, Operation::IdempotentWrite),
+    ]);
+    let described = service.describe_cluster(&ctx(rpc::DESCRIBE_CLUSTER)).await;
+    assert!(matches!(described, Err(RequestError::Denied(_))), "{described:?}");
+    let id = service.init_producer_id(&ctx(rpc::INIT_PRODUCER_ID), Default::default()).await;
+    assert_eq!(code(&id), ErrorCode::ClusterAuthorizationFailed);
+
+    tracing::info!("--- transactional ids: each described id decided on its own");
+    let service = deny(vec![(ResourceType::TransactionalId, "hidden", Operation::Describe)]);
+    let ids = vec!["hidden".to_string(), "unknown".to_string()];
+    let described = service.describe_transactions(&ctx(rpc::DESCRIBE_TRANSACTIONS), &ids).await.unwrap();
+    assert_eq!(code(&described[0].1), ErrorCode::TransactionalIdAuthorizationFailed);
+    assert_ne!(code(&described[1].1), ErrorCode::TransactionalIdAuthorizationFailed);
+
+    node.stop().await;
+}
