@@ -64,9 +64,6 @@ if ! command cargo fuzz --version >/dev/null 2>&1; then
   cargo install cargo-fuzz --locked
 fi
 
-# The `config` target needs rill-server, which links RocksDB; the others build without it.
-features_of() { [ "$1" = config ] && echo "--features=server" || true; }
-
 failed=()
 for t in "${targets[@]}"; do
   all_targets | grep -qx "$t" || { echo "error: no fuzz target $t (scripts/fuzz.sh --list)" >&2; exit 2; }
@@ -77,9 +74,9 @@ for t in "${targets[@]}"; do
   [ -d "fuzz/seeds/$t" ] && seeds=("fuzz/seeds/$t")
   printf '\n\033[1m==> fuzz %s for %s s\033[0m\n' "$t" "$seconds"
   # Build under the lock; fuzz without it (the run does not build).
-  cargo +nightly fuzz build --fuzz-dir fuzz --target-dir "$TARGET_DIR" $(features_of "$t") "$t"
+  cargo +nightly fuzz build --fuzz-dir fuzz --target-dir "$TARGET_DIR" "$t"
   log="$WORK_DIR/$t.log"
-  if command cargo +nightly fuzz run --fuzz-dir fuzz --target-dir "$TARGET_DIR" $(features_of "$t") "$t" \
+  if command cargo +nightly fuzz run --fuzz-dir fuzz --target-dir "$TARGET_DIR" "$t" \
     "$corpus" "${seeds[@]}" -- \
     -max_total_time="$seconds" -max_len="$MAX_LEN" -rss_limit_mb="$RSS_LIMIT_MB" -timeout=10 \
     -artifact_prefix="$artifacts/" -print_final_stats=1 >"$log" 2>&1; then
@@ -89,7 +86,7 @@ for t in "${targets[@]}"; do
     tail -n 60 "$log"
     reproducer=$(grep -oE "$artifacts/[^ ]+" "$log" | tail -n 1 || true)
     echo "error: fuzz target $t failed; reproducer: ${reproducer:-see $log}" >&2
-    echo "replay: cargo +nightly fuzz run --fuzz-dir fuzz --target-dir $TARGET_DIR $(features_of "$t") $t ${reproducer:-<file>}" >&2
+    echo "replay: cargo +nightly fuzz run --fuzz-dir fuzz --target-dir $TARGET_DIR $t ${reproducer:-<file>}" >&2
     failed+=("$t")
   fi
 done

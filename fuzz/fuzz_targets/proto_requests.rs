@@ -1,11 +1,12 @@
 //! Every public request (`rill.records`, `rill.admin`, `rill.groups`, `rill.transactions`)
-//! decoded from arbitrary bytes, then put through the checks the API layer runs on it before
-//! any work: batch validation under the topic's `max.message.bytes` (Produce), the metadata's
-//! create / alter / grow / delete checks against a small cluster, group and transactional id
-//! checks, the coordinator partition an id hashes to, a commit of the request's offsets applied
-//! to a `__consumer_offsets` machine, and the transaction coordinator's decisions for
-//! `AddPartitionsToTxn` and `EndTxn` — each written to a `__transaction_state` machine, which
-//! must apply it.
+//! decoded from arbitrary bytes, then put through the checks the service layer runs on it before
+//! any work — the node's own functions (`rill_server::service::checks`), never copies: batch
+//! validation under the topic's `max.message.bytes` and the transactional part (Produce), the
+//! metadata's create / alter / grow / delete checks against a small cluster, group and
+//! transactional id checks, the coordinator partition an id hashes to, a commit's offsets checked
+//! against the cluster's metadata and applied to a `__consumer_offsets` machine, and the
+//! transaction coordinator's decisions for `AddPartitionsToTxn` and `EndTxn` — each written to a
+//! `__transaction_state` machine, which must apply it.
 //!
 //! Input: the bytes, decoded as every request type.
 //!
@@ -26,6 +27,7 @@ use rill_proto::{admin, groups, records, transactions as tpb};
 use rill_raft::types::LogId;
 use rill_raft::{GroupStateMachine, Payload};
 use rill_records::{BatchInfo, MAX_DECOMPRESSED_BATCH_BYTES};
+use rill_server::service::checks;
 
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;
@@ -55,6 +57,7 @@ fn pairs(entries: Vec<admin::TopicConfigEntry>) -> Vec<(String, String)> {
 
 fn produce(req: records::ProduceRequest) {
     let _ = records::Acks::try_from(req.acks);
+    let _ = checks::transactional(&req.transactional_id, req.transaction_version);
     let bound = (DEFAULT_MAX_MESSAGE_BYTES as usize).min(MAX_DECOMPRESSED_BATCH_BYTES);
     for p in req.topics.iter().flat_map(|t| &t.partitions) {
         let _ = BatchInfo::parse(&p.batch);
@@ -123,29 +126,46 @@ fn delete_topic(req: admin::DeleteTopicRequest) {
 }
 
 fn find_coordinator(req: admin::FindCoordinatorRequest) {
-    let checked = match admin::CoordinatorKind::try_from(req.kind) {
-        Ok(admin::CoordinatorKind::Group) => offsets::validate_group_id(&req.key),
-        _ => transactions::validate(&req.key, 0).map(|_| ()),
+    let kind = match admin::CoordinatorKind::try_from(req.kind) {
+        Ok(admin::CoordinatorKind::Group) => PartitionKind::ConsumerOffsets,
+        _ => PartitionKind::TransactionState,
     };
-    if checked.is_ok() {
+    if checks::coordinator_key(kind, &req.key).is_ok() {
         assert!(hash::partition_for(&req.key, 16) < 16);
     }
 }
 
-/// The offsets of a commit request the API layer accepts (offset ≥ 0, metadata within bounds,
-/// at most a commit's worth), as the coordinator stores them.
+/// The offsets of a commit request the service layer accepts against the small cluster's
+/// metadata ([`checks::committed_offsets`], at most a commit's worth), as the coordinator stores
+/// them.
 fn acceptable_offsets(topics: &[groups::CommitTopic]) -> Vec<cpb::CommittedOffset> {
-    topics
+    let topics = topics
         .iter()
-        .flat_map(|t| t.partitions.iter().map(move |p| (t, p)))
-        .filter(|(_, p)| p.offset >= 0 && p.metadata.len() <= offsets::MAX_OFFSET_METADATA_BYTES)
-        .take(offsets::MAX_OFFSETS_PER_COMMIT)
-        .map(|(t, p)| cpb::CommittedOffset {
+        .map(|t| checks::CommitTopic {
             topic: t.topic.clone(),
-            topic_id: Bytes::from_static(&[3; 16]),
-            partition: p.partition,
-            offset: p.offset,
-            metadata: p.metadata.clone(),
+            partitions: t
+                .partitions
+                .iter()
+                .map(|p| checks::CommitPartition {
+                    partition: p.partition,
+                    offset: p.offset,
+                    metadata: p.metadata.clone(),
+                })
+                .collect(),
+        })
+        .collect();
+    let (accepted, answers) = checks::committed_offsets(&base_cluster(), topics, |_| None);
+    let refused = answers.iter().flat_map(|t| &t.partitions).filter(|(_, a)| a.is_err()).count();
+    assert_eq!(accepted.len() + refused, answers.iter().map(|t| t.partitions.len()).sum::<usize>());
+    accepted
+        .into_iter()
+        .take(offsets::MAX_OFFSETS_PER_COMMIT)
+        .map(|o| cpb::CommittedOffset {
+            topic: o.topic,
+            topic_id: Bytes::copy_from_slice(&o.topic_id),
+            partition: o.partition,
+            offset: o.offset,
+            metadata: o.metadata,
             commit_time_ms: 1,
         })
         .collect()
@@ -154,7 +174,7 @@ fn acceptable_offsets(topics: &[groups::CommitTopic]) -> Vec<cpb::CommittedOffse
 /// The offsets of a commit, as the coordinator proposes them once they passed the per-entry
 /// checks, applied to a `__consumer_offsets` machine.
 fn commit_offsets(req: groups::CommitOffsetsRequest) {
-    if offsets::validate_group_id(&req.group_id).is_err() {
+    if checks::coordinator_key(PartitionKind::ConsumerOffsets, &req.group_id).is_err() {
         return;
     }
     let offsets = acceptable_offsets(&req.topics);
@@ -178,7 +198,8 @@ fn commit_offsets(req: groups::CommitOffsetsRequest) {
 /// A transactional offset commit as the group coordinator applies it: pending, invisible as a
 /// committed offset, then committed by the transaction's marker.
 fn txn_commit_offsets(req: groups::TxnCommitOffsetsRequest) {
-    if offsets::validate_group_id(&req.group_id).is_err() || !(0..=i32::from(i16::MAX)).contains(&req.producer_epoch)
+    if checks::coordinator_key(PartitionKind::ConsumerOffsets, &req.group_id).is_err()
+        || checks::producer_epoch(req.producer_epoch).is_err()
     {
         return;
     }
@@ -190,7 +211,8 @@ fn txn_commit_offsets(req: groups::TxnCommitOffsetsRequest) {
         m.apply(&log_id, 0, &Payload { units: 1, body, proposal: 0 })
     };
     let mut m = OffsetsMachine::new();
-    let commit = cpb::CommitOffsets { group_id: req.group_id.clone(), offsets, member_id: String::new(), member_epoch: -1 };
+    let commit =
+        cpb::CommitOffsets { group_id: req.group_id.clone(), offsets, member_id: String::new(), member_epoch: -1 };
     let pending = cpb::TxnCommitOffsets {
         commit: Some(commit),
         classic: false,
@@ -299,14 +321,21 @@ fn write_txn(
 /// `AddPartitionsToTxn`, then `EndTxn` of what it began: every decision made from the applied
 /// record applies.
 fn add_partitions_then_end(req: tpb::AddPartitionsToTxnRequest) {
-    if transactions::validate(&req.transactional_id, 0).is_err() {
+    if checks::coordinator_key(PartitionKind::TransactionState, &req.transactional_id).is_err() {
         return;
     }
-    let Ok(epoch) = i16::try_from(req.producer_epoch) else { return };
-    let mut parts = rill_coordinator::groups::TopicPartitions::new();
-    for t in req.topics.iter().take(64) {
-        parts.entry(t.topic.clone()).or_default().extend(t.partitions.iter().take(64).copied());
-    }
+    let Ok(epoch) = checks::producer_epoch(req.producer_epoch) else { return };
+    let named: Vec<checks::NamedPartitions> = req
+        .topics
+        .iter()
+        .take(64)
+        .map(|t| checks::NamedPartitions {
+            topic: t.topic.clone(),
+            partitions: t.partitions.iter().take(64).copied().collect(),
+        })
+        .collect();
+    // The service layer's check against the small cluster: only its record topic's partitions.
+    let Ok(parts) = checks::txn_partitions(&base_cluster(), &named) else { return };
     let id = req.transactional_id.as_str();
     let (mut m, record) = initialised(id);
     let producer = (req.producer_id, epoch);
@@ -372,14 +401,16 @@ fuzz_target!(|data: &[u8]| {
         commit_offsets(r);
     }
     if let Some(r) = decoded::<groups::FetchOffsetsRequest>(data) {
-        let _ = offsets::validate_group_id(&r.group_id);
+        let _ = checks::coordinator_key(PartitionKind::ConsumerOffsets, &r.group_id);
     }
     if let Some(r) = decoded::<groups::TxnCommitOffsetsRequest>(data) {
         txn_commit_offsets(r);
     }
     if let Some(r) = decoded::<tpb::AddOffsetsToTxnRequest>(data) {
-        if transactions::validate(&r.transactional_id, 0).is_ok() && offsets::validate_group_id(&r.group_id).is_ok() {
-            if let Ok(epoch) = i16::try_from(r.producer_epoch) {
+        if checks::coordinator_key(PartitionKind::TransactionState, &r.transactional_id).is_ok()
+            && checks::coordinator_key(PartitionKind::ConsumerOffsets, &r.group_id).is_ok()
+        {
+            if let Ok(epoch) = checks::producer_epoch(r.producer_epoch) {
                 let (_, record) = initialised(&r.transactional_id);
                 let none = rill_coordinator::groups::TopicPartitions::new();
                 let groups = [r.group_id.clone()];
@@ -404,8 +435,10 @@ fuzz_target!(|data: &[u8]| {
         add_partitions_then_end(r);
     }
     if let Some(r) = decoded::<tpb::EndTxnRequest>(data) {
-        if transactions::validate(&r.transactional_id, 0).is_ok() {
-            if let Ok(epoch) = i16::try_from(r.producer_epoch) {
+        if checks::coordinator_key(PartitionKind::TransactionState, &r.transactional_id).is_ok() {
+            if let (Ok(epoch), Ok(protocol)) =
+                (checks::producer_epoch(r.producer_epoch), checks::txn_protocol(r.transaction_version))
+            {
                 let (_, record) = initialised(&r.transactional_id);
                 let producer = (r.producer_id, epoch);
                 let _ = transactions::transitions::end_transaction(
@@ -413,7 +446,7 @@ fuzz_target!(|data: &[u8]| {
                     Some(&record),
                     producer,
                     r.commit,
-                    transactions::TxnProtocol::V1,
+                    protocol,
                     3,
                 );
             }
