@@ -19,7 +19,8 @@ use super::engine::{
 use super::*;
 use crate::error::CoordinatorError;
 use crate::groups::group::{member_to_proto, ConsumerGroup, Member};
-use crate::offsets::{check_commit, check_delete_group, Committer, OffsetsMachine, APPLIED, CONFLICT, REFUSED};
+use crate::offsets::machine::CONFLICT;
+use crate::offsets::{check_commit, check_delete_group, Committer, OffsetsMachine, APPLIED, REFUSED};
 
 const GROUP: &str = "g";
 const SESSION_MS: u32 = 10_000;
