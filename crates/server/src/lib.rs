@@ -4,6 +4,7 @@
 //!   main.rs ──► Args::load ──► open RocksDB ──► start(config, engine, shutdown)
 //!   chaos/  ──────────────────► MemEngine  ──┘        │
 //!                                                     ├─ Node::start: group 0 + reconciler
+//!                                                     ├─ Coordinators::start: coordinator shards
 //!                                                     └─ api::serve: Records, Admin, Groups,
 //!                                                          Transactions (public) → service::Service
 //!                                                          RaftTransport, Cluster (internal)
@@ -13,13 +14,13 @@
 //! * [`node`]: [`Node`] — metadata group, partition replicas, reconciler, metadata proposals.
 //! * [`join`]: adding a node to a running cluster (`--join`).
 //! * [`balance`]: preferred-leader balancing.
-//! * [`group_sessions`]: consumer group members' session and rebalance timers on the
-//!   coordinator's leader.
+//! * [`coordinators`]: the coordinator shards — for each internal partition this node leads, its
+//!   coordinator's leader-local state and timers (group sessions and held heartbeats; the
+//!   transactions being finished, their timeouts, idle ids).
 //! * [`txn_verify`]: a partition leader verifying a transactional batch with the coordinator
 //!   (KIP-890) before appending it.
-//! * [`txn_markers`]: finishing transactions on their coordinator's leader — markers into every
-//!   partition, completion, timeouts.
-//! * [`txn_ids`]: removing transactional ids idle past `transactional-id-expiration`.
+//! * [`txn_markers`]: finishing a transaction — markers into every partition, then completion —
+//!   and writing markers on a partition's leader.
 //! * [`failover`]: a designated follower stands for election as soon as a silent leader's lease
 //!   has run out.
 //! * [`service`]: the service layer — every public operation once, for every listener, with
@@ -35,16 +36,15 @@
 pub mod api;
 pub mod balance;
 pub mod config;
+pub mod coordinators;
 pub mod error;
 pub mod errors;
 pub mod failover;
-pub mod group_sessions;
 pub mod join;
 pub mod node;
 #[cfg(not(madsim))]
 pub mod recovery;
 pub mod service;
-pub mod txn_ids;
 pub mod txn_markers;
 pub mod txn_verify;
 
@@ -69,6 +69,7 @@ pub async fn start(
     on_ready: impl FnOnce(Arc<Node>),
 ) -> Result<()> {
     let node = Node::start(config, engine).await?;
+    let coordinators = coordinators::Coordinators::start(&node);
     on_ready(node.clone());
     // A joining node stops again when the cluster refuses it for good.
     let refused = Arc::new(std::sync::Mutex::new(None::<String>));
@@ -97,7 +98,7 @@ pub async fn start(
             balance::hand_over_all(&node).await;
         }
     };
-    let served = api::serve(node.clone(), stop).await;
+    let served = api::serve(node.clone(), coordinators, stop).await;
     tracing::info!(node = node.id(), "stopped serving; stopping raft groups");
     node.stop().await;
     let refused = refused.lock().unwrap_or_else(|p| p.into_inner()).take();

@@ -1,5 +1,8 @@
-//! [`Node`]: everything one Rill node runs — the metadata group, its partition replicas, and
-//! the reconciler that keeps the replicas in line with the metadata.
+//! [`Node`]: the registry of one Rill node — its configuration, the metadata group, its
+//! partition replicas (whatever their kind), the transport to its peers and its producer-id
+//! block — and the reconciler that keeps the replicas in line with the metadata. What a node
+//! does as a coordinator lives in its coordinator shards (`crate::coordinators`), made when it
+//! leads an internal partition; the node only tells them when its replicas change.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, RwLock};
@@ -120,16 +123,9 @@ pub struct Node {
     tls: Option<Arc<rill_tls::ReloadingTls>>,
     /// What this node's compacted partitions share: one compaction pass at a time, paced.
     compaction: Arc<rill_broker::CompactionBudget>,
-    /// Session and rebalance timers of the consumer group members this node coordinates.
-    group_sessions: rill_coordinator::groups::sessions::Sessions,
-    /// One heartbeat decision at a time per group this node coordinates.
-    group_turns: rill_coordinator::groups::GroupTurns,
-    /// The transactions this node is finishing as their coordinator.
-    txn_markers: crate::txn_markers::Markers,
-    /// Additions to the transactions this node coordinates, queued per transactional id so
-    /// that those arriving together are written together.
-    txn_additions: rill_coordinator::transactions::Additions,
-    txn_asks: crate::txn_verify::Asks,
+    /// Bumped whenever a replica starts or stops here: what the coordinator shards watch to
+    /// follow this node's internal replicas.
+    replicas_changed: watch::Sender<u64>,
 }
 
 impl Node {
@@ -170,7 +166,6 @@ impl Node {
         };
         let StartedGroup { raft: meta_raft, .. } =
             multi.start_group(META_GROUP, meta_sm, members, meta_options).await?;
-        let node_config_groups = config.groups;
         let node = Arc::new(Self {
             config,
             multi,
@@ -180,21 +175,11 @@ impl Node {
             producer_ids: rill_rt::sync::Mutex::new((0, 0)),
             tls,
             compaction: rill_broker::CompactionBudget::new(rill_broker::compaction::BYTES_PER_SECOND),
-            group_sessions: rill_coordinator::groups::sessions::Sessions::new(std::time::Duration::from_millis(
-                u64::from(node_config_groups.session_ms),
-            )),
-            txn_markers: crate::txn_markers::Markers::default(),
-            txn_additions: rill_coordinator::transactions::Additions::new(),
-            txn_asks: crate::txn_verify::Asks::default(),
-            group_turns: rill_coordinator::groups::GroupTurns::new(),
+            replicas_changed: watch::channel(0).0,
         });
         rill_rt::spawn(reconcile(Arc::downgrade(&node), node.meta.clone()));
         rill_rt::spawn(register_members(Arc::downgrade(&node)));
         rill_rt::spawn(crate::failover::run(Arc::downgrade(&node)));
-        rill_rt::spawn(crate::group_sessions::run(Arc::downgrade(&node)));
-        rill_rt::spawn(crate::group_sessions::run_offsets_retention(Arc::downgrade(&node)));
-        rill_rt::spawn(crate::txn_markers::run(Arc::downgrade(&node)));
-        rill_rt::spawn(crate::txn_ids::run(Arc::downgrade(&node)));
         if node.config.auto_leader_rebalance {
             rill_rt::spawn(crate::balance::run(Arc::downgrade(&node)));
         }
@@ -207,31 +192,14 @@ impl Node {
         self.config.node_id
     }
 
-    /// Session and rebalance timers of the consumer group members this node coordinates.
-    pub fn group_sessions(&self) -> &rill_coordinator::groups::sessions::Sessions {
-        &self.group_sessions
+    /// A receiver that sees a change whenever a replica starts or stops on this node.
+    pub fn replica_changes(&self) -> watch::Receiver<u64> {
+        self.replicas_changed.subscribe()
     }
 
-    /// One heartbeat decision at a time per group this node coordinates.
-    pub fn group_turns(&self) -> &rill_coordinator::groups::GroupTurns {
-        &self.group_turns
-    }
-
-    /// The transactions this node is finishing as their coordinator.
-    pub fn txn_markers(&self) -> &crate::txn_markers::Markers {
-        &self.txn_markers
-    }
-
-    /// Additions to the transactions this node coordinates (see
-    /// [`rill_coordinator::transactions::Additions`]).
-    pub fn txn_additions(&self) -> &rill_coordinator::transactions::Additions {
-        &self.txn_additions
-    }
-
-    /// Verification asks this node, as a partition leader, has yet to send to coordinators
-    /// (see [`crate::txn_verify::Asks`]).
-    pub fn txn_asks(&self) -> &crate::txn_verify::Asks {
-        &self.txn_asks
+    /// Tells the watchers of [`Self::replica_changes`] the replica set changed.
+    fn replicas_changed(&self) {
+        self.replicas_changed.send_modify(|n| *n = n.wrapping_add(1));
     }
 
     /// The configuration.
@@ -491,6 +459,7 @@ impl Node {
     pub async fn stop(&self) {
         self.multi.shutdown().await;
         self.replicas.write().unwrap_or_else(|p| p.into_inner()).clear();
+        self.replicas_changed();
     }
 
     /// True when this node leads group 0.
@@ -501,6 +470,7 @@ impl Node {
     /// Stops the replica of `group` hosted here (its data stays until the group is deleted).
     async fn stop_partition(&self, group: GroupId) {
         self.replicas.write().unwrap_or_else(|p| p.into_inner()).remove(&group);
+        self.replicas_changed();
         self.multi.stop_group(group).await;
         tracing::info!(node = self.id(), group, "stopped partition replica");
     }
@@ -563,6 +533,7 @@ impl Node {
             });
         }
         self.replicas.write().unwrap_or_else(|p| p.into_inner()).insert(group, hosted);
+        self.replicas_changed();
         tracing::info!(node = self.id(), topic = %topic.name, partition, group, kind = topic.kind.name(), "started partition replica");
         Ok(())
     }

@@ -3,7 +3,8 @@
 //!
 //! ```text
 //!  EndTxn ─► Prepare* written ─► finish: markers to each partition's leader ─► Complete* written
-//!  every second, on each led __transaction_state partition:
+//!  every second, on each led __transaction_state partition (its shard's timer,
+//!  crate::coordinators::TxnShard):
 //!     open past its timeout ─► PrepareAbort (epoch bumped) ─┐
 //!     Prepare* left by an earlier leader ───────────────────┴─► finish
 //! ```
@@ -32,8 +33,8 @@
 //! marker commits or drops the offsets pending there
 //! ([`rill_coordinator::txn_offsets`]).
 
-use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::{Arc, Mutex, Weak};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use rill_broker::{PartitionError, StatePartition};
@@ -42,86 +43,21 @@ use rill_coordinator::{txn_offsets, TransactionsMachine};
 use rill_meta::PartitionKind;
 use rill_proto::common::ErrorCode;
 use rill_proto::internal::{WriteTxnMarkerResult, WriteTxnMarkersRequest};
-use rill_raft::GroupId;
 use rill_records::{ControlKind, ControlMarker};
 
 use crate::errors;
 use crate::node::{Hosted, Node};
 
-/// How often led coordinator partitions are checked for transactions to finish or expire.
-const CHECK_EVERY: Duration = Duration::from_secs(1);
 /// How long one marker, or one coordinator write, may take.
 const STEP_TIMEOUT: Duration = Duration::from_secs(10);
 /// Pause between rounds of markers that could not be written yet.
 const RETRY_PAUSE: Duration = Duration::from_millis(100);
 
-/// The transactions this node is finishing, so that the periodic check and an `EndTxn` never
-/// finish the same one twice at once.
-#[derive(Debug, Default)]
-pub struct Markers {
-    /// (coordinator partition, transactional id, the transaction's name).
-    in_flight: Mutex<HashSet<(GroupId, String, u64)>>,
-}
-
-impl Markers {
-    /// Writes the markers of `prepared` (the `Prepare*` record of `transactional_id` in
-    /// `coordinator`) in the background and records its completion; nothing when this node is
-    /// already finishing it.
-    pub fn finish(
-        &self,
-        node: &Arc<Node>,
-        coordinator: Arc<StatePartition<TransactionsMachine>>,
-        transactional_id: String,
-        prepared: TransactionMetadata,
-    ) {
-        // By transaction: the next one of the same id may be decided as soon as this one's
-        // completion applies, before this task has left.
-        let key = (coordinator.replica().group(), transactional_id, prepared.txn_start_version);
-        if !self.in_flight.lock().unwrap_or_else(|p| p.into_inner()).insert(key.clone()) {
-            return;
-        }
-        let node = Arc::downgrade(node);
-        rill_rt::spawn(async move {
-            let id = key.1.clone();
-            match finish(&node, &coordinator, &id, &prepared).await {
-                Ok(true) => {
-                    tracing::debug!(transactional_id = %id, state = prepared.state.name(), "transaction completed")
-                }
-                Ok(false) => {}
-                Err(e) => {
-                    tracing::info!(transactional_id = %id, error = %e, "transaction left for the next leader to finish")
-                }
-            }
-            if let Some(n) = node.upgrade() {
-                n.txn_markers().in_flight.lock().unwrap_or_else(|p| p.into_inner()).remove(&key);
-            }
-        });
-    }
-}
-
-/// Runs until the node is dropped: finishes what each led coordinator partition has prepared,
-/// and aborts what has outlived its timeout.
-pub async fn run(node: Weak<Node>) {
-    loop {
-        rill_rt::sleep(CHECK_EVERY).await;
-        let Some(n) = node.upgrade() else { return };
-        let led: Vec<_> = n.transactions_replicas().into_iter().filter(|p| p.replica().state().is_leader).collect();
-        for p in led {
-            match transactions::to_finish(&p, STEP_TIMEOUT).await {
-                Ok(records) => {
-                    for (id, record) in records {
-                        n.txn_markers().finish(&n, p.clone(), id, record);
-                    }
-                }
-                Err(e) => tracing::debug!(group = p.replica().group(), error = %e, "transactions not checked"),
-            }
-        }
-    }
-}
-
-/// Writes every marker of `prepared`, then its completion. `Ok(false)` when another leader
-/// completed it first.
-async fn finish(
+/// Writes every marker of `prepared` (the `Prepare*` record of `transactional_id` in
+/// `coordinator`), then its completion. `Ok(false)` when another leader completed it first; an
+/// error once this node no longer leads `coordinator` (the next leader finishes it). Its caller
+/// makes sure one transaction is finished once at a time (`crate::coordinators::TxnShard`).
+pub(crate) async fn finish(
     node: &Weak<Node>,
     coordinator: &StatePartition<TransactionsMachine>,
     transactional_id: &str,

@@ -32,6 +32,7 @@ use rill_records::{ControlKind, ControlMarker};
 use rill_rt::sync::oneshot;
 use tonic::transport::Channel;
 
+use crate::coordinators::{Coordinators, Shard, TxnShard};
 use crate::errors::{self, Refusal};
 use crate::node::{Hosted, Node};
 
@@ -62,13 +63,95 @@ enum Target {
     Group { group: String, add: bool },
 }
 
-/// Asks the coordinator of `v.transactional_id` about a partition: the transaction it is in,
-/// named, and the marker the partition is still owed by the producer's previous transaction,
-/// if any (v2).
-pub async fn verify(node: &Arc<Node>, v: Verify) -> Result<Verified, PartitionError> {
-    let target = Target::Partition { topic: v.topic, partition: v.partition, add: !v.verify_only };
-    let answer = ask(node, &v.transactional_id, v.producer, target).await.map_err(to_partition)?;
-    Ok(Verified { transaction: answer.transaction_start, owed: answer.owed.map(owed_from_proto).transpose()? })
+/// What this node asks transaction coordinators, as a partition leader (a transactional batch)
+/// or a group coordinator (a transactional offset commit): one per node, so that one
+/// transactional id's asks made together travel together ([`Asks`]).
+pub struct Verifier {
+    node: Arc<Node>,
+    coordinators: Arc<Coordinators>,
+    asks: Asks,
+}
+
+impl Verifier {
+    /// The verifier of `node`, whose own transaction coordinator shards are `coordinators`.
+    pub fn new(node: Arc<Node>, coordinators: Arc<Coordinators>) -> Arc<Self> {
+        Arc::new(Self { node, coordinators, asks: Asks::default() })
+    }
+
+    /// Asks the coordinator of `v.transactional_id` about a partition: the transaction it is
+    /// in, named, and the marker the partition is still owed by the producer's previous
+    /// transaction, if any (v2).
+    pub async fn verify(self: &Arc<Self>, v: Verify) -> Result<Verified, PartitionError> {
+        let target = Target::Partition { topic: v.topic, partition: v.partition, add: !v.verify_only };
+        let answer = self.ask(&v.transactional_id, v.producer, target).await.map_err(to_partition)?;
+        Ok(Verified { transaction: answer.transaction_start, owed: answer.owed.map(owed_from_proto).transpose()? })
+    }
+
+    /// Asks the coordinator of `transactional_id` whether `group_id` is in the ongoing
+    /// transaction of `producer` (id, epoch) — or, with `add` (transactions v2), to add it;
+    /// that transaction's name when it is, and the marker the group is still owed by the
+    /// producer's previous transaction, if any.
+    pub async fn verify_group(
+        self: &Arc<Self>,
+        transactional_id: &str,
+        producer: (i64, i16),
+        group_id: &str,
+        add: bool,
+    ) -> Result<GroupVerified, Refusal> {
+        let answer = self.ask(transactional_id, producer, Target::Group { group: group_id.to_string(), add });
+        let answer = answer.await.map_err(|e| match e.code {
+            // The *transaction* coordinator moved: to the committer this is not its group
+            // coordinator moving, only a coordinator it needs being briefly unavailable.
+            ErrorCode::NotCoordinator | ErrorCode::CoordinatorLoadInProgress => {
+                Refusal::new(ErrorCode::CoordinatorNotAvailable, e.message)
+            }
+            _ => e,
+        })?;
+        let owed = answer.owed.map(|o| group_marker_from_proto(o, producer.0)).transpose()?;
+        Ok(GroupVerified { transaction: answer.transaction_start, owed })
+    }
+
+    /// Asks; the transaction's name for a group, the owed marker for a partition.
+    async fn ask(
+        self: &Arc<Self>,
+        transactional_id: &str,
+        producer: (i64, i16),
+        target: Target,
+    ) -> Result<Answer, Refusal> {
+        let node = &self.node;
+        let unavailable = |m: String| Refusal::new(ErrorCode::CoordinatorNotAvailable, m);
+        let Some((_, group)) = node.coordinator_partition(PartitionKind::TransactionState, transactional_id) else {
+            return Err(unavailable("the transaction state topic does not exist yet".into()));
+        };
+        if let Some(Hosted::Transactions(p)) = node.replica(group) {
+            if p.replica().state().is_leader {
+                let shard = self.coordinators.transactions().of(&p)?;
+                return serve_local(&shard, transactional_id, producer, &target)
+                    .await
+                    .map_err(|e| errors::coordinator(&e));
+            }
+        }
+        let leader = node.leader_of(group).ok_or_else(|| unavailable("the coordinator has no leader yet".into()))?;
+        let (topic, partition, verify_only, group_id) = match target {
+            Target::Partition { topic, partition, add } => (topic, partition, !add, String::new()),
+            Target::Group { group, add } => (String::new(), 0, !add, group),
+        };
+        let request = AddTxnPartitionRequest {
+            from_node: node.id(),
+            transactional_id: transactional_id.to_string(),
+            producer_id: producer.0,
+            producer_epoch: i32::from(producer.1),
+            topic,
+            partition,
+            verify_only,
+            group_id,
+        };
+        let answer = self.asks.ask(self, leader, request).await?;
+        match ErrorCode::try_from(answer.error_code).unwrap_or(ErrorCode::UnknownServerError) {
+            ErrorCode::None => Ok(Answer { transaction_start: answer.transaction_start, owed: answer.owed_marker }),
+            code => Err(Refusal::new(code, answer.error_message)),
+        }
+    }
 }
 
 /// What the coordinator answers: the transaction's name, and a partition's owed marker.
@@ -111,30 +194,6 @@ pub struct GroupVerified {
     pub owed: Option<txn_offsets::TxnMarker>,
 }
 
-/// Asks the coordinator of `transactional_id` whether `group_id` is in the ongoing transaction
-/// of `producer` (id, epoch) — or, with `add` (transactions v2), to add it; that transaction's
-/// name when it is, and the marker the group is still owed by the producer's previous
-/// transaction, if any.
-pub async fn verify_group(
-    node: &Arc<Node>,
-    transactional_id: &str,
-    producer: (i64, i16),
-    group_id: &str,
-    add: bool,
-) -> Result<GroupVerified, Refusal> {
-    let answer = ask(node, transactional_id, producer, Target::Group { group: group_id.to_string(), add });
-    let answer = answer.await.map_err(|e| match e.code {
-        // The *transaction* coordinator moved: to the committer this is not its group
-        // coordinator moving, only a coordinator it needs being briefly unavailable.
-        ErrorCode::NotCoordinator | ErrorCode::CoordinatorLoadInProgress => {
-            Refusal::new(ErrorCode::CoordinatorNotAvailable, e.message)
-        }
-        _ => e,
-    })?;
-    let owed = answer.owed.map(|o| group_marker_from_proto(o, producer.0)).transpose()?;
-    Ok(GroupVerified { transaction: answer.transaction_start, owed })
-}
-
 fn group_marker_from_proto(o: OwedTxnMarker, producer_id: i64) -> Result<txn_offsets::TxnMarker, Refusal> {
     let producer_epoch = owed_epoch(&o).map_err(|m| Refusal::new(ErrorCode::CoordinatorNotAvailable, m))?;
     Ok(txn_offsets::TxnMarker {
@@ -146,48 +205,8 @@ fn group_marker_from_proto(o: OwedTxnMarker, producer_id: i64) -> Result<txn_off
     })
 }
 
-/// Asks; the transaction's name for a group, the owed marker for a partition.
-async fn ask(
-    node: &Arc<Node>,
-    transactional_id: &str,
-    producer: (i64, i16),
-    target: Target,
-) -> Result<Answer, Refusal> {
-    let unavailable = |m: String| Refusal::new(ErrorCode::CoordinatorNotAvailable, m);
-    let Some((_, group)) = node.coordinator_partition(PartitionKind::TransactionState, transactional_id) else {
-        return Err(unavailable("the transaction state topic does not exist yet".into()));
-    };
-    if let Some(Hosted::Transactions(p)) = node.replica(group) {
-        if p.replica().state().is_leader {
-            return serve_local(node, &p, transactional_id, producer, &target)
-                .await
-                .map_err(|e| errors::coordinator(&e));
-        }
-    }
-    let leader = node.leader_of(group).ok_or_else(|| unavailable("the coordinator has no leader yet".into()))?;
-    let (topic, partition, verify_only, group_id) = match target {
-        Target::Partition { topic, partition, add } => (topic, partition, !add, String::new()),
-        Target::Group { group, add } => (String::new(), 0, !add, group),
-    };
-    let request = AddTxnPartitionRequest {
-        from_node: node.id(),
-        transactional_id: transactional_id.to_string(),
-        producer_id: producer.0,
-        producer_epoch: i32::from(producer.1),
-        topic,
-        partition,
-        verify_only,
-        group_id,
-    };
-    let answer = node.txn_asks().ask(node, leader, request).await?;
-    match ErrorCode::try_from(answer.error_code).unwrap_or(ErrorCode::UnknownServerError) {
-        ErrorCode::None => Ok(Answer { transaction_start: answer.transaction_start, owed: answer.owed_marker }),
-        code => Err(Refusal::new(code, answer.error_message)),
-    }
-}
-
 /// The asks this node has yet to send, by coordinator node and transactional id (see the
-/// module docs). One per node.
+/// module docs). One per node, in its [`Verifier`].
 ///
 /// Only one transactional id's asks travel together: the coordinator answers a request once
 /// every ask in it is answered, and one id's ask may wait there (for its previous transaction's
@@ -213,18 +232,18 @@ impl Asks {
     /// else's ask.
     async fn ask(
         &self,
-        node: &Arc<Node>,
+        verifier: &Arc<Verifier>,
         leader: NodeId,
         request: AddTxnPartitionRequest,
     ) -> Result<AddTxnPartitionResponse, Refusal> {
         let (tx, rx) = oneshot::channel();
         let key = (leader, request.transactional_id.clone());
         if self.queue(key.clone(), Queued { request, answer: tx }) {
-            let node = node.clone();
+            let verifier = verifier.clone();
             rill_rt::spawn(async move {
                 tokio::task::yield_now().await;
-                let asks = node.txn_asks().take(&key);
-                send(&node, leader, asks).await;
+                let asks = verifier.asks.take(&key);
+                send(&verifier.node, leader, asks).await;
             });
         }
         rx.await.unwrap_or_else(|_| Err(unavailable_at(leader, "the ask was dropped unsent")))
@@ -320,16 +339,17 @@ async fn ask_one(
     }
 }
 
+/// Answers an ask on this node, the transactional id's coordinator (`shard`).
 async fn serve_local(
-    node: &Node,
-    p: &rill_broker::StatePartition<rill_coordinator::TransactionsMachine>,
+    shard: &TxnShard,
     transactional_id: &str,
     producer: (i64, i16),
     target: &Target,
 ) -> Result<Answer, CoordinatorError> {
+    let p = shard.partition();
     match target {
         Target::Partition { topic, partition, add } => {
-            let additions = node.txn_additions();
+            let additions = shard.additions();
             let verified = transactions::verify_partition(
                 additions,
                 p,
@@ -349,7 +369,7 @@ async fn serve_local(
             })
         }
         Target::Group { group, add } => {
-            let additions = node.txn_additions();
+            let additions = shard.additions();
             let verified =
                 transactions::verify_group(additions, p, transactional_id, producer, group, *add, VERIFY_TIMEOUT)
                     .await?;
@@ -363,7 +383,7 @@ async fn serve_local(
 }
 
 /// `Cluster.AddTxnPartition` on the coordinator's node.
-pub async fn serve(node: &Arc<Node>, req: AddTxnPartitionRequest) -> AddTxnPartitionResponse {
+pub async fn serve(node: &Node, coordinators: &Coordinators, req: AddTxnPartitionRequest) -> AddTxnPartitionResponse {
     let answer = |e: Refusal| AddTxnPartitionResponse {
         error_code: e.code as i32,
         error_message: e.message,
@@ -373,8 +393,10 @@ pub async fn serve(node: &Arc<Node>, req: AddTxnPartitionRequest) -> AddTxnParti
         Ok(epoch) => epoch,
         Err(e) => return answer(e),
     };
-    let p = match crate::service::routing::transaction_coordinator(node, &req.transactional_id) {
-        Ok(p) => p,
+    let shard = crate::service::routing::transaction_coordinator(node, &req.transactional_id)
+        .and_then(|p| coordinators.transactions().of(&p));
+    let shard = match shard {
+        Ok(shard) => shard,
         Err(e) => return answer(e),
     };
     let target = if req.group_id.is_empty() {
@@ -382,7 +404,7 @@ pub async fn serve(node: &Arc<Node>, req: AddTxnPartitionRequest) -> AddTxnParti
     } else {
         Target::Group { group: req.group_id, add: !req.verify_only }
     };
-    match serve_local(node, &p, &req.transactional_id, (req.producer_id, epoch), &target).await {
+    match serve_local(&shard, &req.transactional_id, (req.producer_id, epoch), &target).await {
         Ok(a) => AddTxnPartitionResponse {
             transaction_start: a.transaction_start,
             owed_marker: a.owed,

@@ -94,6 +94,9 @@ fn decide(
 pub struct LongPoll<'a, T> {
     /// The turns of the groups this coordinator decides for.
     pub turns: &'a GroupTurns,
+    /// The coordinator's held heartbeats, which the partition's changes wake (its machine's
+    /// [`crate::offsets::ChangeHook`]).
+    pub held: &'a held::HeldHeartbeats,
     /// The session timers: a held member's session restarts when it is held, as it was heard.
     pub sessions: &'a sessions::Sessions,
     /// Longest the heartbeat is held; zero answers at once.
@@ -123,12 +126,12 @@ pub async fn consumer_heartbeat_held<T>(
     timeout: Duration,
     poll: LongPoll<'_, T>,
 ) -> Result<Decision> {
-    let LongPoll { turns, sessions, hold, topics: mut topics_changed } = poll;
+    let LongPoll { turns, held, sessions, hold, topics: mut topics_changed } = poll;
     if hold.is_zero() || req.member_epoch <= 0 {
         return decide_in_turn(partition, turns, req, topics, timeouts, timeout).await;
     }
     let until = rill_rt::now() + hold;
-    let changes = partition.peek(|m| m.held_heartbeats().listen(&req.group_id, &req.member_id));
+    let changes = held.listen(&req.group_id, &req.member_id);
     let version = |m: &OffsetsMachine| m.groups().get(&req.group_id).map(|g| g.version);
     loop {
         // All taken before the decision reads the group and the topics: a change after that

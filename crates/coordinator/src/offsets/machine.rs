@@ -1,5 +1,9 @@
 //! [`OffsetsMachine`]: the replicated state machine of a `__consumer_offsets` partition.
-//! `apply` is plain bookkeeping every replica repeats identically.
+//! `apply` is plain bookkeeping every replica repeats identically. The leader's soft state —
+//! heartbeats held as long polls — is not part of it: the group shard of the partition's leader
+//! observes the groups' changes through one [`ChangeHook`] while it leads.
+
+use std::sync::{Arc, Mutex, PoisonError};
 
 use bytes::Bytes;
 use prost::Message;
@@ -11,7 +15,7 @@ use super::state::{check_commit, check_delete_group, check_delete_offsets, Commi
 use super::MAX_OFFSETS_PER_COMMIT;
 use crate::groups::classic::{ClassicGroups, Replicated};
 use crate::groups::group::{Applied, ConsumerGroups};
-use crate::groups::held::HeldHeartbeats;
+use crate::groups::held::{HeldHeartbeats, WakePlan};
 use crate::txn_offsets::{self, TxnOffsets};
 
 /// What the machine answers a group change with: it applied, or lost a compare-and-set.
@@ -22,6 +26,44 @@ pub(crate) const CONFLICT: &[u8] = b"conflict";
 /// members).
 pub(crate) const REFUSED: &[u8] = b"refused";
 
+/// The observer of a machine's group changes: the held heartbeats of the leader's group shard,
+/// installed on election and removed on resignation ([`OffsetsMachine::observe`]); empty on
+/// followers, where nothing is held. Not replicated, not in snapshots.
+#[derive(Debug, Default)]
+pub struct ChangeHook(Mutex<Option<Arc<HeldHeartbeats>>>);
+
+impl ChangeHook {
+    fn observer(&self) -> Option<Arc<HeldHeartbeats>> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// Who `change` may concern, before it applies to `groups`.
+    fn plan(&self, groups: &ConsumerGroups, change: &pb::ConsumerGroupChange) -> Option<WakePlan> {
+        self.observer()?.plan(groups, change)
+    }
+
+    /// Wakes what `plan` names, after the change applied to `groups`.
+    fn wake(&self, plan: WakePlan, groups: &ConsumerGroups) {
+        if let Some(held) = self.observer() {
+            held.wake(plan, groups);
+        }
+    }
+
+    /// `group_id` was deleted, expired or taken over.
+    fn wake_group(&self, group_id: &str) {
+        if let Some(held) = self.observer() {
+            held.wake_group(group_id);
+        }
+    }
+
+    /// Everything may have changed (a snapshot installed).
+    fn wake_all(&self) {
+        if let Some(held) = self.observer() {
+            held.wake_all();
+        }
+    }
+}
+
 /// The state machine of a `__consumer_offsets` partition: the committed offsets and the
 /// membership of every consumer group that hashes to it — KIP-848 groups and classic groups, a
 /// group id being one or the other (an id whose group of one protocol has members is refused to
@@ -31,8 +73,8 @@ pub struct OffsetsMachine {
     state: OffsetsState,
     groups: ConsumerGroups,
     classic: ClassicGroups,
-    /// Members whose heartbeat is held (a long poll), woken by the changes that concern them.
-    held: HeldHeartbeats,
+    /// Who is told of the groups' changes as they apply (the leader's held heartbeats).
+    hook: ChangeHook,
 }
 
 impl OffsetsMachine {
@@ -41,9 +83,16 @@ impl OffsetsMachine {
         Self::default()
     }
 
-    /// The members whose heartbeat is held on this replica, and what wakes them.
-    pub fn held_heartbeats(&self) -> &HeldHeartbeats {
-        &self.held
+    /// Tells `held` of every change of the groups from now on (the leader's group shard, on
+    /// election), or nobody (`None`, on resignation). Through `&self`: the shard reaches the
+    /// machine only as a reader.
+    pub fn observe(&self, held: Option<Arc<HeldHeartbeats>>) {
+        *self.hook.0.lock().unwrap_or_else(PoisonError::into_inner) = held;
+    }
+
+    /// True while someone observes the groups' changes ([`Self::observe`]).
+    pub fn is_observed(&self) -> bool {
+        self.hook.observer().is_some()
     }
 
     /// The state.
@@ -192,7 +241,7 @@ impl GroupStateMachine for OffsetsMachine {
                 self.state.txn.remove_group(&d.group_id);
                 self.groups.remove(&d.group_id);
                 self.classic.remove(&d.group_id);
-                self.held.wake_group(&d.group_id);
+                self.hook.wake_group(&d.group_id);
             }
             Ok(Some(pb::offsets_command::Command::DeleteOffsets(d))) => {
                 let topics = d.partitions.iter().map(|t| t.topic.as_str());
@@ -209,7 +258,7 @@ impl GroupStateMachine for OffsetsMachine {
                     // A classic group holds the id: the heartbeat is decided again, and refused.
                     return Bytes::from_static(CONFLICT);
                 }
-                let wake = self.held.plan(&self.groups, &c);
+                let wake = self.hook.plan(&self.groups, &c);
                 return match self.groups.apply(&c) {
                     Applied::Changed => {
                         if self.groups.has_members(&c.group_id) {
@@ -217,7 +266,7 @@ impl GroupStateMachine for OffsetsMachine {
                             self.classic.remove(&c.group_id);
                         }
                         if let Some(wake) = wake {
-                            self.held.wake(wake, &self.groups);
+                            self.hook.wake(wake, &self.groups);
                         }
                         Bytes::from_static(APPLIED)
                     }
@@ -236,7 +285,7 @@ impl GroupStateMachine for OffsetsMachine {
                     // Neither offsets nor members: the group is gone (Kafka's group cleanup).
                     self.groups.remove(&e.group_id);
                     self.classic.remove(&e.group_id);
-                    self.held.wake_group(&e.group_id);
+                    self.hook.wake_group(&e.group_id);
                 }
             }
             Ok(Some(pb::offsets_command::Command::ClassicGroup(r))) => {
@@ -251,7 +300,7 @@ impl GroupStateMachine for OffsetsMachine {
                         if self.classic.has_members(&group_id) {
                             // Takes the id over from an empty KIP-848 group, if there was one.
                             self.groups.remove(&group_id);
-                            self.held.wake_group(&group_id);
+                            self.hook.wake_group(&group_id);
                         }
                         Bytes::from_static(APPLIED)
                     }
@@ -292,7 +341,7 @@ impl GroupStateMachine for OffsetsMachine {
         self.state = state;
         self.groups = ConsumerGroups::from_proto(&s.consumer_groups);
         self.classic = ClassicGroups::from_proto(&s.classic_groups);
-        self.held.wake_all();
+        self.hook.wake_all();
         Ok(())
     }
 }

@@ -11,7 +11,7 @@
 //!   must pass ([`check_commit`], [`check_delete_group`], [`check_delete_offsets`]), checked on
 //!   the leader before proposing and again when applying.
 //! * [`machine`]: [`OffsetsMachine`], the replicated state machine — offsets, KIP-848 groups and
-//!   classic groups.
+//!   classic groups — and the one hook through which the leader observes the groups' changes.
 //! * [`requests`]: the coordinator's operations on its leader — commit, delete, expire, read —
 //!   each a command proposed (or a read served) on the caught-up leader.
 
@@ -19,7 +19,7 @@ pub mod machine;
 pub mod requests;
 pub mod state;
 
-pub use machine::OffsetsMachine;
+pub use machine::{ChangeHook, OffsetsMachine};
 pub use requests::{commit, delete_group, delete_offsets, expire, read};
 pub use state::{
     check_commit, check_delete_group, check_delete_offsets, CommittedOffset, Committer, OffsetCommit, OffsetsState,

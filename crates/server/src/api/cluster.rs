@@ -19,6 +19,7 @@ use rill_raft::NodeId;
 use rill_tls::Caller;
 use tonic::{Request, Response, Status};
 
+use crate::coordinators::Coordinators;
 use crate::errors;
 use crate::join::{add_node, AddNodeError};
 use crate::node::{LocalPropose, Node};
@@ -27,12 +28,13 @@ use crate::service::status::local_status;
 /// The `Cluster` service.
 pub struct ClusterApi {
     node: Arc<Node>,
+    coordinators: Arc<Coordinators>,
 }
 
 impl ClusterApi {
-    /// The service for `node`.
-    pub fn new(node: Arc<Node>) -> Self {
-        Self { node }
+    /// The service for `node`, whose coordinator shards are `coordinators`.
+    pub fn new(node: Arc<Node>, coordinators: Arc<Coordinators>) -> Self {
+        Self { node, coordinators }
     }
 
     /// `Ok` when the caller of `request` may speak for node `from`.
@@ -145,7 +147,7 @@ impl Cluster for ClusterApi {
         request: Request<AddTxnPartitionRequest>,
     ) -> Result<Response<AddTxnPartitionResponse>, Status> {
         self.check_member(&request, request.get_ref().from_node, "AddTxnPartition")?;
-        Ok(Response::new(crate::txn_verify::serve(&self.node, request.into_inner()).await))
+        Ok(Response::new(crate::txn_verify::serve(&self.node, &self.coordinators, request.into_inner()).await))
     }
 
     async fn add_txn_partitions(
@@ -157,8 +159,9 @@ impl Cluster for ClusterApi {
         // Each ask names one partition (or group): the produce path's bound on partitions.
         crate::service::limits::check_counts("AddTxnPartitions", 0, req.asks.len())
             .map_err(|e| errors::request_status(&e))?;
-        let answers =
-            futures::future::join_all(req.asks.into_iter().map(|ask| crate::txn_verify::serve(&self.node, ask)));
+        let answers = futures::future::join_all(
+            req.asks.into_iter().map(|ask| crate::txn_verify::serve(&self.node, &self.coordinators, ask)),
+        );
         Ok(Response::new(AddTxnPartitionsResponse { answers: answers.await }))
     }
 }

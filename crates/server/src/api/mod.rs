@@ -41,6 +41,7 @@ use rill_proto::transactions::transactions_server::TransactionsServer;
 use rill_proto::MAX_GRPC_MESSAGE_BYTES;
 use rill_raft::service::RaftService;
 
+use crate::coordinators::Coordinators;
 use crate::error::{Error, Result};
 use crate::node::Node;
 use crate::service::{Authorization, Service};
@@ -72,10 +73,14 @@ impl ClientLimits {
 }
 
 /// Serves the public services on the client listener and the internal ones on the internal
-/// listener until `shutdown` completes, then stops accepting on both and lets in-flight requests
+/// listener, over `node` and its coordinator shards, until `shutdown` completes, then stops accepting on both and lets in-flight requests
 /// finish. Both listeners keep serving while `shutdown` runs (a stopping node hands its
 /// partitions over through the internal services).
-pub async fn serve(node: Arc<Node>, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<()> {
+pub async fn serve(
+    node: Arc<Node>,
+    coordinators: Arc<Coordinators>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<()> {
     let (stopped_tx, stopped_rx) = rill_rt::sync::watch::channel(false);
     let stop = async move {
         shutdown.await;
@@ -89,14 +94,14 @@ pub async fn serve(node: Arc<Node>, shutdown: impl Future<Output = ()> + Send + 
     };
     // One service layer and one set of client limits for every client listener of the node;
     // every public handler asks the same authorizer (allow-all until clients authenticate).
-    let service = Service::new(node.clone(), Authorization::default());
+    let service = Service::new(node.clone(), coordinators.clone(), Authorization::default());
     #[cfg(not(madsim))]
     let limits = ClientLimits::new(&node.config().client_limits);
     #[cfg(madsim)]
     let limits = ();
     let servers = futures::future::try_join(
         serve_public(&node, service, limits, stopped()).boxed(),
-        serve_internal(node.clone(), stopped()).boxed(),
+        serve_internal(node.clone(), coordinators, stopped()).boxed(),
     );
     // A listener that fails (e.g. its port is taken) fails the node at once.
     match futures::future::select(Box::pin(stop), servers).await {
@@ -182,12 +187,16 @@ fn public_server(
 }
 
 /// The internal listener: node-to-node services only.
-async fn serve_internal(node: Arc<Node>, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<()> {
+async fn serve_internal(
+    node: Arc<Node>,
+    coordinators: Arc<Coordinators>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<()> {
     let addr = node.config().internal_listen;
     let raft = RaftTransportServer::new(RaftService::new(node.multi().clone(), node.internal_tls().is_some()))
         .max_decoding_message_size(MAX_GRPC_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_GRPC_MESSAGE_BYTES);
-    let cluster = ClusterServer::new(cluster::ClusterApi::new(node.clone()));
+    let cluster = ClusterServer::new(cluster::ClusterApi::new(node.clone(), coordinators));
     let router = tonic::transport::Server::builder().add_service(raft).add_service(cluster);
     let failed = |e: &dyn std::fmt::Display| Error::Serve(format!("internal listener {addr}: {e}"));
     match node.internal_tls() {

@@ -267,9 +267,11 @@ impl Service {
             Duration::from_millis(u64::from(timeouts.heartbeat_interval_ms)),
             Duration::from_millis(u64::from(timeouts.session_ms)),
         );
-        let sessions = self.node.group_sessions();
+        let shard = self.coordinators.groups().of(&coordinator)?;
+        let sessions = shard.sessions();
         let poll = consumer_groups::LongPoll {
-            turns: self.node.group_turns(),
+            turns: shard.turns(),
+            held: shard.held(),
             sessions,
             hold,
             topics: self.node.meta_watch(),
@@ -349,8 +351,7 @@ impl Service {
             .map_err(|e| errors::coordinator(&e))?;
         // Transactions v2: the group joins the transaction here (no AddOffsetsToTxn).
         let add = checks::txn_protocol(req.transaction_version)? == transactions::TxnProtocol::V2;
-        let verified =
-            crate::txn_verify::verify_group(&self.node, &req.transactional_id, producer, &req.group_id, add).await?;
+        let verified = self.verifier.verify_group(&req.transactional_id, producer, &req.group_id, add).await?;
         let verified = (verified.transaction, verified.owed);
         txn_offsets::commit(&coordinator, prepared, verified, committer, COMMIT_TIMEOUT)
             .await

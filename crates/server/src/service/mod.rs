@@ -35,6 +35,10 @@
 //! * [`transactions`]: adding to, ending, describing, listing and aborting transactions.
 //! * [`status`]: live partition state gathered from the replicas.
 //!
+//! Coordinator calls go to the shard of the coordinator partition this node leads
+//! (`crate::coordinators`), which owns that coordinator's leader-local state; a transactional
+//! write is verified with its coordinator through the node's one `crate::txn_verify::Verifier`.
+//!
 //! Outcomes are per entry where the operation is per entry ([`Answers`]: a [`Refusal`] for an
 //! entry not served); a [`RequestError`] refuses a whole request.
 
@@ -56,8 +60,10 @@ use rill_raft::NodeId;
 pub use authz::{Authorization, Denied, ResourceType};
 pub use context::{Listener, Principal, RequestContext};
 
+use crate::coordinators::Coordinators;
 pub use crate::errors::Refusal;
 use crate::node::Node;
+use crate::txn_verify::Verifier;
 
 /// A whole request refused: nothing of it was done.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -112,13 +118,23 @@ pub struct TopicAnswers<T> {
 #[derive(Clone)]
 pub struct Service {
     node: Arc<Node>,
+    coordinators: Arc<Coordinators>,
+    verifier: Arc<Verifier>,
     authz: Authorization,
 }
 
 impl Service {
-    /// The service of `node`, deciding with `authz`.
-    pub fn new(node: Arc<Node>, authz: Authorization) -> Self {
-        Self { node, authz }
+    /// The service of `node`, whose coordinator shards are `coordinators`, deciding with
+    /// `authz`. One per node: every listener of the node shares it.
+    pub fn new(node: Arc<Node>, coordinators: Arc<Coordinators>, authz: Authorization) -> Self {
+        let verifier = Verifier::new(node.clone(), coordinators.clone());
+        Self { node, coordinators, verifier, authz }
+    }
+
+    /// The same service deciding with `authz` instead (tests).
+    #[cfg(test)]
+    pub(crate) fn with_authorization(&self, authz: Authorization) -> Self {
+        Self { authz, ..self.clone() }
     }
 
     /// The node it serves.

@@ -221,9 +221,9 @@ impl Service {
                     partition,
                     verify_only: t.protocol == TxnProtocol::V1,
                 };
-                let node = self.node.clone();
+                let verifier = &self.verifier;
                 // Boxed: the coordinator's future is deep, and the produce path nests it again.
-                let verify = || Box::pin(crate::txn_verify::verify(&node, verify.clone()));
+                let verify = || Box::pin(verifier.verify(verify.clone()));
                 replica.produce_transactional(batch, timeout, verify).await
             }
         };

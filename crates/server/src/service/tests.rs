@@ -18,6 +18,7 @@ use super::records::{FetchPartition, FetchRequest, FetchTopic, ProduceRequest, T
 use super::topics::CreateTopic;
 use super::{Answer, Principal, RequestContext, RequestError, Service};
 use crate::api::rules::{rpc, rule};
+use crate::coordinators::{Coordinators, Shard};
 use crate::node::Node;
 
 /// How long the one-node cluster may take to elect its leaders and create a topic.
@@ -32,13 +33,15 @@ impl Authorizer for Deny {
     }
 }
 
-/// A running one-node cluster on an in-memory engine, and its service allowing everything.
-async fn one_node() -> (Arc<Node>, Service) {
+/// A running one-node cluster on an in-memory engine, its coordinator shards, and its service
+/// allowing everything.
+async fn one_node() -> (Arc<Node>, Arc<Coordinators>, Service) {
     let members = BTreeMap::from([(1, "127.0.0.1:1".to_string())]);
     let config = crate::Config::for_member(1, "127.0.0.1:2".parse().unwrap(), members, "/unused".into()).unwrap();
     let node = Node::start(config, Arc::new(rill_storage::MemEngine::new())).await.unwrap();
-    let service = Service::new(node.clone(), Authorization::default());
-    (node, service)
+    let coordinators = Coordinators::start(&node);
+    let service = Service::new(node.clone(), coordinators.clone(), Authorization::default());
+    (node, coordinators, service)
 }
 
 /// The context of a gRPC request to `rpc` by an anonymous caller.
@@ -97,10 +100,10 @@ fn code<T>(answer: &Answer<T>) -> ErrorCode {
 
 #[tokio::test]
 async fn a_denied_topic_is_refused_on_its_own_and_the_rest_is_served() {
-    let (node, allow) = one_node().await;
+    let (node, _, allow) = one_node().await;
     must_create(&node, &allow, "open", 1).await;
     must_create(&node, &allow, "secret", 1).await;
-    let deny = |denied| Service::new(node.clone(), Authorization::new(Arc::new(Deny(denied))));
+    let deny = |denied| allow.with_authorization(Authorization::new(Arc::new(Deny(denied))));
 
     tracing::info!("--- produce: Write on one topic denied");
     let service = deny(vec![(ResourceType::Topic, "secret", Operation::Write)]);
@@ -205,4 +208,52 @@ async fn a_denied_topic_is_refused_on_its_own_and_the_rest_is_served() {
     assert_ne!(code(&described[1].1), ErrorCode::TransactionalIdAuthorizationFailed);
 
     node.stop().await;
+}
+
+#[tokio::test]
+async fn a_coordinator_shard_lives_while_its_node_leads_the_partition() {
+    let (node, coordinators, service) = one_node().await;
+    let offsets_partitions = node.config().consumer_offsets_partitions as usize;
+    let transaction_partitions = node.config().transaction_state_partitions as usize;
+
+    tracing::info!("--- the node leads every internal partition: a shard each, observing its machine");
+    must_reach("a shard for every internal partition", || async {
+        coordinators.groups().all().len() == offsets_partitions
+            && coordinators.transactions().all().len() == transaction_partitions
+    })
+    .await;
+    for shard in coordinators.groups().all() {
+        assert!(shard.partition().peek(|m| m.is_observed()), "the group shard observes its partition");
+    }
+
+    tracing::info!("--- a member joins through its group's shard, which starts its session");
+    must_create(&node, &service, "events", 2).await;
+    let heartbeat = super::groups::ConsumerHeartbeat {
+        request: rill_coordinator::groups::HeartbeatRequest {
+            group_id: "g".into(),
+            member_epoch: 0,
+            rebalance_timeout_ms: Some(30_000),
+            subscribed_topics: Some(vec!["events".into()]),
+            owned: Some(Default::default()),
+            ..Default::default()
+        },
+        wait_ms: None,
+    };
+    let joined = service.consumer_group_heartbeat(&ctx(rpc::CONSUMER_GROUP_HEARTBEAT), heartbeat).await.unwrap();
+    let joined = joined.unwrap();
+    assert!(joined.answer.member_epoch > 0, "{joined:?}");
+    let coordinator = crate::service::routing::group_coordinator(&node, "g").unwrap();
+    let shard = coordinators.groups().of(&coordinator).unwrap();
+    assert!(
+        !shard.sessions().expired(rill_rt::now() + Duration::from_secs(3600)).is_empty(),
+        "the member's session is timed by its coordinator's shard"
+    );
+
+    tracing::info!("--- the replicas stop: every shard resigns and detaches from its machine");
+    node.stop().await;
+    must_reach("no shard left", || async {
+        coordinators.groups().all().is_empty() && coordinators.transactions().all().is_empty()
+    })
+    .await;
+    assert!(!coordinator.peek(|m| m.is_observed()), "the resigned shard detached from the machine");
 }

@@ -102,9 +102,9 @@ impl Service {
         let id = producer.transactional_id.as_str();
         let coordinator = transaction_coordinator(&self.node, id)?;
         let producer = (producer.producer_id, epoch);
-        let additions = self.node.txn_additions();
+        let shard = self.coordinators.transactions().of(&coordinator)?;
         transactions::add_partitions(
-            additions,
+            shard.additions(),
             &coordinator,
             id,
             producer,
@@ -132,15 +132,15 @@ impl Service {
         let id = producer.transactional_id.as_str();
         let coordinator = transaction_coordinator(&self.node, id)?;
         let producer = (producer.producer_id, epoch);
-        let additions = self.node.txn_additions();
-        transactions::add_offsets(additions, &coordinator, id, producer, group_id, protocol, DECISION_TIMEOUT)
+        let shard = self.coordinators.transactions().of(&coordinator)?;
+        transactions::add_offsets(shard.additions(), &coordinator, id, producer, group_id, protocol, DECISION_TIMEOUT)
             .await
             .map_err(|e| errors::coordinator(&e))
     }
 
     /// Ends the producer's transaction (`EndTxn`; Write on the transactional id): commits or
     /// aborts it once its `Prepare*` record is committed, then writes its markers in the
-    /// background ([`crate::txn_markers`]). Answers with the producer's id and epoch to go on
+    /// background (its coordinator's shard, [`crate::coordinators::TxnShard::finish`]). Answers with the producer's id and epoch to go on
     /// with.
     pub async fn end_txn(
         &self,
@@ -153,6 +153,7 @@ impl Service {
         let epoch = checks::producer_epoch(producer.producer_epoch)?;
         let id = producer.transactional_id;
         let coordinator = transaction_coordinator(&self.node, &id)?;
+        let shard = self.coordinators.transactions().of(&coordinator)?;
         let protocol = checks::txn_protocol(transaction_version)?;
         let ended = transactions::end_transaction(
             &coordinator,
@@ -166,7 +167,7 @@ impl Service {
         .map_err(|e| errors::coordinator(&e))?;
         let answer = EndedTxn { producer_id: ended.producer_id, epoch: ended.epoch };
         if let Some(prepared) = ended.to_mark {
-            self.node.txn_markers().finish(&self.node, coordinator, id, prepared);
+            shard.finish(id, prepared);
         }
         Ok(answer)
     }
@@ -177,10 +178,11 @@ impl Service {
     pub async fn abort_transaction(&self, ctx: &RequestContext, transactional_id: &str) -> Answer<()> {
         self.authorize(ctx, ResourceType::TransactionalId, transactional_id)?;
         let coordinator = transaction_coordinator(&self.node, transactional_id)?;
+        let shard = self.coordinators.transactions().of(&coordinator)?;
         let prepared = transactions::abort_open(&coordinator, transactional_id, DECISION_TIMEOUT)
             .await
             .map_err(|e| errors::coordinator(&e))?;
-        self.node.txn_markers().finish(&self.node, coordinator, transactional_id.to_string(), prepared);
+        shard.finish(transactional_id.to_string(), prepared);
         Ok(())
     }
 
