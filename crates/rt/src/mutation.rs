@@ -71,11 +71,15 @@ pub enum Mutation {
     /// its own state without confirming that it still leads: a deposed coordinator shows the
     /// transaction its successor has moved past.
     StaleTransactionsRead,
+    /// A classic group's coordinator answers a SyncGroup with the member's assignment of the
+    /// previous generation instead of the one the leader just gave it: two members of one
+    /// generation are handed the same partitions.
+    StaleSyncAssignment,
 }
 
 impl Mutation {
     /// Every mutation.
-    pub const ALL: [Mutation; 21] = [
+    pub const ALL: [Mutation; 22] = [
         Mutation::AckBeforeSync,
         Mutation::ReadAboveHw,
         Mutation::SkipTruncate,
@@ -97,6 +101,7 @@ impl Mutation {
         Mutation::BatchBeforeMarker,
         Mutation::GroupOffsetsBeforeMarker,
         Mutation::StaleTransactionsRead,
+        Mutation::StaleSyncAssignment,
     ];
 
     /// The name used on the command line (`chaos/run --mutation NAME`).
@@ -123,6 +128,7 @@ impl Mutation {
             Mutation::BatchBeforeMarker => "batch-before-marker",
             Mutation::GroupOffsetsBeforeMarker => "group-offsets-before-marker",
             Mutation::StaleTransactionsRead => "stale-transactions-read",
+            Mutation::StaleSyncAssignment => "stale-sync-assignment",
         }
     }
 

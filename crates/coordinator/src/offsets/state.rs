@@ -245,7 +245,8 @@ pub fn check_commit<'p>(
 /// Whether `group_id` may be deleted: it exists (members or offsets) and has no members, by its
 /// KIP-848 record or its classic one. (A classic group's first generation is stored only once its
 /// leader syncs: a server is to also ask the leader's engine,
-/// [`crate::groups::classic::ClassicEngine::has_members`], once the Kafka listener wires it.)
+/// [`crate::groups::classic::ClassicEngine::has_members`], which the server's group coordinator
+/// shard does before deleting.)
 pub fn check_delete_group(
     offsets: &OffsetsState,
     groups: &ConsumerGroups,

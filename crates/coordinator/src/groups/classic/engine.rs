@@ -405,6 +405,17 @@ impl ClassicEngine {
         Ok(())
     }
 
+    /// True when the leader holds `group_id` in memory (a group with members, or one whose first
+    /// generation is being formed): a classic group, whether or not it is stored yet.
+    pub fn knows(&self, group_id: &str) -> bool {
+        self.groups.contains_key(group_id)
+    }
+
+    /// The ids of the groups the leader holds in memory.
+    pub fn group_ids(&self) -> Vec<String> {
+        self.groups.keys().cloned().collect()
+    }
+
     /// True when the leader's memory has members in `group_id` (some perhaps not stored yet: a
     /// group's first generation is stored only once its leader syncs). A server checks this
     /// before deleting a group or letting a KIP-848 member take the id.
@@ -810,7 +821,13 @@ impl ClassicEngine {
                         let ids: Vec<String> = g.members.keys().cloned().collect();
                         for id in ids {
                             let Some(m) = g.members.get_mut(&id) else { continue };
-                            let assignment = assignments.get(&id).cloned().unwrap_or_default();
+                            let mut assignment = assignments.get(&id).cloned().unwrap_or_default();
+                            if rill_rt::mutation::active(rill_rt::mutation::Mutation::StaleSyncAssignment)
+                                && !m.record.assignment.is_empty()
+                            {
+                                // Deliberate bug (simulation only): the previous generation's.
+                                assignment = m.record.assignment.clone();
+                            }
                             m.record.assignment = assignment.clone();
                             if let Some(h) = m.awaiting_sync.take() {
                                 c.sync(h, Ok(SyncAnswer { assignment, ..template.clone() }));

@@ -19,17 +19,17 @@
 //! * [`timers`]: the engine's queue of deadlines.
 //! * [`config`]: the settings, with Kafka's defaults.
 //!
-//! **Driving it.** Nothing in the server drives the engine yet: the Kafka listener is to wire it
-//! up as follows (the unit tests in `tests.rs` drive it the same way). A server is to keep one
-//! [`ClassicEngine`] per `__consumer_offsets` partition it leads, built with
-//! [`ClassicEngine::new`] from the caught-up leader's applied state, and dropped (after
-//! [`ClassicEngine::resign`]) when it stops leading. Each request is to get a fresh [`Handle`];
-//! the server is to call the engine under its lock with the applied state
-//! ([`crate::OffsetsMachine::replicated`]) and the clock, and carry out the effects in order: a
-//! `Respond` answers the request waiting on that handle; a `Persist` is proposed with [`persist`]
-//! and its outcome reported with [`ClassicEngine::persisted`] (whose effects are carried out the
-//! same way). It is to call [`ClassicEngine::tick`] when [`ClassicEngine::next_deadline`] (asked
-//! after every call) comes. Offset commits of classic members are to be checked with
+//! **Driving it.** The server's group coordinator shard drives it (`rill_server`'s
+//! `coordinators::classic`; the unit tests in `tests.rs` drive it the same way): one
+//! [`ClassicEngine`] per `__consumer_offsets` partition the node leads, built with
+//! [`ClassicEngine::new`] from the caught-up leader's applied state and dropped (after
+//! [`ClassicEngine::resign`]) when it stops leading. Each request gets a fresh [`Handle`]; the
+//! engine is called under its lock with the applied state ([`crate::OffsetsMachine::replicated`])
+//! and the clock, and the effects are carried out in order: a `Respond` answers the request
+//! waiting on that handle; a `Persist` is proposed with [`persist`] and its outcome reported with
+//! [`ClassicEngine::persisted`] (whose effects are carried out the same way).
+//! [`ClassicEngine::tick`] is called when [`ClassicEngine::next_deadline`] (asked after every
+//! call) comes. Offset commits of classic members are checked with
 //! [`ClassicEngine::check_commit`] and then committed as [`crate::offsets::Committer::Classic`].
 //!
 //! **Bounds.** The engine's memory follows the groups, members and member ids handed out, not
