@@ -13,7 +13,9 @@ use rill_proto::groups::{
     CommitOffsetsRequest, CommitOffsetsResponse, CommitPartition, CommitTopic, ConsumerGroupHeartbeatRequest,
     ConsumerGroupHeartbeatResponse, DeleteGroupRequest, DeleteGroupResponse, DeleteOffsetsRequest,
     DeleteOffsetsResponse, DescribeGroupRequest, DescribeGroupResponse, FetchOffsetsRequest, FetchOffsetsTopic,
-    GroupListing, ListGroupsRequest, TxnCommitOffsetsRequest,
+    GroupHeartbeatRequest, GroupHeartbeatResponse, GroupListing, JoinGroupRequest, JoinGroupResponse,
+    LeaveGroupRequest, LeaveGroupResponse, ListGroupsRequest, SyncGroupRequest, SyncGroupResponse,
+    TxnCommitOffsetsRequest,
 };
 use rill_proto::records::InitProducerIdRequest;
 
@@ -112,7 +114,16 @@ macro_rules! groups_status {
     };
 }
 
-groups_status!(ConsumerGroupHeartbeatResponse, DescribeGroupResponse, DeleteGroupResponse, DeleteOffsetsResponse);
+groups_status!(
+    ConsumerGroupHeartbeatResponse,
+    DescribeGroupResponse,
+    DeleteGroupResponse,
+    DeleteOffsetsResponse,
+    JoinGroupResponse,
+    SyncGroupResponse,
+    GroupHeartbeatResponse,
+    LeaveGroupResponse
+);
 
 /// A commit's offsets by topic, as the wire carries them.
 fn commit_topics(offsets: &[(TopicPartition, u64, String)]) -> Result<Vec<CommitTopic>> {
@@ -313,6 +324,73 @@ impl Client {
         let wait = self.options().request_slack * 3 + Duration::from_millis(u64::from(req.wait_ms.unwrap_or(0)));
         self.at_group_coordinator_within(&group, req, wait, |mut stub, req| async move {
             stub.consumer_group_heartbeat(req).await
+        })
+        .await
+    }
+
+    /// One `JoinGroup` of a classic group at its coordinator (following `NOT_COORDINATOR`,
+    /// retrying while it loads or is unavailable, within the retry budget); the answer comes
+    /// when the join phase completes, so each attempt waits up to `wait` (the member's rebalance
+    /// timeout and some). Member errors — `MEMBER_ID_REQUIRED` with the id to join with in
+    /// `member_id`, `UNKNOWN_MEMBER_ID`, `INCONSISTENT_GROUP_PROTOCOL` — come back in the answer
+    /// for the caller to act on.
+    pub async fn join_group(&self, req: JoinGroupRequest, wait: Duration) -> Result<JoinGroupResponse> {
+        let group = req.group_id.clone();
+        self.at_classic_coordinator(&group, req, wait, |mut stub, req| async move { stub.join_group(req).await }).await
+    }
+
+    /// One `SyncGroup` of a classic group at its coordinator (as [`Client::join_group`]): the
+    /// member's assignment, answered once the generation's assignments are stored.
+    pub async fn sync_group(&self, req: SyncGroupRequest, wait: Duration) -> Result<SyncGroupResponse> {
+        let group = req.group_id.clone();
+        self.at_classic_coordinator(&group, req, wait, |mut stub, req| async move { stub.sync_group(req).await }).await
+    }
+
+    /// One heartbeat of a classic member at its group's coordinator (as
+    /// [`Client::join_group`]): `REBALANCE_IN_PROGRESS`, `ILLEGAL_GENERATION` and
+    /// `UNKNOWN_MEMBER_ID` come back in the answer.
+    pub async fn group_heartbeat(&self, req: GroupHeartbeatRequest) -> Result<GroupHeartbeatResponse> {
+        let group = req.group_id.clone();
+        let wait = self.options().request_slack * 3;
+        self.at_classic_coordinator(&group, req, wait, |mut stub, req| async move { stub.group_heartbeat(req).await })
+            .await
+    }
+
+    /// Removes members of a classic group (as [`Client::join_group`]).
+    pub async fn leave_group(&self, req: LeaveGroupRequest) -> Result<LeaveGroupResponse> {
+        let group = req.group_id.clone();
+        let wait = self.options().request_slack * 3;
+        self.at_classic_coordinator(&group, req, wait, |mut stub, req| async move { stub.leave_group(req).await }).await
+    }
+
+    /// Runs a classic group call at `group`'s coordinator, each attempt answered within `wait`:
+    /// the coordinator's own codes (moved, loading, unavailable) are asked again; any other
+    /// answer, a member error included, is the caller's.
+    async fn at_classic_coordinator<Req, Resp, F, Fut>(
+        &self,
+        group: &str,
+        req: Req,
+        wait: Duration,
+        call: F,
+    ) -> Result<Resp>
+    where
+        Req: Clone,
+        Resp: GroupsStatus + Clone,
+        F: Fn(GroupsClient<Channel>, Req) -> Fut,
+        Fut: std::future::Future<Output = std::result::Result<tonic::Response<Resp>, tonic::Status>>,
+    {
+        let call = &call;
+        self.at_coordinator(Coordinator::Group, group, |addr| {
+            let req = req.clone();
+            async move {
+                let stub = GroupsClient::new(self.channel(&addr)?);
+                let resp = answer_within(&addr, wait, call(stub, req)).await?;
+                let (code, message, hint) = resp.clone().take_status();
+                Ok(match check(code, message, hint) {
+                    Err((e, hint)) if coordinator_retriable(&e) => Err((e, hint)),
+                    _ => Ok(resp),
+                })
+            }
         })
         .await
     }

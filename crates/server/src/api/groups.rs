@@ -2,10 +2,16 @@
 //! offsets, descriptions, listings and deletions — each decoded into a [`Service`] call and its
 //! answer encoded.
 
+use rill_coordinator::groups::classic::{self, ClassicDescription};
 use rill_coordinator::groups::{HeartbeatRequest, TopicPartitions};
 use rill_coordinator::offsets::CommittedOffset;
 use rill_proto::common::{ErrorCode, LeaderHint};
 use rill_proto::groups::groups_server::Groups;
+use rill_proto::groups::{
+    ClassicGroupDescription, ClassicMemberDescription, GroupHeartbeatRequest, GroupHeartbeatResponse, JoinGroupRequest,
+    JoinGroupResponse, JoinedMember, LeaveGroupRequest, LeaveGroupResponse, LeftMember, SyncGroupRequest,
+    SyncGroupResponse,
+};
 use rill_proto::groups::{
     CommitOffsetsRequest, CommitOffsetsResponse, CommitPartitionResult, CommitTopic, CommitTopicResult,
     ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, DeleteGroupRequest, DeleteGroupResponse,
@@ -19,6 +25,7 @@ use tonic::{Request, Response, Status};
 use crate::api::rules::{context, rpc};
 use crate::errors::request_status;
 use crate::service::checks::{self, NamedPartitions};
+use crate::service::classic::JoinOutcome;
 use crate::service::groups as svc;
 use crate::service::{Answer, Answers, Service, TopicAnswers};
 
@@ -143,8 +150,164 @@ fn member_to_wire(m: svc::MemberDescription) -> MemberDescription {
     }
 }
 
+fn classic_to_wire(d: ClassicDescription) -> ClassicGroupDescription {
+    ClassicGroupDescription {
+        generation_id: d.generation,
+        protocol_type: d.protocol_type,
+        protocol_name: d.protocol,
+        leader: d.leader,
+        members: d
+            .members
+            .into_iter()
+            .map(|m| ClassicMemberDescription {
+                member_id: m.member_id,
+                instance_id: m.instance_id,
+                client_id: m.client_id,
+                client_host: m.client_host,
+                assignment: m.assignment,
+            })
+            .collect(),
+    }
+}
+
 #[tonic::async_trait]
 impl Groups for GroupsApi {
+    async fn join_group(&self, request: Request<JoinGroupRequest>) -> Result<Response<JoinGroupResponse>, Status> {
+        let mut ctx = context(&request, rpc::JOIN_GROUP)?;
+        let req = request.into_inner();
+        // gRPC carries the member's client id in the request itself.
+        ctx.client_id = req.client_id;
+        let join = classic::JoinGroup {
+            group_id: req.group_id,
+            member_id: req.member_id,
+            instance_id: req.instance_id,
+            protocol_type: req.protocol_type,
+            protocols: req
+                .protocols
+                .into_iter()
+                .map(|p| classic::Protocol { name: p.name, metadata: p.metadata })
+                .collect(),
+            session_timeout_ms: req.session_timeout_ms,
+            rebalance_timeout_ms: req.rebalance_timeout_ms,
+            client_id: String::new(),
+            client_host: String::new(),
+            legacy_member_id: false,
+        };
+        Ok(Response::new(match self.service.join_group(&ctx, join).await {
+            Ok(JoinOutcome::MemberIdRequired { member_id, refusal }) => JoinGroupResponse {
+                error_code: refusal.code as i32,
+                error_message: refusal.message,
+                member_id,
+                generation_id: -1,
+                ..Default::default()
+            },
+            Ok(JoinOutcome::Joined(a)) => JoinGroupResponse {
+                error_code: ErrorCode::None as i32,
+                error_message: String::new(),
+                coordinator: None,
+                member_id: a.member_id,
+                generation_id: a.generation,
+                protocol_type: a.protocol_type,
+                protocol_name: a.protocol_name,
+                leader: a.leader,
+                skip_assignment: a.skip_assignment,
+                members: a
+                    .members
+                    .into_iter()
+                    .map(|m| JoinedMember { member_id: m.member_id, instance_id: m.instance_id, metadata: m.metadata })
+                    .collect(),
+            },
+            Err(e) => JoinGroupResponse {
+                error_code: e.code as i32,
+                error_message: e.message,
+                coordinator: e.leader,
+                generation_id: -1,
+                ..Default::default()
+            },
+        }))
+    }
+
+    async fn sync_group(&self, request: Request<SyncGroupRequest>) -> Result<Response<SyncGroupResponse>, Status> {
+        let ctx = context(&request, rpc::SYNC_GROUP)?;
+        let req = request.into_inner();
+        let sync = classic::SyncGroup {
+            group_id: req.group_id,
+            member_id: req.member_id,
+            instance_id: req.instance_id,
+            generation: req.generation_id,
+            protocol_type: req.protocol_type,
+            protocol_name: req.protocol_name,
+            assignments: req.assignments.into_iter().map(|a| (a.member_id, a.assignment)).collect(),
+        };
+        Ok(Response::new(match self.service.sync_group(&ctx, sync).await {
+            Ok(a) => SyncGroupResponse {
+                error_code: ErrorCode::None as i32,
+                error_message: String::new(),
+                coordinator: None,
+                protocol_type: a.protocol_type,
+                protocol_name: a.protocol_name,
+                assignment: a.assignment,
+            },
+            Err(e) => SyncGroupResponse {
+                error_code: e.code as i32,
+                error_message: e.message,
+                coordinator: e.leader,
+                ..Default::default()
+            },
+        }))
+    }
+
+    async fn group_heartbeat(
+        &self,
+        request: Request<GroupHeartbeatRequest>,
+    ) -> Result<Response<GroupHeartbeatResponse>, Status> {
+        let ctx = context(&request, rpc::GROUP_HEARTBEAT)?;
+        let req = request.into_inner();
+        let heartbeat = classic::Heartbeat {
+            group_id: req.group_id,
+            member_id: req.member_id,
+            instance_id: req.instance_id,
+            generation: req.generation_id,
+        };
+        let (error_code, error_message, coordinator) = error_of(&self.service.group_heartbeat(&ctx, &heartbeat));
+        Ok(Response::new(GroupHeartbeatResponse { error_code, error_message, coordinator }))
+    }
+
+    async fn leave_group(&self, request: Request<LeaveGroupRequest>) -> Result<Response<LeaveGroupResponse>, Status> {
+        let ctx = context(&request, rpc::LEAVE_GROUP)?;
+        let req = request.into_inner();
+        let leave = classic::LeaveGroup {
+            group_id: req.group_id,
+            members: req
+                .members
+                .into_iter()
+                .map(|m| classic::Leaving { member_id: m.member_id, instance_id: m.instance_id })
+                .collect(),
+        };
+        let answer = self.service.leave_group(&ctx, &leave).map_err(|e| request_status(&e))?;
+        let (error_code, error_message, coordinator) = error_of(&answer);
+        let members = answer
+            .unwrap_or_default()
+            .into_iter()
+            .map(|left| {
+                let (code, message) = match left.result {
+                    Ok(()) => (ErrorCode::None as i32, String::new()),
+                    Err(e) => {
+                        let e = crate::errors::coordinator(&e);
+                        (e.code as i32, e.message)
+                    }
+                };
+                LeftMember {
+                    member_id: left.member.member_id,
+                    instance_id: left.member.instance_id,
+                    error_code: code,
+                    error_message: message,
+                }
+            })
+            .collect();
+        Ok(Response::new(LeaveGroupResponse { error_code, error_message, coordinator, members }))
+    }
+
     async fn list_groups(&self, request: Request<ListGroupsRequest>) -> Result<Response<ListGroupsResponse>, Status> {
         let ctx = context(&request, rpc::LIST_GROUPS)?;
         let groups = self
@@ -205,6 +368,7 @@ impl Groups for GroupsApi {
                 target_epoch: d.target_epoch,
                 members: d.members.into_iter().map(member_to_wire).collect(),
                 offsets: offsets_to_wire(d.offsets),
+                classic: d.classic.map(classic_to_wire),
             },
             Err(e) => DescribeGroupResponse {
                 error_code: e.code as i32,

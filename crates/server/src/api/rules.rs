@@ -62,6 +62,14 @@ pub mod rpc {
     pub const DELETE_OFFSETS: &str = "/rill.groups.Groups/DeleteOffsets";
     /// `/rill.groups.Groups/CommitOffsets`.
     pub const COMMIT_OFFSETS: &str = "/rill.groups.Groups/CommitOffsets";
+    /// `/rill.groups.Groups/JoinGroup`.
+    pub const JOIN_GROUP: &str = "/rill.groups.Groups/JoinGroup";
+    /// `/rill.groups.Groups/SyncGroup`.
+    pub const SYNC_GROUP: &str = "/rill.groups.Groups/SyncGroup";
+    /// `/rill.groups.Groups/GroupHeartbeat`.
+    pub const GROUP_HEARTBEAT: &str = "/rill.groups.Groups/GroupHeartbeat";
+    /// `/rill.groups.Groups/LeaveGroup`.
+    pub const LEAVE_GROUP: &str = "/rill.groups.Groups/LeaveGroup";
     /// `/rill.groups.Groups/FetchOffsets`.
     pub const FETCH_OFFSETS: &str = "/rill.groups.Groups/FetchOffsets";
     /// `/rill.transactions.Transactions/AddPartitionsToTxn`.
@@ -115,6 +123,11 @@ pub const RULES: &[Rule] = &[
     Rule { rpc: rpc::DELETE_RECORDS, needs: &[(R::Topic, Op::Delete)] },
     // Kafka's ConsumerGroupHeartbeat: Read on the group; Describe on each subscribed topic.
     Rule { rpc: rpc::CONSUMER_GROUP_HEARTBEAT, needs: &[(R::Group, Op::Read), (R::Topic, Op::Describe)] },
+    // Kafka's JoinGroup, SyncGroup, Heartbeat and LeaveGroup: Read on the group.
+    Rule { rpc: rpc::JOIN_GROUP, needs: &[(R::Group, Op::Read)] },
+    Rule { rpc: rpc::SYNC_GROUP, needs: &[(R::Group, Op::Read)] },
+    Rule { rpc: rpc::GROUP_HEARTBEAT, needs: &[(R::Group, Op::Read)] },
+    Rule { rpc: rpc::LEAVE_GROUP, needs: &[(R::Group, Op::Read)] },
     // Kafka's ListGroups and DescribeGroups: Describe on each group (listings filtered).
     Rule { rpc: rpc::LIST_GROUPS, needs: &[(R::Group, Op::Describe)] },
     Rule { rpc: rpc::DESCRIBE_GROUP, needs: &[(R::Group, Op::Describe)] },

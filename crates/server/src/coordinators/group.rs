@@ -3,8 +3,9 @@
 //! It owns what the leader alone keeps: members' session and rebalance timers
 //! (`rill_coordinator::groups::sessions`; a new leader arms a full session for every member, so
 //! a failover never shortens one), the groups' turns (one writing heartbeat decision at a time
-//! per group), and the heartbeats held as long polls, which the partition's machine wakes through
-//! its change hook while this shard observes it. Its timers:
+//! per group), the heartbeats held as long polls, which the partition's machine wakes through
+//! its change hook while this shard observes it, and the classic groups' engine with its parked
+//! requests and deadlines ([`super::classic`]). Its timers:
 //!
 //! * every second, members whose session or rebalance timeout ran out are removed — a proposed
 //!   command that applies only if the member is still at the epoch its timer saw, so a heartbeat
@@ -19,13 +20,17 @@ use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
 use rill_broker::StatePartition;
+use rill_coordinator::groups::classic::ClassicConfig;
 use rill_coordinator::groups::held::HeldHeartbeats;
 use rill_coordinator::groups::sessions::Sessions;
 use rill_coordinator::groups::{self, GroupTurns};
+use rill_coordinator::offsets::Committer;
 use rill_coordinator::{CoordinatorError, OffsetsMachine};
 use rill_rt::JoinHandle;
 
+use super::classic::ClassicDriver;
 use super::{Coordinators, Registry, Shard};
+use crate::errors::{self, Refusal};
 use crate::node::Node;
 
 /// How often timers are checked: a member is removed at most this long after its timeout.
@@ -36,6 +41,9 @@ const FENCE_TIMEOUT: Duration = Duration::from_secs(5);
 /// The group coordinator of a `__consumer_offsets` partition this node leads.
 pub struct GroupShard {
     partition: Arc<StatePartition<OffsetsMachine>>,
+    /// This node.
+    node_id: u64,
+    classic: Arc<ClassicDriver>,
     sessions: Sessions,
     turns: GroupTurns,
     held: Arc<HeldHeartbeats>,
@@ -57,31 +65,60 @@ impl GroupShard {
     pub fn held(&self) -> &HeldHeartbeats {
         &self.held
     }
+
+    /// The classic groups.
+    pub fn classic(&self) -> &ClassicDriver {
+        &self.classic
+    }
+
+    /// Who commits offsets of `group_id` as `member_id` at `generation` (a member epoch or a
+    /// classic generation): nobody, a KIP-848 member, or a classic member — for a classic group,
+    /// once the leader's memory allows it (Kafka's `validateOffsetCommit`).
+    pub fn committer<'a>(&self, group_id: &str, member_id: &'a str, generation: i32) -> Result<Committer<'a>, Refusal> {
+        let classic = self.classic.is_classic(group_id).map_err(|e| errors::coordinator(&e))?;
+        if !classic {
+            return crate::service::checks::committer(member_id, generation);
+        }
+        self.classic.check_commit(group_id, member_id, generation).map_err(|e| errors::coordinator(&e))?;
+        Ok(if member_id.is_empty() && generation < 0 {
+            Committer::Standalone
+        } else {
+            Committer::Classic { member_id, generation }
+        })
+    }
 }
 
 impl Shard for GroupShard {
     type Machine = OffsetsMachine;
 
-    fn elected(partition: Arc<StatePartition<OffsetsMachine>>, node: &Arc<Node>) -> Arc<Self> {
+    fn elected(partition: Arc<StatePartition<OffsetsMachine>>, node: &Arc<Node>) -> Option<Arc<Self>> {
         let config = node.config();
+        let (classic, classic_tasks) = ClassicDriver::start(partition.clone(), ClassicConfig::default()).ok()?;
         let held = Arc::new(HeldHeartbeats::default());
         partition.peek(|m| m.observe(Some(held.clone())));
         let sessions = Sessions::new(Duration::from_millis(u64::from(config.groups.session_ms)));
         let group = partition.replica().group();
         // Every member gets a full session from now.
         let _ = partition.read(|m| sessions.adopt(group, m.groups()));
-        let shard = Arc::new(Self { partition, sessions, turns: GroupTurns::new(), held, timers: Mutex::default() });
+        let shard = Arc::new(Self {
+            partition,
+            node_id: node.id(),
+            classic,
+            sessions,
+            turns: GroupTurns::new(),
+            held,
+            timers: Mutex::default(),
+        });
         let retention = Retention {
             every: config.offsets_retention.check_every,
             retention_ms: i64::try_from(config.offsets_retention.retention.as_millis()).unwrap_or(i64::MAX),
             marks_horizon: config.transactional_id_expiration.expiration,
         };
-        let timers = vec![
-            rill_rt::spawn(expire_sessions(Arc::downgrade(&shard))),
-            rill_rt::spawn(expire_offsets(Arc::downgrade(&shard), retention)),
-        ];
+        let mut timers = classic_tasks;
+        timers.push(rill_rt::spawn(expire_sessions(Arc::downgrade(&shard))));
+        timers.push(rill_rt::spawn(expire_offsets(Arc::downgrade(&shard), retention)));
         *shard.timers.lock().unwrap_or_else(PoisonError::into_inner) = timers;
-        shard
+        Some(shard)
     }
 
     fn partition(&self) -> &Arc<StatePartition<OffsetsMachine>> {
@@ -90,6 +127,7 @@ impl Shard for GroupShard {
 
     fn resign(&self) {
         self.partition.peek(|m| m.observe(None));
+        self.classic.resign(self.node_id);
         for timer in self.timers.lock().unwrap_or_else(PoisonError::into_inner).drain(..) {
             timer.abort();
         }

@@ -11,7 +11,9 @@
 //!
 //! * [`group`]: [`GroupShard`], the group coordinator of a `__consumer_offsets` partition —
 //!   members' sessions, group turns, held heartbeats (observing the partition's machine through
-//!   its change hook), and the session and offsets-retention timers.
+//!   its change hook), the session and offsets-retention timers, and the classic groups
+//!   ([`classic`]: the classic protocol's engine driven — its parked requests, persists and
+//!   deadlines).
 //! * [`transaction`]: [`TxnShard`], the transaction coordinator of a `__transaction_state`
 //!   partition — additions queued per transactional id, the transactions being finished, and
 //!   the timers that finish prepared transactions, abort expired ones and remove idle ids.
@@ -23,6 +25,7 @@
 //!
 //! A new coordinator kind is one state kind (`rill_coordinator`) plus one [`Shard`] type here.
 
+pub mod classic;
 pub mod group;
 pub mod transaction;
 
@@ -47,8 +50,8 @@ pub trait Shard: Send + Sync + Sized + 'static {
 
     /// Made when this node leads `partition` with its log applied: takes what the replicated
     /// state says the leader must keep (timers for every member, transactions to finish) and
-    /// starts its timers.
-    fn elected(partition: Arc<StatePartition<Self::Machine>>, node: &Arc<Node>) -> Arc<Self>;
+    /// starts its timers. `None` when the node stopped leading meanwhile.
+    fn elected(partition: Arc<StatePartition<Self::Machine>>, node: &Arc<Node>) -> Option<Arc<Self>>;
 
     /// Its partition.
     fn partition(&self) -> &Arc<StatePartition<Self::Machine>>;
@@ -186,7 +189,7 @@ async fn lead_loop<S: Shard>(
             }
         }
         let (Some(n), Some(c)) = (node.upgrade(), coordinators.upgrade()) else { return };
-        let shard = S::elected(partition.clone(), &n);
+        let Some(shard) = S::elected(partition.clone(), &n) else { continue };
         drop(n);
         S::registry(&c).lock().insert(group, shard.clone());
         drop(c);

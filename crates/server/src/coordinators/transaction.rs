@@ -84,7 +84,7 @@ impl TxnShard {
 impl Shard for TxnShard {
     type Machine = TransactionsMachine;
 
-    fn elected(partition: Arc<StatePartition<TransactionsMachine>>, node: &Arc<Node>) -> Arc<Self> {
+    fn elected(partition: Arc<StatePartition<TransactionsMachine>>, node: &Arc<Node>) -> Option<Arc<Self>> {
         let expiration = node.config().transactional_id_expiration;
         let shard = Arc::new(Self {
             partition,
@@ -98,7 +98,7 @@ impl Shard for TxnShard {
             rill_rt::spawn(remove_idle_ids(Arc::downgrade(&shard), expiration.check_every, expiration.expiration)),
         ];
         *shard.timers.lock().unwrap_or_else(PoisonError::into_inner) = timers;
-        shard
+        Some(shard)
     }
 
     fn partition(&self) -> &Arc<StatePartition<TransactionsMachine>> {

@@ -5,16 +5,18 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use rill_coordinator::groups::classic::ClassicDescription;
 use rill_coordinator::groups::TopicPartitions;
 use rill_coordinator::groups::{self as consumer_groups, HeartbeatAnswer, HeartbeatRequest, SubscribedTopic};
 use rill_coordinator::offsets::{self, CommittedOffset};
-use rill_coordinator::{transactions, txn_offsets, OffsetsMachine};
+use rill_coordinator::{transactions, txn_offsets, CoordinatorError, OffsetsMachine};
 
 use super::authz::ResourceType;
 use super::checks::{self, CommitTopic, NamedPartitions};
 use super::limits;
 use super::routing::group_coordinator;
 use super::{Answer, Answers, RequestContext, RequestError, Service, TopicAnswers};
+use crate::coordinators::Shard;
 use crate::errors;
 
 /// How long a commit may take to be committed by the coordinator's partition.
@@ -30,7 +32,8 @@ const HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct GroupListing {
     /// Its id.
     pub group_id: String,
-    /// `consumer` (KIP-848 members), or `simple` (committed offsets only).
+    /// `consumer` (KIP-848 members), `classic` (members joining generations), or `simple`
+    /// (committed offsets only).
     pub protocol: String,
     /// Its state's name.
     pub state: String,
@@ -84,6 +87,8 @@ pub struct GroupDescription {
     pub members: Vec<MemberDescription>,
     /// Its committed offsets, by topic (only while each topic has the id it had at commit).
     pub offsets: Vec<TopicAnswers<Option<CommittedOffset>>>,
+    /// A classic group's generation, protocol and members.
+    pub classic: Option<ClassicDescription>,
 }
 
 /// A member's heartbeat.
@@ -132,16 +137,24 @@ impl Service {
     /// (the client asks every leader), sorted by id.
     pub fn list_groups(&self, ctx: &RequestContext) -> Vec<GroupListing> {
         let mut groups = Vec::new();
-        for p in self.node.offsets_replicas() {
-            // Only a caught-up leader answers for its partition.
-            let Ok(listed) = p.read(|m| {
+        // Only a caught-up leader answers for its partition: its shard.
+        for shard in self.coordinators.groups().all() {
+            let classic: BTreeSet<String> = shard.classic().group_ids().unwrap_or_default().into_iter().collect();
+            let Ok(listed) = shard.partition().read(|m| {
                 let ids: BTreeSet<&String> =
-                    m.state().group_ids().chain(m.groups().iter().map(|g| &g.group_id)).collect();
+                    m.state().group_ids().chain(m.groups().iter().map(|g| &g.group_id)).chain(classic.iter()).collect();
                 ids.into_iter().map(|id| listing(m, id)).collect::<Vec<_>>()
             }) else {
                 continue;
             };
-            groups.extend(listed.into_iter().filter(|g| self.lists(ctx, ResourceType::Group, &g.group_id)));
+            for mut g in listed.into_iter().filter(|g| self.lists(ctx, ResourceType::Group, &g.group_id)) {
+                if classic.contains(&g.group_id) {
+                    if let Ok(Some(d)) = shard.classic().describe(&g.group_id) {
+                        g = classic_listing(&d);
+                    }
+                }
+                groups.push(g);
+            }
         }
         groups.sort_by(|a, b| a.group_id.cmp(&b.group_id));
         groups
@@ -151,6 +164,13 @@ impl Service {
     pub async fn delete_group(&self, ctx: &RequestContext, group_id: &str) -> Answer<()> {
         self.authorize(ctx, ResourceType::Group, group_id)?;
         let coordinator = group_coordinator(&self.node, group_id)?;
+        let shard = self.coordinators.groups().of(&coordinator)?;
+        if shard.classic().has_members(group_id) {
+            // Members in the leader's memory only (a first generation not stored yet).
+            let members = shard.classic().describe(group_id).ok().flatten().map_or(1, |d| d.members.len());
+            let e = CoordinatorError::GroupNotEmpty { group_id: group_id.to_string(), members };
+            return Err(errors::coordinator(&e));
+        }
         offsets::delete_group(&coordinator, group_id, COMMIT_TIMEOUT).await.map_err(|e| errors::coordinator(&e))
     }
 
@@ -191,6 +211,8 @@ impl Service {
     pub fn describe_group(&self, ctx: &RequestContext, group_id: &str) -> Answer<GroupDescription> {
         self.authorize(ctx, ResourceType::Group, group_id)?;
         let coordinator = group_coordinator(&self.node, group_id)?;
+        let shard = self.coordinators.groups().of(&coordinator)?;
+        let classic = shard.classic().describe(group_id).map_err(|e| errors::coordinator(&e))?;
         let meta = self.node.meta();
         let current = |topic: &str, id: &[u8; 16]| meta.topics.get(topic).is_some_and(|t| t.topic_id == *id);
         let described = coordinator.read(|m| {
@@ -201,7 +223,13 @@ impl Service {
                 state: listed.state,
                 ..GroupDescription::default()
             };
-            if let Some(g) = m.groups().get(group_id) {
+            if let Some(c) = classic {
+                let listed = classic_listing(&c);
+                (d.protocol, d.state) = (listed.protocol, listed.state);
+                d.assignor = c.protocol.clone();
+                d.group_epoch = c.generation;
+                d.classic = Some(c);
+            } else if let Some(g) = m.groups().get(group_id) {
                 d.assignor = g.assignor.name().into();
                 d.rebalance_mode = g.mode.name().into();
                 d.group_epoch = g.epoch;
@@ -268,6 +296,13 @@ impl Service {
             Duration::from_millis(u64::from(timeouts.session_ms)),
         );
         let shard = self.coordinators.groups().of(&coordinator)?;
+        if shard.classic().has_members(&req.group_id) {
+            // A classic group's first generation is in the leader's memory only until stored.
+            return Err(errors::coordinator(&CoordinatorError::InconsistentGroupProtocol {
+                group_id: req.group_id.clone(),
+                reason: "a classic group with members holds the id".into(),
+            }));
+        }
         let sessions = shard.sessions();
         let poll = consumer_groups::LongPoll {
             turns: shard.turns(),
@@ -308,7 +343,8 @@ impl Service {
     ) -> Answer<Vec<TopicAnswers<()>>> {
         self.authorize(ctx, ResourceType::Group, group_id)?;
         let coordinator = group_coordinator(&self.node, group_id)?;
-        let committer = checks::committer(member_id, generation_id)?;
+        let shard = self.coordinators.groups().of(&coordinator)?;
+        let committer = shard.committer(group_id, member_id, generation_id)?;
         let refused = |topic: &str| self.authorize(ctx, ResourceType::Topic, topic).err();
         let (accepted, answers) = checks::committed_offsets(&self.node.meta(), topics, refused);
         if !accepted.is_empty() {
@@ -339,7 +375,8 @@ impl Service {
         let epoch = checks::producer_epoch(req.producer_epoch)?;
         transactions::validate(&req.transactional_id, 0).map_err(|e| errors::coordinator(&e))?;
         let coordinator = group_coordinator(&self.node, &req.group_id)?;
-        let committer = checks::committer(&req.member_id, req.generation_id)?;
+        let shard = self.coordinators.groups().of(&coordinator)?;
+        let committer = shard.committer(&req.group_id, &req.member_id, req.generation_id)?;
         let refused = |topic: &str| self.authorize(ctx, ResourceType::Topic, topic).err();
         let (accepted, answers) = checks::committed_offsets(&self.node.meta(), req.topics, refused);
         if accepted.is_empty() {
@@ -435,6 +472,16 @@ impl Service {
         })
         .await;
         answer.map_err(|e| errors::coordinator(&e))
+    }
+}
+
+/// A classic group as `ListGroups` shows it.
+fn classic_listing(d: &ClassicDescription) -> GroupListing {
+    GroupListing {
+        group_id: d.group_id.clone(),
+        protocol: "classic".into(),
+        state: d.state.name().into(),
+        members: d.members.len() as u32,
     }
 }
 

@@ -32,6 +32,7 @@
 //!   membership, metadata and finding coordinators.
 //! * [`groups`]: consumer groups — heartbeats, offsets (committed plainly or in a transaction),
 //!   descriptions, listings, deletions.
+//! * [`classic`]: classic groups — JoinGroup, SyncGroup, Heartbeat, LeaveGroup.
 //! * [`transactions`]: adding to, ending, describing, listing and aborting transactions.
 //! * [`status`]: live partition state gathered from the replicas.
 //!
@@ -44,6 +45,7 @@
 
 pub mod authz;
 pub mod checks;
+pub mod classic;
 pub mod context;
 pub mod groups;
 pub mod limits;

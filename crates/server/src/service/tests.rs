@@ -257,3 +257,76 @@ async fn a_coordinator_shard_lives_while_its_node_leads_the_partition() {
     .await;
     assert!(!coordinator.peek(|m| m.is_observed()), "the resigned shard detached from the machine");
 }
+
+#[tokio::test]
+async fn classic_members_join_a_generation_sync_their_assignments_and_commit_under_it() {
+    use rill_coordinator::groups::classic::{Heartbeat, JoinGroup, LeaveGroup, Leaving, Protocol, SyncGroup};
+
+    use super::classic::JoinOutcome;
+
+    let (node, _, service) = one_node().await;
+    must_create(&node, &service, "orders", 2).await;
+    must_reach("the group's coordinator", || async {
+        service.find_coordinator(&ctx(rpc::FIND_COORDINATOR), PartitionKind::ConsumerOffsets, "cg").is_ok()
+    })
+    .await;
+    let join = |member_id: String| JoinGroup {
+        group_id: "cg".into(),
+        member_id,
+        protocol_type: "consumer".into(),
+        protocols: vec![Protocol { name: "range".into(), metadata: Bytes::from_static(b"orders") }],
+        session_timeout_ms: 10_000,
+        rebalance_timeout_ms: 5_000,
+        ..Default::default()
+    };
+
+    tracing::info!("--- a new member is first given its id, then joins the first generation and leads it");
+    let (id, refusal) = match service.join_group(&ctx(rpc::JOIN_GROUP), join(String::new())).await.unwrap() {
+        JoinOutcome::MemberIdRequired { member_id, refusal } => (member_id, refusal),
+        other => panic!("a first join without an id is answered with one: {other:?}"),
+    };
+    assert_eq!(refusal.code, ErrorCode::MemberIdRequired);
+    let JoinOutcome::Joined(joined) = service.join_group(&ctx(rpc::JOIN_GROUP), join(id.clone())).await.unwrap() else {
+        panic!("the member joins with its id")
+    };
+    assert_eq!((joined.member_id.as_str(), joined.leader.as_str(), joined.generation), (id.as_str(), id.as_str(), 1));
+    assert_eq!(joined.members.len(), 1, "the leader is told every member with its metadata");
+
+    tracing::info!("--- the leader's sync is answered once the generation's assignment is stored");
+    let sync = SyncGroup {
+        group_id: "cg".into(),
+        member_id: id.clone(),
+        generation: 1,
+        assignments: vec![(id.clone(), Bytes::from_static(b"0,1"))],
+        ..Default::default()
+    };
+    let synced = service.sync_group(&ctx(rpc::SYNC_GROUP), sync).await.unwrap();
+    assert_eq!(synced.assignment, Bytes::from_static(b"0,1"));
+    let stored = crate::service::routing::group_coordinator(&node, "cg")
+        .unwrap()
+        .peek(|m| m.classic_groups().get("cg").map(|g| (g.generation, g.members.len())));
+    assert_eq!(stored, Some((1, 1)), "the generation is replicated before the sync is answered");
+    let heartbeat = Heartbeat { group_id: "cg".into(), member_id: id.clone(), generation: 1, ..Default::default() };
+    assert_eq!(service.group_heartbeat(&ctx(rpc::GROUP_HEARTBEAT), &heartbeat), Ok(()));
+
+    tracing::info!("--- it commits under its generation; a stale generation is refused");
+    let commit = vec![CommitTopic {
+        topic: "orders".into(),
+        partitions: vec![CommitPartition { partition: 0, offset: 3, metadata: String::new() }],
+    }];
+    let committed = service.commit_offsets(&ctx(rpc::COMMIT_OFFSETS), "cg", &id, 1, commit.clone()).await.unwrap();
+    assert_eq!(code(&committed.unwrap()[0].partitions[0].1), ErrorCode::None);
+    let stale = service.commit_offsets(&ctx(rpc::COMMIT_OFFSETS), "cg", &id, 0, commit).await.unwrap();
+    assert_eq!(code(&stale), ErrorCode::IllegalGeneration);
+
+    tracing::info!("--- the group is described and listed as classic; its member leaves");
+    let described = service.describe_group(&ctx(rpc::DESCRIBE_GROUP), "cg").unwrap();
+    assert_eq!((described.protocol.as_str(), described.state.as_str()), ("classic", "Stable"));
+    assert_eq!(described.classic.map(|c| c.members.len()), Some(1));
+    let listed = service.list_groups(&ctx(rpc::LIST_GROUPS));
+    assert!(listed.iter().any(|g| g.group_id == "cg" && g.protocol == "classic"), "{listed:?}");
+    let leave = LeaveGroup { group_id: "cg".into(), members: vec![Leaving { member_id: id, instance_id: None }] };
+    let left = service.leave_group(&ctx(rpc::LEAVE_GROUP), &leave).unwrap().unwrap();
+    assert!(left[0].result.is_ok());
+    node.stop().await;
+}
