@@ -18,6 +18,8 @@
 //! * [`scenarios`]: the named scenarios and what they enable.
 //! * `cluster`, `faults`, `workload`, `oracle`, `run`: the simulation itself (madsim
 //!   builds only); `group_run`: consumer group members under faults and the `groups` scenario;
+//!   `classic_run`: classic group members (JoinGroup / SyncGroup) under faults, the
+//!   `classic_groups` scenario;
 //!   `txn_run`: transactional producers and read_committed readers under faults, the
 //!   `transactions` scenario; `ctp_run`: consume-transform-produce processors committing
 //!   offsets in their transactions, the `exactly_once` scenario.
@@ -31,6 +33,8 @@ pub mod history;
 pub mod scenarios;
 pub mod trace;
 
+#[cfg(madsim)]
+pub mod classic_run;
 #[cfg(madsim)]
 pub mod cluster;
 #[cfg(madsim)]

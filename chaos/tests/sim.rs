@@ -30,6 +30,7 @@ use std::time::Duration;
 
 use rill_broker::{PartitionError, ReplicaState};
 use rill_chaos::checkers::group_delivery;
+use rill_chaos::classic_run;
 use rill_chaos::cluster::{init_logs, SimCluster, SimOptions};
 use rill_chaos::group_run::{self, CRASH, LEAVE, RUN};
 use rill_chaos::scenarios;
@@ -1760,6 +1761,17 @@ async fn groups() {
     assert!(report.violations.is_empty(), "{} violation(s); first: {}", report.violations.len(), report.violations[0]);
 }
 
+/// Generated: classic group members (JoinGroup / SyncGroup, eager, the leader assigning
+/// ranges) join, crash mid-batch, leave and pause past their session while nodes crash and the
+/// network partitions (`rill_chaos::classic_run`). Caught mutation: `stale-sync-assignment`.
+#[madsim::test]
+async fn classic_groups() {
+    init_logs();
+    let report = classic_run::run_generated().await;
+    report.print();
+    assert!(report.violations.is_empty(), "{} violation(s); first: {}", report.violations.len(), report.violations[0]);
+}
+
 /// Generated: transactional producers commit and abort over three partitions, instances crash
 /// mid-transaction and are replaced, idle past their transactional id's expiration now and then,
 /// a read_committed reader follows, under every node fault (`rill_chaos::txn_run`). Caught
@@ -1807,6 +1819,7 @@ async fn list_scenarios() {
     println!("held_heartbeats_keep_a_short_session\tscripted: with a 6 s session and 5 s heartbeats held as long polls, two idle members keep their partitions for 30 s and the group its epoch (default)");
     println!("consumer_group_members_never_share_a_partition\tscripted: group members join, crash and leave while the coordinator is killed: no partition ever has two owners, commits never go back, everything is handed out (default)");
     println!("groups\tgenerated: consumer group members join, crash mid-batch, leave and pause past their session under every node fault; ownership in epoch order, nothing skipped, lag reaches 0 (default)");
+    println!("classic_groups\tgenerated: classic group members (JoinGroup / SyncGroup, eager) join, crash mid-batch, leave and pause past their session under every node fault; no partition handed to two members of a generation, generation order, commits never go back, nothing skipped, lag reaches 0 (default)");
     println!("transactions\tgenerated: transactional producers commit and abort, crash mid-transaction and are fenced by their successors, a read_committed reader follows, under every node fault; no aborted read, no lost committed write, no torn transaction, the LSO reaches the HW (default)");
     println!("exactly_once\tgenerated: consume-transform-produce processors commit their input's offsets in their output's transaction, abort now and then, crash mid-transaction and are fenced by their successors, under every node fault; every input has exactly one committed output (default)");
     for s in scenarios::SCENARIOS {

@@ -3,6 +3,9 @@
 //! revoking, so this is "no two members own a partition in overlapping epochs"), and a
 //! partition's committed offset never goes backwards within one incarnation of a replica (no
 //! explicit reset exists yet).
+//!
+//! Classic groups ([`classic_double_owners`]): no partition is handed to two members of one
+//! generation — by the syncs the members were answered (client-visible) or by a stored record.
 
 use std::collections::BTreeMap;
 
@@ -33,6 +36,40 @@ pub fn double_owners(group: &ConsumerGroup) -> Vec<Violation> {
                             });
                         }
                     }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// One classic member's assignment for a generation, as a sync answered it (or a stored record
+/// holds it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Handout {
+    /// Which member (the scenario's numbering, or its place in a record).
+    pub member: usize,
+    /// The generation.
+    pub generation: i32,
+    /// Its partitions of the group's topic.
+    pub partitions: Vec<u32>,
+}
+
+/// Partitions handed to two members of one generation.
+pub fn classic_double_owners(handouts: &[Handout]) -> Vec<Violation> {
+    let mut owner: BTreeMap<(i32, u32), usize> = BTreeMap::new();
+    let mut out = Vec::new();
+    for h in handouts {
+        for p in &h.partitions {
+            if let Some(other) = owner.insert((h.generation, *p), h.member) {
+                if other != h.member {
+                    out.push(Violation {
+                        checker: "double-owner",
+                        detail: format!(
+                            "generation {}: partition {p} was handed to member {other} and to member {}",
+                            h.generation, h.member
+                        ),
+                    });
                 }
             }
         }
@@ -84,6 +121,14 @@ mod tests {
         assert!(double_owners(&g).is_empty());
         g.members.insert("c".into(), member("c", &[], &[1]));
         assert_eq!(double_owners(&g).len(), 1);
+    }
+
+    #[test]
+    fn a_classic_partition_handed_twice_in_one_generation_is_caught() {
+        let h =
+            |member, generation, partitions: &[u32]| Handout { member, generation, partitions: partitions.to_vec() };
+        assert!(classic_double_owners(&[h(0, 1, &[0, 1]), h(1, 1, &[2]), h(1, 2, &[0]), h(0, 1, &[0])]).is_empty());
+        assert_eq!(classic_double_owners(&[h(0, 3, &[0, 1]), h(1, 3, &[1, 2])]).len(), 1);
     }
 
     #[test]
