@@ -38,6 +38,12 @@ diff <(printf '2 k three\n') <("$py" "$here/consumer.py" py --partition 1 --offs
 "$bin/rill" topic create py-group --partitions 2 --replication-factor 3 >/dev/null
 diff <(printf 'held heartbeat of a stable member: answered at the end of its hold\nheld heartbeat of an owner: answered early with a revocation when a second member joined\nshared 1+1\ncommit own partition: NONE\ncommit other'"'"'s partition: STALE_MEMBER_EPOCH\nleft\n') \
   <("$py" "$here/group.py" py-group --group py-members)
+# A classic group over grpcio, the leader assigning with kafka-python's range assignor over
+# kafka-python's consumer protocol encoding: member ids, generations, a rebalance, commits fenced
+# by generation.
+"$bin/rill" topic create py-classic --partitions 2 --replication-factor 3 >/dev/null
+diff <(printf 'first join: MEMBER_ID_REQUIRED\njoined generation 1 as leader owning 2 of 2: NONE\nheartbeat after a second member joined: REBALANCE_IN_PROGRESS\ngeneration 2 shared 1+1\ncommit under the current generation: NONE\ncommit under the old generation: ILLEGAL_GENERATION\nleft\n') \
+  <("$py" "$here/classic.py" py-classic --group py-classic-members)
 for codec in none gzip snappy lz4 zstd; do
   "$bin/rill" topic create "py-$codec" --partitions 1 --replication-factor 3 >/dev/null
   "$py" "$here/producer.py" "py-$codec" "a-$codec" "b-$codec" --compression "$codec" >/dev/null
