@@ -1033,8 +1033,8 @@ async fn a_late_copy_of_a_marker_never_decides_the_next_transaction() {
 /// mutation: `group-offsets-before-marker`.
 #[madsim::test]
 async fn a_groups_owed_marker_comes_before_the_next_transactions_offsets() {
+    use rill_coordinator::offsets::txn::{self as txn_offsets, TxnMarker};
     use rill_coordinator::offsets::{Committer, OffsetCommit};
-    use rill_coordinator::txn_offsets::{self, TxnMarker};
     let trace = begin_scripted();
     let (cluster, client) = cluster_with_topic("owed", 1, &[], &[rill_meta::CONSUMER_OFFSETS_TOPIC]).await;
     let (_, group) = cluster

@@ -13,8 +13,6 @@
 //!   the server-side assignors, and the coordinator's decisions for heartbeats and timeouts — and
 //!   classic groups ([`groups::classic`]: Kafka's JoinGroup / SyncGroup protocol, a sans-IO
 //!   engine on the leader over a replicated record per group).
-//! * [`txn_offsets`]: offsets committed inside transactions (KIP-447) — pending in the group's
-//!   partition until the transaction's marker commits or drops them.
 //! * [`transactions`]: the `transaction-state` kind — each transactional id's producer id,
 //!   epoch and transaction (state, partitions, groups, protocol version), and the transaction
 //!   coordinator's decisions ([`transactions::transitions`]).
@@ -30,7 +28,6 @@ pub mod groups;
 pub mod hash;
 pub mod offsets;
 pub mod transactions;
-pub mod txn_offsets;
 
 pub use error::{CoordinatorError, Result};
 pub use offsets::{CommittedOffset, OffsetCommit, OffsetsMachine};

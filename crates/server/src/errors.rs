@@ -4,9 +4,9 @@
 //! a metadata request, a transactional id of a describe) is built here, from an internal error
 //! ([`partition`], [`meta`], [`propose`], [`coordinator`]) or by a named constructor for a refusal
 //! the service layer makes itself (an unknown topic, a malformed field, a denied resource). Each
-//! listener encodes a refusal in its own wire shape; whole-request failures
-//! ([`crate::service::RequestError`]) are turned into gRPC statuses by [`request_status`], the
-//! gRPC listener's one mapping, beside the internal services' statuses. [`kafka_code`] states,
+//! listener encodes a refusal in its own wire shape (whole-request failures,
+//! `crate::service::RequestError`, become gRPC statuses in `crate::api::request_status`, the
+//! gRPC listener's one mapping); the internal services' statuses are built here too. [`kafka_code`] states,
 //! for every code, the Kafka error code the Kafka-protocol listener answers with.
 
 use rill_broker::PartitionError;
@@ -18,8 +18,6 @@ use rill_records::BatchError;
 use rill_coordinator::CoordinatorError;
 
 use crate::node::ProposeError;
-use crate::service::authz::{Denied, ResourceType};
-use crate::service::RequestError;
 
 /// Why one entry of a request (a partition, a topic, a group, a transactional id) was not served:
 /// a stable code (Kafka's number where the meaning is the same), a readable message saying what
@@ -325,28 +323,10 @@ pub fn group_not_hosted_status(group: u64, node: u64) -> tonic::Status {
     tonic::Status::not_found(format!("group {group} is not hosted on node {node}"))
 }
 
-/// A resource the caller may not use for what the request does with it, by its type (Kafka's
-/// `*_AUTHORIZATION_FAILED` codes).
-pub fn not_authorized(e: &Denied) -> Refusal {
-    let code = match e.resource.kind {
-        ResourceType::Topic => ErrorCode::TopicAuthorizationFailed,
-        ResourceType::Group => ErrorCode::GroupAuthorizationFailed,
-        ResourceType::Cluster => ErrorCode::ClusterAuthorizationFailed,
-        ResourceType::TransactionalId => ErrorCode::TransactionalIdAuthorizationFailed,
-    };
-    Refusal::new(code, e.to_string())
-}
-
-/// A whole public request refused, as the gRPC status its handler returns: the gRPC listener's
-/// one mapping of [`RequestError`].
-pub fn request_status(e: &RequestError) -> tonic::Status {
-    match e {
-        RequestError::Invalid(_) | RequestError::TooManyEntries { .. } => {
-            tonic::Status::invalid_argument(e.to_string())
-        }
-        RequestError::Denied(_) => tonic::Status::permission_denied(e.to_string()),
-        RequestError::StorageFailed { node, reason } => storage_failed_status(*node, reason),
-    }
+/// A resource the caller may not use for `what` (its type's `*_AUTHORIZATION_FAILED` code,
+/// Kafka's numbers: `code` is the one of the resource's type).
+pub fn not_authorized(code: ErrorCode, what: String) -> Refusal {
+    Refusal::new(code, what)
 }
 
 /// An internal request that names a node other than the one whose certificate sent it.

@@ -4,6 +4,7 @@
 //!   main.rs ──► Args::load ──► open RocksDB ──► start(config, engine, shutdown)
 //!   chaos/  ──────────────────► MemEngine  ──┘        │
 //!                                                     ├─ Node::start: group 0 + reconciler
+//!                                                     ├─ failover, balance: the node's loops
 //!                                                     ├─ Coordinators::start: coordinator shards
 //!                                                     └─ api::serve: Records, Admin, Groups,
 //!                                                          Transactions (public) → service::Service
@@ -69,6 +70,12 @@ pub async fn start(
     on_ready: impl FnOnce(Arc<Node>),
 ) -> Result<()> {
     let node = Node::start(config, engine).await?;
+    // The node's own loops, beside it rather than inside `Node` (which they use): elections
+    // after a silent leader's lease, and handing leadership back to preferred replicas.
+    rill_rt::spawn(failover::run(Arc::downgrade(&node)));
+    if node.config().auto_leader_rebalance {
+        rill_rt::spawn(balance::run(Arc::downgrade(&node)));
+    }
     let coordinators = coordinators::Coordinators::start(&node);
     on_ready(node.clone());
     // A joining node stops again when the cluster refuses it for good.

@@ -179,10 +179,6 @@ impl Node {
         });
         rill_rt::spawn(reconcile(Arc::downgrade(&node), node.meta.clone()));
         rill_rt::spawn(register_members(Arc::downgrade(&node)));
-        rill_rt::spawn(crate::failover::run(Arc::downgrade(&node)));
-        if node.config.auto_leader_rebalance {
-            rill_rt::spawn(crate::balance::run(Arc::downgrade(&node)));
-        }
         tracing::info!(node = node.config.node_id, listen = %node.config.listen, internal_listen = %node.config.internal_listen, "node started");
         Ok(node)
     }

@@ -31,18 +31,19 @@
 //! A consumer group whose offsets the transaction commits (`AddOffsetsToTxn`) gets its marker in
 //! the `__consumer_offsets` partition it hashes to, whose leader is the group's coordinator: the
 //! marker commits or drops the offsets pending there
-//! ([`rill_coordinator::txn_offsets`]).
+//! ([`rill_coordinator::offsets::txn`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use rill_broker::{PartitionError, StatePartition};
+use rill_coordinator::offsets::txn as txn_offsets;
 use rill_coordinator::transactions::{self, TransactionMetadata};
-use rill_coordinator::{txn_offsets, TransactionsMachine};
+use rill_coordinator::TransactionsMachine;
 use rill_meta::PartitionKind;
 use rill_proto::common::ErrorCode;
-use rill_proto::internal::{WriteTxnMarkerResult, WriteTxnMarkersRequest};
+use rill_proto::internal::WriteTxnMarkersRequest;
 use rill_records::{ControlKind, ControlMarker};
 
 use crate::errors;
@@ -300,7 +301,7 @@ async fn write_remote(
 /// Writes `marker` into a partition this node leads: a record partition appends a control
 /// batch; a group's `__consumer_offsets` partition commits or drops the producer's pending
 /// offsets.
-async fn write_local(hosted: &Hosted, marker: Marker) -> Result<(), errors::Refusal> {
+pub(crate) async fn write_local(hosted: &Hosted, marker: Marker) -> Result<(), errors::Refusal> {
     match hosted {
         Hosted::Records(partition) => {
             let kind = if marker.commit { ControlKind::Commit } else { ControlKind::Abort };
@@ -320,49 +321,6 @@ async fn write_local(hosted: &Hosted, marker: Marker) -> Result<(), errors::Refu
             Err(errors::Refusal::new(ErrorCode::InvalidRequest, "a transaction state partition takes no markers"))
         }
     }
-}
-
-/// `Cluster.WriteTxnMarkers` on the receiving node: one result per partition named.
-pub async fn serve(node: &Arc<Node>, req: WriteTxnMarkersRequest) -> Vec<WriteTxnMarkerResult> {
-    let result = |partition: u32, e: Option<errors::Refusal>| WriteTxnMarkerResult {
-        partition,
-        error_code: e.as_ref().map_or(ErrorCode::None as i32, |e| e.code as i32),
-        error_message: e.map(|e| e.message).unwrap_or_default(),
-    };
-    let epoch = match crate::service::checks::producer_epoch(req.producer_epoch) {
-        Ok(epoch) => epoch,
-        Err(bad) => return req.partitions.iter().map(|p| result(*p, Some(bad.clone()))).collect(),
-    };
-    let marker = Marker {
-        producer_id: req.producer_id,
-        epoch,
-        coordinator_epoch: req.coordinator_epoch,
-        commit: req.commit,
-        transaction_start: req.transaction_start,
-    };
-    let (req, result) = (&req, &result);
-    let one = |p: u32| async move {
-        let local = node
-            .topic(&req.topic)
-            .and_then(|t| t.partitions.get(p as usize).map(|a| a.group))
-            .and_then(|g| node.replica(g));
-        let outcome = match local {
-            None => Some(errors::Refusal::new(
-                ErrorCode::NotLeaderOrFollower,
-                format!("node {} hosts no replica of {}/{p}", node.id(), req.topic),
-            )),
-            Some(hosted) => write_local(&hosted, marker).await.err(),
-        };
-        result(p, outcome)
-    };
-    // A partition named twice is written once (and answered twice).
-    let partitions: std::collections::BTreeSet<u32> = req.partitions.iter().copied().collect();
-    let written: std::collections::BTreeMap<u32, WriteTxnMarkerResult> =
-        futures::future::join_all(partitions.into_iter().map(|p| async move { (p, one(p).await) }))
-            .await
-            .into_iter()
-            .collect();
-    req.partitions.iter().filter_map(|p| written.get(p).cloned()).collect()
 }
 
 #[cfg(test)]

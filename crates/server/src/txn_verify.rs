@@ -21,8 +21,9 @@ use std::time::Duration;
 
 use rill_broker::produce::{OwedMarker, Verified};
 use rill_broker::PartitionError;
+use rill_coordinator::offsets::txn as txn_offsets;
+use rill_coordinator::transactions;
 use rill_coordinator::CoordinatorError;
-use rill_coordinator::{transactions, txn_offsets};
 use rill_meta::PartitionKind;
 use rill_proto::common::ErrorCode;
 use rill_proto::internal::cluster_client::ClusterClient;
@@ -56,7 +57,7 @@ pub struct Verify {
 
 /// What is verified to be in the transaction.
 #[derive(Debug, Clone)]
-enum Target {
+pub(crate) enum Target {
     /// A partition (checked, or added with `add`).
     Partition { topic: String, partition: u32, add: bool },
     /// A consumer group (checked, or added with `add`).
@@ -156,9 +157,11 @@ impl Verifier {
 
 /// What the coordinator answers: the transaction's name, and a partition's owed marker.
 #[derive(Debug, Default)]
-struct Answer {
-    transaction_start: u64,
-    owed: Option<OwedTxnMarker>,
+pub(crate) struct Answer {
+    /// The transaction's name.
+    pub(crate) transaction_start: u64,
+    /// The marker the partition or group is still owed.
+    pub(crate) owed: Option<OwedTxnMarker>,
 }
 
 fn owed_to_proto(owed: transactions::OwedMarker, coordinator_epoch: i32) -> OwedTxnMarker {
@@ -339,8 +342,9 @@ async fn ask_one(
     }
 }
 
-/// Answers an ask on this node, the transactional id's coordinator (`shard`).
-async fn serve_local(
+/// Answers an ask on this node, the transactional id's coordinator (`shard`): for a local ask,
+/// and for one another node sent (`crate::service::internal`).
+pub(crate) async fn serve_local(
     shard: &TxnShard,
     transactional_id: &str,
     producer: (i64, i16),
@@ -379,38 +383,6 @@ async fn serve_local(
                 owed: verified.owed.map(|o| owed_to_proto(o, coordinator_epoch)),
             })
         }
-    }
-}
-
-/// `Cluster.AddTxnPartition` on the coordinator's node.
-pub async fn serve(node: &Node, coordinators: &Coordinators, req: AddTxnPartitionRequest) -> AddTxnPartitionResponse {
-    let answer = |e: Refusal| AddTxnPartitionResponse {
-        error_code: e.code as i32,
-        error_message: e.message,
-        ..Default::default()
-    };
-    let epoch = match crate::service::checks::producer_epoch(req.producer_epoch) {
-        Ok(epoch) => epoch,
-        Err(e) => return answer(e),
-    };
-    let shard = crate::service::routing::transaction_coordinator(node, &req.transactional_id)
-        .and_then(|p| coordinators.transactions().of(&p));
-    let shard = match shard {
-        Ok(shard) => shard,
-        Err(e) => return answer(e),
-    };
-    let target = if req.group_id.is_empty() {
-        Target::Partition { topic: req.topic, partition: req.partition, add: !req.verify_only }
-    } else {
-        Target::Group { group: req.group_id, add: !req.verify_only }
-    };
-    match serve_local(&shard, &req.transactional_id, (req.producer_id, epoch), &target).await {
-        Ok(a) => AddTxnPartitionResponse {
-            transaction_start: a.transaction_start,
-            owed_marker: a.owed,
-            ..Default::default()
-        },
-        Err(e) => answer(errors::coordinator(&e)),
     }
 }
 

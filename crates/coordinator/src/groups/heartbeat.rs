@@ -27,7 +27,7 @@ use super::group::{
 };
 use super::reconcile::reconcile;
 use crate::error::{CoordinatorError, Result};
-use crate::offsets::validate_group_id;
+use crate::groups::validate_group_id;
 
 /// How long a member may go without a heartbeat before it is removed, by default (Kafka's
 /// `group.consumer.session.timeout.ms` default).

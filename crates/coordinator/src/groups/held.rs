@@ -1,4 +1,4 @@
-//! Wake-ups for held heartbeats (long polls, [`super::consumer_heartbeat_held`]): which members
+//! Wake-ups for held heartbeats (long polls, `crate::offsets::membership::consumer_heartbeat_held`): which members
 //! a change of their group may give something to do.
 //!
 //! A held heartbeat of member M is answered early when deciding it again would answer news. A

@@ -53,7 +53,8 @@ pub struct Expired {
 
 type Key = (GroupId, String, String);
 
-/// The timers of every member of every group whose coordinator partition this node leads.
+/// The timers of every member of the groups of a coordinator partition this node leads (its
+/// coordinator shard's, made at election; keyed by partition all the same).
 #[derive(Debug)]
 pub struct Sessions {
     timers: Mutex<BTreeMap<Key, Timer>>,

@@ -16,7 +16,7 @@ use super::MAX_OFFSETS_PER_COMMIT;
 use crate::groups::classic::{ClassicGroups, Replicated};
 use crate::groups::group::{Applied, ConsumerGroups};
 use crate::groups::held::{HeldHeartbeats, WakePlan};
-use crate::txn_offsets::{self, TxnOffsets};
+use crate::offsets::txn::{self as txn_offsets, TxnOffsets};
 
 /// What the machine answers a group change with: it applied, or lost a compare-and-set.
 pub(crate) const APPLIED: &[u8] = b"ok";

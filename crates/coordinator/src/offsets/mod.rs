@@ -14,10 +14,24 @@
 //!   classic groups — and the one hook through which the leader observes the groups' changes.
 //! * [`requests`]: the coordinator's operations on its leader — commit, delete, expire, read —
 //!   each a command proposed (or a read served) on the caught-up leader.
+//! * [`membership`]: the groups' membership decided on the leader (`crate::groups`) and
+//!   proposed here: KIP-848 heartbeats (held as long polls), expired members removed, classic
+//!   groups' records stored.
+//! * [`txn`]: offsets committed inside transactions (KIP-447) — pending in the group's partition
+//!   until the transaction's marker commits or drops them.
+//!
+//! ```text
+//!  groups (pure decisions: heartbeats, assignors, classic engine) ◄── offsets: state, machine,
+//!                                                                     requests, membership, txn
+//! ```
+//! The groups' own module decides and knows nothing of this partition; this module holds their
+//! records and proposes their decisions.
 
 pub mod machine;
+pub mod membership;
 pub mod requests;
 pub mod state;
+pub mod txn;
 
 pub use machine::{ChangeHook, OffsetsMachine};
 pub use requests::{commit, delete_group, delete_offsets, expire, read};
@@ -25,32 +39,18 @@ pub use state::{
     check_commit, check_delete_group, check_delete_offsets, CommittedOffset, Committer, OffsetCommit, OffsetsState,
 };
 
-pub(crate) use machine::{APPLIED, REFUSED};
+#[cfg(test)]
+pub(crate) use machine::APPLIED;
+pub(crate) use machine::REFUSED;
 pub(crate) use requests::prepare_commit;
 pub(crate) use state::committed_to;
 
-use crate::error::{CoordinatorError, Result};
+pub use crate::groups::{validate_group_id, MAX_GROUP_ID_BYTES};
 
-/// Longest group id accepted (bytes): ids are keys in the coordinator's state and its snapshot.
-pub const MAX_GROUP_ID_BYTES: usize = 255;
 /// Longest metadata stored with an offset (Kafka's `offset.metadata.max.bytes`).
 pub const MAX_OFFSET_METADATA_BYTES: usize = 4096;
 /// Most offsets one commit may carry: a commit is one Raft entry.
 pub const MAX_OFFSETS_PER_COMMIT: usize = 10_000;
-
-/// Checks a group id: 1–255 bytes.
-pub fn validate_group_id(group: &str) -> Result<()> {
-    if group.is_empty() {
-        return Err(CoordinatorError::InvalidGroupId("it is empty".into()));
-    }
-    if group.len() > MAX_GROUP_ID_BYTES {
-        return Err(CoordinatorError::InvalidGroupId(format!(
-            "it is {} bytes long; at most {MAX_GROUP_ID_BYTES}",
-            group.len()
-        )));
-    }
-    Ok(())
-}
 
 #[cfg(test)]
 mod tests;

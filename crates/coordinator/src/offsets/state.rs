@@ -10,7 +10,7 @@ use rill_proto::coordinator as pb;
 use crate::error::{CoordinatorError, Result};
 use crate::groups::classic::ClassicGroups;
 use crate::groups::group::ConsumerGroups;
-use crate::txn_offsets::TxnOffsets;
+use crate::offsets::txn::TxnOffsets;
 
 /// One committed offset, as stored.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -9,6 +9,7 @@ use rill_raft::{GroupStateMachine, Payload};
 use super::machine::*;
 use super::state::*;
 use super::*;
+use crate::CoordinatorError;
 
 fn commit(offsets: &[(&str, u32, i64)]) -> Payload {
     let c = pb::CommitOffsets {

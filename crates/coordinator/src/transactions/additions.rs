@@ -90,8 +90,10 @@ struct Queue {
     turn: rill_rt::sync::Mutex<()>,
 }
 
-/// The queues of the transactional ids this node is adding to (see the module docs). One per
-/// node, shared by its `__transaction_state` partitions.
+/// The queues of the transactional ids of one `__transaction_state` partition this node leads
+/// (see the module docs): its coordinator shard's, made at election. Across a re-election two
+/// shards' queues may serve one id for a moment; each write is a compare-and-set on the id's
+/// record, so that costs a retry, never a lost or doubled addition.
 #[derive(Default)]
 pub struct Additions {
     queues: Mutex<HashMap<String, Arc<Queue>>>,

@@ -15,8 +15,9 @@ use rill_proto::admin::{
 use rill_proto::common::{ErrorCode, LeaderHint};
 use tonic::{Request, Response, Status};
 
+use crate::api::request_status;
 use crate::api::rules::{context, rpc};
-use crate::errors::{self, request_status, Refusal};
+use crate::errors::{self, Refusal};
 use crate::service::topics as svc;
 use crate::service::{Answer, Service};
 

@@ -19,22 +19,22 @@ use rill_raft::NodeId;
 use rill_tls::Caller;
 use tonic::{Request, Response, Status};
 
-use crate::coordinators::Coordinators;
 use crate::errors;
 use crate::join::{add_node, AddNodeError};
 use crate::node::{LocalPropose, Node};
 use crate::service::status::local_status;
+use crate::service::Service;
 
 /// The `Cluster` service.
 pub struct ClusterApi {
     node: Arc<Node>,
-    coordinators: Arc<Coordinators>,
+    service: Service,
 }
 
 impl ClusterApi {
-    /// The service for `node`, whose coordinator shards are `coordinators`.
-    pub fn new(node: Arc<Node>, coordinators: Arc<Coordinators>) -> Self {
-        Self { node, coordinators }
+    /// The service for `node`, whose service layer is `service`.
+    pub fn new(node: Arc<Node>, service: Service) -> Self {
+        Self { node, service }
     }
 
     /// `Ok` when the caller of `request` may speak for node `from`.
@@ -138,7 +138,7 @@ impl Cluster for ClusterApi {
                 crate::service::limits::MAX_PARTITIONS_PER_REQUEST,
             ));
         }
-        let results = crate::txn_markers::serve(&self.node, req).await;
+        let results = self.service.write_txn_markers(req).await;
         Ok(Response::new(WriteTxnMarkersResponse { results }))
     }
 
@@ -147,7 +147,7 @@ impl Cluster for ClusterApi {
         request: Request<AddTxnPartitionRequest>,
     ) -> Result<Response<AddTxnPartitionResponse>, Status> {
         self.check_member(&request, request.get_ref().from_node, "AddTxnPartition")?;
-        Ok(Response::new(crate::txn_verify::serve(&self.node, &self.coordinators, request.into_inner()).await))
+        Ok(Response::new(self.service.add_txn_partition(request.into_inner()).await))
     }
 
     async fn add_txn_partitions(
@@ -158,10 +158,8 @@ impl Cluster for ClusterApi {
         let req = request.into_inner();
         // Each ask names one partition (or group): the produce path's bound on partitions.
         crate::service::limits::check_counts("AddTxnPartitions", 0, req.asks.len())
-            .map_err(|e| errors::request_status(&e))?;
-        let answers = futures::future::join_all(
-            req.asks.into_iter().map(|ask| crate::txn_verify::serve(&self.node, &self.coordinators, ask)),
-        );
+            .map_err(|e| crate::api::request_status(&e))?;
+        let answers = futures::future::join_all(req.asks.into_iter().map(|ask| self.service.add_txn_partition(ask)));
         Ok(Response::new(AddTxnPartitionsResponse { answers: answers.await }))
     }
 }

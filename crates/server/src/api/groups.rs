@@ -22,8 +22,8 @@ use rill_proto::groups::{
 };
 use tonic::{Request, Response, Status};
 
+use crate::api::request_status;
 use crate::api::rules::{context, rpc};
-use crate::errors::request_status;
 use crate::service::checks::{self, NamedPartitions};
 use crate::service::classic::JoinOutcome;
 use crate::service::groups as svc;

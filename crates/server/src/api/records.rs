@@ -11,8 +11,9 @@ use rill_proto::records::{
 };
 use tonic::{Request, Response, Status};
 
+use crate::api::request_status;
 use crate::api::rules::{context, rpc};
-use crate::errors::{self, request_status, Refusal};
+use crate::errors::{self, Refusal};
 use crate::service::records::{self as svc, OffsetSpec};
 use crate::service::{Answer, Service};
 

@@ -13,8 +13,8 @@ use rill_proto::transactions::{
 };
 use tonic::{Request, Response, Status};
 
+use crate::api::request_status;
 use crate::api::rules::{context, rpc};
-use crate::errors::request_status;
 use crate::service::checks::NamedPartitions;
 use crate::service::transactions::{ListTransactionsFilter, TxnProducer};
 use crate::service::{Answer, Service};

@@ -109,6 +109,21 @@ pub struct Denied {
     pub operation: Operation,
 }
 
+impl Denied {
+    /// The refusal that answers the entries about the denied resource: Kafka's
+    /// `*_AUTHORIZATION_FAILED` code of its type.
+    pub fn refusal(&self) -> crate::errors::Refusal {
+        use rill_proto::common::ErrorCode;
+        let code = match self.resource.kind {
+            ResourceType::Topic => ErrorCode::TopicAuthorizationFailed,
+            ResourceType::Group => ErrorCode::GroupAuthorizationFailed,
+            ResourceType::Cluster => ErrorCode::ClusterAuthorizationFailed,
+            ResourceType::TransactionalId => ErrorCode::TransactionalIdAuthorizationFailed,
+        };
+        crate::errors::not_authorized(code, self.to_string())
+    }
+}
+
 /// The node's authorization: one authorizer, consulted by every service function.
 #[derive(Clone)]
 pub struct Authorization {

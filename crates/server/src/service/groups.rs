@@ -8,15 +8,16 @@ use std::time::Duration;
 use rill_coordinator::groups::classic::ClassicDescription;
 use rill_coordinator::groups::TopicPartitions;
 use rill_coordinator::groups::{self as consumer_groups, HeartbeatAnswer, HeartbeatRequest, SubscribedTopic};
-use rill_coordinator::offsets::{self, CommittedOffset};
-use rill_coordinator::{transactions, txn_offsets, CoordinatorError, OffsetsMachine};
+use rill_coordinator::offsets::txn as txn_offsets;
+use rill_coordinator::offsets::{self, CommittedOffset, Committer};
+use rill_coordinator::{transactions, CoordinatorError, OffsetsMachine};
 
 use super::authz::ResourceType;
 use super::checks::{self, CommitTopic, NamedPartitions};
 use super::limits;
 use super::routing::group_coordinator;
 use super::{Answer, Answers, RequestContext, RequestError, Service, TopicAnswers};
-use crate::coordinators::Shard;
+use crate::coordinators::{GroupShard, Shard};
 use crate::errors;
 
 /// How long a commit may take to be committed by the coordinator's partition.
@@ -304,17 +305,23 @@ impl Service {
             }));
         }
         let sessions = shard.sessions();
-        let poll = consumer_groups::LongPoll {
+        let poll = rill_coordinator::offsets::membership::LongPoll {
             turns: shard.turns(),
             held: shard.held(),
             sessions,
             hold,
             topics: self.node.meta_watch(),
         };
-        let decision =
-            consumer_groups::consumer_heartbeat_held(&coordinator, &req, &topics, timeouts, HEARTBEAT_TIMEOUT, poll)
-                .await
-                .map_err(|e| errors::coordinator(&e))?;
+        let decision = rill_coordinator::offsets::membership::consumer_heartbeat_held(
+            &coordinator,
+            &req,
+            &topics,
+            timeouts,
+            HEARTBEAT_TIMEOUT,
+            poll,
+        )
+        .await
+        .map_err(|e| errors::coordinator(&e))?;
         sessions.heard(coordinator.replica().group(), &req.group_id, &req.member_id, decision.member.as_ref());
         Ok(HeartbeatOutcome { answer: decision.answer, session_timeout_ms: timeouts.session_ms })
     }
@@ -344,7 +351,7 @@ impl Service {
         self.authorize(ctx, ResourceType::Group, group_id)?;
         let coordinator = group_coordinator(&self.node, group_id)?;
         let shard = self.coordinators.groups().of(&coordinator)?;
-        let committer = shard.committer(group_id, member_id, generation_id)?;
+        let committer = committer(&shard, group_id, member_id, generation_id)?;
         let refused = |topic: &str| self.authorize(ctx, ResourceType::Topic, topic).err();
         let (accepted, answers) = checks::committed_offsets(&self.node.meta(), topics, refused);
         if !accepted.is_empty() {
@@ -376,7 +383,7 @@ impl Service {
         transactions::validate(&req.transactional_id, 0).map_err(|e| errors::coordinator(&e))?;
         let coordinator = group_coordinator(&self.node, &req.group_id)?;
         let shard = self.coordinators.groups().of(&coordinator)?;
-        let committer = shard.committer(&req.group_id, &req.member_id, req.generation_id)?;
+        let committer = committer(&shard, &req.group_id, &req.member_id, req.generation_id)?;
         let refused = |topic: &str| self.authorize(ctx, ResourceType::Topic, topic).err();
         let (accepted, answers) = checks::committed_offsets(&self.node.meta(), req.topics, refused);
         if accepted.is_empty() {
@@ -473,6 +480,22 @@ impl Service {
         .await;
         answer.map_err(|e| errors::coordinator(&e))
     }
+}
+
+/// Who commits offsets of `group_id` as `member_id` at `generation` (a member epoch, or a classic
+/// generation): nobody, a KIP-848 member, or — in a classic group, once the leader's memory
+/// allows it (Kafka's `validateOffsetCommit`) — a classic member.
+fn committer<'a>(shard: &GroupShard, group_id: &str, member_id: &'a str, generation: i32) -> Answer<Committer<'a>> {
+    let classic = shard.classic().is_classic(group_id).map_err(|e| errors::coordinator(&e))?;
+    if !classic {
+        return checks::committer(member_id, generation);
+    }
+    shard.classic().check_commit(group_id, member_id, generation).map_err(|e| errors::coordinator(&e))?;
+    Ok(if member_id.is_empty() && generation < 0 {
+        Committer::Standalone
+    } else {
+        Committer::Classic { member_id, generation }
+    })
 }
 
 /// A classic group as `ListGroups` shows it.

@@ -35,6 +35,8 @@
 //! * [`classic`]: classic groups — JoinGroup, SyncGroup, Heartbeat, LeaveGroup.
 //! * [`transactions`]: adding to, ending, describing, listing and aborting transactions.
 //! * [`status`]: live partition state gathered from the replicas.
+//! * [`internal`]: what the internal listener serves other nodes — writing transaction markers,
+//!   answering verification asks.
 //!
 //! Coordinator calls go to the shard of the coordinator partition this node leads
 //! (`crate::coordinators`), which owns that coordinator's leader-local state; a transactional
@@ -48,6 +50,7 @@ pub mod checks;
 pub mod classic;
 pub mod context;
 pub mod groups;
+pub mod internal;
 pub mod limits;
 pub mod records;
 pub mod routing;
@@ -147,7 +150,7 @@ impl Service {
     /// `Ok` when the request of `ctx` may touch `name` of type `kind`; else the refusal that
     /// answers the entries about it.
     fn authorize(&self, ctx: &RequestContext, kind: ResourceType, name: &str) -> Answer<()> {
-        self.authz.check(ctx, kind, name).map_err(|e| crate::errors::not_authorized(&e))
+        self.authz.check(ctx, kind, name).map_err(|e| e.refusal())
     }
 
     /// True when a listing answered to `ctx` may show `name` of type `kind`.

@@ -181,7 +181,7 @@ pub enum Answer {
 }
 
 /// A classic group record to propose; the caller reports its outcome with
-/// [`super::ClassicEngine::persisted`] (see [`super::persist`]).
+/// [`super::ClassicEngine::persisted`] (see `crate::offsets::membership::persist_classic`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Persist {
     /// The engine's name for it.

@@ -45,7 +45,7 @@ use super::state::{ClassicGroup, ClassicGroups, ClassicMember, Protocol};
 use super::timers::{TimerKind, Timers};
 use crate::error::{CoordinatorError, Result};
 use crate::groups::heartbeat::MAX_ID_BYTES;
-use crate::offsets::validate_group_id;
+use crate::groups::validate_group_id;
 
 /// Most protocols one member may list: Kafka clients send one per configured assignor, a
 /// handful; every member's list is stored in the group's record.
@@ -318,7 +318,7 @@ impl ClassicEngine {
     }
 
     /// The outcome of the [`Persist`] named `id`: `Ok` once its record is applied (committed on a
-    /// majority), else why not (see [`super::persist`]). Answers what waited on it.
+    /// majority), else why not (see `crate::offsets::membership::persist_classic`). Answers what waited on it.
     pub fn persisted(
         &mut self,
         now_ms: i64,

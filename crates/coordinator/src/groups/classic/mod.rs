@@ -26,7 +26,8 @@
 //! [`ClassicEngine::resign`]) when it stops leading. Each request gets a fresh [`Handle`]; the
 //! engine is called under its lock with the applied state ([`crate::OffsetsMachine::replicated`])
 //! and the clock, and the effects are carried out in order: a `Respond` answers the request
-//! waiting on that handle; a `Persist` is proposed with [`persist`] and its outcome reported with
+//! waiting on that handle; a `Persist` is proposed with `crate::offsets::membership::persist_classic` and its outcome
+//! reported with
 //! [`ClassicEngine::persisted`] (whose effects are carried out the same way).
 //! [`ClassicEngine::tick`] is called when [`ClassicEngine::next_deadline`] (asked after every
 //! call) comes. Offset commits of classic members are checked with
@@ -51,12 +52,8 @@ pub mod live;
 pub mod state;
 pub mod timers;
 
-use std::time::Duration;
-
-use prost::Message;
-use rill_broker::StatePartition;
-use rill_proto::coordinator as pb;
-
+#[cfg(test)]
+use crate::offsets::membership::classic_applied as applied;
 pub use api::{
     Answer, Effect, Handle, Heartbeat, JoinAnswer, JoinGroup, JoinedMember, LeaveGroup, LeaveOutcome, Leaving, Left,
     Persist, PersistId, Replicated, SyncAnswer, SyncGroup,
@@ -65,34 +62,6 @@ pub use config::ClassicConfig;
 pub use engine::{persist_failure, ClassicDescription, ClassicEngine, DescribedMember, MemberIds};
 pub use live::ClassicState;
 pub use state::{ClassicGroup, ClassicGroups, ClassicMember, Protocol};
-
-use crate::error::{CoordinatorError, Result};
-use crate::offsets::{OffsetsMachine, APPLIED, REFUSED};
-
-/// On the group's coordinator: proposes `persist`'s record and returns once it is applied
-/// (committed on a majority) — `Ok` — or why not: the group changed since it was decided (a lost
-/// compare-and-set), its id is a KIP-848 group's with members, or the proposal failed. The
-/// result goes to [`ClassicEngine::persisted`] as is.
-pub async fn persist(partition: &StatePartition<OffsetsMachine>, persist: &Persist, timeout: Duration) -> Result<()> {
-    let command =
-        pb::OffsetsCommand { command: Some(pb::offsets_command::Command::ClassicGroup(persist.record.clone())) };
-    let answer = partition.propose(command.encode_to_vec().into(), timeout).await?;
-    applied(&persist.group_id, &answer)
-}
-
-/// What the state machine's answer to a classic group record means.
-pub(crate) fn applied(group_id: &str, answer: &[u8]) -> Result<()> {
-    match answer {
-        a if a == APPLIED => Ok(()),
-        a if a == REFUSED => Err(CoordinatorError::InconsistentGroupProtocol {
-            group_id: group_id.to_string(),
-            reason: "a consumer group of the KIP-848 protocol took the group id meanwhile".into(),
-        }),
-        _ => Err(CoordinatorError::NotAvailable(format!(
-            "classic group {group_id:?} was changed by another write while this one was decided"
-        ))),
-    }
-}
 
 /// A member id as Kafka makes them: `prefix-UUID` (the prefix is the member's instance id, or
 /// its client id), random through `rill_rt`.
