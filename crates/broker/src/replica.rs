@@ -149,9 +149,17 @@ impl Replica {
     /// the leader. What a request held on the leader (a long poll) waits on beside its own
     /// event, so a deposed leader answers it at once instead of at the end of the hold.
     pub async fn leadership_lost(&self) {
+        let Some(term) = self.leader_term() else { return };
+        self.leadership_lost_since(term).await;
+    }
+
+    /// Resolves once this replica is not the leader of term `term` — at once when it is not
+    /// (any more, or yet). What an object made for one term of leadership waits on (a
+    /// coordinator's shard), so a term that ended before the wait began is not mistaken for the
+    /// next one.
+    pub async fn leadership_lost_since(&self, term: u64) {
         // Server metrics change only with the state, vote and leader — not with every append.
         let mut metrics = self.raft.server_metrics();
-        let Some(term) = self.leader_term() else { return };
         loop {
             {
                 let m = metrics.borrow_and_update();
@@ -233,6 +241,12 @@ impl Replica {
                 Ok(Ok(())) => {}
             }
         }
+    }
+
+    /// The term this replica leads in, once it has applied an entry of that term (its whole log):
+    /// `None` on a follower, and on a leader still catching up.
+    pub fn leading_term(&self) -> Option<u64> {
+        self.leader_term().filter(|term| self.caught_up(*term))
     }
 
     /// True when this leader has applied an entry of its own term, so everything before it in

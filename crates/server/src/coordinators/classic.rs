@@ -14,13 +14,15 @@
 //! ```
 //!
 //! Records of one group are proposed in the order the engine asks for them, each expecting the
-//! version the previous one makes, so they go through one queue, one proposal at a time. The
-//! engine's lock is taken inside the partition's read of its applied state and never held across
-//! an await.
+//! version the previous one makes, so they join one queue under the engine's lock (whichever task
+//! called it) and are proposed one at a time. The engine's lock is taken inside the partition's
+//! read of its applied state and never held across an await. After resignation the driver
+//! refuses every call (`NOT_COORDINATOR`), so a request that took it just before cannot start
+//! anything the next shard would not know.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
 use rill_broker::StatePartition;
@@ -37,12 +39,16 @@ const PERSIST_TIMEOUT: Duration = Duration::from_secs(10);
 /// Longest the deadline task sleeps when the engine has nothing armed (it is woken by every call
 /// anyway).
 const IDLE_TICK: Duration = Duration::from_secs(60);
+/// Pause after a deadline could not be handled (this node no longer leads the partition).
+const RETRY_PAUSE: Duration = Duration::from_millis(100);
 
 type Result<T, E = CoordinatorError> = std::result::Result<T, E>;
 
 /// The classic groups of one `__consumer_offsets` partition this node leads.
 pub struct ClassicDriver {
     partition: Arc<StatePartition<OffsetsMachine>>,
+    /// This node (what a refusal after resignation names).
+    node_id: u64,
     engine: Mutex<ClassicEngine>,
     /// Parked JoinGroups and SyncGroups, by handle.
     waiting: Mutex<HashMap<Handle, oneshot::Sender<Answer>>>,
@@ -50,7 +56,7 @@ pub struct ClassicDriver {
     /// Records to propose, in order.
     persists: mpsc::UnboundedSender<Persist>,
     /// Woken after every engine call: the next deadline may have moved.
-    deadline_changed: Notify,
+    deadline_changed: Arc<Notify>,
     /// Set on resignation: a request that took this driver before then is refused, even if the
     /// node leads the partition again (a new shard has its own driver by then).
     resigned: AtomicBool,
@@ -67,61 +73,74 @@ impl ClassicDriver {
     /// two tasks (the persist queue, the deadlines), which the caller aborts on resignation.
     pub(super) fn start(
         partition: Arc<StatePartition<OffsetsMachine>>,
+        node_id: u64,
         config: ClassicConfig,
     ) -> Result<(Arc<Self>, Vec<JoinHandle<()>>)> {
         let now_ms = rill_rt::wall_clock_ms();
         let ids: classic::MemberIds = Box::new(classic::random_member_id);
         let engine = partition.read(|m| ClassicEngine::new(config, m.classic_groups(), now_ms, ids))?;
         let (persists, queue) = mpsc::unbounded_channel();
+        let deadline_changed = Arc::new(Notify::new());
         let driver = Arc::new(Self {
             partition,
+            node_id,
             engine: Mutex::new(engine),
             waiting: Mutex::default(),
             next_handle: AtomicU64::new(0),
             persists,
-            deadline_changed: Notify::new(),
+            deadline_changed: deadline_changed.clone(),
             resigned: AtomicBool::new(false),
         });
+        // The tasks hold the driver weakly: the persist queue closes when the driver goes.
         let tasks = vec![
-            rill_rt::spawn(persist_in_order(driver.clone(), queue)),
-            rill_rt::spawn(fire_deadlines(driver.clone())),
+            rill_rt::spawn(persist_in_order(Arc::downgrade(&driver), queue)),
+            rill_rt::spawn(fire_deadlines(Arc::downgrade(&driver), deadline_changed)),
         ];
         Ok((driver, tasks))
     }
 
-    /// Runs `f` on the engine with the applied state, on the caught-up leader.
-    fn call<R>(&self, f: impl FnOnce(&mut ClassicEngine, Replicated<'_>, i64) -> R) -> Result<R> {
+    /// Runs `f` on the engine with the applied state, on the caught-up leader, and carries out
+    /// the effects it returns in order. The records to store join the persist queue under the
+    /// engine's lock, so that they are proposed in the order the engine decided them whichever
+    /// task called it; the answers go to their waiting requests after.
+    fn call<R>(&self, f: impl FnOnce(&mut ClassicEngine, Replicated<'_>, i64) -> (R, Vec<Effect>)) -> Result<R> {
         let now_ms = rill_rt::wall_clock_ms();
-        let r = self.partition.read(|m| {
+        let (r, answers) = self.partition.read(|m| {
             let mut engine = lock(&self.engine);
             // Checked under the engine's lock, which resignation takes too.
             if self.resigned.load(Ordering::SeqCst) {
-                return Err(CoordinatorError::NotAvailable("the coordinator resigned; find it again".into()));
+                return Err(self.resigned_error());
             }
-            Ok(f(&mut engine, m.replicated(), now_ms))
+            let (r, effects) = f(&mut engine, m.replicated(), now_ms);
+            let mut answers = Vec::new();
+            for effect in effects {
+                match effect {
+                    // The queue lives as long as the driver: a send fails only once it is gone.
+                    Effect::Persist(p) => drop(self.persists.send(p)),
+                    Effect::Respond(handle, answer) => answers.push((handle, answer)),
+                }
+            }
+            Ok((r, answers))
         })??;
+        self.answer(answers);
         self.deadline_changed.notify_one();
         Ok(r)
     }
 
-    /// Carries out `effects` in order: answers go to their waiting requests, records to the
-    /// persist queue.
-    fn carry_out(&self, effects: Vec<Effect>) {
-        for effect in effects {
-            match effect {
-                Effect::Respond(handle, answer) => {
-                    if let Some(waiting) = lock(&self.waiting).remove(&handle) {
-                        // A request whose client went away has dropped its receiver: fine.
-                        let _ = waiting.send(answer);
-                    }
-                }
-                Effect::Persist(p) => {
-                    // The queue lives as long as the driver's persist task: gone only after
-                    // resignation, when what it stores no longer matters.
-                    let _ = self.persists.send(p);
-                }
+    /// Answers the requests parked under these handles.
+    fn answer(&self, answers: Vec<(Handle, Answer)>) {
+        for (handle, answer) in answers {
+            if let Some(waiting) = lock(&self.waiting).remove(&handle) {
+                // A request whose client went away has dropped its receiver: fine.
+                let _ = waiting.send(answer);
             }
         }
+    }
+
+    /// What a request reaching this driver after its resignation is told: this node is not the
+    /// coordinator (any more, in this term); its client finds the coordinator again.
+    fn resigned_error(&self) -> CoordinatorError {
+        CoordinatorError::NotCoordinator { node: self.node_id, leader: None, addr: None }
     }
 
     /// Parks a request under a fresh handle, calls the engine with it, and waits for its answer.
@@ -132,17 +151,13 @@ impl ClassicDriver {
         let handle = Handle(self.next_handle.fetch_add(1, Ordering::Relaxed));
         let (tx, rx) = oneshot::channel();
         lock(&self.waiting).insert(handle, tx);
-        let effects = match self.call(|e, r, now| f(e, r, now, handle)) {
-            Ok(effects) => effects,
-            Err(e) => {
-                lock(&self.waiting).remove(&handle);
-                return Err(e);
-            }
-        };
-        self.carry_out(effects);
+        if let Err(e) = self.call(|e, r, now| ((), f(e, r, now, handle))) {
+            lock(&self.waiting).remove(&handle);
+            return Err(e);
+        }
         // Every handle is answered (by a later call, or at resignation); a sender dropped
         // unanswered means the driver went with its leadership.
-        rx.await.map_err(|_| CoordinatorError::NotAvailable("the coordinator resigned; find it again".into()))
+        rx.await.map_err(|_| self.resigned_error())
     }
 
     /// A JoinGroup: answered once its join phase completes (or at once: an error, or
@@ -164,14 +179,15 @@ impl ClassicDriver {
 
     /// A Heartbeat, answered at once.
     pub fn heartbeat(&self, req: &Heartbeat) -> Result<()> {
-        self.call(|e, r, now| e.heartbeat(now, r, req))?
+        self.call(|e, r, now| (e.heartbeat(now, r, req), Vec::new()))?
     }
 
     /// A LeaveGroup: each member's outcome.
     pub fn leave(&self, req: &LeaveGroup) -> Result<Vec<Left>> {
-        let outcome = self.call(|e, r, now| e.leave(now, r, req))??;
-        self.carry_out(outcome.effects);
-        Ok(outcome.members)
+        self.call(|e, r, now| match e.leave(now, r, req) {
+            Ok(outcome) => (Ok(outcome.members), outcome.effects),
+            Err(error) => (Err(error), Vec::new()),
+        })?
     }
 
     /// True when `group_id` is a classic group: in the leader's memory (a first generation not
@@ -188,7 +204,7 @@ impl ClassicDriver {
     /// Whether a classic member may commit offsets of `group_id` at `generation` now, by what the
     /// leader's memory knows (the stored record is checked again when the commit applies).
     pub fn check_commit(&self, group_id: &str, member_id: &str, generation: i32) -> Result<()> {
-        self.call(|e, _, _| e.check_commit(group_id, member_id, None, generation))?
+        self.call(|e, _, _| (e.check_commit(group_id, member_id, None, generation), Vec::new()))?
     }
 
     /// `group_id` as the leader holds it, or from its record; `None` when it is not classic.
@@ -210,45 +226,61 @@ impl ClassicDriver {
     /// This node no longer leads the partition: every parked request is answered
     /// `NOT_COORDINATOR` (its client finds the new coordinator) and the engine forgets its soft
     /// state. The caller stops the driver's tasks.
-    pub(super) fn resign(&self, node: u64) {
-        let error = CoordinatorError::NotCoordinator { node, leader: None, addr: None };
+    pub(super) fn resign(&self) {
+        let error = self.resigned_error();
         let effects = {
             let mut engine = lock(&self.engine);
             self.resigned.store(true, Ordering::SeqCst);
             engine.resign(&error)
         };
-        self.carry_out(effects);
+        // Only answers: a resigning engine stores nothing.
+        let answers = effects
+            .into_iter()
+            .filter_map(|effect| match effect {
+                Effect::Respond(handle, answer) => Some((handle, answer)),
+                Effect::Persist(_) => None,
+            })
+            .collect();
+        self.answer(answers);
         // Anything still parked (there should be nothing) learns through its dropped sender.
         lock(&self.waiting).clear();
     }
 }
 
-/// Proposes the engine's records one at a time, in the order it asked, and reports each outcome.
-async fn persist_in_order(driver: Arc<ClassicDriver>, mut queue: mpsc::UnboundedReceiver<Persist>) {
+/// Proposes the engine's records one at a time, in the order it asked, and reports each outcome;
+/// ends when the driver goes.
+async fn persist_in_order(driver: Weak<ClassicDriver>, mut queue: mpsc::UnboundedReceiver<Persist>) {
     while let Some(p) = queue.recv().await {
-        let result = classic::persist(&driver.partition, &p, PERSIST_TIMEOUT).await;
-        if let Ok(effects) = driver.call(|e, r, now| e.persisted(now, r, p.id, result)) {
-            driver.carry_out(effects);
-        }
+        let Some(d) = driver.upgrade() else { return };
+        let result = rill_coordinator::offsets::membership::persist_classic(&d.partition, &p, PERSIST_TIMEOUT).await;
+        // Refused once the driver resigned: its requests were answered then.
+        let _ = d.call(|e, r, now| ((), e.persisted(now, r, p.id, result)));
     }
 }
 
 /// Calls the engine's `tick` when its next deadline comes (join phases ending, members not
-/// syncing, sessions running out), re-reading the deadline after every call.
-async fn fire_deadlines(driver: Arc<ClassicDriver>) {
+/// syncing, sessions running out), re-reading the deadline after every call; ends when the
+/// driver goes.
+async fn fire_deadlines(driver: Weak<ClassicDriver>, deadline_changed: Arc<Notify>) {
     loop {
-        let wait = match lock(&driver.engine).next_deadline() {
+        let Some(d) = driver.upgrade() else { return };
+        let wait = match lock(&d.engine).next_deadline() {
             Some(at_ms) => Duration::from_millis(u64::try_from(at_ms - rill_rt::wall_clock_ms()).unwrap_or(0)),
             None => IDLE_TICK,
         };
+        drop(d);
         let due = tokio::select! {
-            () = driver.deadline_changed.notified() => false,
+            () = deadline_changed.notified() => false,
             () = rill_rt::sleep(wait) => true,
         };
-        if due {
-            if let Ok(effects) = driver.call(|e, r, now| e.tick(now, r)) {
-                driver.carry_out(effects);
-            }
+        if !due {
+            continue;
+        }
+        let Some(d) = driver.upgrade() else { return };
+        if d.call(|e, r, now| ((), e.tick(now, r))).is_err() {
+            // Not the leader now (its shard resigns soon): do not spin on a past deadline.
+            drop(d);
+            rill_rt::sleep(RETRY_PAUSE).await;
         }
     }
 }

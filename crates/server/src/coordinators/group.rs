@@ -23,14 +23,12 @@ use rill_broker::StatePartition;
 use rill_coordinator::groups::classic::ClassicConfig;
 use rill_coordinator::groups::held::HeldHeartbeats;
 use rill_coordinator::groups::sessions::Sessions;
-use rill_coordinator::groups::{self, GroupTurns};
-use rill_coordinator::offsets::Committer;
+use rill_coordinator::groups::GroupTurns;
 use rill_coordinator::{CoordinatorError, OffsetsMachine};
 use rill_rt::JoinHandle;
 
 use super::classic::ClassicDriver;
 use super::{Coordinators, Registry, Shard};
-use crate::errors::{self, Refusal};
 use crate::node::Node;
 
 /// How often timers are checked: a member is removed at most this long after its timeout.
@@ -41,8 +39,6 @@ const FENCE_TIMEOUT: Duration = Duration::from_secs(5);
 /// The group coordinator of a `__consumer_offsets` partition this node leads.
 pub struct GroupShard {
     partition: Arc<StatePartition<OffsetsMachine>>,
-    /// This node.
-    node_id: u64,
     classic: Arc<ClassicDriver>,
     sessions: Sessions,
     turns: GroupTurns,
@@ -70,22 +66,6 @@ impl GroupShard {
     pub fn classic(&self) -> &ClassicDriver {
         &self.classic
     }
-
-    /// Who commits offsets of `group_id` as `member_id` at `generation` (a member epoch or a
-    /// classic generation): nobody, a KIP-848 member, or a classic member — for a classic group,
-    /// once the leader's memory allows it (Kafka's `validateOffsetCommit`).
-    pub fn committer<'a>(&self, group_id: &str, member_id: &'a str, generation: i32) -> Result<Committer<'a>, Refusal> {
-        let classic = self.classic.is_classic(group_id).map_err(|e| errors::coordinator(&e))?;
-        if !classic {
-            return crate::service::checks::committer(member_id, generation);
-        }
-        self.classic.check_commit(group_id, member_id, generation).map_err(|e| errors::coordinator(&e))?;
-        Ok(if member_id.is_empty() && generation < 0 {
-            Committer::Standalone
-        } else {
-            Committer::Classic { member_id, generation }
-        })
-    }
 }
 
 impl Shard for GroupShard {
@@ -93,22 +73,16 @@ impl Shard for GroupShard {
 
     fn elected(partition: Arc<StatePartition<OffsetsMachine>>, node: &Arc<Node>) -> Option<Arc<Self>> {
         let config = node.config();
-        let (classic, classic_tasks) = ClassicDriver::start(partition.clone(), ClassicConfig::default()).ok()?;
+        let (classic, classic_tasks) =
+            ClassicDriver::start(partition.clone(), node.id(), ClassicConfig::default()).ok()?;
         let held = Arc::new(HeldHeartbeats::default());
         partition.peek(|m| m.observe(Some(held.clone())));
         let sessions = Sessions::new(Duration::from_millis(u64::from(config.groups.session_ms)));
         let group = partition.replica().group();
         // Every member gets a full session from now.
         let _ = partition.read(|m| sessions.adopt(group, m.groups()));
-        let shard = Arc::new(Self {
-            partition,
-            node_id: node.id(),
-            classic,
-            sessions,
-            turns: GroupTurns::new(),
-            held,
-            timers: Mutex::default(),
-        });
+        let shard =
+            Arc::new(Self { partition, classic, sessions, turns: GroupTurns::new(), held, timers: Mutex::default() });
         let retention = Retention {
             every: config.offsets_retention.check_every,
             retention_ms: i64::try_from(config.offsets_retention.retention.as_millis()).unwrap_or(i64::MAX),
@@ -127,7 +101,7 @@ impl Shard for GroupShard {
 
     fn resign(&self) {
         self.partition.peek(|m| m.observe(None));
-        self.classic.resign(self.node_id);
+        self.classic.resign();
         for timer in self.timers.lock().unwrap_or_else(PoisonError::into_inner).drain(..) {
             timer.abort();
         }
@@ -155,7 +129,15 @@ async fn expire_sessions(shard: Weak<GroupShard>) {
             if !sessions.still_expired(&expired, rill_rt::now()) {
                 continue;
             }
-            match groups::fence_member(p, &expired.group_id, &expired.member_id, expired.epoch, FENCE_TIMEOUT).await {
+            match rill_coordinator::offsets::membership::fence_member(
+                p,
+                &expired.group_id,
+                &expired.member_id,
+                expired.epoch,
+                FENCE_TIMEOUT,
+            )
+            .await
+            {
                 Ok(true) => tracing::info!(
                     group = %expired.group_id,
                     member = %expired.member_id,
@@ -196,7 +178,7 @@ async fn expire_offsets(shard: Weak<GroupShard>, retention: Retention) {
             Ok(count) => tracing::info!(partition = p.replica().group(), offsets = count, "expired committed offsets"),
             Err(e) => tracing::warn!(error = %e, "could not expire committed offsets; the next check retries"),
         }
-        match rill_coordinator::txn_offsets::prune_marks(&p, retention.marks_horizon, FENCE_TIMEOUT).await {
+        match rill_coordinator::offsets::txn::prune_marks(&p, retention.marks_horizon, FENCE_TIMEOUT).await {
             Ok(0) | Err(CoordinatorError::NotCoordinator { .. } | CoordinatorError::LoadInProgress) => {}
             Ok(count) => {
                 tracing::info!(partition = p.replica().group(), producers = count, "forgot old transaction marks")

@@ -23,7 +23,12 @@
 //! shard loses no decision. A request reaching a leader whose shard is not made yet (its log not
 //! applied) is answered `COORDINATOR_LOAD_IN_PROGRESS`, as one reaching a leader catching up.
 //!
-//! A new coordinator kind is one state kind (`rill_coordinator`) plus one [`Shard`] type here.
+//! A shard lives for one term of leadership: made once the node leads the partition with an
+//! entry of that term applied, resigned as soon as that term ends — also when the node leads
+//! again in a later term, whose shard is made afresh from the replicated state.
+//!
+//! A new coordinator kind is one state kind (`rill_coordinator`) plus one [`Shard`] type here
+//! (with its `Hosted` variant and its registry in [`Coordinators`]).
 
 pub mod classic;
 pub mod group;
@@ -132,20 +137,21 @@ impl Coordinators {
 
 /// Follows the node's internal replicas: a watcher for each one started, until the node goes.
 async fn watch(coordinators: Weak<Coordinators>, node: Weak<Node>, mut changes: rill_rt::sync::watch::Receiver<u64>) {
-    // By group, with the replica watched: a replica stopped and started again is a new one.
-    let mut watched: HashMap<GroupId, (usize, JoinHandle<()>)> = HashMap::new();
+    // By group, with the replica watched (held weakly: its allocation is not reused while
+    // watched), since a replica stopped and started again is a new one.
+    let mut watched: HashMap<GroupId, (Weak<dyn std::any::Any + Send + Sync>, JoinHandle<()>)> = HashMap::new();
     loop {
         changes.borrow_and_update();
         let Some(n) = node.upgrade() else { return };
         watched.retain(|_, (_, handle)| !handle.is_finished());
         for hosted in n.replicas() {
             let group = hosted.replica().group();
-            let identity = match &hosted {
+            let identity: Weak<dyn std::any::Any + Send + Sync> = match &hosted {
                 Hosted::Records(_) => continue,
-                Hosted::Offsets(p) => Arc::as_ptr(p) as usize,
-                Hosted::Transactions(p) => Arc::as_ptr(p) as usize,
+                Hosted::Offsets(p) => Arc::downgrade(&(p.clone() as Arc<dyn std::any::Any + Send + Sync>)),
+                Hosted::Transactions(p) => Arc::downgrade(&(p.clone() as Arc<dyn std::any::Any + Send + Sync>)),
             };
-            if watched.get(&group).is_some_and(|(known, _)| *known == identity) {
+            if watched.get(&group).is_some_and(|(known, _)| Weak::ptr_eq(known, &identity)) {
                 continue;
             }
             let handle = match &hosted {
@@ -183,18 +189,23 @@ async fn lead_loop<S: Shard>(
     // Changes with every applied entry, election and step-down; closed when the replica stops.
     let mut metrics = partition.replica().raft().metrics();
     loop {
-        while partition.read(|_| ()).is_err() {
+        let term = loop {
+            if let Some(term) = partition.replica().leading_term() {
+                break term;
+            }
             if metrics.changed().await.is_err() {
                 return;
             }
-        }
+        };
         let (Some(n), Some(c)) = (node.upgrade(), coordinators.upgrade()) else { return };
         let Some(shard) = S::elected(partition.clone(), &n) else { continue };
         drop(n);
         S::registry(&c).lock().insert(group, shard.clone());
         drop(c);
-        tracing::debug!(group, term = partition.replica().state().term, "coordinator shard made");
-        partition.replica().leadership_lost().await;
+        tracing::debug!(group, term, "coordinator shard made");
+        // The shard was made from the state of `term` (or a later one, which this then ends at
+        // once): it leaves the registry as soon as that term's leadership ends.
+        partition.replica().leadership_lost_since(term).await;
         if let Some(c) = coordinators.upgrade() {
             let mut shards = S::registry(&c).lock();
             if shards.get(&group).is_some_and(|s| Arc::ptr_eq(s, &shard)) {
@@ -202,7 +213,7 @@ async fn lead_loop<S: Shard>(
             }
         }
         shard.resign();
-        tracing::debug!(group, "coordinator shard resigned");
+        tracing::debug!(group, term, "coordinator shard resigned");
         metrics.borrow_and_update();
     }
 }

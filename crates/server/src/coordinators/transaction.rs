@@ -18,6 +18,7 @@
 //!   transaction timers.
 
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
@@ -41,6 +42,11 @@ pub struct TxnShard {
     additions: Additions,
     /// The transactions being finished: (transactional id, the transaction's name).
     finishing: Mutex<HashSet<(String, u64)>>,
+    /// The tasks finishing them, stopped at resignation (the next leader finishes again what
+    /// they had not), so that two shards of this node never finish one transaction at once.
+    finishers: Mutex<Vec<JoinHandle<()>>>,
+    /// Set at resignation: nothing more is started.
+    resigned: AtomicBool,
     timers: Mutex<Vec<JoinHandle<()>>>,
 }
 
@@ -51,10 +57,17 @@ impl TxnShard {
     }
 
     /// Writes the markers of `prepared` (the `Prepare*` record of `transactional_id`) in the
-    /// background and records its completion; nothing when it is being finished already. A
-    /// task of its own, which stops by itself once this node no longer leads the partition (the
-    /// next leader finishes the transaction).
+    /// background and records its completion; nothing when it is being finished already, or
+    /// once the shard resigned. A task of its own, stopped at resignation (the next leader —
+    /// perhaps this node again, in a new term — finishes the transaction; markers are
+    /// idempotent and completion a compare-and-set).
     pub fn finish(self: &Arc<Self>, transactional_id: String, prepared: TransactionMetadata) {
+        // Checked under the same lock as resignation aborts the finishers.
+        let mut finishers = self.finishers.lock().unwrap_or_else(PoisonError::into_inner);
+        if self.resigned.load(Ordering::SeqCst) {
+            // The next leader's shard finishes it.
+            return;
+        }
         // By transaction: the next one of the same id may be decided as soon as this one's
         // completion applies, before this task has left.
         let key = (transactional_id, prepared.txn_start_version);
@@ -63,7 +76,8 @@ impl TxnShard {
         }
         let shard = Arc::downgrade(self);
         let (partition, node) = (self.partition.clone(), self.node.clone());
-        rill_rt::spawn(async move {
+        finishers.retain(|f| !f.is_finished());
+        finishers.push(rill_rt::spawn(async move {
             let id = key.0.clone();
             match crate::txn_markers::finish(&node, &partition, &id, &prepared).await {
                 Ok(true) => {
@@ -77,7 +91,7 @@ impl TxnShard {
             if let Some(s) = shard.upgrade() {
                 s.finishing.lock().unwrap_or_else(PoisonError::into_inner).remove(&key);
             }
-        });
+        }));
     }
 }
 
@@ -91,6 +105,8 @@ impl Shard for TxnShard {
             node: Arc::downgrade(node),
             additions: Additions::new(),
             finishing: Mutex::default(),
+            finishers: Mutex::default(),
+            resigned: AtomicBool::new(false),
             timers: Mutex::default(),
         });
         let timers = vec![
@@ -106,8 +122,10 @@ impl Shard for TxnShard {
     }
 
     fn resign(&self) {
-        for timer in self.timers.lock().unwrap_or_else(PoisonError::into_inner).drain(..) {
-            timer.abort();
+        let mut finishers = self.finishers.lock().unwrap_or_else(PoisonError::into_inner);
+        self.resigned.store(true, Ordering::SeqCst);
+        for task in finishers.drain(..).chain(self.timers.lock().unwrap_or_else(PoisonError::into_inner).drain(..)) {
+            task.abort();
         }
     }
 
