@@ -205,6 +205,14 @@ impl Client {
         Ok(AdminClient::new(self.channel(addr)?).max_decoding_message_size(MAX_MESSAGE_BYTES))
     }
 
+    /// The `Groups` stub of `addr`, taking messages up to the largest a node sends (a classic
+    /// group leader's JoinGroup answer carries every member's metadata).
+    pub(crate) fn groups_stub(&self, addr: &str) -> Result<rill_proto::groups::groups_client::GroupsClient<Channel>> {
+        Ok(rill_proto::groups::groups_client::GroupsClient::new(self.channel(addr)?)
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES))
+    }
+
     pub(crate) fn records_stub(&self, addr: &str) -> Result<RecordsClient<Channel>> {
         Ok(RecordsClient::new(self.channel(addr)?)
             .max_decoding_message_size(MAX_MESSAGE_BYTES)

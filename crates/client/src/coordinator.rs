@@ -265,7 +265,7 @@ impl Client {
         self.at_coordinator(Coordinator::Group, group, |addr| {
             let req = req.clone();
             async move {
-                let mut stub = GroupsClient::new(self.channel(&addr)?);
+                let mut stub = self.groups_stub(&addr)?;
                 let resp = answer_within(&addr, wait, stub.commit_offsets(req)).await?;
                 commit_answer(resp)
             }
@@ -303,7 +303,7 @@ impl Client {
             self.at_coordinator(Coordinator::Group, group, |addr| {
                 let req = req.clone();
                 async move {
-                    let mut stub = GroupsClient::new(self.channel(&addr)?);
+                    let mut stub = self.groups_stub(&addr)?;
                     let resp = answer_within(&addr, wait, stub.txn_commit_offsets(req)).await?;
                     commit_answer(resp)
                 }
@@ -383,7 +383,7 @@ impl Client {
         self.at_coordinator(Coordinator::Group, group, |addr| {
             let req = req.clone();
             async move {
-                let stub = GroupsClient::new(self.channel(&addr)?);
+                let stub = self.groups_stub(&addr)?;
                 let resp = answer_within(&addr, wait, call(stub, req)).await?;
                 let (code, message, hint) = resp.clone().take_status();
                 Ok(match check(code, message, hint) {
@@ -449,7 +449,7 @@ impl Client {
         self.at_coordinator(Coordinator::Group, group, |addr| {
             let req = req.clone();
             async move {
-                let stub = GroupsClient::new(self.channel(&addr)?);
+                let stub = self.groups_stub(&addr)?;
                 let mut resp = answer_within(&addr, wait, call(stub, req)).await?;
                 let (code, message, hint) = resp.take_status();
                 Ok(check(code, message, hint).map(|()| resp))
@@ -483,7 +483,7 @@ impl Client {
                 .find(|n| n.node_id == node && !n.address.is_empty())
                 .map(|n| n.address.clone())
                 .ok_or_else(|| Error::Transport(format!("node {node} has no known address")))?;
-            let mut stub = GroupsClient::new(self.channel(&addr)?);
+            let mut stub = self.groups_stub(&addr)?;
             let resp = answer_within(&addr, wait, stub.list_groups(ListGroupsRequest {})).await?;
             if resp.error_code != ErrorCode::None as i32 {
                 return Err(error::server(resp.error_code, resp.error_message));
@@ -543,7 +543,7 @@ impl Client {
         self.at_coordinator(Coordinator::Group, group, |addr| {
             let req = req.clone();
             async move {
-                let mut stub = GroupsClient::new(self.channel(&addr)?);
+                let mut stub = self.groups_stub(&addr)?;
                 let resp = answer_within(&addr, wait, stub.fetch_offsets(req)).await?;
                 if let Err(f) = check(resp.error_code, resp.error_message, resp.coordinator) {
                     return Ok(Err(f));

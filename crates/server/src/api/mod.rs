@@ -44,7 +44,19 @@ use rill_raft::service::RaftService;
 use crate::coordinators::Coordinators;
 use crate::error::{Error, Result};
 use crate::node::Node;
-use crate::service::{Authorization, Service};
+use crate::service::{Authorization, RequestError, Service};
+
+/// A whole public request refused, as the gRPC status its handler returns: the gRPC listener's
+/// one mapping of [`RequestError`] (per-entry refusals are encoded in each answer).
+pub fn request_status(e: &RequestError) -> tonic::Status {
+    match e {
+        RequestError::Invalid(_) | RequestError::TooManyEntries { .. } => {
+            tonic::Status::invalid_argument(e.to_string())
+        }
+        RequestError::Denied(_) => tonic::Status::permission_denied(e.to_string()),
+        RequestError::StorageFailed { node, reason } => crate::errors::storage_failed_status(*node, reason),
+    }
+}
 
 /// The limits every client listener of a node shares: at most `max-connections` client
 /// connections open at once, and at most `max-request-bytes-in-flight` bytes of requests
@@ -100,8 +112,8 @@ pub async fn serve(
     #[cfg(madsim)]
     let limits = ();
     let servers = futures::future::try_join(
-        serve_public(&node, service, limits, stopped()).boxed(),
-        serve_internal(node.clone(), coordinators, stopped()).boxed(),
+        serve_public(&node, service.clone(), limits, stopped()).boxed(),
+        serve_internal(node.clone(), service, stopped()).boxed(),
     );
     // A listener that fails (e.g. its port is taken) fails the node at once.
     match futures::future::select(Box::pin(stop), servers).await {
@@ -118,9 +130,18 @@ macro_rules! public_services {
         let records = RecordsServer::new(records::RecordsApi::new(service.clone()))
             .max_decoding_message_size(MAX_GRPC_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_GRPC_MESSAGE_BYTES);
-        let admin = AdminServer::new(admin::AdminApi::new(service.clone()));
-        let groups = GroupsServer::new(groups::GroupsApi::new(service.clone()));
-        let transactions = TransactionsServer::new(transactions::TransactionsApi::new(service));
+        // Every public service takes and sends messages up to the node's largest: a classic
+        // group's SyncGroup and the leader's JoinGroup answer carry every member's assignment
+        // and metadata (the engine bounds them at 16 MiB).
+        let admin = AdminServer::new(admin::AdminApi::new(service.clone()))
+            .max_decoding_message_size(MAX_GRPC_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_GRPC_MESSAGE_BYTES);
+        let groups = GroupsServer::new(groups::GroupsApi::new(service.clone()))
+            .max_decoding_message_size(MAX_GRPC_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_GRPC_MESSAGE_BYTES);
+        let transactions = TransactionsServer::new(transactions::TransactionsApi::new(service))
+            .max_decoding_message_size(MAX_GRPC_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_GRPC_MESSAGE_BYTES);
         (records, admin, groups, transactions)
     }};
 }
@@ -189,14 +210,14 @@ fn public_server(
 /// The internal listener: node-to-node services only.
 async fn serve_internal(
     node: Arc<Node>,
-    coordinators: Arc<Coordinators>,
+    service: Service,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
     let addr = node.config().internal_listen;
     let raft = RaftTransportServer::new(RaftService::new(node.multi().clone(), node.internal_tls().is_some()))
         .max_decoding_message_size(MAX_GRPC_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_GRPC_MESSAGE_BYTES);
-    let cluster = ClusterServer::new(cluster::ClusterApi::new(node.clone(), coordinators));
+    let cluster = ClusterServer::new(cluster::ClusterApi::new(node.clone(), service));
     let router = tonic::transport::Server::builder().add_service(raft).add_service(cluster);
     let failed = |e: &dyn std::fmt::Display| Error::Serve(format!("internal listener {addr}: {e}"));
     match node.internal_tls() {

@@ -315,14 +315,15 @@ impl Service {
         for t in targets {
             let answer = t.replica.and_then(|r| {
                 let budget = if used >= response_budget { 0 } else { t.max_bytes.min(response_budget - used) };
-                if budget == 0 {
+                // (A negative offset is refused by the read below, whatever the budget.)
+                if budget == 0 && t.offset >= 0 {
                     // Over the response budget: the partition answered empty; the consumer
                     // fetches it next time.
                     return Ok(FetchOutcome {
                         high_watermark: r.high_watermark(),
                         last_stable_offset: r.last_stable_offset().min(r.high_watermark()),
                         log_start_offset: r.log_start_offset(),
-                        next_offset: u64::try_from(t.offset).unwrap_or(0),
+                        next_offset: t.offset as u64,
                         ..FetchOutcome::default()
                     });
                 }

@@ -151,10 +151,10 @@ impl Service {
     ) -> Answer<EndedTxn> {
         self.authorize(ctx, ResourceType::TransactionalId, &producer.transactional_id)?;
         let epoch = checks::producer_epoch(producer.producer_epoch)?;
+        let protocol = checks::txn_protocol(transaction_version)?;
         let id = producer.transactional_id;
         let coordinator = transaction_coordinator(&self.node, &id)?;
         let shard = self.coordinators.transactions().of(&coordinator)?;
-        let protocol = checks::txn_protocol(transaction_version)?;
         let ended = transactions::end_transaction(
             &coordinator,
             &id,
