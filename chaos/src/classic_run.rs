@@ -32,7 +32,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use rand::Rng;
 use rill_client::{Client, TopicPartition};
 use rill_proto::common::ErrorCode;
 use rill_proto::groups::{
@@ -46,7 +45,7 @@ use crate::checkers::group_ownership::{self, CommitWatch, Handout};
 use crate::checkers::Violation;
 use crate::cluster::{connect, SimCluster};
 use crate::faults;
-use crate::group_run::{high_watermarks, producer, CRASH, LEAVE, RUN};
+use crate::group_run::{high_watermarks, member_schedule, producer, Schedule, CRASH, LEAVE, RUN};
 use crate::run::{Report, LIVENESS_BOUND};
 use crate::scenarios::ALL_FAULTS;
 
@@ -55,9 +54,7 @@ pub const GROUP: &str = "classic";
 /// Partitions of the group's topic (the same producer as the `groups` scenario's).
 const PARTITIONS: u32 = crate::group_run::PARTITIONS;
 /// Client hosts a member may run on (host 0 is the admin's, the last the producer's).
-const MEMBER_HOSTS: usize = 6;
-/// Most members at once.
-const MOST_MEMBERS: usize = 5;
+const MEMBER_HOSTS: usize = crate::group_run::MEMBER_HOSTS;
 /// The generated scenario's fault phase (ten times longer with `RILL_SIM_LONG`).
 const FAULT_PHASE: Duration = Duration::from_secs(30);
 /// The members' session timeout: the shortest the coordinator accepts.
@@ -402,13 +399,6 @@ fn led_group(cluster: &SimCluster) -> Option<Led> {
     })
 }
 
-/// A running member: its control word and the client host it runs on.
-struct Running {
-    id: usize,
-    host: usize,
-    ctl: Arc<AtomicU8>,
-}
-
 /// The generated `classic_groups` scenario: a classic group of one to five eager members on six
 /// partitions while the seed's schedule makes members join, crash mid-batch, leave and pause
 /// (some past the session timeout) and the seed's node faults (every kind) move the
@@ -430,59 +420,11 @@ pub async fn run_generated() -> Report {
         madsim::task::spawn(async move { faults::inject(&cluster, ALL_FAULTS, phase, &trace).await })
     };
 
-    let mut running: Vec<Running> = Vec::new();
-    let mut next_id = 0usize;
-    let mut start = |running: &mut Vec<Running>| {
-        let Some(host) = (1..=MEMBER_HOSTS).find(|h| running.iter().all(|r| r.host != *h)) else { return };
-        let ctl = Arc::new(AtomicU8::new(RUN));
-        cluster.client_host(host).spawn(member(cluster.bootstrap(), next_id, TOPIC, ctl.clone(), log.clone()));
-        trace.record(format!("member {next_id} starts on host {host} at {:?}", elapsed()));
-        running.push(Running { id: next_id, host, ctl });
-        next_id += 1;
-    };
-    for _ in 0..3 {
-        start(&mut running);
-    }
-    let mut rng = rill_rt::rng();
-    let end = rill_rt::now() + phase;
-    let (mut crashes, mut leaves, mut pauses) = (0u32, 0u32, 0u32);
-    while rill_rt::now() < end {
-        rill_rt::sleep(Duration::from_millis(rng.gen_range(800..2500))).await;
-        let pick = rng.gen_range(0..running.len().max(1));
-        match rng.gen_range(0..10) {
-            0..=2 if running.len() < MOST_MEMBERS => start(&mut running),
-            3 | 4 if running.len() > 1 => {
-                let r = running.remove(pick);
-                r.ctl.store(CRASH, Ordering::SeqCst);
-                trace.record(format!("member {} crashes at {:?}", r.id, elapsed()));
-                crashes += 1;
-            }
-            5 if running.len() > 1 => {
-                let r = running.remove(pick);
-                r.ctl.store(LEAVE, Ordering::SeqCst);
-                trace.record(format!("member {} leaves at {:?}", r.id, elapsed()));
-                leaves += 1;
-            }
-            6..=8 if !running.is_empty() => {
-                let r = &running[pick];
-                // Half the pauses outlast the session: the member is removed while frozen.
-                let hold = if rng.gen_bool(0.5) {
-                    SESSION + Duration::from_millis(rng.gen_range(1000..4000))
-                } else {
-                    Duration::from_millis(rng.gen_range(500..3000))
-                };
-                trace.record(format!("member {} paused for {hold:?} at {:?}", r.id, elapsed()));
-                cluster.pause_client(r.host);
-                rill_rt::sleep(hold).await;
-                cluster.resume_client(r.host);
-                pauses += 1;
-            }
-            _ => {}
-        }
-        if running.is_empty() {
-            start(&mut running);
-        }
-    }
+    let schedule = member_schedule(&cluster, &trace, phase, SESSION, |host, id, ctl| {
+        cluster.client_host(host).spawn(member(cluster.bootstrap(), id, TOPIC, ctl, log.clone()));
+    })
+    .await;
+    let Schedule { running, crashes, leaves, pauses } = schedule;
     let fault_counts = faults.await.expect("the fault injector");
     trace.record(format!("faults over at {:?}: {crashes} member crashes, {leaves} leaves, {pauses} pauses", elapsed()));
 
@@ -536,21 +478,7 @@ pub async fn run_generated() -> Report {
     ));
     let processed = log.processed.len();
     drop(log);
-    trace.record(format!("end at {:?}", elapsed()));
-    if std::env::var_os("RILL_PRINT_TRACE").is_some() {
-        for e in trace.events() {
-            println!("trace: {e}");
-        }
-    }
-    Report {
-        ops: processed,
-        acked: usize::try_from(acked).unwrap_or(usize::MAX),
-        faults: fault_counts,
-        violations,
-        trace_hash: trace.hash(),
-        events: trace.len(),
-        compaction: None,
-    }
+    Report::of_generated(&trace, processed, usize::try_from(acked).unwrap_or(usize::MAX), fault_counts, violations)
 }
 
 fn elapsed() -> Duration {

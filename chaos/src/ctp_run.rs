@@ -314,21 +314,13 @@ pub async fn run_generated() -> Report {
         inputs.as_ref().map_or(0, Vec::len),
         outputs.as_ref().map_or(0, Vec::len)
     ));
-    trace.record(format!("end at {:?}", elapsed()));
-    if std::env::var_os("RILL_PRINT_TRACE").is_some() {
-        for e in trace.events() {
-            println!("trace: {e}");
-        }
-    }
-    Report {
-        ops: usize::try_from(tally.committed + tally.aborted).unwrap_or(usize::MAX),
-        acked: usize::try_from(tally.committed).unwrap_or(usize::MAX),
-        faults: fault_counts,
+    Report::of_generated(
+        &trace,
+        usize::try_from(tally.committed + tally.aborted).unwrap_or(usize::MAX),
+        usize::try_from(tally.committed).unwrap_or(usize::MAX),
+        fault_counts,
         violations,
-        trace_hash: trace.hash(),
-        events: trace.len(),
-        compaction: None,
-    }
+    )
 }
 
 fn elapsed() -> Duration {

@@ -29,13 +29,14 @@ use crate::cluster::{connect, SimCluster};
 use crate::faults;
 use crate::run::{Report, LIVENESS_BOUND};
 use crate::scenarios::ALL_FAULTS;
+use crate::trace::Trace;
 
 /// The group every member joins.
 pub const GROUP: &str = "g";
 /// Partitions of the group's topic.
 pub const PARTITIONS: u32 = 6;
 /// Client hosts a member may run on (host 0 is the admin's, the last the producer's).
-const MEMBER_HOSTS: usize = 6;
+pub const MEMBER_HOSTS: usize = 6;
 /// Most members at once in the generated scenario.
 const MOST_MEMBERS: usize = 5;
 /// The generated scenario's fault phase (ten times longer with `RILL_SIM_LONG`).
@@ -243,44 +244,48 @@ pub async fn high_watermarks(cluster: &SimCluster, topic: &'static str) -> BTree
         .await
 }
 
-/// A running member: its control word and the client host it runs on.
-struct Running {
-    id: usize,
-    host: usize,
-    ctl: Arc<AtomicU8>,
+/// A running member of a generated group scenario: its control word and the client host it
+/// runs on.
+pub struct Running {
+    /// The scenario's number for it.
+    pub id: usize,
+    /// Its client host.
+    pub host: usize,
+    /// Its control word ([`RUN`], [`CRASH`], [`LEAVE`]).
+    pub ctl: Arc<AtomicU8>,
 }
 
-/// The generated `groups` scenario: a group of one to five members on six partitions while the
-/// seed's schedule makes members join, crash mid-batch, leave and pause (some past the session
-/// timeout) and the seed's node faults (every kind) run alongside. Then everything heals, the
-/// producer stops and the group must settle with its lag at 0.
-pub async fn run_generated() -> Report {
-    const TOPIC: &str = "grouped";
-    // Half the seeds heartbeat every 2 s: each heartbeat then held up to 2 s (a third of the
-    // session), so faults land while heartbeats are held.
-    let interval_ms = if rill_rt::rng().gen_bool(0.5) { 500 } else { 2_000 };
-    let timeouts = rill_coordinator::groups::Timeouts { session_ms: 6_000, heartbeat_interval_ms: interval_ms };
-    let (trace, phase, cluster) =
-        crate::run::start_generated("groups", FAULT_PHASE, MEMBER_HOSTS as u32 + 2, None, Some(timeouts));
-    cluster.create_topic_and_wait(TOPIC, PARTITIONS, rill_meta::CONSUMER_OFFSETS_TOPIC).await;
+/// What [`member_schedule`] did: the members still running at its end, and how many it crashed,
+/// made leave and paused.
+pub struct Schedule {
+    /// The members running at the end.
+    pub running: Vec<Running>,
+    /// Members crashed.
+    pub crashes: u32,
+    /// Members that left.
+    pub leaves: u32,
+    /// Pauses of a member's client host.
+    pub pauses: u32,
+}
 
-    let producing = Arc::new(AtomicU8::new(RUN));
-    let producer = producer(&cluster, MEMBER_HOSTS + 1, TOPIC, producing.clone());
-    let sampling = Arc::new(AtomicU8::new(RUN));
-    let sampler = sampler(cluster.clone(), sampling.clone());
-    let delivered: Deliveries = Arc::default();
-    let faults = {
-        let (cluster, trace) = (cluster.clone(), trace.clone());
-        madsim::task::spawn(async move { faults::inject(&cluster, ALL_FAULTS, phase, &trace).await })
-    };
-
-    // The members' schedule.
+/// The members' schedule of the generated group scenarios, for `phase`: three members start
+/// (`spawn(host, id, ctl)` starts one on a free client host), then every 0.8–2.5 s the seed
+/// starts one (up to five), crashes one mid-batch, makes one leave, or pauses one's client host
+/// — half the pauses longer than `session`, so it is removed while frozen — and a member starts
+/// whenever none runs.
+pub async fn member_schedule(
+    cluster: &SimCluster,
+    trace: &Trace,
+    phase: Duration,
+    session: Duration,
+    mut spawn: impl FnMut(usize, usize, Arc<AtomicU8>),
+) -> Schedule {
     let mut running: Vec<Running> = Vec::new();
     let mut next_id = 0usize;
     let mut start = |running: &mut Vec<Running>| {
         let Some(host) = (1..=MEMBER_HOSTS).find(|h| running.iter().all(|r| r.host != *h)) else { return };
         let ctl = Arc::new(AtomicU8::new(RUN));
-        cluster.client_host(host).spawn(member(cluster.bootstrap(), next_id, TOPIC, ctl.clone(), delivered.clone()));
+        spawn(host, next_id, ctl.clone());
         trace.record(format!("member {next_id} starts on host {host} at {:?}", elapsed()));
         running.push(Running { id: next_id, host, ctl });
         next_id += 1;
@@ -312,7 +317,7 @@ pub async fn run_generated() -> Report {
                 let r = &running[pick];
                 // Half the pauses outlast the session: the member is fenced while frozen.
                 let hold = if rng.gen_bool(0.5) {
-                    SESSION + Duration::from_millis(rng.gen_range(1000..4000))
+                    session + Duration::from_millis(rng.gen_range(1000..4000))
                 } else {
                     Duration::from_millis(rng.gen_range(500..3000))
                 };
@@ -328,6 +333,39 @@ pub async fn run_generated() -> Report {
             start(&mut running);
         }
     }
+    Schedule { running, crashes, leaves, pauses }
+}
+
+/// The generated `groups` scenario: a group of one to five members on six partitions while the
+/// seed's schedule makes members join, crash mid-batch, leave and pause (some past the session
+/// timeout) and the seed's node faults (every kind) run alongside. Then everything heals, the
+/// producer stops and the group must settle with its lag at 0.
+pub async fn run_generated() -> Report {
+    const TOPIC: &str = "grouped";
+    // Half the seeds heartbeat every 2 s: each heartbeat then held up to 2 s (a third of the
+    // session), so faults land while heartbeats are held.
+    let interval_ms = if rill_rt::rng().gen_bool(0.5) { 500 } else { 2_000 };
+    let timeouts = rill_coordinator::groups::Timeouts { session_ms: 6_000, heartbeat_interval_ms: interval_ms };
+    let (trace, phase, cluster) =
+        crate::run::start_generated("groups", FAULT_PHASE, MEMBER_HOSTS as u32 + 2, None, Some(timeouts));
+    cluster.create_topic_and_wait(TOPIC, PARTITIONS, rill_meta::CONSUMER_OFFSETS_TOPIC).await;
+
+    let producing = Arc::new(AtomicU8::new(RUN));
+    let producer = producer(&cluster, MEMBER_HOSTS + 1, TOPIC, producing.clone());
+    let sampling = Arc::new(AtomicU8::new(RUN));
+    let sampler = sampler(cluster.clone(), sampling.clone());
+    let delivered: Deliveries = Arc::default();
+    let faults = {
+        let (cluster, trace) = (cluster.clone(), trace.clone());
+        madsim::task::spawn(async move { faults::inject(&cluster, ALL_FAULTS, phase, &trace).await })
+    };
+
+    // The members' schedule.
+    let schedule = member_schedule(&cluster, &trace, phase, SESSION, |host, id, ctl| {
+        cluster.client_host(host).spawn(member(cluster.bootstrap(), id, TOPIC, ctl, delivered.clone()));
+    })
+    .await;
+    let Schedule { running, crashes, leaves, pauses } = schedule;
     let fault_counts = faults.await.expect("the fault injector");
     trace.record(format!("faults over at {:?}: {crashes} member crashes, {leaves} leaves, {pauses} pauses", elapsed()));
 
@@ -377,21 +415,7 @@ pub async fn run_generated() -> Report {
     trace.record(format!("high watermarks {hw:?}, committed {last_committed:?}, {} processed", log.processed.len()));
     let processed = log.processed.len();
     drop(log);
-    trace.record(format!("end at {:?}", elapsed()));
-    if std::env::var_os("RILL_PRINT_TRACE").is_some() {
-        for e in trace.events() {
-            println!("trace: {e}");
-        }
-    }
-    Report {
-        ops: processed,
-        acked: usize::try_from(acked).unwrap_or(usize::MAX),
-        faults: fault_counts,
-        violations,
-        trace_hash: trace.hash(),
-        events: trace.len(),
-        compaction: None,
-    }
+    Report::of_generated(&trace, processed, usize::try_from(acked).unwrap_or(usize::MAX), fault_counts, violations)
 }
 
 /// One line of `group`: its epochs and each member's epoch, state and partitions.

@@ -47,6 +47,25 @@ pub struct Report {
 }
 
 impl Report {
+    /// The report of a generated scenario's run: `ops` operations, `acked` of them acknowledged,
+    /// the faults applied and the violations found. Ends `trace` (printed with
+    /// `RILL_PRINT_TRACE`).
+    pub fn of_generated(
+        trace: &Trace,
+        ops: usize,
+        acked: usize,
+        faults: FaultCounts,
+        violations: Vec<Violation>,
+    ) -> Self {
+        trace.record(format!("end at {:?}", elapsed()));
+        if std::env::var_os("RILL_PRINT_TRACE").is_some() {
+            for e in trace.events() {
+                println!("trace: {e}");
+            }
+        }
+        Report { ops, acked, faults, violations, trace_hash: trace.hash(), events: trace.len(), compaction: None }
+    }
+
     /// Prints the report in the form `chaos/run` parses.
     pub fn print(&self) {
         for v in &self.violations {

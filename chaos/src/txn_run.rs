@@ -321,21 +321,13 @@ pub async fn run_generated() -> Report {
         log.live.len(),
         final_values.len()
     ));
-    trace.record(format!("end at {:?}", elapsed()));
-    if std::env::var_os("RILL_PRINT_TRACE").is_some() {
-        for e in trace.events() {
-            println!("trace: {e}");
-        }
-    }
-    Report {
-        ops: log.txns.len(),
-        acked: usize::try_from(committed).unwrap_or(usize::MAX),
-        faults: fault_counts,
+    Report::of_generated(
+        &trace,
+        log.txns.len(),
+        usize::try_from(committed).unwrap_or(usize::MAX),
+        fault_counts,
         violations,
-        trace_hash: trace.hash(),
-        events: trace.len(),
-        compaction: None,
-    }
+    )
 }
 
 fn elapsed() -> Duration {

@@ -20,9 +20,8 @@ import time
 from kafka.coordinator.assignors.range import RangePartitionAssignor
 from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment, ConsumerProtocolSubscription
 
-from rill_api import Cluster, admin_pb2, common_pb2
+from rill_api import Cluster, common_pb2
 import groups_pb2  # noqa: E402
-import groups_pb2_grpc  # noqa: E402
 
 RETRY = {common_pb2.NOT_COORDINATOR, common_pb2.COORDINATOR_LOAD_IN_PROGRESS, common_pb2.COORDINATOR_NOT_AVAILABLE}
 NAME = lambda code: common_pb2.ErrorCode.Name(code)  # noqa: E731
@@ -144,17 +143,7 @@ def main():
     args = parser.parse_args()
     cluster = Cluster(args.bootstrap)
     partitions = cluster.partitions(args.topic)
-    stub = None
-    for _ in range(50):
-        found = cluster.admin().FindCoordinator(
-            admin_pb2.FindCoordinatorRequest(kind=admin_pb2.GROUP, key=args.group), timeout=10
-        )
-        if found.error_code == common_pb2.NONE:
-            stub = groups_pb2_grpc.GroupsStub(cluster.channel(found.coordinator.address))
-            break
-        time.sleep(0.2)
-    if stub is None:
-        raise SystemExit(f"no coordinator for group {args.group}")
+    stub = cluster.groups_stub(args.group)
     first, second = Member(stub, args.group, args.topic, partitions), Member(stub, args.group, args.topic, partitions)
 
     print(f"first join: {NAME(first.join())}")

@@ -15,6 +15,7 @@ from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchB
 import admin_pb2  # noqa: E402
 import admin_pb2_grpc  # noqa: E402
 import common_pb2  # noqa: E402
+import groups_pb2_grpc  # noqa: E402
 import records_pb2  # noqa: E402
 import records_pb2_grpc  # noqa: E402
 
@@ -106,6 +107,17 @@ class Cluster:
             time.sleep(0.2)
             self.refresh(topic)
         raise SystemExit(f"no leader for {topic}/{partition}")
+
+    def groups_stub(self, group):
+        """The Groups stub of `group`'s coordinator (Admin.FindCoordinator, waiting for one)."""
+        for _ in range(50):
+            found = self.admin().FindCoordinator(
+                admin_pb2.FindCoordinatorRequest(kind=admin_pb2.GROUP, key=group), timeout=10
+            )
+            if found.error_code == common_pb2.NONE:
+                return groups_pb2_grpc.GroupsStub(self.channel(found.coordinator.address))
+            time.sleep(0.2)
+        raise SystemExit(f"no coordinator for group {group}")
 
     def records_stub(self, topic, partition):
         """The Records stub of the partition's leader (Produce, Fetch, ListOffsets)."""

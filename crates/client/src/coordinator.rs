@@ -101,14 +101,15 @@ pub(crate) fn check(code: i32, message: String, hint: Option<LeaderHint>) -> Ans
 
 /// A `Groups` answer's whole-request status: its code, message and coordinator hint.
 trait GroupsStatus {
-    fn take_status(&mut self) -> (i32, String, Option<LeaderHint>);
+    /// The answer's whole-request code, message and coordinator hint.
+    fn status(&self) -> (i32, String, Option<LeaderHint>);
 }
 
 macro_rules! groups_status {
     ($($answer:ty),*) => {
         $(impl GroupsStatus for $answer {
-            fn take_status(&mut self) -> (i32, String, Option<LeaderHint>) {
-                (self.error_code, std::mem::take(&mut self.error_message), self.coordinator.take())
+            fn status(&self) -> (i32, String, Option<LeaderHint>) {
+                (self.error_code, self.error_message.clone(), self.coordinator.clone())
             }
         })*
     };
@@ -336,14 +337,14 @@ impl Client {
     /// for the caller to act on.
     pub async fn join_group(&self, req: JoinGroupRequest, wait: Duration) -> Result<JoinGroupResponse> {
         let group = req.group_id.clone();
-        self.at_classic_coordinator(&group, req, wait, |mut stub, req| async move { stub.join_group(req).await }).await
+        self.at_groups(&group, req, wait, true, |mut stub, req| async move { stub.join_group(req).await }).await
     }
 
     /// One `SyncGroup` of a classic group at its coordinator (as [`Client::join_group`]): the
     /// member's assignment, answered once the generation's assignments are stored.
     pub async fn sync_group(&self, req: SyncGroupRequest, wait: Duration) -> Result<SyncGroupResponse> {
         let group = req.group_id.clone();
-        self.at_classic_coordinator(&group, req, wait, |mut stub, req| async move { stub.sync_group(req).await }).await
+        self.at_groups(&group, req, wait, true, |mut stub, req| async move { stub.sync_group(req).await }).await
     }
 
     /// One heartbeat of a classic member at its group's coordinator (as
@@ -352,47 +353,14 @@ impl Client {
     pub async fn group_heartbeat(&self, req: GroupHeartbeatRequest) -> Result<GroupHeartbeatResponse> {
         let group = req.group_id.clone();
         let wait = self.options().request_slack * 3;
-        self.at_classic_coordinator(&group, req, wait, |mut stub, req| async move { stub.group_heartbeat(req).await })
-            .await
+        self.at_groups(&group, req, wait, true, |mut stub, req| async move { stub.group_heartbeat(req).await }).await
     }
 
     /// Removes members of a classic group (as [`Client::join_group`]).
     pub async fn leave_group(&self, req: LeaveGroupRequest) -> Result<LeaveGroupResponse> {
         let group = req.group_id.clone();
         let wait = self.options().request_slack * 3;
-        self.at_classic_coordinator(&group, req, wait, |mut stub, req| async move { stub.leave_group(req).await }).await
-    }
-
-    /// Runs a classic group call at `group`'s coordinator, each attempt answered within `wait`:
-    /// the coordinator's own codes (moved, loading, unavailable) are asked again; any other
-    /// answer, a member error included, is the caller's.
-    async fn at_classic_coordinator<Req, Resp, F, Fut>(
-        &self,
-        group: &str,
-        req: Req,
-        wait: Duration,
-        call: F,
-    ) -> Result<Resp>
-    where
-        Req: Clone,
-        Resp: GroupsStatus + Clone,
-        F: Fn(GroupsClient<Channel>, Req) -> Fut,
-        Fut: std::future::Future<Output = std::result::Result<tonic::Response<Resp>, tonic::Status>>,
-    {
-        let call = &call;
-        self.at_coordinator(Coordinator::Group, group, |addr| {
-            let req = req.clone();
-            async move {
-                let stub = self.groups_stub(&addr)?;
-                let resp = answer_within(&addr, wait, call(stub, req)).await?;
-                let (code, message, hint) = resp.clone().take_status();
-                Ok(match check(code, message, hint) {
-                    Err((e, hint)) if coordinator_retriable(&e) => Err((e, hint)),
-                    _ => Ok(resp),
-                })
-            }
-        })
-        .await
+        self.at_groups(&group, req, wait, true, |mut stub, req| async move { stub.leave_group(req).await }).await
     }
 
     /// A group's state, members and committed offsets, from its coordinator
@@ -445,14 +413,40 @@ impl Client {
         F: Fn(GroupsClient<Channel>, Req) -> Fut,
         Fut: std::future::Future<Output = std::result::Result<tonic::Response<Resp>, tonic::Status>>,
     {
+        self.at_groups(group, req, wait, false, call).await
+    }
+
+    /// Runs `call` at `group`'s coordinator (following `NOT_COORDINATOR`, retrying while it
+    /// loads or is unavailable, within the retry budget), each attempt answered within `wait`.
+    /// An answer with any other code is an error, or — with `member_errors_answered`, as the
+    /// classic protocol's calls ask — the caller's answer (`MEMBER_ID_REQUIRED` carries the id to
+    /// join with).
+    async fn at_groups<Req, Resp, F, Fut>(
+        &self,
+        group: &str,
+        req: Req,
+        wait: Duration,
+        member_errors_answered: bool,
+        call: F,
+    ) -> Result<Resp>
+    where
+        Req: Clone,
+        Resp: GroupsStatus,
+        F: Fn(GroupsClient<Channel>, Req) -> Fut,
+        Fut: std::future::Future<Output = std::result::Result<tonic::Response<Resp>, tonic::Status>>,
+    {
         let call = &call;
         self.at_coordinator(Coordinator::Group, group, |addr| {
             let req = req.clone();
             async move {
                 let stub = self.groups_stub(&addr)?;
-                let mut resp = answer_within(&addr, wait, call(stub, req)).await?;
-                let (code, message, hint) = resp.take_status();
-                Ok(check(code, message, hint).map(|()| resp))
+                let resp = answer_within(&addr, wait, call(stub, req)).await?;
+                let (code, message, hint) = resp.status();
+                Ok(match check(code, message, hint) {
+                    Ok(()) => Ok(resp),
+                    Err((e, hint)) if !member_errors_answered || coordinator_retriable(&e) => Err((e, hint)),
+                    Err(_) => Ok(resp),
+                })
             }
         })
         .await

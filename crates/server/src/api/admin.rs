@@ -15,8 +15,8 @@ use rill_proto::admin::{
 use rill_proto::common::{ErrorCode, LeaderHint};
 use tonic::{Request, Response, Status};
 
-use crate::api::request_status;
 use crate::api::rules::{context, rpc};
+use crate::api::{error_of, request_status};
 use crate::errors::{self, Refusal};
 use crate::service::topics as svc;
 use crate::service::{Answer, Service};
@@ -30,14 +30,6 @@ impl AdminApi {
     /// The service over `service`.
     pub fn new(service: Service) -> Self {
         Self { service }
-    }
-}
-
-/// An answer's error code and message: none for `Ok`.
-fn error_of<T>(answer: &Answer<T>) -> (i32, String) {
-    match answer {
-        Ok(_) => (ErrorCode::None as i32, String::new()),
-        Err(e) => (e.code as i32, e.message.clone()),
     }
 }
 
@@ -99,7 +91,7 @@ fn node_description(n: svc::NodeDescription) -> NodeDescription {
 
 /// A topic answer's error code, message and described topic.
 fn described(answer: Answer<svc::TopicDescription>) -> (i32, String, Option<TopicDescription>) {
-    let (error_code, error_message) = error_of(&answer);
+    let (error_code, error_message, _) = error_of(&answer);
     (error_code, error_message, answer.ok().map(topic_description))
 }
 
@@ -130,7 +122,8 @@ impl Admin for AdminApi {
         request: Request<DeleteTopicRequest>,
     ) -> Result<Response<DeleteTopicResponse>, Status> {
         let ctx = context(&request, rpc::DELETE_TOPIC)?;
-        let (error_code, error_message) = error_of(&self.service.delete_topic(&ctx, request.into_inner().name).await);
+        let (error_code, error_message, _) =
+            error_of(&self.service.delete_topic(&ctx, request.into_inner().name).await);
         Ok(Response::new(DeleteTopicResponse { error_code, error_message }))
     }
 
@@ -230,7 +223,7 @@ impl Admin for AdminApi {
     async fn admit_node(&self, request: Request<AdmitNodeRequest>) -> Result<Response<AdmitNodeResponse>, Status> {
         let ctx = context(&request, rpc::ADMIT_NODE)?;
         let AdmitNodeRequest { node_id, revoke } = request.into_inner();
-        let (error_code, error_message) = error_of(&self.service.admit_node(&ctx, node_id, revoke).await);
+        let (error_code, error_message, _) = error_of(&self.service.admit_node(&ctx, node_id, revoke).await);
         Ok(Response::new(AdmitNodeResponse { error_code, error_message }))
     }
 

@@ -5,7 +5,7 @@
 use rill_coordinator::groups::classic::{self, ClassicDescription};
 use rill_coordinator::groups::{HeartbeatRequest, TopicPartitions};
 use rill_coordinator::offsets::CommittedOffset;
-use rill_proto::common::{ErrorCode, LeaderHint};
+use rill_proto::common::ErrorCode;
 use rill_proto::groups::groups_server::Groups;
 use rill_proto::groups::{
     ClassicGroupDescription, ClassicMemberDescription, GroupHeartbeatRequest, GroupHeartbeatResponse, JoinGroupRequest,
@@ -22,8 +22,8 @@ use rill_proto::groups::{
 };
 use tonic::{Request, Response, Status};
 
-use crate::api::request_status;
 use crate::api::rules::{context, rpc};
+use crate::api::{error_of, request_status};
 use crate::service::checks::{self, NamedPartitions};
 use crate::service::classic::JoinOutcome;
 use crate::service::groups as svc;
@@ -38,14 +38,6 @@ impl GroupsApi {
     /// The service over `service`.
     pub fn new(service: Service) -> Self {
         Self { service }
-    }
-}
-
-/// An answer's error code, message and coordinator hint: none for `Ok`.
-fn error_of<T>(answer: &Answer<T>) -> (i32, String, Option<LeaderHint>) {
-    match answer {
-        Ok(_) => (ErrorCode::None as i32, String::new(), None),
-        Err(e) => (e.code as i32, e.message.clone(), e.leader.clone()),
     }
 }
 

@@ -46,6 +46,15 @@ use crate::error::{Error, Result};
 use crate::node::Node;
 use crate::service::{Authorization, RequestError, Service};
 
+/// An entry's answer as the wire's error fields: its code, message and leader (or
+/// coordinator) hint — none for `Ok`.
+pub(crate) fn error_of<T>(answer: &crate::service::Answer<T>) -> (i32, String, Option<rill_proto::common::LeaderHint>) {
+    match answer {
+        Ok(_) => (rill_proto::common::ErrorCode::None as i32, String::new(), None),
+        Err(e) => (e.code as i32, e.message.clone(), e.leader.clone()),
+    }
+}
+
 /// A whole public request refused, as the gRPC status its handler returns: the gRPC listener's
 /// one mapping of [`RequestError`] (per-entry refusals are encoded in each answer).
 pub fn request_status(e: &RequestError) -> tonic::Status {

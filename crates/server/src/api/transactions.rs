@@ -3,7 +3,7 @@
 //! its answer encoded.
 
 use rill_coordinator::transactions::{TransactionMetadata, TxnState};
-use rill_proto::common::{ErrorCode, LeaderHint};
+use rill_proto::common::ErrorCode;
 use rill_proto::transactions::transactions_server::Transactions;
 use rill_proto::transactions::{
     AbortTransactionRequest, AbortTransactionResponse, AddOffsetsToTxnRequest, AddPartitionsToTxnRequest,
@@ -13,8 +13,8 @@ use rill_proto::transactions::{
 };
 use tonic::{Request, Response, Status};
 
-use crate::api::request_status;
 use crate::api::rules::{context, rpc};
+use crate::api::{error_of, request_status};
 use crate::service::checks::NamedPartitions;
 use crate::service::transactions::{ListTransactionsFilter, TxnProducer};
 use crate::service::{Answer, Service};
@@ -28,14 +28,6 @@ impl TransactionsApi {
     /// The service over `service`.
     pub fn new(service: Service) -> Self {
         Self { service }
-    }
-}
-
-/// An answer's error code, message and coordinator hint: none for `Ok`.
-fn error_of<T>(answer: &Answer<T>) -> (i32, String, Option<LeaderHint>) {
-    match answer {
-        Ok(_) => (ErrorCode::None as i32, String::new(), None),
-        Err(e) => (e.code as i32, e.message.clone(), e.leader.clone()),
     }
 }
 

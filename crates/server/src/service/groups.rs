@@ -349,11 +349,8 @@ impl Service {
         topics: Vec<CommitTopic>,
     ) -> Answer<Vec<TopicAnswers<()>>> {
         self.authorize(ctx, ResourceType::Group, group_id)?;
-        let coordinator = group_coordinator(&self.node, group_id)?;
-        let shard = self.coordinators.groups().of(&coordinator)?;
-        let committer = committer(&shard, group_id, member_id, generation_id)?;
-        let refused = |topic: &str| self.authorize(ctx, ResourceType::Topic, topic).err();
-        let (accepted, answers) = checks::committed_offsets(&self.node.meta(), topics, refused);
+        let Checked { coordinator, committer, accepted, answers } =
+            self.check_commit(ctx, group_id, member_id, generation_id, topics)?;
         if !accepted.is_empty() {
             offsets::commit(&coordinator, group_id, committer, &accepted, COMMIT_TIMEOUT)
                 .await
@@ -381,11 +378,8 @@ impl Service {
         self.authorize(ctx, ResourceType::Group, &req.group_id)?;
         let epoch = checks::producer_epoch(req.producer_epoch)?;
         transactions::validate(&req.transactional_id, 0).map_err(|e| errors::coordinator(&e))?;
-        let coordinator = group_coordinator(&self.node, &req.group_id)?;
-        let shard = self.coordinators.groups().of(&coordinator)?;
-        let committer = committer(&shard, &req.group_id, &req.member_id, req.generation_id)?;
-        let refused = |topic: &str| self.authorize(ctx, ResourceType::Topic, topic).err();
-        let (accepted, answers) = checks::committed_offsets(&self.node.meta(), req.topics, refused);
+        let Checked { coordinator, committer, accepted, answers } =
+            self.check_commit(ctx, &req.group_id, &req.member_id, req.generation_id, req.topics)?;
         if accepted.is_empty() {
             return Ok(answers);
         }
@@ -479,6 +473,36 @@ impl Service {
         })
         .await;
         answer.map_err(|e| errors::coordinator(&e))
+    }
+}
+
+/// A commit checked before it is proposed: the group's coordinator partition, who commits, the
+/// offsets to commit and each partition's answer.
+struct Checked<'a> {
+    coordinator: std::sync::Arc<rill_broker::StatePartition<OffsetsMachine>>,
+    committer: Committer<'a>,
+    accepted: Vec<rill_coordinator::OffsetCommit>,
+    answers: Vec<TopicAnswers<()>>,
+}
+
+impl Service {
+    /// What a commit of `group_id` by `member_id` at `generation_id` — plain or transactional —
+    /// goes through before it is proposed: the coordinator (this node must lead it), who commits,
+    /// and each offset checked against the metadata and the caller's Read on its topic.
+    fn check_commit<'a>(
+        &self,
+        ctx: &RequestContext,
+        group_id: &str,
+        member_id: &'a str,
+        generation_id: i32,
+        topics: Vec<CommitTopic>,
+    ) -> Answer<Checked<'a>> {
+        let coordinator = group_coordinator(&self.node, group_id)?;
+        let shard = self.coordinators.groups().of(&coordinator)?;
+        let committer = committer(&shard, group_id, member_id, generation_id)?;
+        let refused = |topic: &str| self.authorize(ctx, ResourceType::Topic, topic).err();
+        let (accepted, answers) = checks::committed_offsets(&self.node.meta(), topics, refused);
+        Ok(Checked { coordinator, committer, accepted, answers })
     }
 }
 
