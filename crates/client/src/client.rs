@@ -28,7 +28,7 @@ use crate::error::{self, Error, Result};
 use crate::record::{Acks, FetchedPartition, IsolationLevel, OffsetSpec, ProduceAck, ReceivedRecord, Record};
 
 /// Largest gRPC message the client accepts.
-const MAX_MESSAGE_BYTES: usize = 64 << 20;
+pub(crate) const MAX_MESSAGE_BYTES: usize = 64 << 20;
 /// First retry backoff; doubles up to [`MAX_BACKOFF`], with jitter.
 const BASE_BACKOFF: Duration = Duration::from_millis(50);
 /// Largest retry backoff.

@@ -10,6 +10,7 @@ use rill_proto::transactions::{
 };
 use tonic::transport::Channel;
 
+use crate::client::MAX_MESSAGE_BYTES;
 use crate::coordinator::{answer_within, check, coordinator_retriable, Coordinator};
 use crate::error::{Error, Result};
 use crate::Client;
@@ -23,7 +24,9 @@ const CONCURRENT_BACKOFF_MAX: std::time::Duration = std::time::Duration::from_mi
 
 impl Client {
     fn transactions_stub(&self, addr: &str) -> Result<TransactionsClient<Channel>> {
-        Ok(TransactionsClient::new(self.channel(addr)?))
+        Ok(TransactionsClient::new(self.channel(addr)?)
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES))
     }
 
     /// Runs `attempt` again while it fails `CONCURRENT_TRANSACTIONS` (the id's previous

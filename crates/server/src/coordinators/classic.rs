@@ -91,7 +91,8 @@ impl ClassicDriver {
             deadline_changed: deadline_changed.clone(),
             resigned: AtomicBool::new(false),
         });
-        // The tasks hold the driver weakly: the persist queue closes when the driver goes.
+        // The tasks hold the driver weakly between records and deadlines (upgrading only while
+        // they work on one), so dropping the shard drops the driver and the persist queue closes.
         let tasks = vec![
             rill_rt::spawn(persist_in_order(Arc::downgrade(&driver), queue)),
             rill_rt::spawn(fire_deadlines(Arc::downgrade(&driver), deadline_changed)),
