@@ -93,7 +93,7 @@ pub fn base_cluster() -> rill_meta::MetaState {
     use rill_meta::{MetaCommand, MetaResult, MetaState, NodeInfo, PartitionKind};
     let mut state = MetaState::default();
     let nodes = (1..=3)
-        .map(|id| NodeInfo { id, addr: format!("10.0.0.{id}:7001"), internal_addr: format!("10.0.0.{id}:7101") })
+        .map(|id| NodeInfo { id, addr: format!("10.0.0.{id}:7001"), internal_addr: format!("10.0.0.{id}:7101"), kafka_addr: String::new() })
         .collect();
     let commands = [
         MetaCommand::RegisterNodes { nodes },

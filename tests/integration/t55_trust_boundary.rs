@@ -241,7 +241,12 @@ async fn a_node_certificate_speaks_only_for_its_own_node() -> anyhow::Result<()>
     assert_eq!(code(far), Code::InvalidArgument);
 
     // Cluster RPCs: joining as another id, proposing or electing in another node's name.
-    let join_as_9 = AddNodeRequest { node_id: 9, address: "127.0.0.1:1".into(), client_address: "127.0.0.1:2".into() };
+    let join_as_9 = AddNodeRequest {
+        node_id: 9,
+        address: "127.0.0.1:1".into(),
+        client_address: "127.0.0.1:2".into(),
+        kafka_address: String::new(),
+    };
     assert_eq!(code(cluster_rpc.add_node(join_as_9).await), denied);
     let propose_as = |from_node| ProposeMetaRequest { command: vec![0xff].into(), from_node };
     assert_eq!(code(cluster_rpc.propose_meta(propose_as(1)).await), denied);

@@ -16,14 +16,19 @@ use crate::process::ChildProcess;
 /// With [`Ports::Base`], a node's internal port is its client port plus this.
 pub const INTERNAL_PORT_OFFSET: u16 = 100;
 
+/// With [`Ports::Base`], a node's Kafka port is its client port plus this: `rill dev`'s first
+/// node (client port 7001) serves Kafka clients on 9092, Kafka's usual port.
+pub const KAFKA_PORT_OFFSET: u16 = 2091;
+
 /// Longest single wait of [`LocalCluster::wait_ready`] between checks that every node still runs.
 const READY_ROUND: Duration = Duration::from_secs(2);
 
 /// How node ports are chosen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Ports {
-    /// Node N serves clients on `base + N - 1` and the other nodes on
-    /// `base + INTERNAL_PORT_OFFSET + N - 1` (`rill dev`, the bench: addresses a user can type).
+    /// Node N serves clients on `base + N - 1`, the other nodes on
+    /// `base + INTERNAL_PORT_OFFSET + N - 1` and Kafka clients on `base + KAFKA_PORT_OFFSET + N - 1`
+    /// (`rill dev`, the bench: addresses a user can type).
     Base(u16),
     /// Each node gets a port the OS reports free (tests that run side by side).
     Free,
@@ -73,6 +78,8 @@ struct LocalNode {
     addr: String,
     /// Internal (node-to-node) listener.
     internal_addr: String,
+    /// Kafka listener.
+    kafka_addr: String,
     /// Started with `--join` (not a founding member).
     join: bool,
     data_dir: PathBuf,
@@ -128,6 +135,16 @@ impl LocalCluster {
     /// Client addresses of every node, in id order.
     pub fn bootstrap(&self) -> Vec<String> {
         self.nodes.values().map(|n| n.addr.clone()).collect()
+    }
+
+    /// Kafka listener addresses of every node, in id order (a Kafka client's `bootstrap.servers`).
+    pub fn kafka_bootstrap(&self) -> Vec<String> {
+        self.nodes.values().map(|n| n.kafka_addr.clone()).collect()
+    }
+
+    /// The Kafka listener address of node `id`.
+    pub fn kafka_addr(&self, id: u64) -> Option<&str> {
+        self.nodes.get(&id).map(|n| n.kafka_addr.as_str())
     }
 
     /// The `--cluster-members` value of this cluster (internal addresses).
@@ -203,6 +220,7 @@ impl LocalCluster {
         let mut cmd = Command::new(&self.spec.server_bin);
         cmd.args(&tls);
         cmd.args(["--node-id", &id.to_string(), "--listen", &node.addr, "--internal-listen", &node.internal_addr])
+            .args(["--kafka-listen", &node.kafka_addr])
             .args(["--cluster-members", &self.members])
             .arg("--data-dir")
             .arg(&node.data_dir)
@@ -353,10 +371,11 @@ impl LocalCluster {
 
 impl LocalNode {
     fn new(dir: &Path, id: u64, ports: Ports, join: bool) -> anyhow::Result<Self> {
-        let (client, internal) = ports_for(ports, id)?;
+        let (client, internal, kafka) = ports_for(ports, id)?;
         Ok(Self {
             addr: format!("127.0.0.1:{client}"),
             internal_addr: format!("127.0.0.1:{internal}"),
+            kafka_addr: format!("127.0.0.1:{kafka}"),
             join,
             data_dir: dir.join(format!("node-{id}")),
             log: dir.join(format!("node-{id}.log")),
@@ -375,8 +394,8 @@ impl Drop for LocalCluster {
     }
 }
 
-/// Node `id`'s client and internal ports.
-fn ports_for(ports: Ports, id: u64) -> anyhow::Result<(u16, u16)> {
+/// Node `id`'s client, internal and Kafka ports.
+fn ports_for(ports: Ports, id: u64) -> anyhow::Result<(u16, u16, u16)> {
     match ports {
         Ports::Base(base) => {
             let offset = u16::try_from(id - 1).context("node id too large for a port offset")?;
@@ -385,9 +404,9 @@ fn ports_for(ports: Ports, id: u64) -> anyhow::Result<(u16, u16)> {
                     .and_then(|p| p.checked_add(extra))
                     .with_context(|| format!("port {base} + {offset} + {extra} is out of range"))
             };
-            Ok((port(0)?, port(INTERNAL_PORT_OFFSET)?))
+            Ok((port(0)?, port(INTERNAL_PORT_OFFSET)?, port(KAFKA_PORT_OFFSET)?))
         }
-        Ports::Free => Ok((free_port()?, free_port()?)),
+        Ports::Free => Ok((free_port()?, free_port()?, free_port()?)),
     }
 }
 

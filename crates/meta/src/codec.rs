@@ -30,11 +30,19 @@ fn nodes_to(nodes: &[NodeInfo]) -> Vec<pb::Node> {
 }
 
 fn nodes_from(nodes: Vec<pb::Node>) -> Vec<NodeInfo> {
-    nodes.into_iter().map(|n| NodeInfo { id: n.id, addr: n.addr, internal_addr: n.internal_addr }).collect()
+    nodes
+        .into_iter()
+        .map(|n| NodeInfo { id: n.id, addr: n.addr, internal_addr: n.internal_addr, kafka_addr: n.kafka_addr })
+        .collect()
 }
 
 fn node_to(n: &NodeInfo) -> pb::Node {
-    pb::Node { id: n.id, addr: n.addr.clone(), internal_addr: n.internal_addr.clone() }
+    pb::Node {
+        id: n.id,
+        addr: n.addr.clone(),
+        internal_addr: n.internal_addr.clone(),
+        kafka_addr: n.kafka_addr.clone(),
+    }
 }
 
 fn topic_id_from(bytes: &[u8]) -> Result<TopicId, String> {
@@ -162,6 +170,7 @@ pub fn encode_state(s: &MetaState) -> Bytes {
         next_producer_id: s.next_producer_id,
         deleted_groups: s.deleted_groups.iter().copied().collect(),
         admitted_nodes: s.admitted.iter().copied().collect(),
+        cluster_id: s.cluster_id.clone(),
     }
     .encode_to_vec()
     .into()
@@ -179,6 +188,7 @@ pub fn decode_state(bytes: &[u8]) -> Result<MetaState, String> {
         next_producer_id: p.next_producer_id,
         deleted_groups: p.deleted_groups.into_iter().collect(),
         admitted: p.admitted_nodes.into_iter().collect(),
+        cluster_id: p.cluster_id,
     })
 }
 
@@ -200,6 +210,9 @@ pub fn encode_command(cmd: &MetaCommand) -> Bytes {
         }
         MetaCommand::DeleteTopic { name } => C::DeleteTopic(pb::DeleteTopic { name: name.clone() }),
         MetaCommand::AdmitNode { id, revoke } => C::AdmitNode(pb::AdmitNode { node_id: *id, revoke: *revoke }),
+        MetaCommand::SetClusterId { cluster_id } => {
+            C::SetClusterId(pb::SetClusterId { cluster_id: cluster_id.clone() })
+        }
         MetaCommand::AlterTopicConfig { name, set, reset } => {
             C::AlterTopicConfig(pb::AlterTopicConfig { name: name.clone(), set: pairs_to(set), reset: reset.clone() })
         }
@@ -230,6 +243,7 @@ pub fn decode_command(bytes: &[u8]) -> Result<MetaCommand, String> {
         },
         C::DeleteTopic(c) => MetaCommand::DeleteTopic { name: c.name },
         C::AdmitNode(c) => MetaCommand::AdmitNode { id: c.node_id, revoke: c.revoke },
+        C::SetClusterId(c) => MetaCommand::SetClusterId { cluster_id: c.cluster_id },
         C::AlterTopicConfig(c) => {
             MetaCommand::AlterTopicConfig { name: c.name, set: pairs_from(c.set), reset: c.reset }
         }
@@ -246,6 +260,7 @@ pub fn encode_result(result: &MetaResult) -> Bytes {
     let r = match result {
         MetaResult::NodesRegistered => R::NodesRegistered(pb::Empty {}),
         MetaResult::AdmissionChanged => R::AdmissionChanged(pb::Empty {}),
+        MetaResult::ClusterId(id) => R::ClusterId(id.clone()),
         MetaResult::TopicCreated(t) => R::TopicCreated(topic_to(t)),
         MetaResult::TopicDeleted(t) => R::TopicDeleted(topic_to(t)),
         MetaResult::TopicUpdated(t) => R::TopicUpdated(topic_to(t)),
@@ -264,6 +279,7 @@ pub fn decode_result(bytes: &[u8]) -> Result<MetaResult, String> {
     Ok(match p.result.ok_or("metadata result without a kind")? {
         R::NodesRegistered(_) => MetaResult::NodesRegistered,
         R::AdmissionChanged(_) => MetaResult::AdmissionChanged,
+        R::ClusterId(id) => MetaResult::ClusterId(id),
         R::TopicCreated(t) => MetaResult::TopicCreated(topic_from(t)?),
         R::TopicDeleted(t) => MetaResult::TopicDeleted(topic_from(t)?),
         R::TopicUpdated(t) => MetaResult::TopicUpdated(topic_from(t)?),
@@ -291,7 +307,8 @@ mod tests {
     #[test]
     fn state_commands_and_results_round_trip() {
         let mut s = MetaState::default();
-        s.nodes.insert(1, NodeInfo { id: 1, addr: "h:1".into(), internal_addr: "h:11".into() });
+        s.nodes
+            .insert(1, NodeInfo { id: 1, addr: "h:1".into(), internal_addr: "h:11".into(), kafka_addr: "h:9".into() });
         s.topics.insert("orders".into(), topic());
         s.next_topic_id = 4;
         s.next_group_id = 5;
@@ -299,11 +316,17 @@ mod tests {
         s.next_producer_id = 2001;
         s.deleted_groups.insert(2);
         s.admitted.insert(9);
+        s.cluster_id = "q1Sh-9_ISia_zwGINzRvyQ".into();
         assert_eq!(decode_state(&encode_state(&s)).unwrap(), s);
 
         let commands = [
             MetaCommand::RegisterNodes {
-                nodes: vec![NodeInfo { id: 2, addr: "h:2".into(), internal_addr: String::new() }],
+                nodes: vec![NodeInfo {
+                    id: 2,
+                    addr: "h:2".into(),
+                    internal_addr: String::new(),
+                    kafka_addr: "h:92".into(),
+                }],
             },
             MetaCommand::CreateTopic {
                 name: "t".into(),
@@ -320,6 +343,7 @@ mod tests {
             MetaCommand::AdmitNode { id: 4, revoke: false },
             MetaCommand::AdmitNode { id: 5, revoke: true },
             MetaCommand::CreatePartitions { name: "t".into(), total: 6, live_nodes: vec![] },
+            MetaCommand::SetClusterId { cluster_id: "q1Sh-9_ISia_zwGINzRvyQ".into() },
         ];
         for c in commands {
             assert_eq!(decode_command(&encode_command(&c)).unwrap(), c);
@@ -327,6 +351,7 @@ mod tests {
         let results = [
             MetaResult::NodesRegistered,
             MetaResult::AdmissionChanged,
+            MetaResult::ClusterId("q1Sh-9_ISia_zwGINzRvyQ".into()),
             MetaResult::TopicCreated(topic()),
             MetaResult::TopicDeleted(topic()),
             MetaResult::TopicUpdated(topic()),

@@ -25,6 +25,8 @@ pub struct NodeInfo {
     /// `host:port` the other nodes reach it at (its internal listener); empty in data written
     /// before the listeners were split, when [`NodeInfo::addr`] served both.
     pub internal_addr: String,
+    /// `host:port` Kafka clients reach it at (its Kafka listener); empty when it has none.
+    pub kafka_addr: String,
 }
 
 impl NodeInfo {
@@ -142,6 +144,9 @@ pub struct MetaState {
     /// yet. A node that is neither a founding member, registered, nor admitted cannot join,
     /// whatever certificate it holds; registering consumes the admission.
     pub admitted: BTreeSet<NodeId>,
+    /// The cluster's id as Kafka clients see it: set once, by the first metadata leader
+    /// ([`MetaCommand::SetClusterId`]), and never changed; empty until then.
+    pub cluster_id: String,
 }
 
 /// A change to the metadata.
@@ -174,6 +179,9 @@ pub enum MetaCommand {
     /// Grows a topic to `total` partitions (never shrinks), placing the new replicas on
     /// `live_nodes` (empty means every registered node).
     CreatePartitions { name: String, total: u32, live_nodes: Vec<NodeId> },
+    /// Sets the cluster's id (drawn by the proposer) unless it has one already: the first
+    /// applied wins, so every node reports the same id for the cluster's whole life.
+    SetClusterId { cluster_id: String },
 }
 
 /// The outcome of a command.
@@ -191,6 +199,8 @@ pub enum MetaResult {
     ProducerIds { first: i64, count: u32 },
     /// An admission recorded or withdrawn.
     AdmissionChanged,
+    /// The cluster's id after the command.
+    ClusterId(String),
     /// Refused; the state did not change.
     Refused(MetaError),
 }
@@ -241,15 +251,25 @@ impl MetaState {
                         id: n.id,
                         addr: String::new(),
                         internal_addr: String::new(),
+                        kafka_addr: String::new(),
                     });
+                    // A node announcing itself (its client address) says whether it has a Kafka
+                    // listener; a registration by internal address only says nothing of it.
                     if !n.addr.is_empty() {
                         known.addr = n.addr;
+                        known.kafka_addr = n.kafka_addr;
                     }
                     if !n.internal_addr.is_empty() {
                         known.internal_addr = n.internal_addr;
                     }
                 }
                 MetaResult::NodesRegistered
+            }
+            MetaCommand::SetClusterId { cluster_id } => {
+                if self.cluster_id.is_empty() {
+                    self.cluster_id = cluster_id;
+                }
+                MetaResult::ClusterId(self.cluster_id.clone())
             }
             MetaCommand::AdmitNode { id, revoke } => {
                 // A registered node needs no admission: it may rejoin after a restart.
@@ -524,7 +544,12 @@ mod tests {
     fn three_nodes() -> MetaState {
         let mut s = MetaState::default();
         let nodes = (1..=3)
-            .map(|id| NodeInfo { id, addr: format!("127.0.0.1:700{id}"), internal_addr: format!("127.0.0.1:710{id}") })
+            .map(|id| NodeInfo {
+                id,
+                addr: format!("127.0.0.1:700{id}"),
+                internal_addr: format!("127.0.0.1:710{id}"),
+                kafka_addr: String::new(),
+            })
             .collect();
         assert_eq!(s.apply(MetaCommand::RegisterNodes { nodes }), MetaResult::NodesRegistered);
         s
@@ -540,7 +565,7 @@ mod tests {
         // Registered nodes need none.
         s.apply(admit(2, false));
         assert!(!s.admitted.contains(&2));
-        let four = NodeInfo { id: 4, addr: "h:7004".into(), internal_addr: "h:7104".into() };
+        let four = NodeInfo { id: 4, addr: "h:7004".into(), internal_addr: "h:7104".into(), kafka_addr: String::new() };
         s.apply(MetaCommand::RegisterNodes { nodes: vec![four] });
         assert_eq!(s.admitted, BTreeSet::from([5]), "registering consumes the admission");
         s.apply(admit(5, true));
@@ -561,7 +586,12 @@ mod tests {
 
     #[test]
     fn an_empty_address_never_replaces_a_known_one() {
-        let node = |addr: &str, internal: &str| NodeInfo { id: 2, addr: addr.into(), internal_addr: internal.into() };
+        let node = |addr: &str, internal: &str| NodeInfo {
+            id: 2,
+            addr: addr.into(),
+            internal_addr: internal.into(),
+            kafka_addr: String::new(),
+        };
         let mut s = MetaState::default();
         // The member announces itself, then the leader's earlier "internal address only"
         // registration is applied: the client address stays.
@@ -572,6 +602,34 @@ mod tests {
         assert_eq!(s.nodes[&2], node("h:9002", "h:7102"));
         assert_eq!(s.nodes[&2].peer_addr(), "h:7102");
         assert_eq!(node("h:1", "").peer_addr(), "h:1", "data from before the split: one address");
+    }
+
+    #[test]
+    fn a_nodes_own_announcement_says_whether_it_has_a_kafka_listener() {
+        let node = |addr: &str, kafka: &str| NodeInfo {
+            id: 2,
+            addr: addr.into(),
+            internal_addr: "h:7102".into(),
+            kafka_addr: kafka.into(),
+        };
+        let mut s = MetaState::default();
+        s.apply(MetaCommand::RegisterNodes { nodes: vec![node("h:7002", "h:9092")] });
+        // A registration by internal address only leaves it.
+        s.apply(MetaCommand::RegisterNodes { nodes: vec![node("", "")] });
+        assert_eq!(s.nodes[&2].kafka_addr, "h:9092");
+        // The node restarted without one: its announcement clears it.
+        s.apply(MetaCommand::RegisterNodes { nodes: vec![node("h:7002", "")] });
+        assert_eq!(s.nodes[&2], node("h:7002", ""));
+    }
+
+    #[test]
+    fn the_first_cluster_id_applied_stays() {
+        let mut s = MetaState::default();
+        let set = |id: &str| MetaCommand::SetClusterId { cluster_id: id.into() };
+        assert_eq!(s.apply(set("first")), MetaResult::ClusterId("first".into()));
+        // A second leader's proposal, drawn before it saw the first, changes nothing.
+        assert_eq!(s.apply(set("second")), MetaResult::ClusterId("first".into()));
+        assert_eq!(s.cluster_id, "first");
     }
 
     #[test]

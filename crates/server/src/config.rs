@@ -5,6 +5,8 @@
 //! listen = "127.0.0.1:7001"           # the client listener: Records, Admin, Groups
 //! # advertise = "10.0.0.1:7001"       # the address clients reach it at (default: listen)
 //! internal-listen = "127.0.0.1:7101"  # the node-to-node listener: Raft, cluster RPCs
+//! # kafka-listen = "127.0.0.1:9092"   # a Kafka wire-protocol listener (docs/kafka.md); off unset
+//! # kafka-advertise = "10.0.0.1:9092" # the address Kafka clients reach it at (default: kafka-listen)
 //! data-dir = "/var/lib/rill/1"
 //!
 //! [cluster]
@@ -34,6 +36,9 @@
 //! # segment-bytes = "128MiB"          # at least 1MiB
 //! # gc-bytes-per-second = "128MiB"    # the value log collector's pace
 //! # recovery-free-bytes = "64MiB"     # after a storage failure, restart once this much is writable
+//!
+//! [kafka]  # the Kafka listener (docs/kafka.md)
+//! # max-request-bytes = "64MiB"   # a larger frame closes its connection before it is read
 //!
 //! [limits]  # what clients may make a node hold (docs/security.md)
 //! # max-connections = 10000
@@ -77,6 +82,8 @@ pub struct Config {
     /// The address the other nodes reach this node at (its internal listener): its entry in
     /// `members`, or for a joining node `internal-advertise`.
     pub internal_advertise: String,
+    /// The Kafka wire-protocol listener, when the node has one.
+    pub kafka: Option<KafkaListener>,
     /// Hand leadership back to each partition's preferred replica once it is in sync again.
     pub auto_leader_rebalance: bool,
     /// Pace of preferred-leader balancing. Not settable from the file or flags; the simulation
@@ -124,6 +131,25 @@ pub struct Config {
     /// unused, and how often that is checked.
     pub transactional_id_expiration: TransactionalIdExpiration,
 }
+
+/// The Kafka wire-protocol listener: where it binds, where Kafka clients reach it, and the
+/// largest request frame it reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KafkaListener {
+    /// Address it binds (`kafka-listen`).
+    pub listen: SocketAddr,
+    /// The address Kafka clients reach it at (`kafka-advertise`, default `kafka-listen`): what
+    /// `Metadata` and `FindCoordinator` answer over the Kafka protocol.
+    pub advertise: String,
+    /// `[kafka] max-request-bytes`: a request frame declaring more closes its connection before
+    /// any of it is read (Kafka's `socket.request.max.bytes`).
+    pub max_request_bytes: u32,
+}
+
+/// Default `[kafka] max-request-bytes`: the largest request message the gRPC listener takes.
+pub const DEFAULT_KAFKA_MAX_REQUEST_BYTES: u32 = rill_proto::MAX_GRPC_MESSAGE_BYTES as u32;
+/// Smallest `[kafka] max-request-bytes`: a produce request of one default-sized batch (1 MiB).
+pub const MIN_KAFKA_MAX_REQUEST_BYTES: u32 = 1 << 20;
 
 /// `[groups] offsets-retention`, `offsets-retention-check-interval`: a group without members
 /// loses each committed offset this long after the later of its commit and the moment the group
@@ -307,6 +333,7 @@ impl Config {
             join: false,
             advertise: listen.to_string(),
             internal_advertise,
+            kafka: None,
             auto_leader_rebalance: true,
             rebalance_timing: RebalanceTiming::default(),
             raft: RaftTiming::default(),
@@ -339,9 +366,13 @@ struct FileConfig {
     advertise: Option<String>,
     internal_listen: Option<String>,
     internal_advertise: Option<String>,
+    kafka_listen: Option<String>,
+    kafka_advertise: Option<String>,
     data_dir: Option<PathBuf>,
     #[serde(default)]
     cluster: FileCluster,
+    #[serde(default)]
+    kafka: FileKafka,
     #[serde(default)]
     tls: FileTls,
     #[serde(default)]
@@ -356,6 +387,13 @@ struct FileConfig {
     groups: FileGroups,
     #[serde(default)]
     transactions: FileTransactions,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+struct FileKafka {
+    #[serde(default, deserialize_with = "byte_size")]
+    max_request_bytes: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -494,12 +532,12 @@ fn parse_file(text: &str, path: &Path) -> Result<FileConfig> {
         .map_err(|e| Error::Config(format!("{}: {e}", path.display())))?;
     if !unknown.is_empty() {
         return Err(Error::Config(format!(
-            "{}: unknown key(s) {}; known keys: node-id, listen, advertise, internal-listen, internal-advertise, data-dir, [cluster] members, [cluster] join, [cluster] auto-leader-rebalance, \
+            "{}: unknown key(s) {}; known keys: node-id, listen, advertise, internal-listen, internal-advertise, kafka-listen, kafka-advertise, data-dir, [cluster] members, [cluster] join, [cluster] auto-leader-rebalance, \
              [cluster] consumer-offsets-partitions, [cluster] transaction-state-partitions, [tls] ca, cert, key, insecure-internal, [raft] heartbeat-interval, \
              election-timeout-min, election-timeout-max, quiesce-after, [log] level, format, [limits] max-connections, max-concurrent-streams, max-request-bytes-in-flight, \
              max-producers-per-partition, producer-evictable-after, \
              [storage] segment-bytes, gc-bytes-per-second, recovery-free-bytes, [groups] session-timeout, heartbeat-interval, offsets-retention, offsets-retention-check-interval, \
-             [transactions] transactional-id-expiration, transactional-id-expiration-check-interval",
+             [transactions] transactional-id-expiration, transactional-id-expiration-check-interval, [kafka] max-request-bytes",
             path.display(),
             unknown.join(", ")
         )));
@@ -533,6 +571,16 @@ pub struct Args {
     /// founding member is reached at its entry in `--cluster-members`.
     #[arg(long, env = "RILL_INTERNAL_ADVERTISE")]
     pub internal_advertise: Option<String>,
+    /// Address of the Kafka wire-protocol listener, host:port (default: none).
+    #[arg(long, env = "RILL_KAFKA_LISTEN")]
+    pub kafka_listen: Option<String>,
+    /// The address Kafka clients reach this node at (default: `--kafka-listen`).
+    #[arg(long, env = "RILL_KAFKA_ADVERTISE")]
+    pub kafka_advertise: Option<String>,
+    /// Largest Kafka request frame (e.g. 64MiB, the default; at least 1MiB, at most
+    /// `--max-request-bytes-in-flight`).
+    #[arg(long, env = "RILL_KAFKA_MAX_REQUEST_BYTES", value_parser = parse_bytes)]
+    pub kafka_max_request_bytes: Option<u64>,
     /// Data directory.
     #[arg(long, env = "RILL_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
@@ -719,6 +767,12 @@ impl Args {
             producer_evictable_after: self.producer_evictable_after.or(file.limits.producer_evictable_after),
         };
         config.client_limits = client_limits(&limits)?;
+        config.kafka = kafka_listener(
+            &config,
+            self.kafka_listen.clone().or(file.kafka_listen),
+            self.kafka_advertise.clone().or(file.kafka_advertise),
+            self.kafka_max_request_bytes.or(file.kafka.max_request_bytes),
+        )?;
         config.producer_limits = producer_limits(&limits)?;
         config.storage = storage_tuning(FileStorage {
             segment_bytes: self.storage_segment_bytes.or(file.storage.segment_bytes),
@@ -952,6 +1006,46 @@ fn reachable(what: &str, value: &str, setting: &str) -> Result<()> {
     Ok(())
 }
 
+/// The Kafka listener's settings: none without `kafka-listen`; its address apart from the other
+/// listeners, an advertised address clients can reach, and a frame limit that fits the node's
+/// request bytes budget (so one frame can always be read).
+fn kafka_listener(
+    config: &Config,
+    listen: Option<String>,
+    advertise: Option<String>,
+    max_request_bytes: Option<u64>,
+) -> Result<Option<KafkaListener>> {
+    let Some(listen) = listen else {
+        if advertise.is_some() || max_request_bytes.is_some() {
+            return Err(Error::Config(
+                "kafka-advertise and [kafka] max-request-bytes need kafka-listen (the Kafka listener is off without it)"
+                    .into(),
+            ));
+        }
+        return Ok(None);
+    };
+    let listen = socket_addr("kafka-listen", &listen)?;
+    if listen == config.listen || listen == config.internal_listen {
+        return Err(Error::Config(format!(
+            "kafka-listen {listen} is also the address of another listener (listen {}, internal-listen {})",
+            config.listen, config.internal_listen
+        )));
+    }
+    let advertise = advertise.unwrap_or_else(|| listen.to_string());
+    reachable("the Kafka client address (kafka-advertise)", &advertise, "--kafka-advertise")?;
+    let max = max_request_bytes.unwrap_or(u64::from(DEFAULT_KAFKA_MAX_REQUEST_BYTES));
+    let ceiling = config.client_limits.max_request_bytes_in_flight.min(u64::from(i32::MAX as u32));
+    if max < u64::from(MIN_KAFKA_MAX_REQUEST_BYTES) || max > ceiling {
+        return Err(Error::Config(format!(
+            "[kafka] max-request-bytes must be at least {} MiB and at most [limits] max-request-bytes-in-flight ({ceiling}              bytes), got {max} bytes",
+            MIN_KAFKA_MAX_REQUEST_BYTES >> 20
+        )));
+    }
+    // Within i32::MAX, so it fits the frame's length field.
+    let max_request_bytes = u32::try_from(max).unwrap_or(i32::MAX as u32);
+    Ok(Some(KafkaListener { listen, advertise, max_request_bytes }))
+}
+
 fn build(
     node_id: NodeId,
     listeners: Listeners,
@@ -1042,6 +1136,7 @@ fn build(
         join,
         advertise,
         internal_advertise,
+        kafka: None,
         auto_leader_rebalance,
         rebalance_timing: RebalanceTiming::default(),
         raft,
@@ -1111,6 +1206,35 @@ heartbeat-interval = "50ms"
         assert_eq!(c.internal_advertise, "127.0.0.1:7102");
         assert_eq!(c.members.len(), 3);
         assert!(matches!(&c.internal_tls, InternalTls::Mutual(p) if p.cert == Path::new("/etc/rill/node-2.pem")));
+    }
+
+    #[test]
+    fn the_kafka_listener_is_off_unless_it_has_an_address() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = write(dir.path(), GOOD);
+        let load = |flags: &[&str]| {
+            let mut args = vec!["rill-server", "--config", path.to_str().unwrap()];
+            args.extend_from_slice(flags);
+            Args::parse_from(args).load()
+        };
+        assert_eq!(load(&[]).unwrap().kafka, None);
+        let on = load(&["--kafka-listen", "127.0.0.1:9092"]).unwrap().kafka.unwrap();
+        assert_eq!(on.advertise, "127.0.0.1:9092");
+        assert_eq!(on.max_request_bytes, DEFAULT_KAFKA_MAX_REQUEST_BYTES);
+        let advertised = load(&["--kafka-listen", "0.0.0.0:9092", "--kafka-advertise", "10.0.0.2:9092"]).unwrap();
+        assert_eq!(advertised.kafka.unwrap().advertise, "10.0.0.2:9092");
+        for (flags, says) in [
+            (&["--kafka-advertise", "10.0.0.2:9092"][..], "need kafka-listen"),
+            (&["--kafka-listen", "0.0.0.0:9092"][..], "not 0.0.0.0:9092"),
+            (&["--kafka-listen", "127.0.0.1:7102"][..], "another listener"),
+            (&["--kafka-listen", "127.0.0.1:9092", "--kafka-max-request-bytes", "1KiB"][..], "at least 1 MiB"),
+            (&["--kafka-listen", "127.0.0.1:9092", "--kafka-max-request-bytes", "1GiB"][..], "at most"),
+        ] {
+            let e = load(flags).unwrap_err().to_string();
+            assert!(e.contains(says), "{flags:?}: {e}");
+        }
+        let c = load_with(dir.path(), "kafka", "max-request-bytes = \"2MiB\"", &["--kafka-listen", "127.0.0.1:9092"]);
+        assert_eq!(c.unwrap().kafka.unwrap().max_request_bytes, 2 << 20);
     }
 
     #[test]

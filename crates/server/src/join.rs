@@ -160,7 +160,12 @@ async fn ask_members(n: &Arc<Node>) -> Result<(), AskError> {
             continue;
         };
         let me = n.info();
-        let req = AddNodeRequest { node_id: me.id, address: me.internal_addr, client_address: me.addr };
+        let req = AddNodeRequest {
+            node_id: me.id,
+            address: me.internal_addr,
+            client_address: me.addr,
+            kafka_address: me.kafka_addr,
+        };
         match rill_rt::timeout(ASK_TIMEOUT, client.add_node(req)).await {
             Err(_) => last = format!("node {target} did not answer within {ASK_TIMEOUT:?}"),
             Ok(Err(status)) => last = format!("node {target}: {}", status.message()),

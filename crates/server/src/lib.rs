@@ -8,6 +8,7 @@
 //!                                                     ├─ Coordinators::start: coordinator shards
 //!                                                     └─ api::serve: Records, Admin, Groups,
 //!                                                          Transactions (public) → service::Service
+//!                                                          Kafka listener (kafka::) → service::Service
 //!                                                          RaftTransport, Cluster (internal)
 //! ```
 //!
@@ -28,6 +29,8 @@
 //!   the request context and authorization decided per resource.
 //! * [`api`]: the gRPC listeners: public handlers that translate to and from [`service`], and
 //!   the internal services.
+//! * [`kafka`]: the Kafka wire-protocol listener, translating Kafka's requests to and from
+//!   [`service`].
 //! * [`errors`]: the one mapping from internal errors to Rill's error codes (and gRPC statuses).
 //! * [`recovery`]: after a storage failure, waiting until the data directory takes writes again
 //!   (the binary then restarts itself from its durable state).
@@ -42,6 +45,7 @@ pub mod error;
 pub mod errors;
 pub mod failover;
 pub mod join;
+pub mod kafka;
 pub mod node;
 #[cfg(not(madsim))]
 pub mod recovery;

@@ -287,6 +287,21 @@ impl Node {
         self.multi.leader_of(group).map(|(leader, _)| leader)
     }
 
+    /// The leader of group `group` and the term it leads in (Kafka's leader epoch), as
+    /// [`Node::leader_of`] knows them.
+    pub fn leadership_of(&self, group: GroupId) -> Option<(NodeId, u64)> {
+        self.multi.leader_of(group)
+    }
+
+    /// The address Kafka clients reach node `id` at (its Kafka listener), once the node has
+    /// announced it; `None` for a node without one.
+    pub fn kafka_addr(&self, id: NodeId) -> Option<String> {
+        if id == self.id() {
+            return self.config.kafka.as_ref().map(|k| k.advertise.clone());
+        }
+        self.meta().nodes.get(&id).map(|n| n.kafka_addr.clone()).filter(|a| !a.is_empty())
+    }
+
     /// The partition of `kind`'s internal topic that `key` belongs to, and its Raft group; `None`
     /// until the cluster has created the topic.
     pub fn coordinator_partition(&self, kind: PartitionKind, key: &str) -> Option<(u32, GroupId)> {
@@ -334,6 +349,7 @@ impl Node {
             id: self.id(),
             addr: self.config.advertise.clone(),
             internal_addr: self.config.internal_advertise.clone(),
+            kafka_addr: self.config.kafka.as_ref().map(|k| k.advertise.clone()).unwrap_or_default(),
         }
     }
 
@@ -585,6 +601,13 @@ pub fn new_topic_id() -> rill_meta::TopicId {
     }
 }
 
+/// A fresh cluster id, as Kafka writes them: a random UUID (drawn as topic ids are) in URL-safe
+/// base64 without padding, 22 characters.
+pub fn new_cluster_id() -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(new_topic_id())
+}
+
 /// The outcome of proposing on the local group-0 replica.
 #[derive(Debug)]
 pub enum LocalPropose {
@@ -650,7 +673,7 @@ async fn reconcile(node: std::sync::Weak<Node>, mut meta: watch::Receiver<Arc<Me
 /// Registers the node in the metadata once a leader exists: each node announces its own client
 /// and internal addresses together with every founding member not registered yet, by its
 /// internal address (so replicas can be placed on a member that is down); then the metadata
-/// leader creates the internal topics. Idempotent.
+/// leader names the cluster (its id) and creates the internal topics. Idempotent.
 async fn register_members(node: std::sync::Weak<Node>) {
     let Some(mut raft_metrics) = node.upgrade().map(|n| n.meta_raft.metrics()) else { return };
     loop {
@@ -666,12 +689,18 @@ async fn register_members(node: std::sync::Weak<Node>) {
             .members
             .iter()
             .filter(|(id, addr)| meta.nodes.get(id).map(|i| i.peer_addr()) != Some(addr.as_str()))
-            .map(|(id, addr)| NodeInfo { id: *id, addr: String::new(), internal_addr: addr.clone() })
+            .map(|(id, addr)| NodeInfo {
+                id: *id,
+                addr: String::new(),
+                internal_addr: addr.clone(),
+                kafka_addr: String::new(),
+            })
             .collect();
         let internal_missing = [PartitionKind::ConsumerOffsets, PartitionKind::TransactionState]
             .iter()
             .any(|k| k.internal_topic().is_some_and(|name| !meta.topics.contains_key(name)));
-        if !announce && missing.is_empty() && !internal_missing {
+        let no_cluster_id = meta.cluster_id.is_empty();
+        if !announce && missing.is_empty() && !internal_missing && !no_cluster_id {
             return;
         }
         let leader = n.is_meta_leader();
@@ -685,6 +714,13 @@ async fn register_members(node: std::sync::Weak<Node>) {
         if !nodes.is_empty() {
             if let Err(e) = n.propose_meta(&MetaCommand::RegisterNodes { nodes }).await {
                 tracing::debug!(error = %e, "registering nodes failed; will retry");
+            }
+        } else if leader && no_cluster_id {
+            // The first leader names the cluster; the first id applied stays (data written
+            // before clusters had ids gets one at its next start).
+            let command = MetaCommand::SetClusterId { cluster_id: new_cluster_id() };
+            if let Err(e) = n.propose_meta(&command).await {
+                tracing::debug!(error = %e, "setting the cluster id failed; will retry");
             }
         } else if leader {
             if let Err(e) = n.create_internal_topics().await {

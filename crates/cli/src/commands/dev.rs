@@ -22,8 +22,9 @@ pub struct DevArgs {
     /// Directory for node data and logs.
     #[arg(long, default_value = ".rill-dev")]
     data_dir: PathBuf,
-    /// Client port of node 1: node N serves clients on base-port + N - 1 and the other nodes on
-    /// base-port + 100 + N - 1.
+    /// Client port of node 1: node N serves clients on base-port + N - 1, the other nodes on
+    /// base-port + 100 + N - 1 and Kafka clients on base-port + 2091 + N - 1 (9092 for node 1 by
+    /// default).
     #[arg(long, default_value_t = 7001)]
     base_port: u16,
     /// The rill-server binary (default: next to this `rill` executable, then $PATH).
@@ -57,6 +58,7 @@ pub async fn run(args: DevArgs) -> anyhow::Result<()> {
     let bootstrap = cluster.bootstrap();
     println!("cluster ready: {} node(s)", args.nodes);
     println!("bootstrap: {}", bootstrap.join(","));
+    println!("kafka bootstrap: {}", cluster.kafka_bootstrap().join(","));
     println!("try: rill --bootstrap {} topic create demo --partitions 3", bootstrap[0]);
     println!("press Ctrl-C to stop");
     wait_for_stop_signal().await?;

@@ -189,7 +189,9 @@ impl Admin for AdminApi {
 
     async fn metadata(&self, request: Request<MetadataRequest>) -> Result<Response<MetadataResponse>, Status> {
         let ctx = context(&request, rpc::METADATA)?;
-        let metadata = self.service.metadata(&ctx, request.into_inner().topics).map_err(|e| request_status(&e))?;
+        // No names: every topic the caller may describe.
+        let names = Some(request.into_inner().topics).filter(|names| !names.is_empty());
+        let metadata = self.service.metadata(&ctx, names).map_err(|e| request_status(&e))?;
         let topics = metadata
             .topics
             .into_iter()
@@ -203,7 +205,11 @@ impl Admin for AdminApi {
                     partitions: t
                         .partitions
                         .into_iter()
-                        .map(|(partition, leader, replicas)| PartitionMetadata { partition, leader, replicas })
+                        .map(|p| PartitionMetadata {
+                            partition: p.partition,
+                            leader: p.leader.map(|(id, _)| id),
+                            replicas: p.replicas,
+                        })
                         .collect(),
                 },
                 Err(e) => TopicMetadata {

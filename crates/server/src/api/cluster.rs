@@ -115,7 +115,12 @@ impl Cluster for ClusterApi {
         self.check_sender(&request, request.get_ref().node_id, "AddNode's node_id")?;
         let req = request.into_inner();
         let answer = |not_leader, leader, refused| Ok(Response::new(AddNodeResponse { not_leader, leader, refused }));
-        let new = NodeInfo { id: req.node_id, addr: req.client_address, internal_addr: req.address };
+        let new = NodeInfo {
+            id: req.node_id,
+            addr: req.client_address,
+            internal_addr: req.address,
+            kafka_addr: req.kafka_address,
+        };
         match add_node(&self.node, new).await {
             Ok(()) => answer(false, None, String::new()),
             Err(AddNodeError::NotLeader(leader)) => answer(true, leader, String::new()),

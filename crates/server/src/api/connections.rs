@@ -48,6 +48,13 @@ pub fn accept(listener: TcpListener, permits: Arc<Semaphore>) -> impl Stream<Ite
     })
 }
 
+impl Counted {
+    /// The client's address, when the socket still knows it.
+    pub fn peer_addr(&self) -> Option<std::net::SocketAddr> {
+        self.stream.peer_addr().ok()
+    }
+}
+
 impl Connected for Counted {
     type ConnectInfo = TcpConnectInfo;
 

@@ -133,8 +133,16 @@ impl Budget {
         budget
     }
 
+    /// Waits until a message of `len` bytes may be read, for a listener that frames its own
+    /// requests (the Kafka listener): the bytes are held until the permit is dropped, which
+    /// the listener does once the request is answered. `None` only if the budget was closed,
+    /// which never happens.
+    pub async fn take(self: &Arc<Self>, len: u32) -> Option<OwnedSemaphorePermit> {
+        self.grant(self.cost(len)).await.ok()
+    }
+
     /// How long a message of `len` bytes may take to arrive once it holds its bytes.
-    fn receive_deadline(&self, len: u32) -> Duration {
+    pub fn receive_deadline(&self, len: u32) -> Duration {
         self.receive_grace + Duration::from_secs(u64::from(len) / self.min_receive_rate)
     }
 

@@ -6,6 +6,8 @@
 //!   ListOffsets, InitProducerId), [`admin::AdminApi`] (topics, cluster, metadata,
 //!   FindCoordinator), [`groups::GroupsApi`] (membership, committed offsets),
 //!   [`transactions::TransactionsApi`] (adding to, ending, describing and aborting transactions);
+//! * the **Kafka listener** (`kafka-listen`, when set) is [`crate::kafka`]: Kafka's wire
+//!   protocol over the same [`Service`];
 //! * the **internal listener** (`internal-listen`) serves only the node-to-node services:
 //!   `RaftTransport` (from `rill-raft`) and [`cluster::ClusterApi`]. A client that reaches the
 //!   client port cannot act as a node (docs/security.md).
@@ -13,7 +15,8 @@
 //! [`rules`] is the client listener's rule table (what each public RPC needs, for the service
 //! layer's authorization decisions). [`ClientLimits`] — the bound on client connections open at
 //! once ([`connections`]) and on the bytes of requests received and not yet answered
-//! ([`inflight`]) — is made once per node and shared by every client listener (real builds; the
+//! ([`inflight`]) — is made once per node and shared by every client listener, gRPC and Kafka
+//! (real builds; the
 //! client listener also caps concurrent requests per connection, `[limits]`).
 
 pub mod admin;
@@ -117,17 +120,50 @@ pub async fn serve(
     // every public handler asks the same authorizer (allow-all until clients authenticate).
     let service = Service::new(node.clone(), coordinators.clone(), Authorization::default());
     #[cfg(not(madsim))]
-    let limits = ClientLimits::new(&node.config().client_limits);
+    let (public_limits, kafka_limits) = {
+        let limits = ClientLimits::new(&node.config().client_limits);
+        (limits.clone(), limits)
+    };
     #[cfg(madsim)]
-    let limits = ();
-    let servers = futures::future::try_join(
-        serve_public(&node, service.clone(), limits, stopped()).boxed(),
-        serve_internal(node.clone(), service, stopped()).boxed(),
+    let (public_limits, kafka_limits) = ((), ());
+    let servers = futures::future::try_join3(
+        serve_public(&node, service.clone(), public_limits, stopped()).boxed(),
+        serve_internal(node.clone(), service.clone(), stopped()).boxed(),
+        serve_kafka(&node, service, kafka_limits, stopped()).boxed(),
     );
     // A listener that fails (e.g. its port is taken) fails the node at once.
     match futures::future::select(Box::pin(stop), servers).await {
         Either::Left(((), servers)) => servers.await.map(|_| ()),
         Either::Right((served, _)) => served.map(|_| ()),
+    }
+}
+
+/// The Kafka listener, when the node has one (`kafka-listen`), over the same service layer and
+/// within the same limits as the gRPC client listener.
+#[cfg(not(madsim))]
+async fn serve_kafka(
+    node: &Node,
+    service: Service,
+    limits: ClientLimits,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<()> {
+    match node.config().kafka.clone() {
+        Some(settings) => crate::kafka::connection::serve(service, limits, settings, shutdown).await,
+        None => Ok(()),
+    }
+}
+
+/// The simulation has no Kafka listener (its network carries gRPC only).
+#[cfg(madsim)]
+async fn serve_kafka(
+    node: &Node,
+    _service: Service,
+    _limits: (),
+    _shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<()> {
+    match node.config().kafka {
+        Some(_) => Err(Error::Serve("the simulation has no Kafka listener".into())),
+        None => Ok(()),
     }
 }
 

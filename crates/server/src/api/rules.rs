@@ -8,15 +8,12 @@
 //! no rule, so no RPC can be added to the public services without stating what it needs.
 
 use crate::service::authz::{Need, Operation, ResourceType};
+use crate::service::context::kept_client_id;
 use crate::service::{Listener, Principal, RequestContext};
 
 /// The gRPC metadata key a client may name itself by (Kafka's `client.id`): shown where Rill
 /// records who called (a consumer group member's description). Optional; ASCII.
 pub const CLIENT_ID_HEADER: &str = "rill-client-id";
-
-/// Longest client id taken from [`CLIENT_ID_HEADER`]; a longer one is cut (Kafka's client ids
-/// are short names; a member's client id is stored with it).
-const MAX_CLIENT_ID_BYTES: usize = 255;
 
 /// The gRPC paths of the public RPCs, as handlers name them.
 pub mod rpc {
@@ -171,7 +168,7 @@ pub fn context<T>(request: &tonic::Request<T>, rpc: &str) -> Result<RequestConte
         .metadata()
         .get(CLIENT_ID_HEADER)
         .and_then(|v| v.to_str().ok())
-        .map(|id| truncated(id, MAX_CLIENT_ID_BYTES).to_string())
+        .map(kept_client_id)
         .unwrap_or_default();
     Ok(RequestContext {
         principal: Principal::Anonymous,
@@ -180,15 +177,6 @@ pub fn context<T>(request: &tonic::Request<T>, rpc: &str) -> Result<RequestConte
         listener: Listener::Grpc,
         needs: rule.needs,
     })
-}
-
-/// `s` cut to at most `max` bytes, at a character boundary.
-fn truncated(s: &str, max: usize) -> &str {
-    let mut end = s.len().min(max);
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    &s[..end]
 }
 
 #[cfg(test)]
@@ -224,6 +212,6 @@ mod tests {
         let refused = context(&request, "/rill.admin.Admin/Unknown").unwrap_err();
         assert_eq!(refused.code(), tonic::Code::PermissionDenied);
         let long = "é".repeat(200);
-        assert_eq!(truncated(&long, MAX_CLIENT_ID_BYTES).len(), 254, "cut at a character boundary");
+        assert_eq!(kept_client_id(&long).len(), 254, "cut at a character boundary");
     }
 }

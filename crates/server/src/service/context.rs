@@ -36,6 +36,8 @@ impl fmt::Display for Principal {
 pub enum Listener {
     /// The gRPC client listener (`listen`).
     Grpc,
+    /// The Kafka wire-protocol listener (`kafka-listen`).
+    Kafka,
 }
 
 impl Listener {
@@ -43,6 +45,7 @@ impl Listener {
     pub fn name(self) -> &'static str {
         match self {
             Self::Grpc => "grpc",
+            Self::Kafka => "kafka",
         }
     }
 }
@@ -69,4 +72,18 @@ impl RequestContext {
     pub fn anonymous(listener: Listener, needs: &'static [Need]) -> Self {
         Self { principal: Principal::Anonymous, client_id: String::new(), client_host: String::new(), listener, needs }
     }
+}
+
+/// Longest client id a request context keeps; a longer one is cut (client ids are short names,
+/// and a group member's is stored with it).
+pub const MAX_CLIENT_ID_BYTES: usize = 255;
+
+/// The client id a request context keeps of what the client sent: at most
+/// [`MAX_CLIENT_ID_BYTES`], cut at a character boundary. Every listener keeps ids by this rule.
+pub fn kept_client_id(sent: &str) -> String {
+    let mut end = sent.len().min(MAX_CLIENT_ID_BYTES);
+    while !sent.is_char_boundary(end) {
+        end -= 1;
+    }
+    sent[..end].to_string()
 }

@@ -165,4 +165,4 @@ impl Service {
     }
 }
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -36,8 +36,16 @@ impl Authorizer for Deny {
 /// A running one-node cluster on an in-memory engine, its coordinator shards, and its service
 /// allowing everything.
 async fn one_node() -> (Arc<Node>, Arc<Coordinators>, Service) {
+    one_node_with(|_| {}).await
+}
+
+/// [`one_node`], its configuration changed by `configure` first.
+pub(crate) async fn one_node_with(
+    configure: impl FnOnce(&mut crate::Config),
+) -> (Arc<Node>, Arc<Coordinators>, Service) {
     let members = BTreeMap::from([(1, "127.0.0.1:1".to_string())]);
-    let config = crate::Config::for_member(1, "127.0.0.1:2".parse().unwrap(), members, "/unused".into()).unwrap();
+    let mut config = crate::Config::for_member(1, "127.0.0.1:2".parse().unwrap(), members, "/unused".into()).unwrap();
+    configure(&mut config);
     let node = Node::start(config, Arc::new(rill_storage::MemEngine::new())).await.unwrap();
     let coordinators = Coordinators::start(&node);
     let service = Service::new(node.clone(), coordinators.clone(), Authorization::default());
@@ -55,7 +63,7 @@ fn ctx(rpc: &str) -> RequestContext {
 }
 
 /// Polls `done` until it holds, failing the test after `SETTLE`.
-async fn must_reach<F, Fut>(what: &str, mut done: F)
+pub(crate) async fn must_reach<F, Fut>(what: &str, mut done: F)
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
@@ -68,7 +76,7 @@ where
 }
 
 /// Creates topic `name` with `partitions` partitions and waits until each has a leader here.
-async fn must_create(node: &Node, service: &Service, name: &str, partitions: u32) {
+pub(crate) async fn must_create(node: &Node, service: &Service, name: &str, partitions: u32) {
     let create = CreateTopic { name: name.into(), partitions, replication_factor: 1, configs: Vec::new() };
     must_reach("the topic created", || {
         let create = create.clone();
@@ -147,10 +155,16 @@ async fn a_denied_topic_is_refused_on_its_own_and_the_rest_is_served() {
 
     tracing::info!("--- metadata: Describe denied hides the topic from listings and refuses it by name");
     let service = deny(vec![(ResourceType::Topic, "secret", Operation::Describe)]);
-    let all = service.metadata(&ctx(rpc::METADATA), Vec::new()).unwrap();
+    let all = service.metadata(&ctx(rpc::METADATA), None).unwrap();
     let listed: Vec<&str> = all.topics.iter().map(|(name, _)| name.as_str()).collect();
     assert_eq!(listed, vec!["open"]);
-    let named = service.metadata(&ctx(rpc::METADATA), vec!["secret".into(), "open".into()]).unwrap();
+    let me = service.node().id();
+    let open = all.topics[0].1.as_ref().unwrap();
+    let layout = &open.partitions[0];
+    assert!(layout.leader.is_some_and(|(id, term)| id == me && term >= 1), "{layout:?}");
+    assert_eq!(layout.in_sync, Some(vec![me]), "the leader counts its in-sync replicas");
+    assert!(service.metadata(&ctx(rpc::METADATA), Some(Vec::new())).unwrap().topics.is_empty());
+    let named = service.metadata(&ctx(rpc::METADATA), Some(vec!["secret".into(), "open".into()])).unwrap();
     assert_eq!(code(&named.topics[0].1), ErrorCode::TopicAuthorizationFailed);
     assert_eq!(code(&named.topics[1].1), ErrorCode::None);
     let topics: Vec<String> = service.list_topics(&ctx(rpc::LIST_TOPICS), false).into_iter().map(|t| t.name).collect();

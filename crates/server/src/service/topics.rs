@@ -76,6 +76,8 @@ pub struct NodeDescription {
     pub node_id: NodeId,
     /// Its client address (empty while it has not announced it).
     pub address: String,
+    /// Its Kafka listener's address (empty when it has none, or has not announced it).
+    pub kafka_address: String,
     /// Whether it answered (or was heard from) just now.
     pub alive: bool,
     /// Whether it votes in the metadata group.
@@ -91,13 +93,32 @@ pub struct TopicLayout {
     pub topic_id: TopicId,
     /// True for an internal topic.
     pub internal: bool,
-    /// Each partition: number, leader as this node knows it, replicas.
-    pub partitions: Vec<(u32, Option<NodeId>, Vec<NodeId>)>,
+    /// Each partition, in order.
+    pub partitions: Vec<PartitionLayout>,
+}
+
+/// Where one partition lives, as this node knows it without asking others.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionLayout {
+    /// Its number.
+    pub partition: u32,
+    /// Its leader and the Raft term it leads in (Kafka's leader epoch); `None` while this node
+    /// knows of no leader.
+    pub leader: Option<(NodeId, u64)>,
+    /// Its replicas, the preferred leader first.
+    pub replicas: Vec<NodeId>,
+    /// The replicas in sync with the leader, as the leader counts them: known only when this
+    /// node leads the partition.
+    pub in_sync: Option<Vec<NodeId>>,
 }
 
 /// What `Metadata` answers: the reachable nodes, and each topic's layout or why not.
 #[derive(Debug, Clone)]
 pub struct Metadata {
+    /// The cluster's id (empty until the first metadata leader has set it).
+    pub cluster_id: String,
+    /// The node leading the cluster metadata, as this node knows it (Kafka's controller).
+    pub controller: Option<NodeId>,
     /// Every node a client can reach.
     pub nodes: Vec<NodeDescription>,
     /// Each topic, in the order named (or every topic the caller may describe).
@@ -264,24 +285,24 @@ impl Service {
     /// leaders, answered from what this node knows (its replicas, the peers' leadership reports,
     /// the pings) without asking other nodes, so clients may ask as often as they like. Named
     /// topics are answered each on its own (a repeated name once; an internal topic only when
-    /// named); without names, every client topic the caller may describe.
-    pub fn metadata(&self, ctx: &RequestContext, topics: Vec<String>) -> Result<Metadata, RequestError> {
-        limits::check_counts("Metadata", topics.len(), 0)?;
+    /// named; none when the list is empty); `None`, every client topic the caller may describe.
+    pub fn metadata(&self, ctx: &RequestContext, topics: Option<Vec<String>>) -> Result<Metadata, RequestError> {
+        limits::check_counts("Metadata", topics.as_ref().map_or(0, Vec::len), 0)?;
         // A node whose storage failed knows no current leaders (it left every group): clients
         // are sent to another node, as to one that is down.
         if let Some(reason) = self.node.multi().storage_failure() {
             return Err(RequestError::StorageFailed { node: self.node.id(), reason });
         }
         let meta = self.node.meta();
-        let names: Vec<String> = if topics.is_empty() {
-            meta.topics
+        let names: Vec<String> = match topics {
+            None => meta
+                .topics
                 .values()
                 .filter(|t| !t.is_internal())
                 .filter(|t| self.lists(ctx, ResourceType::Topic, &t.name))
                 .map(|t| t.name.clone())
-                .collect()
-        } else {
-            limits::distinct(topics)
+                .collect(),
+            Some(named) => limits::distinct(named),
         };
         let topics = names
             .into_iter()
@@ -295,14 +316,33 @@ impl Service {
                             .partitions
                             .iter()
                             .enumerate()
-                            .map(|(i, p)| (i as u32, self.node.leader_of(p.group), p.replicas.clone()))
+                            .map(|(i, p)| self.partition_layout(i as u32, p))
                             .collect(),
                     })
                 });
                 (name, layout)
             })
             .collect();
-        Ok(Metadata { nodes: self.known_nodes(), topics })
+        Ok(Metadata {
+            cluster_id: meta.cluster_id.clone(),
+            controller: self.node.meta_leader(),
+            nodes: self.known_nodes(),
+            topics,
+        })
+    }
+
+    /// Where partition `partition` (assigned as `assignment`) lives, as this node knows it: its
+    /// leader and term from its own replica or the peers' reports, its in-sync replicas when
+    /// this node leads it.
+    fn partition_layout(&self, partition: u32, assignment: &rill_meta::PartitionAssignment) -> PartitionLayout {
+        let leader = self.node.leadership_of(assignment.group);
+        let in_sync = match leader {
+            Some((id, _)) if id == self.node.id() => {
+                self.node.replica(assignment.group).map(|hosted| hosted.state().isr).filter(|isr| !isr.is_empty())
+            }
+            _ => None,
+        };
+        PartitionLayout { partition, leader, replicas: assignment.replicas.clone(), in_sync }
     }
 
     /// Admits node `id` to join the cluster, or revokes its admission (Alter on the cluster);
@@ -442,7 +482,14 @@ impl Service {
             let metadata_voter = voters.contains(id);
             async move {
                 let (alive, storage_failure) = self.alive(*id).await;
-                NodeDescription { node_id: *id, address: addr.clone(), alive, metadata_voter, storage_failure }
+                NodeDescription {
+                    node_id: *id,
+                    address: addr.clone(),
+                    kafka_address: self.node.kafka_addr(*id).unwrap_or_default(),
+                    alive,
+                    metadata_voter,
+                    storage_failure,
+                }
             }
         });
         join_all(probes).await
@@ -466,6 +513,7 @@ impl Service {
                 NodeDescription {
                     node_id: id,
                     address,
+                    kafka_address: self.node.kafka_addr(id).unwrap_or_default(),
                     alive: (id == self.node.id() && storage_failure.is_empty())
                         || liveness.silent_for(id) < RECENTLY_HEARD,
                     metadata_voter: voters.contains(&id),

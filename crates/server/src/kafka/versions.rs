@@ -1,0 +1,97 @@
+//! The APIs and versions the Kafka listener answers, and `ApiVersions`, the request every Kafka
+//! client sends first to learn them.
+//!
+//! Only what is implemented is advertised: a client picks, for each API, the highest version
+//! both sides support, and refuses to use an API the broker does not list. A request at a
+//! version outside its range closes the connection (Kafka's brokers do the same), except
+//! `ApiVersions` itself, which KIP-511 answers at version 0 with `UNSUPPORTED_VERSION` and the
+//! supported ranges, so a newer client can retry at a version this listener knows.
+
+use kafka_protocol::messages::api_versions_response::ApiVersion;
+use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, ApiVersionsResponse};
+
+/// Kafka's `UNSUPPORTED_VERSION`.
+pub const UNSUPPORTED_VERSION: i16 = 35;
+/// Kafka's `INVALID_REQUEST`.
+pub const INVALID_REQUEST: i16 = 42;
+
+/// One API the listener answers, with the versions it decodes and encodes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Supported {
+    /// The API.
+    pub api: ApiKey,
+    /// The lowest version answered.
+    pub min: i16,
+    /// The highest.
+    pub max: i16,
+}
+
+/// Every API the listener answers. Each range lies within the versions the `kafka-protocol`
+/// crate encodes (a test checks), and every version in it is tested to round-trip.
+pub const SUPPORTED: &[Supported] =
+    &[Supported { api: ApiKey::Metadata, min: 0, max: 13 }, Supported { api: ApiKey::ApiVersions, min: 0, max: 4 }];
+
+/// The versions of `api` the listener answers, if it answers it at all.
+pub fn supported(api: ApiKey) -> Option<Supported> {
+    SUPPORTED.iter().copied().find(|s| s.api == api)
+}
+
+/// The `ApiVersions` answer with `error_code`: every supported API and its versions. No
+/// features are finalized: `transaction.version` and `group.version` are advertised once the
+/// APIs behind them are.
+pub fn api_versions_answer(error_code: i16) -> ApiVersionsResponse {
+    let api_keys = SUPPORTED
+        .iter()
+        .map(|s| ApiVersion::default().with_api_key(s.api as i16).with_min_version(s.min).with_max_version(s.max))
+        .collect();
+    ApiVersionsResponse::default().with_error_code(error_code).with_api_keys(api_keys)
+}
+
+/// The answer to an `ApiVersions` request: from v3 the client names its software, which must
+/// match Kafka's pattern (letters and digits, with `.` and `-` inside), else `INVALID_REQUEST`.
+pub fn api_versions(request: &ApiVersionsRequest, version: i16) -> ApiVersionsResponse {
+    let valid = version < 3
+        || (software_token(&request.client_software_name) && software_token(&request.client_software_version));
+    api_versions_answer(if valid { 0 } else { INVALID_REQUEST })
+}
+
+/// Kafka's rule for a client software name or version: `[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?`.
+fn software_token(s: &str) -> bool {
+    let bytes = s.as_bytes();
+    let edge = |b: &u8| b.is_ascii_alphanumeric();
+    let inner = |b: &u8| b.is_ascii_alphanumeric() || *b == b'-' || *b == b'.';
+    match bytes {
+        [] => false,
+        [only] => edge(only),
+        [first, middle @ .., last] => edge(first) && edge(last) && middle.iter().all(inner),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_advertised_range_is_one_the_codecs_encode() {
+        for s in SUPPORTED {
+            let codec = s.api.valid_versions();
+            assert!(s.min <= s.max, "{s:?}");
+            // Produce is the one exception Kafka makes (KAFKA-18659): advertised from v0.
+            let min = if s.api == ApiKey::Produce { codec.min.min(0) } else { codec.min };
+            assert!(min <= s.min && s.max <= codec.max, "{s:?} outside {codec:?}");
+        }
+        let mut apis: Vec<i16> = SUPPORTED.iter().map(|s| s.api as i16).collect();
+        apis.dedup();
+        assert_eq!(apis.len(), SUPPORTED.len(), "each API once");
+    }
+
+    #[test]
+    fn client_software_names_follow_kafkas_pattern() {
+        for good in ["librdkafka", "2.0.2", "kafka-python", "a", "apache-kafka-java"] {
+            assert!(software_token(good), "{good}");
+        }
+        for bad in ["", "-x", "x-", "x y", "é", ".5"] {
+            assert!(!software_token(bad), "{bad:?}");
+        }
+    }
+}
