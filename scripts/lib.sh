@@ -9,11 +9,14 @@ export RILL_SIM_TARGET_DIR
 
 step() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
 
-# Installs what the build needs on a fresh Debian/Ubuntu machine with only Rust:
-# a C++ compiler for RocksDB and libclang for its bindings. protoc is vendored by the build.
+# Installs what the build and the tests need on a fresh Debian/Ubuntu machine with only Rust:
+# a C++ compiler for RocksDB, libclang for its bindings, and kcat (a Kafka client the Kafka
+# listener's tests use). protoc is vendored by the build.
 ensure_build_deps() {
   local missing=()
   command -v c++ >/dev/null 2>&1 || missing+=(g++)
+  # A Kafka client no one here wrote, for the Kafka listener's integration tests.
+  command -v kcat >/dev/null 2>&1 || missing+=(kcat)
   # What bindgen's clang-sys loads: libclang.so or libclang-<version>.so (not libclang-cpp, which
   # some images carry without libclang itself).
   if ! ls /usr/lib/llvm-*/lib/libclang.so* /usr/lib/llvm-*/lib/libclang-[0-9]*.so* >/dev/null 2>&1 \
@@ -21,11 +24,11 @@ ensure_build_deps() {
     missing+=(libclang-dev)
   fi
   if [ ${#missing[@]} -gt 0 ]; then
-    step "installing build dependencies: ${missing[*]}"
+    step "installing build and test dependencies: ${missing[*]}"
     local sudo=""
     [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1 && sudo="sudo"
     if ! command -v apt-get >/dev/null 2>&1; then
-      echo "error: please install ${missing[*]} (a C++ compiler and libclang) with your package manager" >&2
+      echo "error: please install ${missing[*]} (a C++ compiler, libclang, kcat) with your package manager" >&2
       return 1
     fi
     $sudo apt-get install -y "${missing[@]}" || { $sudo apt-get update && $sudo apt-get install -y "${missing[@]}"; }
