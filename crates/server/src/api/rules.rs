@@ -164,12 +164,8 @@ pub fn context<T>(request: &tonic::Request<T>, rpc: &str) -> Result<RequestConte
     let Some(rule) = rule(rpc) else {
         return Err(tonic::Status::permission_denied(format!("{rpc} has no authorization rule")));
     };
-    let client_id = request
-        .metadata()
-        .get(CLIENT_ID_HEADER)
-        .and_then(|v| v.to_str().ok())
-        .map(kept_client_id)
-        .unwrap_or_default();
+    let client_id =
+        request.metadata().get(CLIENT_ID_HEADER).and_then(|v| v.to_str().ok()).map(kept_client_id).unwrap_or_default();
     Ok(RequestContext {
         principal: Principal::Anonymous,
         client_id,
