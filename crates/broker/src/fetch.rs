@@ -31,6 +31,8 @@ pub struct StoredBatch {
     pub data: Bytes,
     /// When the leader appended it.
     pub append_time_ms: i64,
+    /// The Raft term it was appended in: Kafka's partition leader epoch of the batch.
+    pub leader_epoch: u64,
 }
 
 /// Which records a read may see.
@@ -174,7 +176,7 @@ impl Partition {
                     let count = info.span();
                     if base + count > offset {
                         bytes += data.len();
-                        out.batches.push(StoredBatch { base_offset: base, data, append_time_ms });
+                        out.batches.push(StoredBatch { base_offset: base, data, append_time_ms, leader_epoch: e.term });
                         out.next_offset = base + count;
                     }
                     base += count;
@@ -267,7 +269,7 @@ mod tests {
     use super::*;
 
     fn stored(base_offset: u64, data: Bytes) -> StoredBatch {
-        StoredBatch { base_offset, data, append_time_ms: 0 }
+        StoredBatch { base_offset, data, append_time_ms: 0, leader_epoch: 1 }
     }
 
     fn batch(producer: Option<(i64, bool)>) -> Bytes {

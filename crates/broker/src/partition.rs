@@ -40,6 +40,9 @@ pub struct ProduceOutcome {
     pub base_offset: Option<u64>,
     /// The leader's append time.
     pub append_time_ms: i64,
+    /// The partition's first stored offset when the answer was made (Kafka's produce answer
+    /// carries it, so a producer learns of deleted records).
+    pub log_start_offset: u64,
 }
 
 /// Live state of this replica, for describe and routing.

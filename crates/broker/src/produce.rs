@@ -208,14 +208,20 @@ impl Partition {
             if let Some((index, entry_term)) = landed {
                 self.wait_for_isr(index, entry_term, config.min_insync_replicas, deadline, started).await?;
             }
-            return Ok(ProduceOutcome { base_offset: Some(base), append_time_ms });
+            return Ok(ProduceOutcome {
+                base_offset: Some(base),
+                append_time_ms,
+                log_start_offset: self.log_start_offset(),
+            });
         }
         // An acks=0 request is answered once its batch is queued: nobody gives up on it later,
         // so it is written whenever its turn comes.
         let lateness = if acks == Acks::None { Lateness::Keep } else { Lateness::Drop };
         let mut share = self.proposer.submit(batch, count, append_time_ms, deadline, lateness, None).await?;
         match acks {
-            Acks::None => Ok(ProduceOutcome { base_offset: None, append_time_ms }),
+            Acks::None => {
+                Ok(ProduceOutcome { base_offset: None, append_time_ms, log_start_offset: self.log_start_offset() })
+            }
             Acks::Leader => {
                 let base = durable_within(&mut share, deadline, started).await?;
                 rill_rt::probe::emit(rill_rt::probe::Probe::LeaderAck {
@@ -224,12 +230,20 @@ impl Partition {
                     offset: base,
                     count,
                 });
-                Ok(ProduceOutcome { base_offset: Some(base), append_time_ms })
+                Ok(ProduceOutcome {
+                    base_offset: Some(base),
+                    append_time_ms,
+                    log_start_offset: self.log_start_offset(),
+                })
             }
             Acks::All => {
                 let landed = committed_within(&mut share, deadline, started).await?;
                 self.wait_for_isr(landed.index, landed.term, config.min_insync_replicas, deadline, started).await?;
-                Ok(ProduceOutcome { base_offset: Some(landed.base), append_time_ms })
+                Ok(ProduceOutcome {
+                    base_offset: Some(landed.base),
+                    append_time_ms,
+                    log_start_offset: self.log_start_offset(),
+                })
             }
         }
     }
@@ -324,7 +338,7 @@ impl Partition {
             append_ms = verified.elapsed().as_secs_f64() * 1e3,
             "transactional batch stored"
         );
-        Ok(ProduceOutcome { base_offset: Some(base), append_time_ms })
+        Ok(ProduceOutcome { base_offset: Some(base), append_time_ms, log_start_offset: self.log_start_offset() })
     }
 
     /// Asks the transaction coordinator, through `verify`, whether this partition is in the

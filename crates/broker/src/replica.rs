@@ -139,7 +139,9 @@ impl Replica {
         PartitionError::NotLeader { node: self.node_id, leader }
     }
 
-    pub(crate) fn leader_term(&self) -> Option<u64> {
+    /// The term this replica leads in; `None` when it is not the leader. Kafka clients know it
+    /// as the partition's leader epoch.
+    pub fn leader_term(&self) -> Option<u64> {
         let m = self.raft.metrics();
         let m = m.borrow();
         (m.state == ServerState::Leader).then_some(m.current_term)

@@ -68,6 +68,8 @@ pub struct PositionedEntry {
     pub base: u64,
     /// Positions occupied.
     pub units: u32,
+    /// The term of the leader that appended it (Kafka's leader epoch of the entry's batches).
+    pub term: u64,
     /// The state machine command.
     pub body: Bytes,
 }
@@ -468,6 +470,7 @@ impl LogStore {
                 index: e.entry.log_id.index,
                 base: e.base,
                 units: p.units,
+                term: e.entry.log_id.leader_id.term,
                 body: p.body.clone(),
             }),
             _ => None,
@@ -493,9 +496,10 @@ impl LogStore {
                 let e = codec::decode_entry(v).map_err(|reason| crate::Error::Corrupt { group: g, reason })?;
                 let index = keys::suffix_u64(&k).unwrap_or(e.entry.log_id.index);
                 next = index.saturating_add(1);
+                let term = e.entry.log_id.leader_id.term;
                 if let EntryPayload::Normal(p) = e.entry.payload {
                     if p.units > 0 {
-                        out.push(PositionedEntry { index, base: e.base, units: p.units, body: p.body });
+                        out.push(PositionedEntry { index, base: e.base, units: p.units, term, body: p.body });
                     }
                 }
             }
