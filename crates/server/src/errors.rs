@@ -373,20 +373,21 @@ pub fn internal_status(problem: impl Into<String>) -> tonic::Status {
 /// up) have no Kafka number of their own; each maps to the Kafka code whose client behaviour
 /// fits: a stopping node is "not the leader" (Kafka clients refresh metadata and retry
 /// elsewhere), an unexpected failure is Kafka's `UNKNOWN_SERVER_ERROR` (-1), and a partition
-/// that tracks too many producers throttles, as KIP-936 proposes for too many producer ids.
+/// that tracks too many producers is `NOT_ENOUGH_REPLICAS`: nothing was written and the write
+/// may succeed later, which is what that code tells librdkafka and the Java client (they retry
+/// it). KIP-936's `THROTTLING_QUOTA_EXCEEDED` (89) would say the same to a person, but
+/// librdkafka's produce path treats 89 as permanent and drops the records.
 pub fn kafka_code(code: ErrorCode) -> i16 {
     match code {
         ErrorCode::NodeShuttingDown => ErrorCode::NotLeaderOrFollower as i16,
         ErrorCode::UnknownServerError => KAFKA_UNKNOWN_SERVER_ERROR,
-        ErrorCode::TooManyProducers => KAFKA_THROTTLING_QUOTA_EXCEEDED,
+        ErrorCode::TooManyProducers => ErrorCode::NotEnoughReplicas as i16,
         other => other as i16,
     }
 }
 
 /// Kafka's `UNKNOWN_SERVER_ERROR`.
 pub const KAFKA_UNKNOWN_SERVER_ERROR: i16 = -1;
-/// Kafka's `THROTTLING_QUOTA_EXCEEDED`.
-pub const KAFKA_THROTTLING_QUOTA_EXCEEDED: i16 = 89;
 
 /// No replica of `topic`/`partition` reports leading it: an election is in progress, or the
 /// replicas in `unreachable` (of `replicas`) did not answer.

@@ -204,6 +204,7 @@ impl Records for RecordsApi {
                             partition: p.partition,
                             offset: p.fetch_offset,
                             max_bytes: p.max_bytes,
+                            current_leader_epoch: None,
                         })
                         .collect(),
                 })

@@ -7,7 +7,7 @@
 //! (deny by default), and a test over the compiled descriptor set fails when a public RPC has
 //! no rule, so no RPC can be added to the public services without stating what it needs.
 
-use crate::service::authz::{Need, Operation, ResourceType};
+use crate::service::authz::{needs, Need, Operation, ResourceType};
 use crate::service::context::kept_client_id;
 use crate::service::{Listener, Principal, RequestContext};
 
@@ -99,12 +99,10 @@ pub struct Rule {
 
 /// Every public RPC and what it needs. Kafka's mapping where Kafka has the request.
 pub const RULES: &[Rule] = &[
-    // With a transactional id: Write on it too (Kafka's Produce).
-    Rule { rpc: rpc::PRODUCE, needs: &[(R::Topic, Op::Write), (R::TransactionalId, Op::Write)] },
-    Rule { rpc: rpc::FETCH, needs: &[(R::Topic, Op::Read)] },
-    Rule { rpc: rpc::LIST_OFFSETS, needs: &[(R::Topic, Op::Describe)] },
-    // With a transactional id: Write on it; without: idempotent writes on the cluster.
-    Rule { rpc: rpc::INIT_PRODUCER_ID, needs: &[(R::TransactionalId, Op::Write), (R::Cluster, Op::IdempotentWrite)] },
+    Rule { rpc: rpc::PRODUCE, needs: needs::PRODUCE },
+    Rule { rpc: rpc::FETCH, needs: needs::FETCH },
+    Rule { rpc: rpc::LIST_OFFSETS, needs: needs::LIST_OFFSETS },
+    Rule { rpc: rpc::INIT_PRODUCER_ID, needs: needs::INIT_PRODUCER_ID },
     Rule { rpc: rpc::CREATE_TOPIC, needs: &[(R::Topic, Op::Create)] },
     Rule { rpc: rpc::DELETE_TOPIC, needs: &[(R::Topic, Op::Delete)] },
     Rule { rpc: rpc::ALTER_TOPIC_CONFIG, needs: &[(R::Topic, Op::AlterConfigs)] },
@@ -112,8 +110,8 @@ pub const RULES: &[Rule] = &[
     Rule { rpc: rpc::LIST_TOPICS, needs: &[(R::Topic, Op::Describe)] },
     Rule { rpc: rpc::DESCRIBE_TOPIC, needs: &[(R::Topic, Op::Describe), (R::Topic, Op::DescribeConfigs)] },
     Rule { rpc: rpc::DESCRIBE_CLUSTER, needs: &[(R::Cluster, Op::Describe)] },
-    Rule { rpc: rpc::METADATA, needs: &[(R::Topic, Op::Describe)] },
-    Rule { rpc: rpc::FIND_COORDINATOR, needs: &[(R::Group, Op::Describe), (R::TransactionalId, Op::Describe)] },
+    Rule { rpc: rpc::METADATA, needs: needs::METADATA },
+    Rule { rpc: rpc::FIND_COORDINATOR, needs: needs::FIND_COORDINATOR },
     // Admitting a node changes the cluster's membership.
     Rule { rpc: rpc::ADMIT_NODE, needs: &[(R::Cluster, Op::Alter)] },
     // Kafka's DeleteRecords needs Delete on the topic.
@@ -121,18 +119,18 @@ pub const RULES: &[Rule] = &[
     // Kafka's ConsumerGroupHeartbeat: Read on the group; Describe on each subscribed topic.
     Rule { rpc: rpc::CONSUMER_GROUP_HEARTBEAT, needs: &[(R::Group, Op::Read), (R::Topic, Op::Describe)] },
     // Kafka's JoinGroup, SyncGroup, Heartbeat and LeaveGroup: Read on the group.
-    Rule { rpc: rpc::JOIN_GROUP, needs: &[(R::Group, Op::Read)] },
-    Rule { rpc: rpc::SYNC_GROUP, needs: &[(R::Group, Op::Read)] },
-    Rule { rpc: rpc::GROUP_HEARTBEAT, needs: &[(R::Group, Op::Read)] },
-    Rule { rpc: rpc::LEAVE_GROUP, needs: &[(R::Group, Op::Read)] },
+    Rule { rpc: rpc::JOIN_GROUP, needs: needs::CLASSIC_MEMBERSHIP },
+    Rule { rpc: rpc::SYNC_GROUP, needs: needs::CLASSIC_MEMBERSHIP },
+    Rule { rpc: rpc::GROUP_HEARTBEAT, needs: needs::CLASSIC_MEMBERSHIP },
+    Rule { rpc: rpc::LEAVE_GROUP, needs: needs::CLASSIC_MEMBERSHIP },
     // Kafka's ListGroups and DescribeGroups: Describe on each group (listings filtered).
     Rule { rpc: rpc::LIST_GROUPS, needs: &[(R::Group, Op::Describe)] },
     Rule { rpc: rpc::DESCRIBE_GROUP, needs: &[(R::Group, Op::Describe)] },
     // Kafka's DeleteGroups: Delete on the group; OffsetDelete: Delete on the group, Read on each topic.
     Rule { rpc: rpc::DELETE_GROUP, needs: &[(R::Group, Op::Delete)] },
     Rule { rpc: rpc::DELETE_OFFSETS, needs: &[(R::Group, Op::Delete), (R::Topic, Op::Read)] },
-    Rule { rpc: rpc::COMMIT_OFFSETS, needs: &[(R::Group, Op::Read), (R::Topic, Op::Read)] },
-    Rule { rpc: rpc::FETCH_OFFSETS, needs: &[(R::Group, Op::Describe), (R::Topic, Op::Describe)] },
+    Rule { rpc: rpc::COMMIT_OFFSETS, needs: needs::COMMIT_OFFSETS },
+    Rule { rpc: rpc::FETCH_OFFSETS, needs: needs::FETCH_OFFSETS },
     // Kafka's AddPartitionsToTxn: Write on the transactional id and on each topic.
     Rule { rpc: rpc::ADD_PARTITIONS_TO_TXN, needs: &[(R::TransactionalId, Op::Write), (R::Topic, Op::Write)] },
     // Kafka's AddOffsetsToTxn: Write on the transactional id, Read on the group.

@@ -81,6 +81,35 @@ impl fmt::Display for Resource {
 /// must allow the operation.
 pub type Need = (ResourceType, Operation);
 
+/// What each operation needs, whichever listener it arrives on: each listener's rule table
+/// points its requests here, so an operation cannot need one thing over gRPC and another over
+/// Kafka's protocol. Kafka's own authorization of each request.
+pub mod needs {
+    use super::Need;
+    use super::Operation as Op;
+    use super::ResourceType as R;
+
+    /// Produce: Write on each topic; with a transactional id, Write on it too.
+    pub const PRODUCE: &[Need] = &[(R::Topic, Op::Write), (R::TransactionalId, Op::Write)];
+    /// Fetch: Read on each topic.
+    pub const FETCH: &[Need] = &[(R::Topic, Op::Read)];
+    /// ListOffsets: Describe on each topic.
+    pub const LIST_OFFSETS: &[Need] = &[(R::Topic, Op::Describe)];
+    /// InitProducerId: with a transactional id, Write on it; without, idempotent writes on the
+    /// cluster.
+    pub const INIT_PRODUCER_ID: &[Need] = &[(R::TransactionalId, Op::Write), (R::Cluster, Op::IdempotentWrite)];
+    /// Metadata: Describe on each topic (a listing shows only those).
+    pub const METADATA: &[Need] = &[(R::Topic, Op::Describe)];
+    /// FindCoordinator: Describe on the group or the transactional id.
+    pub const FIND_COORDINATOR: &[Need] = &[(R::Group, Op::Describe), (R::TransactionalId, Op::Describe)];
+    /// The classic protocol's JoinGroup, SyncGroup, Heartbeat and LeaveGroup: Read on the group.
+    pub const CLASSIC_MEMBERSHIP: &[Need] = &[(R::Group, Op::Read)];
+    /// OffsetCommit: Read on the group and on each topic.
+    pub const COMMIT_OFFSETS: &[Need] = &[(R::Group, Op::Read), (R::Topic, Op::Read)];
+    /// OffsetFetch: Describe on the group and on each topic.
+    pub const FETCH_OFFSETS: &[Need] = &[(R::Group, Op::Describe), (R::Topic, Op::Describe)];
+}
+
 /// Decides whether a principal may perform an operation on a resource.
 pub trait Authorizer: Send + Sync {
     /// True when `principal` may perform `operation` on `resource`.

@@ -189,6 +189,26 @@ pub fn coordinator_key(kind: PartitionKind, key: &str) -> Result<(), Refusal> {
     checked.map_err(|e| errors::coordinator(&e))
 }
 
+/// Checks the leader epoch a request saw (`None`: it saw none) against the term the partition's
+/// leader here leads in: an older epoch is `FENCED_LEADER_EPOCH` (the client's metadata is
+/// stale), a newer one `UNKNOWN_LEADER_EPOCH` (this node has not yet seen the leadership the
+/// client has; it retries). A replica that does not lead passes: its read refuses it.
+pub fn leader_epoch(topic: &str, partition: u32, seen: Option<i32>, term: Option<u64>) -> Answer<()> {
+    let (Some(seen), Some(term)) = (seen, term) else { return Ok(()) };
+    let seen = u64::try_from(seen).unwrap_or(0);
+    match seen.cmp(&term) {
+        std::cmp::Ordering::Equal => Ok(()),
+        std::cmp::Ordering::Less => Err(Refusal::new(
+            rill_proto::common::ErrorCode::FencedLeaderEpoch,
+            format!("{topic}/{partition}: leader epoch {seen} is older than the leader's, {term}; refresh metadata"),
+        )),
+        std::cmp::Ordering::Greater => Err(Refusal::new(
+            rill_proto::common::ErrorCode::UnknownLeaderEpoch,
+            format!("{topic}/{partition}: leader epoch {seen} is newer than this leader's, {term}; retry"),
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

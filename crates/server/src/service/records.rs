@@ -111,6 +111,9 @@ pub struct FetchPartition {
     pub offset: i64,
     /// The partition's budget; 0 for the default (1 MiB).
     pub max_bytes: u32,
+    /// The leader epoch the client last saw the partition's leader in, when it says
+    /// ([`checks::leader_epoch`]).
+    pub current_leader_epoch: Option<i32>,
 }
 
 /// Which offset `ListOffsets` asks for.
@@ -269,6 +272,9 @@ impl Service {
             max_bytes: usize,
             replica: Answer<Arc<Partition>>,
         }
+        let at_epoch = |topic: &str, p: &FetchPartition, replica: Arc<Partition>| {
+            checks::leader_epoch(topic, p.partition, p.current_leader_epoch, replica.leader_term()).map(|()| replica)
+        };
         let mut seen = SeenPartitions::default();
         let mut targets = Vec::new();
         let mut answers: Answers<FetchOutcome> = Vec::with_capacity(req.topics.len());
@@ -284,6 +290,7 @@ impl Service {
                     Some(e) => Err(e.clone()),
                     None if seen.first(&t.topic, p.partition) => {
                         local_replica(&self.node, &t.topic, &t.topic_id, p.partition)
+                            .and_then(|r| at_epoch(&t.topic, p, r))
                     }
                     None => Err(errors::duplicate_partition(&t.topic, p.partition)),
                 };

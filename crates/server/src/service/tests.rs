@@ -142,7 +142,7 @@ async fn a_denied_topic_is_refused_on_its_own_and_the_rest_is_served() {
             .iter()
             .map(|t| FetchTopic {
                 topic: t.to_string(),
-                partitions: vec![FetchPartition { partition: 0, offset: 0, max_bytes: 0 }],
+                partitions: vec![FetchPartition { partition: 0, offset: 0, max_bytes: 0, current_leader_epoch: None }],
                 ..Default::default()
             })
             .collect(),
@@ -163,6 +163,30 @@ async fn a_denied_topic_is_refused_on_its_own_and_the_rest_is_served() {
     let layout = &open.partitions[0];
     assert!(layout.leader.is_some_and(|(id, term)| id == me && term >= 1), "{layout:?}");
     assert_eq!(layout.in_sync, Some(vec![me]), "the leader counts its in-sync replicas");
+
+    tracing::info!("--- fetch: the leader epoch a client saw is checked against the leader's term");
+    let term = layout.leader.map(|(_, term)| term).unwrap();
+    let at_epoch = |epoch: u64| FetchRequest {
+        isolation: Isolation::ReadUncommitted,
+        topics: vec![FetchTopic {
+            topic: "open".into(),
+            partitions: vec![FetchPartition {
+                partition: 0,
+                offset: 0,
+                max_bytes: 0,
+                current_leader_epoch: Some(epoch as i32),
+            }],
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let answers = service.fetch(&ctx(rpc::FETCH), at_epoch(term)).await.unwrap();
+    let read = answers[0].partitions[0].1.as_ref().unwrap();
+    assert_eq!(read.batches[0].leader_epoch, term, "the batch carries the term it was appended in");
+    let answers = service.fetch(&ctx(rpc::FETCH), at_epoch(term - 1)).await.unwrap();
+    assert_eq!(code(&answers[0].partitions[0].1), ErrorCode::FencedLeaderEpoch);
+    let answers = service.fetch(&ctx(rpc::FETCH), at_epoch(term + 1)).await.unwrap();
+    assert_eq!(code(&answers[0].partitions[0].1), ErrorCode::UnknownLeaderEpoch);
     assert!(service.metadata(&ctx(rpc::METADATA), Some(Vec::new())).unwrap().topics.is_empty());
     let named = service.metadata(&ctx(rpc::METADATA), Some(vec!["secret".into(), "open".into()])).unwrap();
     assert_eq!(code(&named.topics[0].1), ErrorCode::TopicAuthorizationFailed);

@@ -13,7 +13,7 @@ use super::authz::{ResourceType, CLUSTER_RESOURCE};
 use super::limits::{self, SeenPartitions};
 use super::routing::local_replica;
 use super::status::{gather, PartitionLive};
-use super::{Answer, Answers, RequestContext, RequestError, Service, TopicAnswers};
+use super::{Answer, Answers, Listener, RequestContext, RequestError, Service, TopicAnswers};
 use crate::errors;
 
 /// How long CreateTopic waits for the metadata to be usable on this node.
@@ -130,7 +130,8 @@ pub struct Metadata {
 pub struct Coordinator {
     /// The node that leads the key's partition.
     pub node_id: NodeId,
-    /// Its client address.
+    /// Its address on the listener the request came by (a gRPC client reaches it at its client
+    /// address, a Kafka client at its Kafka address).
     pub address: String,
     /// The partition of the internal topic the key hashes to.
     pub partition: u32,
@@ -421,7 +422,8 @@ impl Service {
 
     /// The coordinator of `key` — a group id (`kind` [`PartitionKind::ConsumerOffsets`], needs
     /// Describe on the group) or a transactional id (Describe on it): the leader of the internal
-    /// topic's partition the key hashes to.
+    /// topic's partition the key hashes to, at its address on the request's listener (a leader
+    /// without one answers as if there were no leader: the client asks again).
     pub fn find_coordinator(&self, ctx: &RequestContext, kind: PartitionKind, key: &str) -> Answer<Coordinator> {
         let resource = match kind {
             PartitionKind::ConsumerOffsets => ResourceType::Group,
@@ -432,7 +434,11 @@ impl Service {
         let topic = kind.internal_topic().unwrap_or_default();
         let (partition, group) =
             self.node.coordinator_partition(kind, key).ok_or_else(|| errors::coordinator_not_created(topic))?;
-        match self.node.leader_of(group).and_then(|l| self.node.client_addr(l).map(|a| (l, a))) {
+        let address = |id| match ctx.listener {
+            Listener::Kafka => self.node.kafka_addr(id),
+            _ => self.node.client_addr(id),
+        };
+        match self.node.leader_of(group).and_then(|l| address(l).map(|a| (l, a))) {
             None => Err(errors::coordinator_without_leader(topic, partition)),
             Some((node_id, address)) => Ok(Coordinator { node_id, address, partition }),
         }
