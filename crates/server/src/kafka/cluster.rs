@@ -94,7 +94,8 @@ fn broker(node: &NodeDescription) -> Option<MetadataResponseBroker> {
     )
 }
 
-fn topic_name(name: String) -> TopicName {
+/// A topic name as Kafka's messages carry it.
+pub fn topic_name(name: String) -> TopicName {
     TopicName(StrBytes::from_string(name))
 }
 

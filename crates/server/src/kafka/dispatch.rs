@@ -2,11 +2,15 @@
 //! the body decoded, one service call made through the API's handler, the answer encoded.
 
 use bytes::{BufMut, Bytes, BytesMut};
-use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, MetadataRequest, RequestHeader, ResponseHeader};
+use kafka_protocol::messages::{
+    ApiKey, ApiVersionsRequest, FetchRequest, FindCoordinatorRequest, HeartbeatRequest, InitProducerIdRequest,
+    JoinGroupRequest, LeaveGroupRequest, ListOffsetsRequest, MetadataRequest, OffsetCommitRequest, OffsetFetchRequest,
+    ProduceRequest, RequestHeader, ResponseHeader, SyncGroupRequest,
+};
 use kafka_protocol::protocol::{Decodable, Encodable};
 
 use super::frame::{self, Close};
-use super::{cluster, rules, versions};
+use super::{cluster, groups, records, rules, versions};
 use crate::service::{Principal, Service};
 
 /// Who is on the other end of a connection: the same for each of its requests.
@@ -25,10 +29,33 @@ pub enum Decoded {
     ApiVersions(ApiVersionsRequest),
     /// `Metadata`.
     Metadata(MetadataRequest),
+    /// `Produce`.
+    Produce(ProduceRequest),
+    /// `Fetch`.
+    Fetch(FetchRequest),
+    /// `ListOffsets`.
+    ListOffsets(ListOffsetsRequest),
+    /// `InitProducerId`.
+    InitProducerId(InitProducerIdRequest),
+    /// `FindCoordinator`.
+    FindCoordinator(FindCoordinatorRequest),
+    /// `JoinGroup`.
+    JoinGroup(JoinGroupRequest),
+    /// `SyncGroup`.
+    SyncGroup(SyncGroupRequest),
+    /// `Heartbeat`.
+    Heartbeat(HeartbeatRequest),
+    /// `LeaveGroup`.
+    LeaveGroup(LeaveGroupRequest),
+    /// `OffsetCommit`.
+    OffsetCommit(OffsetCommitRequest),
+    /// `OffsetFetch`.
+    OffsetFetch(OffsetFetchRequest),
 }
 
-/// What a frame is, before any handler runs.
+/// What a frame is, before any handler runs. Not boxed: a connection holds one at a time.
 #[derive(Debug)]
+#[allow(clippy::large_enum_variant)]
 pub enum Parsed {
     /// A request to hand to its API's handler.
     Request {
@@ -59,10 +86,26 @@ pub fn parse(frame: Bytes) -> Result<Parsed, Close> {
         }
         return Err(Close::UnsupportedVersion { api, version, min: supported.min, max: supported.max });
     }
+    if api == ApiKey::Produce && version < versions::PRODUCE_MIN_ANSWERED {
+        // Advertised, not answered (versions::SUPPORTED says why).
+        let min = versions::PRODUCE_MIN_ANSWERED;
+        return Err(Close::UnsupportedVersion { api, version, min, max: supported.max });
+    }
     let mut body = request.body;
     let decoded = match api {
         ApiKey::ApiVersions => Decoded::ApiVersions(decode(api, version, &mut body)?),
         ApiKey::Metadata => Decoded::Metadata(decode(api, version, &mut body)?),
+        ApiKey::Produce => Decoded::Produce(decode(api, version, &mut body)?),
+        ApiKey::Fetch => Decoded::Fetch(decode(api, version, &mut body)?),
+        ApiKey::ListOffsets => Decoded::ListOffsets(decode(api, version, &mut body)?),
+        ApiKey::InitProducerId => Decoded::InitProducerId(decode(api, version, &mut body)?),
+        ApiKey::FindCoordinator => Decoded::FindCoordinator(decode(api, version, &mut body)?),
+        ApiKey::JoinGroup => Decoded::JoinGroup(decode(api, version, &mut body)?),
+        ApiKey::SyncGroup => Decoded::SyncGroup(decode(api, version, &mut body)?),
+        ApiKey::Heartbeat => Decoded::Heartbeat(decode(api, version, &mut body)?),
+        ApiKey::LeaveGroup => Decoded::LeaveGroup(decode(api, version, &mut body)?),
+        ApiKey::OffsetCommit => Decoded::OffsetCommit(decode(api, version, &mut body)?),
+        ApiKey::OffsetFetch => Decoded::OffsetFetch(decode(api, version, &mut body)?),
         _ => return Err(Close::UnsupportedApi(api)),
     };
     Ok(Parsed::Request { header: request.header, version, decoded })
@@ -85,6 +128,41 @@ pub async fn answer(service: &Service, peer: &Peer, frame: Bytes) -> Result<Opti
         }
         Decoded::Metadata(req) => {
             encode(api, version, correlation_id, &cluster::metadata(service, &ctx, req, version)).map(Some)
+        }
+        // acks=0: written, never answered.
+        Decoded::Produce(req) => match records::produce(service, &ctx, req, version).await {
+            Some(answer) => encode(api, version, correlation_id, &answer).map(Some),
+            None => Ok(None),
+        },
+        Decoded::Fetch(req) => {
+            encode(api, version, correlation_id, &records::fetch(service, &ctx, req, version).await).map(Some)
+        }
+        Decoded::ListOffsets(req) => {
+            encode(api, version, correlation_id, &records::list_offsets(service, &ctx, req).await).map(Some)
+        }
+        Decoded::InitProducerId(req) => {
+            encode(api, version, correlation_id, &records::init_producer_id(service, &ctx, req).await).map(Some)
+        }
+        Decoded::FindCoordinator(req) => {
+            encode(api, version, correlation_id, &groups::find_coordinator(service, &ctx, req, version)).map(Some)
+        }
+        Decoded::JoinGroup(req) => {
+            encode(api, version, correlation_id, &groups::join_group(service, &ctx, req, version).await).map(Some)
+        }
+        Decoded::SyncGroup(req) => {
+            encode(api, version, correlation_id, &groups::sync_group(service, &ctx, req).await).map(Some)
+        }
+        Decoded::Heartbeat(req) => {
+            encode(api, version, correlation_id, &groups::heartbeat(service, &ctx, req)).map(Some)
+        }
+        Decoded::LeaveGroup(req) => {
+            encode(api, version, correlation_id, &groups::leave_group(service, &ctx, req, version)).map(Some)
+        }
+        Decoded::OffsetCommit(req) => {
+            encode(api, version, correlation_id, &groups::offset_commit(service, &ctx, req).await).map(Some)
+        }
+        Decoded::OffsetFetch(req) => {
+            encode(api, version, correlation_id, &groups::offset_fetch(service, &ctx, req, version).await).map(Some)
         }
     }
 }

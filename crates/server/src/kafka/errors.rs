@@ -15,12 +15,19 @@ pub fn code(refusal: &Refusal) -> i16 {
     kafka_code(refusal.code)
 }
 
+/// A request refused as a whole, as the refusal each of its entries carries.
+pub fn request_refusal(e: &RequestError) -> Refusal {
+    match e {
+        RequestError::Invalid(_) | RequestError::TooManyEntries { .. } => {
+            Refusal::new(ErrorCode::InvalidRequest, e.to_string())
+        }
+        RequestError::Denied(denied) => denied.refusal(),
+        // The node knows no current leaders: the client asks another one.
+        RequestError::StorageFailed { .. } => Refusal::new(ErrorCode::StorageError, e.to_string()),
+    }
+}
+
 /// Kafka's code for a request refused as a whole.
 pub fn request_error(e: &RequestError) -> i16 {
-    match e {
-        RequestError::Invalid(_) | RequestError::TooManyEntries { .. } => kafka_code(ErrorCode::InvalidRequest),
-        RequestError::Denied(denied) => code(&denied.refusal()),
-        // The node knows no current leaders: the client asks another one.
-        RequestError::StorageFailed { .. } => kafka_code(ErrorCode::StorageError),
-    }
+    code(&request_refusal(e))
 }

@@ -17,6 +17,9 @@
 //! * [`dispatch`]: a frame parsed and decoded, then its API's handler: one service call,
 //!   encoded.
 //! * [`cluster`]: the cluster-level APIs (`Metadata`).
+//! * [`records`]: the data APIs (`Produce`, `Fetch`, `ListOffsets`, `InitProducerId`).
+//! * [`groups`]: the classic consumer-group APIs (`FindCoordinator`, `JoinGroup`, `SyncGroup`,
+//!   `Heartbeat`, `LeaveGroup`, `OffsetCommit`, `OffsetFetch`).
 //! * [`errors`]: the listener's one mapping from the service layer's refusals to Kafka's codes.
 //! * [`connection`]: one client connection, and the accept loop that shares the node's limits.
 //!
@@ -31,6 +34,8 @@ pub mod connection;
 pub mod dispatch;
 pub mod errors;
 pub mod frame;
+pub mod groups;
+pub mod records;
 pub mod rules;
 pub mod versions;
 

@@ -6,7 +6,7 @@
 
 use kafka_protocol::messages::ApiKey;
 
-use crate::service::authz::{Need, Operation as Op, ResourceType as R};
+use crate::service::authz::{needs, Need};
 use crate::service::context::kept_client_id;
 use crate::service::{Listener, Principal, RequestContext};
 
@@ -15,8 +15,16 @@ pub fn needs(api: ApiKey) -> Option<&'static [Need]> {
     Some(match api {
         // Before authentication, as in Kafka: every client may learn the versions.
         ApiKey::ApiVersions => &[],
-        // Describe on each topic (a listing shows only those); auto-creation would need Create.
-        ApiKey::Metadata => &[(R::Topic, Op::Describe)],
+        // Auto-creation, when it comes, needs Create too.
+        ApiKey::Metadata => needs::METADATA,
+        ApiKey::Produce => needs::PRODUCE,
+        ApiKey::Fetch => needs::FETCH,
+        ApiKey::ListOffsets => needs::LIST_OFFSETS,
+        ApiKey::InitProducerId => needs::INIT_PRODUCER_ID,
+        ApiKey::FindCoordinator => needs::FIND_COORDINATOR,
+        ApiKey::JoinGroup | ApiKey::SyncGroup | ApiKey::Heartbeat | ApiKey::LeaveGroup => needs::CLASSIC_MEMBERSHIP,
+        ApiKey::OffsetCommit => needs::COMMIT_OFFSETS,
+        ApiKey::OffsetFetch => needs::FETCH_OFFSETS,
         _ => return None,
     })
 }

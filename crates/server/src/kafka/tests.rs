@@ -7,10 +7,24 @@
 use std::time::Duration;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
+use kafka_protocol::messages::leave_group_request::MemberIdentity;
+use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+use kafka_protocol::messages::offset_commit_request::{OffsetCommitRequestPartition, OffsetCommitRequestTopic};
+use kafka_protocol::messages::offset_fetch_request::{
+    OffsetFetchRequestGroup, OffsetFetchRequestTopic, OffsetFetchRequestTopics,
+};
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
 use kafka_protocol::messages::{
-    ApiKey, ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse, ProduceRequest, RequestHeader,
-    ResponseHeader, TopicName,
+    ApiKey, ApiVersionsRequest, ApiVersionsResponse, FetchRequest, FetchResponse, FindCoordinatorRequest,
+    FindCoordinatorResponse, GroupId, HeartbeatRequest, HeartbeatResponse, InitProducerIdRequest,
+    InitProducerIdResponse, JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest, LeaveGroupResponse,
+    ListOffsetsRequest, ListOffsetsResponse, MetadataRequest, MetadataResponse, OffsetCommitRequest,
+    OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse, ProduceRequest, ProduceResponse, ProducerId,
+    RequestHeader, ResponseHeader, SyncGroupRequest, SyncGroupResponse, TopicName,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -254,7 +268,10 @@ async fn hostile_frames_close_their_connection_and_the_node_serves_on() {
     let unsupported_version = request(ApiKey::Metadata, 13, 1, &MetadataRequest::default());
     let mut unsupported_version = unsupported_version.to_vec();
     unsupported_version[6..8].copy_from_slice(&14i16.to_be_bytes());
-    let produce = request(ApiKey::Produce, 9, 1, &ProduceRequest::default()).to_vec();
+    let not_advertised =
+        request(ApiKey::DeleteTopics, 4, 1, &kafka_protocol::messages::DeleteTopicsRequest::default()).to_vec();
+    let mut produce_v2 = request(ApiKey::Produce, 3, 1, &ProduceRequest::default()).to_vec();
+    produce_v2[6..8].copy_from_slice(&2i16.to_be_bytes());
     let cases: Vec<(&str, Vec<u8>)> = vec![
         ("a 2^31-element array", raw(&huge_array)),
         ("a 2^32-element compact array", raw(&huge_compact)),
@@ -263,7 +280,8 @@ async fn hostile_frames_close_their_connection_and_the_node_serves_on() {
         ("a frame shorter than a header", raw(&[0, 18, 0])),
         ("an unknown API key", raw(&unknown_api)),
         ("a version not advertised", unsupported_version),
-        ("an API not advertised", produce),
+        ("an API not advertised", not_advertised),
+        ("Produce v2, advertised but refused", produce_v2),
         ("a truncated body", raw(&[0, 3, 0, 1, 0, 0, 0, 1, 0xff, 0xff, 0, 0, 0, 2, 0, 5, b'a'])),
     ];
     for (what, frame) in cases {
@@ -286,4 +304,399 @@ fn the_patched_decoders_refuse_counts_the_frame_cannot_hold() {
     // Metadata v9's compact array declaring 2^32 - 2 topics.
     let mut body = Bytes::from_static(&[0xff, 0xff, 0xff, 0xff, 0x0f, 0]);
     assert!(MetadataRequest::decode(&mut body, 9).is_err());
+}
+
+/// One record batch holding `values`, as a producer without an id sends it.
+fn batch(values: &[&str]) -> Bytes {
+    let mut builder = rill_records::BatchBuilder::new(rill_records::Compression::None);
+    for v in values {
+        let record = rill_records::Record { value: Some(Bytes::copy_from_slice(v.as_bytes())), ..Default::default() };
+        builder.push(record).unwrap();
+    }
+    builder.build().unwrap()
+}
+
+fn name(s: &str) -> TopicName {
+    TopicName(StrBytes::from_string(s.to_string()))
+}
+
+/// A produce of `records` to partition 0 of `topic`.
+fn produce_request(topic: &str, acks: i16, records: Bytes) -> ProduceRequest {
+    let partition = PartitionProduceData::default().with_index(0).with_records(Some(records));
+    ProduceRequest::default()
+        .with_acks(acks)
+        .with_timeout_ms(10_000)
+        .with_topic_data(vec![TopicProduceData::default().with_name(name(topic)).with_partition_data(vec![partition])])
+}
+
+/// A fetch of partition 0 of `topic` from `offset`.
+fn fetch_request(topic: &str, offset: i64, isolation_level: i8) -> FetchRequest {
+    let partition =
+        FetchPartition::default().with_partition(0).with_fetch_offset(offset).with_partition_max_bytes(1 << 20);
+    FetchRequest::default()
+        .with_max_wait_ms(0)
+        .with_max_bytes(1 << 20)
+        .with_isolation_level(isolation_level)
+        .with_session_epoch(-1)
+        .with_topics(vec![FetchTopic::default().with_topic(name(topic)).with_partitions(vec![partition])])
+}
+
+/// The batches of a fetched record set: each one's (base offset, leader epoch, record count),
+/// every CRC checked.
+fn batches_of(mut set: Bytes) -> Vec<(i64, i32, i32)> {
+    let mut out = Vec::new();
+    while set.has_remaining() {
+        // batchLength (after baseOffset) counts what follows it.
+        let length = i32::from_be_bytes(set[8..12].try_into().unwrap()) as usize + 12;
+        let one = set.split_to(length);
+        let info = rill_records::BatchInfo::parse(&one).unwrap();
+        rill_records::validate(&one, 1 << 20).expect("the batch's CRC holds after its offset and epoch were written");
+        out.push((info.base_offset, info.partition_leader_epoch, info.record_count));
+    }
+    out
+}
+
+#[tokio::test]
+async fn produced_records_are_fetched_with_their_offsets_and_leader_epochs_at_every_version() {
+    let (node, service, addr) = node_with_kafka().await;
+    must_create(&node, &service, "orders", 1).await;
+    let group = node.meta().topics["orders"].partitions[0].group;
+    let term = node.leadership_of(group).map(|(_, term)| term).unwrap() as i32;
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+
+    // Every Produce version answered: each batch lands after the last.
+    let mut expected = Vec::new();
+    let mut next = 0i64;
+    for version in versions::PRODUCE_MIN_ANSWERED..=versions::supported(ApiKey::Produce).unwrap().max {
+        let answer: ProduceResponse =
+            call(&mut stream, ApiKey::Produce, version, &produce_request("orders", -1, batch(&["a", "b"]))).await;
+        let p = &answer.responses[0].partition_responses[0];
+        assert_eq!((p.index, p.error_code, p.base_offset), (0, 0, next), "v{version}: {p:?}");
+        assert_eq!(p.log_append_time_ms, -1, "v{version}: CreateTime");
+        if version >= 5 {
+            assert_eq!(p.log_start_offset, 0, "v{version}");
+        }
+        expected.push((next, term, 2));
+        next += 2;
+    }
+
+    // acks=0 gets no answer: the next answer on the connection is the next request's.
+    let unanswered = request(ApiKey::Produce, 9, 500, &produce_request("orders", 0, batch(&["quiet"])));
+    stream.write_all(&unanswered).await.unwrap();
+    let after = request(ApiKey::ApiVersions, 3, 501, &api_versions_request());
+    stream.write_all(&after).await.unwrap();
+    let (correlation_id, _): (i32, ApiVersionsResponse) =
+        decode(ApiKey::ApiVersions, 3, read_answer(&mut stream).await.unwrap());
+    assert_eq!(correlation_id, 501, "no bytes for acks=0");
+    expected.push((next, term, 1));
+    next += 1;
+
+    // Every Fetch version reads them back, offsets and epochs written in.
+    let fetch = versions::supported(ApiKey::Fetch).unwrap();
+    for version in fetch.min..=fetch.max {
+        let mut seen = Vec::new();
+        let mut offset = 0;
+        while offset < next {
+            let answer: FetchResponse =
+                call(&mut stream, ApiKey::Fetch, version, &fetch_request("orders", offset, 0)).await;
+            let p = &answer.responses[0].partitions[0];
+            assert_eq!((p.error_code, p.high_watermark), (0, next), "v{version}");
+            if version >= 5 {
+                assert_eq!(p.log_start_offset, 0, "v{version}");
+            }
+            let batches = batches_of(p.records.clone().unwrap());
+            assert!(!batches.is_empty(), "v{version}: at {offset}");
+            offset = batches.last().map(|(base, _, count)| base + i64::from(*count)).unwrap();
+            seen.extend(batches);
+        }
+        assert_eq!(seen, expected, "v{version}");
+    }
+
+    // A leader epoch older than the leader's is fenced; a newer one unknown (v9+ carry it).
+    for (epoch, code) in [(term - 1, 74), (term + 1, 75), (term, 0)] {
+        let mut request = fetch_request("orders", 0, 1);
+        request.topics[0].partitions[0].current_leader_epoch = epoch;
+        let answer: FetchResponse = call(&mut stream, ApiKey::Fetch, 12, &request).await;
+        assert_eq!(answer.responses[0].partitions[0].error_code, code, "epoch {epoch} against term {term}");
+    }
+    // A session this listener never made.
+    let answer: FetchResponse =
+        call(&mut stream, ApiKey::Fetch, 12, &fetch_request("orders", 0, 0).with_session_id(77).with_session_epoch(3))
+            .await;
+    assert_eq!((answer.error_code, answer.responses[0].partitions[0].error_code), (70, 70));
+    // Past the end: OFFSET_OUT_OF_RANGE.
+    let answer: FetchResponse = call(&mut stream, ApiKey::Fetch, 12, &fetch_request("orders", next + 5, 0)).await;
+    assert_eq!(answer.responses[0].partitions[0].error_code, 1);
+
+    // Every ListOffsets version: the start and the end; a timestamp search is refused for now.
+    let list = versions::supported(ApiKey::ListOffsets).unwrap();
+    for version in list.min..=list.max {
+        let mut got = Vec::new();
+        // One request each: a partition named twice in one request is refused.
+        for timestamp in [-2i64, -1, 1_000] {
+            let partition = ListOffsetsPartition::default().with_partition_index(0).with_timestamp(timestamp);
+            let topics = vec![ListOffsetsTopic::default().with_name(name("orders")).with_partitions(vec![partition])];
+            let answer: ListOffsetsResponse =
+                call(&mut stream, ApiKey::ListOffsets, version, &ListOffsetsRequest::default().with_topics(topics))
+                    .await;
+            got.push((answer.topics[0].partitions[0].error_code, answer.topics[0].partitions[0].offset));
+        }
+        assert_eq!(got, vec![(0, 0), (0, next), (42, -1)], "v{version}");
+    }
+}
+
+#[tokio::test]
+async fn an_idempotent_producer_gets_an_id_and_its_retried_batch_is_written_once() {
+    let (node, service, addr) = node_with_kafka().await;
+    must_create(&node, &service, "orders", 1).await;
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    let range = versions::supported(ApiKey::InitProducerId).unwrap();
+    let mut ids = Vec::new();
+    for version in range.min..=range.max {
+        let answer: InitProducerIdResponse = call(
+            &mut stream,
+            ApiKey::InitProducerId,
+            version,
+            &InitProducerIdRequest::default()
+                .with_transaction_timeout_ms(-1)
+                .with_producer_id(ProducerId(-1))
+                .with_producer_epoch(-1),
+        )
+        .await;
+        assert_eq!((answer.error_code, answer.producer_epoch), (0, 0), "v{version}");
+        assert!(answer.producer_id.0 >= 0 && !ids.contains(&answer.producer_id.0), "v{version}: a fresh id");
+        ids.push(answer.producer_id.0);
+    }
+    let id = ids[0];
+    let stamped = |values: &[&str], sequence: i32| {
+        let mut builder = rill_records::BatchBuilder::new(rill_records::Compression::None).producer(id, 0, sequence);
+        for v in values {
+            builder
+                .push(rill_records::Record { value: Some(Bytes::copy_from_slice(v.as_bytes())), ..Default::default() })
+                .unwrap();
+        }
+        builder.build().unwrap()
+    };
+    let first: ProduceResponse =
+        call(&mut stream, ApiKey::Produce, 9, &produce_request("orders", -1, stamped(&["x", "y"], 0))).await;
+    let retried: ProduceResponse =
+        call(&mut stream, ApiKey::Produce, 9, &produce_request("orders", -1, stamped(&["x", "y"], 0))).await;
+    let (first, retried) = (&first.responses[0].partition_responses[0], &retried.responses[0].partition_responses[0]);
+    assert_eq!((first.error_code, first.base_offset), (0, 0));
+    assert_eq!(
+        (retried.error_code, retried.base_offset),
+        (0, 0),
+        "the retry is answered with the first write's offset"
+    );
+    let gap: ProduceResponse =
+        call(&mut stream, ApiKey::Produce, 9, &produce_request("orders", -1, stamped(&["z"], 5))).await;
+    assert_eq!(gap.responses[0].partition_responses[0].error_code, 45, "OUT_OF_ORDER_SEQUENCE_NUMBER");
+    let answer: FetchResponse = call(&mut stream, ApiKey::Fetch, 12, &fetch_request("orders", 0, 0)).await;
+    assert_eq!(answer.responses[0].partitions[0].high_watermark, 2, "written once");
+    // An id the cluster never issued is refused.
+    let forged = rill_records::BatchBuilder::new(rill_records::Compression::None).producer(1 << 40, 0, 0);
+    let mut forged = forged;
+    forged.push(rill_records::Record { value: Some(Bytes::from_static(b"f")), ..Default::default() }).unwrap();
+    let answer: ProduceResponse =
+        call(&mut stream, ApiKey::Produce, 9, &produce_request("orders", -1, forged.build().unwrap())).await;
+    assert_ne!(answer.responses[0].partition_responses[0].error_code, 0);
+}
+
+#[test]
+fn a_record_set_carries_the_stored_offset_and_term_with_its_crc_intact() {
+    let stored = |base_offset, leader_epoch, values: &[&str]| rill_broker::StoredBatch {
+        base_offset,
+        data: batch(values),
+        append_time_ms: 0,
+        leader_epoch,
+    };
+    let set = super::records::record_set(&[stored(7, 3, &["a", "b"]), stored(9, 4, &["c"])]);
+    assert_eq!(batches_of(set), vec![(7, 3, 2), (9, 4, 1)]);
+}
+
+fn group(id: &str) -> GroupId {
+    GroupId(StrBytes::from_string(id.to_string()))
+}
+
+/// A JoinGroup of `group_id` by `member_id` ("" for a new member) with one protocol.
+fn join_request(group_id: &str, member_id: &str) -> JoinGroupRequest {
+    JoinGroupRequest::default()
+        .with_group_id(group(group_id))
+        .with_session_timeout_ms(10_000)
+        .with_rebalance_timeout_ms(10_000)
+        .with_member_id(StrBytes::from_string(member_id.to_string()))
+        .with_protocol_type(StrBytes::from_static_str("consumer"))
+        .with_protocols(vec![JoinGroupRequestProtocol::default()
+            .with_name(StrBytes::from_static_str("range"))
+            .with_metadata(Bytes::from_static(b"subscription"))])
+}
+
+/// An OffsetCommit of `offset` for partition 0 of `topic`.
+fn commit_request(group_id: &str, member_id: &str, generation: i32, topic: &str, offset: i64) -> OffsetCommitRequest {
+    let partition = OffsetCommitRequestPartition::default()
+        .with_partition_index(0)
+        .with_committed_offset(offset)
+        .with_committed_metadata(Some(StrBytes::from_static_str("note")));
+    OffsetCommitRequest::default()
+        .with_group_id(group(group_id))
+        .with_generation_id_or_member_epoch(generation)
+        .with_member_id(StrBytes::from_string(member_id.to_string()))
+        .with_topics(vec![OffsetCommitRequestTopic::default().with_name(name(topic)).with_partitions(vec![partition])])
+}
+
+#[tokio::test]
+async fn a_classic_member_joins_syncs_heartbeats_commits_and_leaves() {
+    let (node, service, addr) = node_with_kafka().await;
+    must_create(&node, &service, "orders", 1).await;
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+
+    // The coordinator, at this listener's address, at every version (v4: many keys).
+    let range = versions::supported(ApiKey::FindCoordinator).unwrap();
+    for version in range.min..=range.max {
+        let request = if version >= 4 {
+            let keys = vec![StrBytes::from_static_str("billing"), StrBytes::from_static_str("other")];
+            FindCoordinatorRequest::default().with_coordinator_keys(keys)
+        } else {
+            FindCoordinatorRequest::default().with_key(StrBytes::from_static_str("billing"))
+        };
+        let answer = must_reach_answer(&mut stream, version, request).await;
+        if version >= 4 {
+            assert_eq!(answer.coordinators.len(), 2);
+            for c in &answer.coordinators {
+                assert_eq!((c.error_code, c.node_id.0, c.port), (0, 1, i32::from(addr.port())), "v{version}");
+            }
+        } else {
+            assert_eq!(
+                (answer.error_code, answer.node_id.0, answer.port),
+                (0, 1, i32::from(addr.port())),
+                "v{version}"
+            );
+            assert_eq!(answer.host.as_str(), "127.0.0.1");
+        }
+    }
+
+    // KIP-394 (v4+): a new member is first given its id, then joins with it.
+    let first: JoinGroupResponse = call(&mut stream, ApiKey::JoinGroup, 9, &join_request("billing", "")).await;
+    assert_eq!(first.error_code, 79, "MEMBER_ID_REQUIRED");
+    let member = first.member_id.to_string();
+    assert!(!member.is_empty());
+    let joined: JoinGroupResponse = call(&mut stream, ApiKey::JoinGroup, 9, &join_request("billing", &member)).await;
+    assert_eq!(
+        (joined.error_code, joined.member_id.as_str(), joined.leader.as_str()),
+        (0, member.as_str(), member.as_str())
+    );
+    assert_eq!(joined.protocol_name.as_deref(), Some("range"));
+    assert_eq!(joined.members.len(), 1, "the leader gets every member");
+    assert_eq!(&joined.members[0].metadata[..], b"subscription");
+    let generation = joined.generation_id;
+    assert!(generation >= 1);
+
+    let sync = SyncGroupRequest::default()
+        .with_group_id(group("billing"))
+        .with_generation_id(generation)
+        .with_member_id(StrBytes::from_string(member.clone()))
+        .with_protocol_type(Some(StrBytes::from_static_str("consumer")))
+        .with_protocol_name(Some(StrBytes::from_static_str("range")))
+        .with_assignments(vec![SyncGroupRequestAssignment::default()
+            .with_member_id(StrBytes::from_string(member.clone()))
+            .with_assignment(Bytes::from_static(b"orders-0"))]);
+    let synced: SyncGroupResponse = call(&mut stream, ApiKey::SyncGroup, 5, &sync).await;
+    assert_eq!((synced.error_code, &synced.assignment[..]), (0, &b"orders-0"[..]));
+
+    let beat = |generation: i32| {
+        HeartbeatRequest::default()
+            .with_group_id(group("billing"))
+            .with_generation_id(generation)
+            .with_member_id(StrBytes::from_string(member.clone()))
+    };
+    let range = versions::supported(ApiKey::Heartbeat).unwrap();
+    for version in range.min..=range.max {
+        let answer: HeartbeatResponse = call(&mut stream, ApiKey::Heartbeat, version, &beat(generation)).await;
+        assert_eq!(answer.error_code, 0, "v{version}");
+    }
+    let stale: HeartbeatResponse = call(&mut stream, ApiKey::Heartbeat, 4, &beat(generation + 7)).await;
+    assert_eq!(stale.error_code, 22, "ILLEGAL_GENERATION");
+
+    // Commits under the generation, at every version; a wrong generation is refused.
+    let range = versions::supported(ApiKey::OffsetCommit).unwrap();
+    for version in range.min..=range.max {
+        let offset = i64::from(version) * 10;
+        let answer: OffsetCommitResponse = call(
+            &mut stream,
+            ApiKey::OffsetCommit,
+            version,
+            &commit_request("billing", &member, generation, "orders", offset),
+        )
+        .await;
+        assert_eq!(answer.topics[0].partitions[0].error_code, 0, "v{version}");
+    }
+    let last = i64::from(range.max) * 10;
+    let stale: OffsetCommitResponse =
+        call(&mut stream, ApiKey::OffsetCommit, 8, &commit_request("billing", &member, generation + 1, "orders", 1))
+            .await;
+    assert_eq!(stale.topics[0].partitions[0].error_code, 22, "ILLEGAL_GENERATION");
+
+    // Read back at every version: one group (v1–7; null = every partition from v2), many (v8+).
+    let range = versions::supported(ApiKey::OffsetFetch).unwrap();
+    for version in range.min..=range.max {
+        let (offset, metadata, code) = if version >= 8 {
+            let topics = Some(vec![OffsetFetchRequestTopics::default()
+                .with_name(name("orders"))
+                .with_partition_indexes(vec![0])]);
+            let groups = vec![
+                OffsetFetchRequestGroup::default().with_group_id(group("billing")).with_topics(topics),
+                OffsetFetchRequestGroup::default().with_group_id(group("billing")).with_topics(None),
+            ];
+            let answer: OffsetFetchResponse =
+                call(&mut stream, ApiKey::OffsetFetch, version, &OffsetFetchRequest::default().with_groups(groups))
+                    .await;
+            assert_eq!(answer.groups.len(), 2);
+            let p = &answer.groups[1].topics[0].partitions[0];
+            assert_eq!((p.committed_offset, p.error_code), (last, 0), "v{version}: every partition");
+            let p = &answer.groups[0].topics[0].partitions[0];
+            (p.committed_offset, p.metadata.as_deref().unwrap_or_default().to_string(), p.error_code)
+        } else {
+            let topics =
+                vec![OffsetFetchRequestTopic::default().with_name(name("orders")).with_partition_indexes(vec![0])];
+            let request = OffsetFetchRequest::default().with_group_id(group("billing")).with_topics(Some(topics));
+            let answer: OffsetFetchResponse = call(&mut stream, ApiKey::OffsetFetch, version, &request).await;
+            let p = &answer.topics[0].partitions[0];
+            (p.committed_offset, p.metadata.as_deref().unwrap_or_default().to_string(), p.error_code)
+        };
+        assert_eq!((offset, metadata.as_str(), code), (last, "note", 0), "v{version}");
+    }
+
+    // Leaving (v3+: by member), then the member is unknown.
+    let leave = LeaveGroupRequest::default()
+        .with_group_id(group("billing"))
+        .with_members(vec![MemberIdentity::default().with_member_id(StrBytes::from_string(member.clone()))]);
+    let left: LeaveGroupResponse = call(&mut stream, ApiKey::LeaveGroup, 5, &leave).await;
+    assert_eq!((left.error_code, left.members.len(), left.members[0].error_code), (0, 1, 0));
+    let gone: HeartbeatResponse = call(&mut stream, ApiKey::Heartbeat, 4, &beat(generation)).await;
+    assert_eq!(gone.error_code, 25, "UNKNOWN_MEMBER_ID");
+
+    // Before KIP-394 (v0–3) a new member joins at once; LeaveGroup v0 names it at the top.
+    let legacy: JoinGroupResponse = call(&mut stream, ApiKey::JoinGroup, 3, &join_request("legacy", "")).await;
+    assert_eq!(legacy.error_code, 0);
+    assert!(!legacy.member_id.is_empty());
+    let leave = LeaveGroupRequest::default().with_group_id(group("legacy")).with_member_id(legacy.member_id.clone());
+    let left: LeaveGroupResponse = call(&mut stream, ApiKey::LeaveGroup, 0, &leave).await;
+    assert_eq!(left.error_code, 0);
+}
+
+/// FindCoordinator at `version`, asked again while the coordinator is still being elected.
+async fn must_reach_answer(
+    stream: &mut TcpStream,
+    version: i16,
+    request: FindCoordinatorRequest,
+) -> FindCoordinatorResponse {
+    let deadline = tokio::time::Instant::now() + ANSWER_WITHIN;
+    loop {
+        let answer: FindCoordinatorResponse = call(stream, ApiKey::FindCoordinator, version, &request).await;
+        let codes: Vec<i16> = answer.coordinators.iter().map(|c| c.error_code).chain([answer.error_code]).collect();
+        if codes.iter().all(|c| *c == 0) || tokio::time::Instant::now() > deadline {
+            return answer;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }

@@ -28,8 +28,30 @@ pub struct Supported {
 
 /// Every API the listener answers. Each range lies within the versions the `kafka-protocol`
 /// crate encodes (a test checks), and every version in it is tested to round-trip.
-pub const SUPPORTED: &[Supported] =
-    &[Supported { api: ApiKey::Metadata, min: 0, max: 13 }, Supported { api: ApiKey::ApiVersions, min: 0, max: 4 }];
+///
+/// `Produce` is advertised from version 0 though versions 0 to 2 are refused (the connection
+/// is closed; [`PRODUCE_MIN_ANSWERED`]), the exception Apache Kafka 4.0 makes too
+/// (KAFKA-18659): librdkafka before 2.11.1 (Debian's kcat links 2.0.2) stops compressing when
+/// a broker's lowest `Produce` version is above 2. A client that sees version 3 supported sends
+/// version 3 or later (record batches, which every compression codec needs).
+pub const SUPPORTED: &[Supported] = &[
+    Supported { api: ApiKey::Produce, min: 0, max: 11 },
+    Supported { api: ApiKey::Fetch, min: 4, max: 12 },
+    Supported { api: ApiKey::ListOffsets, min: 1, max: 6 },
+    Supported { api: ApiKey::Metadata, min: 0, max: 13 },
+    Supported { api: ApiKey::OffsetCommit, min: 2, max: 9 },
+    Supported { api: ApiKey::OffsetFetch, min: 1, max: 9 },
+    Supported { api: ApiKey::FindCoordinator, min: 0, max: 4 },
+    Supported { api: ApiKey::JoinGroup, min: 0, max: 9 },
+    Supported { api: ApiKey::Heartbeat, min: 0, max: 4 },
+    Supported { api: ApiKey::LeaveGroup, min: 0, max: 5 },
+    Supported { api: ApiKey::SyncGroup, min: 0, max: 5 },
+    Supported { api: ApiKey::ApiVersions, min: 0, max: 4 },
+    Supported { api: ApiKey::InitProducerId, min: 0, max: 4 },
+];
+
+/// The lowest `Produce` version answered (the codecs' lowest).
+pub const PRODUCE_MIN_ANSWERED: i16 = 3;
 
 /// The versions of `api` the listener answers, if it answers it at all.
 pub fn supported(api: ApiKey) -> Option<Supported> {

@@ -1,0 +1,412 @@
+//! The consumer-group APIs of Kafka's classic protocol: `FindCoordinator`, `JoinGroup`,
+//! `SyncGroup`, `Heartbeat`, `LeaveGroup`, `OffsetCommit`, `OffsetFetch`. Each is one call of
+//! the service function the gRPC handler calls: the classic engine of the group's coordinator
+//! shard decides membership, the `__consumer_offsets` partition keeps the commits. A group is
+//! the same group whichever listener its members use.
+
+use kafka_protocol::messages::find_coordinator_response::Coordinator as KafkaCoordinator;
+use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
+use kafka_protocol::messages::leave_group_response::MemberResponse;
+use kafka_protocol::messages::offset_commit_response::{OffsetCommitResponsePartition, OffsetCommitResponseTopic};
+use kafka_protocol::messages::offset_fetch_response::{
+    OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions, OffsetFetchResponseTopic,
+    OffsetFetchResponseTopics,
+};
+use kafka_protocol::messages::{
+    BrokerId, FindCoordinatorRequest, FindCoordinatorResponse, GroupId, HeartbeatRequest, HeartbeatResponse,
+    JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest, LeaveGroupResponse, OffsetCommitRequest,
+    OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse, SyncGroupRequest, SyncGroupResponse,
+};
+use kafka_protocol::protocol::StrBytes;
+use rill_coordinator::groups::classic::{Heartbeat, JoinGroup, LeaveGroup, Leaving, Protocol, SyncGroup};
+use rill_coordinator::offsets::CommittedOffset;
+use rill_meta::PartitionKind;
+use rill_proto::common::ErrorCode;
+
+use super::cluster::{broker_id, host_port, topic_name};
+use super::errors;
+use crate::errors::{kafka_code, Refusal};
+use crate::service::checks::{CommitPartition, CommitTopic, NamedPartitions};
+use crate::service::classic::JoinOutcome;
+use crate::service::{Answer, Answers, RequestContext, Service, TopicAnswers};
+
+/// A string from the wire as the service layer takes it.
+fn text(s: &StrBytes) -> String {
+    s.to_string()
+}
+
+fn str_bytes(s: String) -> StrBytes {
+    StrBytes::from_string(s)
+}
+
+/// A count of milliseconds from the wire; a negative one is 0 (which the engine refuses as a
+/// timeout).
+fn millis(ms: i32) -> u32 {
+    u32::try_from(ms).unwrap_or(0)
+}
+
+/// A partition index from the wire; a negative one is looked up as a partition that cannot
+/// exist, and answered as the service answers it.
+fn partition_index(index: i32) -> u32 {
+    u32::try_from(index).unwrap_or(u32::MAX)
+}
+
+/// `FindCoordinator`, versions 0 to 4: the node leading the key's `__consumer_offsets` (key type
+/// 0, a group) or `__transaction_state` (1, a transactional id) partition, at its Kafka address.
+/// From version 4 many keys at once, each answered on its own.
+pub fn find_coordinator(
+    service: &Service,
+    ctx: &RequestContext,
+    request: FindCoordinatorRequest,
+    version: i16,
+) -> FindCoordinatorResponse {
+    let kind = match request.key_type {
+        0 => Some(PartitionKind::ConsumerOffsets),
+        1 => Some(PartitionKind::TransactionState),
+        _ => None,
+    };
+    let find = |key: &StrBytes| -> KafkaCoordinator {
+        let answer = match kind {
+            Some(kind) => service.find_coordinator(ctx, kind, key).and_then(|c| {
+                let (host, port) = host_port(&c.address).ok_or_else(|| {
+                    Refusal::new(ErrorCode::CoordinatorNotAvailable, format!("{} has no Kafka address", c.node_id))
+                })?;
+                let node_id = broker_id(c.node_id).ok_or_else(|| {
+                    Refusal::new(
+                        ErrorCode::CoordinatorNotAvailable,
+                        format!("node {} has no Kafka broker id", c.node_id),
+                    )
+                })?;
+                Ok((node_id, host, port))
+            }),
+            None => Err(Refusal::new(
+                ErrorCode::InvalidRequest,
+                format!("unknown coordinator key type {}: 0 is a group, 1 a transactional id", request.key_type),
+            )),
+        };
+        let coordinator = KafkaCoordinator::default().with_key(key.clone());
+        match answer {
+            Ok((node_id, host, port)) => coordinator.with_node_id(node_id).with_host(str_bytes(host)).with_port(port),
+            Err(refusal) => coordinator
+                .with_node_id(BrokerId(-1))
+                .with_port(-1)
+                .with_error_code(errors::code(&refusal))
+                .with_error_message(Some(str_bytes(refusal.message))),
+        }
+    };
+    if version >= 4 {
+        return FindCoordinatorResponse::default()
+            .with_coordinators(request.coordinator_keys.iter().map(find).collect());
+    }
+    let found = find(&request.key);
+    FindCoordinatorResponse::default()
+        .with_error_code(found.error_code)
+        .with_error_message(found.error_message)
+        .with_node_id(found.node_id)
+        .with_host(found.host)
+        .with_port(found.port)
+}
+
+/// `JoinGroup`, versions 0 to 9: answered once the join phase completes (the connection's next
+/// request waits, as on Kafka's brokers). From version 4 a new member is first given its id with
+/// `MEMBER_ID_REQUIRED` (KIP-394); version 0 has no rebalance timeout (the session timeout
+/// stands in, as in Kafka).
+pub async fn join_group(
+    service: &Service,
+    ctx: &RequestContext,
+    request: JoinGroupRequest,
+    version: i16,
+) -> JoinGroupResponse {
+    let member_id = text(&request.member_id);
+    let rebalance_timeout_ms = if version == 0 { request.session_timeout_ms } else { request.rebalance_timeout_ms };
+    let join = JoinGroup {
+        group_id: request.group_id.0.to_string(),
+        member_id: member_id.clone(),
+        instance_id: request.group_instance_id.as_ref().map(text),
+        protocol_type: text(&request.protocol_type),
+        protocols: request
+            .protocols
+            .into_iter()
+            .map(|p| Protocol { name: text(&p.name), metadata: p.metadata })
+            .collect(),
+        session_timeout_ms: millis(request.session_timeout_ms),
+        rebalance_timeout_ms: millis(rebalance_timeout_ms),
+        client_id: String::new(),
+        client_host: String::new(),
+        legacy_member_id: version < 4,
+    };
+    let refused = |refusal: &Refusal, member_id: String| {
+        JoinGroupResponse::default()
+            .with_error_code(errors::code(refusal))
+            .with_generation_id(-1)
+            .with_member_id(str_bytes(member_id))
+    };
+    match service.join_group(ctx, join).await {
+        Ok(JoinOutcome::Joined(joined)) => JoinGroupResponse::default()
+            .with_generation_id(joined.generation)
+            .with_protocol_type(Some(str_bytes(joined.protocol_type)))
+            .with_protocol_name(Some(str_bytes(joined.protocol_name)))
+            .with_leader(str_bytes(joined.leader))
+            .with_skip_assignment(joined.skip_assignment)
+            .with_member_id(str_bytes(joined.member_id))
+            .with_members(
+                joined
+                    .members
+                    .into_iter()
+                    .map(|m| {
+                        JoinGroupResponseMember::default()
+                            .with_member_id(str_bytes(m.member_id))
+                            .with_group_instance_id(m.instance_id.map(str_bytes))
+                            .with_metadata(m.metadata)
+                    })
+                    .collect(),
+            ),
+        Ok(JoinOutcome::MemberIdRequired { member_id, refusal }) => refused(&refusal, member_id),
+        Err(refusal) => refused(&refusal, member_id),
+    }
+}
+
+/// `SyncGroup`, versions 0 to 5: the member's assignment for its generation, once the leader's
+/// is stored.
+pub async fn sync_group(service: &Service, ctx: &RequestContext, request: SyncGroupRequest) -> SyncGroupResponse {
+    let sync = SyncGroup {
+        group_id: request.group_id.0.to_string(),
+        member_id: text(&request.member_id),
+        instance_id: request.group_instance_id.as_ref().map(text),
+        generation: request.generation_id,
+        protocol_type: request.protocol_type.as_ref().map(text),
+        protocol_name: request.protocol_name.as_ref().map(text),
+        assignments: request.assignments.into_iter().map(|a| (text(&a.member_id), a.assignment)).collect(),
+    };
+    match service.sync_group(ctx, sync).await {
+        Ok(synced) => SyncGroupResponse::default()
+            .with_protocol_type(Some(str_bytes(synced.protocol_type)))
+            .with_protocol_name(Some(str_bytes(synced.protocol_name)))
+            .with_assignment(synced.assignment),
+        Err(refusal) => SyncGroupResponse::default().with_error_code(errors::code(&refusal)),
+    }
+}
+
+/// `Heartbeat`, versions 0 to 4: `REBALANCE_IN_PROGRESS` tells the member to join again.
+pub fn heartbeat(service: &Service, ctx: &RequestContext, request: HeartbeatRequest) -> HeartbeatResponse {
+    let beat = Heartbeat {
+        group_id: request.group_id.0.to_string(),
+        member_id: text(&request.member_id),
+        instance_id: request.group_instance_id.as_ref().map(text),
+        generation: request.generation_id,
+    };
+    let code = service.group_heartbeat(ctx, &beat).err().map_or(0, |refusal| errors::code(&refusal));
+    HeartbeatResponse::default().with_error_code(code)
+}
+
+/// `LeaveGroup`, versions 0 to 5: one member (v0–2) or many (v3+), each answered on its own.
+pub fn leave_group(
+    service: &Service,
+    ctx: &RequestContext,
+    request: LeaveGroupRequest,
+    version: i16,
+) -> LeaveGroupResponse {
+    let members = if version >= 3 {
+        request
+            .members
+            .iter()
+            .map(|m| Leaving { member_id: text(&m.member_id), instance_id: m.group_instance_id.as_ref().map(text) })
+            .collect()
+    } else {
+        vec![Leaving { member_id: text(&request.member_id), instance_id: None }]
+    };
+    let leave = LeaveGroup { group_id: request.group_id.0.to_string(), members };
+    let left = match service.leave_group(ctx, &leave) {
+        Ok(left) => left,
+        Err(e) => return LeaveGroupResponse::default().with_error_code(errors::request_error(&e)),
+    };
+    match left {
+        Err(refusal) => LeaveGroupResponse::default().with_error_code(errors::code(&refusal)),
+        // v0–2 answer the one member at the top level.
+        Ok(left) if version < 3 => {
+            let code = left
+                .first()
+                .and_then(|l| l.result.as_ref().err())
+                .map_or(0, |e| errors::code(&crate::errors::coordinator(e)));
+            LeaveGroupResponse::default().with_error_code(code)
+        }
+        Ok(left) => LeaveGroupResponse::default().with_members(
+            left.into_iter()
+                .map(|l| {
+                    let code = l.result.as_ref().err().map_or(0, |e| errors::code(&crate::errors::coordinator(e)));
+                    MemberResponse::default()
+                        .with_member_id(str_bytes(l.member.member_id))
+                        .with_group_instance_id(l.member.instance_id.map(str_bytes))
+                        .with_error_code(code)
+                })
+                .collect(),
+        ),
+    }
+}
+
+/// `OffsetCommit`, versions 2 to 9: each partition answered on its own. A classic member commits
+/// under its generation; a group without members takes commits from anyone (generation -1).
+/// The committed leader epoch (v6+) is not kept: `OffsetFetch` answers -1.
+pub async fn offset_commit(
+    service: &Service,
+    ctx: &RequestContext,
+    request: OffsetCommitRequest,
+) -> OffsetCommitResponse {
+    let indexes: Vec<Vec<i32>> =
+        request.topics.iter().map(|t| t.partitions.iter().map(|p| p.partition_index).collect()).collect();
+    let names: Vec<String> = request.topics.iter().map(|t| t.name.0.to_string()).collect();
+    let topics = request
+        .topics
+        .into_iter()
+        .map(|t| CommitTopic {
+            topic: t.name.0.to_string(),
+            partitions: t
+                .partitions
+                .into_iter()
+                .map(|p| CommitPartition {
+                    partition: partition_index(p.partition_index),
+                    offset: p.committed_offset,
+                    metadata: p.committed_metadata.as_ref().map(text).unwrap_or_default(),
+                })
+                .collect(),
+        })
+        .collect();
+    let group_id = request.group_id.0.to_string();
+    let committed = service
+        .commit_offsets(ctx, &group_id, &text(&request.member_id), request.generation_id_or_member_epoch, topics)
+        .await;
+    // A refusal of the whole request or of the group is every partition's answer.
+    let answered: Result<Vec<TopicAnswers<()>>, i16> = match committed {
+        Ok(Ok(answers)) => Ok(answers),
+        Ok(Err(refusal)) => Err(errors::code(&refusal)),
+        Err(e) => Err(errors::request_error(&e)),
+    };
+    let topics = names
+        .into_iter()
+        .zip(&indexes)
+        .enumerate()
+        .map(|(ti, (name, indexes))| {
+            let partitions = indexes
+                .iter()
+                .enumerate()
+                .map(|(pi, &index)| {
+                    let code = match &answered {
+                        Err(code) => *code,
+                        Ok(answers) => answers
+                            .get(ti)
+                            .and_then(|t| t.partitions.get(pi))
+                            .map_or(kafka_code(ErrorCode::UnknownServerError), |(_, a)| {
+                                a.as_ref().err().map_or(0, errors::code)
+                            }),
+                    };
+                    OffsetCommitResponsePartition::default().with_partition_index(index).with_error_code(code)
+                })
+                .collect();
+            OffsetCommitResponseTopic::default().with_name(topic_name(name)).with_partitions(partitions)
+        })
+        .collect();
+    OffsetCommitResponse::default().with_topics(topics)
+}
+
+/// One group's committed offsets as the service answers them, or the code refusing the group.
+type GroupOffsets = Result<Answers<Option<CommittedOffset>>, i16>;
+
+/// `OffsetFetch`, versions 1 to 9: one group (v1–7; from v2 a null topic list asks for every
+/// committed partition) or many (v8+, each answered on its own). With `require_stable` (v7+) a
+/// partition with a transactional commit pending answers `UNSTABLE_OFFSET_COMMIT`.
+pub async fn offset_fetch(
+    service: &Service,
+    ctx: &RequestContext,
+    request: OffsetFetchRequest,
+    version: i16,
+) -> OffsetFetchResponse {
+    let require_stable = request.require_stable;
+    // `None` (a null list) asks for every committed partition, as the service's empty list does;
+    // an empty list asks for none, and is answered without asking the coordinator.
+    let fetch = |group_id: GroupId, topics: Option<Vec<NamedPartitions>>| async move {
+        let offsets = match topics {
+            Some(topics) if topics.is_empty() => Ok(Ok(Vec::new())),
+            topics => service.fetch_offsets(ctx, &group_id.0, topics.unwrap_or_default(), require_stable).await,
+        };
+        let offsets: GroupOffsets = match offsets {
+            Ok(Ok(answers)) => Ok(answers),
+            Ok(Err(refusal)) => Err(errors::code(&refusal)),
+            Err(e) => Err(errors::request_error(&e)),
+        };
+        (group_id, offsets)
+    };
+    let named = |name: &str, indexes: &[i32]| NamedPartitions {
+        topic: name.to_string(),
+        partitions: indexes.iter().map(|&i| partition_index(i)).collect(),
+    };
+    if version >= 8 {
+        let mut groups = Vec::with_capacity(request.groups.len());
+        for g in &request.groups {
+            let topics =
+                g.topics.as_ref().map(|ts| ts.iter().map(|t| named(&t.name.0, &t.partition_indexes)).collect());
+            let (group_id, offsets) = fetch(g.group_id.clone(), topics).await;
+            let group = OffsetFetchResponseGroup::default().with_group_id(group_id);
+            groups.push(match offsets {
+                Err(code) => group.with_error_code(code),
+                Ok(answers) => group.with_topics(
+                    answers
+                        .into_iter()
+                        .map(|t| {
+                            OffsetFetchResponseTopics::default().with_name(topic_name(t.topic)).with_partitions(
+                                t.partitions
+                                    .into_iter()
+                                    .map(|(p, a)| {
+                                        let (offset, metadata, code) = committed(a);
+                                        OffsetFetchResponsePartitions::default()
+                                            .with_partition_index(i32::try_from(p).unwrap_or(-1))
+                                            .with_committed_offset(offset)
+                                            .with_committed_leader_epoch(-1)
+                                            .with_metadata(Some(str_bytes(metadata)))
+                                            .with_error_code(code)
+                                    })
+                                    .collect(),
+                            )
+                        })
+                        .collect(),
+                ),
+            });
+        }
+        return OffsetFetchResponse::default().with_groups(groups);
+    }
+    let topics = request.topics.as_ref().map(|ts| ts.iter().map(|t| named(&t.name.0, &t.partition_indexes)).collect());
+    let (_, offsets) = fetch(request.group_id.clone(), topics).await;
+    match offsets {
+        Err(code) => OffsetFetchResponse::default().with_error_code(code),
+        Ok(answers) => OffsetFetchResponse::default().with_topics(
+            answers
+                .into_iter()
+                .map(|t| {
+                    OffsetFetchResponseTopic::default().with_name(topic_name(t.topic)).with_partitions(
+                        t.partitions
+                            .into_iter()
+                            .map(|(p, a)| {
+                                let (offset, metadata, code) = committed(a);
+                                OffsetFetchResponsePartition::default()
+                                    .with_partition_index(i32::try_from(p).unwrap_or(-1))
+                                    .with_committed_offset(offset)
+                                    .with_committed_leader_epoch(-1)
+                                    .with_metadata(Some(str_bytes(metadata)))
+                                    .with_error_code(code)
+                            })
+                            .collect(),
+                    )
+                })
+                .collect(),
+        ),
+    }
+}
+
+/// A partition's committed offset as Kafka answers it: the offset (-1 for none), its metadata,
+/// and the error code.
+fn committed(answer: Answer<Option<CommittedOffset>>) -> (i64, String, i16) {
+    match answer {
+        Ok(Some(c)) => (c.offset, c.metadata, 0),
+        Ok(None) => (-1, String::new(), 0),
+        Err(refusal) => (-1, String::new(), errors::code(&refusal)),
+    }
+}

@@ -1,0 +1,405 @@
+//! The data APIs: `Produce`, `Fetch`, `ListOffsets`, `InitProducerId`. Each decodes Kafka's
+//! request into the service layer's, makes the one service call the gRPC handler makes, and
+//! encodes the answers, per partition, in the order the request named them.
+//!
+//! What Kafka's clients need that the gRPC answer does not carry is added here: every fetched
+//! batch's `baseOffset` and `partitionLeaderEpoch` are written from the stored offset and the
+//! Raft term the batch was appended in (both lie outside the batch's CRC), and a
+//! `read_committed` answer keeps its control batches and aborted-transaction list (Kafka's
+//! clients filter them themselves).
+
+use bytes::{BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::fetch_response::{AbortedTransaction, FetchableTopicResponse, PartitionData};
+use kafka_protocol::messages::list_offsets_response::{ListOffsetsPartitionResponse, ListOffsetsTopicResponse};
+use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::{
+    BrokerId, FetchRequest, FetchResponse, InitProducerIdRequest, InitProducerIdResponse, ListOffsetsRequest,
+    ListOffsetsResponse, ProduceRequest, ProduceResponse, ProducerId,
+};
+use kafka_protocol::protocol::StrBytes;
+use rill_broker::{Acks, FetchOutcome, Isolation, ProduceOutcome, StoredBatch};
+use rill_proto::common::ErrorCode;
+
+use super::cluster::topic_name;
+use super::errors;
+use crate::errors::{invalid_acks, kafka_code, Refusal};
+use crate::service::records::{self as svc, OffsetSpec};
+use crate::service::{Answer, Answers, RequestContext, RequestError, Service};
+
+/// Kafka's `FETCH_SESSION_ID_NOT_FOUND`: the client names an incremental fetch session this
+/// listener never made (it makes none: every fetch is a full one).
+const FETCH_SESSION_ID_NOT_FOUND: i16 = 70;
+/// Kafka's `INVALID_FETCH_SESSION_EPOCH`.
+const INVALID_FETCH_SESSION_EPOCH: i16 = 71;
+/// `ListOffsets`' timestamp for the log start.
+const EARLIEST_TIMESTAMP: i64 = -2;
+/// `ListOffsets`' timestamp for the end of what the isolation level may read.
+const LATEST_TIMESTAMP: i64 = -1;
+/// Where `baseOffset` sits in a record batch.
+const BASE_OFFSET_AT: usize = 0;
+/// Where `partitionLeaderEpoch` sits in a record batch (after `baseOffset` and `batchLength`).
+const LEADER_EPOCH_AT: usize = 12;
+
+/// A partition index from the wire: a negative one names no partition, and is looked up as one
+/// that cannot exist, so the service answers it `UNKNOWN_TOPIC_OR_PARTITION` in its place.
+fn partition_index(index: i32) -> u32 {
+    u32::try_from(index).unwrap_or(u32::MAX)
+}
+
+/// A non-negative count of milliseconds or bytes from the wire; a negative one is 0.
+fn non_negative(n: i32) -> u32 {
+    u32::try_from(n).unwrap_or(0)
+}
+
+/// The isolation level a read asks for (Kafka's 0 is `read_uncommitted`, 1 `read_committed`).
+fn isolation(level: i8) -> Option<Isolation> {
+    match level {
+        0 => Some(Isolation::ReadUncommitted),
+        1 => Some(Isolation::ReadCommitted),
+        _ => None,
+    }
+}
+
+/// `Produce`; `None` for `acks=0`, which Kafka answers with nothing (the records are still
+/// written). Versions 3 to 11: the transaction protocol is version 1 (partitions are added to a
+/// transaction before they are written); version 12, which adds them implicitly, is advertised
+/// with `transaction.version` 2.
+pub async fn produce(
+    service: &Service,
+    ctx: &RequestContext,
+    request: ProduceRequest,
+    version: i16,
+) -> Option<ProduceResponse> {
+    let acks = match request.acks {
+        -1 => Ok(Acks::All),
+        1 => Ok(Acks::Leader),
+        0 => Ok(Acks::None),
+        raw => Err(invalid_acks(i32::from(raw))),
+    };
+    let answered = request.acks != 0;
+    // The indexes as the request gave them, to echo: answers come back in the same order.
+    let indexes: Vec<Vec<i32>> =
+        request.topic_data.iter().map(|t| t.partition_data.iter().map(|p| p.index).collect()).collect();
+    let input = svc::ProduceRequest {
+        transactional_id: request.transactional_id.map(|t| t.0.to_string()).unwrap_or_default(),
+        transaction_version: if version >= 12 { 2 } else { 1 },
+        acks,
+        timeout_ms: non_negative(request.timeout_ms),
+        topics: request
+            .topic_data
+            .into_iter()
+            .map(|t| svc::TopicBatches {
+                topic: t.name.0.to_string(),
+                topic_id: Bytes::new(),
+                partitions: t
+                    .partition_data
+                    .into_iter()
+                    .map(|p| (partition_index(p.index), p.records.unwrap_or_default()))
+                    .collect(),
+            })
+            .collect(),
+    };
+    let names: Vec<String> = input.topics.iter().map(|t| t.topic.clone()).collect();
+    let answers = service.produce(ctx, input).await;
+    if !answered {
+        return None;
+    }
+    let responses = per_partition(answers, names, &indexes)
+        .into_iter()
+        .map(|(name, partitions)| {
+            TopicProduceResponse::default().with_name(topic_name(name)).with_partition_responses(
+                partitions.into_iter().map(|(index, answer)| produced(index, answer)).collect(),
+            )
+        })
+        .collect();
+    Some(ProduceResponse::default().with_responses(responses))
+}
+
+/// One partition's produce answer. `log_append_time_ms` is -1: Rill's topics keep the
+/// producer's timestamps (Kafka's `CreateTime`).
+fn produced(index: i32, answer: Answer<ProduceOutcome>) -> PartitionProduceResponse {
+    let response = PartitionProduceResponse::default().with_index(index).with_log_append_time_ms(-1);
+    match answer {
+        Ok(out) => response
+            .with_base_offset(out.base_offset.map_or(-1, offset))
+            .with_log_start_offset(offset(out.log_start_offset)),
+        Err(refusal) => response
+            .with_error_code(errors::code(&refusal))
+            .with_error_message(Some(StrBytes::from_string(refusal.message)))
+            .with_base_offset(-1)
+            .with_log_start_offset(-1),
+    }
+}
+
+/// `Fetch`, versions 4 to 12 (topics by name). Sessionless: a request that opens a session
+/// (id 0, epoch 0) is answered as a full fetch with session id 0, which tells the client no
+/// session was made; one that names a session is refused, as Kafka refuses a session it lost.
+pub async fn fetch(service: &Service, ctx: &RequestContext, request: FetchRequest, version: i16) -> FetchResponse {
+    let indexes: Vec<Vec<i32>> =
+        request.topics.iter().map(|t| t.partitions.iter().map(|p| p.partition).collect()).collect();
+    let names: Vec<String> = request.topics.iter().map(|t| t.topic.0.to_string()).collect();
+    let refused = |code: i16| {
+        let responses = names
+            .iter()
+            .zip(&indexes)
+            .map(|(name, partitions)| {
+                let partitions = partitions.iter().map(|&index| fetch_error(index, code)).collect();
+                FetchableTopicResponse::default().with_topic(topic_name(name.clone())).with_partitions(partitions)
+            })
+            .collect();
+        FetchResponse::default().with_error_code(if version >= 7 { code } else { 0 }).with_responses(responses)
+    };
+    match (request.session_id, request.session_epoch) {
+        (0, -1 | 0) => {}
+        (0, _) => return refused(INVALID_FETCH_SESSION_EPOCH),
+        (_, _) => return refused(FETCH_SESSION_ID_NOT_FOUND),
+    }
+    let Some(isolation) = isolation(request.isolation_level) else {
+        return refused(kafka_code(ErrorCode::InvalidRequest));
+    };
+    let input = svc::FetchRequest {
+        max_wait_ms: non_negative(request.max_wait_ms),
+        isolation,
+        // KIP-74: the first batch is returned even when larger; 0 would mean "the default".
+        max_bytes: non_negative(request.max_bytes).max(1),
+        topics: request
+            .topics
+            .into_iter()
+            .map(|t| svc::FetchTopic {
+                topic: t.topic.0.to_string(),
+                topic_id: Bytes::new(),
+                partitions: t
+                    .partitions
+                    .into_iter()
+                    .map(|p| svc::FetchPartition {
+                        partition: partition_index(p.partition),
+                        offset: p.fetch_offset,
+                        max_bytes: non_negative(p.partition_max_bytes).max(1),
+                        current_leader_epoch: (p.current_leader_epoch >= 0).then_some(p.current_leader_epoch),
+                    })
+                    .collect(),
+            })
+            .collect(),
+    };
+    let answers = match service.fetch(ctx, input).await {
+        Ok(answers) => answers,
+        Err(e) => return refused(errors::request_error(&e)),
+    };
+    let responses = per_partition(Ok(answers), names, &indexes)
+        .into_iter()
+        .map(|(name, partitions)| {
+            let partitions = partitions.into_iter().map(|(index, answer)| fetched(index, answer, isolation)).collect();
+            FetchableTopicResponse::default().with_topic(topic_name(name)).with_partitions(partitions)
+        })
+        .collect();
+    FetchResponse::default().with_session_id(0).with_responses(responses)
+}
+
+/// A partition's fetch answer carrying Kafka's `code`.
+fn fetch_error(index: i32, code: i16) -> PartitionData {
+    PartitionData::default()
+        .with_partition_index(index)
+        .with_error_code(code)
+        .with_high_watermark(-1)
+        .with_last_stable_offset(-1)
+        .with_log_start_offset(-1)
+        .with_preferred_read_replica(BrokerId(-1))
+        .with_records(Some(Bytes::new()))
+}
+
+/// One partition's fetch answer: its batches as one record set, each batch's offset and leader
+/// epoch written in; for `read_committed`, the aborted transactions among them.
+fn fetched(index: i32, answer: Answer<FetchOutcome>, isolation: Isolation) -> PartitionData {
+    let out = match answer {
+        Ok(out) => out,
+        Err(refusal) => return fetch_error(index, errors::code(&refusal)),
+    };
+    let aborted = (isolation == Isolation::ReadCommitted).then(|| {
+        out.aborted
+            .iter()
+            .map(|a| {
+                AbortedTransaction::default()
+                    .with_producer_id(ProducerId(a.producer_id))
+                    .with_first_offset(offset(a.first_offset))
+            })
+            .collect()
+    });
+    PartitionData::default()
+        .with_partition_index(index)
+        .with_high_watermark(offset(out.high_watermark))
+        .with_last_stable_offset(offset(out.last_stable_offset))
+        .with_log_start_offset(offset(out.log_start_offset))
+        .with_aborted_transactions(aborted)
+        .with_preferred_read_replica(BrokerId(-1))
+        .with_records(Some(record_set(&out.batches)))
+}
+
+/// The batches as Kafka's record set: concatenated, each with `baseOffset` set to the offset it
+/// is stored at and `partitionLeaderEpoch` to the term it was appended in. The producer wrote
+/// neither (it sends offset 0 and epoch -1), and clients check both: the offsets to place the
+/// records, the epoch to detect log truncation after a leader change (KIP-320).
+pub fn record_set(batches: &[StoredBatch]) -> Bytes {
+    let mut out = BytesMut::with_capacity(batches.iter().map(|b| b.data.len()).sum());
+    for b in batches {
+        let start = out.len();
+        out.put_slice(&b.data);
+        let batch = &mut out[start..];
+        if batch.len() >= LEADER_EPOCH_AT + 4 {
+            batch[BASE_OFFSET_AT..BASE_OFFSET_AT + 8].copy_from_slice(&offset(b.base_offset).to_be_bytes());
+            let epoch = i32::try_from(b.leader_epoch).unwrap_or(i32::MAX);
+            batch[LEADER_EPOCH_AT..LEADER_EPOCH_AT + 4].copy_from_slice(&epoch.to_be_bytes());
+        }
+    }
+    out.freeze()
+}
+
+/// `ListOffsets`, versions 1 to 6: the log start (-2) or the end a reader at the request's
+/// isolation level may reach (-1). A search by timestamp is refused (`INVALID_REQUEST`) until
+/// it searches the records' own timestamps as Kafka does (docs/kafka.md); -3 (the largest
+/// timestamp) needs version 7, which is not advertised.
+pub async fn list_offsets(service: &Service, ctx: &RequestContext, request: ListOffsetsRequest) -> ListOffsetsResponse {
+    let Some(isolation) = isolation(request.isolation_level) else {
+        let code = kafka_code(ErrorCode::InvalidRequest);
+        let topics = request
+            .topics
+            .into_iter()
+            .map(|t| {
+                let partitions = t.partitions.iter().map(|p| listed_error(p.partition_index, code)).collect();
+                ListOffsetsTopicResponse::default().with_name(t.name).with_partitions(partitions)
+            })
+            .collect();
+        return ListOffsetsResponse::default().with_topics(topics);
+    };
+    let indexes: Vec<Vec<i32>> =
+        request.topics.iter().map(|t| t.partitions.iter().map(|p| p.partition_index).collect()).collect();
+    let names: Vec<String> = request.topics.iter().map(|t| t.name.0.to_string()).collect();
+    // A timestamp search is answered here; the others go to the service.
+    let mut searches = Vec::new();
+    let topics = request
+        .topics
+        .into_iter()
+        .enumerate()
+        .map(|(ti, t)| svc::ListOffsetsTopic {
+            topic: t.name.0.to_string(),
+            partitions: t
+                .partitions
+                .into_iter()
+                .enumerate()
+                .map(|(pi, p)| {
+                    let spec = match p.timestamp {
+                        EARLIEST_TIMESTAMP => OffsetSpec::Earliest,
+                        LATEST_TIMESTAMP => OffsetSpec::Latest,
+                        other => {
+                            searches.push((ti, pi, other));
+                            OffsetSpec::Latest
+                        }
+                    };
+                    (partition_index(p.partition_index), spec)
+                })
+                .collect(),
+        })
+        .collect();
+    let mut answers = service.list_offsets(ctx, isolation, topics).await;
+    if let Ok(answers) = &mut answers {
+        for (ti, pi, timestamp) in searches {
+            let refusal = Refusal::new(
+                ErrorCode::InvalidRequest,
+                format!("ListOffsets by timestamp ({timestamp}) is not served yet over the Kafka protocol"),
+            );
+            answers[ti].partitions[pi].1 = Err(refusal);
+        }
+    }
+    let topics = per_partition(answers, names, &indexes)
+        .into_iter()
+        .map(|(name, partitions)| {
+            let partitions = partitions.into_iter().map(|(index, answer)| listed(index, answer)).collect();
+            ListOffsetsTopicResponse::default().with_name(topic_name(name)).with_partitions(partitions)
+        })
+        .collect();
+    ListOffsetsResponse::default().with_topics(topics)
+}
+
+fn listed_error(index: i32, code: i16) -> ListOffsetsPartitionResponse {
+    ListOffsetsPartitionResponse::default()
+        .with_partition_index(index)
+        .with_error_code(code)
+        .with_timestamp(-1)
+        .with_offset(-1)
+        .with_leader_epoch(-1)
+}
+
+/// One partition's listed offset. The leader epoch is -1 (unknown), which tells a client to
+/// skip its truncation check for this offset.
+fn listed(index: i32, answer: Answer<u64>) -> ListOffsetsPartitionResponse {
+    match answer {
+        Ok(found) => ListOffsetsPartitionResponse::default()
+            .with_partition_index(index)
+            .with_timestamp(-1)
+            .with_offset(offset(found))
+            .with_leader_epoch(-1),
+        Err(refusal) => listed_error(index, errors::code(&refusal)),
+    }
+}
+
+/// `InitProducerId`, versions 0 to 4: an idempotent producer's id (any node answers), or a
+/// transactional id's producer with its epoch bumped (its coordinator answers). From version 3
+/// the producer may name the id and epoch it has (KIP-360).
+pub async fn init_producer_id(
+    service: &Service,
+    ctx: &RequestContext,
+    request: InitProducerIdRequest,
+) -> InitProducerIdResponse {
+    let current = (request.producer_id.0 >= 0 || request.producer_epoch >= 0)
+        .then_some((request.producer_id.0, i32::from(request.producer_epoch)));
+    let input = svc::InitProducerIdRequest {
+        transactional_id: request.transactional_id.map(|t| t.0.to_string()).unwrap_or_default(),
+        // A negative timeout is out of every range the coordinator accepts.
+        transaction_timeout_ms: u32::try_from(request.transaction_timeout_ms).unwrap_or(u32::MAX),
+        current,
+    };
+    match service.init_producer_id(ctx, input).await {
+        Ok((producer_id, epoch)) => {
+            InitProducerIdResponse::default().with_producer_id(ProducerId(producer_id)).with_producer_epoch(epoch)
+        }
+        Err(refusal) => InitProducerIdResponse::default()
+            .with_error_code(errors::code(&refusal))
+            .with_producer_id(ProducerId(-1))
+            .with_producer_epoch(-1),
+    }
+}
+
+/// Each partition's answer under the index the request gave it.
+type PartitionAnswers<T> = Vec<(i32, Answer<T>)>;
+
+/// An offset as Kafka's signed 64-bit one.
+fn offset(o: u64) -> i64 {
+    i64::try_from(o).unwrap_or(i64::MAX)
+}
+
+/// The service's answers regrouped under the request's topic names and partition indexes (a
+/// negative index was looked up as [`partition_index`] makes it, and is echoed as sent). A
+/// request refused as a whole answers each partition with its code.
+fn per_partition<T>(
+    answers: Result<Answers<T>, RequestError>,
+    names: Vec<String>,
+    indexes: &[Vec<i32>],
+) -> Vec<(String, PartitionAnswers<T>)> {
+    match answers {
+        Ok(answers) => answers
+            .into_iter()
+            .zip(indexes)
+            .map(|(t, indexes)| {
+                let partitions = t.partitions.into_iter().zip(indexes).map(|((_, answer), &index)| (index, answer));
+                (t.topic, partitions.collect())
+            })
+            .collect(),
+        Err(e) => {
+            let refusal = errors::request_refusal(&e);
+            names
+                .into_iter()
+                .zip(indexes)
+                .map(|(name, indexes)| (name, indexes.iter().map(|&index| (index, Err(refusal.clone()))).collect()))
+                .collect()
+        }
+    }
+}
