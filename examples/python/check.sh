@@ -44,6 +44,13 @@ diff <(printf 'held heartbeat of a stable member: answered at the end of its hol
 "$bin/rill" topic create py-classic --partitions 2 --replication-factor 3 >/dev/null
 diff <(printf 'first join: MEMBER_ID_REQUIRED\njoined generation 1 as leader owning 2 of 2: NONE\nheartbeat after a second member joined: REBALANCE_IN_PROGRESS\ngeneration 2 shared 1+1\ncommit under the current generation: NONE\ncommit under the old generation: ILLEGAL_GENERATION\nleft\n') \
   <("$py" "$here/classic.py" py-classic --group py-classic-members)
+# kafka-python through the Kafka listener: an idempotent producer, then two members of one
+# classic group, the second resuming after the first's commits.
+kafka=$(sed -n 's/^kafka bootstrap: //p' "$data/dev.out")
+[ -n "$kafka" ] || { cat "$data/dev.out"; echo "rill dev printed no Kafka bootstrap list" >&2; exit 1; }
+"$bin/rill" topic create py-kafka --partitions 2 --replication-factor 3 >/dev/null
+diff <(printf 'produced 100 records idempotently\nfirst member read 60 and committed\nsecond member resumed after the commits and read 40\nevery record read once, keys, values and headers intact, at the acknowledged offsets\n') \
+  <("$py" "$here/kafka_client.py" py-kafka --bootstrap "$kafka" --group py-kafka-members)
 for codec in none gzip snappy lz4 zstd; do
   "$bin/rill" topic create "py-$codec" --partitions 1 --replication-factor 3 >/dev/null
   "$py" "$here/producer.py" "py-$codec" "a-$codec" "b-$codec" --compression "$codec" >/dev/null
@@ -67,4 +74,4 @@ for _ in $(seq 1 180); do
   sleep 1
 done
 [ -n "$compacted" ] || { cat "$data/compacted"; echo "the compacted topic still serves superseded records" >&2; exit 1; }
-echo "python example: produced and consumed 3 records; the rill CLI reads the same; DeleteRecords from Python moved the log start; grpcio group members' held heartbeats were answered at the end of the hold and early on a join, two members shared a topic and were fenced from each other's partitions; kafka-python and Rill read each other's batches with every codec; kafka-python reads a compacted topic's rewritten batches"
+echo "python example: produced and consumed 3 records; the rill CLI reads the same; DeleteRecords from Python moved the log start; grpcio group members' held heartbeats were answered at the end of the hold and early on a join, two members shared a topic and were fenced from each other's partitions; kafka-python produced idempotently and consumed as two members of a classic group through the Kafka listener; kafka-python and Rill read each other's batches with every codec; kafka-python reads a compacted topic's rewritten batches"
