@@ -124,8 +124,8 @@ pub const RULES: &[Rule] = &[
     Rule { rpc: rpc::GROUP_HEARTBEAT, needs: needs::CLASSIC_MEMBERSHIP },
     Rule { rpc: rpc::LEAVE_GROUP, needs: needs::CLASSIC_MEMBERSHIP },
     // Kafka's ListGroups and DescribeGroups: Describe on each group (listings filtered).
-    Rule { rpc: rpc::LIST_GROUPS, needs: &[(R::Group, Op::Describe)] },
-    Rule { rpc: rpc::DESCRIBE_GROUP, needs: &[(R::Group, Op::Describe)] },
+    Rule { rpc: rpc::LIST_GROUPS, needs: needs::DESCRIBE_GROUPS },
+    Rule { rpc: rpc::DESCRIBE_GROUP, needs: needs::DESCRIBE_GROUPS },
     // Kafka's DeleteGroups: Delete on the group; OffsetDelete: Delete on the group, Read on each topic.
     Rule { rpc: rpc::DELETE_GROUP, needs: &[(R::Group, Op::Delete)] },
     Rule { rpc: rpc::DELETE_OFFSETS, needs: &[(R::Group, Op::Delete), (R::Topic, Op::Read)] },

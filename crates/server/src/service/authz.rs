@@ -104,6 +104,8 @@ pub mod needs {
     pub const FIND_COORDINATOR: &[Need] = &[(R::Group, Op::Describe), (R::TransactionalId, Op::Describe)];
     /// The classic protocol's JoinGroup, SyncGroup, Heartbeat and LeaveGroup: Read on the group.
     pub const CLASSIC_MEMBERSHIP: &[Need] = &[(R::Group, Op::Read)];
+    /// ListGroups and DescribeGroups: Describe on each group (listings filtered).
+    pub const DESCRIBE_GROUPS: &[Need] = &[(R::Group, Op::Describe)];
     /// OffsetCommit: Read on the group and on each topic.
     pub const COMMIT_OFFSETS: &[Need] = &[(R::Group, Op::Read), (R::Topic, Op::Read)];
     /// OffsetFetch: Describe on the group and on each topic.

@@ -36,6 +36,9 @@ pub struct GroupListing {
     /// `consumer` (KIP-848 members), `classic` (members joining generations), or `simple`
     /// (committed offsets only).
     pub protocol: String,
+    /// The members' protocol type: `consumer` for KIP-848 groups, what a classic group's
+    /// members sent (`consumer`, `connect`, ...), empty for a simple group.
+    pub protocol_type: String,
     /// Its state's name.
     pub state: String,
     /// How many members it has.
@@ -527,6 +530,7 @@ fn classic_listing(d: &ClassicDescription) -> GroupListing {
     GroupListing {
         group_id: d.group_id.clone(),
         protocol: "classic".into(),
+        protocol_type: d.protocol_type.clone(),
         state: d.state.name().into(),
         members: d.members.len() as u32,
     }
@@ -538,12 +542,14 @@ fn listing(m: &OffsetsMachine, group_id: &str) -> GroupListing {
         Some(g) => GroupListing {
             group_id: group_id.to_string(),
             protocol: "consumer".into(),
+            protocol_type: "consumer".into(),
             state: g.state().name().into(),
             members: g.members.len() as u32,
         },
         None => GroupListing {
             group_id: group_id.to_string(),
             protocol: "simple".into(),
+            protocol_type: String::new(),
             state: consumer_groups::GroupState::Empty.name().into(),
             members: 0,
         },

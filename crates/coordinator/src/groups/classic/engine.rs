@@ -156,6 +156,8 @@ pub struct DescribedMember {
     pub client_id: String,
     /// Where the client connected from.
     pub client_host: String,
+    /// What it sent with the group's selected protocol (its subscription, for a consumer).
+    pub metadata: Bytes,
     /// Its assignment for the generation.
     pub assignment: Bytes,
 }
@@ -450,6 +452,7 @@ impl ClassicEngine {
                     instance_id: m.record.instance_id.clone(),
                     client_id: m.record.client_id.clone(),
                     client_host: m.record.client_host.clone(),
+                    metadata: m.record.metadata(g.protocol.as_deref().unwrap_or_default()),
                     assignment: m.record.assignment.clone(),
                 })
                 .collect(),
