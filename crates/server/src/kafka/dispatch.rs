@@ -3,9 +3,9 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{
-    ApiKey, ApiVersionsRequest, FetchRequest, FindCoordinatorRequest, HeartbeatRequest, InitProducerIdRequest,
-    JoinGroupRequest, LeaveGroupRequest, ListOffsetsRequest, MetadataRequest, OffsetCommitRequest, OffsetFetchRequest,
-    ProduceRequest, RequestHeader, ResponseHeader, SyncGroupRequest,
+    ApiKey, ApiVersionsRequest, DescribeGroupsRequest, FetchRequest, FindCoordinatorRequest, HeartbeatRequest,
+    InitProducerIdRequest, JoinGroupRequest, LeaveGroupRequest, ListGroupsRequest, ListOffsetsRequest, MetadataRequest,
+    OffsetCommitRequest, OffsetFetchRequest, ProduceRequest, RequestHeader, ResponseHeader, SyncGroupRequest,
 };
 use kafka_protocol::protocol::{Decodable, Encodable};
 
@@ -51,6 +51,10 @@ pub enum Decoded {
     OffsetCommit(OffsetCommitRequest),
     /// `OffsetFetch`.
     OffsetFetch(OffsetFetchRequest),
+    /// `ListGroups`.
+    ListGroups(ListGroupsRequest),
+    /// `DescribeGroups`.
+    DescribeGroups(DescribeGroupsRequest),
 }
 
 /// What a frame is, before any handler runs. Not boxed: a connection holds one at a time.
@@ -106,6 +110,8 @@ pub fn parse(frame: Bytes) -> Result<Parsed, Close> {
         ApiKey::LeaveGroup => Decoded::LeaveGroup(decode(api, version, &mut body)?),
         ApiKey::OffsetCommit => Decoded::OffsetCommit(decode(api, version, &mut body)?),
         ApiKey::OffsetFetch => Decoded::OffsetFetch(decode(api, version, &mut body)?),
+        ApiKey::ListGroups => Decoded::ListGroups(decode(api, version, &mut body)?),
+        ApiKey::DescribeGroups => Decoded::DescribeGroups(decode(api, version, &mut body)?),
         _ => return Err(Close::UnsupportedApi(api)),
     };
     Ok(Parsed::Request { header: request.header, version, decoded })
@@ -163,6 +169,12 @@ pub async fn answer(service: &Service, peer: &Peer, frame: Bytes) -> Result<Opti
         }
         Decoded::OffsetFetch(req) => {
             encode(api, version, correlation_id, &groups::offset_fetch(service, &ctx, req, version).await).map(Some)
+        }
+        Decoded::ListGroups(req) => {
+            encode(api, version, correlation_id, &groups::list_groups(service, &ctx, req)).map(Some)
+        }
+        Decoded::DescribeGroups(req) => {
+            encode(api, version, correlation_id, &groups::describe_groups(service, &ctx, req, version)).map(Some)
         }
     }
 }

@@ -1,21 +1,25 @@
 //! The consumer-group APIs of Kafka's classic protocol: `FindCoordinator`, `JoinGroup`,
-//! `SyncGroup`, `Heartbeat`, `LeaveGroup`, `OffsetCommit`, `OffsetFetch`. Each is one call of
+//! `SyncGroup`, `Heartbeat`, `LeaveGroup`, `OffsetCommit`, `OffsetFetch`, and the listings
+//! `ListGroups` and `DescribeGroups`. Each is one call of
 //! the service function the gRPC handler calls: the classic engine of the group's coordinator
 //! shard decides membership, the `__consumer_offsets` partition keeps the commits. A group is
 //! the same group whichever listener its members use.
 
+use kafka_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
 use kafka_protocol::messages::find_coordinator_response::Coordinator as KafkaCoordinator;
 use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
 use kafka_protocol::messages::leave_group_response::MemberResponse;
+use kafka_protocol::messages::list_groups_response::ListedGroup;
 use kafka_protocol::messages::offset_commit_response::{OffsetCommitResponsePartition, OffsetCommitResponseTopic};
 use kafka_protocol::messages::offset_fetch_response::{
     OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions, OffsetFetchResponseTopic,
     OffsetFetchResponseTopics,
 };
 use kafka_protocol::messages::{
-    BrokerId, FindCoordinatorRequest, FindCoordinatorResponse, GroupId, HeartbeatRequest, HeartbeatResponse,
-    JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest, LeaveGroupResponse, OffsetCommitRequest,
-    OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse, SyncGroupRequest, SyncGroupResponse,
+    BrokerId, DescribeGroupsRequest, DescribeGroupsResponse, FindCoordinatorRequest, FindCoordinatorResponse, GroupId,
+    HeartbeatRequest, HeartbeatResponse, JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest, LeaveGroupResponse,
+    ListGroupsRequest, ListGroupsResponse, OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest,
+    OffsetFetchResponse, SyncGroupRequest, SyncGroupResponse,
 };
 use kafka_protocol::protocol::StrBytes;
 use rill_coordinator::groups::classic::{Heartbeat, JoinGroup, LeaveGroup, Leaving, Protocol, SyncGroup};
@@ -147,7 +151,8 @@ pub async fn join_group(
             .with_protocol_type(Some(str_bytes(joined.protocol_type)))
             .with_protocol_name(Some(str_bytes(joined.protocol_name)))
             .with_leader(str_bytes(joined.leader))
-            .with_skip_assignment(joined.skip_assignment)
+            // Only v9 carries it (a static leader rejoining told not to assign).
+            .with_skip_assignment(joined.skip_assignment && version >= 9)
             .with_member_id(str_bytes(joined.member_id))
             .with_members(
                 joined
@@ -373,32 +378,50 @@ pub async fn offset_fetch(
         }
         return OffsetFetchResponse::default().with_groups(groups);
     }
-    let topics = request.topics.as_ref().map(|ts| ts.iter().map(|t| named(&t.name.0, &t.partition_indexes)).collect());
-    let (_, offsets) = fetch(request.group_id.clone(), topics).await;
+    let topics: Option<Vec<NamedPartitions>> =
+        request.topics.as_ref().map(|ts| ts.iter().map(|t| named(&t.name.0, &t.partition_indexes)).collect());
+    let (_, offsets) = fetch(request.group_id.clone(), topics.clone()).await;
     match offsets {
-        Err(code) => OffsetFetchResponse::default().with_error_code(code),
-        Ok(answers) => OffsetFetchResponse::default().with_topics(
-            answers
+        // Version 1 has no top-level code: each partition named carries it.
+        Err(code) if version < 2 => {
+            let answers = topics
+                .unwrap_or_default()
                 .into_iter()
-                .map(|t| {
-                    OffsetFetchResponseTopic::default().with_name(topic_name(t.topic)).with_partitions(
-                        t.partitions
-                            .into_iter()
-                            .map(|(p, a)| {
-                                let (offset, metadata, code) = committed(a);
-                                OffsetFetchResponsePartition::default()
-                                    .with_partition_index(i32::try_from(p).unwrap_or(-1))
-                                    .with_committed_offset(offset)
-                                    .with_committed_leader_epoch(-1)
-                                    .with_metadata(Some(str_bytes(metadata)))
-                                    .with_error_code(code)
-                            })
-                            .collect(),
-                    )
+                .map(|t| TopicAnswers {
+                    topic: t.topic,
+                    partitions: t.partitions.into_iter().map(|p| (p, Ok(None))).collect(),
                 })
-                .collect(),
-        ),
+                .collect();
+            offsets_v1(answers, code)
+        }
+        Err(code) => OffsetFetchResponse::default().with_error_code(code),
+        Ok(answers) => offsets_v1(answers, 0),
     }
+}
+
+/// An `OffsetFetch` answer of versions 1 to 7: each partition's committed offset, or
+/// `group_code` in place of every partition's own when it is not 0 (a refused group).
+fn offsets_v1(answers: Answers<Option<CommittedOffset>>, group_code: i16) -> OffsetFetchResponse {
+    let topics = answers
+        .into_iter()
+        .map(|t| {
+            let partitions = t
+                .partitions
+                .into_iter()
+                .map(|(p, a)| {
+                    let (offset, metadata, code) = committed(a);
+                    OffsetFetchResponsePartition::default()
+                        .with_partition_index(i32::try_from(p).unwrap_or(-1))
+                        .with_committed_offset(offset)
+                        .with_committed_leader_epoch(-1)
+                        .with_metadata(Some(str_bytes(metadata)))
+                        .with_error_code(if group_code != 0 { group_code } else { code })
+                })
+                .collect();
+            OffsetFetchResponseTopic::default().with_name(topic_name(t.topic)).with_partitions(partitions)
+        })
+        .collect();
+    OffsetFetchResponse::default().with_topics(topics)
 }
 
 /// A partition's committed offset as Kafka answers it: the offset (-1 for none), its metadata,
@@ -409,4 +432,112 @@ fn committed(answer: Answer<Option<CommittedOffset>>) -> (i64, String, i16) {
         Ok(None) => (-1, String::new(), 0),
         Err(refusal) => (-1, String::new(), errors::code(&refusal)),
     }
+}
+
+/// A group state's name as Kafka's answers spell it (`Stable`, `PreparingRebalance`,
+/// `Reconciling`, ...): Rill's KIP-848 names are lower-case.
+fn kafka_state(name: &str) -> String {
+    let mut chars = name.chars();
+    chars.next().map(|c| c.to_ascii_uppercase().to_string() + chars.as_str()).unwrap_or_default()
+}
+
+/// A group's type as `ListGroups` v5 names it: `consumer` for KIP-848 groups, `classic` for
+/// the rest (Kafka lists groups with only committed offsets as classic too).
+fn group_type(protocol: &str) -> &'static str {
+    if protocol == "consumer" {
+        "consumer"
+    } else {
+        "classic"
+    }
+}
+
+/// `ListGroups`, versions 0 to 5: the groups whose coordinator is this node (an admin client asks
+/// every node), filtered by state (v4+, case-insensitive) and by type (v5+).
+pub fn list_groups(service: &Service, ctx: &RequestContext, request: ListGroupsRequest) -> ListGroupsResponse {
+    let states: Vec<String> = request.states_filter.iter().map(|s| s.to_ascii_lowercase()).collect();
+    let types: Vec<String> = request.types_filter.iter().map(|s| s.to_ascii_lowercase()).collect();
+    let groups = service
+        .list_groups(ctx)
+        .into_iter()
+        .filter(|g| states.is_empty() || states.contains(&g.state.to_ascii_lowercase()))
+        .filter(|g| types.is_empty() || types.iter().any(|t| t == group_type(&g.protocol)))
+        .map(|g| {
+            ListedGroup::default()
+                .with_group_id(GroupId(str_bytes(g.group_id)))
+                .with_protocol_type(str_bytes(g.protocol_type))
+                .with_group_state(str_bytes(kafka_state(&g.state)))
+                .with_group_type(StrBytes::from_static_str(group_type(&g.protocol)))
+        })
+        .collect();
+    ListGroupsResponse::default().with_groups(groups)
+}
+
+/// `DescribeGroups`, versions 0 to 6: each group on its own. A classic group with its members'
+/// subscriptions and assignments; a KIP-848 group with its members (their assignments are
+/// described by `ConsumerGroupDescribe`, as in Kafka). A group that does not exist is `Dead`
+/// without an error before v6 and `GROUP_ID_NOT_FOUND` from v6 (KIP-1043). Authorized operations
+/// are not provided yet.
+pub fn describe_groups(
+    service: &Service,
+    ctx: &RequestContext,
+    request: DescribeGroupsRequest,
+    version: i16,
+) -> DescribeGroupsResponse {
+    let groups = request
+        .groups
+        .into_iter()
+        .map(|group_id| {
+            let described =
+                DescribedGroup::default().with_group_id(group_id.clone()).with_authorized_operations(i32::MIN);
+            match service.describe_group(ctx, &group_id.0) {
+                Ok(d) => {
+                    let described = described.with_group_state(str_bytes(kafka_state(&d.state)));
+                    match d.classic {
+                        Some(c) => described
+                            .with_protocol_type(str_bytes(c.protocol_type))
+                            .with_protocol_data(str_bytes(c.protocol))
+                            .with_members(
+                                c.members
+                                    .into_iter()
+                                    .map(|m| {
+                                        DescribedGroupMember::default()
+                                            .with_member_id(str_bytes(m.member_id))
+                                            .with_group_instance_id(m.instance_id.map(str_bytes))
+                                            .with_client_id(str_bytes(m.client_id))
+                                            .with_client_host(str_bytes(m.client_host))
+                                            .with_member_metadata(m.metadata)
+                                            .with_member_assignment(m.assignment)
+                                    })
+                                    .collect(),
+                            ),
+                        None => described
+                            .with_protocol_type(StrBytes::from_static_str(if d.members.is_empty() {
+                                ""
+                            } else {
+                                "consumer"
+                            }))
+                            .with_members(
+                                d.members
+                                    .into_iter()
+                                    .map(|m| {
+                                        DescribedGroupMember::default()
+                                            .with_member_id(str_bytes(m.member_id))
+                                            .with_group_instance_id(m.instance_id.map(str_bytes))
+                                            .with_client_id(str_bytes(m.client_id))
+                                            .with_client_host(str_bytes(m.client_host))
+                                    })
+                                    .collect(),
+                            ),
+                    }
+                }
+                Err(refusal) if refusal.code == ErrorCode::GroupIdNotFound && version < 6 => {
+                    described.with_group_state(StrBytes::from_static_str("Dead"))
+                }
+                Err(refusal) => described
+                    .with_error_code(errors::code(&refusal))
+                    .with_error_message((version >= 6).then(|| str_bytes(refusal.message))),
+            }
+        })
+        .collect();
+    DescribeGroupsResponse::default().with_groups(groups)
 }

@@ -19,7 +19,7 @@
 //! * [`cluster`]: the cluster-level APIs (`Metadata`).
 //! * [`records`]: the data APIs (`Produce`, `Fetch`, `ListOffsets`, `InitProducerId`).
 //! * [`groups`]: the classic consumer-group APIs (`FindCoordinator`, `JoinGroup`, `SyncGroup`,
-//!   `Heartbeat`, `LeaveGroup`, `OffsetCommit`, `OffsetFetch`).
+//!   `Heartbeat`, `LeaveGroup`, `OffsetCommit`, `OffsetFetch`, `ListGroups`, `DescribeGroups`).
 //! * [`errors`]: the listener's one mapping from the service layer's refusals to Kafka's codes.
 //! * [`connection`]: one client connection, and the accept loop that shares the node's limits.
 //!

@@ -25,6 +25,7 @@ pub fn needs(api: ApiKey) -> Option<&'static [Need]> {
         ApiKey::JoinGroup | ApiKey::SyncGroup | ApiKey::Heartbeat | ApiKey::LeaveGroup => needs::CLASSIC_MEMBERSHIP,
         ApiKey::OffsetCommit => needs::COMMIT_OFFSETS,
         ApiKey::OffsetFetch => needs::FETCH_OFFSETS,
+        ApiKey::ListGroups | ApiKey::DescribeGroups => needs::DESCRIBE_GROUPS,
         _ => return None,
     })
 }

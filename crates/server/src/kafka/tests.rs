@@ -19,12 +19,13 @@ use kafka_protocol::messages::offset_fetch_request::{
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
 use kafka_protocol::messages::{
-    ApiKey, ApiVersionsRequest, ApiVersionsResponse, FetchRequest, FetchResponse, FindCoordinatorRequest,
-    FindCoordinatorResponse, GroupId, HeartbeatRequest, HeartbeatResponse, InitProducerIdRequest,
-    InitProducerIdResponse, JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest, LeaveGroupResponse,
-    ListOffsetsRequest, ListOffsetsResponse, MetadataRequest, MetadataResponse, OffsetCommitRequest,
-    OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse, ProduceRequest, ProduceResponse, ProducerId,
-    RequestHeader, ResponseHeader, SyncGroupRequest, SyncGroupResponse, TopicName,
+    ApiKey, ApiVersionsRequest, ApiVersionsResponse, DescribeGroupsRequest, DescribeGroupsResponse, FetchRequest,
+    FetchResponse, FindCoordinatorRequest, FindCoordinatorResponse, GroupId, HeartbeatRequest, HeartbeatResponse,
+    InitProducerIdRequest, InitProducerIdResponse, JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest,
+    LeaveGroupResponse, ListGroupsRequest, ListGroupsResponse, ListOffsetsRequest, ListOffsetsResponse,
+    MetadataRequest, MetadataResponse, OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest,
+    OffsetFetchResponse, ProduceRequest, ProduceResponse, ProducerId, RequestHeader, ResponseHeader, SyncGroupRequest,
+    SyncGroupResponse, TopicName,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -603,6 +604,39 @@ async fn a_classic_member_joins_syncs_heartbeats_commits_and_leaves() {
     let synced: SyncGroupResponse = call(&mut stream, ApiKey::SyncGroup, 5, &sync).await;
     assert_eq!((synced.error_code, &synced.assignment[..]), (0, &b"orders-0"[..]));
 
+    // Listed and described at every version, the member's subscription and assignment included.
+    let range = versions::supported(ApiKey::ListGroups).unwrap();
+    for version in range.min..=range.max {
+        let mut request = ListGroupsRequest::default();
+        if version >= 4 {
+            request.states_filter = vec![StrBytes::from_static_str("stable")];
+        }
+        if version >= 5 {
+            request.types_filter = vec![StrBytes::from_static_str("classic")];
+        }
+        let answer: ListGroupsResponse = call(&mut stream, ApiKey::ListGroups, version, &request).await;
+        let listed: Vec<(String, String)> =
+            answer.groups.iter().map(|g| (g.group_id.0.to_string(), g.protocol_type.to_string())).collect();
+        assert_eq!(listed, vec![("billing".to_string(), "consumer".to_string())], "v{version}");
+        if version >= 4 {
+            assert_eq!(answer.groups[0].group_state.as_str(), "Stable");
+        }
+    }
+    let range = versions::supported(ApiKey::DescribeGroups).unwrap();
+    for version in range.min..=range.max {
+        let request = DescribeGroupsRequest::default().with_groups(vec![group("billing"), group("nobody")]);
+        let answer: DescribeGroupsResponse = call(&mut stream, ApiKey::DescribeGroups, version, &request).await;
+        let billing = &answer.groups[0];
+        assert_eq!((billing.error_code, billing.group_state.as_str()), (0, "Stable"), "v{version}");
+        assert_eq!((billing.protocol_type.as_str(), billing.protocol_data.as_str()), ("consumer", "range"));
+        let m = &billing.members[0];
+        assert_eq!((m.member_id.as_str(), m.client_id.as_str()), (member.as_str(), "rill-tests"));
+        assert_eq!((&m.member_metadata[..], &m.member_assignment[..]), (&b"subscription"[..], &b"orders-0"[..]));
+        let nobody = &answer.groups[1];
+        let expected = if version >= 6 { (69, "") } else { (0, "Dead") };
+        assert_eq!((nobody.error_code, nobody.group_state.as_str()), expected, "v{version}: an unknown group");
+    }
+
     let beat = |generation: i32| {
         HeartbeatRequest::default()
             .with_group_id(group("billing"))
@@ -664,6 +698,26 @@ async fn a_classic_member_joins_syncs_heartbeats_commits_and_leaves() {
             (p.committed_offset, p.metadata.as_deref().unwrap_or_default().to_string(), p.error_code)
         };
         assert_eq!((offset, metadata.as_str(), code), (last, "note", 0), "v{version}");
+    }
+
+    // A group id refused as a whole is answered at every version (v1 on each partition).
+    let range = versions::supported(ApiKey::OffsetFetch).unwrap();
+    for version in range.min..=range.max {
+        let request = if version >= 8 {
+            OffsetFetchRequest::default()
+                .with_groups(vec![OffsetFetchRequestGroup::default().with_group_id(group("")).with_topics(None)])
+        } else {
+            let topics =
+                vec![OffsetFetchRequestTopic::default().with_name(name("orders")).with_partition_indexes(vec![0])];
+            OffsetFetchRequest::default().with_group_id(group("")).with_topics(Some(topics))
+        };
+        let answer: OffsetFetchResponse = call(&mut stream, ApiKey::OffsetFetch, version, &request).await;
+        let code = match version {
+            8.. => answer.groups[0].error_code,
+            2.. => answer.error_code,
+            _ => answer.topics[0].partitions[0].error_code,
+        };
+        assert_eq!(code, 24, "v{version}: INVALID_GROUP_ID");
     }
 
     // Leaving (v3+: by member), then the member is unknown.

@@ -45,6 +45,8 @@ pub const SUPPORTED: &[Supported] = &[
     Supported { api: ApiKey::JoinGroup, min: 0, max: 9 },
     Supported { api: ApiKey::Heartbeat, min: 0, max: 4 },
     Supported { api: ApiKey::LeaveGroup, min: 0, max: 5 },
+    Supported { api: ApiKey::DescribeGroups, min: 0, max: 6 },
+    Supported { api: ApiKey::ListGroups, min: 0, max: 5 },
     Supported { api: ApiKey::SyncGroup, min: 0, max: 5 },
     Supported { api: ApiKey::ApiVersions, min: 0, max: 4 },
     Supported { api: ApiKey::InitProducerId, min: 0, max: 4 },
