@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Creates examples/python/.venv with grpcio and kafka-python (whose record batch codec the
-# example uses, with the lz4, zstandard and python-snappy codecs), and generates the Python gRPC
+# Creates examples/python/.venv with grpcio, kafka-python (whose record batch codec the
+# example uses, with the lz4, zstandard and python-snappy codecs) and confluent-kafka (which
+# bundles librdkafka; for the Kafka listener's checks), and generates the Python gRPC
 # stubs for Rill's public API from proto/ into examples/python/gen/. Safe to rerun.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -13,7 +14,7 @@ if [ ! -x "$here/.venv/bin/python" ]; then
   }
 fi
 "$here/.venv/bin/pip" install --quiet --disable-pip-version-check "grpcio>=1.60" "grpcio-tools>=1.60" \
-  "kafka-python>=2.1" "lz4>=4" "zstandard>=0.22" "python-snappy>=0.7"
+  "kafka-python>=2.1" "lz4>=4" "zstandard>=0.22" "python-snappy>=0.7" "confluent-kafka>=2.6"
 mkdir -p "$here/gen"
 "$here/.venv/bin/python" -m grpc_tools.protoc -I "$root/proto/rill" \
   --python_out="$here/gen" --grpc_python_out="$here/gen" \
