@@ -31,21 +31,23 @@ fn rill(bootstrap: &str, args: &[&str], stdin: Option<&str>) -> anyhow::Result<(
 }
 
 fn free_base_port() -> u16 {
-    // rill dev's nodes take three consecutive client ports and the three internal ports
-    // INTERNAL_PORT_OFFSET above them: probe until all six bind.
-    let internal = rill_launcher::cluster::INTERNAL_PORT_OFFSET;
+    // rill dev's nodes take three consecutive client ports, the three internal ports
+    // INTERNAL_PORT_OFFSET above them and the three Kafka ports KAFKA_PORT_OFFSET above them:
+    // probe until all nine bind.
+    use rill_launcher::cluster::{INTERNAL_PORT_OFFSET, KAFKA_PORT_OFFSET};
     for _ in 0..100 {
         let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
         let base = l.local_addr().expect("addr").port();
-        if base > 60000 {
+        if base > 60000 - KAFKA_PORT_OFFSET {
             continue;
         }
         let free = |port: u16| port == base || std::net::TcpListener::bind(("127.0.0.1", port)).is_ok();
-        if (0..3).all(|i| free(base + i) && free(base + internal + i)) {
+        if (0..3).all(|i| free(base + i) && free(base + INTERNAL_PORT_OFFSET + i) && free(base + KAFKA_PORT_OFFSET + i))
+        {
             return base;
         }
     }
-    panic!("no three consecutive free client ports with their internal ports free");
+    panic!("no three consecutive free client ports with their internal and Kafka ports free");
 }
 
 /// Starts `rill dev` on free ports in `dir` and returns it with its bootstrap address, once it
