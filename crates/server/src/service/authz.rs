@@ -100,6 +100,14 @@ pub mod needs {
     pub const INIT_PRODUCER_ID: &[Need] = &[(R::TransactionalId, Op::Write), (R::Cluster, Op::IdempotentWrite)];
     /// Metadata: Describe on each topic (a listing shows only those).
     pub const METADATA: &[Need] = &[(R::Topic, Op::Describe)];
+    /// CreateTopics: Create on each topic.
+    pub const CREATE_TOPICS: &[Need] = &[(R::Topic, Op::Create)];
+    /// DeleteTopics: Delete on each topic.
+    pub const DELETE_TOPICS: &[Need] = &[(R::Topic, Op::Delete)];
+    /// CreatePartitions: Alter on each topic.
+    pub const CREATE_PARTITIONS: &[Need] = &[(R::Topic, Op::Alter)];
+    /// DescribeCluster: Describe on the cluster.
+    pub const DESCRIBE_CLUSTER: &[Need] = &[(R::Cluster, Op::Describe)];
     /// FindCoordinator: Describe on the group or the transactional id.
     pub const FIND_COORDINATOR: &[Need] = &[(R::Group, Op::Describe), (R::TransactionalId, Op::Describe)];
     /// The classic protocol's JoinGroup, SyncGroup, Heartbeat and LeaveGroup: Read on the group.

@@ -161,9 +161,23 @@ pub struct CreateTopic {
     pub configs: Vec<(String, String)>,
 }
 
+/// Partitions of a topic created without a count (Kafka's `num.partitions`).
+pub const DEFAULT_PARTITIONS: u32 = 1;
+/// Largest replication factor a topic created without one gets: every acknowledged write
+/// survives a node's loss once three nodes hold it.
+pub const MAX_DEFAULT_REPLICATION_FACTOR: u32 = 3;
+
 impl Service {
-    /// Creates a record topic (Create on it) and answers it described, once this node sees it.
-    pub async fn create_topic(&self, ctx: &RequestContext, req: CreateTopic) -> Answer<TopicDescription> {
+    /// The replication factor of a topic created without one: three, or every registered node in a
+    /// smaller cluster.
+    pub fn default_replication_factor(&self) -> u32 {
+        let nodes = u32::try_from(self.node.meta().nodes.len()).unwrap_or(u32::MAX);
+        nodes.clamp(1, MAX_DEFAULT_REPLICATION_FACTOR)
+    }
+
+    /// Checks a topic creation (Create on it) against what this node sees, without creating it
+    /// (Kafka's `validate_only`); the nodes alive now, for the creation.
+    pub async fn validate_create_topic(&self, ctx: &RequestContext, req: &CreateTopic) -> Answer<Vec<u64>> {
         self.authorize(ctx, ResourceType::Topic, &req.name)?;
         // The members register themselves right after the first election.
         if !self.node.wait_for_meta(META_WAIT, |m: &MetaState| !m.nodes.is_empty()).await {
@@ -176,6 +190,12 @@ impl Service {
             .check_create(&req.name, req.partitions, req.replication_factor, &req.configs, &live_nodes)
             .and_then(|c| c.check_request_bounds())
             .map_err(|e| errors::meta(&e))?;
+        Ok(live_nodes)
+    }
+
+    /// Creates a record topic (Create on it) and answers it described, once this node sees it.
+    pub async fn create_topic(&self, ctx: &RequestContext, req: CreateTopic) -> Answer<TopicDescription> {
+        let live_nodes = self.validate_create_topic(ctx, &req).await?;
         let cmd = MetaCommand::CreateTopic {
             live_nodes,
             topic_id: crate::node::new_topic_id(),
@@ -230,12 +250,19 @@ impl Service {
         }
     }
 
+    /// Checks growing a topic to `total` partitions (Alter on it) without growing it (Kafka's
+    /// `validate_only`); the nodes alive now, for the change.
+    pub async fn validate_create_partitions(&self, ctx: &RequestContext, name: &str, total: u32) -> Answer<Vec<u64>> {
+        self.authorize(ctx, ResourceType::Topic, name)?;
+        let live_nodes = self.live_nodes().await;
+        self.node.meta().check_create_partitions(name, total, &live_nodes).map_err(|e| errors::meta(&e))?;
+        Ok(live_nodes)
+    }
+
     /// Grows a topic to `total` partitions (Alter on it); answers it described once this node
     /// has applied the change.
     pub async fn create_partitions(&self, ctx: &RequestContext, name: String, total: u32) -> Answer<TopicDescription> {
-        self.authorize(ctx, ResourceType::Topic, &name)?;
-        let live_nodes = self.live_nodes().await;
-        self.node.meta().check_create_partitions(&name, total, &live_nodes).map_err(|e| errors::meta(&e))?;
+        let live_nodes = self.validate_create_partitions(ctx, &name, total).await?;
         let (topic_name, wanted) = (name.clone(), total as usize);
         let visible = {
             let name = name.clone();
