@@ -54,7 +54,7 @@ diff <(printf 'produced 100 records idempotently\nfirst member read 60 and commi
 # confluent-kafka (librdkafka 2.x) through the Kafka listener: an idempotent producer with five
 # requests in flight, then two cooperative-sticky members of one classic group sharing a topic.
 "$bin/rill" topic create py-confluent --partitions 3 --replication-factor 3 >/dev/null
-diff <(printf 'produced 200 records idempotently, each where murmur2 places its key\na second cooperative-sticky member joined and took partitions over; both kept reading\nevery one of the 200 records read, at the offset it was acknowledged at; twice only after a refused commit\nthe group'"'"'s commits are the partitions'"'"' ends\n') \
+diff <(printf 'produced 200 records idempotently, each where murmur2 places its key\na second cooperative-sticky member joined and took partitions over; both kept reading\nevery one of the 200 records read, at the offset it was acknowledged at; twice only after a refused commit\nthe group'"'"'s commits are the partitions'"'"' ends\nadmin: created a topic with the cluster'"'"'s defaults (1 partition, 3 replicas), grew it, described 3 brokers, deleted it\n') \
   <("$py" "$here/confluent_client.py" py-confluent --bootstrap "$kafka" --group py-confluent-members)
 for codec in none gzip snappy lz4 zstd; do
   "$bin/rill" topic create "py-$codec" --partitions 1 --replication-factor 3 >/dev/null
@@ -79,4 +79,4 @@ for _ in $(seq 1 180); do
   sleep 1
 done
 [ -n "$compacted" ] || { cat "$data/compacted"; echo "the compacted topic still serves superseded records" >&2; exit 1; }
-echo "python example: produced and consumed 3 records; the rill CLI reads the same; DeleteRecords from Python moved the log start; grpcio group members' held heartbeats were answered at the end of the hold and early on a join, two members shared a topic and were fenced from each other's partitions; kafka-python and confluent-kafka produced idempotently and consumed as members of a classic group (confluent-kafka's cooperative-sticky) through the Kafka listener; kafka-python and Rill read each other's batches with every codec; kafka-python reads a compacted topic's rewritten batches"
+echo "python example: produced and consumed 3 records; the rill CLI reads the same; DeleteRecords from Python moved the log start; grpcio group members' held heartbeats were answered at the end of the hold and early on a join, two members shared a topic and were fenced from each other's partitions; kafka-python and confluent-kafka produced idempotently and consumed as members of a classic group (confluent-kafka's cooperative-sticky) through the Kafka listener, and confluent-kafka's admin client created, grew and deleted a topic; kafka-python and Rill read each other's batches with every codec; kafka-python reads a compacted topic's rewritten batches"

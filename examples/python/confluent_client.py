@@ -6,7 +6,8 @@ writes keyed records; every key lands where murmur2 places it. Then two members 
 group with the cooperative-sticky assignor share the topic: the first reads alone, the second
 joins (an incremental rebalance moves partitions to it), and both read until every record is
 read, committing synchronously after each record. Every record is read exactly once, and the
-group's commits end at the partitions' ends.
+group's commits end at the partitions' ends. Last, the admin client creates a topic with the cluster's
+defaults, grows it, describes the cluster and deletes the topic.
 
     confluent_client.py TOPIC --bootstrap HOST:PORT[,...] --group GROUP
 
@@ -19,6 +20,7 @@ import sys
 import time
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 from kafka.partitioner.default import murmur2
 
 RECORDS = 200
@@ -142,6 +144,28 @@ def main():
     print("the group's commits are the partitions' ends")
     first.close()
     second.close()
+    administer(args)
+
+
+def administer(args):
+    admin = AdminClient({"bootstrap.servers": args.bootstrap})
+    name = args.topic + "-admin"
+    admin.create_topics([NewTopic(name, num_partitions=-1, replication_factor=-1)])[name].result(30)
+    described = admin.list_topics(name, timeout=10).topics[name]
+    replicas = {len(p.replicas) for p in described.partitions.values()}
+    if (len(described.partitions), replicas) != (1, {3}):
+        sys.exit(f"created with {len(described.partitions)} partition(s) of {replicas} replicas, not the defaults 1 and 3")
+    admin.create_partitions([NewPartitions(name, 2)])[name].result(30)
+    deadline = time.monotonic() + 30
+    while len(admin.list_topics(name, timeout=10).topics[name].partitions) != 2:
+        if time.monotonic() > deadline:
+            sys.exit("the topic did not grow to 2 partitions")
+        time.sleep(0.2)
+    cluster = admin.describe_cluster().result(30)
+    if len(cluster.nodes) != 3 or cluster.controller is None:
+        sys.exit(f"described {len(cluster.nodes)} brokers, controller {cluster.controller}")
+    admin.delete_topics([name])[name].result(30)
+    print("admin: created a topic with the cluster's defaults (1 partition, 3 replicas), grew it, described 3 brokers, deleted it")
 
 
 if __name__ == "__main__":

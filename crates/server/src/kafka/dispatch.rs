@@ -3,14 +3,15 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{
-    ApiKey, ApiVersionsRequest, DescribeGroupsRequest, FetchRequest, FindCoordinatorRequest, HeartbeatRequest,
+    ApiKey, ApiVersionsRequest, CreatePartitionsRequest, CreateTopicsRequest, DeleteTopicsRequest,
+    DescribeClusterRequest, DescribeGroupsRequest, FetchRequest, FindCoordinatorRequest, HeartbeatRequest,
     InitProducerIdRequest, JoinGroupRequest, LeaveGroupRequest, ListGroupsRequest, ListOffsetsRequest, MetadataRequest,
     OffsetCommitRequest, OffsetFetchRequest, ProduceRequest, RequestHeader, ResponseHeader, SyncGroupRequest,
 };
 use kafka_protocol::protocol::{Decodable, Encodable};
 
 use super::frame::{self, Close};
-use super::{cluster, groups, records, rules, versions};
+use super::{admin, cluster, groups, records, rules, versions};
 use crate::service::{Principal, Service};
 
 /// Who is on the other end of a connection: the same for each of its requests.
@@ -55,6 +56,14 @@ pub enum Decoded {
     ListGroups(ListGroupsRequest),
     /// `DescribeGroups`.
     DescribeGroups(DescribeGroupsRequest),
+    /// `CreateTopics`.
+    CreateTopics(CreateTopicsRequest),
+    /// `DeleteTopics`.
+    DeleteTopics(DeleteTopicsRequest),
+    /// `CreatePartitions`.
+    CreatePartitions(CreatePartitionsRequest),
+    /// `DescribeCluster`.
+    DescribeCluster(DescribeClusterRequest),
 }
 
 /// What a frame is, before any handler runs. Not boxed: a connection holds one at a time.
@@ -112,6 +121,10 @@ pub fn parse(frame: Bytes) -> Result<Parsed, Close> {
         ApiKey::OffsetFetch => Decoded::OffsetFetch(decode(api, version, &mut body)?),
         ApiKey::ListGroups => Decoded::ListGroups(decode(api, version, &mut body)?),
         ApiKey::DescribeGroups => Decoded::DescribeGroups(decode(api, version, &mut body)?),
+        ApiKey::CreateTopics => Decoded::CreateTopics(decode(api, version, &mut body)?),
+        ApiKey::DeleteTopics => Decoded::DeleteTopics(decode(api, version, &mut body)?),
+        ApiKey::CreatePartitions => Decoded::CreatePartitions(decode(api, version, &mut body)?),
+        ApiKey::DescribeCluster => Decoded::DescribeCluster(decode(api, version, &mut body)?),
         _ => return Err(Close::UnsupportedApi(api)),
     };
     Ok(Parsed::Request { header: request.header, version, decoded })
@@ -175,6 +188,18 @@ pub async fn answer(service: &Service, peer: &Peer, frame: Bytes) -> Result<Opti
         }
         Decoded::DescribeGroups(req) => {
             encode(api, version, correlation_id, &groups::describe_groups(service, &ctx, req, version)).map(Some)
+        }
+        Decoded::CreateTopics(req) => {
+            encode(api, version, correlation_id, &admin::create_topics(service, &ctx, req, version).await).map(Some)
+        }
+        Decoded::DeleteTopics(req) => {
+            encode(api, version, correlation_id, &admin::delete_topics(service, &ctx, req, version).await).map(Some)
+        }
+        Decoded::CreatePartitions(req) => {
+            encode(api, version, correlation_id, &admin::create_partitions(service, &ctx, req).await).map(Some)
+        }
+        Decoded::DescribeCluster(req) => {
+            encode(api, version, correlation_id, &admin::describe_cluster(service, &ctx, req).await).map(Some)
         }
     }
 }

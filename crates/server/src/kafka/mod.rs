@@ -17,6 +17,8 @@
 //! * [`dispatch`]: a frame parsed and decoded, then its API's handler: one service call,
 //!   encoded.
 //! * [`cluster`]: the cluster-level APIs (`Metadata`).
+//! * [`admin`]: the admin APIs (`CreateTopics`, `DeleteTopics`, `CreatePartitions`,
+//!   `DescribeCluster`).
 //! * [`records`]: the data APIs (`Produce`, `Fetch`, `ListOffsets`, `InitProducerId`).
 //! * [`groups`]: the classic consumer-group APIs (`FindCoordinator`, `JoinGroup`, `SyncGroup`,
 //!   `Heartbeat`, `LeaveGroup`, `OffsetCommit`, `OffsetFetch`, `ListGroups`, `DescribeGroups`).
@@ -28,6 +30,7 @@
 //! `vendor/kafka-protocol/RILL.md`). What is supported, and every known difference from Apache
 //! Kafka, is in docs/kafka.md.
 
+pub mod admin;
 pub mod cluster;
 #[cfg(not(madsim))]
 pub mod connection;

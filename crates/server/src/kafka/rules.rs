@@ -26,6 +26,10 @@ pub fn needs(api: ApiKey) -> Option<&'static [Need]> {
         ApiKey::OffsetCommit => needs::COMMIT_OFFSETS,
         ApiKey::OffsetFetch => needs::FETCH_OFFSETS,
         ApiKey::ListGroups | ApiKey::DescribeGroups => needs::DESCRIBE_GROUPS,
+        ApiKey::CreateTopics => needs::CREATE_TOPICS,
+        ApiKey::DeleteTopics => needs::DELETE_TOPICS,
+        ApiKey::CreatePartitions => needs::CREATE_PARTITIONS,
+        ApiKey::DescribeCluster => needs::DESCRIBE_CLUSTER,
         _ => return None,
     })
 }

@@ -19,13 +19,13 @@ use kafka_protocol::messages::offset_fetch_request::{
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
 use kafka_protocol::messages::{
-    ApiKey, ApiVersionsRequest, ApiVersionsResponse, DescribeGroupsRequest, DescribeGroupsResponse, FetchRequest,
-    FetchResponse, FindCoordinatorRequest, FindCoordinatorResponse, GroupId, HeartbeatRequest, HeartbeatResponse,
-    InitProducerIdRequest, InitProducerIdResponse, JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest,
-    LeaveGroupResponse, ListGroupsRequest, ListGroupsResponse, ListOffsetsRequest, ListOffsetsResponse,
-    MetadataRequest, MetadataResponse, OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest,
-    OffsetFetchResponse, ProduceRequest, ProduceResponse, ProducerId, RequestHeader, ResponseHeader, SyncGroupRequest,
-    SyncGroupResponse, TopicName,
+    ApiKey, ApiVersionsRequest, ApiVersionsResponse, BrokerId, DescribeGroupsRequest, DescribeGroupsResponse,
+    FetchRequest, FetchResponse, FindCoordinatorRequest, FindCoordinatorResponse, GroupId, HeartbeatRequest,
+    HeartbeatResponse, InitProducerIdRequest, InitProducerIdResponse, JoinGroupRequest, JoinGroupResponse,
+    LeaveGroupRequest, LeaveGroupResponse, ListGroupsRequest, ListGroupsResponse, ListOffsetsRequest,
+    ListOffsetsResponse, MetadataRequest, MetadataResponse, OffsetCommitRequest, OffsetCommitResponse,
+    OffsetFetchRequest, OffsetFetchResponse, ProduceRequest, ProduceResponse, ProducerId, RequestHeader,
+    ResponseHeader, SyncGroupRequest, SyncGroupResponse, TopicName,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -270,7 +270,7 @@ async fn hostile_frames_close_their_connection_and_the_node_serves_on() {
     let mut unsupported_version = unsupported_version.to_vec();
     unsupported_version[6..8].copy_from_slice(&14i16.to_be_bytes());
     let not_advertised =
-        request(ApiKey::DeleteTopics, 4, 1, &kafka_protocol::messages::DeleteTopicsRequest::default()).to_vec();
+        request(ApiKey::DescribeConfigs, 4, 1, &kafka_protocol::messages::DescribeConfigsRequest::default()).to_vec();
     let mut produce_v2 = request(ApiKey::Produce, 3, 1, &ProduceRequest::default()).to_vec();
     produce_v2[6..8].copy_from_slice(&2i16.to_be_bytes());
     let cases: Vec<(&str, Vec<u8>)> = vec![
@@ -752,5 +752,113 @@ async fn must_reach_answer(
             return answer;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn topics_are_created_grown_and_deleted_and_the_cluster_described_at_every_version() {
+    use kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
+    use kafka_protocol::messages::create_topics_request::{
+        CreatableReplicaAssignment, CreatableTopic, CreatableTopicConfig,
+    };
+    use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
+    use kafka_protocol::messages::{
+        CreatePartitionsRequest, CreatePartitionsResponse, CreateTopicsRequest, CreateTopicsResponse,
+        DeleteTopicsRequest, DeleteTopicsResponse, DescribeClusterRequest, DescribeClusterResponse,
+    };
+    let (node, _service, addr) = node_with_kafka().await;
+    must_reach("the cluster's id", || async { !node.meta().cluster_id.is_empty() }).await;
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+
+    for version in 0..=1 {
+        let answer: DescribeClusterResponse =
+            call(&mut stream, ApiKey::DescribeCluster, version, &DescribeClusterRequest::default()).await;
+        assert_eq!((answer.error_code, answer.controller_id.0), (0, 1), "v{version}");
+        assert_eq!(answer.cluster_id.as_str(), node.meta().cluster_id.as_str());
+        let brokers: Vec<(i32, i32)> = answer.brokers.iter().map(|b| (b.broker_id.0, b.port)).collect();
+        assert_eq!(brokers, vec![(1, i32::from(addr.port()))], "v{version}");
+    }
+
+    let creatable = |name: &str| {
+        CreatableTopic::default()
+            .with_name(TopicName(StrBytes::from_string(name.to_string())))
+            .with_num_partitions(-1)
+            .with_replication_factor(-1)
+    };
+    let create = |topics: Vec<CreatableTopic>, validate_only: bool| {
+        CreateTopicsRequest::default().with_topics(topics).with_timeout_ms(10_000).with_validate_only(validate_only)
+    };
+    let range = versions::supported(ApiKey::CreateTopics).unwrap();
+    for version in range.min..=range.max {
+        let topic = format!("admin-{version}");
+        // Checked only: nothing is created.
+        let checked: CreateTopicsResponse =
+            call(&mut stream, ApiKey::CreateTopics, version, &create(vec![creatable(&topic)], true)).await;
+        assert_eq!(checked.topics[0].error_code, 0, "v{version}");
+        assert!(!node.meta().topics.contains_key(&topic), "v{version}: validate_only created nothing");
+        let bad_config = creatable(&format!("{topic}-bad")).with_configs(vec![CreatableTopicConfig::default()
+            .with_name(StrBytes::from_static_str("no.such.setting"))
+            .with_value(Some(StrBytes::from_static_str("1")))]);
+        let placed = creatable(&format!("{topic}-placed"))
+            .with_assignments(vec![CreatableReplicaAssignment::default()
+                .with_partition_index(0)
+                .with_broker_ids(vec![BrokerId(1)])]);
+        let answer: CreateTopicsResponse = call(
+            &mut stream,
+            ApiKey::CreateTopics,
+            version,
+            &create(vec![creatable(&topic), bad_config, placed, creatable("")], false),
+        )
+        .await;
+        let codes: Vec<i16> = answer.topics.iter().map(|t| t.error_code).collect();
+        assert_eq!(codes[..3], [0, 40, 42], "v{version}: created, INVALID_CONFIG, INVALID_REQUEST: {answer:?}");
+        assert_ne!(codes[3], 0, "v{version}: an empty name is refused");
+        let created = &answer.topics[0];
+        if version >= 5 {
+            assert_eq!((created.num_partitions, created.replication_factor), (1, 1), "v{version}: the defaults");
+        }
+        if version >= 7 {
+            assert_eq!(created.topic_id.as_bytes(), &node.meta().topics[&topic].topic_id);
+        }
+        let again: CreateTopicsResponse =
+            call(&mut stream, ApiKey::CreateTopics, version, &create(vec![creatable(&topic)], false)).await;
+        assert_eq!(again.topics[0].error_code, 36, "v{version}: TOPIC_ALREADY_EXISTS");
+    }
+
+    let range = versions::supported(ApiKey::CreatePartitions).unwrap();
+    for version in range.min..=range.max {
+        let total = 2 + i32::from(version);
+        let grow = |validate_only: bool| {
+            CreatePartitionsRequest::default()
+                .with_topics(vec![CreatePartitionsTopic::default().with_name(name("admin-2")).with_count(total)])
+                .with_timeout_ms(10_000)
+                .with_validate_only(validate_only)
+        };
+        let checked: CreatePartitionsResponse = call(&mut stream, ApiKey::CreatePartitions, version, &grow(true)).await;
+        assert_eq!(checked.results[0].error_code, 0, "v{version}");
+        assert_eq!(node.meta().topics["admin-2"].partitions.len() as i32, total - 1, "v{version}: only checked");
+        let grown: CreatePartitionsResponse = call(&mut stream, ApiKey::CreatePartitions, version, &grow(false)).await;
+        assert_eq!(grown.results[0].error_code, 0, "v{version}");
+        assert_eq!(node.meta().topics["admin-2"].partitions.len() as i32, total, "v{version}");
+    }
+
+    let range = versions::supported(ApiKey::DeleteTopics).unwrap();
+    for version in range.min..=range.max {
+        let topic = format!("admin-{}", version + 1);
+        let request = if version >= 6 {
+            let id = uuid::Uuid::from_bytes(node.meta().topics[&topic].topic_id);
+            DeleteTopicsRequest::default().with_topics(vec![
+                DeleteTopicState::default().with_topic_id(id),
+                DeleteTopicState::default().with_name(Some(name("no-such-topic"))),
+            ])
+        } else {
+            DeleteTopicsRequest::default().with_topic_names(vec![name(&topic), name("no-such-topic")])
+        };
+        let answer: DeleteTopicsResponse =
+            call(&mut stream, ApiKey::DeleteTopics, version, &request.with_timeout_ms(10_000)).await;
+        let codes: Vec<i16> = answer.responses.iter().map(|r| r.error_code).collect();
+        assert_eq!(codes, vec![0, 3], "v{version}");
+        assert_eq!(answer.responses[0].name.as_ref().map(|n| n.0.to_string()), Some(topic.clone()));
+        assert!(!node.meta().topics.contains_key(&topic), "v{version}: deleted");
     }
 }

@@ -49,7 +49,11 @@ pub const SUPPORTED: &[Supported] = &[
     Supported { api: ApiKey::ListGroups, min: 0, max: 5 },
     Supported { api: ApiKey::SyncGroup, min: 0, max: 5 },
     Supported { api: ApiKey::ApiVersions, min: 0, max: 4 },
+    Supported { api: ApiKey::CreateTopics, min: 2, max: 7 },
+    Supported { api: ApiKey::DeleteTopics, min: 1, max: 6 },
     Supported { api: ApiKey::InitProducerId, min: 0, max: 4 },
+    Supported { api: ApiKey::CreatePartitions, min: 0, max: 3 },
+    Supported { api: ApiKey::DescribeCluster, min: 0, max: 1 },
 ];
 
 /// The lowest `Produce` version answered (the codecs' lowest).
