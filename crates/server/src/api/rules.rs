@@ -105,7 +105,7 @@ pub const RULES: &[Rule] = &[
     Rule { rpc: rpc::INIT_PRODUCER_ID, needs: needs::INIT_PRODUCER_ID },
     Rule { rpc: rpc::CREATE_TOPIC, needs: needs::CREATE_TOPICS },
     Rule { rpc: rpc::DELETE_TOPIC, needs: needs::DELETE_TOPICS },
-    Rule { rpc: rpc::ALTER_TOPIC_CONFIG, needs: &[(R::Topic, Op::AlterConfigs)] },
+    Rule { rpc: rpc::ALTER_TOPIC_CONFIG, needs: needs::ALTER_CONFIGS },
     Rule { rpc: rpc::CREATE_PARTITIONS, needs: needs::CREATE_PARTITIONS },
     Rule { rpc: rpc::LIST_TOPICS, needs: &[(R::Topic, Op::Describe)] },
     Rule { rpc: rpc::DESCRIBE_TOPIC, needs: &[(R::Topic, Op::Describe), (R::Topic, Op::DescribeConfigs)] },

@@ -106,6 +106,10 @@ pub mod needs {
     pub const DELETE_TOPICS: &[Need] = &[(R::Topic, Op::Delete)];
     /// CreatePartitions: Alter on each topic.
     pub const CREATE_PARTITIONS: &[Need] = &[(R::Topic, Op::Alter)];
+    /// DescribeConfigs: DescribeConfigs on each topic.
+    pub const DESCRIBE_CONFIGS: &[Need] = &[(R::Topic, Op::DescribeConfigs)];
+    /// AlterConfigs and IncrementalAlterConfigs: AlterConfigs on each topic.
+    pub const ALTER_CONFIGS: &[Need] = &[(R::Topic, Op::AlterConfigs)];
     /// DescribeCluster: Describe on the cluster.
     pub const DESCRIBE_CLUSTER: &[Need] = &[(R::Cluster, Op::Describe)];
     /// FindCoordinator: Describe on the group or the transactional id.

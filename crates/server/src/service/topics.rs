@@ -125,6 +125,17 @@ pub struct Metadata {
     pub topics: Vec<(String, Answer<TopicLayout>)>,
 }
 
+/// One setting of a topic, as `DescribeConfigs` answers it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicSetting {
+    /// Its key (`retention.ms`, ...).
+    pub key: String,
+    /// Its value.
+    pub value: String,
+    /// True when it is the default for the topic.
+    pub default: bool,
+}
+
 /// A coordinator, as `FindCoordinator` answers it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Coordinator {
@@ -225,6 +236,37 @@ impl Service {
         }
         let n = name.clone();
         self.change_topic(MetaCommand::DeleteTopic { name }, move |m| !m.topics.contains_key(&n)).await.map(|_| ())
+    }
+
+    /// A topic's settings (DescribeConfigs on it), every key with its value and whether it is
+    /// the default for the topic's replication factor, without asking the replicas anything.
+    pub fn topic_settings(&self, ctx: &RequestContext, name: &str) -> Answer<Vec<TopicSetting>> {
+        self.authorize(ctx, ResourceType::Topic, name)?;
+        let topic = self.node.topic(name).ok_or_else(|| errors::unknown_topic(name))?;
+        let defaults = rill_meta::TopicConfig::defaults(topic.replication_factor).entries();
+        Ok(topic
+            .config
+            .entries()
+            .into_iter()
+            .map(|(key, value)| {
+                let default = defaults.iter().any(|(k, v)| *k == key && *v == value);
+                TopicSetting { key, value, default }
+            })
+            .collect())
+    }
+
+    /// Checks setting and resetting a topic's settings (AlterConfigs on it) without changing
+    /// them (Kafka's `validate_only`).
+    pub fn validate_alter_topic_config(
+        &self,
+        ctx: &RequestContext,
+        name: &str,
+        set: &[(String, String)],
+        reset: &[String],
+    ) -> Answer<()> {
+        self.authorize(ctx, ResourceType::Topic, name)?;
+        let checked = self.node.meta().check_alter_config(name, set, reset);
+        checked.and_then(|c| c.check_request_bounds()).map(|_| ()).map_err(|e| errors::meta(&e))
     }
 
     /// Sets (`set`) and resets to their defaults (`reset`) settings of a topic (AlterConfigs on
