@@ -7,7 +7,8 @@ group with the cooperative-sticky assignor share the topic: the first reads alon
 joins (an incremental rebalance moves partitions to it), and both read until every record is
 read, committing synchronously after each record. Every record is read exactly once, and the
 group's commits end at the partitions' ends. Last, the admin client creates a topic with the cluster's
-defaults, grows it, describes the cluster and deletes the topic.
+defaults, grows it, sets and describes one of its settings, describes the cluster and deletes
+the topic.
 
     confluent_client.py TOPIC --bootstrap HOST:PORT[,...] --group GROUP
 
@@ -20,7 +21,7 @@ import sys
 import time
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewPartitions, NewTopic
 from kafka.partitioner.default import murmur2
 
 RECORDS = 200
@@ -161,11 +162,19 @@ def administer(args):
         if time.monotonic() > deadline:
             sys.exit("the topic did not grow to 2 partitions")
         time.sleep(0.2)
+    resource = ConfigResource(ConfigResource.Type.TOPIC, name)
+    change = ConfigEntry("retention.ms", "3600000", incremental_operation=AlterConfigOpType.SET)
+    admin.incremental_alter_configs([ConfigResource(ConfigResource.Type.TOPIC, name, incremental_configs=[change])])[
+        resource
+    ].result(30)
+    described = admin.describe_configs([resource])[resource].result(30)
+    if described["retention.ms"].value != "3600000" or described["retention.ms"].is_default:
+        sys.exit(f"retention.ms described as {described['retention.ms']}")
     cluster = admin.describe_cluster().result(30)
     if len(cluster.nodes) != 3 or cluster.controller is None:
         sys.exit(f"described {len(cluster.nodes)} brokers, controller {cluster.controller}")
     admin.delete_topics([name])[name].result(30)
-    print("admin: created a topic with the cluster's defaults (1 partition, 3 replicas), grew it, described 3 brokers, deleted it")
+    print("admin: created a topic with the cluster's defaults (1 partition, 3 replicas), grew it, set and described a setting, described 3 brokers, deleted it")
 
 
 if __name__ == "__main__":

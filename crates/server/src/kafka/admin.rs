@@ -1,5 +1,6 @@
-//! The admin APIs: `CreateTopics`, `DeleteTopics`, `CreatePartitions`, `DescribeCluster`. Each
-//! topic is answered on its own, by the service function the gRPC handler calls.
+//! The admin APIs: `CreateTopics`, `DeleteTopics`, `CreatePartitions`, `DescribeCluster`,
+//! `DescribeConfigs`, `IncrementalAlterConfigs`. Each topic is answered on its own, by the
+//! service function the gRPC handler calls.
 //!
 //! Replicas are placed by Rill: a request naming them (Kafka's manual replica assignment) is
 //! refused with `INVALID_REQUEST`. A request's `timeout_ms` is not a deadline here: a creation,
@@ -232,4 +233,137 @@ pub async fn describe_cluster(
         .with_cluster_id(StrBytes::from_string(cluster_id))
         .with_controller_id(leader.and_then(broker_id).unwrap_or(BrokerId(-1)))
         .with_brokers(brokers)
+}
+
+/// Kafka's resource type of a topic in the config APIs.
+const TOPIC_RESOURCE: i8 = 2;
+/// `config_source` of a setting made for the topic (`DYNAMIC_TOPIC_CONFIG`).
+const SOURCE_TOPIC: i8 = 1;
+/// `config_source` of a default (`DEFAULT_CONFIG`).
+const SOURCE_DEFAULT: i8 = 5;
+
+/// A config resource that is not a topic: Rill's node settings are its configuration file, its
+/// flags and its environment, not a Kafka resource.
+fn not_a_topic(resource_type: i8) -> Refusal {
+    Refusal::new(
+        ErrorCode::InvalidRequest,
+        format!(
+            "config resource type {resource_type}: only topics (2) have settings over Kafka's protocol; a node's come from its configuration file (rill-server --help)"
+        ),
+    )
+}
+
+/// Kafka's `config_type` of each of Rill's topic settings (v3+): `INT` 3, `LONG` 5, `LIST` 7.
+fn config_type(key: &str) -> i8 {
+    match key {
+        "min.insync.replicas" | "max.message.bytes" => 3,
+        "cleanup.policy" => 7,
+        _ => 5,
+    }
+}
+
+/// `DescribeConfigs`, versions 1 to 4: each topic's settings (all, or the keys named), with
+/// whether each was set for the topic or is the default.
+pub fn describe_configs(
+    service: &Service,
+    ctx: &RequestContext,
+    request: kafka_protocol::messages::DescribeConfigsRequest,
+    version: i16,
+) -> kafka_protocol::messages::DescribeConfigsResponse {
+    use kafka_protocol::messages::describe_configs_response::{DescribeConfigsResourceResult, DescribeConfigsResult};
+    let results = request
+        .resources
+        .into_iter()
+        .map(|r| {
+            let result = DescribeConfigsResult::default()
+                .with_resource_type(r.resource_type)
+                .with_resource_name(r.resource_name.clone());
+            let settings = if r.resource_type == TOPIC_RESOURCE {
+                service.topic_settings(ctx, &r.resource_name)
+            } else {
+                Err(not_a_topic(r.resource_type))
+            };
+            match settings {
+                Ok(settings) => {
+                    let wanted = |key: &str| {
+                        r.configuration_keys.as_ref().is_none_or(|keys| keys.iter().any(|k| k.as_str() == key))
+                    };
+                    result.with_configs(
+                        settings
+                            .into_iter()
+                            .filter(|s| wanted(&s.key))
+                            .map(|s| {
+                                DescribeConfigsResourceResult::default()
+                                    .with_config_source(if s.default { SOURCE_DEFAULT } else { SOURCE_TOPIC })
+                                    .with_config_type(if version >= 3 { config_type(&s.key) } else { 0 })
+                                    .with_name(StrBytes::from_string(s.key))
+                                    .with_value(Some(StrBytes::from_string(s.value)))
+                            })
+                            .collect(),
+                    )
+                }
+                Err(refusal) => {
+                    let (code, message) = refused(&refusal);
+                    result.with_error_code(code).with_error_message(message)
+                }
+            }
+        })
+        .collect();
+    kafka_protocol::messages::DescribeConfigsResponse::default().with_results(results)
+}
+
+/// `IncrementalAlterConfigs`, versions 0 and 1: each topic's settings set (operation 0) or reset
+/// to their defaults (1), all of a topic's at once, or (with `validate_only`) checked. Appending
+/// to or subtracting from a list (2, 3) is refused: `cleanup.policy` is Rill's one list, set it
+/// whole.
+pub async fn incremental_alter_configs(
+    service: &Service,
+    ctx: &RequestContext,
+    request: kafka_protocol::messages::IncrementalAlterConfigsRequest,
+) -> kafka_protocol::messages::IncrementalAlterConfigsResponse {
+    use kafka_protocol::messages::incremental_alter_configs_response::AlterConfigsResourceResponse;
+    let mut responses = Vec::with_capacity(request.resources.len());
+    for r in request.resources {
+        let answer = async {
+            if r.resource_type != TOPIC_RESOURCE {
+                return Err(not_a_topic(r.resource_type));
+            }
+            let (mut set, mut reset) = (Vec::new(), Vec::new());
+            for c in &r.configs {
+                match (c.config_operation, &c.value) {
+                    (0, Some(value)) => set.push((c.name.to_string(), value.to_string())),
+                    (0, None) => {
+                        return Err(Refusal::new(
+                            ErrorCode::InvalidConfig,
+                            format!("{} is set without a value", c.name),
+                        ))
+                    }
+                    (1, _) => reset.push(c.name.to_string()),
+                    (op, _) => {
+                        return Err(Refusal::new(
+                            ErrorCode::InvalidRequest,
+                            format!("config operation {op} on {}: only set (0) and delete (1) are taken", c.name),
+                        ))
+                    }
+                }
+            }
+            let topic = r.resource_name.to_string();
+            if request.validate_only {
+                return service.validate_alter_topic_config(ctx, &topic, &set, &reset);
+            }
+            service.alter_topic_config(ctx, topic, set, reset).await.map(|_| ())
+        }
+        .await;
+        let response = AlterConfigsResourceResponse::default()
+            .with_resource_type(r.resource_type)
+            .with_resource_name(r.resource_name);
+        responses.push(match answer {
+            Ok(()) => response,
+            Err(refusal) => {
+                let (code, message) = refused(&refusal);
+                response.with_error_code(code).with_error_message(message)
+            }
+        });
+    }
+    kafka_protocol::messages::IncrementalAlterConfigsResponse::default().with_responses(responses)
 }

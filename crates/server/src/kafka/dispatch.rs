@@ -4,9 +4,10 @@
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{
     ApiKey, ApiVersionsRequest, CreatePartitionsRequest, CreateTopicsRequest, DeleteTopicsRequest,
-    DescribeClusterRequest, DescribeGroupsRequest, FetchRequest, FindCoordinatorRequest, HeartbeatRequest,
-    InitProducerIdRequest, JoinGroupRequest, LeaveGroupRequest, ListGroupsRequest, ListOffsetsRequest, MetadataRequest,
-    OffsetCommitRequest, OffsetFetchRequest, ProduceRequest, RequestHeader, ResponseHeader, SyncGroupRequest,
+    DescribeClusterRequest, DescribeConfigsRequest, DescribeGroupsRequest, FetchRequest, FindCoordinatorRequest,
+    HeartbeatRequest, IncrementalAlterConfigsRequest, InitProducerIdRequest, JoinGroupRequest, LeaveGroupRequest,
+    ListGroupsRequest, ListOffsetsRequest, MetadataRequest, OffsetCommitRequest, OffsetFetchRequest, ProduceRequest,
+    RequestHeader, ResponseHeader, SyncGroupRequest,
 };
 use kafka_protocol::protocol::{Decodable, Encodable};
 
@@ -64,6 +65,10 @@ pub enum Decoded {
     CreatePartitions(CreatePartitionsRequest),
     /// `DescribeCluster`.
     DescribeCluster(DescribeClusterRequest),
+    /// `DescribeConfigs`.
+    DescribeConfigs(DescribeConfigsRequest),
+    /// `IncrementalAlterConfigs`.
+    IncrementalAlterConfigs(IncrementalAlterConfigsRequest),
 }
 
 /// What a frame is, before any handler runs. Not boxed: a connection holds one at a time.
@@ -125,6 +130,8 @@ pub fn parse(frame: Bytes) -> Result<Parsed, Close> {
         ApiKey::DeleteTopics => Decoded::DeleteTopics(decode(api, version, &mut body)?),
         ApiKey::CreatePartitions => Decoded::CreatePartitions(decode(api, version, &mut body)?),
         ApiKey::DescribeCluster => Decoded::DescribeCluster(decode(api, version, &mut body)?),
+        ApiKey::DescribeConfigs => Decoded::DescribeConfigs(decode(api, version, &mut body)?),
+        ApiKey::IncrementalAlterConfigs => Decoded::IncrementalAlterConfigs(decode(api, version, &mut body)?),
         _ => return Err(Close::UnsupportedApi(api)),
     };
     Ok(Parsed::Request { header: request.header, version, decoded })
@@ -200,6 +207,12 @@ pub async fn answer(service: &Service, peer: &Peer, frame: Bytes) -> Result<Opti
         }
         Decoded::DescribeCluster(req) => {
             encode(api, version, correlation_id, &admin::describe_cluster(service, &ctx, req).await).map(Some)
+        }
+        Decoded::DescribeConfigs(req) => {
+            encode(api, version, correlation_id, &admin::describe_configs(service, &ctx, req, version)).map(Some)
+        }
+        Decoded::IncrementalAlterConfigs(req) => {
+            encode(api, version, correlation_id, &admin::incremental_alter_configs(service, &ctx, req).await).map(Some)
         }
     }
 }

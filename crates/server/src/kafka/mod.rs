@@ -18,7 +18,7 @@
 //!   encoded.
 //! * [`cluster`]: the cluster-level APIs (`Metadata`).
 //! * [`admin`]: the admin APIs (`CreateTopics`, `DeleteTopics`, `CreatePartitions`,
-//!   `DescribeCluster`).
+//!   `DescribeCluster`, `DescribeConfigs`, `IncrementalAlterConfigs`).
 //! * [`records`]: the data APIs (`Produce`, `Fetch`, `ListOffsets`, `InitProducerId`).
 //! * [`groups`]: the classic consumer-group APIs (`FindCoordinator`, `JoinGroup`, `SyncGroup`,
 //!   `Heartbeat`, `LeaveGroup`, `OffsetCommit`, `OffsetFetch`, `ListGroups`, `DescribeGroups`).

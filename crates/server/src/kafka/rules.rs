@@ -30,6 +30,8 @@ pub fn needs(api: ApiKey) -> Option<&'static [Need]> {
         ApiKey::DeleteTopics => needs::DELETE_TOPICS,
         ApiKey::CreatePartitions => needs::CREATE_PARTITIONS,
         ApiKey::DescribeCluster => needs::DESCRIBE_CLUSTER,
+        ApiKey::DescribeConfigs => needs::DESCRIBE_CONFIGS,
+        ApiKey::IncrementalAlterConfigs => needs::ALTER_CONFIGS,
         _ => return None,
     })
 }

@@ -270,7 +270,7 @@ async fn hostile_frames_close_their_connection_and_the_node_serves_on() {
     let mut unsupported_version = unsupported_version.to_vec();
     unsupported_version[6..8].copy_from_slice(&14i16.to_be_bytes());
     let not_advertised =
-        request(ApiKey::DescribeConfigs, 4, 1, &kafka_protocol::messages::DescribeConfigsRequest::default()).to_vec();
+        request(ApiKey::DeleteRecords, 2, 1, &kafka_protocol::messages::DeleteRecordsRequest::default()).to_vec();
     let mut produce_v2 = request(ApiKey::Produce, 3, 1, &ProduceRequest::default()).to_vec();
     produce_v2[6..8].copy_from_slice(&2i16.to_be_bytes());
     let cases: Vec<(&str, Vec<u8>)> = vec![
@@ -840,6 +840,99 @@ async fn topics_are_created_grown_and_deleted_and_the_cluster_described_at_every
         let grown: CreatePartitionsResponse = call(&mut stream, ApiKey::CreatePartitions, version, &grow(false)).await;
         assert_eq!(grown.results[0].error_code, 0, "v{version}");
         assert_eq!(node.meta().topics["admin-2"].partitions.len() as i32, total, "v{version}");
+    }
+
+    // Settings: set, reset, checked only, refused; described with their sources at every version.
+    {
+        use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
+        use kafka_protocol::messages::incremental_alter_configs_request::{AlterConfigsResource, AlterableConfig};
+        use kafka_protocol::messages::{
+            DescribeConfigsRequest, DescribeConfigsResponse, IncrementalAlterConfigsRequest,
+            IncrementalAlterConfigsResponse,
+        };
+        let alter = |op: i8, key: &str, value: Option<&str>, validate_only: bool| {
+            let config = AlterableConfig::default()
+                .with_name(StrBytes::from_string(key.to_string()))
+                .with_config_operation(op)
+                .with_value(value.map(|v| StrBytes::from_string(v.to_string())));
+            IncrementalAlterConfigsRequest::default()
+                .with_resources(vec![AlterConfigsResource::default()
+                    .with_resource_type(2)
+                    .with_resource_name(StrBytes::from_static_str("admin-2"))
+                    .with_configs(vec![config])])
+                .with_validate_only(validate_only)
+        };
+        let retention = || node.meta().topics["admin-2"].config.retention_ms;
+        let before = retention();
+        for version in 0..=1 {
+            let code = |answer: IncrementalAlterConfigsResponse| answer.responses[0].error_code;
+            let checked = call(
+                &mut stream,
+                ApiKey::IncrementalAlterConfigs,
+                version,
+                &alter(0, "retention.ms", Some("3600000"), true),
+            )
+            .await;
+            assert_eq!((code(checked), retention()), (0, before), "v{version}: only checked");
+            let set = call(
+                &mut stream,
+                ApiKey::IncrementalAlterConfigs,
+                version,
+                &alter(0, "retention.ms", Some("3600000"), false),
+            )
+            .await;
+            assert_eq!((code(set), retention()), (0, 3_600_000), "v{version}: set");
+            let unknown = call(
+                &mut stream,
+                ApiKey::IncrementalAlterConfigs,
+                version,
+                &alter(0, "no.such.setting", Some("1"), false),
+            )
+            .await;
+            assert_eq!(code(unknown), 40, "v{version}: INVALID_CONFIG");
+            let append = call(
+                &mut stream,
+                ApiKey::IncrementalAlterConfigs,
+                version,
+                &alter(2, "cleanup.policy", Some("compact"), false),
+            )
+            .await;
+            assert_eq!(code(append), 42, "v{version}: APPEND refused");
+            let reset =
+                call(&mut stream, ApiKey::IncrementalAlterConfigs, version, &alter(1, "retention.ms", None, false))
+                    .await;
+            assert_eq!((code(reset), retention()), (0, before), "v{version}: reset to the default");
+        }
+        let set: IncrementalAlterConfigsResponse =
+            call(&mut stream, ApiKey::IncrementalAlterConfigs, 1, &alter(0, "retention.ms", Some("3600000"), false))
+                .await;
+        assert_eq!(set.responses[0].error_code, 0);
+        for version in 1..=4 {
+            let describe = |resource_type: i8, keys: Option<Vec<&'static str>>| {
+                DescribeConfigsRequest::default().with_resources(vec![DescribeConfigsResource::default()
+                    .with_resource_type(resource_type)
+                    .with_resource_name(StrBytes::from_static_str("admin-2"))
+                    .with_configuration_keys(keys.map(|k| k.into_iter().map(StrBytes::from_static_str).collect()))])
+            };
+            let answer: DescribeConfigsResponse =
+                call(&mut stream, ApiKey::DescribeConfigs, version, &describe(2, None)).await;
+            let configs = &answer.results[0].configs;
+            let find = |key: &str| configs.iter().find(|c| c.name.as_str() == key).unwrap();
+            let set = find("retention.ms");
+            assert_eq!(
+                (set.value.as_deref(), set.config_source),
+                (Some("3600000"), 1),
+                "v{version}: set for the topic"
+            );
+            assert_eq!(find("cleanup.policy").config_source, 5, "v{version}: a default");
+            let one: DescribeConfigsResponse =
+                call(&mut stream, ApiKey::DescribeConfigs, version, &describe(2, Some(vec!["max.message.bytes"])))
+                    .await;
+            assert_eq!(one.results[0].configs.len(), 1, "v{version}: only the key asked for");
+            let broker: DescribeConfigsResponse =
+                call(&mut stream, ApiKey::DescribeConfigs, version, &describe(4, None)).await;
+            assert_eq!(broker.results[0].error_code, 42, "v{version}: node settings are not a Kafka resource");
+        }
     }
 
     let range = versions::supported(ApiKey::DeleteTopics).unwrap();

@@ -54,6 +54,8 @@ pub const SUPPORTED: &[Supported] = &[
     Supported { api: ApiKey::InitProducerId, min: 0, max: 4 },
     Supported { api: ApiKey::CreatePartitions, min: 0, max: 3 },
     Supported { api: ApiKey::DescribeCluster, min: 0, max: 1 },
+    Supported { api: ApiKey::DescribeConfigs, min: 1, max: 4 },
+    Supported { api: ApiKey::IncrementalAlterConfigs, min: 0, max: 1 },
 ];
 
 /// The lowest `Produce` version answered (the codecs' lowest).
