@@ -13,7 +13,7 @@ use kafka_protocol::protocol::{Decodable, Encodable};
 
 use super::frame::{self, Close};
 use super::{admin, cluster, groups, records, rules, versions};
-use crate::service::{Principal, Service};
+use crate::service::{Principal, RequestContext, Service};
 
 /// Who is on the other end of a connection: the same for each of its requests.
 #[derive(Debug, Clone)]
@@ -24,51 +24,69 @@ pub struct Peer {
     pub host: String,
 }
 
-/// A request decoded, for its handler.
-#[derive(Debug)]
-pub enum Decoded {
-    /// `ApiVersions`.
-    ApiVersions(ApiVersionsRequest),
-    /// `Metadata`.
-    Metadata(MetadataRequest),
-    /// `Produce`.
-    Produce(ProduceRequest),
-    /// `Fetch`.
-    Fetch(FetchRequest),
-    /// `ListOffsets`.
-    ListOffsets(ListOffsetsRequest),
-    /// `InitProducerId`.
-    InitProducerId(InitProducerIdRequest),
-    /// `FindCoordinator`.
-    FindCoordinator(FindCoordinatorRequest),
-    /// `JoinGroup`.
-    JoinGroup(JoinGroupRequest),
-    /// `SyncGroup`.
-    SyncGroup(SyncGroupRequest),
-    /// `Heartbeat`.
-    Heartbeat(HeartbeatRequest),
-    /// `LeaveGroup`.
-    LeaveGroup(LeaveGroupRequest),
-    /// `OffsetCommit`.
-    OffsetCommit(OffsetCommitRequest),
-    /// `OffsetFetch`.
-    OffsetFetch(OffsetFetchRequest),
-    /// `ListGroups`.
-    ListGroups(ListGroupsRequest),
-    /// `DescribeGroups`.
-    DescribeGroups(DescribeGroupsRequest),
-    /// `CreateTopics`.
-    CreateTopics(CreateTopicsRequest),
-    /// `DeleteTopics`.
-    DeleteTopics(DeleteTopicsRequest),
-    /// `CreatePartitions`.
-    CreatePartitions(CreatePartitionsRequest),
-    /// `DescribeCluster`.
-    DescribeCluster(DescribeClusterRequest),
-    /// `DescribeConfigs`.
-    DescribeConfigs(DescribeConfigsRequest),
-    /// `IncrementalAlterConfigs`.
-    IncrementalAlterConfigs(IncrementalAlterConfigsRequest),
+/// The table of APIs this listener serves: each line names an API (its `ApiKey` variant and
+/// request type) and the expression that answers it — one service call through the API's
+/// handler — as `Some(answer)`, or `None` for a request that gets no answer. From it come
+/// [`Decoded`], the body decoder and the handler dispatch, so adding an API is one line here
+/// (plus its versions in [`versions::SUPPORTED`] and its rule in [`rules::needs`]).
+macro_rules! apis {
+    (($service:ident, $ctx:ident, $version:ident); $($api:ident($request:ident) => |$req:ident| $answer:expr;)*) => {
+        /// A request decoded, for its handler.
+        #[derive(Debug)]
+        pub enum Decoded {
+            $(
+                #[doc = concat!("`", stringify!($api), "`.")]
+                $api($request),
+            )*
+        }
+
+        /// Decodes the body of an `api` request at `version`.
+        fn decode_body(api: ApiKey, version: i16, body: &mut Bytes) -> Result<Decoded, Close> {
+            Ok(match api {
+                $(ApiKey::$api => Decoded::$api(decode(api, version, body)?),)*
+                _ => return Err(Close::UnsupportedApi(api)),
+            })
+        }
+
+        /// Runs a decoded request's handler; its answer's frame, if it gets one.
+        async fn handle(
+            $service: &Service,
+            $ctx: &RequestContext,
+            decoded: Decoded,
+            $version: i16,
+            correlation_id: i32,
+        ) -> Result<Option<BytesMut>, Close> {
+            match decoded {
+                $(Decoded::$api($req) => reply(ApiKey::$api, $version, correlation_id, $answer),)*
+            }
+        }
+    };
+}
+
+apis! {
+    (service, ctx, version);
+    ApiVersions(ApiVersionsRequest) => |req| Some(versions::api_versions(&req, version));
+    Metadata(MetadataRequest) => |req| Some(cluster::metadata(service, ctx, req, version));
+    // acks=0: written, never answered.
+    Produce(ProduceRequest) => |req| records::produce(service, ctx, req, version).await;
+    Fetch(FetchRequest) => |req| Some(records::fetch(service, ctx, req, version).await);
+    ListOffsets(ListOffsetsRequest) => |req| Some(records::list_offsets(service, ctx, req).await);
+    InitProducerId(InitProducerIdRequest) => |req| Some(records::init_producer_id(service, ctx, req).await);
+    FindCoordinator(FindCoordinatorRequest) => |req| Some(groups::find_coordinator(service, ctx, req, version));
+    JoinGroup(JoinGroupRequest) => |req| Some(groups::join_group(service, ctx, req, version).await);
+    SyncGroup(SyncGroupRequest) => |req| Some(groups::sync_group(service, ctx, req).await);
+    Heartbeat(HeartbeatRequest) => |req| Some(groups::heartbeat(service, ctx, req));
+    LeaveGroup(LeaveGroupRequest) => |req| Some(groups::leave_group(service, ctx, req, version));
+    OffsetCommit(OffsetCommitRequest) => |req| Some(groups::offset_commit(service, ctx, req).await);
+    OffsetFetch(OffsetFetchRequest) => |req| Some(groups::offset_fetch(service, ctx, req, version).await);
+    ListGroups(ListGroupsRequest) => |req| Some(groups::list_groups(service, ctx, req));
+    DescribeGroups(DescribeGroupsRequest) => |req| Some(groups::describe_groups(service, ctx, req, version));
+    CreateTopics(CreateTopicsRequest) => |req| Some(admin::create_topics(service, ctx, req, version).await);
+    DeleteTopics(DeleteTopicsRequest) => |req| Some(admin::delete_topics(service, ctx, req, version).await);
+    CreatePartitions(CreatePartitionsRequest) => |req| Some(admin::create_partitions(service, ctx, req).await);
+    DescribeCluster(DescribeClusterRequest) => |req| Some(admin::describe_cluster(service, ctx, req).await);
+    DescribeConfigs(DescribeConfigsRequest) => |req| Some(admin::describe_configs(service, ctx, req, version));
+    IncrementalAlterConfigs(IncrementalAlterConfigsRequest) => |req| Some(admin::incremental_alter_configs(service, ctx, req).await);
 }
 
 /// What a frame is, before any handler runs. Not boxed: a connection holds one at a time.
@@ -110,30 +128,7 @@ pub fn parse(frame: Bytes) -> Result<Parsed, Close> {
         return Err(Close::UnsupportedVersion { api, version, min, max: supported.max });
     }
     let mut body = request.body;
-    let decoded = match api {
-        ApiKey::ApiVersions => Decoded::ApiVersions(decode(api, version, &mut body)?),
-        ApiKey::Metadata => Decoded::Metadata(decode(api, version, &mut body)?),
-        ApiKey::Produce => Decoded::Produce(decode(api, version, &mut body)?),
-        ApiKey::Fetch => Decoded::Fetch(decode(api, version, &mut body)?),
-        ApiKey::ListOffsets => Decoded::ListOffsets(decode(api, version, &mut body)?),
-        ApiKey::InitProducerId => Decoded::InitProducerId(decode(api, version, &mut body)?),
-        ApiKey::FindCoordinator => Decoded::FindCoordinator(decode(api, version, &mut body)?),
-        ApiKey::JoinGroup => Decoded::JoinGroup(decode(api, version, &mut body)?),
-        ApiKey::SyncGroup => Decoded::SyncGroup(decode(api, version, &mut body)?),
-        ApiKey::Heartbeat => Decoded::Heartbeat(decode(api, version, &mut body)?),
-        ApiKey::LeaveGroup => Decoded::LeaveGroup(decode(api, version, &mut body)?),
-        ApiKey::OffsetCommit => Decoded::OffsetCommit(decode(api, version, &mut body)?),
-        ApiKey::OffsetFetch => Decoded::OffsetFetch(decode(api, version, &mut body)?),
-        ApiKey::ListGroups => Decoded::ListGroups(decode(api, version, &mut body)?),
-        ApiKey::DescribeGroups => Decoded::DescribeGroups(decode(api, version, &mut body)?),
-        ApiKey::CreateTopics => Decoded::CreateTopics(decode(api, version, &mut body)?),
-        ApiKey::DeleteTopics => Decoded::DeleteTopics(decode(api, version, &mut body)?),
-        ApiKey::CreatePartitions => Decoded::CreatePartitions(decode(api, version, &mut body)?),
-        ApiKey::DescribeCluster => Decoded::DescribeCluster(decode(api, version, &mut body)?),
-        ApiKey::DescribeConfigs => Decoded::DescribeConfigs(decode(api, version, &mut body)?),
-        ApiKey::IncrementalAlterConfigs => Decoded::IncrementalAlterConfigs(decode(api, version, &mut body)?),
-        _ => return Err(Close::UnsupportedApi(api)),
-    };
+    let decoded = decode_body(api, version, &mut body)?;
     Ok(Parsed::Request { header: request.header, version, decoded })
 }
 
@@ -147,79 +142,22 @@ pub async fn answer(service: &Service, peer: &Peer, frame: Bytes) -> Result<Opti
     let api = ApiKey::try_from(header.request_api_key).map_err(|()| Close::UnknownApi(header.request_api_key))?;
     let needs = rules::needs(api).ok_or(Close::UnsupportedApi(api))?;
     let ctx = rules::context(&peer.principal, &peer.host, header.client_id.as_deref(), needs);
-    let correlation_id = header.correlation_id;
-    match decoded {
-        Decoded::ApiVersions(req) => {
-            encode(api, version, correlation_id, &versions::api_versions(&req, version)).map(Some)
-        }
-        Decoded::Metadata(req) => {
-            encode(api, version, correlation_id, &cluster::metadata(service, &ctx, req, version)).map(Some)
-        }
-        // acks=0: written, never answered.
-        Decoded::Produce(req) => match records::produce(service, &ctx, req, version).await {
-            Some(answer) => encode(api, version, correlation_id, &answer).map(Some),
-            None => Ok(None),
-        },
-        Decoded::Fetch(req) => {
-            encode(api, version, correlation_id, &records::fetch(service, &ctx, req, version).await).map(Some)
-        }
-        Decoded::ListOffsets(req) => {
-            encode(api, version, correlation_id, &records::list_offsets(service, &ctx, req).await).map(Some)
-        }
-        Decoded::InitProducerId(req) => {
-            encode(api, version, correlation_id, &records::init_producer_id(service, &ctx, req).await).map(Some)
-        }
-        Decoded::FindCoordinator(req) => {
-            encode(api, version, correlation_id, &groups::find_coordinator(service, &ctx, req, version)).map(Some)
-        }
-        Decoded::JoinGroup(req) => {
-            encode(api, version, correlation_id, &groups::join_group(service, &ctx, req, version).await).map(Some)
-        }
-        Decoded::SyncGroup(req) => {
-            encode(api, version, correlation_id, &groups::sync_group(service, &ctx, req).await).map(Some)
-        }
-        Decoded::Heartbeat(req) => {
-            encode(api, version, correlation_id, &groups::heartbeat(service, &ctx, req)).map(Some)
-        }
-        Decoded::LeaveGroup(req) => {
-            encode(api, version, correlation_id, &groups::leave_group(service, &ctx, req, version)).map(Some)
-        }
-        Decoded::OffsetCommit(req) => {
-            encode(api, version, correlation_id, &groups::offset_commit(service, &ctx, req).await).map(Some)
-        }
-        Decoded::OffsetFetch(req) => {
-            encode(api, version, correlation_id, &groups::offset_fetch(service, &ctx, req, version).await).map(Some)
-        }
-        Decoded::ListGroups(req) => {
-            encode(api, version, correlation_id, &groups::list_groups(service, &ctx, req)).map(Some)
-        }
-        Decoded::DescribeGroups(req) => {
-            encode(api, version, correlation_id, &groups::describe_groups(service, &ctx, req, version)).map(Some)
-        }
-        Decoded::CreateTopics(req) => {
-            encode(api, version, correlation_id, &admin::create_topics(service, &ctx, req, version).await).map(Some)
-        }
-        Decoded::DeleteTopics(req) => {
-            encode(api, version, correlation_id, &admin::delete_topics(service, &ctx, req, version).await).map(Some)
-        }
-        Decoded::CreatePartitions(req) => {
-            encode(api, version, correlation_id, &admin::create_partitions(service, &ctx, req).await).map(Some)
-        }
-        Decoded::DescribeCluster(req) => {
-            encode(api, version, correlation_id, &admin::describe_cluster(service, &ctx, req).await).map(Some)
-        }
-        Decoded::DescribeConfigs(req) => {
-            encode(api, version, correlation_id, &admin::describe_configs(service, &ctx, req, version)).map(Some)
-        }
-        Decoded::IncrementalAlterConfigs(req) => {
-            encode(api, version, correlation_id, &admin::incremental_alter_configs(service, &ctx, req).await).map(Some)
-        }
-    }
+    handle(service, &ctx, decoded, version, header.correlation_id).await
 }
 
 /// Decodes `api`'s request body at `version`.
 fn decode<T: Decodable>(api: ApiKey, version: i16, body: &mut Bytes) -> Result<T, Close> {
     T::decode(body, version).map_err(|e| Close::Malformed(format!("{api:?} v{version} request: {e}")))
+}
+
+/// The frame of `answer`, if the request gets one.
+fn reply<M: Encodable>(
+    api: ApiKey,
+    version: i16,
+    correlation_id: i32,
+    answer: Option<M>,
+) -> Result<Option<BytesMut>, Close> {
+    answer.map(|body| encode(api, version, correlation_id, &body)).transpose()
 }
 
 /// An answer's frame: its length, the response header `api` and `version` call for (always v0

@@ -29,31 +29,11 @@ use rill_proto::common::ErrorCode;
 
 use super::cluster::{broker_id, host_port, topic_name};
 use super::errors;
+use super::wire::{non_negative, partition_index, str_bytes, text};
 use crate::errors::{kafka_code, Refusal};
 use crate::service::checks::{CommitPartition, CommitTopic, NamedPartitions};
 use crate::service::classic::JoinOutcome;
 use crate::service::{Answer, Answers, RequestContext, Service, TopicAnswers};
-
-/// A string from the wire as the service layer takes it.
-fn text(s: &StrBytes) -> String {
-    s.to_string()
-}
-
-fn str_bytes(s: String) -> StrBytes {
-    StrBytes::from_string(s)
-}
-
-/// A count of milliseconds from the wire; a negative one is 0 (which the engine refuses as a
-/// timeout).
-fn millis(ms: i32) -> u32 {
-    u32::try_from(ms).unwrap_or(0)
-}
-
-/// A partition index from the wire; a negative one is looked up as a partition that cannot
-/// exist, and answered as the service answers it.
-fn partition_index(index: i32) -> u32 {
-    u32::try_from(index).unwrap_or(u32::MAX)
-}
 
 /// `FindCoordinator`, versions 0 to 4: the node leading the key's `__consumer_offsets` (key type
 /// 0, a group) or `__transaction_state` (1, a transactional id) partition, at its Kafka address.
@@ -133,8 +113,8 @@ pub async fn join_group(
             .into_iter()
             .map(|p| Protocol { name: text(&p.name), metadata: p.metadata })
             .collect(),
-        session_timeout_ms: millis(request.session_timeout_ms),
-        rebalance_timeout_ms: millis(rebalance_timeout_ms),
+        session_timeout_ms: non_negative(request.session_timeout_ms),
+        rebalance_timeout_ms: non_negative(rebalance_timeout_ms),
         client_id: String::new(),
         client_host: String::new(),
         legacy_member_id: version < 4,
@@ -280,18 +260,40 @@ pub async fn offset_commit(
     let committed = service
         .commit_offsets(ctx, &group_id, &text(&request.member_id), request.generation_id_or_member_epoch, topics)
         .await;
-    // A refusal of the whole request or of the group is every partition's answer.
+    let topics = commit_codes(committed, names, &indexes)
+        .into_iter()
+        .map(|(name, codes)| {
+            let partitions = codes
+                .into_iter()
+                .map(|(index, code)| {
+                    OffsetCommitResponsePartition::default().with_partition_index(index).with_error_code(code)
+                })
+                .collect();
+            OffsetCommitResponseTopic::default().with_name(topic_name(name)).with_partitions(partitions)
+        })
+        .collect();
+    OffsetCommitResponse::default().with_topics(topics)
+}
+
+/// The outcome of an offset commit (plain or transactional) as Kafka's per-partition codes,
+/// under the request's topic names and partition indexes, in its order. A refusal of the whole
+/// request or of the group is every partition's answer.
+pub fn commit_codes(
+    committed: Result<Answer<Vec<TopicAnswers<()>>>, crate::service::RequestError>,
+    names: Vec<String>,
+    indexes: &[Vec<i32>],
+) -> Vec<(String, Vec<(i32, i16)>)> {
     let answered: Result<Vec<TopicAnswers<()>>, i16> = match committed {
         Ok(Ok(answers)) => Ok(answers),
         Ok(Err(refusal)) => Err(errors::code(&refusal)),
         Err(e) => Err(errors::request_error(&e)),
     };
-    let topics = names
+    names
         .into_iter()
-        .zip(&indexes)
+        .zip(indexes)
         .enumerate()
         .map(|(ti, (name, indexes))| {
-            let partitions = indexes
+            let codes = indexes
                 .iter()
                 .enumerate()
                 .map(|(pi, &index)| {
@@ -304,13 +306,12 @@ pub async fn offset_commit(
                                 a.as_ref().err().map_or(0, errors::code)
                             }),
                     };
-                    OffsetCommitResponsePartition::default().with_partition_index(index).with_error_code(code)
+                    (index, code)
                 })
                 .collect();
-            OffsetCommitResponseTopic::default().with_name(topic_name(name)).with_partitions(partitions)
+            (name, codes)
         })
-        .collect();
-    OffsetCommitResponse::default().with_topics(topics)
+        .collect()
 }
 
 /// One group's committed offsets as the service answers them, or the code refusing the group.

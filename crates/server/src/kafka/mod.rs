@@ -22,6 +22,7 @@
 //! * [`records`]: the data APIs (`Produce`, `Fetch`, `ListOffsets`, `InitProducerId`).
 //! * [`groups`]: the classic consumer-group APIs (`FindCoordinator`, `JoinGroup`, `SyncGroup`,
 //!   `Heartbeat`, `LeaveGroup`, `OffsetCommit`, `OffsetFetch`, `ListGroups`, `DescribeGroups`).
+//! * [`wire`]: conversions between Kafka's wire values and the service layer's.
 //! * [`errors`]: the listener's one mapping from the service layer's refusals to Kafka's codes.
 //! * [`connection`]: one client connection, and the accept loop that shares the node's limits.
 //!
@@ -41,6 +42,7 @@ pub mod groups;
 pub mod records;
 pub mod rules;
 pub mod versions;
+pub mod wire;
 
 #[cfg(test)]
 mod tests;

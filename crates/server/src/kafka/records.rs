@@ -22,6 +22,7 @@ use rill_proto::common::ErrorCode;
 
 use super::cluster::topic_name;
 use super::errors;
+use super::wire::{non_negative, offset, partition_index};
 use crate::errors::{invalid_acks, kafka_code, Refusal};
 use crate::service::records::{self as svc, OffsetSpec};
 use crate::service::{Answer, Answers, RequestContext, RequestError, Service};
@@ -39,17 +40,6 @@ const LATEST_TIMESTAMP: i64 = -1;
 const BASE_OFFSET_AT: usize = 0;
 /// Where `partitionLeaderEpoch` sits in a record batch (after `baseOffset` and `batchLength`).
 const LEADER_EPOCH_AT: usize = 12;
-
-/// A partition index from the wire: a negative one names no partition, and is looked up as one
-/// that cannot exist, so the service answers it `UNKNOWN_TOPIC_OR_PARTITION` in its place.
-fn partition_index(index: i32) -> u32 {
-    u32::try_from(index).unwrap_or(u32::MAX)
-}
-
-/// A non-negative count of milliseconds or bytes from the wire; a negative one is 0.
-fn non_negative(n: i32) -> u32 {
-    u32::try_from(n).unwrap_or(0)
-}
 
 /// The isolation level a read asks for (Kafka's 0 is `read_uncommitted`, 1 `read_committed`).
 fn isolation(level: i8) -> Option<Isolation> {
@@ -370,11 +360,6 @@ pub async fn init_producer_id(
 
 /// Each partition's answer under the index the request gave it.
 type PartitionAnswers<T> = Vec<(i32, Answer<T>)>;
-
-/// An offset as Kafka's signed 64-bit one.
-fn offset(o: u64) -> i64 {
-    i64::try_from(o).unwrap_or(i64::MAX)
-}
 
 /// The service's answers regrouped under the request's topic names and partition indexes (a
 /// negative index was looked up as [`partition_index`] makes it, and is echoed as sent). A
