@@ -69,6 +69,19 @@ impl TxnState {
         }
     }
 
+    /// The state Kafka names `name`; `None` for a name no state of Rill's has (Kafka's `Dead`
+    /// and `PrepareEpochFence` among them).
+    pub fn from_name(name: &str) -> Option<Self> {
+        [Self::Empty, Self::Ongoing, Self::PrepareCommit, Self::PrepareAbort, Self::CompleteCommit, Self::CompleteAbort]
+            .into_iter()
+            .find(|s| s.name() == name)
+    }
+
+    /// A transaction is open: begun and not yet complete (its start time means something).
+    pub fn is_open(self) -> bool {
+        self == Self::Ongoing || self.is_prepared()
+    }
+
     /// Markers are being written: the transaction is decided but not complete.
     pub fn is_prepared(self) -> bool {
         matches!(self, Self::PrepareCommit | Self::PrepareAbort)

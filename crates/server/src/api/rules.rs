@@ -115,7 +115,7 @@ pub const RULES: &[Rule] = &[
     // Admitting a node changes the cluster's membership.
     Rule { rpc: rpc::ADMIT_NODE, needs: &[(R::Cluster, Op::Alter)] },
     // Kafka's DeleteRecords needs Delete on the topic.
-    Rule { rpc: rpc::DELETE_RECORDS, needs: &[(R::Topic, Op::Delete)] },
+    Rule { rpc: rpc::DELETE_RECORDS, needs: needs::DELETE_RECORDS },
     // Kafka's ConsumerGroupHeartbeat: Read on the group; Describe on each subscribed topic.
     Rule { rpc: rpc::CONSUMER_GROUP_HEARTBEAT, needs: &[(R::Group, Op::Read), (R::Topic, Op::Describe)] },
     // Kafka's JoinGroup, SyncGroup, Heartbeat and LeaveGroup: Read on the group.
@@ -127,25 +127,22 @@ pub const RULES: &[Rule] = &[
     Rule { rpc: rpc::LIST_GROUPS, needs: needs::DESCRIBE_GROUPS },
     Rule { rpc: rpc::DESCRIBE_GROUP, needs: needs::DESCRIBE_GROUPS },
     // Kafka's DeleteGroups: Delete on the group; OffsetDelete: Delete on the group, Read on each topic.
-    Rule { rpc: rpc::DELETE_GROUP, needs: &[(R::Group, Op::Delete)] },
-    Rule { rpc: rpc::DELETE_OFFSETS, needs: &[(R::Group, Op::Delete), (R::Topic, Op::Read)] },
+    Rule { rpc: rpc::DELETE_GROUP, needs: needs::DELETE_GROUPS },
+    Rule { rpc: rpc::DELETE_OFFSETS, needs: needs::DELETE_OFFSETS },
     Rule { rpc: rpc::COMMIT_OFFSETS, needs: needs::COMMIT_OFFSETS },
     Rule { rpc: rpc::FETCH_OFFSETS, needs: needs::FETCH_OFFSETS },
     // Kafka's AddPartitionsToTxn: Write on the transactional id and on each topic.
-    Rule { rpc: rpc::ADD_PARTITIONS_TO_TXN, needs: &[(R::TransactionalId, Op::Write), (R::Topic, Op::Write)] },
+    Rule { rpc: rpc::ADD_PARTITIONS_TO_TXN, needs: needs::ADD_PARTITIONS_TO_TXN },
     // Kafka's AddOffsetsToTxn: Write on the transactional id, Read on the group.
-    Rule { rpc: rpc::ADD_OFFSETS_TO_TXN, needs: &[(R::TransactionalId, Op::Write), (R::Group, Op::Read)] },
+    Rule { rpc: rpc::ADD_OFFSETS_TO_TXN, needs: needs::ADD_OFFSETS_TO_TXN },
     // Kafka's TxnOffsetCommit: Write on the transactional id, Read on the group and each topic.
-    Rule {
-        rpc: rpc::TXN_COMMIT_OFFSETS,
-        needs: &[(R::TransactionalId, Op::Write), (R::Group, Op::Read), (R::Topic, Op::Read)],
-    },
+    Rule { rpc: rpc::TXN_COMMIT_OFFSETS, needs: needs::TXN_COMMIT_OFFSETS },
     // Kafka's EndTxn: Write on the transactional id.
-    Rule { rpc: rpc::END_TXN, needs: &[(R::TransactionalId, Op::Write)] },
+    Rule { rpc: rpc::END_TXN, needs: needs::END_TXN },
     // Kafka's DescribeTransactions: Describe on each transactional id.
-    Rule { rpc: rpc::DESCRIBE_TRANSACTIONS, needs: &[(R::TransactionalId, Op::Describe)] },
+    Rule { rpc: rpc::DESCRIBE_TRANSACTIONS, needs: needs::DESCRIBE_TRANSACTIONS },
     // Kafka's ListTransactions: lists only ids the caller may Describe.
-    Rule { rpc: rpc::LIST_TRANSACTIONS, needs: &[(R::TransactionalId, Op::Describe)] },
+    Rule { rpc: rpc::LIST_TRANSACTIONS, needs: needs::DESCRIBE_TRANSACTIONS },
     // Aborting another producer's transaction writes to the id (and fences its producer).
     Rule { rpc: rpc::ABORT_TRANSACTION, needs: &[(R::TransactionalId, Op::Write)] },
 ];

@@ -2,7 +2,7 @@
 //! and describing, listing and aborting transactions — each decoded into a [`Service`] call and
 //! its answer encoded.
 
-use rill_coordinator::transactions::{TransactionMetadata, TxnState};
+use rill_coordinator::transactions::TransactionMetadata;
 use rill_proto::common::ErrorCode;
 use rill_proto::transactions::transactions_server::Transactions;
 use rill_proto::transactions::{
@@ -38,26 +38,23 @@ fn added(answer: Answer<()>) -> AddPartitionsToTxnResponse {
 
 fn description(id: String, answer: Answer<TransactionMetadata>) -> TransactionDescription {
     match answer {
-        Ok(record) => {
-            let open = matches!(record.state, TxnState::Ongoing) || record.state.is_prepared();
-            TransactionDescription {
-                transactional_id: id,
-                error_code: ErrorCode::None as i32,
-                error_message: String::new(),
-                state: record.state.name().to_string(),
-                producer_id: record.producer_id,
-                producer_epoch: i32::from(record.epoch),
-                transaction_timeout_ms: record.timeout_ms,
-                transaction_start_ms: if open { record.txn_start_ms } else { -1 },
-                topics: record
-                    .partitions
-                    .iter()
-                    .map(|(topic, ps)| TxnTopic { topic: topic.clone(), partitions: ps.iter().copied().collect() })
-                    .collect(),
-                protocol_version: record.protocol.to_proto(),
-                coordinator: None,
-            }
-        }
+        Ok(record) => TransactionDescription {
+            transactional_id: id,
+            error_code: ErrorCode::None as i32,
+            error_message: String::new(),
+            state: record.state.name().to_string(),
+            producer_id: record.producer_id,
+            producer_epoch: i32::from(record.epoch),
+            transaction_timeout_ms: record.timeout_ms,
+            transaction_start_ms: if record.state.is_open() { record.txn_start_ms } else { -1 },
+            topics: record
+                .partitions
+                .iter()
+                .map(|(topic, ps)| TxnTopic { topic: topic.clone(), partitions: ps.iter().copied().collect() })
+                .collect(),
+            protocol_version: record.protocol.to_proto(),
+            coordinator: None,
+        },
         Err(e) => TransactionDescription {
             transactional_id: id,
             error_code: e.code as i32,
@@ -145,7 +142,11 @@ impl Transactions for TransactionsApi {
     ) -> Result<Response<ListTransactionsResponse>, Status> {
         let ctx = context(&request, rpc::LIST_TRANSACTIONS)?;
         let req = request.into_inner();
-        let filter = ListTransactionsFilter { states: req.states, open_longer_than_ms: req.open_longer_than_ms };
+        let filter = ListTransactionsFilter {
+            states: req.states,
+            producer_ids: Vec::new(),
+            open_longer_than_ms: req.open_longer_than_ms,
+        };
         let answer = self.service.list_transactions(&ctx, filter).await.map_err(|e| request_status(&e))?;
         let (error_code, error_message, _) = error_of(&answer);
         let transactions = answer

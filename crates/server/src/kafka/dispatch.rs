@@ -3,16 +3,18 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{
-    ApiKey, ApiVersionsRequest, CreatePartitionsRequest, CreateTopicsRequest, DeleteTopicsRequest,
-    DescribeClusterRequest, DescribeConfigsRequest, DescribeGroupsRequest, FetchRequest, FindCoordinatorRequest,
-    HeartbeatRequest, IncrementalAlterConfigsRequest, InitProducerIdRequest, JoinGroupRequest, LeaveGroupRequest,
-    ListGroupsRequest, ListOffsetsRequest, MetadataRequest, OffsetCommitRequest, OffsetFetchRequest, ProduceRequest,
-    RequestHeader, ResponseHeader, SyncGroupRequest,
+    AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, ApiKey, ApiVersionsRequest, CreatePartitionsRequest,
+    CreateTopicsRequest, DeleteGroupsRequest, DeleteRecordsRequest, DeleteTopicsRequest, DescribeClusterRequest,
+    DescribeConfigsRequest, DescribeGroupsRequest, DescribeTransactionsRequest, EndTxnRequest, FetchRequest,
+    FindCoordinatorRequest, HeartbeatRequest, IncrementalAlterConfigsRequest, InitProducerIdRequest, JoinGroupRequest,
+    LeaveGroupRequest, ListGroupsRequest, ListOffsetsRequest, ListTransactionsRequest, MetadataRequest,
+    OffsetCommitRequest, OffsetDeleteRequest, OffsetFetchRequest, ProduceRequest, RequestHeader, ResponseHeader,
+    SyncGroupRequest, TxnOffsetCommitRequest,
 };
 use kafka_protocol::protocol::{Decodable, Encodable};
 
 use super::frame::{self, Close};
-use super::{admin, cluster, groups, records, rules, versions};
+use super::{admin, cluster, groups, records, rules, transactions, versions};
 use crate::service::{Principal, RequestContext, Service};
 
 /// Who is on the other end of a connection: the same for each of its requests.
@@ -87,6 +89,15 @@ apis! {
     DescribeCluster(DescribeClusterRequest) => |req| Some(admin::describe_cluster(service, ctx, req).await);
     DescribeConfigs(DescribeConfigsRequest) => |req| Some(admin::describe_configs(service, ctx, req, version));
     IncrementalAlterConfigs(IncrementalAlterConfigsRequest) => |req| Some(admin::incremental_alter_configs(service, ctx, req).await);
+    DeleteRecords(DeleteRecordsRequest) => |req| Some(records::delete_records(service, ctx, req).await);
+    DeleteGroups(DeleteGroupsRequest) => |req| Some(groups::delete_groups(service, ctx, req).await);
+    OffsetDelete(OffsetDeleteRequest) => |req| Some(groups::offset_delete(service, ctx, req).await);
+    AddPartitionsToTxn(AddPartitionsToTxnRequest) => |req| Some(transactions::add_partitions_to_txn(service, ctx, req).await);
+    AddOffsetsToTxn(AddOffsetsToTxnRequest) => |req| Some(transactions::add_offsets_to_txn(service, ctx, req).await);
+    EndTxn(EndTxnRequest) => |req| Some(transactions::end_txn(service, ctx, req).await);
+    TxnOffsetCommit(TxnOffsetCommitRequest) => |req| Some(transactions::txn_offset_commit(service, ctx, req).await);
+    DescribeTransactions(DescribeTransactionsRequest) => |req| Some(transactions::describe_transactions(service, ctx, req).await);
+    ListTransactions(ListTransactionsRequest) => |req| Some(transactions::list_transactions(service, ctx, req).await);
 }
 
 /// What a frame is, before any handler runs. Not boxed: a connection holds one at a time.

@@ -1,24 +1,27 @@
 //! The consumer-group APIs of Kafka's classic protocol: `FindCoordinator`, `JoinGroup`,
-//! `SyncGroup`, `Heartbeat`, `LeaveGroup`, `OffsetCommit`, `OffsetFetch`, and the listings
-//! `ListGroups` and `DescribeGroups`. Each is one call of
+//! `SyncGroup`, `Heartbeat`, `LeaveGroup`, `OffsetCommit`, `OffsetFetch`, the listings
+//! `ListGroups` and `DescribeGroups`, and the deletions `DeleteGroups` and `OffsetDelete`. Each is one call of
 //! the service function the gRPC handler calls: the classic engine of the group's coordinator
 //! shard decides membership, the `__consumer_offsets` partition keeps the commits. A group is
 //! the same group whichever listener its members use.
 
+use kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
 use kafka_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
 use kafka_protocol::messages::find_coordinator_response::Coordinator as KafkaCoordinator;
 use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
 use kafka_protocol::messages::leave_group_response::MemberResponse;
 use kafka_protocol::messages::list_groups_response::ListedGroup;
 use kafka_protocol::messages::offset_commit_response::{OffsetCommitResponsePartition, OffsetCommitResponseTopic};
+use kafka_protocol::messages::offset_delete_response::{OffsetDeleteResponsePartition, OffsetDeleteResponseTopic};
 use kafka_protocol::messages::offset_fetch_response::{
     OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions, OffsetFetchResponseTopic,
     OffsetFetchResponseTopics,
 };
 use kafka_protocol::messages::{
-    BrokerId, DescribeGroupsRequest, DescribeGroupsResponse, FindCoordinatorRequest, FindCoordinatorResponse, GroupId,
-    HeartbeatRequest, HeartbeatResponse, JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest, LeaveGroupResponse,
-    ListGroupsRequest, ListGroupsResponse, OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest,
+    BrokerId, DeleteGroupsRequest, DeleteGroupsResponse, DescribeGroupsRequest, DescribeGroupsResponse,
+    FindCoordinatorRequest, FindCoordinatorResponse, GroupId, HeartbeatRequest, HeartbeatResponse, JoinGroupRequest,
+    JoinGroupResponse, LeaveGroupRequest, LeaveGroupResponse, ListGroupsRequest, ListGroupsResponse,
+    OffsetCommitRequest, OffsetCommitResponse, OffsetDeleteRequest, OffsetDeleteResponse, OffsetFetchRequest,
     OffsetFetchResponse, SyncGroupRequest, SyncGroupResponse,
 };
 use kafka_protocol::protocol::StrBytes;
@@ -541,4 +544,65 @@ pub fn describe_groups(
         })
         .collect();
     DescribeGroupsResponse::default().with_groups(groups)
+}
+
+/// `DeleteGroups`, versions 0 to 2: each group, with its committed offsets, deleted on its own
+/// (a group with members: `NON_EMPTY_GROUP`; one this node does not coordinate:
+/// `NOT_COORDINATOR`, as Kafka's admin client expects from each group's coordinator).
+pub async fn delete_groups(
+    service: &Service,
+    ctx: &RequestContext,
+    request: DeleteGroupsRequest,
+) -> DeleteGroupsResponse {
+    let deletions = request.groups_names.into_iter().map(|group_id| async move {
+        let code = service.delete_group(ctx, &group_id.0).await.err().map_or(0, |r| errors::code(&r));
+        DeletableGroupResult::default().with_group_id(group_id).with_error_code(code)
+    });
+    DeleteGroupsResponse::default().with_results(futures::future::join_all(deletions).await)
+}
+
+/// `OffsetDelete`, version 0: some committed offsets of a group deleted, all or none. A refusal
+/// that concerns the group is the answer's code; one that concerns the partitions (a topic the
+/// group is still subscribed to, an unknown or forbidden topic) is every partition's code, where
+/// Kafka's clients look for it.
+pub async fn offset_delete(
+    service: &Service,
+    ctx: &RequestContext,
+    request: OffsetDeleteRequest,
+) -> OffsetDeleteResponse {
+    let topics: Vec<NamedPartitions> = request
+        .topics
+        .iter()
+        .map(|t| NamedPartitions {
+            topic: t.name.0.to_string(),
+            partitions: t.partitions.iter().map(|p| partition_index(p.partition_index)).collect(),
+        })
+        .collect();
+    let (group_code, partition_code) = match service.delete_offsets(ctx, &request.group_id.0, topics).await {
+        Ok(Ok(())) => (0, 0),
+        Ok(Err(refusal)) => match refusal.code {
+            ErrorCode::GroupSubscribedToTopic
+            | ErrorCode::UnknownTopicOrPartition
+            | ErrorCode::TopicAuthorizationFailed => (0, errors::code(&refusal)),
+            _ => (errors::code(&refusal), 0),
+        },
+        Err(e) => (errors::request_error(&e), 0),
+    };
+    let topics = request
+        .topics
+        .into_iter()
+        .map(|t| {
+            let partitions = t
+                .partitions
+                .iter()
+                .map(|p| {
+                    OffsetDeleteResponsePartition::default()
+                        .with_partition_index(p.partition_index)
+                        .with_error_code(partition_code)
+                })
+                .collect();
+            OffsetDeleteResponseTopic::default().with_name(t.name).with_partitions(partitions)
+        })
+        .collect();
+    OffsetDeleteResponse::default().with_error_code(group_code).with_topics(topics)
 }

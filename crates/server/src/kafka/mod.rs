@@ -19,10 +19,14 @@
 //! * [`cluster`]: the cluster-level APIs (`Metadata`).
 //! * [`admin`]: the admin APIs (`CreateTopics`, `DeleteTopics`, `CreatePartitions`,
 //!   `DescribeCluster`, `DescribeConfigs`, `IncrementalAlterConfigs`).
-//! * [`records`]: the data APIs (`Produce`, `Fetch`, `ListOffsets`, `InitProducerId`).
+//! * [`records`]: the data APIs (`Produce`, `Fetch`, `ListOffsets`, `InitProducerId`,
+//!   `DeleteRecords`).
 //! * [`groups`]: the classic consumer-group APIs (`FindCoordinator`, `JoinGroup`, `SyncGroup`,
-//!   `Heartbeat`, `LeaveGroup`, `OffsetCommit`, `OffsetFetch`, `ListGroups`, `DescribeGroups`).
+//!   `Heartbeat`, `LeaveGroup`, `OffsetCommit`, `OffsetFetch`, `ListGroups`, `DescribeGroups`,
+//!   `DeleteGroups`, `OffsetDelete`).
 //! * [`wire`]: conversions between Kafka's wire values and the service layer's.
+//! * [`transactions`]: the transaction APIs (`AddPartitionsToTxn`, `AddOffsetsToTxn`, `EndTxn`,
+//!   `TxnOffsetCommit`, `DescribeTransactions`, `ListTransactions`), transaction protocol 1.
 //! * [`errors`]: the listener's one mapping from the service layer's refusals to Kafka's codes.
 //! * [`connection`]: one client connection, and the accept loop that shares the node's limits.
 //!
@@ -41,6 +45,7 @@ pub mod frame;
 pub mod groups;
 pub mod records;
 pub mod rules;
+pub mod transactions;
 pub mod versions;
 pub mod wire;
 

@@ -1,6 +1,6 @@
-//! The data APIs: `Produce`, `Fetch`, `ListOffsets`, `InitProducerId`. Each decodes Kafka's
-//! request into the service layer's, makes the one service call the gRPC handler makes, and
-//! encodes the answers, per partition, in the order the request named them.
+//! The data APIs: `Produce`, `Fetch`, `ListOffsets`, `InitProducerId`, `DeleteRecords`. Each
+//! decodes Kafka's request into the service layer's, makes the one service call the gRPC handler
+//! makes, and encodes the answers, per partition, in the order the request named them.
 //!
 //! What Kafka's clients need that the gRPC answer does not carry is added here: every fetched
 //! batch's `baseOffset` and `partitionLeaderEpoch` are written from the stored offset and the
@@ -9,12 +9,13 @@
 //! clients filter them themselves).
 
 use bytes::{BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::delete_records_response::{DeleteRecordsPartitionResult, DeleteRecordsTopicResult};
 use kafka_protocol::messages::fetch_response::{AbortedTransaction, FetchableTopicResponse, PartitionData};
 use kafka_protocol::messages::list_offsets_response::{ListOffsetsPartitionResponse, ListOffsetsTopicResponse};
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use kafka_protocol::messages::{
-    BrokerId, FetchRequest, FetchResponse, InitProducerIdRequest, InitProducerIdResponse, ListOffsetsRequest,
-    ListOffsetsResponse, ProduceRequest, ProduceResponse, ProducerId,
+    BrokerId, DeleteRecordsRequest, DeleteRecordsResponse, FetchRequest, FetchResponse, InitProducerIdRequest,
+    InitProducerIdResponse, ListOffsetsRequest, ListOffsetsResponse, ProduceRequest, ProduceResponse, ProducerId,
 };
 use kafka_protocol::protocol::StrBytes;
 use rill_broker::{Acks, FetchOutcome, Isolation, ProduceOutcome, StoredBatch};
@@ -25,6 +26,7 @@ use super::errors;
 use super::wire::{non_negative, offset, partition_index};
 use crate::errors::{invalid_acks, kafka_code, Refusal};
 use crate::service::records::{self as svc, OffsetSpec};
+use crate::service::topics as svc_topics;
 use crate::service::{Answer, Answers, RequestContext, RequestError, Service};
 
 /// Kafka's `FETCH_SESSION_ID_NOT_FOUND`: the client names an incremental fetch session this
@@ -387,4 +389,44 @@ fn per_partition<T>(
                 .collect()
         }
     }
+}
+
+/// `DeleteRecords`, versions 0 to 2: each partition's records below its offset deleted on its
+/// leader (offset -1: below the high watermark), answered with the new log start (Kafka's
+/// `low_watermark`) once the deletion is committed, or with its own code.
+pub async fn delete_records(
+    service: &Service,
+    ctx: &RequestContext,
+    request: DeleteRecordsRequest,
+) -> DeleteRecordsResponse {
+    let indexes: Vec<Vec<i32>> =
+        request.topics.iter().map(|t| t.partitions.iter().map(|p| p.partition_index).collect()).collect();
+    let names: Vec<String> = request.topics.iter().map(|t| t.name.0.to_string()).collect();
+    let topics = request
+        .topics
+        .into_iter()
+        .map(|t| svc_topics::DeleteRecordsTopic {
+            topic: t.name.0.to_string(),
+            topic_id: Bytes::new(),
+            partitions: t.partitions.into_iter().map(|p| (partition_index(p.partition_index), p.offset)).collect(),
+        })
+        .collect();
+    let answers = service.delete_records(ctx, non_negative(request.timeout_ms), topics).await;
+    let topics = per_partition(answers, names, &indexes)
+        .into_iter()
+        .map(|(name, partitions)| {
+            let partitions = partitions
+                .into_iter()
+                .map(|(index, answer)| {
+                    let result = DeleteRecordsPartitionResult::default().with_partition_index(index);
+                    match answer {
+                        Ok(start) => result.with_low_watermark(offset(start)),
+                        Err(refusal) => result.with_low_watermark(-1).with_error_code(errors::code(&refusal)),
+                    }
+                })
+                .collect();
+            DeleteRecordsTopicResult::default().with_name(topic_name(name)).with_partitions(partitions)
+        })
+        .collect();
+    DeleteRecordsResponse::default().with_topics(topics)
 }

@@ -32,6 +32,14 @@ pub fn needs(api: ApiKey) -> Option<&'static [Need]> {
         ApiKey::DescribeCluster => needs::DESCRIBE_CLUSTER,
         ApiKey::DescribeConfigs => needs::DESCRIBE_CONFIGS,
         ApiKey::IncrementalAlterConfigs => needs::ALTER_CONFIGS,
+        ApiKey::DeleteRecords => needs::DELETE_RECORDS,
+        ApiKey::DeleteGroups => needs::DELETE_GROUPS,
+        ApiKey::OffsetDelete => needs::DELETE_OFFSETS,
+        ApiKey::AddPartitionsToTxn => needs::ADD_PARTITIONS_TO_TXN,
+        ApiKey::AddOffsetsToTxn => needs::ADD_OFFSETS_TO_TXN,
+        ApiKey::TxnOffsetCommit => needs::TXN_COMMIT_OFFSETS,
+        ApiKey::EndTxn => needs::END_TXN,
+        ApiKey::DescribeTransactions | ApiKey::ListTransactions => needs::DESCRIBE_TRANSACTIONS,
         _ => return None,
     })
 }

@@ -7,6 +7,7 @@
 use std::time::Duration;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
 use kafka_protocol::messages::leave_group_request::MemberIdentity;
@@ -18,14 +19,20 @@ use kafka_protocol::messages::offset_fetch_request::{
 };
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
+use kafka_protocol::messages::txn_offset_commit_request::{
+    TxnOffsetCommitRequestPartition, TxnOffsetCommitRequestTopic,
+};
 use kafka_protocol::messages::{
-    ApiKey, ApiVersionsRequest, ApiVersionsResponse, BrokerId, DescribeGroupsRequest, DescribeGroupsResponse,
-    FetchRequest, FetchResponse, FindCoordinatorRequest, FindCoordinatorResponse, GroupId, HeartbeatRequest,
-    HeartbeatResponse, InitProducerIdRequest, InitProducerIdResponse, JoinGroupRequest, JoinGroupResponse,
-    LeaveGroupRequest, LeaveGroupResponse, ListGroupsRequest, ListGroupsResponse, ListOffsetsRequest,
-    ListOffsetsResponse, MetadataRequest, MetadataResponse, OffsetCommitRequest, OffsetCommitResponse,
-    OffsetFetchRequest, OffsetFetchResponse, ProduceRequest, ProduceResponse, ProducerId, RequestHeader,
-    ResponseHeader, SyncGroupRequest, SyncGroupResponse, TopicName,
+    AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, ApiKey,
+    ApiVersionsRequest, ApiVersionsResponse, BrokerId, DescribeGroupsRequest, DescribeGroupsResponse,
+    DescribeTransactionsRequest, DescribeTransactionsResponse, EndTxnRequest, EndTxnResponse, FetchRequest,
+    FetchResponse, FindCoordinatorRequest, FindCoordinatorResponse, GroupId, HeartbeatRequest, HeartbeatResponse,
+    InitProducerIdRequest, InitProducerIdResponse, JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest,
+    LeaveGroupResponse, ListGroupsRequest, ListGroupsResponse, ListOffsetsRequest, ListOffsetsResponse,
+    ListTransactionsRequest, ListTransactionsResponse, MetadataRequest, MetadataResponse, OffsetCommitRequest,
+    OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse, ProduceRequest, ProduceResponse, ProducerId,
+    RequestHeader, ResponseHeader, SyncGroupRequest, SyncGroupResponse, TopicName, TransactionalId,
+    TxnOffsetCommitRequest, TxnOffsetCommitResponse,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -270,7 +277,7 @@ async fn hostile_frames_close_their_connection_and_the_node_serves_on() {
     let mut unsupported_version = unsupported_version.to_vec();
     unsupported_version[6..8].copy_from_slice(&14i16.to_be_bytes());
     let not_advertised =
-        request(ApiKey::DeleteRecords, 2, 1, &kafka_protocol::messages::DeleteRecordsRequest::default()).to_vec();
+        request(ApiKey::ElectLeaders, 0, 1, &kafka_protocol::messages::ElectLeadersRequest::default()).to_vec();
     let mut produce_v2 = request(ApiKey::Produce, 3, 1, &ProduceRequest::default()).to_vec();
     produce_v2[6..8].copy_from_slice(&2i16.to_be_bytes());
     let cases: Vec<(&str, Vec<u8>)> = vec![
@@ -744,15 +751,10 @@ async fn must_reach_answer(
     version: i16,
     request: FindCoordinatorRequest,
 ) -> FindCoordinatorResponse {
-    let deadline = tokio::time::Instant::now() + ANSWER_WITHIN;
-    loop {
-        let answer: FindCoordinatorResponse = call(stream, ApiKey::FindCoordinator, version, &request).await;
-        let codes: Vec<i16> = answer.coordinators.iter().map(|c| c.error_code).chain([answer.error_code]).collect();
-        if codes.iter().all(|c| *c == 0) || tokio::time::Instant::now() > deadline {
-            return answer;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    call_until(stream, ApiKey::FindCoordinator, version, &request, |answer: &FindCoordinatorResponse| {
+        answer.coordinators.iter().map(|c| c.error_code).chain([answer.error_code]).all(|c| c == 0)
+    })
+    .await
 }
 
 #[tokio::test]
@@ -954,4 +956,389 @@ async fn topics_are_created_grown_and_deleted_and_the_cluster_described_at_every
         assert_eq!(answer.responses[0].name.as_ref().map(|n| n.0.to_string()), Some(topic.clone()));
         assert!(!node.meta().topics.contains_key(&topic), "v{version}: deleted");
     }
+}
+
+/// Sends `api` at `version` until `done` holds of its answer (a coordinator still being
+/// created or loaded answers with a retriable code first), or the time is up; the last answer.
+async fn call_until<Q: Encodable, A: Decodable>(
+    stream: &mut TcpStream,
+    api: ApiKey,
+    version: i16,
+    body: &Q,
+    done: impl Fn(&A) -> bool,
+) -> A {
+    let deadline = tokio::time::Instant::now() + ANSWER_WITHIN;
+    loop {
+        let answer: A = call(stream, api, version, body).await;
+        if done(&answer) || tokio::time::Instant::now() > deadline {
+            return answer;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn txn_id(id: &str) -> TransactionalId {
+    TransactionalId(StrBytes::from_string(id.to_string()))
+}
+
+/// A transactional batch of `values` from producer `id` at `epoch`.
+fn transactional_batch(id: i64, epoch: i16, sequence: i32, values: &[&str]) -> Bytes {
+    let mut builder = rill_records::BatchBuilder::new(rill_records::Compression::None)
+        .producer(id, epoch, sequence)
+        .transactional(true);
+    for v in values {
+        builder
+            .push(rill_records::Record { value: Some(Bytes::copy_from_slice(v.as_bytes())), ..Default::default() })
+            .unwrap();
+    }
+    builder.build().unwrap()
+}
+
+#[tokio::test]
+async fn transactions_commit_and_abort_through_every_version() {
+    let (node, service, addr) = node_with_kafka().await;
+    must_create(&node, &service, "orders", 1).await;
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    let end = versions::supported(ApiKey::EndTxn).unwrap();
+    let clamp = |api: ApiKey, version: i16| version.min(versions::supported(api).unwrap().max);
+    let mut producers = Vec::new();
+    let mut sequence = 0;
+    for version in end.min..=end.max {
+        let id = format!("tx-{version}");
+        let commit = version % 2 == 0;
+        // The transaction coordinator, at this listener's address.
+        let found = must_reach_answer(
+            &mut stream,
+            3,
+            FindCoordinatorRequest::default().with_key_type(1).with_key(StrBytes::from_string(id.clone())),
+        )
+        .await;
+        assert_eq!((found.error_code, found.node_id.0), (0, 1), "v{version}");
+        let init: InitProducerIdResponse = call_until(
+            &mut stream,
+            ApiKey::InitProducerId,
+            4,
+            &InitProducerIdRequest::default()
+                .with_transactional_id(Some(txn_id(&id)))
+                .with_transaction_timeout_ms(60_000)
+                .with_producer_id(ProducerId(-1))
+                .with_producer_epoch(-1),
+            |a: &InitProducerIdResponse| a.error_code == 0,
+        )
+        .await;
+        assert_eq!(init.error_code, 0, "v{version}");
+        let (pid, epoch) = (init.producer_id, init.producer_epoch);
+        producers.push((pid.0, commit));
+
+        let add = AddPartitionsToTxnRequest::default()
+            .with_v3_and_below_transactional_id(txn_id(&id))
+            .with_v3_and_below_producer_id(pid)
+            .with_v3_and_below_producer_epoch(epoch)
+            .with_v3_and_below_topics(vec![AddPartitionsToTxnTopic::default()
+                .with_name(name("orders"))
+                .with_partitions(vec![0])]);
+        let added: AddPartitionsToTxnResponse =
+            call(&mut stream, ApiKey::AddPartitionsToTxn, clamp(ApiKey::AddPartitionsToTxn, version), &add).await;
+        let codes: Vec<(String, i32, i16)> = added
+            .results_by_topic_v3_and_below
+            .iter()
+            .flat_map(|t| {
+                t.results_by_partition.iter().map(|p| (t.name.0.to_string(), p.partition_index, p.partition_error_code))
+            })
+            .collect();
+        assert_eq!(codes, vec![("orders".to_string(), 0, 0)], "v{version}");
+
+        let mut produce =
+            produce_request("orders", -1, transactional_batch(pid.0, epoch, 0, &[&format!("v{version}")]));
+        produce.transactional_id = Some(txn_id(&id));
+        let produced: ProduceResponse = call(&mut stream, ApiKey::Produce, 9, &produce).await;
+        assert_eq!(produced.responses[0].partition_responses[0].error_code, 0, "v{version}");
+        sequence += 1;
+
+        let offsets = AddOffsetsToTxnRequest::default()
+            .with_transactional_id(txn_id(&id))
+            .with_producer_id(pid)
+            .with_producer_epoch(epoch)
+            .with_group_id(group("eos"));
+        let added: AddOffsetsToTxnResponse = call(&mut stream, ApiKey::AddOffsetsToTxn, version, &offsets).await;
+        assert_eq!(added.error_code, 0, "v{version}");
+        let commit_offsets = TxnOffsetCommitRequest::default()
+            .with_transactional_id(txn_id(&id))
+            .with_group_id(group("eos"))
+            .with_producer_id(pid)
+            .with_producer_epoch(epoch)
+            .with_generation_id(-1)
+            .with_topics(vec![TxnOffsetCommitRequestTopic::default().with_name(name("orders")).with_partitions(vec![
+                TxnOffsetCommitRequestPartition::default()
+                    .with_partition_index(0)
+                    .with_committed_offset(i64::from(version) + 100),
+            ])]);
+        let committed: TxnOffsetCommitResponse =
+            call(&mut stream, ApiKey::TxnOffsetCommit, clamp(ApiKey::TxnOffsetCommit, version), &commit_offsets).await;
+        assert_eq!(committed.topics[0].partitions[0].error_code, 0, "v{version}");
+
+        let ended: EndTxnResponse = call(
+            &mut stream,
+            ApiKey::EndTxn,
+            version,
+            &EndTxnRequest::default()
+                .with_transactional_id(txn_id(&id))
+                .with_producer_id(pid)
+                .with_producer_epoch(epoch)
+                .with_committed(commit),
+        )
+        .await;
+        assert_eq!(ended.error_code, 0, "v{version}");
+    }
+    assert_eq!(sequence, i32::from(end.max - end.min + 1));
+
+    // A new producer of tx-0 (InitProducerId with its id and epoch: the epoch is bumped) fences
+    // the old epoch, at every version.
+    let (old_pid, old_epoch) = (ProducerId(producers[0].0), 0);
+    let init: InitProducerIdResponse = call(
+        &mut stream,
+        ApiKey::InitProducerId,
+        4,
+        &InitProducerIdRequest::default()
+            .with_transactional_id(Some(txn_id("tx-0")))
+            .with_transaction_timeout_ms(60_000)
+            .with_producer_id(old_pid)
+            .with_producer_epoch(old_epoch),
+    )
+    .await;
+    assert_eq!((init.error_code, init.producer_id, init.producer_epoch), (0, old_pid, old_epoch + 1));
+    for version in end.min..=end.max {
+        let stale: EndTxnResponse = call(
+            &mut stream,
+            ApiKey::EndTxn,
+            version,
+            &EndTxnRequest::default()
+                .with_transactional_id(txn_id("tx-0"))
+                .with_producer_id(old_pid)
+                .with_producer_epoch(old_epoch)
+                .with_committed(true),
+        )
+        .await;
+        assert!([47, 90].contains(&stale.error_code), "v{version}: a stale epoch is fenced, not {}", stale.error_code);
+    }
+
+    // A partition of a topic that does not exist: every partition of the request is refused.
+    let unknown = AddPartitionsToTxnRequest::default()
+        .with_v3_and_below_transactional_id(txn_id("tx-0"))
+        .with_v3_and_below_producer_id(ProducerId(producers[0].0))
+        .with_v3_and_below_producer_epoch(0)
+        .with_v3_and_below_topics(vec![
+            AddPartitionsToTxnTopic::default().with_name(name("orders")).with_partitions(vec![0]),
+            AddPartitionsToTxnTopic::default().with_name(name("nowhere")).with_partitions(vec![0, 1]),
+        ]);
+    let refused: AddPartitionsToTxnResponse = call(&mut stream, ApiKey::AddPartitionsToTxn, 3, &unknown).await;
+    let codes: Vec<i16> = refused
+        .results_by_topic_v3_and_below
+        .iter()
+        .flat_map(|t| t.results_by_partition.iter().map(|p| p.partition_error_code))
+        .collect();
+    assert_eq!(codes.len(), 3);
+    assert!(codes.iter().all(|&c| c == codes[0] && c != 0), "{codes:?}");
+
+    // Once the markers are written, read_committed reaches the end, and the aborted
+    // transactions are listed for the client to drop.
+    let fetched: FetchResponse =
+        call_until(&mut stream, ApiKey::Fetch, 12, &fetch_request("orders", 0, 1), |a: &FetchResponse| {
+            let p = &a.responses[0].partitions[0];
+            p.last_stable_offset == p.high_watermark
+        })
+        .await;
+    let p = &fetched.responses[0].partitions[0];
+    assert_eq!(p.high_watermark, 2 * i64::from(end.max - end.min + 1), "a record and a marker per transaction");
+    assert_eq!(p.last_stable_offset, p.high_watermark);
+    let mut aborted: Vec<i64> = p.aborted_transactions.iter().flatten().map(|a| a.producer_id.0).collect();
+    aborted.sort();
+    let mut expected: Vec<i64> = producers.iter().filter(|(_, commit)| !commit).map(|(pid, _)| *pid).collect();
+    expected.sort();
+    assert_eq!(aborted, expected, "the aborted producers, and only they");
+
+    // The last committed transaction's offset is the group's.
+    let last_commit = (end.min..=end.max).rev().find(|v| v % 2 == 0).unwrap();
+    let fetch_offsets =
+        OffsetFetchRequest::default().with_group_id(group("eos")).with_require_stable(true).with_topics(Some(vec![
+            OffsetFetchRequestTopic::default().with_name(name("orders")).with_partition_indexes(vec![0]),
+        ]));
+    let fetched: OffsetFetchResponse =
+        call_until(&mut stream, ApiKey::OffsetFetch, 7, &fetch_offsets, |a: &OffsetFetchResponse| {
+            a.topics[0].partitions[0].error_code == 0
+        })
+        .await;
+    assert_eq!(fetched.topics[0].partitions[0].committed_offset, i64::from(last_commit) + 100);
+
+    // Described and listed, at every version.
+    let ids: Vec<TransactionalId> =
+        (end.min..=end.max).map(|v| txn_id(&format!("tx-{v}"))).chain([txn_id("never")]).collect();
+    let described: DescribeTransactionsResponse = call_until(
+        &mut stream,
+        ApiKey::DescribeTransactions,
+        0,
+        &DescribeTransactionsRequest::default().with_transactional_ids(ids),
+        |a: &DescribeTransactionsResponse| {
+            a.transaction_states.iter().all(|s| !s.transaction_state.starts_with("Prepare"))
+        },
+    )
+    .await;
+    let states: Vec<(String, i16, String)> = described
+        .transaction_states
+        .iter()
+        .map(|s| (s.transactional_id.0.to_string(), s.error_code, s.transaction_state.to_string()))
+        .collect();
+    let mut expected: Vec<(String, i16, String)> = (end.min..=end.max)
+        .map(|v| {
+            let state = match v {
+                0 => "Empty", // its producer was re-initialized
+                _ if v % 2 == 0 => "CompleteCommit",
+                _ => "CompleteAbort",
+            };
+            (format!("tx-{v}"), 0, state.to_string())
+        })
+        .collect();
+    expected.push(("never".to_string(), 105, String::new()));
+    assert_eq!(states, expected, "TRANSACTIONAL_ID_NOT_FOUND for an id never used");
+    assert!(described.transaction_states.iter().all(|s| s.transaction_start_time_ms == -1), "none is open");
+
+    let list = versions::supported(ApiKey::ListTransactions).unwrap();
+    for version in list.min..=list.max {
+        let all: ListTransactionsResponse =
+            call(&mut stream, ApiKey::ListTransactions, version, &ListTransactionsRequest::default()).await;
+        let mut listed: Vec<String> = all.transaction_states.iter().map(|t| t.transactional_id.0.to_string()).collect();
+        listed.sort();
+        assert_eq!(listed, (end.min..=end.max).map(|v| format!("tx-{v}")).collect::<Vec<_>>(), "v{version}");
+        let filtered: ListTransactionsResponse = call(
+            &mut stream,
+            ApiKey::ListTransactions,
+            version,
+            &ListTransactionsRequest::default()
+                .with_state_filters(vec![StrBytes::from_static_str("CompleteAbort"), StrBytes::from_static_str("Dead")])
+                .with_producer_id_filters(vec![ProducerId(producers[1].0)]),
+        )
+        .await;
+        let listed: Vec<String> =
+            filtered.transaction_states.iter().map(|t| t.transactional_id.0.to_string()).collect();
+        assert_eq!(listed, vec![format!("tx-{}", end.min + 1)], "v{version}: by state and producer");
+        assert_eq!(filtered.unknown_state_filters, vec![StrBytes::from_static_str("Dead")], "v{version}");
+    }
+}
+
+#[tokio::test]
+async fn records_groups_and_offsets_are_deleted_at_every_version() {
+    use kafka_protocol::messages::delete_records_request::{DeleteRecordsPartition, DeleteRecordsTopic};
+    use kafka_protocol::messages::offset_delete_request::{OffsetDeleteRequestPartition, OffsetDeleteRequestTopic};
+    use kafka_protocol::messages::{
+        DeleteGroupsRequest, DeleteGroupsResponse, DeleteRecordsRequest, DeleteRecordsResponse, OffsetDeleteRequest,
+        OffsetDeleteResponse,
+    };
+
+    let (node, service, addr) = node_with_kafka().await;
+    must_create(&node, &service, "orders", 1).await;
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    let values: Vec<String> = (0..10).map(|i| format!("r{i}")).collect();
+    let values: Vec<&str> = values.iter().map(String::as_str).collect();
+    let produced: ProduceResponse =
+        call(&mut stream, ApiKey::Produce, 9, &produce_request("orders", -1, batch(&values))).await;
+    assert_eq!(produced.responses[0].partition_responses[0].error_code, 0);
+
+    let delete = |partitions: Vec<(i32, i64)>| {
+        let partitions = partitions
+            .into_iter()
+            .map(|(p, offset)| DeleteRecordsPartition::default().with_partition_index(p).with_offset(offset))
+            .collect();
+        DeleteRecordsRequest::default()
+            .with_timeout_ms(10_000)
+            .with_topics(vec![DeleteRecordsTopic::default().with_name(name("orders")).with_partitions(partitions)])
+    };
+    let range = versions::supported(ApiKey::DeleteRecords).unwrap();
+    for version in range.min..=range.max {
+        let before = 2 * i64::from(version + 1);
+        let answer: DeleteRecordsResponse =
+            call(&mut stream, ApiKey::DeleteRecords, version, &delete(vec![(0, before), (7, 1)])).await;
+        let got: Vec<(i32, i64, i16)> =
+            answer.topics[0].partitions.iter().map(|p| (p.partition_index, p.low_watermark, p.error_code)).collect();
+        assert_eq!(got, vec![(0, before, 0), (7, -1, 3)], "v{version}: the new log start; an unknown partition");
+    }
+    let past_the_end: DeleteRecordsResponse = call(&mut stream, ApiKey::DeleteRecords, 2, &delete(vec![(0, 99)])).await;
+    assert_eq!(past_the_end.topics[0].partitions[0].error_code, 1, "OFFSET_OUT_OF_RANGE");
+    let everything: DeleteRecordsResponse = call(&mut stream, ApiKey::DeleteRecords, 2, &delete(vec![(0, -1)])).await;
+    let p = &everything.topics[0].partitions[0];
+    assert_eq!((p.error_code, p.low_watermark), (0, 10), "-1: everything below the high watermark");
+    let fetched: FetchResponse = call(&mut stream, ApiKey::Fetch, 12, &fetch_request("orders", 0, 0)).await;
+    assert_eq!(fetched.responses[0].partitions[0].error_code, 1, "a fetch below the new log start");
+
+    // Groups with committed offsets (no members), deleted at every version.
+    let range = versions::supported(ApiKey::DeleteGroups).unwrap();
+    for version in range.min..=range.max {
+        let id = format!("gone-{version}");
+        let committed: OffsetCommitResponse = call_until(
+            &mut stream,
+            ApiKey::OffsetCommit,
+            9,
+            &commit_request(&id, "", -1, "orders", 5),
+            |a: &OffsetCommitResponse| a.topics[0].partitions[0].error_code == 0,
+        )
+        .await;
+        assert_eq!(committed.topics[0].partitions[0].error_code, 0);
+        let answer: DeleteGroupsResponse = call(
+            &mut stream,
+            ApiKey::DeleteGroups,
+            version,
+            &DeleteGroupsRequest::default().with_groups_names(vec![group(&id), group("never-existed")]),
+        )
+        .await;
+        let got: Vec<(String, i16)> = answer.results.iter().map(|r| (r.group_id.0.to_string(), r.error_code)).collect();
+        assert_eq!(got, vec![(id.clone(), 0), ("never-existed".to_string(), 69)], "v{version}: GROUP_ID_NOT_FOUND");
+        let fetched: OffsetFetchResponse = call(
+            &mut stream,
+            ApiKey::OffsetFetch,
+            7,
+            &OffsetFetchRequest::default().with_group_id(group(&id)).with_topics(Some(vec![
+                OffsetFetchRequestTopic::default().with_name(name("orders")).with_partition_indexes(vec![0]),
+            ])),
+        )
+        .await;
+        assert_eq!(fetched.topics[0].partitions[0].committed_offset, -1, "v{version}: its offsets went with it");
+    }
+
+    // The one committed offset deleted; the group, left with nothing, is gone.
+    let committed: OffsetCommitResponse =
+        call(&mut stream, ApiKey::OffsetCommit, 9, &commit_request("trim", "", -1, "orders", 7)).await;
+    assert_eq!(committed.topics[0].partitions[0].error_code, 0);
+    let answer: OffsetDeleteResponse = call(
+        &mut stream,
+        ApiKey::OffsetDelete,
+        0,
+        &OffsetDeleteRequest::default().with_group_id(group("trim")).with_topics(vec![
+            OffsetDeleteRequestTopic::default()
+                .with_name(name("orders"))
+                .with_partitions(vec![OffsetDeleteRequestPartition::default().with_partition_index(0)]),
+        ]),
+    )
+    .await;
+    assert_eq!((answer.error_code, answer.topics[0].partitions[0].error_code), (0, 0));
+    let fetched: OffsetFetchResponse = call(
+        &mut stream,
+        ApiKey::OffsetFetch,
+        7,
+        &OffsetFetchRequest::default().with_group_id(group("trim")).with_topics(Some(vec![
+            OffsetFetchRequestTopic::default().with_name(name("orders")).with_partition_indexes(vec![0]),
+        ])),
+    )
+    .await;
+    assert_eq!(fetched.topics[0].partitions[0].committed_offset, -1);
+    let gone: OffsetDeleteResponse = call(
+        &mut stream,
+        ApiKey::OffsetDelete,
+        0,
+        &OffsetDeleteRequest::default().with_group_id(group("trim")).with_topics(vec![
+            OffsetDeleteRequestTopic::default()
+                .with_name(name("orders"))
+                .with_partitions(vec![OffsetDeleteRequestPartition::default().with_partition_index(0)]),
+        ]),
+    )
+    .await;
+    assert_eq!(gone.error_code, 69, "GROUP_ID_NOT_FOUND: {gone:?}");
 }

@@ -56,6 +56,16 @@ pub const SUPPORTED: &[Supported] = &[
     Supported { api: ApiKey::DescribeCluster, min: 0, max: 1 },
     Supported { api: ApiKey::DescribeConfigs, min: 1, max: 4 },
     Supported { api: ApiKey::IncrementalAlterConfigs, min: 0, max: 1 },
+    Supported { api: ApiKey::DeleteRecords, min: 0, max: 2 },
+    Supported { api: ApiKey::DeleteGroups, min: 0, max: 2 },
+    Supported { api: ApiKey::OffsetDelete, min: 0, max: 0 },
+    // Transactions, protocol version 1 (kafka::transactions says why not 2).
+    Supported { api: ApiKey::AddPartitionsToTxn, min: 0, max: 3 },
+    Supported { api: ApiKey::AddOffsetsToTxn, min: 0, max: 4 },
+    Supported { api: ApiKey::EndTxn, min: 0, max: 4 },
+    Supported { api: ApiKey::TxnOffsetCommit, min: 0, max: 4 },
+    Supported { api: ApiKey::DescribeTransactions, min: 0, max: 0 },
+    Supported { api: ApiKey::ListTransactions, min: 0, max: 1 },
 ];
 
 /// The lowest `Produce` version answered (the codecs' lowest).

@@ -122,6 +122,24 @@ pub mod needs {
     pub const COMMIT_OFFSETS: &[Need] = &[(R::Group, Op::Read), (R::Topic, Op::Read)];
     /// OffsetFetch: Describe on the group and on each topic.
     pub const FETCH_OFFSETS: &[Need] = &[(R::Group, Op::Describe), (R::Topic, Op::Describe)];
+    /// DeleteRecords: Delete on each topic.
+    pub const DELETE_RECORDS: &[Need] = &[(R::Topic, Op::Delete)];
+    /// DeleteGroups: Delete on each group.
+    pub const DELETE_GROUPS: &[Need] = &[(R::Group, Op::Delete)];
+    /// OffsetDelete: Delete on the group, Read on each topic.
+    pub const DELETE_OFFSETS: &[Need] = &[(R::Group, Op::Delete), (R::Topic, Op::Read)];
+    /// AddPartitionsToTxn: Write on the transactional id and on each topic.
+    pub const ADD_PARTITIONS_TO_TXN: &[Need] = &[(R::TransactionalId, Op::Write), (R::Topic, Op::Write)];
+    /// AddOffsetsToTxn: Write on the transactional id, Read on the group.
+    pub const ADD_OFFSETS_TO_TXN: &[Need] = &[(R::TransactionalId, Op::Write), (R::Group, Op::Read)];
+    /// TxnOffsetCommit: Write on the transactional id, Read on the group and on each topic.
+    pub const TXN_COMMIT_OFFSETS: &[Need] =
+        &[(R::TransactionalId, Op::Write), (R::Group, Op::Read), (R::Topic, Op::Read)];
+    /// EndTxn: Write on the transactional id.
+    pub const END_TXN: &[Need] = &[(R::TransactionalId, Op::Write)];
+    /// DescribeTransactions and ListTransactions: Describe on each transactional id (listings
+    /// filtered).
+    pub const DESCRIBE_TRANSACTIONS: &[Need] = &[(R::TransactionalId, Op::Describe)];
 }
 
 /// Decides whether a principal may perform an operation on a resource.

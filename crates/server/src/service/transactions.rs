@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rill_broker::StatePartition;
-use rill_coordinator::transactions::{self, TransactionMetadata, TxnProtocol, TxnState};
+use rill_coordinator::transactions::{self, TransactionMetadata, TxnProtocol};
 use rill_coordinator::{CoordinatorError, TransactionsMachine};
 
 use super::authz::ResourceType;
@@ -23,6 +23,8 @@ const DECISION_TIMEOUT: Duration = Duration::from_secs(10);
 const MAX_DESCRIBED: usize = 1_000;
 /// Most states one `ListTransactions` filters by (there are fewer states than this).
 const MAX_LISTED_STATES: usize = 16;
+/// Most producer ids one `ListTransactions` filters by.
+const MAX_LISTED_PRODUCERS: usize = 1_000;
 /// How long a coordinator may take to confirm with a quorum that it still leads before it
 /// answers `DescribeTransactions` or `ListTransactions`.
 const READ_TIMEOUT: Duration = Duration::from_secs(5);
@@ -67,8 +69,10 @@ pub struct TransactionListing {
 /// The filter of a `ListTransactions`.
 #[derive(Debug, Clone, Default)]
 pub struct ListTransactionsFilter {
-    /// Only these states (their names); all when empty.
+    /// Only these states (Kafka's names; a name no state has matches nothing); all when empty.
     pub states: Vec<String>,
+    /// Only these producer ids; all when empty.
+    pub producer_ids: Vec<i64>,
     /// Only transactions open at least this long (ms); all when 0 or less.
     pub open_longer_than_ms: i64,
 }
@@ -251,6 +255,11 @@ impl Service {
             let (request, what, count, max) = ("ListTransactions", "states", filter.states.len(), MAX_LISTED_STATES);
             return Err(RequestError::TooManyEntries { request, what, count, max });
         }
+        if filter.producer_ids.len() > MAX_LISTED_PRODUCERS {
+            let (request, what, count, max) =
+                ("ListTransactions", "producer ids", filter.producer_ids.len(), MAX_LISTED_PRODUCERS);
+            return Err(RequestError::TooManyEntries { request, what, count, max });
+        }
         let now = rill_rt::wall_clock_ms();
         let replicas = self.node.transactions_replicas();
         let reads = replicas.iter().map(|p| {
@@ -258,7 +267,7 @@ impl Service {
                 state
                     .iter()
                     .map(|(id, r)| {
-                        let open = r.state == TxnState::Ongoing || r.state.is_prepared();
+                        let open = r.state.is_open();
                         TransactionListing {
                             transactional_id: id.clone(),
                             state: r.state.name().to_string(),
@@ -280,6 +289,7 @@ impl Service {
             };
             listed.extend(transactions.into_iter().filter(|t| {
                 (filter.states.is_empty() || filter.states.contains(&t.state))
+                    && (filter.producer_ids.is_empty() || filter.producer_ids.contains(&t.producer_id))
                     && (filter.open_longer_than_ms <= 0 || t.open_ms >= filter.open_longer_than_ms)
                     && self.lists(ctx, ResourceType::TransactionalId, &t.transactional_id)
             }));

@@ -1,0 +1,167 @@
+//! The exactly-once job of `examples/python/eos_job.py` — confluent-kafka (librdkafka), a Kafka
+//! client no one here wrote, consuming, transforming and producing in transactions with
+//! `send_offsets_to_transaction` — through the Kafka listener of a 3-node cluster while its world
+//! fails under it: the leader of an input partition is SIGKILLed, then the leader of the job's
+//! transaction coordinator partition, then the job itself (its producer and its group's only
+//! member) mid-transaction; a second job with the same transactional id fences the first and
+//! finishes. The output at `read_committed`, read through Kafka and through `rill consume`
+//! (gRPC), holds every input exactly once, and the group's offsets are the input's ends.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use rill_client::Coordinator;
+
+use crate::harness::{init_logs, wait_for, TestCluster};
+use crate::t70_cli::rill;
+
+const INPUT: &str = "eos-in";
+const OUTPUT: &str = "eos-out";
+const GROUP: &str = "t13-eos";
+/// Enough input that the job is still running after three rounds of faults (about 25 records a
+/// transaction, a third of them aborted and redone).
+const RECORDS: usize = 6_000;
+/// Committed transactions to wait for between faults: the job makes progress through each.
+const PROGRESS: usize = 3;
+/// How long the job and each wait may take on a busy machine.
+const JOB_DEADLINE: Duration = Duration::from_secs(300);
+
+fn examples() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/python")
+}
+
+/// The Python of the examples' virtual environment, made by its setup script (confluent-kafka
+/// from PyPI).
+fn python() -> Result<PathBuf> {
+    let setup = Command::new(examples().join("setup.sh")).stdout(Stdio::null()).status().context("setup.sh")?;
+    if !setup.success() {
+        bail!("examples/python/setup.sh failed");
+    }
+    Ok(examples().join(".venv/bin/python"))
+}
+
+/// `eos_job.py step` against the cluster, its stderr to `log`.
+fn job(python: &PathBuf, step: &str, bootstrap: &str, log: &std::path::Path, extra: &[&str]) -> Result<Child> {
+    let log = std::fs::OpenOptions::new().create(true).append(true).open(log)?;
+    Command::new(python)
+        .arg(examples().join("eos_job.py"))
+        .args([step, INPUT, OUTPUT, "--bootstrap", bootstrap, "--group", GROUP])
+        .args(["--records", &RECORDS.to_string(), "--deadline", &JOB_DEADLINE.as_secs().to_string()])
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(log)
+        .spawn()
+        .context("starting eos_job.py")
+}
+
+/// Waits for `child` to exit; its stdout, or an error with the log's tail.
+fn finished(child: Child, log: &std::path::Path) -> Result<String> {
+    let output = child.wait_with_output()?;
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    if !output.status.success() {
+        let log = std::fs::read_to_string(log).unwrap_or_default();
+        let tail: Vec<&str> = log.lines().rev().take(30).collect();
+        bail!("eos_job.py failed: {stdout}\n{}", tail.into_iter().rev().collect::<Vec<_>>().join("\n"));
+    }
+    Ok(stdout)
+}
+
+/// Transactions the job has committed so far, by its log.
+fn committed(log: &std::path::Path) -> usize {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.starts_with("committed a transaction"))
+        .count()
+}
+
+/// Waits until the job has committed `more` transactions beyond `from`.
+async fn progress(log: &std::path::Path, from: usize, more: usize, what: &str) -> Result<usize> {
+    wait_for(JOB_DEADLINE, what, || async {
+        let now = committed(log);
+        (now >= from + more).then_some(now)
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exactly_once_job_survives_leader_coordinator_and_member_sigkills() -> Result<()> {
+    init_logs();
+    let python = python()?;
+    let mut cluster = TestCluster::start(3).await?;
+    let client = cluster.client().await?;
+    let input = cluster.create_topic(&client, INPUT, 3, 3, &[]).await?;
+    cluster.create_topic(&client, OUTPUT, 3, 3, &[]).await?;
+    let bootstrap = cluster.local().kafka_bootstrap().join(",");
+    let dir = tempfile::tempdir()?;
+    let log = dir.path().join("job.log");
+
+    let fill = job(&python, "fill", &bootstrap, &log, &[])?;
+    finished(fill, &log)?;
+
+    tracing::info!("--- the job runs; an input partition's leader is SIGKILLed under it");
+    let first = job(&python, "run", &bootstrap, &log, &[])?;
+    let seen = progress(&log, 0, PROGRESS, "the job's first transactions").await?;
+    let leader = input.partitions[0].leader.context("a leader of eos-in/0")?;
+    cluster.kill(leader)?;
+    let seen = progress(&log, seen, PROGRESS, "transactions after the input leader's kill").await?;
+    cluster.start_node(leader)?;
+
+    tracing::info!("--- the leader of the job's transaction coordinator partition is SIGKILLed");
+    let (coordinator, _) = client.find_coordinator(Coordinator::Transaction, &format!("{GROUP}-producer")).await?;
+    cluster.kill(coordinator)?;
+    let seen = progress(&log, seen, PROGRESS, "transactions after the coordinator's kill").await?;
+    cluster.start_node(coordinator)?;
+    let seen = progress(&log, seen, PROGRESS, "transactions after the coordinator's restart").await?;
+
+    tracing::info!("--- the job itself is SIGKILLed mid-run; a second one fences it and finishes");
+    let mut first = first;
+    if first.try_wait()?.is_some() {
+        bail!("the job finished before it could be killed ({seen} transactions): raise RECORDS");
+    }
+    first.kill()?;
+    first.wait()?;
+    let second = job(&python, "run", &bootstrap, &log, &[])?;
+    finished(second, &log)?;
+
+    let job_log = std::fs::read_to_string(&log)?;
+    let count = |prefix: &str| job_log.lines().filter(|l| l.starts_with(prefix)).count();
+    tracing::info!(
+        committed = count("committed a transaction"),
+        aborted_by_faults = count("aborting:"),
+        retried = job_log.lines().filter(|l| l.ends_with("; retrying")).count(),
+        "the jobs' log"
+    );
+
+    let dump = dir.path().join("output");
+    let verify = job(&python, "verify", &bootstrap, &log, &["--dump", dump.to_str().context("a path")?])?;
+    let verified = finished(verify, &log)?;
+    assert!(verified.contains(&format!("each of the {RECORDS} inputs is in the output exactly once")), "{verified}");
+    assert!(verified.contains("the group's offsets, committed in the transactions, are the input's ends"));
+
+    // The same output through gRPC, by the rill CLI at read_committed.
+    let records = RECORDS.to_string();
+    let consumed = rill(
+        &cluster,
+        &[
+            "consume",
+            OUTPUT,
+            "--from-beginning",
+            "--isolation-level",
+            "read_committed",
+            "--max-messages",
+            &records,
+            "--timeout-ms",
+            "10000",
+        ],
+        None,
+    )?;
+    let mut through_grpc: Vec<String> = String::from_utf8_lossy(&consumed.stdout).lines().map(str::to_string).collect();
+    through_grpc.sort();
+    let through_kafka: Vec<String> = std::fs::read_to_string(&dump)?.lines().map(str::to_string).collect();
+    assert_eq!(through_grpc.len(), RECORDS);
+    assert!(through_grpc == through_kafka, "rill consume and the Kafka reader disagree");
+    Ok(())
+}
