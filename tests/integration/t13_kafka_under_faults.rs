@@ -1,11 +1,17 @@
-//! The exactly-once job of `examples/python/eos_job.py` — confluent-kafka (librdkafka), a Kafka
-//! client no one here wrote, consuming, transforming and producing in transactions with
-//! `send_offsets_to_transaction` — through the Kafka listener of a 3-node cluster while its world
-//! fails under it: the leader of an input partition is SIGKILLed, then the leader of the job's
-//! transaction coordinator partition, then the job itself (its producer and its group's only
-//! member) mid-transaction; a second job with the same transactional id fences the first and
-//! finishes. The output at `read_committed`, read through Kafka and through `rill consume`
-//! (gRPC), holds every input exactly once, and the group's offsets are the input's ends.
+//! confluent-kafka (librdkafka), a Kafka client no one here wrote, through the Kafka listener of
+//! a 3-node cluster while its world fails under it.
+//!
+//! * An idempotent producer (`examples/python/gapless_producer.py`: acks=all, five requests in
+//!   flight, `enable.gapless.guarantee`) writes numbered records while two partition leaders are
+//!   SIGKILLed in turn: no delivery or fatal error, and every partition holds its numbers in
+//!   order, once each, with no gap, read through Kafka and through gRPC.
+//! * The exactly-once job of `examples/python/eos_job.py` — consuming, transforming and producing
+//!   in transactions with `send_offsets_to_transaction` — while the leader of an input partition
+//!   is SIGKILLed, then the leader of the job's transaction coordinator partition, then the job
+//!   itself (its producer and its group's only member) mid-transaction; a second job with the
+//!   same transactional id fences the first and finishes. The output at `read_committed`, read
+//!   through Kafka and through `rill consume` (gRPC), holds every input exactly once, and the
+//!   group's offsets are the input's ends.
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -14,7 +20,7 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use rill_client::Coordinator;
 
-use crate::harness::{init_logs, wait_for, TestCluster};
+use crate::harness::{init_logs, read_all, text, wait_for, TestCluster};
 use crate::t70_cli::rill;
 
 const INPUT: &str = "eos-in";
@@ -42,18 +48,26 @@ fn python() -> Result<PathBuf> {
     Ok(examples().join(".venv/bin/python"))
 }
 
-/// `eos_job.py step` against the cluster, its stderr to `log`.
-fn job(python: &PathBuf, step: &str, bootstrap: &str, log: &std::path::Path, extra: &[&str]) -> Result<Child> {
+/// `script args…` with the examples' Python, its stderr appended to `log`.
+fn script(python: &PathBuf, script: &str, args: &[&str], log: &std::path::Path) -> Result<Child> {
     let log = std::fs::OpenOptions::new().create(true).append(true).open(log)?;
     Command::new(python)
-        .arg(examples().join("eos_job.py"))
-        .args([step, INPUT, OUTPUT, "--bootstrap", bootstrap, "--group", GROUP])
-        .args(["--records", &RECORDS.to_string(), "--deadline", &JOB_DEADLINE.as_secs().to_string()])
-        .args(extra)
+        .arg(examples().join(script))
+        .args(args)
         .stdout(Stdio::piped())
         .stderr(log)
         .spawn()
-        .context("starting eos_job.py")
+        .with_context(|| format!("starting {script}"))
+}
+
+/// `eos_job.py step` against the cluster, its stderr to `log`.
+fn job(python: &PathBuf, step: &str, bootstrap: &str, log: &std::path::Path, extra: &[&str]) -> Result<Child> {
+    let records = RECORDS.to_string();
+    let deadline = JOB_DEADLINE.as_secs().to_string();
+    let mut args = vec![step, INPUT, OUTPUT, "--bootstrap", bootstrap, "--group", GROUP];
+    args.extend(["--records", &records, "--deadline", &deadline]);
+    args.extend(extra);
+    script(python, "eos_job.py", &args, log)
 }
 
 /// Waits for `child` to exit; its stdout, or an error with the log's tail.
@@ -63,7 +77,7 @@ fn finished(child: Child, log: &std::path::Path) -> Result<String> {
     if !output.status.success() {
         let log = std::fs::read_to_string(log).unwrap_or_default();
         let tail: Vec<&str> = log.lines().rev().take(30).collect();
-        bail!("eos_job.py failed: {stdout}\n{}", tail.into_iter().rev().collect::<Vec<_>>().join("\n"));
+        bail!("the script failed: {stdout}\n{}", tail.into_iter().rev().collect::<Vec<_>>().join("\n"));
     }
     Ok(stdout)
 }
@@ -84,6 +98,82 @@ async fn progress(log: &std::path::Path, from: usize, more: usize, what: &str) -
         (now >= from + more).then_some(now)
     })
     .await
+}
+
+/// Records the idempotent producer writes (at most 400 a second and 500 unacknowledged: long
+/// enough for two leader kills).
+const GAPLESS_RECORDS: usize = 8_000;
+
+/// The last `acknowledged N` the producer logged.
+fn acknowledged(log: &std::path::Path) -> usize {
+    let log = std::fs::read_to_string(log).unwrap_or_default();
+    log.lines().filter_map(|l| l.strip_prefix("acknowledged ")?.parse().ok()).max().unwrap_or(0)
+}
+
+/// Waits until the producer has `more` acknowledgements beyond `from`.
+async fn acknowledged_beyond(log: &std::path::Path, from: usize, more: usize, what: &str) -> Result<usize> {
+    wait_for(JOB_DEADLINE, what, || async {
+        let now = acknowledged(log);
+        (now >= from + more).then_some(now)
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idempotent_kafka_producer_leaves_no_gap_or_duplicate_while_leaders_are_sigkilled() -> Result<()> {
+    init_logs();
+    let python = python()?;
+    let mut cluster = TestCluster::start(3).await?;
+    let client = cluster.client().await?;
+    const TOPIC: &str = "gapless";
+    const PARTITIONS: u32 = 3;
+    cluster.create_topic(&client, TOPIC, PARTITIONS, 3, &[]).await?;
+    let bootstrap = cluster.local().kafka_bootstrap().join(",");
+    let dir = tempfile::tempdir()?;
+    let log = dir.path().join("producer.log");
+    let records = GAPLESS_RECORDS.to_string();
+    let producer =
+        script(&python, "gapless_producer.py", &[TOPIC, "--bootstrap", &bootstrap, "--records", &records], &log)?;
+
+    let mut seen = acknowledged_beyond(&log, 0, 1_000, "the first acknowledgements").await?;
+    for partition in [0, 1] {
+        let described = cluster.wait_for_leaders(&client, TOPIC).await?;
+        let leader = described.partitions[partition].leader.context("a leader")?;
+        if seen + 2_000 > GAPLESS_RECORDS {
+            bail!("the producer is nearly done ({seen} acknowledged) before the faults: raise GAPLESS_RECORDS");
+        }
+        tracing::info!(partition, leader, seen, "--- SIGKILL of the partition's leader under the producer");
+        let killed_at = std::time::Instant::now();
+        cluster.kill(leader)?;
+        seen = acknowledged_beyond(&log, seen, 500, "acknowledgements after the kill").await?;
+        tracing::info!(partition, waited_ms = killed_at.elapsed().as_millis() as u64, "acknowledgements resumed");
+        cluster.start_node(leader)?;
+        seen = acknowledged_beyond(&log, seen, 500, "acknowledgements after the restart").await?;
+    }
+    let produced = finished(producer, &log)?;
+    assert!(produced.contains("no delivery or fatal error"), "{produced}");
+
+    let check = script(
+        &python,
+        "gapless_producer.py",
+        &[TOPIC, "--bootstrap", &bootstrap, "--records", &records, "--check"],
+        &log,
+    )?;
+    let checked = finished(check, &log)?;
+    assert!(checked.contains("in order, once each, with no gap"), "{checked}");
+    // The same through gRPC.
+    for partition in 0..PARTITIONS {
+        let values: Vec<String> = read_all(&client, TOPIC, partition).await?.iter().map(|r| text(&r.value)).collect();
+        let expected: Vec<String> =
+            (partition as usize..GAPLESS_RECORDS).step_by(PARTITIONS as usize).map(|i| i.to_string()).collect();
+        assert!(
+            values == expected,
+            "partition {partition} over gRPC: {} records, not its {} in order",
+            values.len(),
+            expected.len()
+        );
+    }
+    Ok(())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
