@@ -56,6 +56,11 @@ diff <(printf 'produced 100 records idempotently\nfirst member read 60 and commi
 "$bin/rill" topic create py-confluent --partitions 3 --replication-factor 3 >/dev/null
 diff <(printf 'produced 200 records idempotently, each where murmur2 places its key\na second cooperative-sticky member joined and took partitions over; both kept reading\nevery one of the 200 records read, at the offset it was acknowledged at; twice only after a refused commit\nthe group'"'"'s commits are the partitions'"'"' ends\nadmin: created a topic with the cluster'"'"'s defaults (1 partition, 3 replicas), grew it, set and described a setting, described 3 brokers, deleted it\n') \
   <("$py" "$here/confluent_client.py" py-confluent --bootstrap "$kafka" --group py-confluent-members)
+# confluent-kafka on Kafka's consumer group protocol (KIP-848): the coordinator assigns, a
+# second member takes partitions over, the first leaves and the second gets them all.
+"$bin/rill" topic create py-kip848 --partitions 4 --replication-factor 3 >/dev/null
+diff <(printf 'the coordinator moved partitions to a second member; both kept reading\nevery one of the 200 records read at its offset, twice only after a refused commit; the commits are the partitions'"'"' ends\nthe first member left; the second was given all 4 partitions\n') \
+  <("$py" "$here/kip848_group.py" py-kip848 --bootstrap "$kafka" --group py-kip848-members)
 # confluent-kafka's exactly-once job through the Kafka listener: consume-transform-produce in
 # transactions, every third aborted and redone; its read_committed output, read through Kafka and
 # through the rill CLI (gRPC), holds every input exactly once.
@@ -88,4 +93,4 @@ for _ in $(seq 1 180); do
   sleep 1
 done
 [ -n "$compacted" ] || { cat "$data/compacted"; echo "the compacted topic still serves superseded records" >&2; exit 1; }
-echo "python example: produced and consumed 3 records; the rill CLI reads the same; DeleteRecords from Python moved the log start; grpcio group members' held heartbeats were answered at the end of the hold and early on a join, two members shared a topic and were fenced from each other's partitions; kafka-python and confluent-kafka produced idempotently and consumed as members of a classic group (confluent-kafka's cooperative-sticky) through the Kafka listener, and confluent-kafka's admin client created, grew, configured and deleted a topic, and its exactly-once job's output held every input once, through Kafka and through gRPC; kafka-python and Rill read each other's batches with every codec; kafka-python reads a compacted topic's rewritten batches"
+echo "python example: produced and consumed 3 records; the rill CLI reads the same; DeleteRecords from Python moved the log start; grpcio group members' held heartbeats were answered at the end of the hold and early on a join, two members shared a topic and were fenced from each other's partitions; kafka-python and confluent-kafka produced idempotently and consumed as members of a classic group (confluent-kafka's cooperative-sticky) through the Kafka listener, and confluent-kafka's admin client created, grew, configured and deleted a topic, its KIP-848 members shared a topic as the coordinator assigned it, and its exactly-once job's output held every input once, through Kafka and through gRPC; kafka-python and Rill read each other's batches with every codec; kafka-python reads a compacted topic's rewritten batches"

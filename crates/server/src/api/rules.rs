@@ -117,7 +117,7 @@ pub const RULES: &[Rule] = &[
     // Kafka's DeleteRecords needs Delete on the topic.
     Rule { rpc: rpc::DELETE_RECORDS, needs: needs::DELETE_RECORDS },
     // Kafka's ConsumerGroupHeartbeat: Read on the group; Describe on each subscribed topic.
-    Rule { rpc: rpc::CONSUMER_GROUP_HEARTBEAT, needs: &[(R::Group, Op::Read), (R::Topic, Op::Describe)] },
+    Rule { rpc: rpc::CONSUMER_GROUP_HEARTBEAT, needs: needs::CONSUMER_GROUP_HEARTBEAT },
     // Kafka's JoinGroup, SyncGroup, Heartbeat and LeaveGroup: Read on the group.
     Rule { rpc: rpc::JOIN_GROUP, needs: needs::CLASSIC_MEMBERSHIP },
     Rule { rpc: rpc::SYNC_GROUP, needs: needs::CLASSIC_MEMBERSHIP },

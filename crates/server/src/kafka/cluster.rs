@@ -1,5 +1,6 @@
 //! The cluster-level APIs: `Metadata`.
 
+use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::metadata_response::{
     MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
 };
@@ -36,12 +37,24 @@ pub fn metadata(service: &Service, ctx: &RequestContext, request: MetadataReques
         None => true,
         Some(topics) => topics.is_empty() && version == 0,
     };
-    // A topic named only by its id (v10+) is answered UNKNOWN_TOPIC_ID: lookups by id are not
-    // served yet (docs/kafka.md).
+    // A topic named only by its id (v10+; KIP-848 consumers learn their assignments' topics so)
+    // is looked up among the topics the caller may describe; an id none of them has is
+    // UNKNOWN_TOPIC_ID.
     let (named, by_id): (Vec<_>, Vec<_>) =
-        request.topics.unwrap_or_default().into_iter().partition(|t| t.name.is_some());
-    let wanted: Option<Vec<String>> =
-        (!every_topic).then(|| named.into_iter().filter_map(|t| t.name.map(|n| n.0.to_string())).collect());
+        request.topics.unwrap_or_default().into_iter().partition(|t| !names_only_id(t));
+    let mut unknown_ids = Vec::new();
+    let mut names: Vec<String> = named.into_iter().filter_map(|t| t.name.map(|n| n.0.to_string())).collect();
+    if !by_id.is_empty() {
+        let ids: std::collections::HashMap<uuid::Uuid, String> =
+            service.list_topics(ctx, false).into_iter().map(|t| (uuid::Uuid::from_bytes(t.topic_id), t.name)).collect();
+        for t in by_id {
+            match ids.get(&t.topic_id) {
+                Some(name) => names.push(name.clone()),
+                None => unknown_ids.push(t.topic_id),
+            }
+        }
+    }
+    let wanted: Option<Vec<String>> = (!every_topic).then_some(names);
     let mut answer = MetadataResponse::default();
     let metadata = match service.metadata(ctx, wanted.clone()) {
         Ok(metadata) => metadata,
@@ -74,13 +87,24 @@ pub fn metadata(service: &Service, ctx: &RequestContext, request: MetadataReques
                 .with_name(Some(topic_name(name)))
                 .with_error_code(errors::code(&refusal)),
         })
-        .chain(by_id.into_iter().map(|t| {
-            MetadataResponseTopic::default()
-                .with_topic_id(t.topic_id)
-                .with_error_code(kafka_code(ErrorCode::UnknownTopicId))
+        .chain(unknown_ids.into_iter().map(|id| {
+            let topic = MetadataResponseTopic::default()
+                .with_topic_id(id)
+                .with_error_code(kafka_code(ErrorCode::UnknownTopicId));
+            // The name is nullable from v12, as Kafka answers an unknown id; empty before.
+            if version >= 12 {
+                topic.with_name(None)
+            } else {
+                topic
+            }
         }))
         .collect();
     answer
+}
+
+/// A topic named by its id alone: no name (null, or empty as some clients send it) and an id.
+fn names_only_id(t: &MetadataRequestTopic) -> bool {
+    t.name.as_ref().is_none_or(|n| n.is_empty()) && !t.topic_id.is_nil()
 }
 
 /// A node as a Kafka broker: only nodes whose Kafka address is known and whose id fits.

@@ -3,18 +3,18 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{
-    AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, ApiKey, ApiVersionsRequest, CreatePartitionsRequest,
-    CreateTopicsRequest, DeleteGroupsRequest, DeleteRecordsRequest, DeleteTopicsRequest, DescribeClusterRequest,
-    DescribeConfigsRequest, DescribeGroupsRequest, DescribeTransactionsRequest, EndTxnRequest, FetchRequest,
-    FindCoordinatorRequest, HeartbeatRequest, IncrementalAlterConfigsRequest, InitProducerIdRequest, JoinGroupRequest,
-    LeaveGroupRequest, ListGroupsRequest, ListOffsetsRequest, ListTransactionsRequest, MetadataRequest,
-    OffsetCommitRequest, OffsetDeleteRequest, OffsetFetchRequest, ProduceRequest, RequestHeader, ResponseHeader,
-    SyncGroupRequest, TxnOffsetCommitRequest,
+    AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, ApiKey, ApiVersionsRequest, ConsumerGroupHeartbeatRequest,
+    CreatePartitionsRequest, CreateTopicsRequest, DeleteGroupsRequest, DeleteRecordsRequest, DeleteTopicsRequest,
+    DescribeClusterRequest, DescribeConfigsRequest, DescribeGroupsRequest, DescribeTransactionsRequest, EndTxnRequest,
+    FetchRequest, FindCoordinatorRequest, HeartbeatRequest, IncrementalAlterConfigsRequest, InitProducerIdRequest,
+    JoinGroupRequest, LeaveGroupRequest, ListGroupsRequest, ListOffsetsRequest, ListTransactionsRequest,
+    MetadataRequest, OffsetCommitRequest, OffsetDeleteRequest, OffsetFetchRequest, ProduceRequest, RequestHeader,
+    ResponseHeader, SyncGroupRequest, TxnOffsetCommitRequest,
 };
 use kafka_protocol::protocol::{Decodable, Encodable};
 
 use super::frame::{self, Close};
-use super::{admin, cluster, groups, records, rules, transactions, versions};
+use super::{admin, cluster, consumer, groups, records, rules, transactions, versions};
 use crate::service::{Principal, RequestContext, Service};
 
 /// Who is on the other end of a connection: the same for each of its requests.
@@ -89,6 +89,7 @@ apis! {
     DescribeCluster(DescribeClusterRequest) => |req| Some(admin::describe_cluster(service, ctx, req).await);
     DescribeConfigs(DescribeConfigsRequest) => |req| Some(admin::describe_configs(service, ctx, req, version));
     IncrementalAlterConfigs(IncrementalAlterConfigsRequest) => |req| Some(admin::incremental_alter_configs(service, ctx, req).await);
+    ConsumerGroupHeartbeat(ConsumerGroupHeartbeatRequest) => |req| Some(consumer::consumer_group_heartbeat(service, ctx, req).await);
     DeleteRecords(DeleteRecordsRequest) => |req| Some(records::delete_records(service, ctx, req).await);
     DeleteGroups(DeleteGroupsRequest) => |req| Some(groups::delete_groups(service, ctx, req).await);
     OffsetDelete(OffsetDeleteRequest) => |req| Some(groups::offset_delete(service, ctx, req).await);

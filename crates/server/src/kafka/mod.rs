@@ -24,6 +24,7 @@
 //! * [`groups`]: the classic consumer-group APIs (`FindCoordinator`, `JoinGroup`, `SyncGroup`,
 //!   `Heartbeat`, `LeaveGroup`, `OffsetCommit`, `OffsetFetch`, `ListGroups`, `DescribeGroups`,
 //!   `DeleteGroups`, `OffsetDelete`).
+//! * [`consumer`]: Kafka's consumer group protocol (KIP-848, `ConsumerGroupHeartbeat`).
 //! * [`wire`]: conversions between Kafka's wire values and the service layer's.
 //! * [`transactions`]: the transaction APIs (`AddPartitionsToTxn`, `AddOffsetsToTxn`, `EndTxn`,
 //!   `TxnOffsetCommit`, `DescribeTransactions`, `ListTransactions`), transaction protocol 1.
@@ -39,6 +40,7 @@ pub mod admin;
 pub mod cluster;
 #[cfg(not(madsim))]
 pub mod connection;
+pub mod consumer;
 pub mod dispatch;
 pub mod errors;
 pub mod frame;

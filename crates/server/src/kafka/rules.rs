@@ -32,6 +32,7 @@ pub fn needs(api: ApiKey) -> Option<&'static [Need]> {
         ApiKey::DescribeCluster => needs::DESCRIBE_CLUSTER,
         ApiKey::DescribeConfigs => needs::DESCRIBE_CONFIGS,
         ApiKey::IncrementalAlterConfigs => needs::ALTER_CONFIGS,
+        ApiKey::ConsumerGroupHeartbeat => needs::CONSUMER_GROUP_HEARTBEAT,
         ApiKey::DeleteRecords => needs::DELETE_RECORDS,
         ApiKey::DeleteGroups => needs::DELETE_GROUPS,
         ApiKey::OffsetDelete => needs::DELETE_OFFSETS,

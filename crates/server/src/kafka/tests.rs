@@ -1342,3 +1342,91 @@ async fn records_groups_and_offsets_are_deleted_at_every_version() {
     .await;
     assert_eq!(gone.error_code, 69, "GROUP_ID_NOT_FOUND: {gone:?}");
 }
+
+#[tokio::test]
+async fn a_kip848_member_joins_heartbeats_and_leaves_at_every_version() {
+    use kafka_protocol::messages::consumer_group_heartbeat_request::TopicPartitions as Owned;
+    use kafka_protocol::messages::{ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse};
+
+    let (node, service, addr) = node_with_kafka().await;
+    must_create(&node, &service, "orders", 2).await;
+    let orders_id = uuid::Uuid::from_bytes(node.meta().topics["orders"].topic_id);
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    let range = versions::supported(ApiKey::ConsumerGroupHeartbeat).unwrap();
+    for version in range.min..=range.max {
+        let member = format!("member-{version}");
+        let heartbeat = |epoch: i32| {
+            ConsumerGroupHeartbeatRequest::default()
+                .with_group_id(group(&format!("k848-{version}")))
+                .with_member_id(StrBytes::from_string(member.clone()))
+                .with_member_epoch(epoch)
+                .with_rebalance_timeout_ms(-1)
+        };
+        // A join names everything: the member id the client chose, its subscription, what it owns.
+        let join = heartbeat(0)
+            .with_rebalance_timeout_ms(30_000)
+            .with_subscribed_topic_names(Some(vec![name("orders")]))
+            .with_topic_partitions(Some(Vec::new()));
+        let joined: ConsumerGroupHeartbeatResponse = call_until(
+            &mut stream,
+            ApiKey::ConsumerGroupHeartbeat,
+            version,
+            &join,
+            |a: &ConsumerGroupHeartbeatResponse| a.error_code == 0,
+        )
+        .await;
+        assert_eq!(joined.error_code, 0, "v{version}: {joined:?}");
+        assert_eq!(joined.member_id.as_deref(), Some(member.as_str()), "v{version}: the client's member id kept");
+        assert!(joined.member_epoch >= 1 && joined.heartbeat_interval_ms > 0, "v{version}: {joined:?}");
+        let assigned: Vec<(uuid::Uuid, Vec<i32>)> = joined
+            .assignment
+            .iter()
+            .flat_map(|a| a.topic_partitions.iter().map(|t| (t.topic_id, t.partitions.clone())))
+            .collect();
+        assert_eq!(assigned, vec![(orders_id, vec![0, 1])], "v{version}: the assignment by topic id");
+
+        // It reports owning them: nothing changes.
+        let owned = vec![Owned::default().with_topic_id(orders_id).with_partitions(vec![0, 1])];
+        let beat: ConsumerGroupHeartbeatResponse = call(
+            &mut stream,
+            ApiKey::ConsumerGroupHeartbeat,
+            version,
+            &heartbeat(joined.member_epoch).with_topic_partitions(Some(owned)),
+        )
+        .await;
+        assert_eq!((beat.error_code, beat.member_epoch), (0, joined.member_epoch), "v{version}: {beat:?}");
+        let fenced: ConsumerGroupHeartbeatResponse =
+            call(&mut stream, ApiKey::ConsumerGroupHeartbeat, version, &heartbeat(joined.member_epoch + 5)).await;
+        assert_eq!(fenced.error_code, 110, "v{version}: FENCED_MEMBER_EPOCH for an epoch it never had");
+        let left: ConsumerGroupHeartbeatResponse =
+            call(&mut stream, ApiKey::ConsumerGroupHeartbeat, version, &heartbeat(-1)).await;
+        assert_eq!((left.error_code, left.member_epoch), (0, -1), "v{version}: left");
+    }
+    // v1's regular expressions are refused: Rill subscribes by name.
+    let by_regex = ConsumerGroupHeartbeatRequest::default()
+        .with_group_id(group("k848-regex"))
+        .with_member_id(StrBytes::from_static_str("member-regex"))
+        .with_rebalance_timeout_ms(30_000)
+        .with_subscribed_topic_regex(Some(StrBytes::from_static_str("ord.*")))
+        .with_topic_partitions(Some(Vec::new()));
+    let refused: ConsumerGroupHeartbeatResponse = call(&mut stream, ApiKey::ConsumerGroupHeartbeat, 1, &by_regex).await;
+    assert_eq!(refused.error_code, 42, "INVALID_REQUEST: {refused:?}");
+
+    // A KIP-848 member learns its assignment's topics by id (Metadata v10+).
+    let by_id = |id: uuid::Uuid| MetadataRequestTopic::default().with_topic_id(id);
+    let unknown = uuid::Uuid::from_bytes([7; 16]);
+    let answer: MetadataResponse = call(
+        &mut stream,
+        ApiKey::Metadata,
+        12,
+        // An empty name, as some clients send beside an id, and a null one, as librdkafka does.
+        &MetadataRequest::default().with_topics(Some(vec![by_id(orders_id), by_id(unknown).with_name(None)])),
+    )
+    .await;
+    let topics: Vec<(Option<String>, uuid::Uuid, i16, usize)> = answer
+        .topics
+        .iter()
+        .map(|t| (t.name.as_ref().map(|n| n.0.to_string()), t.topic_id, t.error_code, t.partitions.len()))
+        .collect();
+    assert_eq!(topics, vec![(Some("orders".into()), orders_id, 0, 2), (None, unknown, 100, 0)]);
+}

@@ -122,6 +122,8 @@ pub mod needs {
     pub const COMMIT_OFFSETS: &[Need] = &[(R::Group, Op::Read), (R::Topic, Op::Read)];
     /// OffsetFetch: Describe on the group and on each topic.
     pub const FETCH_OFFSETS: &[Need] = &[(R::Group, Op::Describe), (R::Topic, Op::Describe)];
+    /// ConsumerGroupHeartbeat (KIP-848): Read on the group, Describe on each subscribed topic.
+    pub const CONSUMER_GROUP_HEARTBEAT: &[Need] = &[(R::Group, Op::Read), (R::Topic, Op::Describe)];
     /// DeleteRecords: Delete on each topic.
     pub const DELETE_RECORDS: &[Need] = &[(R::Topic, Op::Delete)];
     /// DeleteGroups: Delete on each group.
