@@ -4,8 +4,8 @@ partitions (Rill's server-side `uniform` assignor), the members only heartbeat.
 
 Writes RECORDS keyed records; a first member reads alone, a second joins and the coordinator
 moves partitions to it (revoked from the first, then assigned); both read, committing after
-every record, until every record is read. Every record is read once, the group's commits are
-the partitions' ends. Then the first member leaves and the second is given every partition.
+every record, until every record is read. The admin client describes the group as the members
+hold it. Every record is read once, the group's commits are the partitions' ends. Then the first member leaves and the second is given every partition.
 
     kip848_group.py TOPIC --bootstrap HOST:PORT[,...] --group GROUP
 
@@ -17,7 +17,8 @@ import os
 import sys
 import time
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, ConsumerGroupType, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 RECORDS = 200
 DEADLINE_S = 120
@@ -92,6 +93,16 @@ def main():
     if 0 in owned or sum(owned) != partitions:
         sys.exit(f"the members do not share the {partitions} partitions: {owned}")
     print("the coordinator moved partitions to a second member; both kept reading")
+
+    # The admin client's view (ConsumerGroupDescribe): a consumer group of two members whose
+    # assignments are the ones the members hold.
+    admin = AdminClient({"bootstrap.servers": args.bootstrap})
+    described = admin.describe_consumer_groups([args.group])[args.group].result(30)
+    held = sorted(sorted(tp.partition for tp in m.assignment()) for m in (first, second))
+    shown = sorted(sorted(tp.partition for tp in m.assignment.topic_partitions) for m in described.members)
+    if described.type != ConsumerGroupType.CONSUMER or shown != held:
+        sys.exit(f"described as {described.type} with assignments {shown}; the members hold {held}")
+    print("the admin client describes a consumer group whose members' assignments are what they hold")
 
     keys = [k for k, _, _ in read]
     if len(keys) != len(set(keys)) and not refused:

@@ -3,13 +3,13 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{
-    AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, ApiKey, ApiVersionsRequest, ConsumerGroupHeartbeatRequest,
-    CreatePartitionsRequest, CreateTopicsRequest, DeleteGroupsRequest, DeleteRecordsRequest, DeleteTopicsRequest,
-    DescribeClusterRequest, DescribeConfigsRequest, DescribeGroupsRequest, DescribeTransactionsRequest, EndTxnRequest,
-    FetchRequest, FindCoordinatorRequest, HeartbeatRequest, IncrementalAlterConfigsRequest, InitProducerIdRequest,
-    JoinGroupRequest, LeaveGroupRequest, ListGroupsRequest, ListOffsetsRequest, ListTransactionsRequest,
-    MetadataRequest, OffsetCommitRequest, OffsetDeleteRequest, OffsetFetchRequest, ProduceRequest, RequestHeader,
-    ResponseHeader, SyncGroupRequest, TxnOffsetCommitRequest,
+    AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, ApiKey, ApiVersionsRequest, ConsumerGroupDescribeRequest,
+    ConsumerGroupHeartbeatRequest, CreatePartitionsRequest, CreateTopicsRequest, DeleteGroupsRequest,
+    DeleteRecordsRequest, DeleteTopicsRequest, DescribeClusterRequest, DescribeConfigsRequest, DescribeGroupsRequest,
+    DescribeTransactionsRequest, EndTxnRequest, FetchRequest, FindCoordinatorRequest, HeartbeatRequest,
+    IncrementalAlterConfigsRequest, InitProducerIdRequest, JoinGroupRequest, LeaveGroupRequest, ListGroupsRequest,
+    ListOffsetsRequest, ListTransactionsRequest, MetadataRequest, OffsetCommitRequest, OffsetDeleteRequest,
+    OffsetFetchRequest, ProduceRequest, RequestHeader, ResponseHeader, SyncGroupRequest, TxnOffsetCommitRequest,
 };
 use kafka_protocol::protocol::{Decodable, Encodable};
 
@@ -90,6 +90,7 @@ apis! {
     DescribeConfigs(DescribeConfigsRequest) => |req| Some(admin::describe_configs(service, ctx, req, version));
     IncrementalAlterConfigs(IncrementalAlterConfigsRequest) => |req| Some(admin::incremental_alter_configs(service, ctx, req).await);
     ConsumerGroupHeartbeat(ConsumerGroupHeartbeatRequest) => |req| Some(consumer::consumer_group_heartbeat(service, ctx, req).await);
+    ConsumerGroupDescribe(ConsumerGroupDescribeRequest) => |req| Some(consumer::consumer_group_describe(service, ctx, req));
     DeleteRecords(DeleteRecordsRequest) => |req| Some(records::delete_records(service, ctx, req).await);
     DeleteGroups(DeleteGroupsRequest) => |req| Some(groups::delete_groups(service, ctx, req).await);
     OffsetDelete(OffsetDeleteRequest) => |req| Some(groups::offset_delete(service, ctx, req).await);

@@ -24,7 +24,8 @@
 //! * [`groups`]: the classic consumer-group APIs (`FindCoordinator`, `JoinGroup`, `SyncGroup`,
 //!   `Heartbeat`, `LeaveGroup`, `OffsetCommit`, `OffsetFetch`, `ListGroups`, `DescribeGroups`,
 //!   `DeleteGroups`, `OffsetDelete`).
-//! * [`consumer`]: Kafka's consumer group protocol (KIP-848, `ConsumerGroupHeartbeat`).
+//! * [`consumer`]: Kafka's consumer group protocol (KIP-848, `ConsumerGroupHeartbeat`,
+//!   `ConsumerGroupDescribe`).
 //! * [`wire`]: conversions between Kafka's wire values and the service layer's.
 //! * [`transactions`]: the transaction APIs (`AddPartitionsToTxn`, `AddOffsetsToTxn`, `EndTxn`,
 //!   `TxnOffsetCommit`, `DescribeTransactions`, `ListTransactions`), transaction protocol 1.

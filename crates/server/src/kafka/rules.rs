@@ -33,6 +33,7 @@ pub fn needs(api: ApiKey) -> Option<&'static [Need]> {
         ApiKey::DescribeConfigs => needs::DESCRIBE_CONFIGS,
         ApiKey::IncrementalAlterConfigs => needs::ALTER_CONFIGS,
         ApiKey::ConsumerGroupHeartbeat => needs::CONSUMER_GROUP_HEARTBEAT,
+        ApiKey::ConsumerGroupDescribe => needs::CONSUMER_GROUP_DESCRIBE,
         ApiKey::DeleteRecords => needs::DELETE_RECORDS,
         ApiKey::DeleteGroups => needs::DELETE_GROUPS,
         ApiKey::OffsetDelete => needs::DELETE_OFFSETS,

@@ -1346,7 +1346,10 @@ async fn records_groups_and_offsets_are_deleted_at_every_version() {
 #[tokio::test]
 async fn a_kip848_member_joins_heartbeats_and_leaves_at_every_version() {
     use kafka_protocol::messages::consumer_group_heartbeat_request::TopicPartitions as Owned;
-    use kafka_protocol::messages::{ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse};
+    use kafka_protocol::messages::{
+        ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse, ConsumerGroupHeartbeatRequest,
+        ConsumerGroupHeartbeatResponse,
+    };
 
     let (node, service, addr) = node_with_kafka().await;
     must_create(&node, &service, "orders", 2).await;
@@ -1398,6 +1401,34 @@ async fn a_kip848_member_joins_heartbeats_and_leaves_at_every_version() {
         let fenced: ConsumerGroupHeartbeatResponse =
             call(&mut stream, ApiKey::ConsumerGroupHeartbeat, version, &heartbeat(joined.member_epoch + 5)).await;
         assert_eq!(fenced.error_code, 110, "v{version}: FENCED_MEMBER_EPOCH for an epoch it never had");
+        // Described at the same version of ConsumerGroupDescribe.
+        let described: ConsumerGroupDescribeResponse = call(
+            &mut stream,
+            ApiKey::ConsumerGroupDescribe,
+            version,
+            &ConsumerGroupDescribeRequest::default()
+                .with_group_ids(vec![group(&format!("k848-{version}")), group("never-was")]),
+        )
+        .await;
+        let [g, unknown] = &described.groups[..] else { panic!("v{version}: {described:?}") };
+        assert_eq!(
+            (g.error_code, g.group_state.as_str(), g.assignor_name.as_str()),
+            (0, "stable", "uniform"),
+            "v{version}"
+        );
+        let [m] = &g.members[..] else { panic!("v{version}: {g:?}") };
+        assert_eq!((m.member_id.as_str(), m.member_epoch), (member.as_str(), joined.member_epoch), "v{version}");
+        assert_eq!(m.subscribed_topic_names, vec![name("orders")], "v{version}");
+        let assigned: Vec<(uuid::Uuid, String, Vec<i32>)> = m
+            .assignment
+            .topic_partitions
+            .iter()
+            .map(|t| (t.topic_id, t.topic_name.0.to_string(), t.partitions.clone()))
+            .collect();
+        assert_eq!(assigned, vec![(orders_id, "orders".to_string(), vec![0, 1])], "v{version}: {m:?}");
+        assert_eq!(m.target_assignment, m.assignment, "v{version}: reconciled");
+        assert_eq!(m.member_type, if version >= 1 { 1 } else { -1 }, "v{version}");
+        assert_eq!(unknown.error_code, 69, "v{version}: GROUP_ID_NOT_FOUND");
         let left: ConsumerGroupHeartbeatResponse =
             call(&mut stream, ApiKey::ConsumerGroupHeartbeat, version, &heartbeat(-1)).await;
         assert_eq!((left.error_code, left.member_epoch), (0, -1), "v{version}: left");

@@ -57,6 +57,7 @@ pub const SUPPORTED: &[Supported] = &[
     Supported { api: ApiKey::DescribeConfigs, min: 1, max: 4 },
     Supported { api: ApiKey::IncrementalAlterConfigs, min: 0, max: 1 },
     Supported { api: ApiKey::ConsumerGroupHeartbeat, min: 0, max: 1 },
+    Supported { api: ApiKey::ConsumerGroupDescribe, min: 0, max: 1 },
     Supported { api: ApiKey::DeleteRecords, min: 0, max: 2 },
     Supported { api: ApiKey::DeleteGroups, min: 0, max: 2 },
     Supported { api: ApiKey::OffsetDelete, min: 0, max: 0 },

@@ -124,6 +124,9 @@ pub mod needs {
     pub const FETCH_OFFSETS: &[Need] = &[(R::Group, Op::Describe), (R::Topic, Op::Describe)];
     /// ConsumerGroupHeartbeat (KIP-848): Read on the group, Describe on each subscribed topic.
     pub const CONSUMER_GROUP_HEARTBEAT: &[Need] = &[(R::Group, Op::Read), (R::Topic, Op::Describe)];
+    /// ConsumerGroupDescribe (KIP-848): Describe on each group, and on each topic its members'
+    /// subscriptions and assignments name (a topic the caller may not describe is left out).
+    pub const CONSUMER_GROUP_DESCRIBE: &[Need] = &[(R::Group, Op::Describe), (R::Topic, Op::Describe)];
     /// DeleteRecords: Delete on each topic.
     pub const DELETE_RECORDS: &[Need] = &[(R::Topic, Op::Delete)];
     /// DeleteGroups: Delete on each group.
