@@ -39,6 +39,7 @@
 //!
 //! [kafka]  # the Kafka listener (docs/kafka.md)
 //! # max-request-bytes = "64MiB"   # a larger frame closes its connection before it is read
+//! # auto-create-topics = false     # Metadata may create the unknown topics it names
 //!
 //! [limits]  # what clients may make a node hold (docs/security.md)
 //! # max-connections = 10000
@@ -144,6 +145,11 @@ pub struct KafkaListener {
     /// `[kafka] max-request-bytes`: a request frame declaring more closes its connection before
     /// any of it is read (Kafka's `socket.request.max.bytes`).
     pub max_request_bytes: u32,
+    /// `[kafka] auto-create-topics` (default false): a `Metadata` request that allows it creates
+    /// the unknown topics it names, with the cluster's defaults, when the caller may create them
+    /// (Kafka's `auto.create.topics.enable`, whose default is true: off here, so that a typo in a
+    /// topic name is an error rather than a new topic).
+    pub auto_create_topics: bool,
 }
 
 /// Default `[kafka] max-request-bytes`: the largest request message the gRPC listener takes.
@@ -394,6 +400,7 @@ struct FileConfig {
 struct FileKafka {
     #[serde(default, deserialize_with = "byte_size")]
     max_request_bytes: Option<u64>,
+    auto_create_topics: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -581,6 +588,10 @@ pub struct Args {
     /// `--max-request-bytes-in-flight`).
     #[arg(long, env = "RILL_KAFKA_MAX_REQUEST_BYTES", value_parser = parse_bytes)]
     pub kafka_max_request_bytes: Option<u64>,
+    /// Let a Kafka `Metadata` request create the unknown topics it names, with the cluster's
+    /// defaults, when the caller may create them (default: false).
+    #[arg(long, env = "RILL_KAFKA_AUTO_CREATE_TOPICS")]
+    pub kafka_auto_create_topics: Option<bool>,
     /// Data directory.
     #[arg(long, env = "RILL_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
@@ -772,6 +783,7 @@ impl Args {
             self.kafka_listen.clone().or(file.kafka_listen),
             self.kafka_advertise.clone().or(file.kafka_advertise),
             self.kafka_max_request_bytes.or(file.kafka.max_request_bytes),
+            self.kafka_auto_create_topics.or(file.kafka.auto_create_topics),
         )?;
         config.producer_limits = producer_limits(&limits)?;
         config.storage = storage_tuning(FileStorage {
@@ -1014,11 +1026,12 @@ fn kafka_listener(
     listen: Option<String>,
     advertise: Option<String>,
     max_request_bytes: Option<u64>,
+    auto_create_topics: Option<bool>,
 ) -> Result<Option<KafkaListener>> {
     let Some(listen) = listen else {
-        if advertise.is_some() || max_request_bytes.is_some() {
+        if advertise.is_some() || max_request_bytes.is_some() || auto_create_topics.is_some() {
             return Err(Error::Config(
-                "kafka-advertise and [kafka] max-request-bytes need kafka-listen (the Kafka listener is off without it)"
+                "kafka-advertise and the [kafka] settings need kafka-listen (the Kafka listener is off without it)"
                     .into(),
             ));
         }
@@ -1037,13 +1050,14 @@ fn kafka_listener(
     let ceiling = config.client_limits.max_request_bytes_in_flight.min(u64::from(i32::MAX as u32));
     if max < u64::from(MIN_KAFKA_MAX_REQUEST_BYTES) || max > ceiling {
         return Err(Error::Config(format!(
-            "[kafka] max-request-bytes must be at least {} MiB and at most [limits] max-request-bytes-in-flight ({ceiling}              bytes), got {max} bytes",
+            "[kafka] max-request-bytes must be at least {} MiB and at most [limits] max-request-bytes-in-flight ({ceiling} bytes), got {max} bytes",
             MIN_KAFKA_MAX_REQUEST_BYTES >> 20
         )));
     }
     // Within i32::MAX, so it fits the frame's length field.
     let max_request_bytes = u32::try_from(max).unwrap_or(i32::MAX as u32);
-    Ok(Some(KafkaListener { listen, advertise, max_request_bytes }))
+    let auto_create_topics = auto_create_topics.unwrap_or(false);
+    Ok(Some(KafkaListener { listen, advertise, max_request_bytes, auto_create_topics }))
 }
 
 fn build(

@@ -31,8 +31,14 @@ pub fn host_port(address: &str) -> Option<(String, i32)> {
 /// `Metadata`: the brokers Kafka clients can reach (the nodes with a Kafka listener), the
 /// cluster's id and controller, and each topic's partitions with their leaders, leader epochs
 /// (the Raft term) and replicas. Without names (v0: an empty list; v1+: null) every topic the
-/// caller may describe; v1+ with an empty list, no topic.
-pub fn metadata(service: &Service, ctx: &RequestContext, request: MetadataRequest, version: i16) -> MetadataResponse {
+/// caller may describe; v1+ with an empty list, no topic. Unknown topics named may be created
+/// first ([`Service::auto_create_topics`]).
+pub async fn metadata(
+    service: &Service,
+    ctx: &RequestContext,
+    request: MetadataRequest,
+    version: i16,
+) -> MetadataResponse {
     let every_topic = match &request.topics {
         None => true,
         Some(topics) => topics.is_empty() && version == 0,
@@ -53,6 +59,12 @@ pub fn metadata(service: &Service, ctx: &RequestContext, request: MetadataReques
                 None => unknown_ids.push(t.topic_id),
             }
         }
+    }
+    // Unknown topics named are created first when the request allows it (always before v4)
+    // and the node does (`[kafka] auto-create-topics`); their partitions may answer
+    // LEADER_NOT_AVAILABLE until elected, and the client asks again.
+    if !every_topic && request.allow_auto_topic_creation {
+        service.auto_create_topics(ctx, &names).await;
     }
     let wanted: Option<Vec<String>> = (!every_topic).then_some(names);
     let mut answer = MetadataResponse::default();

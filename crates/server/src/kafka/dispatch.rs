@@ -68,7 +68,7 @@ macro_rules! apis {
 apis! {
     (service, ctx, version);
     ApiVersions(ApiVersionsRequest) => |req| Some(versions::api_versions(&req, version));
-    Metadata(MetadataRequest) => |req| Some(cluster::metadata(service, ctx, req, version));
+    Metadata(MetadataRequest) => |req| Some(cluster::metadata(service, ctx, req, version).await);
     // acks=0: written, never answered.
     Produce(ProduceRequest) => |req| records::produce(service, ctx, req, version).await;
     Fetch(FetchRequest) => |req| Some(records::fetch(service, ctx, req, version).await);

@@ -15,7 +15,7 @@ pub fn needs(api: ApiKey) -> Option<&'static [Need]> {
     Some(match api {
         // Before authentication, as in Kafka: every client may learn the versions.
         ApiKey::ApiVersions => &[],
-        // Auto-creation, when it comes, needs Create too.
+        // Auto-creation checks Create on each topic it creates (Service::auto_create_topics).
         ApiKey::Metadata => needs::METADATA,
         ApiKey::Produce => needs::PRODUCE,
         ApiKey::Fetch => needs::FETCH,

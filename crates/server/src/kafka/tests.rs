@@ -50,11 +50,22 @@ const MAX_REQUEST_BYTES: u32 = 1 << 20;
 
 /// A one-node cluster with a Kafka listener on a free port; its address.
 async fn node_with_kafka() -> (std::sync::Arc<crate::Node>, crate::service::Service, std::net::SocketAddr) {
+    node_with_kafka_auto_creating(false).await
+}
+
+/// [`node_with_kafka`], with `[kafka] auto-create-topics` set to `auto_create_topics`.
+async fn node_with_kafka_auto_creating(
+    auto_create_topics: bool,
+) -> (std::sync::Arc<crate::Node>, crate::service::Service, std::net::SocketAddr) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (node, _coordinators, service) = one_node_with(|config| {
-        config.kafka =
-            Some(KafkaListener { listen: addr, advertise: addr.to_string(), max_request_bytes: MAX_REQUEST_BYTES });
+        config.kafka = Some(KafkaListener {
+            listen: addr,
+            advertise: addr.to_string(),
+            max_request_bytes: MAX_REQUEST_BYTES,
+            auto_create_topics,
+        });
     })
     .await;
     let limits = ClientLimits::new(&node.config().client_limits);
@@ -1460,4 +1471,47 @@ async fn a_kip848_member_joins_heartbeats_and_leaves_at_every_version() {
         .map(|t| (t.name.as_ref().map(|n| n.0.to_string()), t.topic_id, t.error_code, t.partitions.len()))
         .collect();
     assert_eq!(topics, vec![(Some("orders".into()), orders_id, 0, 2), (None, unknown, 100, 0)]);
+}
+
+#[tokio::test]
+async fn metadata_creates_unknown_topics_only_when_the_node_and_the_request_allow_it() {
+    let named = |names: &[&str]| {
+        let topics = names.iter().map(|n| MetadataRequestTopic::default().with_name(Some(name(n)))).collect();
+        MetadataRequest::default().with_topics(Some(topics))
+    };
+    let codes = |answer: &MetadataResponse| -> Vec<(String, i16, usize)> {
+        answer
+            .topics
+            .iter()
+            .map(|t| (t.name.as_ref().map(|n| n.0.to_string()).unwrap_or_default(), t.error_code, t.partitions.len()))
+            .collect()
+    };
+
+    // The default: off, whatever the request says.
+    let (_node, _service, addr) = node_with_kafka().await;
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    let answer: MetadataResponse = call(&mut stream, ApiKey::Metadata, 12, &named(&["fresh"])).await;
+    assert_eq!(codes(&answer), vec![("fresh".to_string(), 3, 0)], "UNKNOWN_TOPIC_OR_PARTITION");
+
+    let (node, _service, addr) = node_with_kafka_auto_creating(true).await;
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    // Not allowed by the request (v4+): not created.
+    let answer: MetadataResponse =
+        call(&mut stream, ApiKey::Metadata, 12, &named(&["kept-out"]).with_allow_auto_topic_creation(false)).await;
+    assert_eq!(codes(&answer), vec![("kept-out".to_string(), 3, 0)]);
+    // Allowed (and always before v4): created with the defaults, one partition, its leader
+    // elected soon after.
+    for (version, topic) in [(12, "fresh"), (3, "fresh-v3")] {
+        let answer: MetadataResponse =
+            call_until(&mut stream, ApiKey::Metadata, version, &named(&[topic]), |a: &MetadataResponse| {
+                a.topics.iter().all(|t| t.error_code == 0 && t.partitions.iter().all(|p| p.error_code == 0))
+            })
+            .await;
+        assert_eq!(codes(&answer), vec![(topic.to_string(), 0, 1)], "v{version}");
+        assert!(node.meta().topics.contains_key(topic), "v{version}");
+    }
+    // A name that cannot be a topic is not created and answers as unknown.
+    let answer: MetadataResponse = call(&mut stream, ApiKey::Metadata, 12, &named(&["no spaces"])).await;
+    assert_ne!(codes(&answer)[0].1, 0, "{answer:?}");
+    assert!(!node.meta().topics.contains_key("no spaces"));
 }

@@ -9,7 +9,7 @@ use rill_meta::{MetaCommand, MetaResult, MetaState, PartitionKind, TopicId, Topi
 use rill_proto::internal::{PingRequest, ReplicaStatus};
 use rill_raft::NodeId;
 
-use super::authz::{ResourceType, CLUSTER_RESOURCE};
+use super::authz::{needs, ResourceType, CLUSTER_RESOURCE};
 use super::limits::{self, SeenPartitions};
 use super::routing::local_replica;
 use super::status::{gather, PartitionLive};
@@ -159,6 +159,9 @@ pub struct DeleteRecordsTopic {
     pub partitions: Vec<(u32, i64)>,
 }
 
+/// Most unknown topics one `Metadata` request may create ([`Service::auto_create_topics`]).
+pub const MAX_AUTO_CREATED: usize = 100;
+
 /// A `CreateTopic` request.
 #[derive(Debug, Clone, Default)]
 pub struct CreateTopic {
@@ -226,6 +229,38 @@ impl Service {
         let name = topic.name.clone();
         self.node.wait_for_meta(META_WAIT, |m| m.topics.contains_key(&name)).await;
         Ok(self.describe(&topic).await)
+    }
+
+    /// Kafka's topic auto-creation, a side effect of `Metadata`: creates each of `names` no topic
+    /// has, with the cluster's defaults ([`DEFAULT_PARTITIONS`], the default replication
+    /// factor, no settings), when this node's Kafka listener allows it (`[kafka]
+    /// auto-create-topics`) and the caller may create that topic (Create on it, whatever the
+    /// asking request's own rule needs). A name that cannot be a topic, a creation refused, or
+    /// a name beyond the first [`MAX_AUTO_CREATED`] unknown ones is left alone: the metadata then
+    /// answers that topic as unknown. Answers the names created.
+    pub async fn auto_create_topics(&self, ctx: &RequestContext, names: &[String]) -> Vec<String> {
+        if !self.node.config().kafka.as_ref().is_some_and(|k| k.auto_create_topics) {
+            return Vec::new();
+        }
+        let unknown: Vec<&String> = {
+            let meta = self.node.meta();
+            names.iter().filter(|n| !meta.topics.contains_key(n.as_str())).take(MAX_AUTO_CREATED).collect()
+        };
+        let creating = RequestContext { needs: needs::CREATE_TOPICS, ..ctx.clone() };
+        let mut created = Vec::new();
+        for name in unknown {
+            let req = CreateTopic {
+                name: name.clone(),
+                partitions: DEFAULT_PARTITIONS,
+                replication_factor: self.default_replication_factor(),
+                configs: Vec::new(),
+            };
+            match self.create_topic(&creating, req).await {
+                Ok(_) => created.push(name.clone()),
+                Err(refusal) => tracing::debug!(topic = %name, %refusal.message, "not auto-created"),
+            }
+        }
+        created
     }
 
     /// Deletes a topic (Delete on it), answered once this node no longer sees it.
