@@ -40,6 +40,7 @@
 //! [kafka]  # the Kafka listener (docs/kafka.md)
 //! # max-request-bytes = "64MiB"   # a larger frame closes its connection before it is read
 //! # auto-create-topics = false     # Metadata may create the unknown topics it names
+//! # default-partitions = 1         # a topic created without a count (Kafka's num.partitions)
 //!
 //! [limits]  # what clients may make a node hold (docs/security.md)
 //! # max-connections = 10000
@@ -150,7 +151,15 @@ pub struct KafkaListener {
     /// (Kafka's `auto.create.topics.enable`, whose default is true: off here, so that a typo in a
     /// topic name is an error rather than a new topic).
     pub auto_create_topics: bool,
+    /// `[kafka] default-partitions` (default 1, Kafka's `num.partitions`): the partitions of a
+    /// topic a Kafka client creates without a count (`CreateTopics` with -1, auto-creation).
+    pub default_partitions: u32,
 }
+
+/// Default `[kafka] default-partitions` (Kafka's `num.partitions` default).
+pub const DEFAULT_KAFKA_PARTITIONS: u32 = 1;
+/// Largest `[kafka] default-partitions`.
+pub const MAX_KAFKA_DEFAULT_PARTITIONS: u32 = 1_000;
 
 /// Default `[kafka] max-request-bytes`: the largest request message the gRPC listener takes.
 pub const DEFAULT_KAFKA_MAX_REQUEST_BYTES: u32 = rill_proto::MAX_GRPC_MESSAGE_BYTES as u32;
@@ -401,6 +410,7 @@ struct FileKafka {
     #[serde(default, deserialize_with = "byte_size")]
     max_request_bytes: Option<u64>,
     auto_create_topics: Option<bool>,
+    default_partitions: Option<u32>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -592,6 +602,9 @@ pub struct Args {
     /// defaults, when the caller may create them (default: false).
     #[arg(long, env = "RILL_KAFKA_AUTO_CREATE_TOPICS")]
     pub kafka_auto_create_topics: Option<bool>,
+    /// Partitions of a topic a Kafka client creates without a count (default: 1).
+    #[arg(long, env = "RILL_KAFKA_DEFAULT_PARTITIONS")]
+    pub kafka_default_partitions: Option<u32>,
     /// Data directory.
     #[arg(long, env = "RILL_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
@@ -784,6 +797,7 @@ impl Args {
             self.kafka_advertise.clone().or(file.kafka_advertise),
             self.kafka_max_request_bytes.or(file.kafka.max_request_bytes),
             self.kafka_auto_create_topics.or(file.kafka.auto_create_topics),
+            self.kafka_default_partitions.or(file.kafka.default_partitions),
         )?;
         config.producer_limits = producer_limits(&limits)?;
         config.storage = storage_tuning(FileStorage {
@@ -1027,9 +1041,14 @@ fn kafka_listener(
     advertise: Option<String>,
     max_request_bytes: Option<u64>,
     auto_create_topics: Option<bool>,
+    default_partitions: Option<u32>,
 ) -> Result<Option<KafkaListener>> {
     let Some(listen) = listen else {
-        if advertise.is_some() || max_request_bytes.is_some() || auto_create_topics.is_some() {
+        if advertise.is_some()
+            || max_request_bytes.is_some()
+            || auto_create_topics.is_some()
+            || default_partitions.is_some()
+        {
             return Err(Error::Config(
                 "kafka-advertise and the [kafka] settings need kafka-listen (the Kafka listener is off without it)"
                     .into(),
@@ -1057,7 +1076,13 @@ fn kafka_listener(
     // Within i32::MAX, so it fits the frame's length field.
     let max_request_bytes = u32::try_from(max).unwrap_or(i32::MAX as u32);
     let auto_create_topics = auto_create_topics.unwrap_or(false);
-    Ok(Some(KafkaListener { listen, advertise, max_request_bytes, auto_create_topics }))
+    let default_partitions = default_partitions.unwrap_or(DEFAULT_KAFKA_PARTITIONS);
+    if !(1..=MAX_KAFKA_DEFAULT_PARTITIONS).contains(&default_partitions) {
+        return Err(Error::Config(format!(
+            "[kafka] default-partitions must be between 1 and {MAX_KAFKA_DEFAULT_PARTITIONS}, got {default_partitions}"
+        )));
+    }
+    Ok(Some(KafkaListener { listen, advertise, max_request_bytes, auto_create_topics, default_partitions }))
 }
 
 fn build(

@@ -21,7 +21,7 @@ use rill_proto::common::ErrorCode;
 use super::cluster::{broker_id, host_port, topic_name};
 use super::errors;
 use crate::errors::Refusal;
-use crate::service::topics::{CreateTopic, DEFAULT_PARTITIONS};
+use crate::service::topics::CreateTopic;
 use crate::service::{Answer, RequestContext, Service};
 
 /// A refusal's code and message, as the admin answers carry them.
@@ -51,7 +51,7 @@ pub async fn create_topics(
         let name = t.name.0.to_string();
         let result = CreatableTopicResult::default().with_name(t.name.clone());
         let shape = (
-            count(t.num_partitions, DEFAULT_PARTITIONS, "partition count"),
+            count(t.num_partitions, service.default_partitions(), "partition count"),
             count(i32::from(t.replication_factor), service.default_replication_factor(), "replication factor"),
         );
         let configs: Answer<Vec<(String, String)>> = t

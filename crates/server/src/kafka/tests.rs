@@ -53,7 +53,8 @@ async fn node_with_kafka() -> (std::sync::Arc<crate::Node>, crate::service::Serv
     node_with_kafka_auto_creating(false).await
 }
 
-/// [`node_with_kafka`], with `[kafka] auto-create-topics` set to `auto_create_topics`.
+/// [`node_with_kafka`], with `[kafka] auto-create-topics` set to `auto_create_topics` (and,
+/// when set, `default-partitions` 2).
 async fn node_with_kafka_auto_creating(
     auto_create_topics: bool,
 ) -> (std::sync::Arc<crate::Node>, crate::service::Service, std::net::SocketAddr) {
@@ -65,6 +66,8 @@ async fn node_with_kafka_auto_creating(
             advertise: addr.to_string(),
             max_request_bytes: MAX_REQUEST_BYTES,
             auto_create_topics,
+            // Auto-created topics get two partitions, to tell the setting from the default.
+            default_partitions: if auto_create_topics { 2 } else { 1 },
         });
     })
     .await;
@@ -1499,15 +1502,15 @@ async fn metadata_creates_unknown_topics_only_when_the_node_and_the_request_allo
     let answer: MetadataResponse =
         call(&mut stream, ApiKey::Metadata, 12, &named(&["kept-out"]).with_allow_auto_topic_creation(false)).await;
     assert_eq!(codes(&answer), vec![("kept-out".to_string(), 3, 0)]);
-    // Allowed (and always before v4): created with the defaults, one partition, its leader
-    // elected soon after.
+    // Allowed (and always before v4): created with the defaults (`default-partitions` 2 here),
+    // its leaders elected soon after.
     for (version, topic) in [(12, "fresh"), (3, "fresh-v3")] {
         let answer: MetadataResponse =
             call_until(&mut stream, ApiKey::Metadata, version, &named(&[topic]), |a: &MetadataResponse| {
                 a.topics.iter().all(|t| t.error_code == 0 && t.partitions.iter().all(|p| p.error_code == 0))
             })
             .await;
-        assert_eq!(codes(&answer), vec![(topic.to_string(), 0, 1)], "v{version}");
+        assert_eq!(codes(&answer), vec![(topic.to_string(), 0, 2)], "v{version}");
         assert!(node.meta().topics.contains_key(topic), "v{version}");
     }
     // A name that cannot be a topic is not created and answers as unknown.

@@ -175,13 +175,17 @@ pub struct CreateTopic {
     pub configs: Vec<(String, String)>,
 }
 
-/// Partitions of a topic created without a count (Kafka's `num.partitions`).
-pub const DEFAULT_PARTITIONS: u32 = 1;
 /// Largest replication factor a topic created without one gets: every acknowledged write
 /// survives a node's loss once three nodes hold it.
 pub const MAX_DEFAULT_REPLICATION_FACTOR: u32 = 3;
 
 impl Service {
+    /// The partitions of a topic a Kafka client creates without a count (`[kafka]
+    /// default-partitions`, Kafka's `num.partitions`).
+    pub fn default_partitions(&self) -> u32 {
+        self.node.config().kafka.as_ref().map_or(crate::config::DEFAULT_KAFKA_PARTITIONS, |k| k.default_partitions)
+    }
+
     /// The replication factor of a topic created without one: three, or every registered node in a
     /// smaller cluster.
     pub fn default_replication_factor(&self) -> u32 {
@@ -232,7 +236,7 @@ impl Service {
     }
 
     /// Kafka's topic auto-creation, a side effect of `Metadata`: creates each of `names` no topic
-    /// has, with the cluster's defaults ([`DEFAULT_PARTITIONS`], the default replication
+    /// has, with the defaults ([`Service::default_partitions`], the default replication
     /// factor, no settings), when this node's Kafka listener allows it (`[kafka]
     /// auto-create-topics`) and the caller may create that topic (Create on it, whatever the
     /// asking request's own rule needs). A name that cannot be a topic, a creation refused, or
@@ -251,7 +255,7 @@ impl Service {
         for name in unknown {
             let req = CreateTopic {
                 name: name.clone(),
-                partitions: DEFAULT_PARTITIONS,
+                partitions: self.default_partitions(),
                 replication_factor: self.default_replication_factor(),
                 configs: Vec::new(),
             };
