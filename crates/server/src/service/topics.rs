@@ -417,6 +417,9 @@ impl Service {
             .into_iter()
             .map(|name| {
                 let layout = self.authorize(ctx, ResourceType::Topic, &name).and_then(|()| {
+                    // A name no topic could have is INVALID_TOPIC, which clients do not wait
+                    // out as they wait for a topic still being created.
+                    rill_meta::state::validate_topic_name(&name).map_err(|e| errors::meta(&e))?;
                     let t = meta.topics.get(&name).ok_or_else(|| errors::unknown_topic(&name))?;
                     Ok(TopicLayout {
                         topic_id: t.topic_id,
