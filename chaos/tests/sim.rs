@@ -1055,8 +1055,14 @@ async fn a_groups_owed_marker_comes_before_the_next_transactions_offsets() {
     let commit = |offset: i64, epoch: i16, transaction: u64, owed: Option<TxnMarker>| {
         let p = offsets.clone();
         async move {
-            let offsets =
-                [OffsetCommit { topic: "owed".into(), topic_id, partition: 0, offset, metadata: String::new() }];
+            let offsets = [OffsetCommit {
+                topic: "owed".into(),
+                topic_id,
+                partition: 0,
+                offset,
+                metadata: String::new(),
+                leader_epoch: None,
+            }];
             let prepared = txn_offsets::prepare(&p, "g", Committer::Standalone, ("owed-txn", (pid, epoch)), &offsets)?;
             txn_offsets::commit(&p, prepared, (transaction, owed), Committer::Standalone, Duration::from_secs(5)).await
         }

@@ -57,6 +57,7 @@ pub(crate) fn prepare_commit(
                         metadata: o.metadata.clone(),
                         topic_id: o.topic_id,
                         commit_time_ms: now,
+                        leader_epoch: o.leader_epoch,
                     },
                 )
             })

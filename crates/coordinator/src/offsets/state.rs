@@ -23,6 +23,8 @@ pub struct CommittedOffset {
     pub topic_id: [u8; 16],
     /// The coordinator's clock at commit (ms since the epoch).
     pub commit_time_ms: i64,
+    /// The leader epoch the committing client gave with it (Kafka's committed leader epoch).
+    pub leader_epoch: Option<i32>,
 }
 
 /// An offset to commit.
@@ -38,6 +40,8 @@ pub struct OffsetCommit {
     pub offset: i64,
     /// Free text.
     pub metadata: String,
+    /// The leader epoch of the record before `offset`, if the client knows it.
+    pub leader_epoch: Option<i32>,
 }
 
 /// Every group's committed offsets, and the offsets transactions hold pending.
@@ -113,7 +117,13 @@ impl OffsetsState {
             };
             group.insert(
                 (o.topic, o.partition),
-                CommittedOffset { offset: o.offset, metadata: o.metadata, topic_id, commit_time_ms: o.commit_time_ms },
+                CommittedOffset {
+                    offset: o.offset,
+                    metadata: o.metadata,
+                    topic_id,
+                    commit_time_ms: o.commit_time_ms,
+                    leader_epoch: o.leader_epoch,
+                },
             );
         }
     }
@@ -146,6 +156,7 @@ pub(crate) fn committed_to(topic: &str, partition: u32, c: &CommittedOffset) -> 
         offset: c.offset,
         metadata: c.metadata.clone(),
         commit_time_ms: c.commit_time_ms,
+        leader_epoch: c.leader_epoch,
     }
 }
 

@@ -25,6 +25,7 @@ fn commit(offsets: &[(&str, u32, i64)]) -> Payload {
                 offset: *o,
                 metadata: "m".into(),
                 commit_time_ms: 5,
+                leader_epoch: Some(4),
             })
             .collect(),
     };
@@ -40,6 +41,7 @@ fn commits_apply_and_the_snapshot_is_the_state() {
     m.apply(&id, 0, &commit(&[("a", 0, 15)]));
     assert_eq!(m.state().committed("g", "a", 0).map(|c| c.offset), Some(15), "a later commit replaces");
     assert_eq!(m.state().committed("g", "a", 1).map(|c| c.offset), Some(20));
+    assert_eq!(m.state().committed("g", "a", 1).and_then(|c| c.leader_epoch), Some(4), "the leader epoch is kept");
     assert_eq!(m.state().committed("g", "a", 2), None);
     assert_eq!(m.state().committed("h", "a", 0), None);
     assert_eq!(m.state().group("g").count(), 2);

@@ -164,7 +164,13 @@ impl TxnOffsets {
             let Ok(topic_id) = <[u8; 16]>::try_from(&o.topic_id[..]) else { continue };
             group.insert(
                 (o.topic, o.partition),
-                CommittedOffset { offset: o.offset, metadata: o.metadata, topic_id, commit_time_ms: o.commit_time_ms },
+                CommittedOffset {
+                    offset: o.offset,
+                    metadata: o.metadata,
+                    topic_id,
+                    commit_time_ms: o.commit_time_ms,
+                    leader_epoch: o.leader_epoch,
+                },
             );
         }
         true
@@ -486,6 +492,7 @@ mod tests {
                 offset,
                 metadata: String::new(),
                 commit_time_ms: 7,
+                leader_epoch: None,
             }],
             member_id: String::new(),
             member_epoch: -1,

@@ -67,7 +67,12 @@ fn commit_topics(topics: Vec<CommitTopic>) -> Vec<checks::CommitTopic> {
             partitions: t
                 .partitions
                 .into_iter()
-                .map(|p| checks::CommitPartition { partition: p.partition, offset: p.offset, metadata: p.metadata })
+                .map(|p| checks::CommitPartition {
+                    partition: p.partition,
+                    offset: p.offset,
+                    metadata: p.metadata,
+                    leader_epoch: None,
+                })
                 .collect(),
         })
         .collect()

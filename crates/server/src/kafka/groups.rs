@@ -32,7 +32,7 @@ use rill_proto::common::ErrorCode;
 
 use super::cluster::{broker_id, host_port, topic_name};
 use super::errors;
-use super::wire::{non_negative, partition_index, str_bytes, text};
+use super::wire::{known_epoch, non_negative, partition_index, str_bytes, text};
 use crate::errors::{kafka_code, Refusal};
 use crate::service::checks::{CommitPartition, CommitTopic, NamedPartitions};
 use crate::service::classic::JoinOutcome;
@@ -255,6 +255,7 @@ pub async fn offset_commit(
                     partition: partition_index(p.partition_index),
                     offset: p.committed_offset,
                     metadata: p.committed_metadata.as_ref().map(text).unwrap_or_default(),
+                    leader_epoch: known_epoch(p.committed_leader_epoch),
                 })
                 .collect(),
         })
@@ -365,11 +366,11 @@ pub async fn offset_fetch(
                                 t.partitions
                                     .into_iter()
                                     .map(|(p, a)| {
-                                        let (offset, metadata, code) = committed(a);
+                                        let (offset, metadata, epoch, code) = committed(a);
                                         OffsetFetchResponsePartitions::default()
                                             .with_partition_index(i32::try_from(p).unwrap_or(-1))
                                             .with_committed_offset(offset)
-                                            .with_committed_leader_epoch(-1)
+                                            .with_committed_leader_epoch(epoch)
                                             .with_metadata(Some(str_bytes(metadata)))
                                             .with_error_code(code)
                                     })
@@ -413,11 +414,11 @@ fn offsets_v1(answers: Answers<Option<CommittedOffset>>, group_code: i16) -> Off
                 .partitions
                 .into_iter()
                 .map(|(p, a)| {
-                    let (offset, metadata, code) = committed(a);
+                    let (offset, metadata, epoch, code) = committed(a);
                     OffsetFetchResponsePartition::default()
                         .with_partition_index(i32::try_from(p).unwrap_or(-1))
                         .with_committed_offset(offset)
-                        .with_committed_leader_epoch(-1)
+                        .with_committed_leader_epoch(epoch)
                         .with_metadata(Some(str_bytes(metadata)))
                         .with_error_code(if group_code != 0 { group_code } else { code })
                 })
@@ -429,12 +430,12 @@ fn offsets_v1(answers: Answers<Option<CommittedOffset>>, group_code: i16) -> Off
 }
 
 /// A partition's committed offset as Kafka answers it: the offset (-1 for none), its metadata,
-/// and the error code.
-fn committed(answer: Answer<Option<CommittedOffset>>) -> (i64, String, i16) {
+/// its leader epoch (-1 when the committer gave none), and the error code.
+fn committed(answer: Answer<Option<CommittedOffset>>) -> (i64, String, i32, i16) {
     match answer {
-        Ok(Some(c)) => (c.offset, c.metadata, 0),
-        Ok(None) => (-1, String::new(), 0),
-        Err(refusal) => (-1, String::new(), errors::code(&refusal)),
+        Ok(Some(c)) => (c.offset, c.metadata, c.leader_epoch.unwrap_or(-1), 0),
+        Ok(None) => (-1, String::new(), -1, 0),
+        Err(refusal) => (-1, String::new(), -1, errors::code(&refusal)),
     }
 }
 

@@ -676,13 +676,12 @@ async fn a_classic_member_joins_syncs_heartbeats_commits_and_leaves() {
     let range = versions::supported(ApiKey::OffsetCommit).unwrap();
     for version in range.min..=range.max {
         let offset = i64::from(version) * 10;
-        let answer: OffsetCommitResponse = call(
-            &mut stream,
-            ApiKey::OffsetCommit,
-            version,
-            &commit_request("billing", &member, generation, "orders", offset),
-        )
-        .await;
+        let mut request = commit_request("billing", &member, generation, "orders", offset);
+        if version >= 6 {
+            // KIP-320's committed leader epoch, kept with the offset.
+            request.topics[0].partitions[0].committed_leader_epoch = i32::from(version);
+        }
+        let answer: OffsetCommitResponse = call(&mut stream, ApiKey::OffsetCommit, version, &request).await;
         assert_eq!(answer.topics[0].partitions[0].error_code, 0, "v{version}");
     }
     let last = i64::from(range.max) * 10;
@@ -694,7 +693,7 @@ async fn a_classic_member_joins_syncs_heartbeats_commits_and_leaves() {
     // Read back at every version: one group (v1–7; null = every partition from v2), many (v8+).
     let range = versions::supported(ApiKey::OffsetFetch).unwrap();
     for version in range.min..=range.max {
-        let (offset, metadata, code) = if version >= 8 {
+        let (offset, metadata, epoch, code) = if version >= 8 {
             let topics = Some(vec![OffsetFetchRequestTopics::default()
                 .with_name(name("orders"))
                 .with_partition_indexes(vec![0])]);
@@ -709,16 +708,28 @@ async fn a_classic_member_joins_syncs_heartbeats_commits_and_leaves() {
             let p = &answer.groups[1].topics[0].partitions[0];
             assert_eq!((p.committed_offset, p.error_code), (last, 0), "v{version}: every partition");
             let p = &answer.groups[0].topics[0].partitions[0];
-            (p.committed_offset, p.metadata.as_deref().unwrap_or_default().to_string(), p.error_code)
+            (
+                p.committed_offset,
+                p.metadata.as_deref().unwrap_or_default().to_string(),
+                p.committed_leader_epoch,
+                p.error_code,
+            )
         } else {
             let topics =
                 vec![OffsetFetchRequestTopic::default().with_name(name("orders")).with_partition_indexes(vec![0])];
             let request = OffsetFetchRequest::default().with_group_id(group("billing")).with_topics(Some(topics));
             let answer: OffsetFetchResponse = call(&mut stream, ApiKey::OffsetFetch, version, &request).await;
             let p = &answer.topics[0].partitions[0];
-            (p.committed_offset, p.metadata.as_deref().unwrap_or_default().to_string(), p.error_code)
+            (
+                p.committed_offset,
+                p.metadata.as_deref().unwrap_or_default().to_string(),
+                p.committed_leader_epoch,
+                p.error_code,
+            )
         };
-        assert_eq!((offset, metadata.as_str(), code), (last, "note", 0), "v{version}");
+        // The last commit (v9) gave epoch 9; answers carry it from v5.
+        let expected_epoch = if version >= 5 { 9 } else { -1 };
+        assert_eq!((offset, metadata.as_str(), epoch, code), (last, "note", expected_epoch, 0), "v{version}");
     }
 
     // A group id refused as a whole is answered at every version (v1 on each partition).
@@ -1085,7 +1096,9 @@ async fn transactions_commit_and_abort_through_every_version() {
             .with_topics(vec![TxnOffsetCommitRequestTopic::default().with_name(name("orders")).with_partitions(vec![
                 TxnOffsetCommitRequestPartition::default()
                     .with_partition_index(0)
-                    .with_committed_offset(i64::from(version) + 100),
+                    .with_committed_offset(i64::from(version) + 100)
+                    // Carried from v2 (KIP-320), kept with the offset.
+                    .with_committed_leader_epoch(3),
             ])]);
         let committed: TxnOffsetCommitResponse =
             call(&mut stream, ApiKey::TxnOffsetCommit, clamp(ApiKey::TxnOffsetCommit, version), &commit_offsets).await;
@@ -1183,6 +1196,7 @@ async fn transactions_commit_and_abort_through_every_version() {
         })
         .await;
     assert_eq!(fetched.topics[0].partitions[0].committed_offset, i64::from(last_commit) + 100);
+    assert_eq!(fetched.topics[0].partitions[0].committed_leader_epoch, 3, "the committed leader epoch, kept");
 
     // Described and listed, at every version.
     let ids: Vec<TransactionalId> =

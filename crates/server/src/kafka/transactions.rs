@@ -27,7 +27,7 @@ use rill_coordinator::transactions::TxnState;
 use super::cluster::topic_name;
 use super::errors;
 use super::groups::commit_codes;
-use super::wire::{partition_index, str_bytes, text};
+use super::wire::{known_epoch, partition_index, str_bytes, text};
 use crate::service::checks::{CommitPartition, CommitTopic, NamedPartitions};
 use crate::service::groups::TxnCommit;
 use crate::service::transactions::{ListTransactionsFilter, TxnProducer};
@@ -129,6 +129,7 @@ pub async fn txn_offset_commit(
                     partition: partition_index(p.partition_index),
                     offset: p.committed_offset,
                     metadata: p.committed_metadata.as_ref().map(text).unwrap_or_default(),
+                    leader_epoch: known_epoch(p.committed_leader_epoch),
                 })
                 .collect(),
         })

@@ -20,6 +20,11 @@ pub fn offset(o: u64) -> i64 {
     i64::try_from(o).unwrap_or(i64::MAX)
 }
 
+/// A leader epoch from the wire: -1 (or any negative) is unknown.
+pub fn known_epoch(epoch: i32) -> Option<i32> {
+    (epoch >= 0).then_some(epoch)
+}
+
 /// A string from the wire as the service layer takes it.
 pub fn text(s: &StrBytes) -> String {
     s.to_string()
@@ -41,5 +46,6 @@ mod tests {
         assert_eq!(non_negative(-5), 0);
         assert_eq!(non_negative(30_000), 30_000);
         assert_eq!(offset(u64::MAX), i64::MAX);
+        assert_eq!((known_epoch(-1), known_epoch(0), known_epoch(7)), (None, Some(0), Some(7)));
     }
 }

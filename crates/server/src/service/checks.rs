@@ -40,6 +40,9 @@ pub struct CommitPartition {
     pub offset: i64,
     /// Free text, at most [`MAX_OFFSET_METADATA_BYTES`].
     pub metadata: String,
+    /// The leader epoch of the record before `offset`, if the client knows it (Kafka's
+    /// committed leader epoch); kept and answered with the offset.
+    pub leader_epoch: Option<i32>,
 }
 
 /// A request's producer epoch, checked to fit Kafka's 16 bits (Rill's wire carries 32).
@@ -139,6 +142,7 @@ pub fn committed_offsets(
                         partition: p.partition,
                         offset: p.offset,
                         metadata: p.metadata,
+                        leader_epoch: p.leader_epoch,
                     });
                     partitions.push((p.partition, Ok(())));
                 }

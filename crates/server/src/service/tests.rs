@@ -200,7 +200,12 @@ async fn a_denied_topic_is_refused_on_its_own_and_the_rest_is_served() {
             .iter()
             .map(|t| CommitTopic {
                 topic: t.to_string(),
-                partitions: vec![CommitPartition { partition: 0, offset: 1, metadata: String::new() }],
+                partitions: vec![CommitPartition {
+                    partition: 0,
+                    offset: 1,
+                    metadata: String::new(),
+                    leader_epoch: None,
+                }],
             })
             .collect()
     };
@@ -350,7 +355,7 @@ async fn classic_members_join_a_generation_sync_their_assignments_and_commit_und
     tracing::info!("--- it commits under its generation; a stale generation is refused");
     let commit = vec![CommitTopic {
         topic: "orders".into(),
-        partitions: vec![CommitPartition { partition: 0, offset: 3, metadata: String::new() }],
+        partitions: vec![CommitPartition { partition: 0, offset: 3, metadata: String::new(), leader_epoch: None }],
     }];
     let committed = service.commit_offsets(&ctx(rpc::COMMIT_OFFSETS), "cg", &id, 1, commit.clone()).await.unwrap();
     assert_eq!(code(&committed.unwrap()[0].partitions[0].1), ErrorCode::None);

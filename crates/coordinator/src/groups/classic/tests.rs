@@ -487,6 +487,7 @@ fn stale_generations_are_refused_on_sync_heartbeat_and_commit() {
                 offset: 42,
                 metadata: String::new(),
                 commit_time_ms: 0,
+                leader_epoch: None,
             }],
             member_id: member_id.into(),
             member_epoch: generation,
