@@ -116,7 +116,7 @@ fn produced(index: i32, answer: Answer<ProduceOutcome>) -> PartitionProduceRespo
             .with_base_offset(out.base_offset.map_or(-1, offset))
             .with_log_start_offset(offset(out.log_start_offset)),
         Err(refusal) => response
-            .with_error_code(errors::code(&refusal))
+            .with_error_code(errors::produce_code(&refusal))
             .with_error_message(Some(StrBytes::from_string(refusal.message)))
             .with_base_offset(-1)
             .with_log_start_offset(-1),
