@@ -10,8 +10,9 @@ export RILL_SIM_TARGET_DIR
 step() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
 
 # Installs what the build and the tests need on a fresh Debian/Ubuntu machine with only Rust:
-# a C++ compiler for RocksDB, libclang for its bindings, and kcat (a Kafka client the Kafka
-# listener's tests use). protoc is vendored by the build.
+# a C++ compiler for RocksDB, libclang for its bindings, kcat (a Kafka client the Kafka
+# listener's tests use), and make and zlib for building librdkafka's test suite. protoc is
+# vendored by the build.
 ensure_build_deps() {
   local missing=()
   command -v c++ >/dev/null 2>&1 || missing+=(g++)
@@ -23,6 +24,9 @@ ensure_build_deps() {
     && ! ldconfig -p 2>/dev/null | grep -Eq 'libclang(-[0-9.]+)?\.so'; then
     missing+=(libclang-dev)
   fi
+  # librdkafka's own test suite is built from source (scripts/librdkafka-tests.sh).
+  command -v make >/dev/null 2>&1 || missing+=(make)
+  [ -f /usr/include/zlib.h ] || missing+=(zlib1g-dev)
   if [ ${#missing[@]} -gt 0 ]; then
     step "installing build and test dependencies: ${missing[*]}"
     local sudo=""

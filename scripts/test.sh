@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test tier, exactly as CI does (.ci/run calls this):
 #   format, lints and API docs, unit and storage-conformance tests, a short run of every fuzz target,
-#   integration tests against real rill-server processes on 127.0.0.1, and the deterministic
+#   integration tests against real rill-server processes on 127.0.0.1, Python clients and
+#   librdkafka's own test suite against `rill dev`, and the deterministic
 #   simulation (fixed seeds plus a same-seed-same-trace check).
 # Works on a fresh Debian machine with only Rust installed: it installs what the build needs.
 set -euo pipefail
@@ -38,6 +39,9 @@ rm -rf "${TMPDIR:-/var/tmp}/rill-bench-smoke"
 
 step "the Python example against a local cluster (grpcio, no Rust client)"
 examples/python/check.sh
+
+step "librdkafka's own test suite: the allowlisted tests against a local cluster (docs/kafka.md)"
+scripts/librdkafka-tests.sh
 
 step "simulation lints"
 RUSTFLAGS="--cfg madsim" CARGO_TARGET_DIR="$RILL_SIM_TARGET_DIR" cargo clippy -p rill-chaos --all-targets -- -D warnings

@@ -234,7 +234,7 @@ pub fn leave_group(
 
 /// `OffsetCommit`, versions 2 to 9: each partition answered on its own. A classic member commits
 /// under its generation; a group without members takes commits from anyone (generation -1).
-/// The committed leader epoch (v6+) is not kept: `OffsetFetch` answers -1.
+/// The committed leader epoch (v6+) is kept with the offset and answered by `OffsetFetch`.
 pub async fn offset_commit(
     service: &Service,
     ctx: &RequestContext,
