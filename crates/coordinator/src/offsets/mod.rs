@@ -43,7 +43,7 @@ pub use state::{
 pub(crate) use machine::APPLIED;
 pub(crate) use machine::REFUSED;
 pub(crate) use requests::prepare_commit;
-pub(crate) use state::committed_to;
+pub(crate) use state::{committed_from, committed_to};
 
 pub use crate::groups::{validate_group_id, MAX_GROUP_ID_BYTES};
 

@@ -111,20 +111,10 @@ impl OffsetsState {
     pub(super) fn apply(&mut self, c: pb::CommitOffsets) {
         let group = self.groups.entry(c.group_id).or_default();
         for o in c.offsets {
-            let Ok(topic_id) = <[u8; 16]>::try_from(&o.topic_id[..]) else {
-                // The coordinator only proposes 16-byte ids; every replica skips alike.
-                continue;
-            };
-            group.insert(
-                (o.topic, o.partition),
-                CommittedOffset {
-                    offset: o.offset,
-                    metadata: o.metadata,
-                    topic_id,
-                    commit_time_ms: o.commit_time_ms,
-                    leader_epoch: o.leader_epoch,
-                },
-            );
+            // The coordinator only proposes 16-byte ids; every replica skips another alike.
+            if let Some((key, committed)) = committed_from(o) {
+                group.insert(key, committed);
+            }
         }
     }
 
@@ -146,6 +136,20 @@ impl OffsetsState {
                 .collect(),
         }
     }
+}
+
+/// A stored offset read back, under its (topic, partition); `None` for a topic id that is not
+/// 16 bytes (never proposed).
+pub(crate) fn committed_from(o: pb::CommittedOffset) -> Option<((String, u32), CommittedOffset)> {
+    let topic_id = <[u8; 16]>::try_from(&o.topic_id[..]).ok()?;
+    let committed = CommittedOffset {
+        offset: o.offset,
+        metadata: o.metadata,
+        topic_id,
+        commit_time_ms: o.commit_time_ms,
+        leader_epoch: o.leader_epoch,
+    };
+    Some(((o.topic, o.partition), committed))
 }
 
 pub(crate) fn committed_to(topic: &str, partition: u32, c: &CommittedOffset) -> pb::CommittedOffset {

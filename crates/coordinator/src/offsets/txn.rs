@@ -161,17 +161,9 @@ impl TxnOffsets {
         }
         let group = entry.groups.entry(c.group_id).or_default();
         for o in c.offsets {
-            let Ok(topic_id) = <[u8; 16]>::try_from(&o.topic_id[..]) else { continue };
-            group.insert(
-                (o.topic, o.partition),
-                CommittedOffset {
-                    offset: o.offset,
-                    metadata: o.metadata,
-                    topic_id,
-                    commit_time_ms: o.commit_time_ms,
-                    leader_epoch: o.leader_epoch,
-                },
-            );
+            if let Some((key, committed)) = offsets::committed_from(o) {
+                group.insert(key, committed);
+            }
         }
         true
     }

@@ -22,7 +22,7 @@ use kafka_protocol::messages::{
     FindCoordinatorRequest, FindCoordinatorResponse, GroupId, HeartbeatRequest, HeartbeatResponse, JoinGroupRequest,
     JoinGroupResponse, LeaveGroupRequest, LeaveGroupResponse, ListGroupsRequest, ListGroupsResponse,
     OffsetCommitRequest, OffsetCommitResponse, OffsetDeleteRequest, OffsetDeleteResponse, OffsetFetchRequest,
-    OffsetFetchResponse, SyncGroupRequest, SyncGroupResponse,
+    OffsetFetchResponse, SyncGroupRequest, SyncGroupResponse, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 use rill_coordinator::groups::classic::{Heartbeat, JoinGroup, LeaveGroup, Leaving, Protocol, SyncGroup};
@@ -240,53 +240,77 @@ pub async fn offset_commit(
     ctx: &RequestContext,
     request: OffsetCommitRequest,
 ) -> OffsetCommitResponse {
-    let indexes: Vec<Vec<i32>> =
-        request.topics.iter().map(|t| t.partitions.iter().map(|p| p.partition_index).collect()).collect();
-    let names: Vec<String> = request.topics.iter().map(|t| t.name.0.to_string()).collect();
-    let topics = request
-        .topics
-        .into_iter()
-        .map(|t| CommitTopic {
-            topic: t.name.0.to_string(),
-            partitions: t
-                .partitions
-                .into_iter()
-                .map(|p| CommitPartition {
-                    partition: partition_index(p.partition_index),
-                    offset: p.committed_offset,
-                    metadata: p.committed_metadata.as_ref().map(text).unwrap_or_default(),
-                    leader_epoch: known_epoch(p.committed_leader_epoch),
-                })
-                .collect(),
-        })
-        .collect();
+    let (topics, names, indexes) = commit_topics(request.topics.into_iter().map(|t| {
+        let partitions = t.partitions.into_iter().map(|p| WireCommit {
+            index: p.partition_index,
+            offset: p.committed_offset,
+            metadata: p.committed_metadata,
+            leader_epoch: p.committed_leader_epoch,
+        });
+        (t.name, partitions.collect())
+    }));
     let group_id = request.group_id.0.to_string();
     let committed = service
         .commit_offsets(ctx, &group_id, &text(&request.member_id), request.generation_id_or_member_epoch, topics)
         .await;
-    let topics = commit_codes(committed, names, &indexes)
-        .into_iter()
-        .map(|(name, codes)| {
-            let partitions = codes
-                .into_iter()
-                .map(|(index, code)| {
-                    OffsetCommitResponsePartition::default().with_partition_index(index).with_error_code(code)
-                })
-                .collect();
-            OffsetCommitResponseTopic::default().with_name(topic_name(name)).with_partitions(partitions)
-        })
-        .collect();
+    let topics = commit_answers(
+        committed,
+        names,
+        &indexes,
+        |index, code| OffsetCommitResponsePartition::default().with_partition_index(index).with_error_code(code),
+        |name, partitions| OffsetCommitResponseTopic::default().with_name(name).with_partitions(partitions),
+    );
     OffsetCommitResponse::default().with_topics(topics)
 }
 
+/// One partition's offset as `OffsetCommit` and `TxnOffsetCommit` carry it.
+#[derive(Debug)]
+pub struct WireCommit {
+    /// The partition index.
+    pub index: i32,
+    /// The next offset to read.
+    pub offset: i64,
+    /// Its metadata.
+    pub metadata: Option<StrBytes>,
+    /// The leader epoch of the record before it (-1: unknown).
+    pub leader_epoch: i32,
+}
+
+/// A commit request's topics as the service takes them, with the names and partition indexes
+/// to answer under (negative indexes are echoed as sent).
+pub fn commit_topics(
+    topics: impl Iterator<Item = (TopicName, Vec<WireCommit>)>,
+) -> (Vec<CommitTopic>, Vec<String>, Vec<Vec<i32>>) {
+    let (mut commits, mut names, mut indexes) = (Vec::new(), Vec::new(), Vec::new());
+    for (name, partitions) in topics {
+        let topic = name.0.to_string();
+        indexes.push(partitions.iter().map(|p| p.index).collect());
+        names.push(topic.clone());
+        let partitions = partitions
+            .into_iter()
+            .map(|p| CommitPartition {
+                partition: partition_index(p.index),
+                offset: p.offset,
+                metadata: p.metadata.as_ref().map(text).unwrap_or_default(),
+                leader_epoch: known_epoch(p.leader_epoch),
+            })
+            .collect();
+        commits.push(CommitTopic { topic, partitions });
+    }
+    (commits, names, indexes)
+}
+
 /// The outcome of an offset commit (plain or transactional) as Kafka's per-partition codes,
-/// under the request's topic names and partition indexes, in its order. A refusal of the whole
-/// request or of the group is every partition's answer.
-pub fn commit_codes(
+/// under the request's topic names and partition indexes, in its order, built into the answer's
+/// types by `partition` and `topic`. A refusal of the whole request or of the group is every
+/// partition's answer.
+pub fn commit_answers<P, T>(
     committed: Result<Answer<Vec<TopicAnswers<()>>>, crate::service::RequestError>,
     names: Vec<String>,
     indexes: &[Vec<i32>],
-) -> Vec<(String, Vec<(i32, i16)>)> {
+    partition: impl Fn(i32, i16) -> P,
+    topic: impl Fn(TopicName, Vec<P>) -> T,
+) -> Vec<T> {
     let answered: Result<Vec<TopicAnswers<()>>, i16> = match committed {
         Ok(Ok(answers)) => Ok(answers),
         Ok(Err(refusal)) => Err(errors::code(&refusal)),
@@ -297,7 +321,7 @@ pub fn commit_codes(
         .zip(indexes)
         .enumerate()
         .map(|(ti, (name, indexes))| {
-            let codes = indexes
+            let partitions = indexes
                 .iter()
                 .enumerate()
                 .map(|(pi, &index)| {
@@ -310,10 +334,10 @@ pub fn commit_codes(
                                 a.as_ref().err().map_or(0, errors::code)
                             }),
                     };
-                    (index, code)
+                    partition(index, code)
                 })
                 .collect();
-            (name, codes)
+            topic(topic_name(name), partitions)
         })
         .collect()
 }

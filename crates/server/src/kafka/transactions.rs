@@ -26,9 +26,9 @@ use rill_coordinator::transactions::TxnState;
 
 use super::cluster::topic_name;
 use super::errors;
-use super::groups::commit_codes;
-use super::wire::{known_epoch, partition_index, str_bytes, text};
-use crate::service::checks::{CommitPartition, CommitTopic, NamedPartitions};
+use super::groups::{commit_answers, commit_topics, WireCommit};
+use super::wire::{partition_index, str_bytes, text};
+use crate::service::checks::NamedPartitions;
 use crate::service::groups::TxnCommit;
 use crate::service::transactions::{ListTransactionsFilter, TxnProducer};
 use crate::service::{RequestContext, Service};
@@ -114,26 +114,15 @@ pub async fn txn_offset_commit(
     ctx: &RequestContext,
     request: TxnOffsetCommitRequest,
 ) -> TxnOffsetCommitResponse {
-    let indexes: Vec<Vec<i32>> =
-        request.topics.iter().map(|t| t.partitions.iter().map(|p| p.partition_index).collect()).collect();
-    let names: Vec<String> = request.topics.iter().map(|t| t.name.0.to_string()).collect();
-    let topics = request
-        .topics
-        .into_iter()
-        .map(|t| CommitTopic {
-            topic: t.name.0.to_string(),
-            partitions: t
-                .partitions
-                .into_iter()
-                .map(|p| CommitPartition {
-                    partition: partition_index(p.partition_index),
-                    offset: p.committed_offset,
-                    metadata: p.committed_metadata.as_ref().map(text).unwrap_or_default(),
-                    leader_epoch: known_epoch(p.committed_leader_epoch),
-                })
-                .collect(),
-        })
-        .collect();
+    let (topics, names, indexes) = commit_topics(request.topics.into_iter().map(|t| {
+        let partitions = t.partitions.into_iter().map(|p| WireCommit {
+            index: p.partition_index,
+            offset: p.committed_offset,
+            metadata: p.committed_metadata,
+            leader_epoch: p.committed_leader_epoch,
+        });
+        (t.name, partitions.collect())
+    }));
     let commit = TxnCommit {
         transactional_id: text(&request.transactional_id),
         producer_id: request.producer_id.0,
@@ -145,18 +134,13 @@ pub async fn txn_offset_commit(
         topics,
     };
     let committed = service.txn_commit_offsets(ctx, commit).await;
-    let topics = commit_codes(committed, names, &indexes)
-        .into_iter()
-        .map(|(name, codes)| {
-            let partitions = codes
-                .into_iter()
-                .map(|(index, code)| {
-                    TxnOffsetCommitResponsePartition::default().with_partition_index(index).with_error_code(code)
-                })
-                .collect();
-            TxnOffsetCommitResponseTopic::default().with_name(topic_name(name)).with_partitions(partitions)
-        })
-        .collect();
+    let topics = commit_answers(
+        committed,
+        names,
+        &indexes,
+        |index, code| TxnOffsetCommitResponsePartition::default().with_partition_index(index).with_error_code(code),
+        |name, partitions| TxnOffsetCommitResponseTopic::default().with_name(name).with_partitions(partitions),
+    );
     TxnOffsetCommitResponse::default().with_topics(topics)
 }
 
