@@ -16,13 +16,13 @@ The topic must exist, empty, with at least two partitions.
 """
 
 import argparse
-import os
 import sys
 import time
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewPartitions, NewTopic
 from kafka.partitioner.default import murmur2
+from librdkafka_exit import run
 
 RECORDS = 200
 DEADLINE_S = 120
@@ -178,16 +178,4 @@ def administer(args):
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except SystemExit as e:
-        # A consumer left open blocks the interpreter's exit until its group lets it go.
-        if e.code not in (None, 0):
-            print(e.code, file=sys.stderr)
-            sys.stdout.flush()
-            os._exit(1)
-        raise
-    except BaseException as e:
-        print(f"failed: {e!r}", file=sys.stderr)
-        sys.stdout.flush()
-        os._exit(1)
+    run(main)

@@ -23,11 +23,11 @@ causes are retried, or abort the transaction, which is then done again; a fatal 
 """
 
 import argparse
-import os
 import sys
 import time
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from librdkafka_exit import run
 
 BATCH = 25
 
@@ -224,16 +224,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except SystemExit as e:
-        # A consumer left open blocks the interpreter's exit until its group lets it go.
-        if e.code not in (None, 0):
-            print(e.code, file=sys.stderr)
-            sys.stdout.flush()
-            os._exit(1)
-        raise
-    except BaseException as e:
-        print(f"failed: {e!r}", file=sys.stderr)
-        sys.stdout.flush()
-        os._exit(1)
+    run(main)

@@ -13,11 +13,11 @@ no gap (`--check`, reading through Kafka; the integration test also reads throug
 """
 
 import argparse
-import os
 import sys
 import time
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from librdkafka_exit import run
 
 RATE = 400  # records a second
 OUTSTANDING = 500  # records sent and not yet acknowledged, at most
@@ -130,15 +130,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except SystemExit as e:
-        if e.code not in (None, 0):
-            print(e.code, file=sys.stderr)
-            sys.stdout.flush()
-            os._exit(1)
-        raise
-    except BaseException as e:
-        print(f"failed: {e!r}", file=sys.stderr)
-        sys.stdout.flush()
-        os._exit(1)
+    run(main)

@@ -13,12 +13,12 @@ The topic must exist, empty, with at least two partitions.
 """
 
 import argparse
-import os
 import sys
 import time
 
 from confluent_kafka import Consumer, ConsumerGroupType, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
+from librdkafka_exit import run
 
 RECORDS = 200
 DEADLINE_S = 120
@@ -129,15 +129,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except SystemExit as e:
-        if e.code not in (None, 0):
-            print(e.code, file=sys.stderr)
-            sys.stdout.flush()
-            os._exit(1)
-        raise
-    except BaseException as e:
-        print(f"failed: {e!r}", file=sys.stderr)
-        sys.stdout.flush()
-        os._exit(1)
+    run(main)
