@@ -150,6 +150,7 @@ fn acceptable_offsets(topics: &[groups::CommitTopic]) -> Vec<cpb::CommittedOffse
                     partition: p.partition,
                     offset: p.offset,
                     metadata: p.metadata.clone(),
+                    leader_epoch: None,
                 })
                 .collect(),
         })
@@ -167,6 +168,7 @@ fn acceptable_offsets(topics: &[groups::CommitTopic]) -> Vec<cpb::CommittedOffse
             offset: o.offset,
             metadata: o.metadata,
             commit_time_ms: 1,
+            leader_epoch: o.leader_epoch,
         })
         .collect()
 }
