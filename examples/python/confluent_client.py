@@ -22,7 +22,7 @@ import time
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewPartitions, NewTopic
 from kafka.partitioner.default import murmur2
-from librdkafka_exit import run
+import librdkafka_exit
 
 RECORDS = 200
 DEADLINE_S = 120
@@ -178,4 +178,4 @@ def administer(args):
 
 
 if __name__ == "__main__":
-    run(main)
+    librdkafka_exit.run(main)

@@ -27,7 +27,7 @@ import sys
 import time
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
-from librdkafka_exit import run
+import librdkafka_exit
 
 BATCH = 25
 
@@ -224,4 +224,4 @@ def main():
 
 
 if __name__ == "__main__":
-    run(main)
+    librdkafka_exit.run(main)

@@ -17,7 +17,7 @@ import sys
 import time
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
-from librdkafka_exit import run
+import librdkafka_exit
 
 RATE = 400  # records a second
 OUTSTANDING = 500  # records sent and not yet acknowledged, at most
@@ -130,4 +130,4 @@ def main():
 
 
 if __name__ == "__main__":
-    run(main)
+    librdkafka_exit.run(main)

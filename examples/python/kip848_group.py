@@ -18,7 +18,7 @@ import time
 
 from confluent_kafka import Consumer, ConsumerGroupType, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
-from librdkafka_exit import run
+import librdkafka_exit
 
 RECORDS = 200
 DEADLINE_S = 120
@@ -129,4 +129,4 @@ def main():
 
 
 if __name__ == "__main__":
-    run(main)
+    librdkafka_exit.run(main)
