@@ -54,7 +54,7 @@ diff <(printf 'produced 100 records idempotently\nfirst member read 60 and commi
 # confluent-kafka (librdkafka 2.x) through the Kafka listener: an idempotent producer with five
 # requests in flight, then two cooperative-sticky members of one classic group sharing a topic.
 "$bin/rill" topic create py-confluent --partitions 3 --replication-factor 3 >/dev/null
-diff <(printf 'produced 200 records idempotently, each where murmur2 places its key\na second cooperative-sticky member joined and took partitions over; both kept reading\nthe admin client describes a consumer group whose members'"'"' assignments are what they hold\nevery one of the 200 records read, at the offset it was acknowledged at; twice only after a refused commit\nthe group'"'"'s commits are the partitions'"'"' ends\nadmin: created a topic with the cluster'"'"'s defaults (1 partition, 3 replicas), grew it, set and described a setting, described 3 brokers, deleted it\n') \
+diff <(printf 'produced 200 records idempotently, each where murmur2 places its key\na second cooperative-sticky member joined and took partitions over; both kept reading\nevery one of the 200 records read, at the offset it was acknowledged at; twice only after a refused commit\nthe group'"'"'s commits are the partitions'"'"' ends\nadmin: created a topic with the cluster'"'"'s defaults (1 partition, 3 replicas), grew it, set and described a setting, described 3 brokers, deleted it\n') \
   <("$py" "$here/confluent_client.py" py-confluent --bootstrap "$kafka" --group py-confluent-members)
 # confluent-kafka on Kafka's consumer group protocol (KIP-848): the coordinator assigns, a
 # second member takes partitions over, the first leaves and the second gets them all.
