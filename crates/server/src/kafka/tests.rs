@@ -1271,6 +1271,12 @@ async fn records_groups_and_offsets_are_deleted_at_every_version() {
         call(&mut stream, ApiKey::Produce, 9, &produce_request("orders", -1, batch(&values))).await;
     assert_eq!(produced.responses[0].partition_responses[0].error_code, 0);
 
+    // A group's committed offset of orders/0 (OffsetFetch v7).
+    let fetch_offset = |id: &str| {
+        OffsetFetchRequest::default().with_group_id(group(id)).with_topics(Some(vec![
+            OffsetFetchRequestTopic::default().with_name(name("orders")).with_partition_indexes(vec![0]),
+        ]))
+    };
     let delete = |partitions: Vec<(i32, i64)>| {
         let partitions = partitions
             .into_iter()
@@ -1319,55 +1325,24 @@ async fn records_groups_and_offsets_are_deleted_at_every_version() {
         .await;
         let got: Vec<(String, i16)> = answer.results.iter().map(|r| (r.group_id.0.to_string(), r.error_code)).collect();
         assert_eq!(got, vec![(id.clone(), 0), ("never-existed".to_string(), 69)], "v{version}: GROUP_ID_NOT_FOUND");
-        let fetched: OffsetFetchResponse = call(
-            &mut stream,
-            ApiKey::OffsetFetch,
-            7,
-            &OffsetFetchRequest::default().with_group_id(group(&id)).with_topics(Some(vec![
-                OffsetFetchRequestTopic::default().with_name(name("orders")).with_partition_indexes(vec![0]),
-            ])),
-        )
-        .await;
+        let fetched: OffsetFetchResponse = call(&mut stream, ApiKey::OffsetFetch, 7, &fetch_offset(&id)).await;
         assert_eq!(fetched.topics[0].partitions[0].committed_offset, -1, "v{version}: its offsets went with it");
     }
 
     // The one committed offset deleted; the group, left with nothing, is gone.
+    let delete_trim_offset = OffsetDeleteRequest::default().with_group_id(group("trim")).with_topics(vec![
+        OffsetDeleteRequestTopic::default()
+            .with_name(name("orders"))
+            .with_partitions(vec![OffsetDeleteRequestPartition::default().with_partition_index(0)]),
+    ]);
     let committed: OffsetCommitResponse =
         call(&mut stream, ApiKey::OffsetCommit, 9, &commit_request("trim", "", -1, "orders", 7)).await;
     assert_eq!(committed.topics[0].partitions[0].error_code, 0);
-    let answer: OffsetDeleteResponse = call(
-        &mut stream,
-        ApiKey::OffsetDelete,
-        0,
-        &OffsetDeleteRequest::default().with_group_id(group("trim")).with_topics(vec![
-            OffsetDeleteRequestTopic::default()
-                .with_name(name("orders"))
-                .with_partitions(vec![OffsetDeleteRequestPartition::default().with_partition_index(0)]),
-        ]),
-    )
-    .await;
+    let answer: OffsetDeleteResponse = call(&mut stream, ApiKey::OffsetDelete, 0, &delete_trim_offset).await;
     assert_eq!((answer.error_code, answer.topics[0].partitions[0].error_code), (0, 0));
-    let fetched: OffsetFetchResponse = call(
-        &mut stream,
-        ApiKey::OffsetFetch,
-        7,
-        &OffsetFetchRequest::default().with_group_id(group("trim")).with_topics(Some(vec![
-            OffsetFetchRequestTopic::default().with_name(name("orders")).with_partition_indexes(vec![0]),
-        ])),
-    )
-    .await;
+    let fetched: OffsetFetchResponse = call(&mut stream, ApiKey::OffsetFetch, 7, &fetch_offset("trim")).await;
     assert_eq!(fetched.topics[0].partitions[0].committed_offset, -1);
-    let gone: OffsetDeleteResponse = call(
-        &mut stream,
-        ApiKey::OffsetDelete,
-        0,
-        &OffsetDeleteRequest::default().with_group_id(group("trim")).with_topics(vec![
-            OffsetDeleteRequestTopic::default()
-                .with_name(name("orders"))
-                .with_partitions(vec![OffsetDeleteRequestPartition::default().with_partition_index(0)]),
-        ]),
-    )
-    .await;
+    let gone: OffsetDeleteResponse = call(&mut stream, ApiKey::OffsetDelete, 0, &delete_trim_offset).await;
     assert_eq!(gone.error_code, 69, "GROUP_ID_NOT_FOUND: {gone:?}");
 }
 
