@@ -20,6 +20,10 @@ pub enum PartitionError {
     /// The operation did not finish in time.
     #[error("timed out after {waited_ms} ms waiting for {what}; the outcome is unknown")]
     Timeout { waited_ms: u64, what: &'static str },
+    /// A deletion reached into a transaction still open when its time ran out; nothing was
+    /// deleted (the log start never passes the last stable offset).
+    #[error("records below offset {before} include a transaction still open at offset {stable}; waited {waited_ms} ms for it to be decided and deleted nothing (an open transaction ends at its timeout, or by `rill txn abort`)")]
+    OpenTransactionBelow { before: u64, stable: u64, waited_ms: u64 },
     /// The batch is larger than `max.message.bytes`.
     #[error("record batch of {size} bytes exceeds max.message.bytes={max}")]
     MessageTooLarge { size: usize, max: u32 },

@@ -9,9 +9,11 @@
 
 use rill_meta::TopicConfig;
 use rill_raft::Payload;
+use rill_rt::Instant;
 
 use crate::command;
 use crate::error::{PartitionError, Result};
+use crate::fetch::Isolation;
 use crate::machine::decode_base_offset;
 use crate::partition::Partition;
 
@@ -22,7 +24,16 @@ impl Partition {
     /// Deletes every record below `before` ([`BEFORE_HIGH_WATERMARK`]: below the high
     /// watermark) once the trim is committed. Returns the log start offset afterwards (Kafka's
     /// low watermark), which is never lower than before the call. Leader only.
-    pub async fn delete_records(&self, before: i64) -> Result<u64> {
+    ///
+    /// The log start never passes the last stable offset (the state machine clamps a trim
+    /// there), so a deletion reaching into a transaction that is still open first waits, until
+    /// `deadline`, for every transaction below `before` to be decided — typically the markers
+    /// of a transaction its producer has just committed, which are written after the commit is
+    /// answered. A deletion that cannot wait long enough is refused
+    /// ([`PartitionError::OpenTransactionBelow`]) and deletes nothing: it is never answered
+    /// with fewer records deleted than asked. A trim not committed by `deadline` is
+    /// [`PartitionError::Timeout`] (it may still be applied).
+    pub async fn delete_records(&self, before: i64, deadline: Instant) -> Result<u64> {
         if self.leader_term().is_none() {
             return Err(self.not_leader());
         }
@@ -39,7 +50,21 @@ impl Partition {
         if before <= self.log_start_offset() {
             return Ok(self.log_start_offset());
         }
-        self.propose_trim(before).await
+        let waiting_since = Instant::now();
+        if !self.wait_for_data(before - 1, deadline, Isolation::ReadCommitted).await {
+            return Err(PartitionError::OpenTransactionBelow {
+                before,
+                stable: self.last_stable_offset(),
+                waited_ms: waiting_since.elapsed().as_millis() as u64,
+            });
+        }
+        match rill_rt::timeout_at(deadline, self.propose_trim(before)).await {
+            Ok(answer) => answer,
+            Err(_) => Err(PartitionError::Timeout {
+                waited_ms: waiting_since.elapsed().as_millis() as u64,
+                what: "the deletion to be committed",
+            }),
+        }
     }
 
     /// Moves the log start past what the topic's retention no longer keeps, if anything.

@@ -59,7 +59,9 @@ pub fn partition(e: &PartitionError, client_addr: impl Fn(NodeId) -> Option<Stri
         PartitionError::NotEnoughReplicasAfterAppend { .. } => {
             Refusal::new(ErrorCode::NotEnoughReplicasAfterAppend, message)
         }
-        PartitionError::Timeout { .. } => Refusal::new(ErrorCode::RequestTimedOut, message),
+        PartitionError::Timeout { .. } | PartitionError::OpenTransactionBelow { .. } => {
+            Refusal::new(ErrorCode::RequestTimedOut, message)
+        }
         PartitionError::MessageTooLarge { .. } => Refusal::new(ErrorCode::MessageTooLarge, message),
         PartitionError::InvalidBatch(BatchError::UnsupportedCompression(_)) => {
             Refusal::new(ErrorCode::UnsupportedCompressionType, message)

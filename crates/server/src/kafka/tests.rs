@@ -1346,6 +1346,93 @@ async fn records_groups_and_offsets_are_deleted_at_every_version() {
     assert_eq!(gone.error_code, 69, "GROUP_ID_NOT_FOUND: {gone:?}");
 }
 
+/// A deletion reaching into an open transaction deletes nothing until the transaction is
+/// decided (the log start never passes the last stable offset): refused when its time runs out,
+/// done in full once the commit's markers are written — never answered with less deleted.
+#[tokio::test]
+async fn a_deletion_into_an_open_transaction_waits_for_its_decision() {
+    use kafka_protocol::messages::delete_records_request::{DeleteRecordsPartition, DeleteRecordsTopic};
+    use kafka_protocol::messages::{DeleteRecordsRequest, DeleteRecordsResponse};
+
+    let (node, service, addr) = node_with_kafka().await;
+    must_create(&node, &service, "ledger", 1).await;
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    let found = must_reach_answer(
+        &mut stream,
+        3,
+        FindCoordinatorRequest::default().with_key_type(1).with_key(StrBytes::from_static_str("tx-del")),
+    )
+    .await;
+    assert_eq!(found.error_code, 0);
+    let init: InitProducerIdResponse = call_until(
+        &mut stream,
+        ApiKey::InitProducerId,
+        4,
+        &InitProducerIdRequest::default()
+            .with_transactional_id(Some(txn_id("tx-del")))
+            .with_transaction_timeout_ms(60_000)
+            .with_producer_id(ProducerId(-1))
+            .with_producer_epoch(-1),
+        |a: &InitProducerIdResponse| a.error_code == 0,
+    )
+    .await;
+    let (pid, epoch) = (init.producer_id, init.producer_epoch);
+    let add = AddPartitionsToTxnRequest::default()
+        .with_v3_and_below_transactional_id(txn_id("tx-del"))
+        .with_v3_and_below_producer_id(pid)
+        .with_v3_and_below_producer_epoch(epoch)
+        .with_v3_and_below_topics(vec![AddPartitionsToTxnTopic::default()
+            .with_name(name("ledger"))
+            .with_partitions(vec![0])]);
+    let added: AddPartitionsToTxnResponse = call(&mut stream, ApiKey::AddPartitionsToTxn, 3, &add).await;
+    assert_eq!(added.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code, 0);
+    let mut produce = produce_request("ledger", -1, transactional_batch(pid.0, epoch, 0, &["a", "b", "c"]));
+    produce.transactional_id = Some(txn_id("tx-del"));
+    let produced: ProduceResponse = call(&mut stream, ApiKey::Produce, 9, &produce).await;
+    assert_eq!(produced.responses[0].partition_responses[0].error_code, 0);
+
+    let delete_below_2 = |timeout_ms: i32| {
+        DeleteRecordsRequest::default().with_timeout_ms(timeout_ms).with_topics(vec![DeleteRecordsTopic::default()
+            .with_name(name("ledger"))
+            .with_partitions(vec![DeleteRecordsPartition::default().with_partition_index(0).with_offset(2)])])
+    };
+    let refused: DeleteRecordsResponse = call(&mut stream, ApiKey::DeleteRecords, 2, &delete_below_2(300)).await;
+    let p = &refused.topics[0].partitions[0];
+    assert_eq!((p.error_code, p.low_watermark), (7, -1), "REQUEST_TIMED_OUT while the transaction is open");
+    let earliest: ListOffsetsResponse = call(
+        &mut stream,
+        ApiKey::ListOffsets,
+        6,
+        &ListOffsetsRequest::default().with_topics(vec![ListOffsetsTopic::default()
+            .with_name(name("ledger"))
+            .with_partitions(vec![ListOffsetsPartition::default().with_partition_index(0).with_timestamp(-2)])]),
+    )
+    .await;
+    assert_eq!(earliest.topics[0].partitions[0].offset, 0, "nothing was deleted");
+
+    // A deletion waiting (on a second connection) while the transaction commits completes in full.
+    let waiting = tokio::spawn(async move {
+        let mut other = TcpStream::connect(addr).await.unwrap();
+        let answer: DeleteRecordsResponse = call(&mut other, ApiKey::DeleteRecords, 2, &delete_below_2(30_000)).await;
+        answer
+    });
+    let ended: EndTxnResponse = call(
+        &mut stream,
+        ApiKey::EndTxn,
+        3,
+        &EndTxnRequest::default()
+            .with_transactional_id(txn_id("tx-del"))
+            .with_producer_id(pid)
+            .with_producer_epoch(epoch)
+            .with_committed(true),
+    )
+    .await;
+    assert_eq!(ended.error_code, 0);
+    let deleted = waiting.await.unwrap();
+    let p = &deleted.topics[0].partitions[0];
+    assert_eq!((p.error_code, p.low_watermark), (0, 2), "deleted below 2 once the transaction was decided");
+}
+
 #[tokio::test]
 async fn a_kip848_member_joins_heartbeats_and_leaves_at_every_version() {
     use kafka_protocol::messages::consumer_group_heartbeat_request::TopicPartitions as Owned;

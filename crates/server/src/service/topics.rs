@@ -521,13 +521,7 @@ impl Service {
         timeout: Duration,
     ) -> Answer<u64> {
         let replica = local_replica(&self.node, topic, topic_id, partition)?;
-        let deleted = match rill_rt::timeout(timeout, replica.delete_records(offset)).await {
-            Ok(r) => r,
-            Err(_) => Err(rill_broker::PartitionError::Timeout {
-                waited_ms: timeout.as_millis() as u64,
-                what: "the deletion to be committed",
-            }),
-        };
+        let deleted = replica.delete_records(offset, rill_rt::Instant::now() + timeout).await;
         deleted.map_err(|e| errors::partition(&e, |id| self.node.client_addr(id)))
     }
 
