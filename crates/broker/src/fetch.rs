@@ -1,5 +1,6 @@
 //! The read path of a [`Partition`]: fetch, the long poll, and the offsets `ListOffsets` asks
-//! for (by time, earliest, latest), at either isolation level.
+//! for (by append time, by record timestamp, the largest timestamp, earliest, latest), at either
+//! isolation level.
 //!
 //! `read_uncommitted` reads up to the high watermark. `read_committed` reads up to the last
 //! stable offset (see [`crate::transactions`]) and its answer carries the aborted transactions
@@ -11,7 +12,7 @@
 //! looked at, so a consumer moves past a range that held only aborted records and markers.
 
 use bytes::Bytes;
-use rill_records::BatchInfo;
+use rill_records::{BatchInfo, MAX_DECOMPRESSED_BATCH_BYTES};
 use rill_rt::Instant;
 
 use crate::command;
@@ -33,6 +34,27 @@ pub struct StoredBatch {
     pub append_time_ms: i64,
     /// The Raft term it was appended in: Kafka's partition leader epoch of the batch.
     pub leader_epoch: u64,
+}
+
+/// A record found by its timestamp.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimestampedOffset {
+    /// Its offset.
+    pub offset: u64,
+    /// Its timestamp (ms since the epoch, as its producer set it).
+    pub timestamp_ms: i64,
+}
+
+/// The first record of the stored batch `data` (its first offset `base`) at or above offset
+/// `from` whose timestamp satisfies `wanted`.
+fn first_record(base: u64, data: &Bytes, from: u64, wanted: impl Fn(i64) -> bool) -> Result<Option<TimestampedOffset>> {
+    let decoded = rill_records::decode(data, MAX_DECOMPRESSED_BATCH_BYTES)
+        .map_err(|err| PartitionError::Storage(format!("stored batch at offset {base}: {err}")))?;
+    Ok(decoded
+        .records
+        .iter()
+        .map(|r| TimestampedOffset { offset: base + r.offset_delta as u64, timestamp_ms: r.timestamp_ms })
+        .find(|r| r.offset >= from && wanted(r.timestamp_ms)))
 }
 
 /// Which records a read may see.
@@ -240,6 +262,123 @@ impl Partition {
                     return Ok(e.base.max(log_start));
                 }
                 index = e.index + 1;
+            }
+        }
+    }
+
+    /// Kafka's `ListOffsets` by timestamp: the first record, in offset order, whose own
+    /// timestamp (the producer's) is at or after `time_ms`, among those `isolation` may read;
+    /// `None` when there is none. Control records (transaction markers) are not records a
+    /// consumer reads and are never answered; records of aborted transactions are, as in Kafka.
+    /// Reads only the index units whose largest record timestamp reaches `time_ms`, and in them
+    /// only the batches whose `maxTimestamp` does.
+    pub fn offset_for_record_time(&self, time_ms: i64, isolation: Isolation) -> Result<Option<TimestampedOffset>> {
+        if self.leader_term().is_none() {
+            return Err(self.not_leader());
+        }
+        let end = self.readable_end(isolation);
+        let log_start = self.log_start_offset();
+        let units = self.index.lock().unwrap_or_else(|p| p.into_inner()).units_with_record_time(time_ms);
+        for (from, to) in units {
+            if from >= end {
+                break;
+            }
+            let mut found = None;
+            self.scan_batches(from.max(log_start), to.min(end), |base, info, data| {
+                if info.max_timestamp < time_ms {
+                    return Ok(false);
+                }
+                found = first_record(base, data, log_start.max(from), |ts| ts >= time_ms)?;
+                Ok(found.is_some())
+            })?;
+            if found.is_some() {
+                return Ok(found);
+            }
+        }
+        Ok(None)
+    }
+
+    /// Kafka's `ListOffsets` `MAX_TIMESTAMP` (-3): the first record with the largest timestamp
+    /// of the partition's committed records; `None` when there are none, or when that record
+    /// lies beyond what `isolation` may read (as Kafka answers). Control records are left out.
+    pub fn offset_of_max_record_time(&self, isolation: Isolation) -> Result<Option<TimestampedOffset>> {
+        if self.leader_term().is_none() {
+            return Err(self.not_leader());
+        }
+        let end = self.readable_end(isolation);
+        let log_start = self.log_start_offset();
+        let units = self.index.lock().unwrap_or_else(|p| p.into_inner()).units_by_record_time();
+        let mut best: Option<TimestampedOffset> = None;
+        for ((from, to), unit_max) in units {
+            // Units come largest first: one below the best found cannot hold a larger record
+            // (an equal one may hold an earlier record with the same timestamp).
+            if best.is_some_and(|b| b.timestamp_ms > unit_max) {
+                break;
+            }
+            self.scan_batches(from.max(log_start), to, |base, info, data| {
+                let floor = best.map_or(i64::MIN, |b| b.timestamp_ms);
+                if info.max_timestamp < floor || (info.max_timestamp == floor && best.is_some_and(|b| b.offset < base))
+                {
+                    return Ok(false);
+                }
+                let max = info.max_timestamp;
+                if let Some(found) = first_record(base, data, log_start, |ts| ts >= max)? {
+                    let better = match best {
+                        None => true,
+                        Some(b) => {
+                            (found.timestamp_ms, std::cmp::Reverse(found.offset))
+                                > (b.timestamp_ms, std::cmp::Reverse(b.offset))
+                        }
+                    };
+                    if better {
+                        best = Some(found);
+                    }
+                }
+                Ok(false)
+            })?;
+        }
+        Ok(best.filter(|b| b.offset < end))
+    }
+
+    /// Calls `visit` with each stored batch holding offsets in `from..to` (its first offset, its
+    /// header and its bytes), in log order, until `visit` answers true.
+    fn scan_batches(
+        &self,
+        from: u64,
+        to: u64,
+        mut visit: impl FnMut(u64, &BatchInfo, &Bytes) -> Result<bool>,
+    ) -> Result<()> {
+        if from >= to {
+            return Ok(());
+        }
+        let storage = |e: rill_raft::Error| PartitionError::Storage(e.to_string());
+        let Some(mut index) = self.log.index_of_position(from).map_err(storage)? else { return Ok(()) };
+        loop {
+            let entries = self.log.read_positioned(index, u64::MAX, FETCH_SCAN_ENTRIES).map_err(storage)?;
+            if entries.is_empty() {
+                return Ok(());
+            }
+            for e in entries {
+                index = e.index + 1;
+                if e.base >= to {
+                    return Ok(());
+                }
+                if command::append_time(&e.body).is_none() {
+                    continue;
+                }
+                let mut base = e.base;
+                for data in command::decode_append(e.body.clone()).map_err(PartitionError::Storage)? {
+                    if base >= to {
+                        return Ok(());
+                    }
+                    let info = BatchInfo::parse_stored(&data)
+                        .map_err(|err| PartitionError::Storage(format!("stored batch at offset {base}: {err}")))?;
+                    let span = info.span();
+                    if base + span > from && !info.is_control() && visit(base, &info, &data)? {
+                        return Ok(());
+                    }
+                    base += span;
+                }
             }
         }
     }

@@ -2,8 +2,10 @@
 //! and by size.
 //!
 //! One point is kept per second of append time or per MiB of entries, whichever comes first. The
-//! points serve three reads without scanning the log: where to start looking for the first
-//! record at or after a time (`ListOffsets` by timestamp), which offset retention may delete up
+//! points serve four reads without scanning the log: where to start looking for the first
+//! entry appended at or after a time, which units may hold a record whose own timestamp is at
+//! or after a time (Kafka's `ListOffsets` by timestamp: producers' timestamps need not follow
+//! the log's order, so each unit keeps its largest), which offset retention may delete up
 //! to (`retention.ms`, `retention.bytes`), and about how many bytes a partition holds. The
 //! intervals between points are the units retention deletes: it never moves the log start offset
 //! into the middle of one (`DeleteRecords` may, as in Kafka).
@@ -27,7 +29,14 @@ pub struct IndexPoint {
     /// Bytes of entries appended before `offset` (counted since the partition began, or since
     /// the release that started counting: older points count 0).
     pub bytes: u64,
+    /// The largest record timestamp of the entries from `offset` up to the next point
+    /// ([`UNKNOWN_RECORD_TIME`] for points restored from a snapshot that did not keep it).
+    pub record_time: i64,
 }
+
+/// A point's [`IndexPoint::record_time`] when it is not known: a search by record timestamp
+/// must read the unit.
+pub const UNKNOWN_RECORD_TIME: i64 = i64::MAX;
 
 /// The log start offset and the sparse index of a record partition.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -46,8 +55,9 @@ pub struct SparseIndex {
 }
 
 impl SparseIndex {
-    /// Notes an append entry of `bytes` at offsets `base .. end`, appended at `time`.
-    pub(crate) fn observe(&mut self, time: i64, base: u64, end: u64, bytes: u64) {
+    /// Notes an append entry of `bytes` at offsets `base .. end`, appended at `time`, whose
+    /// largest record timestamp is `record_time`.
+    pub(crate) fn observe(&mut self, time: i64, base: u64, end: u64, bytes: u64, record_time: i64) {
         let running_max = if self.points.is_empty() { time } else { self.max_time.max(time) };
         let due = match self.points.last() {
             None => true,
@@ -56,7 +66,9 @@ impl SparseIndex {
             }
         };
         if due {
-            self.points.push(IndexPoint { offset: base, time: running_max, bytes: self.appended });
+            self.points.push(IndexPoint { offset: base, time: running_max, bytes: self.appended, record_time });
+        } else if let Some(last) = self.points.last_mut() {
+            last.record_time = last.record_time.max(record_time);
         }
         self.max_time = running_max;
         self.appended = self.appended.saturating_add(bytes);
@@ -94,6 +106,27 @@ impl SparseIndex {
         from.max(self.log_start)
     }
 
+    /// The units at or above the log start that may hold a record with a timestamp at or
+    /// after `time`, as (first offset, offset after the unit), in log order. The first may
+    /// begin below the log start (its records there are deleted).
+    pub fn units_with_record_time(&self, time: i64) -> Vec<(u64, u64)> {
+        self.units().filter(|(_, p)| p.record_time >= time).map(|(range, _)| range).collect()
+    }
+
+    /// The units at or above the log start, from the largest record timestamp down (ties in
+    /// log order), with that timestamp: where to look for the record with the largest one.
+    pub fn units_by_record_time(&self) -> Vec<((u64, u64), i64)> {
+        let mut units: Vec<((u64, u64), i64)> = self.units().map(|(range, p)| (range, p.record_time)).collect();
+        units.sort_by_key(|&((from, _), time)| (std::cmp::Reverse(time), from));
+        units
+    }
+
+    /// Each unit holding offsets at or above the log start: its range and its point.
+    fn units(&self) -> impl Iterator<Item = ((u64, u64), &IndexPoint)> + '_ {
+        let ends = self.points.iter().skip(1).map(|p| p.offset).chain(std::iter::once(self.end));
+        self.points.iter().zip(ends).filter(|&(_, end)| end > self.log_start).map(|(p, end)| ((p.offset, end), p))
+    }
+
     /// Where retention moves the log start offset: past every unit whose entries were all
     /// appended before `cut_ms`, and past the oldest units while at least `max_bytes` would
     /// remain (as Kafka's `retention.bytes`: a partition keeps at least that much, and less only
@@ -112,7 +145,7 @@ impl SparseIndex {
         }
         if let Some(keep) = max_bytes {
             // The latest unit boundary (or the end) with at least `keep` bytes from it on.
-            let end = IndexPoint { offset: self.end, time: self.max_time, bytes: self.appended };
+            let end = IndexPoint { offset: self.end, time: self.max_time, bytes: self.appended, record_time: 0 };
             let boundary = self
                 .points
                 .iter()
@@ -173,7 +206,7 @@ mod tests {
         let mut ix = SparseIndex::default();
         let mut base = 0;
         for &(t, count, bytes) in entries {
-            ix.observe(t, base, base + count, bytes);
+            ix.observe(t, base, base + count, bytes, t);
             base += count;
         }
         ix
@@ -246,5 +279,25 @@ mod tests {
         assert_eq!(ix.trim(10_000), 300, "not past the end");
         assert_eq!(ix.retained_bytes(), 0);
         assert_eq!(ix.retention_target(Some(i64::MAX), Some(0)), None, "nothing left to delete");
+    }
+
+    #[test]
+    fn units_keep_their_largest_record_time_whatever_the_order_of_producer_clocks() {
+        let mut ix = SparseIndex::default();
+        // (append time, records, record time): units start at 0 and 20 (a second apart).
+        for (i, &(t, record_time)) in
+            [(1_000, 50), (1_200, 900), (1_400, 10), (2_000, 300), (2_100, 900)].iter().enumerate()
+        {
+            let base = 10 * i as u64;
+            ix.observe(t, base, base + 10, 1, record_time);
+        }
+        assert_eq!(offsets(&ix), vec![0, 30]);
+        assert_eq!(ix.units_with_record_time(300), vec![(0, 30), (30, 50)]);
+        assert_eq!(ix.units_with_record_time(901), vec![]);
+        assert_eq!(ix.units_by_record_time(), vec![((0, 30), 900), ((30, 50), 900)], "ties in log order");
+        ix.trim(30);
+        assert_eq!(ix.units_with_record_time(0), vec![(30, 50)], "units below the log start are gone");
+        ix.trim(35);
+        assert_eq!(ix.units_with_record_time(0), vec![(30, 50)], "the unit the log start falls in stays");
     }
 }

@@ -64,7 +64,7 @@ pub mod verifying;
 
 pub use compaction::CompactionBudget;
 pub use error::{PartitionError, Result};
-pub use fetch::{FetchOutcome, Isolation, StoredBatch};
+pub use fetch::{FetchOutcome, Isolation, StoredBatch, TimestampedOffset};
 pub use isr::{IsrTracker, IsrView};
 pub use machine::PartitionStateMachine;
 pub use partition::{Acks, Partition, ProduceOutcome, ReplicaState};

@@ -21,7 +21,7 @@ use rill_records::{BatchInfo, ControlKind, ControlMarker, MAX_DECOMPRESSED_BATCH
 
 use crate::cleaning::Cleaning;
 use crate::command;
-use crate::index::{IndexPoint, SparseIndex};
+use crate::index::{IndexPoint, SparseIndex, UNKNOWN_RECORD_TIME};
 use crate::producers::{MarkerRefusal, ProducerStates};
 use crate::transactions::Transactions;
 
@@ -79,16 +79,18 @@ pub struct PartitionStateMachine {
 impl PartitionStateMachine {
     /// Remembers what the batches of an append entry starting at offset `base` tell about
     /// producers and transactions: idempotent batches, transactional batches (opening a
-    /// transaction here) and control markers (deciding one).
-    fn record_batches(&self, log_id: &LogId, base: u64, append_ms: i64, body: &Bytes) {
+    /// transaction here) and control markers (deciding one). Returns the largest record
+    /// timestamp of the entry ([`UNKNOWN_RECORD_TIME`] if a batch could not be read).
+    fn record_batches(&self, log_id: &LogId, base: u64, append_ms: i64, body: &Bytes) -> i64 {
         let batches = match command::decode_append(body.clone()) {
             Ok(b) => b,
             Err(e) => {
                 // The leader validated the entry; every replica sees the same bytes and skips alike.
                 tracing::error!(index = log_id.index, error = %e, "undecodable partition entry");
-                return;
+                return UNKNOWN_RECORD_TIME;
             }
         };
+        let mut record_time = i64::MIN;
         let mut producers = self.shared.producers.lock().unwrap_or_else(|p| p.into_inner());
         let mut txns = self.shared.transactions.lock().unwrap_or_else(|p| p.into_inner());
         let mut offset = base;
@@ -97,9 +99,10 @@ impl PartitionStateMachine {
                 Ok(b) => b,
                 Err(e) => {
                     tracing::error!(index = log_id.index, error = %e, "undecodable batch in a partition entry");
-                    return;
+                    return UNKNOWN_RECORD_TIME;
                 }
             };
+            record_time = record_time.max(b.max_timestamp);
             // A batch occupies its span of offsets and sequence numbers whatever compaction
             // removed from it, so a replica applying a compacted entry remembers what the
             // leader remembered from the original.
@@ -170,6 +173,7 @@ impl PartitionStateMachine {
             }
             offset += span;
         }
+        record_time
     }
 
     /// Publishes the last stable offset for the high watermark `hw`.
@@ -191,8 +195,8 @@ impl GroupStateMachine for PartitionStateMachine {
         let mut answer = base;
         if let Some(t) = command::append_time(&payload.body) {
             let bytes = payload.body.len() as u64;
-            self.shared.index.lock().unwrap_or_else(|p| p.into_inner()).observe(t, base, end, bytes);
-            self.record_batches(log_id, base, t, &payload.body);
+            let record_time = self.record_batches(log_id, base, t, &payload.body);
+            self.shared.index.lock().unwrap_or_else(|p| p.into_inner()).observe(t, base, end, bytes, record_time);
         } else if let Some(older_than) = command::expire_producers(&payload.body) {
             let mut producers = self.shared.producers.lock().unwrap_or_else(|p| p.into_inner());
             let txns = self.shared.transactions.lock().unwrap_or_else(|p| p.into_inner());
@@ -233,6 +237,7 @@ impl GroupStateMachine for PartitionStateMachine {
                 index_max_time: ix.max_time,
                 producers: Vec::new(),
                 index_bytes: ix.points.iter().map(|p| p.bytes).collect(),
+                index_record_times: ix.points.iter().map(|p| p.record_time).collect(),
                 appended_bytes: ix.appended,
                 index_end: ix.end,
                 log_start_offset: ix.log_start,
@@ -276,13 +281,22 @@ impl GroupStateMachine for PartitionStateMachine {
                 s.index_bytes.len()
             ));
         }
+        // Nor, before record timestamps were kept, `index_record_times`: those units are unknown.
+        if !(s.index_record_times.is_empty() || s.index_record_times.len() == n) {
+            return Err(format!(
+                "partition snapshot has {n} index times and {} record times",
+                s.index_record_times.len()
+            ));
+        }
         let bytes = s.index_bytes.iter().copied().chain(std::iter::repeat(0));
+        let record_times = s.index_record_times.iter().copied().chain(std::iter::repeat(UNKNOWN_RECORD_TIME));
         let points: Vec<IndexPoint> = s
             .index_offsets
             .iter()
             .zip(&s.index_times)
             .zip(bytes)
-            .map(|((&offset, &time), bytes)| IndexPoint { offset, time, bytes })
+            .zip(record_times)
+            .map(|(((&offset, &time), bytes), record_time)| IndexPoint { offset, time, bytes, record_time })
             .collect();
         if points.windows(2).any(|w| w[1].offset < w[0].offset || w[1].time < w[0].time || w[1].bytes < w[0].bytes) {
             return Err("partition snapshot index is not sorted".into());
@@ -320,8 +334,8 @@ mod tests {
     fn snapshot_round_trips_the_index_and_producers() {
         let shared = SharedState::new();
         let mut sm = shared.state_machine();
-        shared.index.lock().unwrap().observe(7_000, 3, 5, 100);
-        shared.index.lock().unwrap().observe(9_000, 5, 8, 100);
+        shared.index.lock().unwrap().observe(7_000, 3, 5, 100, 6_000);
+        shared.index.lock().unwrap().observe(9_000, 5, 8, 100, 9_500);
         shared.index.lock().unwrap().trim(4);
         shared.producers.lock().unwrap().apply_batch(5, 1, 0, 2, 3, 7_000);
         let snap = sm.snapshot().unwrap();
@@ -351,7 +365,11 @@ mod tests {
         assert_eq!(ix.scan_start(1_500), 0);
         let unsorted = pb::PartitionSnapshot { index_offsets: vec![10, 0], ..old.clone() };
         assert!(shared.state_machine().restore(&unsorted.encode_to_vec()).is_err());
-        let short = pb::PartitionSnapshot { index_bytes: vec![1], ..old };
+        let short = pb::PartitionSnapshot { index_bytes: vec![1], ..old.clone() };
+        assert!(shared.state_machine().restore(&short.encode_to_vec()).is_err());
+        // Without record times, every unit is one a search by record timestamp must read.
+        assert_eq!(ix.units_with_record_time(i64::MIN + 1), vec![(0, 10), (10, 10)]);
+        let short = pb::PartitionSnapshot { index_record_times: vec![1], ..old };
         assert!(shared.state_machine().restore(&short.encode_to_vec()).is_err());
     }
 

@@ -14,7 +14,7 @@ use tonic::{Request, Response, Status};
 use crate::api::request_status;
 use crate::api::rules::{context, rpc};
 use crate::errors::{self, Refusal};
-use crate::service::records::{self as svc, OffsetSpec};
+use crate::service::records::{self as svc, ListedOffset, OffsetSpec};
 use crate::service::{Answer, Service};
 
 /// The `Records` service.
@@ -114,14 +114,15 @@ fn fetched(partition: u32, answer: Answer<FetchOutcome>, isolation: Isolation) -
     }
 }
 
-fn listed(partition: u32, answer: Answer<u64>) -> ListOffsetsPartitionResult {
+fn listed(partition: u32, answer: Answer<ListedOffset>) -> ListOffsetsPartitionResult {
     match answer {
-        Ok(offset) => ListOffsetsPartitionResult {
+        Ok(listed) => ListOffsetsPartitionResult {
             partition,
             error_code: ErrorCode::None as i32,
             error_message: String::new(),
-            offset: offset as i64,
+            offset: listed.offset.map_or(-1, |o| o as i64),
             leader: None,
+            timestamp_ms: listed.timestamp_ms.unwrap_or(-1),
         },
         Err(e) => ListOffsetsPartitionResult {
             partition,
@@ -129,6 +130,7 @@ fn listed(partition: u32, answer: Answer<u64>) -> ListOffsetsPartitionResult {
             error_message: e.message,
             offset: -1,
             leader: e.leader,
+            timestamp_ms: -1,
         },
     }
 }
@@ -245,6 +247,8 @@ impl Records for RecordsApi {
             Ok(pb::OffsetSpec::Earliest) => OffsetSpec::Earliest,
             Ok(pb::OffsetSpec::Latest) => OffsetSpec::Latest,
             Ok(pb::OffsetSpec::Timestamp) => OffsetSpec::Timestamp(req.timestamp_ms),
+            Ok(pb::OffsetSpec::RecordTimestamp) => OffsetSpec::RecordTimestamp(req.timestamp_ms),
+            Ok(pb::OffsetSpec::MaxTimestamp) => OffsetSpec::MaxTimestamp,
             Err(_) => return Err(errors::invalid_request_status(format!("unknown offset spec {}", req.spec))),
         };
         let isolation = isolation(req.isolation_level)?;

@@ -24,8 +24,8 @@ use rill_proto::common::ErrorCode;
 use super::cluster::topic_name;
 use super::errors;
 use super::wire::{non_negative, offset, partition_index};
-use crate::errors::{invalid_acks, kafka_code, Refusal};
-use crate::service::records::{self as svc, OffsetSpec};
+use crate::errors::{invalid_acks, kafka_code};
+use crate::service::records::{self as svc, ListedOffset, OffsetSpec};
 use crate::service::topics as svc_topics;
 use crate::service::{Answer, Answers, RequestContext, RequestError, Service};
 
@@ -38,6 +38,10 @@ const INVALID_FETCH_SESSION_EPOCH: i16 = 71;
 const EARLIEST_TIMESTAMP: i64 = -2;
 /// `ListOffsets`' timestamp for the end of what the isolation level may read.
 const LATEST_TIMESTAMP: i64 = -1;
+/// `ListOffsets`' timestamp for the record with the largest timestamp (v7, KIP-734).
+const MAX_TIMESTAMP: i64 = -3;
+/// `ListOffsets`' timestamp for the log start on local storage (v8, KIP-405).
+const EARLIEST_LOCAL_TIMESTAMP: i64 = -4;
 /// Where `baseOffset` sits in a record batch.
 const BASE_OFFSET_AT: usize = 0;
 /// Where `partitionLeaderEpoch` sits in a record batch (after `baseOffset` and `batchLength`).
@@ -245,10 +249,9 @@ pub fn record_set(batches: &[StoredBatch]) -> Bytes {
     out.freeze()
 }
 
-/// `ListOffsets`, versions 1 to 6: the log start (-2) or the end a reader at the request's
-/// isolation level may reach (-1). A search by timestamp is refused (`INVALID_REQUEST`) until
-/// it searches the records' own timestamps as Kafka does (docs/kafka.md); -3 (the largest
-/// timestamp) needs version 7, which is not advertised.
+/// `ListOffsets`, versions 1 to 8: the log start (-2, and -4), the end a reader at the
+/// request's isolation level may reach (-1), the record with the largest timestamp (-3), or the
+/// first record whose own timestamp is at or after the one given (see [`spec`]).
 pub async fn list_offsets(service: &Service, ctx: &RequestContext, request: ListOffsetsRequest) -> ListOffsetsResponse {
     let Some(isolation) = isolation(request.isolation_level) else {
         let code = kafka_code(ErrorCode::InvalidRequest);
@@ -265,42 +268,19 @@ pub async fn list_offsets(service: &Service, ctx: &RequestContext, request: List
     let indexes: Vec<Vec<i32>> =
         request.topics.iter().map(|t| t.partitions.iter().map(|p| p.partition_index).collect()).collect();
     let names: Vec<String> = request.topics.iter().map(|t| t.name.0.to_string()).collect();
-    // A timestamp search is answered here; the others go to the service.
-    let mut searches = Vec::new();
     let topics = request
         .topics
         .into_iter()
-        .enumerate()
-        .map(|(ti, t)| svc::ListOffsetsTopic {
+        .map(|t| svc::ListOffsetsTopic {
             topic: t.name.0.to_string(),
             partitions: t
                 .partitions
                 .into_iter()
-                .enumerate()
-                .map(|(pi, p)| {
-                    let spec = match p.timestamp {
-                        EARLIEST_TIMESTAMP => OffsetSpec::Earliest,
-                        LATEST_TIMESTAMP => OffsetSpec::Latest,
-                        other => {
-                            searches.push((ti, pi, other));
-                            OffsetSpec::Latest
-                        }
-                    };
-                    (partition_index(p.partition_index), spec)
-                })
+                .map(|p| (partition_index(p.partition_index), spec(p.timestamp)))
                 .collect(),
         })
         .collect();
-    let mut answers = service.list_offsets(ctx, isolation, topics).await;
-    if let Ok(answers) = &mut answers {
-        for (ti, pi, timestamp) in searches {
-            let refusal = Refusal::new(
-                ErrorCode::InvalidRequest,
-                format!("ListOffsets by timestamp ({timestamp}) is not served yet over the Kafka protocol"),
-            );
-            answers[ti].partitions[pi].1 = Err(refusal);
-        }
-    }
+    let answers = service.list_offsets(ctx, isolation, topics).await;
     let topics = per_partition(answers, names, &indexes)
         .into_iter()
         .map(|(name, partitions)| {
@@ -320,14 +300,27 @@ fn listed_error(index: i32, code: i16) -> ListOffsetsPartitionResponse {
         .with_leader_epoch(-1)
 }
 
-/// One partition's listed offset. The leader epoch is -1 (unknown), which tells a client to
-/// skip its truncation check for this offset.
-fn listed(index: i32, answer: Answer<u64>) -> ListOffsetsPartitionResponse {
+/// What `ListOffsets`' timestamp asks for: -2 the log start, -1 the end the isolation level
+/// reads to, -3 the record with the largest timestamp (v7), -4 the local log start (v8: every
+/// record is local, so the log start), anything else the first record at or after that time.
+fn spec(timestamp: i64) -> OffsetSpec {
+    match timestamp {
+        EARLIEST_TIMESTAMP | EARLIEST_LOCAL_TIMESTAMP => OffsetSpec::Earliest,
+        LATEST_TIMESTAMP => OffsetSpec::Latest,
+        MAX_TIMESTAMP => OffsetSpec::MaxTimestamp,
+        time => OffsetSpec::RecordTimestamp(time),
+    }
+}
+
+/// One partition's listed offset: a search that found nothing answers offset and timestamp
+/// -1, as Kafka does. The leader epoch is -1 (unknown), which tells a client to skip its
+/// truncation check for this offset.
+fn listed(index: i32, answer: Answer<ListedOffset>) -> ListOffsetsPartitionResponse {
     match answer {
         Ok(found) => ListOffsetsPartitionResponse::default()
             .with_partition_index(index)
-            .with_timestamp(-1)
-            .with_offset(offset(found))
+            .with_timestamp(found.timestamp_ms.unwrap_or(-1))
+            .with_offset(found.offset.map_or(-1, offset))
             .with_leader_epoch(-1),
         Err(refusal) => listed_error(index, errors::code(&refusal)),
     }

@@ -1346,6 +1346,36 @@ async fn records_groups_and_offsets_are_deleted_at_every_version() {
     assert_eq!(gone.error_code, 69, "GROUP_ID_NOT_FOUND: {gone:?}");
 }
 
+/// Starts a transaction of transactional id `id` (a new producer) on partition 0 of `topic`:
+/// its producer id and epoch.
+async fn begin_transaction(stream: &mut TcpStream, id: &str, topic: &str) -> (ProducerId, i16) {
+    let find = FindCoordinatorRequest::default().with_key_type(1).with_key(StrBytes::from_string(id.to_string()));
+    assert_eq!(must_reach_answer(stream, 3, find).await.error_code, 0);
+    let init: InitProducerIdResponse = call_until(
+        stream,
+        ApiKey::InitProducerId,
+        4,
+        &InitProducerIdRequest::default()
+            .with_transactional_id(Some(txn_id(id)))
+            .with_transaction_timeout_ms(60_000)
+            .with_producer_id(ProducerId(-1))
+            .with_producer_epoch(-1),
+        |a: &InitProducerIdResponse| a.error_code == 0,
+    )
+    .await;
+    let (pid, epoch) = (init.producer_id, init.producer_epoch);
+    let add = AddPartitionsToTxnRequest::default()
+        .with_v3_and_below_transactional_id(txn_id(id))
+        .with_v3_and_below_producer_id(pid)
+        .with_v3_and_below_producer_epoch(epoch)
+        .with_v3_and_below_topics(vec![AddPartitionsToTxnTopic::default()
+            .with_name(name(topic))
+            .with_partitions(vec![0])]);
+    let added: AddPartitionsToTxnResponse = call(stream, ApiKey::AddPartitionsToTxn, 3, &add).await;
+    assert_eq!(added.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code, 0);
+    (pid, epoch)
+}
+
 /// A deletion reaching into an open transaction deletes nothing until the transaction is
 /// decided (the log start never passes the last stable offset): refused when its time runs out,
 /// done in full once the commit's markers are written — never answered with less deleted.
@@ -1357,35 +1387,7 @@ async fn a_deletion_into_an_open_transaction_waits_for_its_decision() {
     let (node, service, addr) = node_with_kafka().await;
     must_create(&node, &service, "ledger", 1).await;
     let mut stream = TcpStream::connect(addr).await.unwrap();
-    let found = must_reach_answer(
-        &mut stream,
-        3,
-        FindCoordinatorRequest::default().with_key_type(1).with_key(StrBytes::from_static_str("tx-del")),
-    )
-    .await;
-    assert_eq!(found.error_code, 0);
-    let init: InitProducerIdResponse = call_until(
-        &mut stream,
-        ApiKey::InitProducerId,
-        4,
-        &InitProducerIdRequest::default()
-            .with_transactional_id(Some(txn_id("tx-del")))
-            .with_transaction_timeout_ms(60_000)
-            .with_producer_id(ProducerId(-1))
-            .with_producer_epoch(-1),
-        |a: &InitProducerIdResponse| a.error_code == 0,
-    )
-    .await;
-    let (pid, epoch) = (init.producer_id, init.producer_epoch);
-    let add = AddPartitionsToTxnRequest::default()
-        .with_v3_and_below_transactional_id(txn_id("tx-del"))
-        .with_v3_and_below_producer_id(pid)
-        .with_v3_and_below_producer_epoch(epoch)
-        .with_v3_and_below_topics(vec![AddPartitionsToTxnTopic::default()
-            .with_name(name("ledger"))
-            .with_partitions(vec![0])]);
-    let added: AddPartitionsToTxnResponse = call(&mut stream, ApiKey::AddPartitionsToTxn, 3, &add).await;
-    assert_eq!(added.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code, 0);
+    let (pid, epoch) = begin_transaction(&mut stream, "tx-del", "ledger").await;
     let mut produce = produce_request("ledger", -1, transactional_batch(pid.0, epoch, 0, &["a", "b", "c"]));
     produce.transactional_id = Some(txn_id("tx-del"));
     let produced: ProduceResponse = call(&mut stream, ApiKey::Produce, 9, &produce).await;
@@ -1431,6 +1433,89 @@ async fn a_deletion_into_an_open_transaction_waits_for_its_decision() {
     let deleted = waiting.await.unwrap();
     let p = &deleted.topics[0].partitions[0];
     assert_eq!((p.error_code, p.low_watermark), (0, 2), "deleted below 2 once the transaction was decided");
+}
+
+/// `ListOffsets` by the records' own timestamps, which producers set in any order: the first
+/// record at or after a time, the first with the largest timestamp (-3), the log start (-2, -4);
+/// inside compressed batches, above the log start, and within what the isolation level reads.
+#[tokio::test]
+async fn offsets_are_found_by_record_timestamp_at_every_version() {
+    use kafka_protocol::messages::delete_records_request::{DeleteRecordsPartition, DeleteRecordsTopic};
+    use kafka_protocol::messages::{DeleteRecordsRequest, DeleteRecordsResponse};
+
+    let (node, service, addr) = node_with_kafka().await;
+    must_create(&node, &service, "clock", 1).await;
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    let timed = |compression, stamps: &[i64]| {
+        let mut builder = rill_records::BatchBuilder::new(compression);
+        for &timestamp_ms in stamps {
+            let record =
+                rill_records::Record { timestamp_ms, value: Some(Bytes::from_static(b"v")), ..Default::default() };
+            builder.push(record).unwrap();
+        }
+        builder.build().unwrap()
+    };
+    // Offsets 0-2, 3-4, 5-6 (gzip).
+    for batch in [
+        timed(rill_records::Compression::None, &[1_000, 5_000, 2_000]),
+        timed(rill_records::Compression::None, &[3_000, 5_000]),
+        timed(rill_records::Compression::Gzip, &[4_000, 4_500]),
+    ] {
+        let produced: ProduceResponse =
+            call(&mut stream, ApiKey::Produce, 9, &produce_request("clock", -1, batch)).await;
+        assert_eq!(produced.responses[0].partition_responses[0].error_code, 0);
+    }
+    // (offset, timestamp) answered for `timestamp` at `version` and `isolation_level`.
+    async fn ask(stream: &mut TcpStream, version: i16, timestamp: i64, isolation_level: i8) -> (i64, i64) {
+        let request = ListOffsetsRequest::default().with_isolation_level(isolation_level).with_topics(vec![
+            ListOffsetsTopic::default().with_name(name("clock")).with_partitions(vec![ListOffsetsPartition::default()
+                .with_partition_index(0)
+                .with_timestamp(timestamp)]),
+        ]);
+        let answer: ListOffsetsResponse = call(stream, ApiKey::ListOffsets, version, &request).await;
+        let p = &answer.topics[0].partitions[0];
+        assert_eq!(p.error_code, 0, "v{version} at {timestamp}");
+        (p.offset, p.timestamp)
+    }
+    let range = versions::supported(ApiKey::ListOffsets).unwrap();
+    assert_eq!(range.max, 8);
+    for version in range.min..=range.max {
+        let mut found = Vec::new();
+        for timestamp in [0, 1_500, 4_501, 5_001, -3, -2, -4, -1] {
+            found.push(ask(&mut stream, version, timestamp, 0).await);
+        }
+        assert_eq!(
+            found,
+            vec![(0, 1_000), (1, 5_000), (1, 5_000), (-1, -1), (1, 5_000), (0, -1), (0, -1), (7, -1)],
+            "v{version}: the first record at or after each time (none after 5000); the largest; start; end"
+        );
+    }
+    assert_eq!(ask(&mut stream, 8, 4_200, 0).await, (1, 5_000));
+
+    // Records below the log start are never answered, in the batch it falls in or elsewhere.
+    let delete =
+        DeleteRecordsRequest::default().with_timeout_ms(10_000).with_topics(vec![DeleteRecordsTopic::default()
+            .with_name(name("clock"))
+            .with_partitions(vec![DeleteRecordsPartition::default().with_partition_index(0).with_offset(2)])]);
+    let deleted: DeleteRecordsResponse = call(&mut stream, ApiKey::DeleteRecords, 2, &delete).await;
+    assert_eq!(deleted.topics[0].partitions[0].low_watermark, 2);
+    assert_eq!(ask(&mut stream, 8, 0, 0).await, (2, 2_000));
+    assert_eq!(ask(&mut stream, 8, 4_200, 0).await, (4, 5_000));
+    assert_eq!(ask(&mut stream, 8, -3, 0).await, (4, 5_000), "the largest timestamp above the log start");
+
+    // An open transaction's record is found only by read_uncommitted.
+    let (pid, epoch) = begin_transaction(&mut stream, "tx-clock", "clock").await;
+    let mut batch =
+        rill_records::BatchBuilder::new(rill_records::Compression::None).producer(pid.0, epoch, 0).transactional(true);
+    batch.push(rill_records::Record { timestamp_ms: 9_000, ..Default::default() }).unwrap();
+    let mut produce = produce_request("clock", -1, batch.build().unwrap());
+    produce.transactional_id = Some(txn_id("tx-clock"));
+    let produced: ProduceResponse = call(&mut stream, ApiKey::Produce, 9, &produce).await;
+    assert_eq!(produced.responses[0].partition_responses[0].error_code, 0);
+    assert_eq!(ask(&mut stream, 8, 8_000, 0).await, (7, 9_000), "read_uncommitted");
+    assert_eq!(ask(&mut stream, 8, 8_000, 1).await, (-1, -1), "read_committed: beyond the last stable offset");
+    assert_eq!(ask(&mut stream, 8, -3, 1).await, (-1, -1), "read_committed: the largest is not yet readable");
+    assert_eq!(ask(&mut stream, 8, -3, 0).await, (7, 9_000));
 }
 
 #[tokio::test]

@@ -125,6 +125,30 @@ pub enum OffsetSpec {
     Latest,
     /// The first offset appended at or after this time (milliseconds since the epoch).
     Timestamp(i64),
+    /// The first record whose own timestamp is at or after this time (Kafka's search by
+    /// timestamp).
+    RecordTimestamp(i64),
+    /// The first record with the largest timestamp (Kafka's `MAX_TIMESTAMP`).
+    MaxTimestamp,
+}
+
+/// A partition's listed offset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ListedOffset {
+    /// The offset; `None` when a search by record timestamp found no record.
+    pub offset: Option<u64>,
+    /// A search by record timestamp: the found record's timestamp.
+    pub timestamp_ms: Option<i64>,
+}
+
+impl ListedOffset {
+    fn at(offset: u64) -> Self {
+        Self { offset: Some(offset), timestamp_ms: None }
+    }
+
+    fn found(record: Option<rill_broker::TimestampedOffset>) -> Self {
+        Self { offset: record.map(|r| r.offset), timestamp_ms: record.map(|r| r.timestamp_ms) }
+    }
 }
 
 /// One topic's partitions whose offsets to list.
@@ -353,7 +377,7 @@ impl Service {
         ctx: &RequestContext,
         isolation: Isolation,
         topics: Vec<ListOffsetsTopic>,
-    ) -> Result<Answers<u64>, RequestError> {
+    ) -> Result<Answers<ListedOffset>, RequestError> {
         limits::check_counts("ListOffsets", topics.len(), topics.iter().map(|t| t.partitions.len()).sum())?;
         let mut seen = SeenPartitions::default();
         let answers = topics
@@ -369,9 +393,15 @@ impl Service {
                             None if !seen.first(&t.topic, p) => Err(errors::duplicate_partition(&t.topic, p)),
                             None => local_replica(&self.node, &t.topic, &[], p).and_then(|r| {
                                 let offset = match spec {
-                                    OffsetSpec::Earliest => r.earliest_offset(),
-                                    OffsetSpec::Latest => r.latest_offset(isolation),
-                                    OffsetSpec::Timestamp(ms) => r.offset_for_time(ms, isolation),
+                                    OffsetSpec::Earliest => r.earliest_offset().map(ListedOffset::at),
+                                    OffsetSpec::Latest => r.latest_offset(isolation).map(ListedOffset::at),
+                                    OffsetSpec::Timestamp(ms) => r.offset_for_time(ms, isolation).map(ListedOffset::at),
+                                    OffsetSpec::RecordTimestamp(ms) => {
+                                        r.offset_for_record_time(ms, isolation).map(ListedOffset::found)
+                                    }
+                                    OffsetSpec::MaxTimestamp => {
+                                        r.offset_of_max_record_time(isolation).map(ListedOffset::found)
+                                    }
                                 };
                                 offset.map_err(|e| errors::partition(&e, |id| self.node.client_addr(id)))
                             }),
