@@ -1,6 +1,6 @@
 //! The read path of a [`Partition`]: fetch, the long poll, and the offsets `ListOffsets` asks
 //! for (by append time, by record timestamp, the largest timestamp, earliest, latest), at either
-//! isolation level.
+//! isolation level, and where a leader epoch ended (`OffsetForLeaderEpoch`).
 //!
 //! `read_uncommitted` reads up to the high watermark. `read_committed` reads up to the last
 //! stable offset (see [`crate::transactions`]) and its answer carries the aborted transactions
@@ -381,6 +381,16 @@ impl Partition {
                 }
             }
         }
+    }
+
+    /// `OffsetForLeaderEpoch`: the largest epoch at or below `epoch` that holds records, and
+    /// the offset where it ended (the high watermark for the leader's own epoch or the last one
+    /// holding records); `None` for an epoch newer than the leader's (see
+    /// [`crate::epochs::LeaderEpochs::end_of`]). Leader only.
+    pub fn end_of_epoch(&self, epoch: u64) -> Result<Option<(u64, u64)>> {
+        let Some(current) = self.leader_term() else { return Err(self.not_leader()) };
+        let end = self.high_watermark();
+        Ok(self.epochs.lock().unwrap_or_else(|p| p.into_inner()).end_of(epoch, current, end))
     }
 
     /// The first offset not deleted (by retention or `DeleteRecords`).

@@ -10,6 +10,8 @@
 //!
 //! * [`command`]: the partition's Raft entry body (record batches, stored as produced).
 //! * [`machine`]: [`PartitionStateMachine`] — offsets and the high watermark.
+//! * [`epochs`]: [`epochs::LeaderEpochs`] — where each leader epoch's records begin
+//!   (`OffsetForLeaderEpoch`).
 //! * [`index`]: [`index::SparseIndex`] — the log start offset, and the sparse map of the log by
 //!   append time and size.
 //! * [`handover`]: moving leadership to another replica (preferred-leader balancing).
@@ -45,6 +47,7 @@
 pub mod cleaning;
 pub mod command;
 pub mod compaction;
+pub mod epochs;
 pub mod error;
 pub mod fetch;
 pub mod handover;

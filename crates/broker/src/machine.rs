@@ -21,6 +21,7 @@ use rill_records::{BatchInfo, ControlKind, ControlMarker, MAX_DECOMPRESSED_BATCH
 
 use crate::cleaning::Cleaning;
 use crate::command;
+use crate::epochs::LeaderEpochs;
 use crate::index::{IndexPoint, SparseIndex, UNKNOWN_RECORD_TIME};
 use crate::producers::{MarkerRefusal, ProducerStates};
 use crate::transactions::Transactions;
@@ -32,6 +33,8 @@ pub struct SharedState {
     pub hw: Arc<watch::Sender<u64>>,
     /// The log start offset and the sparse index by time and size.
     pub index: Arc<Mutex<SparseIndex>>,
+    /// Where each leader epoch's records begin (see [`crate::epochs`]).
+    pub epochs: Arc<Mutex<LeaderEpochs>>,
     /// Idempotent producers' last batches.
     pub producers: Arc<Mutex<ProducerStates>>,
     /// The cleaning point of a compacted topic (see [`crate::cleaning`]).
@@ -51,6 +54,7 @@ impl SharedState {
         Self {
             hw: Arc::new(watch::channel(0).0),
             index: Arc::default(),
+            epochs: Arc::default(),
             producers: Arc::default(),
             cleaning: Arc::default(),
             transactions: Arc::default(),
@@ -197,6 +201,7 @@ impl GroupStateMachine for PartitionStateMachine {
             let bytes = payload.body.len() as u64;
             let record_time = self.record_batches(log_id, base, t, &payload.body);
             self.shared.index.lock().unwrap_or_else(|p| p.into_inner()).observe(t, base, end, bytes, record_time);
+            self.shared.epochs.lock().unwrap_or_else(|p| p.into_inner()).observe(log_id.leader_id.term, base);
         } else if let Some(older_than) = command::expire_producers(&payload.body) {
             let mut producers = self.shared.producers.lock().unwrap_or_else(|p| p.into_inner());
             let txns = self.shared.transactions.lock().unwrap_or_else(|p| p.into_inner());
@@ -209,6 +214,7 @@ impl GroupStateMachine for PartitionStateMachine {
             let bound = before.min(txns.last_stable_offset(base));
             answer = self.shared.index.lock().unwrap_or_else(|p| p.into_inner()).trim(bound);
             txns.trim(answer);
+            self.shared.epochs.lock().unwrap_or_else(|p| p.into_inner()).trim(answer);
             tracing::debug!(index = log_id.index, log_start = answer, "log start offset moved");
         } else if let Some(c) = command::compact(&payload.body) {
             // `base` is the high watermark here: nothing above it is compacted, nor anything of a
@@ -245,6 +251,8 @@ impl GroupStateMachine for PartitionStateMachine {
             }
         };
         snap.producers = self.shared.producers.lock().unwrap_or_else(|p| p.into_inner()).to_proto();
+        (snap.epochs, snap.epoch_starts) =
+            self.shared.epochs.lock().unwrap_or_else(|p| p.into_inner()).entries().iter().copied().unzip();
         (snap.open_transactions, snap.aborted_transactions) =
             self.shared.transactions.lock().unwrap_or_else(|p| p.into_inner()).to_proto();
         {
@@ -312,6 +320,17 @@ impl GroupStateMachine for PartitionStateMachine {
         let producers = ProducerStates::from_proto(s.producers)?;
         let cleaning = Cleaning::from_parts(s.clean_to, s.tombstones_before, &s.cleaning_offsets, &s.cleaning_times)?;
         let transactions = Transactions::from_proto(s.open_transactions, s.aborted_transactions)?;
+        // Older snapshots have no epochs: the history starts with the next epoch applied.
+        if s.epochs.len() != s.epoch_starts.len() {
+            return Err(format!(
+                "partition snapshot has {} epochs and {} starts",
+                s.epochs.len(),
+                s.epoch_starts.len()
+            ));
+        }
+        let epochs = LeaderEpochs::from_entries(s.epochs.into_iter().zip(s.epoch_starts).collect())
+            .ok_or("partition snapshot's leader epochs are not increasing")?;
+        *self.shared.epochs.lock().unwrap_or_else(|p| p.into_inner()) = epochs;
         *self.shared.cleaning.lock().unwrap_or_else(|p| p.into_inner()) = cleaning;
         self.shared.snapshotted_bytes.store(index.appended, Ordering::Relaxed);
         *self.shared.index.lock().unwrap_or_else(|p| p.into_inner()) = index;
@@ -338,12 +357,17 @@ mod tests {
         shared.index.lock().unwrap().observe(9_000, 5, 8, 100, 9_500);
         shared.index.lock().unwrap().trim(4);
         shared.producers.lock().unwrap().apply_batch(5, 1, 0, 2, 3, 7_000);
+        shared.epochs.lock().unwrap().observe(4, 3);
+        shared.epochs.lock().unwrap().observe(6, 5);
         let snap = sm.snapshot().unwrap();
         assert_eq!(shared.snapshotted_bytes.load(Ordering::Relaxed), 200, "the snapshot covers both entries");
         let before = shared.index.lock().unwrap().clone();
         *shared.index.lock().unwrap() = SparseIndex::default();
         *shared.producers.lock().unwrap() = ProducerStates::default();
+        let epochs = std::mem::take(&mut *shared.epochs.lock().unwrap());
         sm.restore(&snap).unwrap();
+        assert_eq!(*shared.epochs.lock().unwrap(), epochs);
+        assert_eq!(epochs.entries(), &[(4, 3), (6, 5)]);
         assert_eq!(*shared.index.lock().unwrap(), before);
         assert_eq!((before.log_start(), before.end(), before.len()), (4, 8, 2));
         assert_eq!(shared.producers.lock().unwrap().get(5).map(|e| e.epoch), Some(1));

@@ -13,6 +13,7 @@ use rill_rt::sync::watch;
 
 use crate::cleaning::Cleaning;
 use crate::compaction::{CompactionBudget, Progress};
+use crate::epochs::LeaderEpochs;
 use crate::error::{PartitionError, Result};
 use crate::idempotence::Gate;
 use crate::index::SparseIndex;
@@ -72,6 +73,8 @@ pub struct Partition {
     pub(crate) replica: Replica,
     pub(crate) sm: SmStore<PartitionStateMachine>,
     pub(crate) index: Arc<Mutex<SparseIndex>>,
+    /// Where each leader epoch's records begin.
+    pub(crate) epochs: Arc<Mutex<LeaderEpochs>>,
     /// Bytes of entries the newest snapshot covers.
     pub(crate) snapshotted_bytes: Arc<std::sync::atomic::AtomicU64>,
     pub(crate) producers: Arc<Mutex<ProducerStates>>,
@@ -132,6 +135,7 @@ impl Partition {
             replica,
             sm,
             index: shared.index,
+            epochs: shared.epochs,
             snapshotted_bytes: shared.snapshotted_bytes,
             producers: shared.producers,
             cleaning: shared.cleaning,

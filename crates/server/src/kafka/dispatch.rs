@@ -9,7 +9,8 @@ use kafka_protocol::messages::{
     DescribeTransactionsRequest, EndTxnRequest, FetchRequest, FindCoordinatorRequest, HeartbeatRequest,
     IncrementalAlterConfigsRequest, InitProducerIdRequest, JoinGroupRequest, LeaveGroupRequest, ListGroupsRequest,
     ListOffsetsRequest, ListTransactionsRequest, MetadataRequest, OffsetCommitRequest, OffsetDeleteRequest,
-    OffsetFetchRequest, ProduceRequest, RequestHeader, ResponseHeader, SyncGroupRequest, TxnOffsetCommitRequest,
+    OffsetFetchRequest, OffsetForLeaderEpochRequest, ProduceRequest, RequestHeader, ResponseHeader, SyncGroupRequest,
+    TxnOffsetCommitRequest,
 };
 use kafka_protocol::protocol::{Decodable, Encodable};
 
@@ -73,6 +74,7 @@ apis! {
     Produce(ProduceRequest) => |req| records::produce(service, ctx, req, version).await;
     Fetch(FetchRequest) => |req| Some(records::fetch(service, ctx, req, version).await);
     ListOffsets(ListOffsetsRequest) => |req| Some(records::list_offsets(service, ctx, req).await);
+    OffsetForLeaderEpoch(OffsetForLeaderEpochRequest) => |req| Some(records::offset_for_leader_epoch(service, ctx, req));
     InitProducerId(InitProducerIdRequest) => |req| Some(records::init_producer_id(service, ctx, req).await);
     FindCoordinator(FindCoordinatorRequest) => |req| Some(groups::find_coordinator(service, ctx, req, version));
     JoinGroup(JoinGroupRequest) => |req| Some(groups::join_group(service, ctx, req, version).await);

@@ -12,10 +12,12 @@ use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::delete_records_response::{DeleteRecordsPartitionResult, DeleteRecordsTopicResult};
 use kafka_protocol::messages::fetch_response::{AbortedTransaction, FetchableTopicResponse, PartitionData};
 use kafka_protocol::messages::list_offsets_response::{ListOffsetsPartitionResponse, ListOffsetsTopicResponse};
+use kafka_protocol::messages::offset_for_leader_epoch_response::{EpochEndOffset, OffsetForLeaderTopicResult};
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use kafka_protocol::messages::{
     BrokerId, DeleteRecordsRequest, DeleteRecordsResponse, FetchRequest, FetchResponse, InitProducerIdRequest,
-    InitProducerIdResponse, ListOffsetsRequest, ListOffsetsResponse, ProduceRequest, ProduceResponse, ProducerId,
+    InitProducerIdResponse, ListOffsetsRequest, ListOffsetsResponse, OffsetForLeaderEpochRequest,
+    OffsetForLeaderEpochResponse, ProduceRequest, ProduceResponse, ProducerId,
 };
 use kafka_protocol::protocol::StrBytes;
 use rill_broker::{Acks, FetchOutcome, Isolation, ProduceOutcome, StoredBatch};
@@ -359,6 +361,60 @@ type PartitionAnswers<T> = Vec<(i32, Answer<T>)>;
 /// The service's answers regrouped under the request's topic names and partition indexes (a
 /// negative index was looked up as [`partition_index`] makes it, and is echoed as sent). A
 /// request refused as a whole answers each partition with its code.
+/// `OffsetForLeaderEpoch`, versions 2 to 4 (KIP-320): where each asked leader epoch ended, so
+/// a consumer can check that the log it read was not truncated. Read on each partition's
+/// leader; an epoch newer than the leader's, or none, answers epoch and offset -1 (Kafka's
+/// undefined ones). Brokers' own requests (`replica_id` ≥ 0) are served alike: Rill's replicas
+/// never send them.
+pub fn offset_for_leader_epoch(
+    service: &Service,
+    ctx: &RequestContext,
+    request: OffsetForLeaderEpochRequest,
+) -> OffsetForLeaderEpochResponse {
+    let indexes: Vec<Vec<i32>> =
+        request.topics.iter().map(|t| t.partitions.iter().map(|p| p.partition).collect()).collect();
+    let names: Vec<String> = request.topics.iter().map(|t| t.topic.0.to_string()).collect();
+    let topics = request
+        .topics
+        .into_iter()
+        .map(|t| svc::EpochQueryTopic {
+            topic: t.topic.0.to_string(),
+            partitions: t
+                .partitions
+                .iter()
+                .map(|p| svc::EpochQuery {
+                    partition: partition_index(p.partition),
+                    current_leader_epoch: (p.current_leader_epoch >= 0).then_some(p.current_leader_epoch),
+                    leader_epoch: p.leader_epoch,
+                })
+                .collect(),
+        })
+        .collect();
+    let answers = service.offsets_for_leader_epochs(ctx, topics);
+    let topics = per_partition(answers, names, &indexes)
+        .into_iter()
+        .map(|(name, partitions)| {
+            let partitions = partitions
+                .into_iter()
+                .map(|(index, answer)| {
+                    let (code, (epoch, end)) = match answer {
+                        Ok(Some((epoch, end))) => (0, (i32::try_from(epoch).unwrap_or(i32::MAX), offset(end))),
+                        Ok(None) => (0, (-1, -1)),
+                        Err(refusal) => (errors::code(&refusal), (-1, -1)),
+                    };
+                    EpochEndOffset::default()
+                        .with_partition(index)
+                        .with_error_code(code)
+                        .with_leader_epoch(epoch)
+                        .with_end_offset(end)
+                })
+                .collect();
+            OffsetForLeaderTopicResult::default().with_topic(topic_name(name)).with_partitions(partitions)
+        })
+        .collect();
+    OffsetForLeaderEpochResponse::default().with_topics(topics)
+}
+
 fn per_partition<T>(
     answers: Result<Answers<T>, RequestError>,
     names: Vec<String>,

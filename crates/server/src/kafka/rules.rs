@@ -20,6 +20,7 @@ pub fn needs(api: ApiKey) -> Option<&'static [Need]> {
         ApiKey::Produce => needs::PRODUCE,
         ApiKey::Fetch => needs::FETCH,
         ApiKey::ListOffsets => needs::LIST_OFFSETS,
+        ApiKey::OffsetForLeaderEpoch => needs::OFFSET_FOR_LEADER_EPOCH,
         ApiKey::InitProducerId => needs::INIT_PRODUCER_ID,
         ApiKey::FindCoordinator => needs::FIND_COORDINATOR,
         ApiKey::JoinGroup | ApiKey::SyncGroup | ApiKey::Heartbeat | ApiKey::LeaveGroup => needs::CLASSIC_MEMBERSHIP,

@@ -1518,6 +1518,65 @@ async fn offsets_are_found_by_record_timestamp_at_every_version() {
     assert_eq!(ask(&mut stream, 8, -3, 0).await, (7, 9_000));
 }
 
+/// `OffsetForLeaderEpoch`: the leader's own epoch ends at the high watermark; an epoch newer
+/// than the leader's, or none, is undefined (-1, -1); a stale current epoch is fenced; an epoch
+/// older than every epoch holding records answers the first offset kept.
+#[tokio::test]
+async fn leader_epochs_end_where_the_log_says_at_every_version() {
+    use kafka_protocol::messages::offset_for_leader_epoch_request::{OffsetForLeaderPartition, OffsetForLeaderTopic};
+    use kafka_protocol::messages::{OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse};
+
+    let (node, service, addr) = node_with_kafka().await;
+    must_create(&node, &service, "epochs", 1).await;
+    let group = node.meta().topics["epochs"].partitions[0].group;
+    let term = node.leadership_of(group).map(|(_, term)| term).unwrap() as i32;
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    let produced: ProduceResponse =
+        call(&mut stream, ApiKey::Produce, 9, &produce_request("epochs", -1, batch(&["a", "b", "c"]))).await;
+    assert_eq!(produced.responses[0].partition_responses[0].error_code, 0);
+    let ask = |partition: i32, current_leader_epoch: i32, leader_epoch: i32| {
+        OffsetForLeaderPartition::default()
+            .with_partition(partition)
+            .with_current_leader_epoch(current_leader_epoch)
+            .with_leader_epoch(leader_epoch)
+    };
+    let range = versions::supported(ApiKey::OffsetForLeaderEpoch).unwrap();
+    for version in range.min..=range.max {
+        let mut got = Vec::new();
+        // One request each: a partition may be named once a request.
+        for partitions in [
+            vec![ask(0, term, term), ask(4, -1, term)],
+            vec![ask(0, -1, term + 1)],
+            vec![ask(0, -1, -1)],
+            vec![ask(0, -1, 0)],
+            vec![ask(0, term - 1, term)],
+            vec![ask(0, term + 1, term)],
+        ] {
+            let request = OffsetForLeaderEpochRequest::default().with_replica_id(BrokerId(-1)).with_topics(vec![
+                OffsetForLeaderTopic::default().with_topic(name("epochs")).with_partitions(partitions),
+            ]);
+            let answer: OffsetForLeaderEpochResponse =
+                call(&mut stream, ApiKey::OffsetForLeaderEpoch, version, &request).await;
+            got.extend(
+                answer.topics[0].partitions.iter().map(|p| (p.partition, p.error_code, p.leader_epoch, p.end_offset)),
+            );
+        }
+        assert_eq!(
+            got,
+            vec![
+                (0, 0, term, 3),
+                (4, 3, -1, -1),
+                (0, 0, -1, -1),
+                (0, 0, -1, -1),
+                (0, 0, 0, 0),
+                (0, 74, -1, -1),
+                (0, 75, -1, -1),
+            ],
+            "v{version}: the leader's epoch (no such partition beside it); newer; none; older than any; FENCED and UNKNOWN_LEADER_EPOCH"
+        );
+    }
+}
+
 #[tokio::test]
 async fn a_kip848_member_joins_heartbeats_and_leaves_at_every_version() {
     use kafka_protocol::messages::consumer_group_heartbeat_request::TopicPartitions as Owned;

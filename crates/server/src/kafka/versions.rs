@@ -38,6 +38,7 @@ pub const SUPPORTED: &[Supported] = &[
     Supported { api: ApiKey::Produce, min: 0, max: 11 },
     Supported { api: ApiKey::Fetch, min: 4, max: 12 },
     Supported { api: ApiKey::ListOffsets, min: 1, max: 8 },
+    Supported { api: ApiKey::OffsetForLeaderEpoch, min: 2, max: 4 },
     Supported { api: ApiKey::Metadata, min: 0, max: 13 },
     Supported { api: ApiKey::OffsetCommit, min: 2, max: 9 },
     Supported { api: ApiKey::OffsetFetch, min: 1, max: 9 },

@@ -95,6 +95,8 @@ pub mod needs {
     pub const FETCH: &[Need] = &[(R::Topic, Op::Read)];
     /// ListOffsets: Describe on each topic.
     pub const LIST_OFFSETS: &[Need] = &[(R::Topic, Op::Describe)];
+    /// OffsetForLeaderEpoch: Describe on each topic.
+    pub const OFFSET_FOR_LEADER_EPOCH: &[Need] = &[(R::Topic, Op::Describe)];
     /// InitProducerId: with a transactional id, Write on it; without, idempotent writes on the
     /// cluster.
     pub const INIT_PRODUCER_ID: &[Need] = &[(R::TransactionalId, Op::Write), (R::Cluster, Op::IdempotentWrite)];

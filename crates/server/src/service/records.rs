@@ -160,6 +160,27 @@ pub struct ListOffsetsTopic {
     pub partitions: Vec<(u32, OffsetSpec)>,
 }
 
+/// One partition `OffsetForLeaderEpoch` asks about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EpochQuery {
+    /// The partition.
+    pub partition: u32,
+    /// The leader epoch the client last saw the partition's leader in, when it says
+    /// ([`checks::leader_epoch`]).
+    pub current_leader_epoch: Option<i32>,
+    /// The epoch whose end the client asks for (negative: none).
+    pub leader_epoch: i32,
+}
+
+/// One topic's partitions `OffsetForLeaderEpoch` asks about.
+#[derive(Debug, Clone, Default)]
+pub struct EpochQueryTopic {
+    /// The topic.
+    pub topic: String,
+    /// Its partitions.
+    pub partitions: Vec<EpochQuery>,
+}
+
 /// An `InitProducerId` request.
 #[derive(Debug, Clone, Default)]
 pub struct InitProducerIdRequest {
@@ -407,6 +428,49 @@ impl Service {
                             }),
                         };
                         (p, answer)
+                    })
+                    .collect();
+                TopicAnswers { topic: t.topic, partitions }
+            })
+            .collect();
+        Ok(answers)
+    }
+
+    /// Where each asked epoch ended (`OffsetForLeaderEpoch`; Describe on each topic), read on
+    /// the partition's leader here: the largest epoch at or below it that holds records, and
+    /// the offset after its last record — the high watermark for the leader's own epoch. `None`
+    /// (Kafka's undefined epoch and offset) for an epoch newer than the leader's, or none.
+    pub fn offsets_for_leader_epochs(
+        &self,
+        ctx: &RequestContext,
+        topics: Vec<EpochQueryTopic>,
+    ) -> Result<Answers<Option<(u64, u64)>>, RequestError> {
+        limits::check_counts("OffsetForLeaderEpoch", topics.len(), topics.iter().map(|t| t.partitions.len()).sum())?;
+        let mut seen = SeenPartitions::default();
+        let answers = topics
+            .into_iter()
+            .map(|t| {
+                let denied = self.authorize(ctx, ResourceType::Topic, &t.topic).err();
+                let partitions = t
+                    .partitions
+                    .iter()
+                    .map(|q| {
+                        let answer = match &denied {
+                            Some(e) => Err(e.clone()),
+                            None if !seen.first(&t.topic, q.partition) => {
+                                Err(errors::duplicate_partition(&t.topic, q.partition))
+                            }
+                            None => local_replica(&self.node, &t.topic, &[], q.partition).and_then(|r| {
+                                checks::leader_epoch(&t.topic, q.partition, q.current_leader_epoch, r.leader_term())?;
+                                match u64::try_from(q.leader_epoch) {
+                                    Err(_) => Ok(None),
+                                    Ok(epoch) => r
+                                        .end_of_epoch(epoch)
+                                        .map_err(|e| errors::partition(&e, |id| self.node.client_addr(id))),
+                                }
+                            }),
+                        };
+                        (q.partition, answer)
                     })
                     .collect();
                 TopicAnswers { topic: t.topic, partitions }
