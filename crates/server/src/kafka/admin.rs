@@ -1,5 +1,5 @@
 //! The admin APIs: `CreateTopics`, `DeleteTopics`, `CreatePartitions`, `DescribeCluster`,
-//! `DescribeConfigs`, `IncrementalAlterConfigs`. Each topic is answered on its own, by the
+//! `DescribeConfigs`, `AlterConfigs`, `IncrementalAlterConfigs`. Each topic is answered on its own, by the
 //! service function the gRPC handler calls.
 //!
 //! Replicas are placed by Rill: a request naming them (Kafka's manual replica assignment) is
@@ -310,6 +310,39 @@ pub fn describe_configs(
         })
         .collect();
     kafka_protocol::messages::DescribeConfigsResponse::default().with_results(results)
+}
+
+/// `AlterConfigs`, the legacy one, versions 0 to 2: each topic's settings replaced by those
+/// given — every setting not named returns to its default, as in Kafka (a null value counts as
+/// not named) — or (with `validate_only`) checked. kafka-python's and confluent-kafka's
+/// `alter_configs` send it.
+pub async fn alter_configs(
+    service: &Service,
+    ctx: &RequestContext,
+    request: kafka_protocol::messages::AlterConfigsRequest,
+) -> kafka_protocol::messages::AlterConfigsResponse {
+    use kafka_protocol::messages::alter_configs_response::AlterConfigsResourceResponse;
+    let mut responses = Vec::with_capacity(request.resources.len());
+    for r in request.resources {
+        let answer = if r.resource_type != TOPIC_RESOURCE {
+            Err(not_a_topic(r.resource_type))
+        } else {
+            let set =
+                r.configs.iter().filter_map(|c| Some((c.name.to_string(), c.value.as_ref()?.to_string()))).collect();
+            service.replace_topic_config(ctx, r.resource_name.to_string(), set, request.validate_only).await
+        };
+        let response = AlterConfigsResourceResponse::default()
+            .with_resource_type(r.resource_type)
+            .with_resource_name(r.resource_name);
+        responses.push(match answer {
+            Ok(()) => response,
+            Err(refusal) => {
+                let (code, message) = refused(&refusal);
+                response.with_error_code(code).with_error_message(message)
+            }
+        });
+    }
+    kafka_protocol::messages::AlterConfigsResponse::default().with_responses(responses)
 }
 
 /// `IncrementalAlterConfigs`, versions 0 and 1: each topic's settings set (operation 0) or reset

@@ -3,14 +3,14 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{
-    AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, ApiKey, ApiVersionsRequest, ConsumerGroupDescribeRequest,
-    ConsumerGroupHeartbeatRequest, CreatePartitionsRequest, CreateTopicsRequest, DeleteGroupsRequest,
-    DeleteRecordsRequest, DeleteTopicsRequest, DescribeClusterRequest, DescribeConfigsRequest, DescribeGroupsRequest,
-    DescribeTransactionsRequest, EndTxnRequest, FetchRequest, FindCoordinatorRequest, HeartbeatRequest,
-    IncrementalAlterConfigsRequest, InitProducerIdRequest, JoinGroupRequest, LeaveGroupRequest, ListGroupsRequest,
-    ListOffsetsRequest, ListTransactionsRequest, MetadataRequest, OffsetCommitRequest, OffsetDeleteRequest,
-    OffsetFetchRequest, OffsetForLeaderEpochRequest, ProduceRequest, RequestHeader, ResponseHeader, SyncGroupRequest,
-    TxnOffsetCommitRequest,
+    AddOffsetsToTxnRequest, AddPartitionsToTxnRequest, AlterConfigsRequest, ApiKey, ApiVersionsRequest,
+    ConsumerGroupDescribeRequest, ConsumerGroupHeartbeatRequest, CreatePartitionsRequest, CreateTopicsRequest,
+    DeleteGroupsRequest, DeleteRecordsRequest, DeleteTopicsRequest, DescribeClusterRequest, DescribeConfigsRequest,
+    DescribeGroupsRequest, DescribeTransactionsRequest, EndTxnRequest, FetchRequest, FindCoordinatorRequest,
+    HeartbeatRequest, IncrementalAlterConfigsRequest, InitProducerIdRequest, JoinGroupRequest, LeaveGroupRequest,
+    ListGroupsRequest, ListOffsetsRequest, ListTransactionsRequest, MetadataRequest, OffsetCommitRequest,
+    OffsetDeleteRequest, OffsetFetchRequest, OffsetForLeaderEpochRequest, ProduceRequest, RequestHeader,
+    ResponseHeader, SyncGroupRequest, TxnOffsetCommitRequest,
 };
 use kafka_protocol::protocol::{Decodable, Encodable};
 
@@ -90,6 +90,7 @@ apis! {
     CreatePartitions(CreatePartitionsRequest) => |req| Some(admin::create_partitions(service, ctx, req).await);
     DescribeCluster(DescribeClusterRequest) => |req| Some(admin::describe_cluster(service, ctx, req).await);
     DescribeConfigs(DescribeConfigsRequest) => |req| Some(admin::describe_configs(service, ctx, req, version));
+    AlterConfigs(AlterConfigsRequest) => |req| Some(admin::alter_configs(service, ctx, req).await);
     IncrementalAlterConfigs(IncrementalAlterConfigsRequest) => |req| Some(admin::incremental_alter_configs(service, ctx, req).await);
     ConsumerGroupHeartbeat(ConsumerGroupHeartbeatRequest) => |req| Some(consumer::consumer_group_heartbeat(service, ctx, req).await);
     ConsumerGroupDescribe(ConsumerGroupDescribeRequest) => |req| Some(consumer::consumer_group_describe(service, ctx, req));

@@ -18,7 +18,7 @@
 //!   encoded.
 //! * [`cluster`]: the cluster-level APIs (`Metadata`).
 //! * [`admin`]: the admin APIs (`CreateTopics`, `DeleteTopics`, `CreatePartitions`,
-//!   `DescribeCluster`, `DescribeConfigs`, `IncrementalAlterConfigs`).
+//!   `DescribeCluster`, `DescribeConfigs`, `AlterConfigs`, `IncrementalAlterConfigs`).
 //! * [`records`]: the data APIs (`Produce`, `Fetch`, `ListOffsets`, `InitProducerId`,
 //!   `DeleteRecords`).
 //! * [`groups`]: the classic consumer-group APIs (`FindCoordinator`, `JoinGroup`, `SyncGroup`,

@@ -32,7 +32,7 @@ pub fn needs(api: ApiKey) -> Option<&'static [Need]> {
         ApiKey::CreatePartitions => needs::CREATE_PARTITIONS,
         ApiKey::DescribeCluster => needs::DESCRIBE_CLUSTER,
         ApiKey::DescribeConfigs => needs::DESCRIBE_CONFIGS,
-        ApiKey::IncrementalAlterConfigs => needs::ALTER_CONFIGS,
+        ApiKey::AlterConfigs | ApiKey::IncrementalAlterConfigs => needs::ALTER_CONFIGS,
         ApiKey::ConsumerGroupHeartbeat => needs::CONSUMER_GROUP_HEARTBEAT,
         ApiKey::ConsumerGroupDescribe => needs::CONSUMER_GROUP_DESCRIBE,
         ApiKey::DeleteRecords => needs::DELETE_RECORDS,

@@ -930,6 +930,45 @@ async fn topics_are_created_grown_and_deleted_and_the_cluster_described_at_every
                     .await;
             assert_eq!((code(reset), retention()), (0, before), "v{version}: reset to the default");
         }
+        // The legacy AlterConfigs replaces a topic's settings: those not named return to their
+        // defaults.
+        let replace = |resource_type: i8, configs: &[(&str, &str)], validate_only: bool| {
+            use kafka_protocol::messages::alter_configs_request as legacy;
+            let configs = configs
+                .iter()
+                .map(|(k, v)| {
+                    legacy::AlterableConfig::default()
+                        .with_name(StrBytes::from_string(k.to_string()))
+                        .with_value(Some(StrBytes::from_string(v.to_string())))
+                })
+                .collect();
+            kafka_protocol::messages::AlterConfigsRequest::default()
+                .with_resources(vec![legacy::AlterConfigsResource::default()
+                    .with_resource_type(resource_type)
+                    .with_resource_name(StrBytes::from_static_str("admin-2"))
+                    .with_configs(configs)])
+                .with_validate_only(validate_only)
+        };
+        let max_bytes = || node.meta().topics["admin-2"].config.max_message_bytes;
+        let default_max_bytes = max_bytes();
+        for version in 0..=2 {
+            let code = |answer: kafka_protocol::messages::AlterConfigsResponse| answer.responses[0].error_code;
+            let both = [("retention.ms", "3600000"), ("max.message.bytes", "4096")];
+            let checked = call(&mut stream, ApiKey::AlterConfigs, version, &replace(2, &both, true)).await;
+            assert_eq!(
+                (code(checked), retention(), max_bytes()),
+                (0, before, default_max_bytes),
+                "v{version}: checked"
+            );
+            let set = call(&mut stream, ApiKey::AlterConfigs, version, &replace(2, &both, false)).await;
+            assert_eq!((code(set), retention(), max_bytes()), (0, 3_600_000, 4096), "v{version}: both set");
+            let one = call(&mut stream, ApiKey::AlterConfigs, version, &replace(2, &both[1..], false)).await;
+            assert_eq!((code(one), retention(), max_bytes()), (0, before, 4096), "v{version}: retention.ms reset");
+            let broker = call(&mut stream, ApiKey::AlterConfigs, version, &replace(4, &both, false)).await;
+            assert_eq!(code(broker), 42, "v{version}: only topics have settings");
+            let none = call(&mut stream, ApiKey::AlterConfigs, version, &replace(2, &[], false)).await;
+            assert_eq!((code(none), max_bytes()), (0, default_max_bytes), "v{version}: everything reset");
+        }
         let set: IncrementalAlterConfigsResponse =
             call(&mut stream, ApiKey::IncrementalAlterConfigs, 1, &alter(0, "retention.ms", Some("3600000"), false))
                 .await;

@@ -56,6 +56,7 @@ pub const SUPPORTED: &[Supported] = &[
     Supported { api: ApiKey::CreatePartitions, min: 0, max: 3 },
     Supported { api: ApiKey::DescribeCluster, min: 0, max: 1 },
     Supported { api: ApiKey::DescribeConfigs, min: 1, max: 4 },
+    Supported { api: ApiKey::AlterConfigs, min: 0, max: 2 },
     Supported { api: ApiKey::IncrementalAlterConfigs, min: 0, max: 1 },
     Supported { api: ApiKey::ConsumerGroupHeartbeat, min: 0, max: 1 },
     Supported { api: ApiKey::ConsumerGroupDescribe, min: 0, max: 1 },

@@ -331,6 +331,26 @@ impl Service {
         }
     }
 
+    /// Replaces a topic's settings by `set` (Kafka's legacy `AlterConfigs`; AlterConfigs on it):
+    /// every setting not named returns to its default — so a client naming one setting of a
+    /// compacted topic makes it a deleting one again, as in Kafka. With `validate_only`, checks
+    /// without changing.
+    pub async fn replace_topic_config(
+        &self,
+        ctx: &RequestContext,
+        name: String,
+        set: Vec<(String, String)>,
+        validate_only: bool,
+    ) -> Answer<()> {
+        let named = |key: &str| set.iter().any(|(k, _)| k == key);
+        let reset: Vec<String> =
+            rill_meta::config::KEYS.iter().filter(|k| !named(k)).map(|k| (*k).to_string()).collect();
+        if validate_only {
+            return self.validate_alter_topic_config(ctx, &name, &set, &reset);
+        }
+        self.alter_topic_config(ctx, name, set, reset).await.map(|_| ())
+    }
+
     /// Checks growing a topic to `total` partitions (Alter on it) without growing it (Kafka's
     /// `validate_only`); the nodes alive now, for the change.
     pub async fn validate_create_partitions(&self, ctx: &RequestContext, name: &str, total: u32) -> Answer<Vec<u64>> {
