@@ -29,6 +29,11 @@ fn refused(refusal: &Refusal) -> (i16, Option<StrBytes>) {
     (errors::code(refusal), Some(StrBytes::from_string(refusal.message.clone())))
 }
 
+/// An answer's error code and message: 0 and none when it was done.
+fn outcome(answer: &Answer<()>) -> (i16, Option<StrBytes>) {
+    answer.as_ref().err().map_or((0, None), refused)
+}
+
 fn manual_assignment() -> Refusal {
     Refusal::new(
         ErrorCode::InvalidRequest,
@@ -331,16 +336,14 @@ pub async fn alter_configs(
                 r.configs.iter().filter_map(|c| Some((c.name.to_string(), c.value.as_ref()?.to_string()))).collect();
             service.replace_topic_config(ctx, r.resource_name.to_string(), set, request.validate_only).await
         };
-        let response = AlterConfigsResourceResponse::default()
-            .with_resource_type(r.resource_type)
-            .with_resource_name(r.resource_name);
-        responses.push(match answer {
-            Ok(()) => response,
-            Err(refusal) => {
-                let (code, message) = refused(&refusal);
-                response.with_error_code(code).with_error_message(message)
-            }
-        });
+        let (code, message) = outcome(&answer);
+        responses.push(
+            AlterConfigsResourceResponse::default()
+                .with_resource_type(r.resource_type)
+                .with_resource_name(r.resource_name)
+                .with_error_code(code)
+                .with_error_message(message),
+        );
     }
     kafka_protocol::messages::AlterConfigsResponse::default().with_responses(responses)
 }
@@ -387,16 +390,14 @@ pub async fn incremental_alter_configs(
             service.alter_topic_config(ctx, topic, set, reset).await.map(|_| ())
         }
         .await;
-        let response = AlterConfigsResourceResponse::default()
-            .with_resource_type(r.resource_type)
-            .with_resource_name(r.resource_name);
-        responses.push(match answer {
-            Ok(()) => response,
-            Err(refusal) => {
-                let (code, message) = refused(&refusal);
-                response.with_error_code(code).with_error_message(message)
-            }
-        });
+        let (code, message) = outcome(&answer);
+        responses.push(
+            AlterConfigsResourceResponse::default()
+                .with_resource_type(r.resource_type)
+                .with_resource_name(r.resource_name)
+                .with_error_code(code)
+                .with_error_message(message),
+        );
     }
     kafka_protocol::messages::IncrementalAlterConfigsResponse::default().with_responses(responses)
 }

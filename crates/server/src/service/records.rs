@@ -181,6 +181,34 @@ pub struct EpochQueryTopic {
     pub partitions: Vec<EpochQuery>,
 }
 
+/// A read of one partition on its leader, which may name the leader epoch its client last saw.
+trait LeaderQuery {
+    /// The partition.
+    fn partition(&self) -> u32;
+    /// That epoch, if the query names one.
+    fn current_leader_epoch(&self) -> Option<i32>;
+}
+
+impl LeaderQuery for (u32, OffsetSpec) {
+    fn partition(&self) -> u32 {
+        self.0
+    }
+
+    fn current_leader_epoch(&self) -> Option<i32> {
+        None
+    }
+}
+
+impl LeaderQuery for EpochQuery {
+    fn partition(&self) -> u32 {
+        self.partition
+    }
+
+    fn current_leader_epoch(&self) -> Option<i32> {
+        self.current_leader_epoch
+    }
+}
+
 /// An `InitProducerId` request.
 #[derive(Debug, Clone, Default)]
 pub struct InitProducerIdRequest {
@@ -399,41 +427,14 @@ impl Service {
         isolation: Isolation,
         topics: Vec<ListOffsetsTopic>,
     ) -> Result<Answers<ListedOffset>, RequestError> {
-        limits::check_counts("ListOffsets", topics.len(), topics.iter().map(|t| t.partitions.len()).sum())?;
-        let mut seen = SeenPartitions::default();
-        let answers = topics
-            .into_iter()
-            .map(|t| {
-                let denied = self.authorize(ctx, ResourceType::Topic, &t.topic).err();
-                let partitions = t
-                    .partitions
-                    .iter()
-                    .map(|&(p, spec)| {
-                        let answer = match &denied {
-                            Some(e) => Err(e.clone()),
-                            None if !seen.first(&t.topic, p) => Err(errors::duplicate_partition(&t.topic, p)),
-                            None => local_replica(&self.node, &t.topic, &[], p).and_then(|r| {
-                                let offset = match spec {
-                                    OffsetSpec::Earliest => r.earliest_offset().map(ListedOffset::at),
-                                    OffsetSpec::Latest => r.latest_offset(isolation).map(ListedOffset::at),
-                                    OffsetSpec::Timestamp(ms) => r.offset_for_time(ms, isolation).map(ListedOffset::at),
-                                    OffsetSpec::RecordTimestamp(ms) => {
-                                        r.offset_for_record_time(ms, isolation).map(ListedOffset::found)
-                                    }
-                                    OffsetSpec::MaxTimestamp => {
-                                        r.offset_of_max_record_time(isolation).map(ListedOffset::found)
-                                    }
-                                };
-                                offset.map_err(|e| errors::partition(&e, |id| self.node.client_addr(id)))
-                            }),
-                        };
-                        (p, answer)
-                    })
-                    .collect();
-                TopicAnswers { topic: t.topic, partitions }
-            })
-            .collect();
-        Ok(answers)
+        let topics = topics.into_iter().map(|t| (t.topic, t.partitions)).collect();
+        self.read_on_leaders(ctx, "ListOffsets", topics, |r, &(_, spec)| match spec {
+            OffsetSpec::Earliest => r.earliest_offset().map(ListedOffset::at),
+            OffsetSpec::Latest => r.latest_offset(isolation).map(ListedOffset::at),
+            OffsetSpec::Timestamp(ms) => r.offset_for_time(ms, isolation).map(ListedOffset::at),
+            OffsetSpec::RecordTimestamp(ms) => r.offset_for_record_time(ms, isolation).map(ListedOffset::found),
+            OffsetSpec::MaxTimestamp => r.offset_of_max_record_time(isolation).map(ListedOffset::found),
+        })
     }
 
     /// Where each asked epoch ended (`OffsetForLeaderEpoch`; Describe on each topic), read on
@@ -445,35 +446,45 @@ impl Service {
         ctx: &RequestContext,
         topics: Vec<EpochQueryTopic>,
     ) -> Result<Answers<Option<(u64, u64)>>, RequestError> {
-        limits::check_counts("OffsetForLeaderEpoch", topics.len(), topics.iter().map(|t| t.partitions.len()).sum())?;
+        let topics = topics.into_iter().map(|t| (t.topic, t.partitions)).collect();
+        self.read_on_leaders(ctx, "OffsetForLeaderEpoch", topics, |r, q| match u64::try_from(q.leader_epoch) {
+            Err(_) => Ok(None),
+            Ok(epoch) => r.end_of_epoch(epoch),
+        })
+    }
+
+    /// Each query of each topic answered by `read` on the partition's leader here (Describe on
+    /// the topic), after the leader epoch a query names, if any, is checked; a partition named
+    /// twice in one request is refused on its own.
+    fn read_on_leaders<Q: LeaderQuery, T>(
+        &self,
+        ctx: &RequestContext,
+        request: &'static str,
+        topics: Vec<(String, Vec<Q>)>,
+        read: impl Fn(&Partition, &Q) -> rill_broker::Result<T>,
+    ) -> Result<Answers<T>, RequestError> {
+        limits::check_counts(request, topics.len(), topics.iter().map(|(_, qs)| qs.len()).sum())?;
         let mut seen = SeenPartitions::default();
         let answers = topics
             .into_iter()
-            .map(|t| {
-                let denied = self.authorize(ctx, ResourceType::Topic, &t.topic).err();
-                let partitions = t
-                    .partitions
+            .map(|(topic, queries)| {
+                let denied = self.authorize(ctx, ResourceType::Topic, &topic).err();
+                let partitions = queries
                     .iter()
                     .map(|q| {
+                        let p = q.partition();
                         let answer = match &denied {
                             Some(e) => Err(e.clone()),
-                            None if !seen.first(&t.topic, q.partition) => {
-                                Err(errors::duplicate_partition(&t.topic, q.partition))
-                            }
-                            None => local_replica(&self.node, &t.topic, &[], q.partition).and_then(|r| {
-                                checks::leader_epoch(&t.topic, q.partition, q.current_leader_epoch, r.leader_term())?;
-                                match u64::try_from(q.leader_epoch) {
-                                    Err(_) => Ok(None),
-                                    Ok(epoch) => r
-                                        .end_of_epoch(epoch)
-                                        .map_err(|e| errors::partition(&e, |id| self.node.client_addr(id))),
-                                }
+                            None if !seen.first(&topic, p) => Err(errors::duplicate_partition(&topic, p)),
+                            None => local_replica(&self.node, &topic, &[], p).and_then(|r| {
+                                checks::leader_epoch(&topic, p, q.current_leader_epoch(), r.leader_term())?;
+                                read(&r, q).map_err(|e| errors::partition(&e, |id| self.node.client_addr(id)))
                             }),
                         };
-                        (q.partition, answer)
+                        (p, answer)
                     })
                     .collect();
-                TopicAnswers { topic: t.topic, partitions }
+                TopicAnswers { topic, partitions }
             })
             .collect();
         Ok(answers)
