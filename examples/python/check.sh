@@ -70,6 +70,11 @@ diff <(printf 'the job committed transactions and aborted every third one, whose
   <("$py" "$here/eos_job.py" all py-eos-in py-eos-out --bootstrap "$kafka" --group py-eos --dump "$data/eos-kafka")
 "$bin/rill" consume py-eos-out --from-beginning --isolation-level read_committed --max-messages 300 --timeout-ms 10000 | LC_ALL=C sort >"$data/eos-cli"
 diff "$data/eos-kafka" "$data/eos-cli"
+# Records found by their own timestamps (kafka-python's and confluent-kafka's offsets_for_times,
+# confluent-kafka's max_timestamp), and both clients' legacy alter_configs replacing settings.
+"$bin/rill" topic create py-seek --partitions 1 --replication-factor 3 >/dev/null
+diff <(printf 'produced 7 records with timestamps out of order\nkafka-python: each time'"'"'s first record at or after it, with its timestamp; none after the largest\nconfluent-kafka: the same offsets; the largest timestamp is the first record holding it\nthe legacy alter_configs replaced the settings (kafka-python'"'"'s, then confluent-kafka'"'"'s): the one left out is back to its default\n') \
+  <("$py" "$here/seek_by_time.py" py-seek --bootstrap "$kafka")
 for codec in none gzip snappy lz4 zstd; do
   "$bin/rill" topic create "py-$codec" --partitions 1 --replication-factor 3 >/dev/null
   "$py" "$here/producer.py" "py-$codec" "a-$codec" "b-$codec" --compression "$codec" >/dev/null
@@ -93,4 +98,4 @@ for _ in $(seq 1 180); do
   sleep 1
 done
 [ -n "$compacted" ] || { cat "$data/compacted"; echo "the compacted topic still serves superseded records" >&2; exit 1; }
-echo "python example: produced and consumed 3 records; the rill CLI reads the same; DeleteRecords from Python moved the log start; grpcio group members' held heartbeats were answered at the end of the hold and early on a join, two members shared a topic and were fenced from each other's partitions; kafka-python and confluent-kafka produced idempotently and consumed as members of a classic group (confluent-kafka's cooperative-sticky) through the Kafka listener, and confluent-kafka's admin client created, grew, configured and deleted a topic, its KIP-848 members shared a topic as the coordinator assigned it, and its exactly-once job's output held every input once, through Kafka and through gRPC; kafka-python and Rill read each other's batches with every codec; kafka-python reads a compacted topic's rewritten batches"
+echo "python example: produced and consumed 3 records; the rill CLI reads the same; DeleteRecords from Python moved the log start; grpcio group members' held heartbeats were answered at the end of the hold and early on a join, two members shared a topic and were fenced from each other's partitions; kafka-python and confluent-kafka produced idempotently and consumed as members of a classic group (confluent-kafka's cooperative-sticky) through the Kafka listener, and confluent-kafka's admin client created, grew, configured and deleted a topic, its KIP-848 members shared a topic as the coordinator assigned it, and its exactly-once job's output held every input once, through Kafka and through gRPC; kafka-python and confluent-kafka found records by their timestamps and replaced a topic's settings with the legacy alter_configs; kafka-python and Rill read each other's batches with every codec; kafka-python reads a compacted topic's rewritten batches"

@@ -14,7 +14,7 @@ if [ ! -x "$here/.venv/bin/python" ]; then
   }
 fi
 "$here/.venv/bin/pip" install --quiet --disable-pip-version-check "grpcio>=1.60" "grpcio-tools>=1.60" \
-  "kafka-python>=2.1" "lz4>=4" "zstandard>=0.22" "python-snappy>=0.7" "confluent-kafka>=2.6"
+  "kafka-python>=3.0" "lz4>=4" "zstandard>=0.22" "python-snappy>=0.7" "confluent-kafka>=2.6"
 mkdir -p "$here/gen"
 "$here/.venv/bin/python" -m grpc_tools.protoc -I "$root/proto/rill" \
   --python_out="$here/gen" --grpc_python_out="$here/gen" \
