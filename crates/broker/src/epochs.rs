@@ -39,6 +39,13 @@ impl LeaderEpochs {
         }
     }
 
+    /// The epoch of the record at `offset`: the last epoch holding records that began at or
+    /// before it (`None` when none kept did).
+    pub fn epoch_at(&self, offset: u64) -> Option<u64> {
+        let i = self.entries.partition_point(|&(_, start)| start <= offset);
+        i.checked_sub(1).map(|i| self.entries[i].0)
+    }
+
     /// Forgets the epochs that end at or below `log_start` (keeping the one it falls in).
     pub(crate) fn trim(&mut self, log_start: u64) {
         let keep_from = self.entries.partition_point(|&(_, start)| start <= log_start).saturating_sub(1);
@@ -93,6 +100,8 @@ mod tests {
         assert_eq!(e.end_of(9, 9, 40), Some((9, 40)), "the leader's own epoch");
         assert_eq!(e.end_of(10, 9, 40), None, "newer than the leader knows");
         assert_eq!(e.end_of(1, 9, 40), Some((1, 0)), "older than every epoch kept");
+        assert_eq!([0, 9, 10, 24, 25, 99].map(|o| e.epoch_at(o)), [2, 2, 5, 5, 7, 7].map(Some));
+        assert_eq!(LeaderEpochs::default().epoch_at(0), None);
     }
 
     #[test]

@@ -393,6 +393,12 @@ impl Partition {
         Ok(self.epochs.lock().unwrap_or_else(|p| p.into_inner()).end_of(epoch, current, end))
     }
 
+    /// The leader epoch the record at `offset` was appended in, as far as the partition keeps
+    /// its epochs ([`crate::epochs::LeaderEpochs::epoch_at`]).
+    pub fn epoch_at(&self, offset: u64) -> Option<u64> {
+        self.epochs.lock().unwrap_or_else(|p| p.into_inner()).epoch_at(offset)
+    }
+
     /// The first offset not deleted (by retention or `DeleteRecords`).
     pub fn earliest_offset(&self) -> Result<u64> {
         if self.leader_term().is_none() {

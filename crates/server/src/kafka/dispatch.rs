@@ -73,7 +73,7 @@ apis! {
     // acks=0: written, never answered.
     Produce(ProduceRequest) => |req| records::produce(service, ctx, req, version).await;
     Fetch(FetchRequest) => |req| Some(records::fetch(service, ctx, req, version).await);
-    ListOffsets(ListOffsetsRequest) => |req| Some(records::list_offsets(service, ctx, req).await);
+    ListOffsets(ListOffsetsRequest) => |req| Some(records::list_offsets(service, ctx, req, version).await);
     OffsetForLeaderEpoch(OffsetForLeaderEpochRequest) => |req| Some(records::offset_for_leader_epoch(service, ctx, req));
     InitProducerId(InitProducerIdRequest) => |req| Some(records::init_producer_id(service, ctx, req).await);
     FindCoordinator(FindCoordinatorRequest) => |req| Some(groups::find_coordinator(service, ctx, req, version));

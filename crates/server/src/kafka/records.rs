@@ -254,7 +254,12 @@ pub fn record_set(batches: &[StoredBatch]) -> Bytes {
 /// `ListOffsets`, versions 1 to 8: the log start (-2, and -4), the end a reader at the
 /// request's isolation level may reach (-1), the record with the largest timestamp (-3), or the
 /// first record whose own timestamp is at or after the one given (see [`spec`]).
-pub async fn list_offsets(service: &Service, ctx: &RequestContext, request: ListOffsetsRequest) -> ListOffsetsResponse {
+pub async fn list_offsets(
+    service: &Service,
+    ctx: &RequestContext,
+    request: ListOffsetsRequest,
+    version: i16,
+) -> ListOffsetsResponse {
     let Some(isolation) = isolation(request.isolation_level) else {
         let code = kafka_code(ErrorCode::InvalidRequest);
         let topics = request
@@ -286,7 +291,7 @@ pub async fn list_offsets(service: &Service, ctx: &RequestContext, request: List
     let topics = per_partition(answers, names, &indexes)
         .into_iter()
         .map(|(name, partitions)| {
-            let partitions = partitions.into_iter().map(|(index, answer)| listed(index, answer)).collect();
+            let partitions = partitions.into_iter().map(|(index, answer)| listed(index, answer, version)).collect();
             ListOffsetsTopicResponse::default().with_name(topic_name(name)).with_partitions(partitions)
         })
         .collect();
@@ -315,15 +320,20 @@ fn spec(timestamp: i64) -> OffsetSpec {
 }
 
 /// One partition's listed offset: a search that found nothing answers offset and timestamp
-/// -1, as Kafka does. The leader epoch is -1 (unknown), which tells a client to skip its
-/// truncation check for this offset.
-fn listed(index: i32, answer: Answer<ListedOffset>) -> ListOffsetsPartitionResponse {
+/// -1, as Kafka does. The leader epoch is the listed record's (the leader's own for the end),
+/// -1 when unknown, which tells a client to skip its truncation check for this offset (and
+/// before version 4, which has no such field).
+fn listed(index: i32, answer: Answer<ListedOffset>, version: i16) -> ListOffsetsPartitionResponse {
+    const LEADER_EPOCH_FROM: i16 = 4;
     match answer {
         Ok(found) => ListOffsetsPartitionResponse::default()
             .with_partition_index(index)
             .with_timestamp(found.timestamp_ms.unwrap_or(-1))
             .with_offset(found.offset.map_or(-1, offset))
-            .with_leader_epoch(-1),
+            .with_leader_epoch(match found.leader_epoch {
+                Some(epoch) if version >= LEADER_EPOCH_FROM => i32::try_from(epoch).unwrap_or(i32::MAX),
+                _ => -1,
+            }),
         Err(refusal) => listed_error(index, errors::code(&refusal)),
     }
 }

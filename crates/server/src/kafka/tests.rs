@@ -1531,6 +1531,23 @@ async fn offsets_are_found_by_record_timestamp_at_every_version() {
         );
     }
     assert_eq!(ask(&mut stream, 8, 4_200, 0).await, (1, 5_000));
+    // From v4, each answer carries the leader epoch of the record listed (of the leader, for
+    // the end), or -1 when there is none.
+    let group = node.meta().topics["clock"].partitions[0].group;
+    let term = node.leadership_of(group).map(|(_, term)| term).unwrap() as i32;
+    for version in 4..=range.max {
+        let mut epochs = Vec::new();
+        for timestamp in [0, -3, -2, -1, 5_001] {
+            let request = ListOffsetsRequest::default().with_topics(vec![ListOffsetsTopic::default()
+                .with_name(name("clock"))
+                .with_partitions(vec![ListOffsetsPartition::default()
+                    .with_partition_index(0)
+                    .with_timestamp(timestamp)])]);
+            let answer: ListOffsetsResponse = call(&mut stream, ApiKey::ListOffsets, version, &request).await;
+            epochs.push(answer.topics[0].partitions[0].leader_epoch);
+        }
+        assert_eq!(epochs, vec![term, term, term, term, -1], "v{version}");
+    }
 
     // Records below the log start are never answered, in the batch it falls in or elsewhere.
     let delete =

@@ -139,15 +139,26 @@ pub struct ListedOffset {
     pub offset: Option<u64>,
     /// A search by record timestamp: the found record's timestamp.
     pub timestamp_ms: Option<i64>,
+    /// The leader epoch of the record at the offset (the end: the leader's own epoch), when
+    /// the partition knows it — what a Kafka client checks its position against (KIP-320).
+    pub leader_epoch: Option<u64>,
 }
 
 impl ListedOffset {
-    fn at(offset: u64) -> Self {
-        Self { offset: Some(offset), timestamp_ms: None }
+    fn at(offset: u64, replica: &Partition) -> Self {
+        Self { offset: Some(offset), timestamp_ms: None, leader_epoch: replica.epoch_at(offset) }
     }
 
-    fn found(record: Option<rill_broker::TimestampedOffset>) -> Self {
-        Self { offset: record.map(|r| r.offset), timestamp_ms: record.map(|r| r.timestamp_ms) }
+    fn end(offset: u64, replica: &Partition) -> Self {
+        Self { offset: Some(offset), timestamp_ms: None, leader_epoch: replica.leader_term() }
+    }
+
+    fn found(record: Option<rill_broker::TimestampedOffset>, replica: &Partition) -> Self {
+        Self {
+            offset: record.map(|r| r.offset),
+            timestamp_ms: record.map(|r| r.timestamp_ms),
+            leader_epoch: record.and_then(|r| replica.epoch_at(r.offset)),
+        }
     }
 }
 
@@ -429,11 +440,13 @@ impl Service {
     ) -> Result<Answers<ListedOffset>, RequestError> {
         let topics = topics.into_iter().map(|t| (t.topic, t.partitions)).collect();
         self.read_on_leaders(ctx, "ListOffsets", topics, |r, &(_, spec)| match spec {
-            OffsetSpec::Earliest => r.earliest_offset().map(ListedOffset::at),
-            OffsetSpec::Latest => r.latest_offset(isolation).map(ListedOffset::at),
-            OffsetSpec::Timestamp(ms) => r.offset_for_time(ms, isolation).map(ListedOffset::at),
-            OffsetSpec::RecordTimestamp(ms) => r.offset_for_record_time(ms, isolation).map(ListedOffset::found),
-            OffsetSpec::MaxTimestamp => r.offset_of_max_record_time(isolation).map(ListedOffset::found),
+            OffsetSpec::Earliest => r.earliest_offset().map(|o| ListedOffset::at(o, r)),
+            OffsetSpec::Latest => r.latest_offset(isolation).map(|o| ListedOffset::end(o, r)),
+            OffsetSpec::Timestamp(ms) => r.offset_for_time(ms, isolation).map(|o| ListedOffset::at(o, r)),
+            OffsetSpec::RecordTimestamp(ms) => {
+                r.offset_for_record_time(ms, isolation).map(|f| ListedOffset::found(f, r))
+            }
+            OffsetSpec::MaxTimestamp => r.offset_of_max_record_time(isolation).map(|f| ListedOffset::found(f, r)),
         })
     }
 
