@@ -215,8 +215,10 @@ impl Connections {
                         %error,
                         "internal TLS: closing a connection whose peer certificate no longer verifies"
                     );
-                    entry.signal.close(format!("the peer certificate no longer verifies: {error}"));
+                    // Counted before the close is signalled: the connection may leave the live
+                    // set at once, and whoever sees it gone must see it counted.
                     self.registry.closed.fetch_add(1, Ordering::Relaxed);
+                    entry.signal.close(format!("the peer certificate no longer verifies: {error}"));
                     sweep.closed += 1;
                 }
             }
