@@ -14,6 +14,7 @@ mod t05_fixture;
 mod t10_produce_consume;
 mod t12_kafka_listener;
 mod t13_kafka_under_faults;
+mod t14_kafka_leader_hints;
 mod t15_client_api;
 mod t20_leader_kill;
 mod t30_min_insync;

@@ -13,7 +13,9 @@ use kafka_protocol::messages::delete_records_response::{DeleteRecordsPartitionRe
 use kafka_protocol::messages::fetch_response::{AbortedTransaction, FetchableTopicResponse, PartitionData};
 use kafka_protocol::messages::list_offsets_response::{ListOffsetsPartitionResponse, ListOffsetsTopicResponse};
 use kafka_protocol::messages::offset_for_leader_epoch_response::{EpochEndOffset, OffsetForLeaderTopicResult};
-use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::produce_response::{
+    LeaderIdAndEpoch, NodeEndpoint, PartitionProduceResponse, TopicProduceResponse,
+};
 use kafka_protocol::messages::{
     BrokerId, DeleteRecordsRequest, DeleteRecordsResponse, FetchRequest, FetchResponse, InitProducerIdRequest,
     InitProducerIdResponse, ListOffsetsRequest, ListOffsetsResponse, OffsetForLeaderEpochRequest,
@@ -23,10 +25,10 @@ use kafka_protocol::protocol::StrBytes;
 use rill_broker::{Acks, FetchOutcome, Isolation, ProduceOutcome, StoredBatch};
 use rill_proto::common::ErrorCode;
 
-use super::cluster::topic_name;
+use super::cluster::{broker_id, host_port, topic_name};
 use super::errors;
 use super::wire::{non_negative, offset, partition_index};
-use crate::errors::{invalid_acks, kafka_code};
+use crate::errors::{invalid_acks, kafka_code, Refusal};
 use crate::service::records::{self as svc, ListedOffset, OffsetSpec};
 use crate::service::topics as svc_topics;
 use crate::service::{Answer, Answers, RequestContext, RequestError, Service};
@@ -102,15 +104,68 @@ pub async fn produce(
     if !answered {
         return None;
     }
+    let mut hints = LeaderHints::new(service, version >= LEADER_HINTS_FROM);
     let responses = per_partition(answers, names, &indexes)
         .into_iter()
         .map(|(name, partitions)| {
-            TopicProduceResponse::default().with_name(topic_name(name)).with_partition_responses(
-                partitions.into_iter().map(|(index, answer)| produced(index, answer)).collect(),
-            )
+            let partitions = partitions
+                .into_iter()
+                .map(|(index, answer)| {
+                    let hint = answer.as_ref().err().and_then(|refusal| hints.hint(&name, index, refusal));
+                    let response = produced(index, answer);
+                    match hint {
+                        Some(leader) => response.with_current_leader(leader),
+                        None => response,
+                    }
+                })
+                .collect();
+            TopicProduceResponse::default().with_name(topic_name(name)).with_partition_responses(partitions)
         })
         .collect();
-    Some(ProduceResponse::default().with_responses(responses))
+    Some(ProduceResponse::default().with_responses(responses).with_node_endpoints(hints.endpoints))
+}
+
+/// `Produce` answers carry leader hints from this version (KIP-951).
+const LEADER_HINTS_FROM: i16 = 10;
+
+/// KIP-951's leader hints: a partition refused because this node does not lead it names the
+/// leader and its epoch as this node knows them, and the answer carries that leader's Kafka
+/// address, so the client sends there without asking for metadata first.
+struct LeaderHints<'a> {
+    service: &'a Service,
+    enabled: bool,
+    endpoints: Vec<NodeEndpoint>,
+}
+
+impl<'a> LeaderHints<'a> {
+    fn new(service: &'a Service, enabled: bool) -> Self {
+        Self { service, enabled, endpoints: Vec::new() }
+    }
+
+    /// The hint for `topic`/`index` refused with `refusal`: only for `NOT_LEADER_OR_FOLLOWER`,
+    /// and only when the leader known is another node with a Kafka listener.
+    fn hint(&mut self, topic: &str, index: i32, refusal: &Refusal) -> Option<LeaderIdAndEpoch> {
+        if !self.enabled || refusal.code != ErrorCode::NotLeaderOrFollower {
+            return None;
+        }
+        let partition = u32::try_from(index).ok()?;
+        let (leader, epoch) = self.service.partition_leadership(topic, partition)?;
+        if leader == self.service.node().id() {
+            return None;
+        }
+        let (host, port) = host_port(&self.service.node().kafka_addr(leader)?)?;
+        let leader_id = broker_id(leader)?;
+        if !self.endpoints.iter().any(|e| e.node_id == leader_id) {
+            self.endpoints.push(
+                NodeEndpoint::default().with_node_id(leader_id).with_host(StrBytes::from_string(host)).with_port(port),
+            );
+        }
+        Some(
+            LeaderIdAndEpoch::default()
+                .with_leader_id(leader_id)
+                .with_leader_epoch(i32::try_from(epoch).unwrap_or(i32::MAX)),
+        )
+    }
 }
 
 /// One partition's produce answer. `log_append_time_ms` is -1: Rill's topics keep the
@@ -253,7 +308,7 @@ pub fn record_set(batches: &[StoredBatch]) -> Bytes {
 
 /// `ListOffsets`, versions 1 to 8: the log start (-2, and -4), the end a reader at the
 /// request's isolation level may reach (-1), the record with the largest timestamp (-3), or the
-/// first record whose own timestamp is at or after the one given (see [`spec`]).
+/// first record whose own timestamp is at or after the one given (see `spec`).
 pub async fn list_offsets(
     service: &Service,
     ctx: &RequestContext,

@@ -147,6 +147,13 @@ impl Service {
         &self.node
     }
 
+    /// The leader of `topic`/`partition` and the term it leads in, as this node knows them
+    /// (no request is sent): what a listener hints to a client it refuses as not the leader.
+    pub fn partition_leadership(&self, topic: &str, partition: u32) -> Option<(NodeId, u64)> {
+        let group = self.node.meta().topics.get(topic)?.partitions.get(partition as usize)?.group;
+        self.node.leadership_of(group)
+    }
+
     /// `Ok` when the request of `ctx` may touch `name` of type `kind`; else the refusal that
     /// answers the entries about it.
     fn authorize(&self, ctx: &RequestContext, kind: ResourceType, name: &str) -> Answer<()> {
