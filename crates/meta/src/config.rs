@@ -285,10 +285,61 @@ impl TopicConfig {
     }
 }
 
-/// Keys Kafka users expect that Rill does not take per topic: refused by name rather than
-/// accepted and silently ignored. Rill's unit of deletion is the sparse index's interval and
-/// the value log's segment (`[storage] segment-bytes`, per node), see `docs/storage.md`.
-pub const RESERVED_KEYS: [&str; 3] = ["segment.bytes", "segment.ms", "max.compaction.lag.ms"];
+/// Keys Kafka users expect that Rill does not take, because taking them would promise what Rill
+/// does not do: refused by name.
+pub const RESERVED_KEYS: [&str; 1] = ["max.compaction.lag.ms"];
+
+/// Kafka settings Rill behaves as with exactly one value: that value is taken (and not stored),
+/// any other refused.
+pub const FIXED_KEYS: [(&str, &str, &str); 3] = [
+    ("message.timestamp.type", "CreateTime", "Rill keeps the producer's timestamps"),
+    ("compression.type", "producer", "Rill stores every batch compressed as its producer compressed it"),
+    ("unclean.leader.election.enable", "false", "a Rill leader is always elected from the in-sync replicas"),
+];
+
+/// Kafka settings that tune the layout of Kafka's segment files, which Rill does not have (its
+/// units of deletion are the sparse index's intervals and the value log's segments, `[storage]
+/// segment-bytes` per node, see `docs/storage.md`): taken with any well-formed value, without
+/// effect, and not stored.
+pub const STORAGE_LAYOUT_KEYS: [&str; 7] = [
+    "segment.bytes",
+    "segment.ms",
+    "segment.jitter.ms",
+    "segment.index.bytes",
+    "index.interval.bytes",
+    "file.delete.delay.ms",
+    "preallocate",
+];
+
+/// Whether `key` is one Rill takes without storing ([`FIXED_KEYS`], [`STORAGE_LAYOUT_KEYS`]):
+/// `None` when it is not; `Some(Ok)` when it is and `value` (`None`: a reset) is taken;
+/// `Some(Err)` naming why the value is refused. Such settings are dropped where requests enter,
+/// before anything reaches the metadata log, so a replica of any release applies the same
+/// commands.
+pub fn inert_setting(key: &str, value: Option<&str>) -> Option<Result<(), MetaError>> {
+    if let Some(&(_, only, why)) = FIXED_KEYS.iter().find(|(k, _, _)| *k == key) {
+        return Some(match value {
+            Some(v) if v.trim() != only => Err(invalid(format!("{key} can only be {only} in Rill ({why}), got {v:?}"))),
+            _ => Ok(()),
+        });
+    }
+    if !STORAGE_LAYOUT_KEYS.contains(&key) {
+        return None;
+    }
+    let well_formed = match (key, value.map(str::trim)) {
+        (_, None) => true,
+        ("preallocate", Some(v)) => v == "true" || v == "false",
+        (_, Some(v)) => v.parse::<u64>().is_ok(),
+    };
+    Some(if well_formed {
+        Ok(())
+    } else {
+        Err(invalid(format!(
+            "{key} must be {}, got {value:?}",
+            if key == "preallocate" { "true or false" } else { "a non-negative integer" }
+        )))
+    })
+}
 
 fn check_key(key: &str) -> Result<(), MetaError> {
     if KEYS.contains(&key) {
@@ -296,7 +347,7 @@ fn check_key(key: &str) -> Result<(), MetaError> {
     }
     if RESERVED_KEYS.contains(&key) {
         return Err(invalid(format!(
-            "{key} is not a per-topic setting in Rill (segments belong to the node's storage, see docs/storage.md); it is refused rather than ignored"
+            "{key} is not offered by Rill (compaction runs by the cleaning point, see docs/compaction.md); it is refused rather than ignored"
         )));
     }
     Err(invalid(format!("unknown topic config key {key:?}; known keys: {}", KEYS.join(", "))))
@@ -385,8 +436,31 @@ mod tests {
         assert!(TopicConfig::from_entries(3, &[kv("retention.ms", "-5")]).is_err());
         let reset = c.altered(3, &[], &["retention.ms".into(), "retention.bytes".into()]).unwrap();
         assert_eq!((reset.retention_ms, reset.retention_bytes), (d.retention_ms, d.retention_bytes));
-        let e = TopicConfig::from_entries(3, &[kv("segment.bytes", "1000")]).unwrap_err();
-        assert!(e.message.contains("not a per-topic setting"), "{e}");
+        let e = TopicConfig::from_entries(3, &[kv("max.compaction.lag.ms", "1000")]).unwrap_err();
+        assert!(e.message.contains("refused rather than ignored"), "{e}");
+        // Inert settings are dropped before a command is made: the state machine never takes them.
+        assert!(TopicConfig::from_entries(3, &[kv("segment.bytes", "1000")]).is_err());
+    }
+
+    #[test]
+    fn inert_settings_are_taken_only_with_values_rill_honours() {
+        let ok = |key: &str, value: Option<&str>| inert_setting(key, value).map(|r| r.is_ok());
+        assert_eq!(ok("retention.ms", Some("5")), None, "a stored setting is not inert");
+        assert_eq!(ok("no.such.key", Some("5")), None);
+        assert_eq!(ok("max.compaction.lag.ms", Some("5")), None, "refused by name elsewhere");
+        assert_eq!(ok("message.timestamp.type", Some("CreateTime")), Some(true));
+        assert_eq!(ok("message.timestamp.type", Some("LogAppendTime")), Some(false));
+        assert_eq!(ok("compression.type", Some("producer")), Some(true));
+        assert_eq!(ok("compression.type", Some("zstd")), Some(false), "Rill never recompresses");
+        assert_eq!(ok("unclean.leader.election.enable", Some("true")), Some(false));
+        assert_eq!(ok("unclean.leader.election.enable", None), Some(true), "a reset");
+        assert_eq!(ok("segment.bytes", Some("52428800")), Some(true));
+        assert_eq!(ok("segment.ms", Some("-1")), Some(false));
+        assert_eq!(ok("preallocate", Some("true")), Some(true));
+        assert_eq!(ok("preallocate", Some("1")), Some(false));
+        let e = inert_setting("compression.type", Some("gzip")).unwrap().unwrap_err();
+        assert_eq!(e.kind, MetaErrorKind::InvalidConfig);
+        assert!(e.message.contains("only be producer"), "{e}");
     }
 
     #[test]

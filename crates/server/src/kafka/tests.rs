@@ -827,6 +827,19 @@ async fn topics_are_created_grown_and_deleted_and_the_cluster_described_at_every
         let bad_config = creatable(&format!("{topic}-bad")).with_configs(vec![CreatableTopicConfig::default()
             .with_name(StrBytes::from_static_str("no.such.setting"))
             .with_value(Some(StrBytes::from_static_str("1")))]);
+        // As Kafka Streams creates its repartition topics.
+        let setting = |key: &'static str, value: &'static str| {
+            CreatableTopicConfig::default()
+                .with_name(StrBytes::from_static_str(key))
+                .with_value(Some(StrBytes::from_static_str(value)))
+        };
+        let streams = creatable(&format!("{topic}-streams")).with_configs(vec![
+            setting("segment.bytes", "52428800"),
+            setting("message.timestamp.type", "CreateTime"),
+            setting("retention.ms", "-1"),
+        ]);
+        let log_append_time = creatable(&format!("{topic}-append"))
+            .with_configs(vec![setting("message.timestamp.type", "LogAppendTime")]);
         let placed = creatable(&format!("{topic}-placed"))
             .with_assignments(vec![CreatableReplicaAssignment::default()
                 .with_partition_index(0)
@@ -835,12 +848,15 @@ async fn topics_are_created_grown_and_deleted_and_the_cluster_described_at_every
             &mut stream,
             ApiKey::CreateTopics,
             version,
-            &create(vec![creatable(&topic), bad_config, placed, creatable("")], false),
+            &create(vec![creatable(&topic), bad_config, placed, creatable(""), streams, log_append_time], false),
         )
         .await;
         let codes: Vec<i16> = answer.topics.iter().map(|t| t.error_code).collect();
         assert_eq!(codes[..3], [0, 40, 42], "v{version}: created, INVALID_CONFIG, INVALID_REQUEST: {answer:?}");
         assert_ne!(codes[3], 0, "v{version}: an empty name is refused");
+        assert_eq!(codes[4..], [0, 40], "v{version}: settings Rill takes without storing; a value it cannot honour");
+        let streams_config = &node.meta().topics[&format!("{topic}-streams")].config;
+        assert_eq!(streams_config.retention_ms, -1, "v{version}: the stored setting beside them");
         let created = &answer.topics[0];
         if version >= 5 {
             assert_eq!((created.num_partitions, created.replication_factor), (1, 1), "v{version}: the defaults");

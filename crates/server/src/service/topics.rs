@@ -175,6 +175,34 @@ pub struct CreateTopic {
     pub configs: Vec<(String, String)>,
 }
 
+/// `settings` without those Rill takes but does not store (`rill_meta::config::inert_setting`:
+/// Kafka's `segment.bytes`, `message.timestamp.type=CreateTime`, …), each checked; the
+/// metadata log never sees them.
+fn without_inert_settings(settings: Vec<(String, String)>) -> Answer<Vec<(String, String)>> {
+    let mut kept = Vec::with_capacity(settings.len());
+    for (key, value) in settings {
+        match rill_meta::config::inert_setting(&key, Some(&value)) {
+            None => kept.push((key, value)),
+            Some(Ok(())) => tracing::debug!(key, value, "took a Kafka setting Rill does not store"),
+            Some(Err(e)) => return Err(errors::meta(&e)),
+        }
+    }
+    Ok(kept)
+}
+
+/// `keys` to reset without those Rill does not store (resetting one changes nothing).
+fn without_inert_resets(keys: Vec<String>) -> Answer<Vec<String>> {
+    let mut kept = Vec::with_capacity(keys.len());
+    for key in keys {
+        match rill_meta::config::inert_setting(&key, None) {
+            None => kept.push(key),
+            Some(Ok(())) => {}
+            Some(Err(e)) => return Err(errors::meta(&e)),
+        }
+    }
+    Ok(kept)
+}
+
 /// Largest replication factor a topic created without one gets: every acknowledged write
 /// survives a node's loss once three nodes hold it.
 pub const MAX_DEFAULT_REPLICATION_FACTOR: u32 = 3;
@@ -197,6 +225,7 @@ impl Service {
     /// (Kafka's `validate_only`); the nodes alive now, for the creation.
     pub async fn validate_create_topic(&self, ctx: &RequestContext, req: &CreateTopic) -> Answer<Vec<u64>> {
         self.authorize(ctx, ResourceType::Topic, &req.name)?;
+        let configs = without_inert_settings(req.configs.clone())?;
         // The members register themselves right after the first election.
         if !self.node.wait_for_meta(META_WAIT, |m: &MetaState| !m.nodes.is_empty()).await {
             return Err(errors::metadata_not_ready());
@@ -205,7 +234,7 @@ impl Service {
         let live_nodes = self.live_nodes().await;
         self.node
             .meta()
-            .check_create(&req.name, req.partitions, req.replication_factor, &req.configs, &live_nodes)
+            .check_create(&req.name, req.partitions, req.replication_factor, &configs, &live_nodes)
             .and_then(|c| c.check_request_bounds())
             .map_err(|e| errors::meta(&e))?;
         Ok(live_nodes)
@@ -221,7 +250,7 @@ impl Service {
             name: req.name,
             partitions: req.partitions,
             replication_factor: req.replication_factor,
-            configs: req.configs,
+            configs: without_inert_settings(req.configs)?,
         };
         let topic = match self.node.propose_meta(&cmd).await {
             Err(e) => return Err(errors::propose(&e)),
@@ -304,7 +333,9 @@ impl Service {
         reset: &[String],
     ) -> Answer<()> {
         self.authorize(ctx, ResourceType::Topic, name)?;
-        let checked = self.node.meta().check_alter_config(name, set, reset);
+        let set = without_inert_settings(set.to_vec())?;
+        let reset = without_inert_resets(reset.to_vec())?;
+        let checked = self.node.meta().check_alter_config(name, &set, &reset);
         checked.and_then(|c| c.check_request_bounds()).map(|_| ()).map_err(|e| errors::meta(&e))
     }
 
@@ -318,6 +349,8 @@ impl Service {
         reset: Vec<String>,
     ) -> Answer<TopicDescription> {
         self.authorize(ctx, ResourceType::Topic, &name)?;
+        let set = without_inert_settings(set)?;
+        let reset = without_inert_resets(reset)?;
         let checked = self.node.meta().check_alter_config(&name, &set, &reset);
         let config = checked.and_then(|c| c.check_request_bounds().map(|()| c)).map_err(|e| errors::meta(&e))?;
         let topic_name = name.clone();
