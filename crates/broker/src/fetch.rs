@@ -45,16 +45,17 @@ pub struct TimestampedOffset {
     pub timestamp_ms: i64,
 }
 
-/// The first record of the stored batch `data` (its first offset `base`) at or above offset
-/// `from` whose timestamp satisfies `wanted`.
-fn first_record(base: u64, data: &Bytes, from: u64, wanted: impl Fn(i64) -> bool) -> Result<Option<TimestampedOffset>> {
+/// The records of the stored batch `data` (its first offset `base`) at or above offset `from`,
+/// with their timestamps, in offset order.
+fn records_from(base: u64, data: &Bytes, from: u64) -> Result<Vec<TimestampedOffset>> {
     let decoded = rill_records::decode(data, MAX_DECOMPRESSED_BATCH_BYTES)
         .map_err(|err| PartitionError::Storage(format!("stored batch at offset {base}: {err}")))?;
     Ok(decoded
         .records
         .iter()
         .map(|r| TimestampedOffset { offset: base + r.offset_delta as u64, timestamp_ms: r.timestamp_ms })
-        .find(|r| r.offset >= from && wanted(r.timestamp_ms)))
+        .filter(|r| r.offset >= from)
+        .collect())
 }
 
 /// Which records a read may see.
@@ -288,7 +289,7 @@ impl Partition {
                 if info.max_timestamp < time_ms {
                     return Ok(false);
                 }
-                found = first_record(base, data, log_start.max(from), |ts| ts >= time_ms)?;
+                found = records_from(base, data, log_start)?.into_iter().find(|r| r.timestamp_ms >= time_ms);
                 Ok(found.is_some())
             })?;
             if found.is_some() {
@@ -321,8 +322,11 @@ impl Partition {
                 {
                     return Ok(false);
                 }
-                let max = info.max_timestamp;
-                if let Some(found) = first_record(base, data, log_start, |ts| ts >= max)? {
+                // The first record with the batch's largest timestamp above the log start: the
+                // header's maxTimestamp may belong to a record below it (or one compaction removed).
+                let records = records_from(base, data, log_start)?;
+                let largest = records.iter().map(|r| r.timestamp_ms).max();
+                if let Some(found) = largest.and_then(|max| records.into_iter().find(|r| r.timestamp_ms == max)) {
                     let better = match best {
                         None => true,
                         Some(b) => {

@@ -1575,6 +1575,28 @@ async fn offsets_are_found_by_record_timestamp_at_every_version() {
     assert_eq!(ask(&mut stream, 8, 0, 0).await, (2, 2_000));
     assert_eq!(ask(&mut stream, 8, 4_200, 0).await, (4, 5_000));
     assert_eq!(ask(&mut stream, 8, -3, 0).await, (4, 5_000), "the largest timestamp above the log start");
+    // The batch the log start falls in keeps a record whose timestamp is below its header's
+    // largest (a deleted record's) and above every other batch's.
+    must_create(&node, &service, "clock2", 1).await;
+    for batch in
+        [timed(rill_records::Compression::None, &[9_000, 8_000]), timed(rill_records::Compression::None, &[5_000])]
+    {
+        let produced: ProduceResponse =
+            call(&mut stream, ApiKey::Produce, 9, &produce_request("clock2", -1, batch)).await;
+        assert_eq!(produced.responses[0].partition_responses[0].error_code, 0);
+    }
+    let delete_below_1 =
+        DeleteRecordsRequest::default().with_timeout_ms(10_000).with_topics(vec![DeleteRecordsTopic::default()
+            .with_name(name("clock2"))
+            .with_partitions(vec![DeleteRecordsPartition::default().with_partition_index(0).with_offset(1)])]);
+    let deleted: DeleteRecordsResponse = call(&mut stream, ApiKey::DeleteRecords, 2, &delete_below_1).await;
+    assert_eq!(deleted.topics[0].partitions[0].low_watermark, 1);
+    let largest = ListOffsetsRequest::default().with_topics(vec![ListOffsetsTopic::default()
+        .with_name(name("clock2"))
+        .with_partitions(vec![ListOffsetsPartition::default().with_partition_index(0).with_timestamp(-3)])]);
+    let answer: ListOffsetsResponse = call(&mut stream, ApiKey::ListOffsets, 8, &largest).await;
+    let p = &answer.topics[0].partitions[0];
+    assert_eq!((p.offset, p.timestamp), (1, 8_000), "the largest kept, not the deleted one's batch header");
 
     // An open transaction's record is found only by read_uncommitted.
     let (pid, epoch) = begin_transaction(&mut stream, "tx-clock", "clock").await;
