@@ -50,7 +50,7 @@ impl Partition {
         if before <= self.log_start_offset() {
             return Ok(self.log_start_offset());
         }
-        let waiting_since = Instant::now();
+        let waiting_since = rill_rt::now();
         if !self.wait_for_data(before - 1, deadline, Isolation::ReadCommitted).await {
             return Err(PartitionError::OpenTransactionBelow {
                 before,

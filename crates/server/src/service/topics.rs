@@ -574,7 +574,7 @@ impl Service {
         timeout: Duration,
     ) -> Answer<u64> {
         let replica = local_replica(&self.node, topic, topic_id, partition)?;
-        let deleted = replica.delete_records(offset, rill_rt::Instant::now() + timeout).await;
+        let deleted = replica.delete_records(offset, rill_rt::now() + timeout).await;
         deleted.map_err(|e| errors::partition(&e, |id| self.node.client_addr(id)))
     }
 
