@@ -75,6 +75,16 @@ def fill(args):
         sys.exit("input records left unacknowledged after 60 s")
 
 
+# Errors of a coordinator moving that librdkafka hands to the application without marking them
+# retriable (`committed()` answers NOT_COORDINATOR while the group's coordinator changes); Kafka's
+# Java client retries them itself.
+COORDINATOR_MOVING = {
+    KafkaError.NOT_COORDINATOR,
+    KafkaError.COORDINATOR_NOT_AVAILABLE,
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+}
+
+
 def retrying(what, call, deadline):
     """`call()`, again while it fails with a retriable error (a leader or coordinator moving)."""
     while True:
@@ -82,7 +92,8 @@ def retrying(what, call, deadline):
             return call()
         except KafkaException as e:
             error = e.args[0]
-            if not error.retriable() or time.monotonic() > deadline:
+            retriable = error.retriable() or error.code() in COORDINATOR_MOVING
+            if not retriable or time.monotonic() > deadline:
                 raise
             print(f"{what}: {error}; retrying", file=sys.stderr)
             time.sleep(0.2)

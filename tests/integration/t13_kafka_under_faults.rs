@@ -127,7 +127,9 @@ async fn an_idempotent_kafka_producer_leaves_no_gap_or_duplicate_while_leaders_a
     let client = cluster.client().await?;
     const TOPIC: &str = "gapless";
     const PARTITIONS: u32 = 3;
-    cluster.create_topic(&client, TOPIC, PARTITIONS, 3, &[]).await?;
+    // acks=all waits for a killed follower to leave the ISR: after 5 s rather than the default
+    // 30, so both kills land while the producer is still well short of its last record.
+    cluster.create_topic(&client, TOPIC, PARTITIONS, 3, &[("replica.lag.time.max.ms", "5000")]).await?;
     let bootstrap = cluster.local().kafka_bootstrap().join(",");
     let dir = tempfile::tempdir()?;
     let log = dir.path().join("producer.log");
