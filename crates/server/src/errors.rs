@@ -418,6 +418,12 @@ pub fn unknown_topic(topic: &str) -> Refusal {
     )
 }
 
+/// The request names a topic by an id alone, and no topic has it (deleted, or never made).
+pub fn no_topic_with_id(topic_id: &[u8]) -> Refusal {
+    let id = uuid::Uuid::from_slice(topic_id).map_or_else(|_| format!("{topic_id:02x?}"), |id| id.to_string());
+    Refusal::new(ErrorCode::UnknownTopicId, format!("no topic has the id {id}: it was deleted; refresh metadata"))
+}
+
 /// The request names `topic` by an id it no longer has (deleted, perhaps re-created).
 pub fn unknown_topic_id(topic: &str) -> Refusal {
     Refusal::new(

@@ -10,7 +10,10 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::delete_records_response::{DeleteRecordsPartitionResult, DeleteRecordsTopicResult};
-use kafka_protocol::messages::fetch_response::{AbortedTransaction, FetchableTopicResponse, PartitionData};
+use kafka_protocol::messages::fetch_response::{
+    AbortedTransaction, FetchableTopicResponse, LeaderIdAndEpoch as FetchLeader, NodeEndpoint as FetchEndpoint,
+    PartitionData,
+};
 use kafka_protocol::messages::list_offsets_response::{ListOffsetsPartitionResponse, ListOffsetsTopicResponse};
 use kafka_protocol::messages::offset_for_leader_epoch_response::{EpochEndOffset, OffsetForLeaderTopicResult};
 use kafka_protocol::messages::produce_response::{
@@ -104,7 +107,7 @@ pub async fn produce(
     if !answered {
         return None;
     }
-    let mut hints = LeaderHints::new(service, version >= LEADER_HINTS_FROM);
+    let mut hints = LeaderHints::new(service, LeaderHints::for_produce(version));
     let responses = per_partition(answers, names, &indexes)
         .into_iter()
         .map(|(name, partitions)| {
@@ -114,7 +117,9 @@ pub async fn produce(
                     let hint = answer.as_ref().err().and_then(|refusal| hints.hint(&name, index, refusal));
                     let response = produced(index, answer);
                     match hint {
-                        Some(leader) => response.with_current_leader(leader),
+                        Some(h) => response.with_current_leader(
+                            LeaderIdAndEpoch::default().with_leader_id(h.leader_id).with_leader_epoch(h.leader_epoch),
+                        ),
                         None => response,
                     }
                 })
@@ -122,49 +127,84 @@ pub async fn produce(
             TopicProduceResponse::default().with_name(topic_name(name)).with_partition_responses(partitions)
         })
         .collect();
-    Some(ProduceResponse::default().with_responses(responses).with_node_endpoints(hints.endpoints))
+    let endpoints = hints
+        .endpoints
+        .into_iter()
+        .map(|(id, host, port)| {
+            NodeEndpoint::default().with_node_id(id).with_host(StrBytes::from_string(host)).with_port(port)
+        })
+        .collect();
+    Some(ProduceResponse::default().with_responses(responses).with_node_endpoints(endpoints))
 }
 
 /// `Produce` answers carry leader hints from this version (KIP-951).
-const LEADER_HINTS_FROM: i16 = 10;
+const PRODUCE_LEADER_HINTS_FROM: i16 = 10;
+/// `Fetch` names topics by id from this version (KIP-516).
+const FETCH_TOPIC_IDS_FROM: i16 = 13;
+/// `Fetch` answers carry leader hints from this version (KIP-951).
+const FETCH_LEADER_HINTS_FROM: i16 = 16;
 
-/// KIP-951's leader hints: a partition refused because this node does not lead it names the
-/// leader and its epoch as this node knows them, and the answer carries that leader's Kafka
-/// address, so the client sends there without asking for metadata first.
+/// KIP-951's leader hints: a partition refused because this node does not lead it (or, for
+/// `Fetch`, because the client's leader epoch is stale) names the leader and its epoch as this
+/// node knows them, and the answer carries that leader's Kafka address, so the client goes
+/// there without asking for metadata first. Protocol-neutral: `Produce` and `Fetch` answers
+/// carry the same fields as different types.
 struct LeaderHints<'a> {
     service: &'a Service,
-    enabled: bool,
-    endpoints: Vec<NodeEndpoint>,
+    /// The codes a hint is given for; none when the request's version carries no hints.
+    codes: &'static [ErrorCode],
+    /// The address of every leader hinted at, each once.
+    endpoints: Vec<(BrokerId, String, i32)>,
+}
+
+/// A partition's leader as a hint names it.
+struct LeaderHint {
+    leader_id: BrokerId,
+    leader_epoch: i32,
 }
 
 impl<'a> LeaderHints<'a> {
-    fn new(service: &'a Service, enabled: bool) -> Self {
-        Self { service, enabled, endpoints: Vec::new() }
+    fn new(service: &'a Service, codes: &'static [ErrorCode]) -> Self {
+        Self { service, codes, endpoints: Vec::new() }
     }
 
-    /// The hint for `topic`/`index` refused with `refusal`: only for `NOT_LEADER_OR_FOLLOWER`,
-    /// and only when the leader known is another node with a Kafka listener.
-    fn hint(&mut self, topic: &str, index: i32, refusal: &Refusal) -> Option<LeaderIdAndEpoch> {
-        if !self.enabled || refusal.code != ErrorCode::NotLeaderOrFollower {
+    /// The hint for `topic`/`index` refused with `refusal`, when its code is one hinted at and
+    /// the leader known is a node with a Kafka listener. `NOT_LEADER_OR_FOLLOWER` naming this
+    /// node would send the client straight back, so it gets none; `FENCED_LEADER_EPOCH` from
+    /// the leader itself hints at it with its current epoch.
+    fn hint(&mut self, topic: &str, index: i32, refusal: &Refusal) -> Option<LeaderHint> {
+        if !self.codes.contains(&refusal.code) {
             return None;
         }
         let partition = u32::try_from(index).ok()?;
         let (leader, epoch) = self.service.partition_leadership(topic, partition)?;
-        if leader == self.service.node().id() {
+        if leader == self.service.node().id() && refusal.code == ErrorCode::NotLeaderOrFollower {
             return None;
         }
         let (host, port) = host_port(&self.service.node().kafka_addr(leader)?)?;
         let leader_id = broker_id(leader)?;
-        if !self.endpoints.iter().any(|e| e.node_id == leader_id) {
-            self.endpoints.push(
-                NodeEndpoint::default().with_node_id(leader_id).with_host(StrBytes::from_string(host)).with_port(port),
-            );
+        if !self.endpoints.iter().any(|(id, _, _)| *id == leader_id) {
+            self.endpoints.push((leader_id, host, port));
         }
-        Some(
-            LeaderIdAndEpoch::default()
-                .with_leader_id(leader_id)
-                .with_leader_epoch(i32::try_from(epoch).unwrap_or(i32::MAX)),
-        )
+        Some(LeaderHint { leader_id, leader_epoch: i32::try_from(epoch).unwrap_or(i32::MAX) })
+    }
+
+    /// The codes a `Produce` at `version` gets hints for.
+    fn for_produce(version: i16) -> &'static [ErrorCode] {
+        if version >= PRODUCE_LEADER_HINTS_FROM {
+            &[ErrorCode::NotLeaderOrFollower]
+        } else {
+            &[]
+        }
+    }
+
+    /// The codes a `Fetch` at `version` gets hints for (Kafka's broker gives them for both).
+    fn for_fetch(version: i16) -> &'static [ErrorCode] {
+        if version >= FETCH_LEADER_HINTS_FROM {
+            &[ErrorCode::NotLeaderOrFollower, ErrorCode::FencedLeaderEpoch]
+        } else {
+            &[]
+        }
     }
 }
 
@@ -184,20 +224,31 @@ fn produced(index: i32, answer: Answer<ProduceOutcome>) -> PartitionProduceRespo
     }
 }
 
-/// `Fetch`, versions 4 to 12 (topics by name). Sessionless: a request that opens a session
-/// (id 0, epoch 0) is answered as a full fetch with session id 0, which tells the client no
-/// session was made; one that names a session is refused, as Kafka refuses a session it lost.
+/// `Fetch`, versions 4 to 17: topics by name to v12, by id from v13 (KIP-516; an id no topic
+/// has: `UNKNOWN_TOPIC_ID`), with leader hints from v16 (KIP-951). Sessionless: a request that
+/// opens a session (id 0, epoch 0) is answered as a full fetch with session id 0, which tells
+/// the client no session was made; one that names a session is refused, as Kafka refuses a
+/// session it lost. Versions 15 and 17 add fields only brokers' replicas send.
 pub async fn fetch(service: &Service, ctx: &RequestContext, request: FetchRequest, version: i16) -> FetchResponse {
+    let by_id = version >= FETCH_TOPIC_IDS_FROM;
     let indexes: Vec<Vec<i32>> =
         request.topics.iter().map(|t| t.partitions.iter().map(|p| p.partition).collect()).collect();
-    let names: Vec<String> = request.topics.iter().map(|t| t.topic.0.to_string()).collect();
+    // Each topic as the request named it, to name it alike in the answer.
+    let keys: Vec<(String, uuid::Uuid)> = request.topics.iter().map(|t| (t.topic.0.to_string(), t.topic_id)).collect();
+    let topic = |(name, id): &(String, uuid::Uuid)| {
+        let topic = FetchableTopicResponse::default();
+        if by_id {
+            topic.with_topic_id(*id)
+        } else {
+            topic.with_topic(topic_name(name.clone()))
+        }
+    };
     let refused = |code: i16| {
-        let responses = names
+        let responses = keys
             .iter()
             .zip(&indexes)
-            .map(|(name, partitions)| {
-                let partitions = partitions.iter().map(|&index| fetch_error(index, code)).collect();
-                FetchableTopicResponse::default().with_topic(topic_name(name.clone())).with_partitions(partitions)
+            .map(|(key, partitions)| {
+                topic(key).with_partitions(partitions.iter().map(|&index| fetch_error(index, code)).collect())
             })
             .collect();
         FetchResponse::default().with_error_code(if version >= 7 { code } else { 0 }).with_responses(responses)
@@ -220,7 +271,8 @@ pub async fn fetch(service: &Service, ctx: &RequestContext, request: FetchReques
             .into_iter()
             .map(|t| svc::FetchTopic {
                 topic: t.topic.0.to_string(),
-                topic_id: Bytes::new(),
+                // From v13 the id alone names the topic (a nil id names none).
+                topic_id: if by_id { Bytes::copy_from_slice(t.topic_id.as_bytes()) } else { Bytes::new() },
                 partitions: t
                     .partitions
                     .into_iter()
@@ -238,14 +290,36 @@ pub async fn fetch(service: &Service, ctx: &RequestContext, request: FetchReques
         Ok(answers) => answers,
         Err(e) => return refused(errors::request_error(&e)),
     };
+    let names = answers.iter().map(|t| t.topic.clone()).collect();
+    let mut hints = LeaderHints::new(service, LeaderHints::for_fetch(version));
     let responses = per_partition(Ok(answers), names, &indexes)
         .into_iter()
-        .map(|(name, partitions)| {
-            let partitions = partitions.into_iter().map(|(index, answer)| fetched(index, answer, isolation)).collect();
-            FetchableTopicResponse::default().with_topic(topic_name(name)).with_partitions(partitions)
+        .zip(&keys)
+        .map(|((name, partitions), key)| {
+            let partitions = partitions
+                .into_iter()
+                .map(|(index, answer)| {
+                    let hint = answer.as_ref().err().and_then(|refusal| hints.hint(&name, index, refusal));
+                    let response = fetched(index, answer, isolation);
+                    match hint {
+                        Some(h) => response.with_current_leader(
+                            FetchLeader::default().with_leader_id(h.leader_id).with_leader_epoch(h.leader_epoch),
+                        ),
+                        None => response,
+                    }
+                })
+                .collect();
+            topic(key).with_partitions(partitions)
         })
         .collect();
-    FetchResponse::default().with_session_id(0).with_responses(responses)
+    let endpoints = hints
+        .endpoints
+        .into_iter()
+        .map(|(id, host, port)| {
+            FetchEndpoint::default().with_node_id(id).with_host(StrBytes::from_string(host)).with_port(port)
+        })
+        .collect();
+    FetchResponse::default().with_session_id(0).with_responses(responses).with_node_endpoints(endpoints)
 }
 
 /// A partition's fetch answer carrying Kafka's `code`.

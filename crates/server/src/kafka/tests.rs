@@ -363,6 +363,21 @@ fn fetch_request(topic: &str, offset: i64, isolation_level: i8) -> FetchRequest 
         .with_topics(vec![FetchTopic::default().with_topic(name(topic)).with_partitions(vec![partition])])
 }
 
+/// [`fetch_request`] as a client sends it at `version`: from v13 the topic is named by its id.
+fn fetch_request_at(version: i16, node: &crate::Node, topic: &str, offset: i64) -> FetchRequest {
+    let mut request = fetch_request(topic, offset, 0);
+    if version >= 13 {
+        request.topics[0].topic = Default::default();
+        request.topics[0].topic_id = topic_id(node, topic);
+    }
+    request
+}
+
+/// `topic`'s id as Kafka's clients carry it.
+fn topic_id(node: &crate::Node, topic: &str) -> uuid::Uuid {
+    uuid::Uuid::from_bytes(node.meta().topics[topic].topic_id)
+}
+
 /// The batches of a fetched record set: each one's (base offset, leader epoch, record count),
 /// every CRC checked.
 fn batches_of(mut set: Bytes) -> Vec<(i64, i32, i32)> {
@@ -420,8 +435,14 @@ async fn produced_records_are_fetched_with_their_offsets_and_leader_epochs_at_ev
         let mut offset = 0;
         while offset < next {
             let answer: FetchResponse =
-                call(&mut stream, ApiKey::Fetch, version, &fetch_request("orders", offset, 0)).await;
-            let p = &answer.responses[0].partitions[0];
+                call(&mut stream, ApiKey::Fetch, version, &fetch_request_at(version, &node, "orders", offset)).await;
+            let topic = &answer.responses[0];
+            if version >= 13 {
+                assert_eq!((topic.topic_id, topic.topic.0.as_str()), (topic_id(&node, "orders"), ""), "v{version}");
+            } else {
+                assert_eq!(topic.topic.0.as_str(), "orders", "v{version}");
+            }
+            let p = &topic.partitions[0];
             assert_eq!((p.error_code, p.high_watermark), (0, next), "v{version}");
             if version >= 5 {
                 assert_eq!(p.log_start_offset, 0, "v{version}");
@@ -441,6 +462,21 @@ async fn produced_records_are_fetched_with_their_offsets_and_leader_epochs_at_ev
         let answer: FetchResponse = call(&mut stream, ApiKey::Fetch, 12, &request).await;
         assert_eq!(answer.responses[0].partitions[0].error_code, code, "epoch {epoch} against term {term}");
     }
+    // From v16 a stale epoch gets a hint: the leader (this node) and its epoch, with its address.
+    let mut request = fetch_request_at(16, &node, "orders", 0);
+    request.topics[0].partitions[0].current_leader_epoch = term - 1;
+    let answer: FetchResponse = call(&mut stream, ApiKey::Fetch, 16, &request).await;
+    let p = &answer.responses[0].partitions[0];
+    assert_eq!((p.error_code, p.current_leader.leader_id.0, p.current_leader.leader_epoch), (74, 1, term));
+    let endpoint = &answer.node_endpoints[..];
+    assert_eq!(endpoint.len(), 1, "{endpoint:?}");
+    assert_eq!((endpoint[0].node_id.0, endpoint[0].port), (1, i32::from(addr.port())));
+    // An id no topic has: UNKNOWN_TOPIC_ID, named back by that id.
+    let mut request = fetch_request_at(13, &node, "orders", 0);
+    request.topics[0].topic_id = uuid::Uuid::from_u128(7);
+    let answer: FetchResponse = call(&mut stream, ApiKey::Fetch, 13, &request).await;
+    assert_eq!(answer.responses[0].topic_id, uuid::Uuid::from_u128(7));
+    assert_eq!(answer.responses[0].partitions[0].error_code, 100);
     // A session this listener never made.
     let answer: FetchResponse =
         call(&mut stream, ApiKey::Fetch, 12, &fetch_request("orders", 0, 0).with_session_id(77).with_session_epoch(3))

@@ -36,7 +36,7 @@ pub struct Supported {
 /// version 3 or later (record batches, which every compression codec needs).
 pub const SUPPORTED: &[Supported] = &[
     Supported { api: ApiKey::Produce, min: 0, max: 11 },
-    Supported { api: ApiKey::Fetch, min: 4, max: 12 },
+    Supported { api: ApiKey::Fetch, min: 4, max: 17 },
     Supported { api: ApiKey::ListOffsets, min: 1, max: 8 },
     Supported { api: ApiKey::OffsetForLeaderEpoch, min: 2, max: 4 },
     Supported { api: ApiKey::Metadata, min: 0, max: 13 },

@@ -3,6 +3,8 @@
 //! commits, the partitions a transaction adds, a coordinator key. Each exists once; the service
 //! functions call them, and so do the fuzz targets (`fuzz/fuzz_targets/proto_requests.rs`).
 
+use std::collections::HashMap;
+
 use rill_coordinator::groups::TopicPartitions;
 use rill_coordinator::offsets::{self, Committer, MAX_OFFSET_METADATA_BYTES};
 use rill_coordinator::transactions::{self, TxnProtocol};
@@ -89,7 +91,11 @@ pub fn record_partition<'m>(
     partition: u32,
 ) -> Answer<(&'m TopicMeta, &'m PartitionAssignment)> {
     let Some(t) = meta.topics.get(topic) else {
-        return Err(if topic_id.is_empty() { errors::unknown_topic(topic) } else { errors::unknown_topic_id(topic) });
+        return Err(match (topic.is_empty(), topic_id.is_empty()) {
+            (_, true) => errors::unknown_topic(topic),
+            (true, false) => errors::no_topic_with_id(topic_id),
+            (false, false) => errors::unknown_topic_id(topic),
+        });
     };
     if !topic_id.is_empty() && topic_id != t.topic_id.as_slice() {
         return Err(errors::unknown_topic_id(topic));
@@ -100,6 +106,21 @@ pub fn record_partition<'m>(
     match t.partitions.get(partition as usize) {
         Some(assignment) => Ok((t, assignment)),
         None => Err(errors::unknown_partition(topic, partition, t.partitions.len())),
+    }
+}
+
+/// Names the topics a request names by id alone (Kafka's `Fetch` v13+), each `(name, id)` with
+/// an empty name: the name of the topic with that id. An id no topic has keeps its empty name,
+/// which [`record_partition`] refuses with `UNKNOWN_TOPIC_ID`. Costs one pass over the topics,
+/// and only when some topic is named by id alone.
+pub fn name_topics_by_id<'a>(meta: &MetaState, topics: impl Iterator<Item = (&'a mut String, &'a [u8])>) {
+    let mut by_id: Option<HashMap<&[u8], &str>> = None;
+    for (name, id) in topics.filter(|(name, id)| name.is_empty() && !id.is_empty()) {
+        let by_id = by_id
+            .get_or_insert_with(|| meta.topics.values().map(|t| (t.topic_id.as_slice(), t.name.as_str())).collect());
+        if let Some(found) = by_id.get(id) {
+            (*found).clone_into(name);
+        }
     }
 }
 

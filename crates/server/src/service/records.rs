@@ -94,7 +94,7 @@ pub struct FetchRequest {
 /// One topic's partitions to fetch.
 #[derive(Debug, Clone, Default)]
 pub struct FetchTopic {
-    /// The topic.
+    /// The topic; empty when the client names it by its id alone (Kafka's `Fetch` v13+).
     pub topic: String,
     /// The topic's id, when the client names it.
     pub topic_id: Bytes,
@@ -340,8 +340,13 @@ impl Service {
     /// not a listener later leaves it out; past the budget a partition is answered empty, to be
     /// fetched next time. A `read_committed` answer keeps its aborted-transaction list and its
     /// control batches: each listener decides what its clients get. Each topic needs Read.
-    pub async fn fetch(&self, ctx: &RequestContext, req: FetchRequest) -> Result<Answers<FetchOutcome>, RequestError> {
+    pub async fn fetch(
+        &self,
+        ctx: &RequestContext,
+        mut req: FetchRequest,
+    ) -> Result<Answers<FetchOutcome>, RequestError> {
         limits::check_counts("Fetch", req.topics.len(), req.topics.iter().map(|t| t.partitions.len()).sum())?;
+        checks::name_topics_by_id(&self.node.meta(), req.topics.iter_mut().map(|t| (&mut t.topic, &t.topic_id[..])));
         let max_wait = Duration::from_millis(u64::from(req.max_wait_ms)).min(MAX_FETCH_WAIT);
         let isolation = req.isolation;
         let response_budget = match req.max_bytes {
