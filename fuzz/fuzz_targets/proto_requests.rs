@@ -263,14 +263,14 @@ fn consumer_group_heartbeat(r: groups::ConsumerGroupHeartbeatRequest) {
         rack_id: r.rack_id,
         rebalance_timeout_ms: r.rebalance_timeout_ms,
         subscribed_topics: r.subscribed_topics.map(|s| s.topics),
+        subscribed_regex: r.subscribed_topic_regex,
         server_assignor: r.server_assignor,
         rebalance_mode: r.rebalance_mode,
         owned,
         client_id: r.client_id,
         client_host: "127.0.0.1".into(),
     };
-    // Every subscribed topic exists with a few partitions.
-    let topics = |name: &str| Some(cg::SubscribedTopic { topic_id: [1; 16], partitions: (name.len() % 7) as u32 });
+    let topics = EveryTopic;
     let mut groups = ConsumerGroups::default();
     let mut id = || "member-1".to_string();
     for _ in 0..2 {
@@ -285,6 +285,26 @@ fn consumer_group_heartbeat(r: groups::ConsumerGroupHeartbeatRequest) {
             cg::group::Applied::Changed,
             "a change decided from the applied state applies"
         );
+    }
+}
+
+/// Every topic named exists with a few partitions; a pattern matches among a fixed few.
+struct EveryTopic;
+
+impl rill_coordinator::groups::TopicSource for EveryTopic {
+    fn topic(&self, name: &str) -> Option<rill_coordinator::groups::SubscribedTopic> {
+        Some(rill_coordinator::groups::SubscribedTopic { topic_id: [1; 16], partitions: (name.len() % 7) as u32 })
+    }
+
+    fn matching(
+        &self,
+        pattern: &rill_coordinator::groups::TopicPattern,
+    ) -> Vec<(String, rill_coordinator::groups::SubscribedTopic)> {
+        ["a", "orders", "orders-eu", "payments"]
+            .into_iter()
+            .filter(|name| pattern.matches(name))
+            .filter_map(|name| Some((name.to_string(), self.topic(name)?)))
+            .collect()
     }
 }
 

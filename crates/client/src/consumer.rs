@@ -317,12 +317,28 @@ impl Consumer {
     /// coordinator assigns the partitions, and `poll` follows its decisions. Replaces any
     /// assignment made with [`Consumer::assign`].
     pub fn subscribe(&mut self, topics: &[&str]) -> Result<()> {
-        let Some(group_id) = self.config.group_id.clone() else {
-            return Err(Error::InvalidArgument("subscribe needs a consumer with a group_id".into()));
-        };
         if topics.is_empty() {
             return Err(Error::InvalidArgument("subscribe needs at least one topic".into()));
         }
+        self.join(topics.iter().map(|t| t.to_string()).collect(), None)
+    }
+
+    /// Joins the consumer's group as a member consuming every topic whose whole name `pattern`
+    /// (a regular expression, RE2 syntax) matches: `orders-.*` takes `orders-eu` but not
+    /// `old-orders`. The coordinator resolves the pattern, so a topic created later that
+    /// matches is assigned too. A pattern the coordinator cannot compile fails the membership
+    /// with `INVALID_REGULAR_EXPRESSION`.
+    pub fn subscribe_pattern(&mut self, pattern: &str) -> Result<()> {
+        if pattern.is_empty() {
+            return Err(Error::InvalidArgument("subscribe_pattern needs a pattern".into()));
+        }
+        self.join(Vec::new(), Some(pattern.to_string()))
+    }
+
+    fn join(&mut self, topics: Vec<String>, topic_pattern: Option<String>) -> Result<()> {
+        let Some(group_id) = self.config.group_id.clone() else {
+            return Err(Error::InvalidArgument("subscribe needs a consumer with a group_id".into()));
+        };
         if self.membership.is_some() {
             return Err(Error::InvalidArgument("the consumer is subscribed already".into()));
         }
@@ -335,7 +351,8 @@ impl Consumer {
         self.assign([]);
         let config = MembershipConfig {
             group_id,
-            topics: topics.iter().map(|t| t.to_string()).collect(),
+            topics,
+            topic_pattern,
             instance_id: self.config.group_instance_id.clone(),
             rebalance_timeout: self.config.rebalance_timeout,
             server_assignor: self.config.server_assignor.clone(),

@@ -31,8 +31,10 @@ use crate::Client;
 pub struct MembershipConfig {
     /// The group.
     pub group_id: String,
-    /// The topics to consume.
+    /// The topics to consume by name.
     pub topics: Vec<String>,
+    /// A regular expression: consume every topic whose whole name it matches, besides `topics`.
+    pub topic_pattern: Option<String>,
     /// A static member's `group.instance.id`: a restart that leaves (closes) and rejoins within
     /// the session timeout keeps its partitions.
     pub instance_id: Option<String>,
@@ -184,6 +186,7 @@ fn is_fatal(code: Option<ErrorCode>) -> bool {
             ErrorCode::InvalidRequest
                 | ErrorCode::InvalidGroupId
                 | ErrorCode::UnsupportedAssignor
+                | ErrorCode::InvalidRegularExpression
                 | ErrorCode::GroupMaxSizeReached
         )
     )
@@ -330,6 +333,7 @@ fn request(config: &MembershipConfig, s: &mut Shared) -> ConsumerGroupHeartbeatR
         rack_id: None,
         rebalance_timeout_ms: joining.then(|| u32::try_from(config.rebalance_timeout.as_millis()).unwrap_or(u32::MAX)),
         subscribed_topics: joining.then(|| SubscribedTopics { topics: config.topics.clone() }),
+        subscribed_topic_regex: if joining { config.topic_pattern.clone() } else { None },
         server_assignor: if joining { config.server_assignor.clone() } else { None },
         rebalance_mode: if joining { config.rebalance_mode.clone() } else { None },
         owned,

@@ -53,6 +53,9 @@ pub enum CoordinatorError {
     /// The group has neither members nor committed offsets.
     #[error("group {0:?} has no members and no committed offsets")]
     GroupIdNotFound(String),
+    /// A subscription pattern that is empty, too long, or not a regular expression.
+    #[error("invalid subscription pattern {pattern:?}: {reason}")]
+    InvalidRegularExpression { pattern: String, reason: String },
     /// The server-side assignor asked for does not exist.
     #[error("unknown server assignor {0:?}: uniform or range")]
     UnsupportedAssignor(String),

@@ -162,6 +162,7 @@ pub fn coordinator(e: &CoordinatorError) -> Refusal {
         CoordinatorError::GroupSubscribedToTopic { .. } => Refusal::new(ErrorCode::GroupSubscribedToTopic, message),
         CoordinatorError::GroupIdNotFound(_) => Refusal::new(ErrorCode::GroupIdNotFound, message),
         CoordinatorError::UnsupportedAssignor(_) => Refusal::new(ErrorCode::UnsupportedAssignor, message),
+        CoordinatorError::InvalidRegularExpression { .. } => Refusal::new(ErrorCode::InvalidRegularExpression, message),
         CoordinatorError::GroupMaxSizeReached { .. } => Refusal::new(ErrorCode::GroupMaxSizeReached, message),
         CoordinatorError::IllegalGeneration { .. } => Refusal::new(ErrorCode::IllegalGeneration, message),
         CoordinatorError::InconsistentGroupProtocol { .. } => {

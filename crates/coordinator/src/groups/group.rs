@@ -19,6 +19,7 @@ use bytes::Bytes;
 use rill_proto::coordinator as pb;
 
 use super::assignor::{Assignor, TopicPartitions};
+use super::pattern::TopicPattern;
 
 /// The member epoch a member sends to leave the group.
 pub const LEAVE_EPOCH: i32 = -1;
@@ -133,8 +134,11 @@ pub struct Member {
     pub client_id: String,
     /// Where the client connected from.
     pub client_host: String,
-    /// The topics it subscribes to.
+    /// The topics it subscribes to by name.
     pub subscribed: BTreeSet<String>,
+    /// The pattern subscribing it to every topic whose whole name it matches, besides those
+    /// named ([`super::pattern`]; checked when the member sent it).
+    pub subscribed_regex: Option<String>,
     /// The assignor it asked for (`None`: the group's default).
     pub server_assignor: Option<Assignor>,
     /// The rebalance mode it asked for.
@@ -228,6 +232,22 @@ pub struct ConsumerGroup {
 }
 
 impl ConsumerGroup {
+    /// The topics `member` subscribes to as the group's assignment sees them: those it names,
+    /// and those of the group's subscribed topics its pattern matches.
+    pub fn subscription_of(&self, member: &Member) -> BTreeSet<String> {
+        let mut topics = member.subscribed.clone();
+        if let Some(pattern) = member.subscribed_regex.as_deref().and_then(|p| TopicPattern::parse(p).ok()) {
+            topics.extend(self.subscribed_topics.keys().filter(|t| pattern.matches(t)).cloned());
+        }
+        topics
+    }
+
+    /// True when some member subscribes to `topic` (by name, or by a pattern that matched it
+    /// at the group's last assignment).
+    pub fn is_subscribed(&self, topic: &str) -> bool {
+        self.members.values().any(|m| self.subscription_of(m).contains(topic))
+    }
+
     /// The group's state.
     pub fn state(&self) -> GroupState {
         if self.members.is_empty() {
@@ -430,6 +450,7 @@ pub fn member_to_proto(m: &Member) -> pb::ConsumerMember {
         client_id: m.client_id.clone(),
         client_host: m.client_host.clone(),
         subscribed_topics: m.subscribed.iter().cloned().collect(),
+        subscribed_regex: m.subscribed_regex.clone(),
         server_assignor: m.server_assignor.map(|a| a.name().to_string()).unwrap_or_default(),
         mode: m.mode.to_proto(),
         rebalance_timeout_ms: m.rebalance_timeout_ms,
@@ -449,6 +470,7 @@ fn member_from_proto(m: &pb::ConsumerMember) -> Member {
         client_id: m.client_id.clone(),
         client_host: m.client_host.clone(),
         subscribed: m.subscribed_topics.iter().cloned().collect(),
+        subscribed_regex: m.subscribed_regex.clone(),
         server_assignor: Assignor::parse(&m.server_assignor),
         mode: RebalanceMode::from_proto(m.mode),
         rebalance_timeout_ms: m.rebalance_timeout_ms,

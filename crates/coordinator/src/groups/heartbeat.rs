@@ -25,6 +25,7 @@ use super::group::{
     contains, member_to_proto, target_to_proto, ConsumerGroup, Member, MemberState, RebalanceMode, SubscribedTopic,
     LEAVE_EPOCH, STATIC_LEAVE_EPOCH,
 };
+use super::pattern::TopicPattern;
 use super::reconcile::reconcile;
 use crate::error::{CoordinatorError, Result};
 use crate::groups::validate_group_id;
@@ -95,8 +96,11 @@ pub struct HeartbeatRequest {
     pub rack_id: Option<String>,
     /// How long it may take to revoke partitions (required to join).
     pub rebalance_timeout_ms: Option<u32>,
-    /// The topics it subscribes to (required to join).
+    /// The topics it subscribes to by name (this or a pattern is required to join).
     pub subscribed_topics: Option<Vec<String>>,
+    /// The pattern it subscribes by besides the names ([`super::pattern`]); `Some("")`: none
+    /// any more.
+    pub subscribed_regex: Option<String>,
     /// The server-side assignor it asks for.
     pub server_assignor: Option<String>,
     /// The rebalance mode it asks for.
@@ -135,8 +139,28 @@ pub struct Decision {
     pub member: Option<Member>,
 }
 
-/// The metadata of a topic by name (`None`: no such topic).
-pub type TopicLookup<'a> = &'a (dyn Fn(&str) -> Option<SubscribedTopic> + Sync);
+/// The topics a group's members may be subscribed to, as the cluster's metadata has them at the
+/// decision: record topics only (internal topics are never assigned to consumers).
+pub trait TopicSource: Sync {
+    /// The topic named `name`, when there is one.
+    fn topic(&self, name: &str) -> Option<SubscribedTopic>;
+    /// Every topic whose whole name `pattern` matches.
+    fn matching(&self, pattern: &TopicPattern) -> Vec<(String, SubscribedTopic)>;
+}
+
+/// Topics by name: a fixed set of them (tests, tools).
+impl TopicSource for BTreeMap<String, SubscribedTopic> {
+    fn topic(&self, name: &str) -> Option<SubscribedTopic> {
+        self.get(name).copied()
+    }
+
+    fn matching(&self, pattern: &TopicPattern) -> Vec<(String, SubscribedTopic)> {
+        self.iter().filter(|(name, _)| pattern.matches(name)).map(|(name, t)| (name.clone(), *t)).collect()
+    }
+}
+
+/// The topics a decision reads.
+pub type TopicLookup<'a> = &'a dyn TopicSource;
 
 /// Decides a `ConsumerGroupHeartbeat` against `group` (its applied state; `None` when it does
 /// not exist). `now_ms` is the coordinator's clock; `new_member_id` makes an id for a member that
@@ -169,6 +193,14 @@ pub fn heartbeat(
         let subscribed: BTreeSet<String> = topics.iter().cloned().collect();
         bump |= subscribed != member.subscribed;
         member.subscribed = subscribed;
+    }
+    if let Some(source) = &req.subscribed_regex {
+        let pattern = (!source.is_empty()).then(|| source.clone());
+        if let Some(p) = &pattern {
+            TopicPattern::parse(p)?;
+        }
+        bump |= pattern != member.subscribed_regex;
+        member.subscribed_regex = pattern;
     }
     if let Some(name) = &req.server_assignor {
         let assignor = Assignor::parse(name).ok_or_else(|| CoordinatorError::UnsupportedAssignor(name.clone()))?;
@@ -302,9 +334,10 @@ fn joining(
     req: &HeartbeatRequest,
     new_member_id: &mut dyn FnMut() -> String,
 ) -> Result<(Member, bool)> {
-    if req.subscribed_topics.is_none() || req.rebalance_timeout_ms.is_none() {
+    if (req.subscribed_topics.is_none() && req.subscribed_regex.is_none()) || req.rebalance_timeout_ms.is_none() {
         return Err(CoordinatorError::InvalidRequest(
-            "a member joining (epoch 0) must send its subscribed topics and its rebalance timeout".into(),
+            "a member joining (epoch 0) must send its subscription (topic names or a pattern) and its rebalance timeout"
+                .into(),
         ));
     }
     let member_id = if req.member_id.is_empty() { new_member_id() } else { req.member_id.clone() };
@@ -395,10 +428,17 @@ fn fenced(req: &HeartbeatRequest, member: &Member) -> CoordinatorError {
     }
 }
 
-/// Every topic some member subscribes to that exists, as the metadata has it now.
+/// Every topic some member subscribes to that exists, by name or by pattern, as the metadata
+/// has it now.
 pub(crate) fn subscribed_topics(g: &ConsumerGroup, topics: TopicLookup<'_>) -> BTreeMap<String, SubscribedTopic> {
     let names: BTreeSet<&String> = g.members.values().flat_map(|m| m.subscribed.iter()).collect();
-    names.into_iter().filter_map(|name| Some((name.clone(), topics(name)?))).collect()
+    let mut subscribed: BTreeMap<String, SubscribedTopic> =
+        names.into_iter().filter_map(|name| Some((name.clone(), topics.topic(name)?))).collect();
+    let patterns: BTreeSet<&str> = g.members.values().filter_map(|m| m.subscribed_regex.as_deref()).collect();
+    for pattern in patterns.into_iter().filter_map(|p| TopicPattern::parse(p).ok()) {
+        subscribed.extend(topics.matching(&pattern));
+    }
+    subscribed
 }
 
 /// The assignor and mode most members ask for (ties go to the default).
@@ -432,7 +472,7 @@ fn assign(g: &ConsumerGroup) -> BTreeMap<String, TopicPartitions> {
                     m.member_id.clone(),
                     MemberSpec {
                         instance_id: m.instance_id.clone(),
-                        subscribed: m.subscribed.clone(),
+                        subscribed: g.subscription_of(m),
                         current: g.target_of(&m.member_id),
                     },
                 )
@@ -559,6 +599,8 @@ mod tests {
         epoch: i32,
         owned: TopicPartitions,
         instance_id: Option<String>,
+        /// The pattern it subscribes by, sent when it joins.
+        regex: Option<String>,
     }
 
     impl Coordinator {
@@ -575,9 +617,11 @@ mod tests {
         }
 
         fn decide(&mut self, req: &HeartbeatRequest) -> Result<Decision> {
-            let topics = self.topics.clone();
-            let lookup =
-                move |name: &str| topics.get(name).map(|&partitions| SubscribedTopic { topic_id: [7; 16], partitions });
+            let lookup: BTreeMap<String, SubscribedTopic> = self
+                .topics
+                .iter()
+                .map(|(name, &partitions)| (name.clone(), SubscribedTopic { topic_id: [7; 16], partitions }))
+                .collect();
             let next = &mut self.next_id;
             let mut new_id = || {
                 *next += 1;
@@ -623,6 +667,7 @@ mod tests {
                 instance_id: c.instance_id.clone(),
                 rebalance_timeout_ms: joining.then_some(30_000),
                 subscribed_topics: joining.then(|| topics.iter().map(|t| t.to_string()).collect()),
+                subscribed_regex: c.regex.clone().filter(|_| joining),
                 owned: Some(c.owned.clone()),
                 ..Default::default()
             };
@@ -648,6 +693,86 @@ mod tests {
             }
             panic!("the group did not settle: {:?}", self.group());
         }
+    }
+
+    /// Each client heartbeats with its own subscription until nothing changes.
+    fn settle_each(co: &mut Coordinator, clients: &mut [(Client, &[&str])]) {
+        for _ in 0..20 {
+            let before = co.groups.clone();
+            for (c, topics) in clients.iter_mut() {
+                co.beat(c, topics).expect("heartbeat");
+            }
+            if co.groups == before {
+                return;
+            }
+        }
+        panic!("the group did not settle: {:?}", co.group());
+    }
+
+    fn topics_of(c: &Client) -> Vec<(&str, usize)> {
+        c.owned.iter().filter(|(_, p)| !p.is_empty()).map(|(t, p)| (t.as_str(), p.len())).collect()
+    }
+
+    #[test]
+    fn a_pattern_subscribes_a_member_to_every_matching_topic_and_to_those_created_later() {
+        let mut co = Coordinator::new(&[("orders-eu", 2), ("orders-us", 2), ("payments", 2), ("my-orders-x", 2)]);
+        let by_pattern = Client { regex: Some("^orders-.*".into()), ..Default::default() };
+        let mut clients = vec![(by_pattern, &[][..])];
+        settle_each(&mut co, &mut clients);
+        assert_eq!(topics_of(&clients[0].0), [("orders-eu", 2), ("orders-us", 2)], "whole names only");
+        assert_eq!(co.group().members.values().next().unwrap().subscribed_regex.as_deref(), Some("^orders-.*"));
+
+        // A topic created later that matches joins the assignment at the next heartbeat.
+        let epoch = co.group().epoch;
+        co.topics.insert("orders-apac".into(), 2);
+        settle_each(&mut co, &mut clients);
+        assert_eq!(topics_of(&clients[0].0), [("orders-apac", 2), ("orders-eu", 2), ("orders-us", 2)]);
+        assert!(co.group().epoch > epoch, "a new matching topic is a new group epoch");
+
+        // A member subscribing by name gets only its topic; the pattern's member keeps its own.
+        clients.push((Client::default(), &["payments"][..]));
+        settle_each(&mut co, &mut clients);
+        assert_eq!(topics_of(&clients[1].0), [("payments", 2)]);
+        assert_eq!(topics_of(&clients[0].0).len(), 3);
+        assert!(co.group().is_subscribed("orders-apac") && co.group().is_subscribed("payments"));
+        assert!(!co.group().is_subscribed("my-orders-x"));
+
+        // Narrowing the pattern gives up what it no longer matches; an empty one clears it.
+        let (first, _) = &clients[0];
+        let narrow = HeartbeatRequest {
+            group_id: "g".into(),
+            member_id: first.member_id.clone(),
+            member_epoch: first.epoch,
+            subscribed_regex: Some("orders-eu".into()),
+            owned: Some(first.owned.clone()),
+            ..Default::default()
+        };
+        co.send(&narrow).unwrap();
+        settle_each(&mut co, &mut clients);
+        assert_eq!(topics_of(&clients[0].0), [("orders-eu", 2)]);
+        let (first, _) = &clients[0];
+        let cleared = HeartbeatRequest { subscribed_regex: Some(String::new()), member_epoch: first.epoch, ..narrow };
+        co.send(&cleared).unwrap();
+        settle_each(&mut co, &mut clients);
+        assert!(topics_of(&clients[0].0).is_empty(), "{:?}", clients[0].0);
+        assert_eq!(co.group().members.values().filter(|m| m.subscribed_regex.is_some()).count(), 0);
+    }
+
+    #[test]
+    fn a_pattern_that_does_not_compile_is_refused_and_changes_nothing() {
+        let mut co = Coordinator::new(&[("t", 2)]);
+        let mut bad = Client { regex: Some("orders-(".into()), ..Default::default() };
+        let err = co.beat(&mut bad, &[]).unwrap_err();
+        assert!(matches!(err, CoordinatorError::InvalidRegularExpression { .. }), "{err}");
+        assert!(co.groups.get("g").is_none(), "no group made");
+        // A join with neither names nor a pattern is refused too.
+        let req = HeartbeatRequest {
+            group_id: "g".into(),
+            rebalance_timeout_ms: Some(30_000),
+            owned: Some(TopicPartitions::new()),
+            ..Default::default()
+        };
+        assert!(matches!(co.send(&req), Err(CoordinatorError::InvalidRequest(_))));
     }
 
     fn tp_all(topic: &str, partitions: u32) -> TopicPartitions {

@@ -17,6 +17,7 @@
 //! * [`group`]: the replicated state — group epoch, target assignment and its epoch, members with
 //!   their epochs and current assignments — and how a change applies.
 //! * [`assignor`]: the server-side assignors (`uniform`, `range`), run on the leader only.
+//! * [`pattern`]: subscriptions by regular expression, matched against whole topic names.
 //! * [`reconcile`]: how a member's current assignment moves toward its target without two
 //!   members ever owning one partition.
 //! * [`heartbeat`]: the coordinator's decisions for a heartbeat (join, heartbeat, leave) and for
@@ -37,13 +38,15 @@ pub mod classic;
 pub mod group;
 pub mod heartbeat;
 pub mod held;
+pub mod pattern;
 pub mod reconcile;
 pub mod sessions;
 pub mod turns;
 
 pub use assignor::{Assignor, TopicPartitions};
 pub use group::{ConsumerGroup, GroupState, Member, MemberState, RebalanceMode, SubscribedTopic};
-pub use heartbeat::{Decision, HeartbeatAnswer, HeartbeatRequest, Timeouts, TopicLookup};
+pub use heartbeat::{Decision, HeartbeatAnswer, HeartbeatRequest, Timeouts, TopicLookup, TopicSource};
+pub use pattern::TopicPattern;
 pub use turns::GroupTurns;
 
 use crate::error::{CoordinatorError, Result};

@@ -282,14 +282,15 @@ pub fn check_delete_group(
     }
 }
 
-/// Whether offsets of `topics` may be deleted from `group_id`: no member subscribes to one.
+/// Whether offsets of `topics` may be deleted from `group_id`: no member subscribes to one (by
+/// name or by pattern).
 pub fn check_delete_offsets<'t>(
     groups: &ConsumerGroups,
     group_id: &str,
     mut topics: impl Iterator<Item = &'t str>,
 ) -> Result<()> {
     let Some(g) = groups.get(group_id) else { return Ok(()) };
-    match topics.find(|t| g.members.values().any(|m| m.subscribed.contains(*t))) {
+    match topics.find(|t| g.is_subscribed(t)) {
         Some(topic) => {
             Err(CoordinatorError::GroupSubscribedToTopic { group_id: group_id.to_string(), topic: topic.to_string() })
         }

@@ -38,19 +38,14 @@ const CONSUMER_MEMBER: i8 = 1;
 /// `ConsumerGroupHeartbeat`, versions 0 and 1: join (epoch 0, the member id the client chose),
 /// heartbeat (its epoch, with what changed since the last full request), or leave (-1, or -2
 /// for a static member). Answered at once (a Kafka member heartbeats every
-/// `heartbeat_interval_ms`; only the gRPC listener holds heartbeats). A regular expression
-/// subscription (v1) is refused with `INVALID_REQUEST`: Rill's coordinators subscribe by name.
+/// `heartbeat_interval_ms`; only the gRPC listener holds heartbeats). From v1 a member may
+/// subscribe by regular expression (`subscribed_topic_regex`, beside or instead of names; ""
+/// drops it), resolved by the coordinator against whole topic names at every decision.
 pub async fn consumer_group_heartbeat(
     service: &Service,
     ctx: &RequestContext,
     request: ConsumerGroupHeartbeatRequest,
 ) -> ConsumerGroupHeartbeatResponse {
-    if request.subscribed_topic_regex.as_ref().is_some_and(|r| !r.is_empty()) {
-        return refused(
-            kafka_code(ErrorCode::InvalidRequest),
-            "subscribing by regular expression is not supported: subscribe to topic names".into(),
-        );
-    }
     // The owned partitions' topics by name, of the topics the caller may describe.
     let names: HashMap<uuid::Uuid, String> =
         service.list_topics(ctx, false).into_iter().map(|t| (uuid::Uuid::from_bytes(t.topic_id), t.name)).collect();
@@ -76,6 +71,7 @@ pub async fn consumer_group_heartbeat(
             // -1: unchanged since the last full request.
             rebalance_timeout_ms: u32::try_from(request.rebalance_timeout_ms).ok(),
             subscribed_topics: request.subscribed_topic_names.map(|n| n.iter().map(|t| t.0.to_string()).collect()),
+            subscribed_regex: request.subscribed_topic_regex.as_ref().map(text),
             server_assignor: request.server_assignor.as_ref().map(text),
             rebalance_mode: None,
             owned,
@@ -183,6 +179,7 @@ pub fn consumer_group_describe(
                         .with_client_id(str_bytes(m.client_id))
                         .with_client_host(str_bytes(m.client_host))
                         .with_subscribed_topic_names(m.subscribed_topics.into_iter().map(topic_name).collect())
+                        .with_subscribed_topic_regex(m.subscribed_topic_regex.map(str_bytes))
                         .with_assignment(by_id(m.assignment))
                         .with_target_assignment(by_id(m.target))
                         .with_member_type(CONSUMER_MEMBER)

@@ -1798,15 +1798,66 @@ async fn a_kip848_member_joins_heartbeats_and_leaves_at_every_version() {
             call(&mut stream, ApiKey::ConsumerGroupHeartbeat, version, &heartbeat(-1)).await;
         assert_eq!((left.error_code, left.member_epoch), (0, -1), "v{version}: left");
     }
-    // v1's regular expressions are refused: Rill subscribes by name.
-    let by_regex = ConsumerGroupHeartbeatRequest::default()
-        .with_group_id(group("k848-regex"))
-        .with_member_id(StrBytes::from_static_str("member-regex"))
-        .with_rebalance_timeout_ms(30_000)
-        .with_subscribed_topic_regex(Some(StrBytes::from_static_str("ord.*")))
-        .with_topic_partitions(Some(Vec::new()));
-    let refused: ConsumerGroupHeartbeatResponse = call(&mut stream, ApiKey::ConsumerGroupHeartbeat, 1, &by_regex).await;
-    assert_eq!(refused.error_code, 42, "INVALID_REQUEST: {refused:?}");
+    // v1: a member subscribing by pattern gets every topic whose whole name it matches, and a
+    // topic created later that matches at a following heartbeat; describe shows the pattern.
+    must_create(&node, &service, "ord", 1).await;
+    let by_regex = |epoch: i32| {
+        ConsumerGroupHeartbeatRequest::default()
+            .with_group_id(group("k848-regex"))
+            .with_member_id(StrBytes::from_static_str("member-regex"))
+            .with_member_epoch(epoch)
+            .with_rebalance_timeout_ms(30_000)
+            .with_subscribed_topic_names(Some(Vec::new()))
+            .with_subscribed_topic_regex(Some(StrBytes::from_static_str("ord.+")))
+            .with_topic_partitions(Some(Vec::new()))
+    };
+    let assigned = |a: &ConsumerGroupHeartbeatResponse| -> Vec<(uuid::Uuid, Vec<i32>)> {
+        a.assignment
+            .iter()
+            .flat_map(|a| a.topic_partitions.iter().map(|t| (t.topic_id, t.partitions.clone())))
+            .collect()
+    };
+    let joined: ConsumerGroupHeartbeatResponse = call_until(
+        &mut stream,
+        ApiKey::ConsumerGroupHeartbeat,
+        1,
+        &by_regex(0),
+        |a: &ConsumerGroupHeartbeatResponse| a.error_code == 0,
+    )
+    .await;
+    assert_eq!(assigned(&joined), vec![(orders_id, vec![0, 1])], "orders, not ord: {joined:?}");
+    must_create(&node, &service, "orders-eu", 1).await;
+    let eu_id = uuid::Uuid::from_bytes(node.meta().topics["orders-eu"].topic_id);
+    let owned = vec![Owned::default().with_topic_id(orders_id).with_partitions(vec![0, 1])];
+    let beat: ConsumerGroupHeartbeatResponse = call(
+        &mut stream,
+        ApiKey::ConsumerGroupHeartbeat,
+        1,
+        &by_regex(joined.member_epoch).with_topic_partitions(Some(owned)),
+    )
+    .await;
+    let mut got = assigned(&beat);
+    got.sort();
+    let mut want = vec![(orders_id, vec![0, 1]), (eu_id, vec![0])];
+    want.sort();
+    assert_eq!((beat.error_code, got), (0, want), "{beat:?}");
+    assert!(beat.member_epoch > joined.member_epoch, "a new epoch for the new topic");
+    let described: ConsumerGroupDescribeResponse = call(
+        &mut stream,
+        ApiKey::ConsumerGroupDescribe,
+        1,
+        &ConsumerGroupDescribeRequest::default().with_group_ids(vec![group("k848-regex")]),
+    )
+    .await;
+    let member = &described.groups[0].members[0];
+    assert_eq!(member.subscribed_topic_regex.as_deref(), Some("ord.+"));
+    // A pattern that does not compile: INVALID_REGULAR_EXPRESSION, with the reason.
+    let bad = by_regex(0)
+        .with_member_id(StrBytes::from_static_str("member-bad-regex"))
+        .with_subscribed_topic_regex(Some(StrBytes::from_static_str("ord(")));
+    let refused: ConsumerGroupHeartbeatResponse = call(&mut stream, ApiKey::ConsumerGroupHeartbeat, 1, &bad).await;
+    assert_eq!(refused.error_code, 128, "{refused:?}");
+    assert!(refused.error_message.as_deref().is_some_and(|m| m.contains("ord(")), "{refused:?}");
 
     // A KIP-848 member learns its assignment's topics by id (Metadata v10+).
     let by_id = |id: uuid::Uuid| MetadataRequestTopic::default().with_topic_id(id);

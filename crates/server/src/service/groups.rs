@@ -56,8 +56,10 @@ pub struct MemberDescription {
     pub client_id: String,
     /// Where its client connected from.
     pub client_host: String,
-    /// The topics it subscribes to.
+    /// The topics it subscribes to by name.
     pub subscribed_topics: Vec<String>,
+    /// Its subscription pattern, when it has one.
+    pub subscribed_topic_regex: Option<String>,
     /// Its epoch.
     pub member_epoch: i32,
     /// Its state's name (`away` while a static member is gone within its session).
@@ -286,12 +288,7 @@ impl Service {
         req.client_host = ctx.client_host.clone();
         let coordinator = group_coordinator(&self.node, &req.group_id)?;
         // Read at every decision: a held heartbeat decides again after topics changed.
-        // Internal topics are never assigned to consumers.
-        let topics = |name: &str| {
-            let meta = self.node.meta();
-            let t = meta.topics.get(name).filter(|t| !t.is_internal())?;
-            Some(SubscribedTopic { topic_id: t.topic_id, partitions: t.partitions.len() as u32 })
-        };
+        let topics = MetaTopics { service: self, ctx };
         let timeouts = self.node.config().groups;
         // A heartbeat that changes nothing is held (`wait_ms`, a long poll) by the wire's rule.
         let hold = rill_proto::heartbeat_hold(
@@ -556,6 +553,37 @@ fn listing(m: &OffsetsMachine, group_id: &str) -> GroupListing {
     }
 }
 
+/// The record topics of the metadata as a group decision reads them, at each read: a held
+/// heartbeat decides again after topics changed. Internal topics are never assigned to
+/// consumers, and no pattern matches them. A pattern matches only topics the caller may
+/// describe (Kafka resolves patterns with the heartbeating member's rights too); names were
+/// authorized one by one before the decision.
+struct MetaTopics<'a> {
+    service: &'a Service,
+    ctx: &'a RequestContext,
+}
+
+impl consumer_groups::TopicSource for MetaTopics<'_> {
+    fn topic(&self, name: &str) -> Option<SubscribedTopic> {
+        let meta = self.service.node.meta();
+        meta.topics.get(name).filter(|t| !t.is_internal()).map(subscribed_topic)
+    }
+
+    fn matching(&self, pattern: &consumer_groups::TopicPattern) -> Vec<(String, SubscribedTopic)> {
+        let meta = self.service.node.meta();
+        meta.topics
+            .values()
+            .filter(|t| !t.is_internal() && pattern.matches(&t.name))
+            .filter(|t| self.service.lists(self.ctx, ResourceType::Topic, &t.name))
+            .map(|t| (t.name.clone(), subscribed_topic(t)))
+            .collect()
+    }
+}
+
+fn subscribed_topic(t: &rill_meta::TopicMeta) -> SubscribedTopic {
+    SubscribedTopic { topic_id: t.topic_id, partitions: u32::try_from(t.partitions.len()).unwrap_or(u32::MAX) }
+}
+
 fn describe_member(g: &consumer_groups::ConsumerGroup, m: &consumer_groups::Member) -> MemberDescription {
     MemberDescription {
         member_id: m.member_id.clone(),
@@ -563,6 +591,7 @@ fn describe_member(g: &consumer_groups::ConsumerGroup, m: &consumer_groups::Memb
         client_id: m.client_id.clone(),
         client_host: m.client_host.clone(),
         subscribed_topics: m.subscribed.iter().cloned().collect(),
+        subscribed_topic_regex: m.subscribed_regex.clone(),
         member_epoch: m.epoch,
         state: if m.is_away() { "away".into() } else { m.state.name().into() },
         assignment: m.assigned.clone(),
