@@ -62,6 +62,15 @@ pub enum PartitionError {
     /// An intact batch whose content is not acceptable (a control batch from a client, ...).
     #[error("invalid record batch: {0}")]
     InvalidRecord(String),
+    /// Records of an intact batch that may not be stored, each with its position in the batch
+    /// (Kafka's `batch_index`, KIP-467) and why; the batch is refused whole.
+    #[error("{reason}: {} of the batch's records (the first at index {})", .records.len(), .records.first().copied().unwrap_or_default())]
+    InvalidRecords {
+        /// Why, for every record listed.
+        reason: String,
+        /// The positions of the records in the batch.
+        records: Vec<u32>,
+    },
     /// A transactional batch for a partition that is in no ongoing transaction of its producer.
     #[error("{0}")]
     InvalidTxnState(String),

@@ -159,11 +159,15 @@ impl Partition {
         if compacted {
             let bound = (max_message_bytes as usize).min(MAX_DECOMPRESSED_BATCH_BYTES);
             let decoded = rill_records::decode(batch, bound).map_err(PartitionError::InvalidBatch)?;
-            if let Some(r) = decoded.records.iter().find(|r| r.key.is_none()) {
-                return Err(PartitionError::InvalidRecord(format!(
-                    "the record at offset delta {} has no key: a compacted topic (cleanup.policy=compact) keeps the newest record per key and refuses keyless ones",
-                    r.offset_delta
-                )));
+            // Every keyless record is named, so a client can fail those and retry the others
+            // (KIP-467); the positions are bounded by the decoded batch.
+            let keyless: Vec<u32> =
+                (0u32..).zip(&decoded.records).filter(|(_, r)| r.key.is_none()).map(|(index, _)| index).collect();
+            if !keyless.is_empty() {
+                return Err(PartitionError::InvalidRecords {
+                    reason: "records without a key: a compacted topic (cleanup.policy=compact) keeps the newest record per key and refuses keyless ones".into(),
+                    records: keyless,
+                });
             }
         }
         Ok(info)

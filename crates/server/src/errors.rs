@@ -30,12 +30,24 @@ pub struct Refusal {
     pub message: String,
     /// Where the leader is, for NOT_LEADER_OR_FOLLOWER.
     pub leader: Option<LeaderHint>,
+    /// For `INVALID_RECORD`: the positions in the batch of the records that may not be stored
+    /// (KIP-467), each with why; empty when the batch as a whole is at fault.
+    pub records: Vec<RecordError>,
+}
+
+/// One record a produced batch was refused for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordError {
+    /// Its position in the batch (Kafka's `batch_index`).
+    pub index: u32,
+    /// Why it may not be stored.
+    pub message: String,
 }
 
 impl Refusal {
     /// An error without a leader hint.
     pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
-        Self { code, message: message.into(), leader: None }
+        Self { code, message: message.into(), leader: None, records: Vec::new() }
     }
 }
 
@@ -53,6 +65,7 @@ pub fn partition(e: &PartitionError, client_addr: impl Fn(NodeId) -> Option<Stri
                     None => message,
                 },
                 leader: leader.map(|id| LeaderHint { node_id: id, address: address.unwrap_or_default() }),
+                records: Vec::new(),
             }
         }
         PartitionError::NotEnoughReplicas { .. } => Refusal::new(ErrorCode::NotEnoughReplicas, message),
@@ -72,6 +85,10 @@ pub fn partition(e: &PartitionError, client_addr: impl Fn(NodeId) -> Option<Stri
         PartitionError::InvalidBatch(b) if b.is_invalid_record() => Refusal::new(ErrorCode::InvalidRecord, message),
         PartitionError::InvalidBatch(_) => Refusal::new(ErrorCode::CorruptMessage, message),
         PartitionError::InvalidRecord(_) => Refusal::new(ErrorCode::InvalidRecord, message),
+        PartitionError::InvalidRecords { reason, records } => Refusal {
+            records: records.iter().map(|&index| RecordError { index, message: reason.clone() }).collect(),
+            ..Refusal::new(ErrorCode::InvalidRecord, message)
+        },
         PartitionError::InvalidTxnState(_) => Refusal::new(ErrorCode::InvalidTxnState, message),
         PartitionError::OffsetOutOfRange { .. } => Refusal::new(ErrorCode::OffsetOutOfRange, message),
         PartitionError::InvalidRequest(_) => Refusal::new(ErrorCode::InvalidRequest, message),
@@ -145,6 +162,7 @@ pub fn coordinator(e: &CoordinatorError) -> Refusal {
             code: ErrorCode::NotCoordinator,
             message,
             leader: leader.map(|id| LeaderHint { node_id: id, address: addr.clone().unwrap_or_default() }),
+            records: Vec::new(),
         },
         CoordinatorError::LoadInProgress => Refusal::new(ErrorCode::CoordinatorLoadInProgress, message),
         CoordinatorError::NotAvailable(_) => Refusal::new(ErrorCode::CoordinatorNotAvailable, message),

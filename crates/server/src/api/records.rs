@@ -7,7 +7,7 @@ use rill_proto::records::records_server::Records;
 use rill_proto::records::{
     self as pb, FetchPartitionResult, FetchRequest, FetchResponse, FetchTopicResult, InitProducerIdRequest,
     InitProducerIdResponse, IsolationLevel, ListOffsetsPartitionResult, ListOffsetsRequest, ListOffsetsResponse,
-    ListOffsetsTopicResult, PartitionProduceResult, ProduceRequest, ProduceResponse, TopicProduceResult,
+    ListOffsetsTopicResult, PartitionProduceResult, ProduceRequest, ProduceResponse, RecordError, TopicProduceResult,
 };
 use tonic::{Request, Response, Status};
 
@@ -59,6 +59,7 @@ fn produced(partition: u32, answer: Answer<ProduceOutcome>) -> PartitionProduceR
             base_offset: out.base_offset.map_or(-1, |o| o as i64),
             append_time_ms: out.append_time_ms,
             leader: None,
+            record_errors: Vec::new(),
         },
         Err(e) => PartitionProduceResult {
             partition,
@@ -67,6 +68,11 @@ fn produced(partition: u32, answer: Answer<ProduceOutcome>) -> PartitionProduceR
             base_offset: -1,
             append_time_ms: -1,
             leader: e.leader,
+            record_errors: e
+                .records
+                .into_iter()
+                .map(|r| RecordError { batch_index: r.index, message: r.message })
+                .collect(),
         },
     }
 }
@@ -144,7 +150,7 @@ fn producer_id(answer: Answer<(i64, i16)>) -> InitProducerIdResponse {
             producer_epoch: i32::from(epoch),
             coordinator: None,
         },
-        Err(Refusal { code, message, leader }) => InitProducerIdResponse {
+        Err(Refusal { code, message, leader, .. }) => InitProducerIdResponse {
             error_code: code as i32,
             error_message: message,
             producer_id: -1,

@@ -17,7 +17,7 @@ use kafka_protocol::messages::fetch_response::{
 use kafka_protocol::messages::list_offsets_response::{ListOffsetsPartitionResponse, ListOffsetsTopicResponse};
 use kafka_protocol::messages::offset_for_leader_epoch_response::{EpochEndOffset, OffsetForLeaderTopicResult};
 use kafka_protocol::messages::produce_response::{
-    LeaderIdAndEpoch, NodeEndpoint, PartitionProduceResponse, TopicProduceResponse,
+    BatchIndexAndErrorMessage, LeaderIdAndEpoch, NodeEndpoint, PartitionProduceResponse, TopicProduceResponse,
 };
 use kafka_protocol::messages::{
     BrokerId, DeleteRecordsRequest, DeleteRecordsResponse, FetchRequest, FetchResponse, InitProducerIdRequest,
@@ -115,7 +115,7 @@ pub async fn produce(
                 .into_iter()
                 .map(|(index, answer)| {
                     let hint = answer.as_ref().err().and_then(|refusal| hints.hint(&name, index, refusal));
-                    let response = produced(index, answer);
+                    let response = produced(index, answer, version);
                     match hint {
                         Some(h) => response.with_current_leader(
                             LeaderIdAndEpoch::default().with_leader_id(h.leader_id).with_leader_epoch(h.leader_epoch),
@@ -139,6 +139,8 @@ pub async fn produce(
 
 /// `Produce` answers carry leader hints from this version (KIP-951).
 const PRODUCE_LEADER_HINTS_FROM: i16 = 10;
+/// `Produce` answers name the records a batch was refused for from this version (KIP-467).
+const RECORD_ERRORS_FROM: i16 = 8;
 /// `Fetch` names topics by id from this version (KIP-516).
 const FETCH_TOPIC_IDS_FROM: i16 = 13;
 /// `Fetch` answers carry leader hints from this version (KIP-951).
@@ -209,18 +211,36 @@ impl<'a> LeaderHints<'a> {
 }
 
 /// One partition's produce answer. `log_append_time_ms` is -1: Rill's topics keep the
-/// producer's timestamps (Kafka's `CreateTime`).
-fn produced(index: i32, answer: Answer<ProduceOutcome>) -> PartitionProduceResponse {
+/// producer's timestamps (Kafka's `CreateTime`). From v8 a batch refused for some of its
+/// records names them (KIP-467: librdkafka fails those with `INVALID_RECORD` and the rest of
+/// the batch with a code of its own, to be produced again).
+fn produced(index: i32, answer: Answer<ProduceOutcome>, version: i16) -> PartitionProduceResponse {
     let response = PartitionProduceResponse::default().with_index(index).with_log_append_time_ms(-1);
     match answer {
         Ok(out) => response
             .with_base_offset(out.base_offset.map_or(-1, offset))
             .with_log_start_offset(offset(out.log_start_offset)),
-        Err(refusal) => response
-            .with_error_code(errors::produce_code(&refusal))
-            .with_error_message(Some(StrBytes::from_string(refusal.message)))
-            .with_base_offset(-1)
-            .with_log_start_offset(-1),
+        Err(refusal) => {
+            let record_errors = if version >= RECORD_ERRORS_FROM {
+                refusal
+                    .records
+                    .iter()
+                    .map(|r| {
+                        BatchIndexAndErrorMessage::default()
+                            .with_batch_index(i32::try_from(r.index).unwrap_or(i32::MAX))
+                            .with_batch_index_error_message(Some(StrBytes::from_string(r.message.clone())))
+                    })
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            response
+                .with_error_code(errors::produce_code(&refusal))
+                .with_error_message(Some(StrBytes::from_string(refusal.message)))
+                .with_record_errors(record_errors)
+                .with_base_offset(-1)
+                .with_log_start_offset(-1)
+        }
     }
 }
 

@@ -1921,3 +1921,54 @@ async fn metadata_creates_unknown_topics_only_when_the_node_and_the_request_allo
     assert_eq!(codes(&answer), vec![("no spaces".to_string(), 17, 0)]);
     assert!(!node.meta().topics.contains_key("no spaces"));
 }
+
+#[tokio::test]
+async fn a_batch_refused_for_some_of_its_records_names_them_from_v8() {
+    use kafka_protocol::messages::incremental_alter_configs_request::{AlterConfigsResource, AlterableConfig};
+    use kafka_protocol::messages::{IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse};
+
+    let (node, service, addr) = node_with_kafka().await;
+    must_create(&node, &service, "prices", 1).await;
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    let compact = IncrementalAlterConfigsRequest::default().with_resources(vec![AlterConfigsResource::default()
+        .with_resource_type(2)
+        .with_resource_name(StrBytes::from_static_str("prices"))
+        .with_configs(vec![AlterableConfig::default()
+            .with_name(StrBytes::from_static_str("cleanup.policy"))
+            .with_value(Some(StrBytes::from_static_str("compact")))])]);
+    let altered: IncrementalAlterConfigsResponse =
+        call(&mut stream, ApiKey::IncrementalAlterConfigs, 1, &compact).await;
+    assert_eq!(altered.responses[0].error_code, 0);
+    let group = node.meta().topics["prices"].partitions[0].group;
+    must_reach("the partition compacted", || async {
+        node.partition_by_group(group).is_some_and(|p| p.config().compacted())
+    })
+    .await;
+
+    // Records 1 and 3 of four have no key: the batch is refused whole, naming them.
+    let mut builder = rill_records::BatchBuilder::new(rill_records::Compression::None);
+    for key in [Some("a"), None, Some("b"), None] {
+        let record = rill_records::Record {
+            key: key.map(|k| Bytes::copy_from_slice(k.as_bytes())),
+            value: Some(Bytes::from_static(b"v")),
+            ..Default::default()
+        };
+        builder.push(record).unwrap();
+    }
+    let records = builder.build().unwrap();
+    for version in versions::PRODUCE_MIN_ANSWERED..=versions::supported(ApiKey::Produce).unwrap().max {
+        let answer: ProduceResponse =
+            call(&mut stream, ApiKey::Produce, version, &produce_request("prices", -1, records.clone())).await;
+        let p = &answer.responses[0].partition_responses[0];
+        assert_eq!(p.error_code, 87, "v{version}: INVALID_RECORD");
+        let named: Vec<i32> = p.record_errors.iter().map(|e| e.batch_index).collect();
+        let expected: &[i32] = if version >= 8 { &[1, 3] } else { &[] };
+        assert_eq!(named, expected, "v{version}: {p:?}");
+        assert!(
+            p.record_errors.iter().all(|e| e.batch_index_error_message.as_deref().is_some_and(|m| m.contains("key"))),
+            "v{version}: {p:?}"
+        );
+    }
+    let fetched: FetchResponse = call(&mut stream, ApiKey::Fetch, 12, &fetch_request("prices", 0, 0)).await;
+    assert_eq!(fetched.responses[0].partitions[0].high_watermark, 0, "nothing of the batch was stored");
+}
