@@ -94,9 +94,9 @@ fn create_topic(req: admin::CreateTopicRequest) {
 
 fn alter_config(req: admin::AlterTopicConfigRequest) {
     let mut state = base_cluster();
-    let set = pairs(req.set);
-    let checked = state.check_alter_config(&req.name, &set, &req.reset);
-    match (checked, state.apply(MetaCommand::AlterTopicConfig { name: req.name, set, reset: req.reset })) {
+    let edits = rill_meta::ConfigEdits::new(pairs(req.set), req.reset);
+    let checked = state.check_alter_config(&req.name, &edits);
+    match (checked, state.apply(MetaCommand::AlterTopicConfig { name: req.name, edits })) {
         (Ok(config), MetaResult::TopicUpdated(t)) => assert_eq!(t.config, config),
         (Err(e), MetaResult::Refused(r)) => assert_eq!(e, r),
         (checked, result) => panic!("check_alter_config said {checked:?}, applying said {result:?}"),

@@ -7,7 +7,7 @@ use bytes::Bytes;
 use prost::Message;
 use rill_proto::meta as pb;
 
-use crate::config::TopicConfig;
+use crate::config::{ConfigEdits, TopicConfig};
 use crate::error::{MetaError, MetaErrorKind};
 use crate::state::{
     MetaCommand, MetaResult, MetaState, NodeInfo, PartitionAssignment, PartitionKind, TopicId, TopicMeta,
@@ -213,9 +213,13 @@ pub fn encode_command(cmd: &MetaCommand) -> Bytes {
         MetaCommand::SetClusterId { cluster_id } => {
             C::SetClusterId(pb::SetClusterId { cluster_id: cluster_id.clone() })
         }
-        MetaCommand::AlterTopicConfig { name, set, reset } => {
-            C::AlterTopicConfig(pb::AlterTopicConfig { name: name.clone(), set: pairs_to(set), reset: reset.clone() })
-        }
+        MetaCommand::AlterTopicConfig { name, edits } => C::AlterTopicConfig(pb::AlterTopicConfig {
+            name: name.clone(),
+            set: pairs_to(&edits.set),
+            reset: edits.reset.clone(),
+            append: pairs_to(&edits.append),
+            subtract: pairs_to(&edits.subtract),
+        }),
         MetaCommand::AllocateProducerIds { count } => C::AllocateProducerIds(pb::AllocateProducerIds { count: *count }),
         MetaCommand::CreatePartitions { name, total, live_nodes } => C::CreatePartitions(pb::CreatePartitions {
             name: name.clone(),
@@ -244,9 +248,15 @@ pub fn decode_command(bytes: &[u8]) -> Result<MetaCommand, String> {
         C::DeleteTopic(c) => MetaCommand::DeleteTopic { name: c.name },
         C::AdmitNode(c) => MetaCommand::AdmitNode { id: c.node_id, revoke: c.revoke },
         C::SetClusterId(c) => MetaCommand::SetClusterId { cluster_id: c.cluster_id },
-        C::AlterTopicConfig(c) => {
-            MetaCommand::AlterTopicConfig { name: c.name, set: pairs_from(c.set), reset: c.reset }
-        }
+        C::AlterTopicConfig(c) => MetaCommand::AlterTopicConfig {
+            name: c.name,
+            edits: ConfigEdits {
+                set: pairs_from(c.set),
+                reset: c.reset,
+                append: pairs_from(c.append),
+                subtract: pairs_from(c.subtract),
+            },
+        },
         C::AllocateProducerIds(c) => MetaCommand::AllocateProducerIds { count: c.count },
         C::CreatePartitions(c) => {
             MetaCommand::CreatePartitions { name: c.name, total: c.total, live_nodes: c.live_nodes }
@@ -338,7 +348,18 @@ mod tests {
                 live_nodes: vec![1, 2],
             },
             MetaCommand::DeleteTopic { name: "t".into() },
-            MetaCommand::AlterTopicConfig { name: "t".into(), set: vec![], reset: vec!["max.message.bytes".into()] },
+            MetaCommand::AlterTopicConfig {
+                name: "t".into(),
+                edits: ConfigEdits::new(vec![], vec!["max.message.bytes".into()]),
+            },
+            MetaCommand::AlterTopicConfig {
+                name: "t".into(),
+                edits: ConfigEdits {
+                    append: vec![("cleanup.policy".into(), "compact".into())],
+                    subtract: vec![("cleanup.policy".into(), "delete".into())],
+                    ..ConfigEdits::default()
+                },
+            },
             MetaCommand::AllocateProducerIds { count: 1000 },
             MetaCommand::AdmitNode { id: 4, revoke: false },
             MetaCommand::AdmitNode { id: 5, revoke: true },

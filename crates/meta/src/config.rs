@@ -86,6 +86,34 @@ impl CleanupPolicy {
     }
 }
 
+/// Changes to a topic's settings, applied together and checked as one (Kafka's
+/// `IncrementalAlterConfigs` operations). The list edits are resolved against the settings
+/// as they are when the change applies, in the metadata's log order, so two concurrent appends
+/// to `cleanup.policy` both land.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ConfigEdits {
+    /// Keys set to a value.
+    pub set: Vec<(String, String)>,
+    /// Keys returned to their defaults.
+    pub reset: Vec<String>,
+    /// Items added to a list setting (Kafka's APPEND; each item kept once). `cleanup.policy`
+    /// is the one list a topic has.
+    pub append: Vec<(String, String)>,
+    /// Items removed from a list setting (Kafka's SUBTRACT).
+    pub subtract: Vec<(String, String)>,
+}
+
+impl ConfigEdits {
+    /// Setting and resetting only.
+    pub fn new(set: Vec<(String, String)>, reset: Vec<String>) -> Self {
+        Self { set, reset, append: Vec::new(), subtract: Vec::new() }
+    }
+}
+
+/// The settings that are lists of items (comma-separated), to which items can be appended or
+/// from which they can be subtracted.
+pub const LIST_KEYS: [&str; 1] = ["cleanup.policy"];
+
 /// The configuration keys a topic accepts.
 pub const KEYS: [&str; 9] = [
     "min.insync.replicas",
@@ -141,6 +169,48 @@ impl TopicConfig {
     /// factor. Unknown keys and bad values are refused with a message naming them.
     pub fn from_entries(replication_factor: u32, entries: &[(String, String)]) -> Result<Self, MetaError> {
         Self::defaults(replication_factor).altered(replication_factor, entries, &[])
+    }
+
+    /// This configuration with `edits` applied: the list edits resolved against this
+    /// configuration's lists into values set, then [`Self::altered`]. A key may appear in one
+    /// operation only; appending to or subtracting from a key that is not a list, or leaving a
+    /// list empty, is refused.
+    pub fn edited(&self, replication_factor: u32, edits: &ConfigEdits) -> Result<Self, MetaError> {
+        if edits.append.is_empty() && edits.subtract.is_empty() {
+            return self.altered(replication_factor, &edits.set, &edits.reset);
+        }
+        let mut lists: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+        for (key, value, add) in
+            edits.append.iter().map(|(k, v)| (k, v, true)).chain(edits.subtract.iter().map(|(k, v)| (k, v, false)))
+        {
+            check_key(key)?;
+            if !LIST_KEYS.contains(&key.as_str()) {
+                return Err(invalid(format!(
+                    "{key} is not a list: only {} take items appended or subtracted; set it whole",
+                    LIST_KEYS.join(", ")
+                )));
+            }
+            let items = lists
+                .entry(key.as_str())
+                .or_insert_with(|| self.cleanup_policy.as_str().split(',').map(str::to_string).collect());
+            for item in value.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+                if add {
+                    if !items.iter().any(|i| i == item) {
+                        items.push(item.to_string());
+                    }
+                } else {
+                    items.retain(|i| i != item);
+                }
+            }
+        }
+        let mut set = edits.set.clone();
+        for (key, items) in lists {
+            if items.is_empty() {
+                return Err(invalid(format!("{key} would be left empty: it needs at least one item")));
+            }
+            set.push((key.to_string(), items.join(",")));
+        }
+        self.altered(replication_factor, &set, &edits.reset)
     }
 
     /// This configuration with `set` applied and the `reset` keys back at their defaults,

@@ -24,7 +24,7 @@ pub mod machine;
 pub mod placement;
 pub mod state;
 
-pub use config::{CleanupPolicy, TopicConfig};
+pub use config::{CleanupPolicy, ConfigEdits, TopicConfig};
 pub use error::{MetaError, MetaErrorKind};
 pub use machine::MetaStateMachine;
 pub use state::{

@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::config::TopicConfig;
+use crate::config::{ConfigEdits, TopicConfig};
 use crate::error::{MetaError, MetaErrorKind};
 use crate::placement;
 
@@ -172,8 +172,9 @@ pub enum MetaCommand {
     },
     /// Deletes a topic: its replicas stop and their data is removed; the name becomes free.
     DeleteTopic { name: String },
-    /// Changes topic settings: `set` overrides keys, `reset` returns keys to their defaults.
-    AlterTopicConfig { name: String, set: Vec<(String, String)>, reset: Vec<String> },
+    /// Changes topic settings: keys set, reset to their defaults, or (lists) items appended
+    /// and subtracted, against the settings as they are when this applies.
+    AlterTopicConfig { name: String, edits: ConfigEdits },
     /// Reserves `count` producer ids for one node to hand out.
     AllocateProducerIds { count: u32 },
     /// Grows a topic to `total` partitions (never shrinks), placing the new replicas on
@@ -296,7 +297,7 @@ impl MetaState {
                     None => MetaResult::Refused(unknown_topic(&name)),
                 },
             },
-            MetaCommand::AlterTopicConfig { name, set, reset } => match self.alter_config(&name, &set, &reset) {
+            MetaCommand::AlterTopicConfig { name, edits } => match self.alter_config(&name, &edits) {
                 Ok(t) => MetaResult::TopicUpdated(t),
                 Err(e) => MetaResult::Refused(e),
             },
@@ -453,18 +454,13 @@ impl MetaState {
     }
 
     /// Checks a config change against the current state without applying it.
-    pub fn check_alter_config(
-        &self,
-        name: &str,
-        set: &[(String, String)],
-        reset: &[String],
-    ) -> Result<TopicConfig, MetaError> {
+    pub fn check_alter_config(&self, name: &str, edits: &ConfigEdits) -> Result<TopicConfig, MetaError> {
         let t = self.topics.get(name).ok_or_else(|| unknown_topic(name))?;
-        t.config.altered(t.replication_factor, set, reset)
+        t.config.edited(t.replication_factor, edits)
     }
 
-    fn alter_config(&mut self, name: &str, set: &[(String, String)], reset: &[String]) -> Result<TopicMeta, MetaError> {
-        let config = self.check_alter_config(name, set, reset)?;
+    fn alter_config(&mut self, name: &str, edits: &ConfigEdits) -> Result<TopicMeta, MetaError> {
+        let config = self.check_alter_config(name, edits)?;
         let t = self.topics.get_mut(name).ok_or_else(|| unknown_topic(name))?;
         t.config = config;
         Ok(t.clone())
@@ -702,24 +698,31 @@ mod tests {
         create(&mut s, "c", 1, 3);
         let set = vec![("min.insync.replicas".to_string(), "3".to_string())];
         let MetaResult::TopicUpdated(t) =
-            s.apply(MetaCommand::AlterTopicConfig { name: "c".into(), set, reset: vec![] })
+            s.apply(MetaCommand::AlterTopicConfig { name: "c".into(), edits: ConfigEdits::new(set, vec![]) })
         else {
             panic!()
         };
         assert_eq!(t.config.min_insync_replicas, 3);
         let MetaResult::TopicUpdated(t) = s.apply(MetaCommand::AlterTopicConfig {
             name: "c".into(),
-            set: vec![],
-            reset: vec!["min.insync.replicas".into()],
+            edits: ConfigEdits::new(vec![], vec!["min.insync.replicas".into()]),
         }) else {
             panic!()
         };
         assert_eq!(t.config.min_insync_replicas, 2);
         let bad = vec![("min.insync.replicas".to_string(), "4".to_string())];
         assert!(matches!(
-            s.apply(MetaCommand::AlterTopicConfig { name: "c".into(), set: bad, reset: vec![] }),
+            s.apply(MetaCommand::AlterTopicConfig { name: "c".into(), edits: ConfigEdits::new(bad, vec![]) }),
             MetaResult::Refused(_)
         ));
+        // Two appends decided from the same state both land: each applies to what is there.
+        let append = |item: &str| MetaCommand::AlterTopicConfig {
+            name: "c".into(),
+            edits: ConfigEdits { append: vec![("cleanup.policy".into(), item.into())], ..ConfigEdits::default() },
+        };
+        assert!(matches!(s.apply(append("compact")), MetaResult::TopicUpdated(_)));
+        let MetaResult::TopicUpdated(t) = s.apply(append("delete")) else { panic!() };
+        assert_eq!(t.config.cleanup_policy.as_str(), "compact,delete");
     }
 
     #[test]

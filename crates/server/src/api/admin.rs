@@ -1,7 +1,7 @@
 //! The public `Admin` service: topics, records deletion, the cluster, routing metadata and
 //! coordinators — each decoded into a [`Service`] call and its answer encoded.
 
-use rill_meta::PartitionKind;
+use rill_meta::{ConfigEdits, PartitionKind};
 use rill_proto::admin::admin_server::Admin;
 use rill_proto::admin::{
     AdmitNodeRequest, AdmitNodeResponse, AlterTopicConfigRequest, AlterTopicConfigResponse, CoordinatorKind,
@@ -134,7 +134,7 @@ impl Admin for AdminApi {
         let ctx = context(&request, rpc::ALTER_TOPIC_CONFIG)?;
         let req = request.into_inner();
         let set = req.set.into_iter().map(|c| (c.key, c.value)).collect();
-        let answer = self.service.alter_topic_config(&ctx, req.name, set, req.reset).await;
+        let answer = self.service.alter_topic_config(&ctx, req.name, ConfigEdits::new(set, req.reset)).await;
         let (error_code, error_message, topic) = described(answer);
         Ok(Response::new(AlterTopicConfigResponse { error_code, error_message, topic }))
     }

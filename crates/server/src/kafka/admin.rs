@@ -16,6 +16,7 @@ use kafka_protocol::messages::{
     DeleteTopicsRequest, DeleteTopicsResponse, DescribeClusterRequest, DescribeClusterResponse, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
+use rill_meta::ConfigEdits;
 use rill_proto::common::ErrorCode;
 
 use super::cluster::{broker_id, host_port, topic_name};
@@ -242,6 +243,11 @@ pub async fn describe_cluster(
 
 /// Kafka's resource type of a topic in the config APIs.
 const TOPIC_RESOURCE: i8 = 2;
+/// `IncrementalAlterConfigs`' operations.
+const SET: i8 = 0;
+const DELETE: i8 = 1;
+const APPEND: i8 = 2;
+const SUBTRACT: i8 = 3;
 /// `config_source` of a setting made for the topic (`DYNAMIC_TOPIC_CONFIG`).
 const SOURCE_TOPIC: i8 = 1;
 /// `config_source` of a default (`DEFAULT_CONFIG`).
@@ -348,10 +354,10 @@ pub async fn alter_configs(
     kafka_protocol::messages::AlterConfigsResponse::default().with_responses(responses)
 }
 
-/// `IncrementalAlterConfigs`, versions 0 and 1: each topic's settings set (operation 0) or reset
-/// to their defaults (1), all of a topic's at once, or (with `validate_only`) checked. Appending
-/// to or subtracting from a list (2, 3) is refused: `cleanup.policy` is Rill's one list, set it
-/// whole.
+/// `IncrementalAlterConfigs`, versions 0 and 1: each topic's settings set (operation 0), reset
+/// to their defaults (1), or — for `cleanup.policy`, Rill's one list — items appended (2) or
+/// subtracted (3), all of a topic's at once (the list edits resolved against its settings when
+/// the change applies), or (with `validate_only`) checked.
 pub async fn incremental_alter_configs(
     service: &Service,
     ctx: &RequestContext,
@@ -364,30 +370,33 @@ pub async fn incremental_alter_configs(
             if r.resource_type != TOPIC_RESOURCE {
                 return Err(not_a_topic(r.resource_type));
             }
-            let (mut set, mut reset) = (Vec::new(), Vec::new());
+            let mut edits = ConfigEdits::default();
             for c in &r.configs {
-                match (c.config_operation, &c.value) {
-                    (0, Some(value)) => set.push((c.name.to_string(), value.to_string())),
-                    (0, None) => {
-                        return Err(Refusal::new(
-                            ErrorCode::InvalidConfig,
-                            format!("{} is set without a value", c.name),
-                        ))
-                    }
-                    (1, _) => reset.push(c.name.to_string()),
-                    (op, _) => {
+                let entry = |value: &Option<StrBytes>| match value {
+                    Some(value) => Ok((c.name.to_string(), value.to_string())),
+                    None => Err(Refusal::new(ErrorCode::InvalidConfig, format!("{} is given without a value", c.name))),
+                };
+                match c.config_operation {
+                    SET => edits.set.push(entry(&c.value)?),
+                    DELETE => edits.reset.push(c.name.to_string()),
+                    APPEND => edits.append.push(entry(&c.value)?),
+                    SUBTRACT => edits.subtract.push(entry(&c.value)?),
+                    op => {
                         return Err(Refusal::new(
                             ErrorCode::InvalidRequest,
-                            format!("config operation {op} on {}: only set (0) and delete (1) are taken", c.name),
+                            format!(
+                                "config operation {op} on {}: set (0), delete (1), append (2) or subtract (3)",
+                                c.name
+                            ),
                         ))
                     }
                 }
             }
             let topic = r.resource_name.to_string();
             if request.validate_only {
-                return service.validate_alter_topic_config(ctx, &topic, &set, &reset);
+                return service.validate_alter_topic_config(ctx, &topic, edits);
             }
-            service.alter_topic_config(ctx, topic, set, reset).await.map(|_| ())
+            service.alter_topic_config(ctx, topic, edits).await.map(|_| ())
         }
         .await;
         let (code, message) = outcome(&answer);

@@ -970,14 +970,34 @@ async fn topics_are_created_grown_and_deleted_and_the_cluster_described_at_every
             )
             .await;
             assert_eq!(code(unknown), 40, "v{version}: INVALID_CONFIG");
+            // cleanup.policy is a list: items appended and subtracted; other settings are not.
+            let policy = || node.meta().topics["admin-2"].config.cleanup_policy.as_str();
+            for (op, item, expected, then) in [
+                (2, "compact", 0, "compact,delete"),
+                (2, "compact", 0, "compact,delete"),
+                (3, "delete", 0, "compact"),
+                (3, "compact", 40, "compact"),
+                (2, "delete", 0, "compact,delete"),
+                (3, "compact", 0, "delete"),
+                (2, "shred", 40, "delete"),
+            ] {
+                let answer = call(
+                    &mut stream,
+                    ApiKey::IncrementalAlterConfigs,
+                    version,
+                    &alter(op, "cleanup.policy", Some(item), false),
+                )
+                .await;
+                assert_eq!((code(answer), policy()), (expected, then), "v{version}: op {op} {item}");
+            }
             let append = call(
                 &mut stream,
                 ApiKey::IncrementalAlterConfigs,
                 version,
-                &alter(2, "cleanup.policy", Some("compact"), false),
+                &alter(2, "retention.ms", Some("1000"), false),
             )
             .await;
-            assert_eq!(code(append), 42, "v{version}: APPEND refused");
+            assert_eq!(code(append), 40, "v{version}: APPEND to a setting that is not a list");
             let reset =
                 call(&mut stream, ApiKey::IncrementalAlterConfigs, version, &alter(1, "retention.ms", None, false))
                     .await;

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use futures::future::join_all;
-use rill_meta::{MetaCommand, MetaResult, MetaState, PartitionKind, TopicId, TopicMeta};
+use rill_meta::{ConfigEdits, MetaCommand, MetaResult, MetaState, PartitionKind, TopicId, TopicMeta};
 use rill_proto::internal::{PingRequest, ReplicaStatus};
 use rill_raft::NodeId;
 
@@ -190,6 +190,17 @@ fn without_inert_settings(settings: Vec<(String, String)>) -> Answer<Vec<(String
     Ok(kept)
 }
 
+/// `edits` without the settings Rill does not store (each checked: a bad value of one is still
+/// refused).
+fn without_inert_edits(edits: ConfigEdits) -> Answer<ConfigEdits> {
+    Ok(ConfigEdits {
+        set: without_inert_settings(edits.set)?,
+        reset: without_inert_resets(edits.reset)?,
+        append: without_inert_settings(edits.append)?,
+        subtract: without_inert_settings(edits.subtract)?,
+    })
+}
+
 /// `keys` to reset without those Rill does not store (resetting one changes nothing).
 fn without_inert_resets(keys: Vec<String>) -> Answer<Vec<String>> {
     let mut kept = Vec::with_capacity(keys.len());
@@ -323,45 +334,41 @@ impl Service {
             .collect())
     }
 
-    /// Checks setting and resetting a topic's settings (AlterConfigs on it) without changing
-    /// them (Kafka's `validate_only`).
-    pub fn validate_alter_topic_config(
-        &self,
-        ctx: &RequestContext,
-        name: &str,
-        set: &[(String, String)],
-        reset: &[String],
-    ) -> Answer<()> {
+    /// Checks changing a topic's settings (AlterConfigs on it) without changing them (Kafka's
+    /// `validate_only`).
+    pub fn validate_alter_topic_config(&self, ctx: &RequestContext, name: &str, edits: ConfigEdits) -> Answer<()> {
         self.authorize(ctx, ResourceType::Topic, name)?;
-        let set = without_inert_settings(set.to_vec())?;
-        let reset = without_inert_resets(reset.to_vec())?;
-        let checked = self.node.meta().check_alter_config(name, &set, &reset);
+        let edits = without_inert_edits(edits)?;
+        let checked = self.node.meta().check_alter_config(name, &edits);
         checked.and_then(|c| c.check_request_bounds()).map(|_| ()).map_err(|e| errors::meta(&e))
     }
 
-    /// Sets (`set`) and resets to their defaults (`reset`) settings of a topic (AlterConfigs on
-    /// it); answers it described once this node has applied the change.
+    /// Changes settings of a topic (AlterConfigs on it): keys set, reset to their defaults, or
+    /// (`cleanup.policy`) items appended or subtracted — those resolved against the settings
+    /// when the change applies. Answers the topic described once this node has applied it.
     pub async fn alter_topic_config(
         &self,
         ctx: &RequestContext,
         name: String,
-        set: Vec<(String, String)>,
-        reset: Vec<String>,
+        edits: ConfigEdits,
     ) -> Answer<TopicDescription> {
         self.authorize(ctx, ResourceType::Topic, &name)?;
-        let set = without_inert_settings(set)?;
-        let reset = without_inert_resets(reset)?;
-        let checked = self.node.meta().check_alter_config(&name, &set, &reset);
-        let config = checked.and_then(|c| c.check_request_bounds().map(|()| c)).map_err(|e| errors::meta(&e))?;
+        let edits = without_inert_edits(edits)?;
+        let checked = self.node.meta().check_alter_config(&name, &edits);
+        checked.and_then(|c| c.check_request_bounds()).map_err(|e| errors::meta(&e))?;
         let topic_name = name.clone();
-        let visible = {
-            let name = name.clone();
-            move |m: &MetaState| m.topics.get(&name).is_some_and(|t| t.config == config)
+        let topic = match self.node.propose_meta(&MetaCommand::AlterTopicConfig { name, edits }).await {
+            Err(e) => return Err(errors::propose(&e)),
+            Ok(MetaResult::Refused(e)) => return Err(errors::meta(&e)),
+            Ok(MetaResult::TopicUpdated(t)) => t,
+            Ok(MetaResult::TopicDeleted(_)) => return Err(errors::topic_vanished(&topic_name, "being altered")),
+            Ok(other) => return Err(errors::unexpected_meta_answer(&other)),
         };
-        match self.change_topic(MetaCommand::AlterTopicConfig { name, set, reset }, visible).await? {
-            Some(t) => Ok(self.describe(&t).await),
-            None => Err(errors::topic_vanished(&topic_name, "being altered")),
-        }
+        // Visible on this node before answering, with the settings the change applied (list
+        // edits resolve when it applies, so they are known only from its result).
+        let config = topic.config.clone();
+        self.node.wait_for_meta(META_WAIT, |m| m.topics.get(&topic_name).is_some_and(|t| t.config == config)).await;
+        Ok(self.describe(&topic).await)
     }
 
     /// Replaces a topic's settings by `set` (Kafka's legacy `AlterConfigs`; AlterConfigs on it):
@@ -378,10 +385,11 @@ impl Service {
         let named = |key: &str| set.iter().any(|(k, _)| k == key);
         let reset: Vec<String> =
             rill_meta::config::KEYS.iter().filter(|k| !named(k)).map(|k| (*k).to_string()).collect();
+        let edits = ConfigEdits::new(set, reset);
         if validate_only {
-            return self.validate_alter_topic_config(ctx, &name, &set, &reset);
+            return self.validate_alter_topic_config(ctx, &name, edits);
         }
-        self.alter_topic_config(ctx, name, set, reset).await.map(|_| ())
+        self.alter_topic_config(ctx, name, edits).await.map(|_| ())
     }
 
     /// Checks growing a topic to `total` partitions (Alter on it) without growing it (Kafka's
