@@ -4,6 +4,11 @@
 //! Lag per partition: in messages, the high watermark minus the committed offset; in seconds,
 //! now minus the append time of the record at the committed offset (the oldest record not yet
 //! processed), 0 when caught up.
+//!
+//! A classic group's members (Kafka's JoinGroup / SyncGroup) are shown with their generation's
+//! assignment, decoded when the group uses Kafka's consumer protocol (`protocol_type`
+//! `consumer`, as every Kafka consumer's does); other protocols' assignments are opaque bytes,
+//! shown as their size.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -11,8 +16,10 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Subcommand;
 use comfy_table::Table;
+use kafka_protocol::messages::ConsumerProtocolAssignment;
+use kafka_protocol::protocol::Decodable;
 use rill_client::{Client, OffsetSpec, TopicPartition};
-use rill_proto::groups::{DescribeGroupResponse, OwnedPartitions};
+use rill_proto::groups::{ClassicMemberDescription, DescribeGroupResponse, OwnedPartitions};
 use serde_json::json;
 
 use super::{connect, Output};
@@ -172,8 +179,8 @@ async fn reset_offsets(
     // Kafka's rule: a group's offsets move only while no member could be committing over them
     // (the coordinator refuses a commit without membership to a group with members anyway).
     match client.describe_group(group).await {
-        Ok(d) if !d.members.is_empty() => {
-            anyhow::bail!("group {group:?} has {} member(s): stop them before resetting its offsets", d.members.len())
+        Ok(d) if member_count(&d) > 0 => {
+            anyhow::bail!("group {group:?} has {} member(s): stop them before resetting its offsets", member_count(&d))
         }
         Ok(_) => {}
         Err(e) if e.code() == Some(rill_client::ErrorCode::GroupIdNotFound) => {}
@@ -252,6 +259,11 @@ async fn lags(client: &Client, d: &DescribeGroupResponse) -> anyhow::Result<Vec<
             owners.insert(tp, m.member_id.clone());
         }
     }
+    for m in d.classic.iter().flat_map(|c| &c.members) {
+        for tp in classic_assignment(d, m).into_iter().flatten() {
+            owners.insert(tp, m.member_id.clone());
+        }
+    }
     let all: BTreeSet<(String, u32)> = committed.keys().chain(owners.keys()).cloned().collect();
     let now_ms = std::time::SystemTime::UNIX_EPOCH.elapsed().map(|d| d.as_millis() as i64).unwrap_or(0);
     let mut out = Vec::new();
@@ -276,7 +288,56 @@ async fn lags(client: &Client, d: &DescribeGroupResponse) -> anyhow::Result<Vec<
     Ok(out)
 }
 
+/// Members of either protocol.
+fn member_count(d: &DescribeGroupResponse) -> usize {
+    d.members.len() + d.classic.as_ref().map_or(0, |c| c.members.len())
+}
+
+/// A classic member's partitions for its generation, when its group uses Kafka's consumer
+/// protocol and the leader's assignment decodes; `None` otherwise (another protocol's bytes, or
+/// none yet).
+fn classic_assignment(d: &DescribeGroupResponse, m: &ClassicMemberDescription) -> Option<Vec<(String, u32)>> {
+    let classic = d.classic.as_ref()?;
+    if classic.protocol_type != "consumer" || m.assignment.len() < 2 {
+        return None;
+    }
+    let mut bytes = bytes::Bytes::copy_from_slice(&m.assignment);
+    let version = i16::from_be_bytes([bytes[0], bytes[1]]);
+    // Versions 0 to 3 exist; a newer one is read as the newest known.
+    let assignment = ConsumerProtocolAssignment::decode(&mut bytes.split_off(2), version.clamp(0, 3)).ok()?;
+    let mut out = Vec::new();
+    for t in assignment.assigned_partitions {
+        out.extend(t.partitions.iter().filter_map(|&p| u32::try_from(p).ok()).map(|p| (t.topic.0.to_string(), p)));
+    }
+    Some(out)
+}
+
+/// A classic member's assignment as text: `topic-p,…`, or the size of bytes it cannot decode.
+fn classic_assignment_text(d: &DescribeGroupResponse, m: &ClassicMemberDescription) -> String {
+    match classic_assignment(d, m) {
+        Some(tps) => tps.iter().map(|(t, p)| format!("{t}-{p}")).collect::<Vec<_>>().join(","),
+        None if m.assignment.is_empty() => "-".into(),
+        None => format!("({} bytes)", m.assignment.len()),
+    }
+}
+
 fn describe_json(d: &DescribeGroupResponse, lags: &[PartitionLag]) -> serde_json::Value {
+    let classic = d.classic.as_ref().map(|c| {
+        json!({
+            "generation": c.generation_id,
+            "protocol_type": c.protocol_type,
+            "protocol": c.protocol_name,
+            "leader": c.leader,
+            "members": c.members.iter().map(|m| json!({
+                "member_id": m.member_id,
+                "instance_id": m.instance_id,
+                "client_id": m.client_id,
+                "host": m.client_host,
+                "assignment": classic_assignment(d, m).map(|tps| tps.iter().map(|(t, p)| json!({"topic": t, "partition": p})).collect::<Vec<_>>()),
+                "assignment_bytes": m.assignment.len(),
+            })).collect::<Vec<_>>(),
+        })
+    });
     json!({
         "group": d.group_id,
         "protocol": d.protocol,
@@ -297,6 +358,7 @@ fn describe_json(d: &DescribeGroupResponse, lags: &[PartitionLag]) -> serde_json
             "revoking": pairs(&m.revoking).iter().map(|(t, p)| json!({"topic": t, "partition": p})).collect::<Vec<_>>(),
             "target": pairs(&m.target).iter().map(|(t, p)| json!({"topic": t, "partition": p})).collect::<Vec<_>>(),
         })).collect::<Vec<_>>(),
+        "classic": classic,
         "partitions": lags.iter().map(|l| json!({
             "topic": l.topic,
             "partition": l.partition,
@@ -333,6 +395,27 @@ fn print_description(d: &DescribeGroupResponse, lags: &[PartitionLag]) {
                 m.state.clone(),
                 partitions_text(&m.assignment),
                 pairs(&m.revoking).iter().map(|(t, p)| format!("{t}-{p}")).collect::<Vec<_>>().join(","),
+            ]);
+        }
+        println!("{t}");
+    }
+    if let Some(c) = d.classic.as_ref().filter(|c| !c.members.is_empty()) {
+        println!(
+            "classic generation {} protocol {} {} leader {}",
+            c.generation_id,
+            if c.protocol_type.is_empty() { "-" } else { &c.protocol_type },
+            if c.protocol_name.is_empty() { "-" } else { &c.protocol_name },
+            if c.leader.is_empty() { "-" } else { &c.leader }
+        );
+        let mut t = Table::new();
+        t.set_header(vec!["MEMBER", "INSTANCE", "CLIENT", "HOST", "ASSIGNMENT"]);
+        for m in &c.members {
+            t.add_row(vec![
+                m.member_id.clone(),
+                m.instance_id.clone().unwrap_or_else(|| "-".into()),
+                m.client_id.clone(),
+                m.client_host.clone(),
+                classic_assignment_text(d, m),
             ]);
         }
         println!("{t}");
