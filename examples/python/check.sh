@@ -10,7 +10,8 @@ root="$(cd "$here/../.." && pwd)"
 bin="${CARGO_TARGET_DIR:-/var/tmp/rill-target}/debug"
 "$here/setup.sh" >/dev/null
 py="$here/.venv/bin/python"
-base=$((20000 + RANDOM % 20000))
+# RILL_DEV_BASE_PORT picks the ports (`rill dev --base-port`) where a random choice could collide.
+base=${RILL_DEV_BASE_PORT:-$((20000 + RANDOM % 20000))}
 data=$(mktemp -d)
 "$bin/rill" dev --nodes 3 --base-port "$base" --data-dir "$data" >"$data/dev.out" 2>&1 &
 dev=$!
@@ -48,6 +49,7 @@ diff <(printf 'first join: MEMBER_ID_REQUIRED\njoined generation 1 as leader own
 # classic group, the second resuming after the first's commits.
 kafka=$(sed -n 's/^kafka bootstrap: //p' "$data/dev.out")
 [ -n "$kafka" ] || { cat "$data/dev.out"; echo "rill dev printed no Kafka bootstrap list" >&2; exit 1; }
+grpc=$(sed -n 's/^bootstrap: //p' "$data/dev.out")
 "$bin/rill" topic create py-kafka --partitions 2 --replication-factor 3 >/dev/null
 diff <(printf 'produced 100 records idempotently\nfirst member read 60 and committed\nsecond member resumed after the commits and read 40\nevery record read once, keys, values and headers intact, at the acknowledged offsets\n') \
   <("$py" "$here/kafka_client.py" py-kafka --bootstrap "$kafka" --group py-kafka-members)
@@ -61,6 +63,19 @@ diff <(printf 'produced 200 records idempotently, each where murmur2 places its 
 "$bin/rill" topic create py-kip848 --partitions 4 --replication-factor 3 >/dev/null
 diff <(printf 'the coordinator moved partitions to a second member; both kept reading\nthe admin client describes a consumer group whose members'"'"' assignments are what they hold\nevery one of the 200 records read at its offset, twice only after a refused commit; the commits are the partitions'"'"' ends\nthe first member left; the second was given all 4 partitions\n') \
   <("$py" "$here/kip848_group.py" py-kip848 --bootstrap "$kafka" --group py-kip848-members)
+# confluent-kafka on the consumer protocol subscribing by regular expression: the coordinator
+# assigns the topics whose whole names match, and one created after the member joined.
+diff <(printf 'the coordinator assigned the topic the pattern matches as a whole, not py-pattern-other-x\na topic created later that matches was assigned at a following heartbeat, and read\nevery one of the 60 records of the matching topics read once, at its acknowledged offset\n') \
+  <("$py" "$here/pattern_group.py" py-pattern --bootstrap "$kafka" --group py-pattern-members)
+# confluent-kafka (librdkafka's classic protocol, cooperative-sticky) members, each a process of
+# its own, while records are produced: three share a topic; one SIGKILLed loses its partitions
+# once its session times out; a static member joins, is restarted within its session timeout and
+# gets its partitions back without a rebalance (the generation `rill group describe` shows stays);
+# one closes and its partitions move at once. No survivor ever gives up a partition that does not
+# move; every record is read, the commits end at the partitions' ends.
+"$bin/rill" topic create py-coop --partitions 6 --replication-factor 3 >/dev/null
+diff <(printf 'three cooperative-sticky members share the 6 partitions, 2 each\na member was SIGKILLed: its partitions moved to the survivors once its 6 s session had timed out; the survivors revoked nothing\na static member joined and took partitions over; the others revoked only those\nrill group describe shows the 3 classic members, each with the partitions it holds\nthe static member, closed and restarted within its session timeout, got back exactly its 2 partitions without a rebalance (the generation stayed); the others saw no assignment change\na member closed (LeaveGroup): its partitions moved at once, not after its 30 s session timeout; the others revoked nothing\nevery record produced throughout was read at its acknowledged offset; each new owner of a partition began at the group'"'"'s last commit, so only what the SIGKILLed member had read past its last commit was read again\nthe group'"'"'s commits are the partitions'"'"' ends\n') \
+  <("$py" "$here/cooperative_group.py" py-coop --bootstrap "$kafka" --group py-coop-members --rill "$bin/rill" --rill-bootstrap "$grpc")
 # confluent-kafka's exactly-once job through the Kafka listener: consume-transform-produce in
 # transactions, every third aborted and redone; its read_committed output, read through Kafka and
 # through the rill CLI (gRPC), holds every input exactly once.
@@ -98,4 +113,12 @@ for _ in $(seq 1 180); do
   sleep 1
 done
 [ -n "$compacted" ] || { cat "$data/compacted"; echo "the compacted topic still serves superseded records" >&2; exit 1; }
-echo "python example: produced and consumed 3 records; the rill CLI reads the same; DeleteRecords from Python moved the log start; grpcio group members' held heartbeats were answered at the end of the hold and early on a join, two members shared a topic and were fenced from each other's partitions; kafka-python and confluent-kafka produced idempotently and consumed as members of a classic group (confluent-kafka's cooperative-sticky) through the Kafka listener, and confluent-kafka's admin client created, grew, configured and deleted a topic, its KIP-848 members shared a topic as the coordinator assigned it, and its exactly-once job's output held every input once, through Kafka and through gRPC; kafka-python and confluent-kafka found records by their timestamps and replaced a topic's settings with the legacy alter_configs; kafka-python and Rill read each other's batches with every codec; kafka-python reads a compacted topic's rewritten batches"
+# kafka-python's truncation check (KIP-320) across a leader change: the partition's leader is
+# stopped mid-read and the consumer, validating its position with OffsetForLeaderEpoch, reads on
+# without a truncation error, every offset once. This step stops one of `rill dev`'s nodes for good
+# (`rill dev` has no way to restart one), so it comes last: every step before it has the whole
+# cluster. The short replica.lag.time.max.ms lets acks=all writes go on soon after the stop.
+"$bin/rill" topic create py-leader --partitions 1 --replication-factor 3 --config replica.lag.time.max.ms=2000 >/dev/null
+diff <(printf 'a kafka-python consumer with no offset reset policy read 60 of 100 records, all written in one leader epoch\nthe partition'"'"'s leader was stopped (SIGTERM) and another node leads it\n100 more records were written under the new leader, in a later leader epoch\nthe consumer checked its position with OffsetForLeaderEpoch for its last record'"'"'s epoch; Rill answered that the epoch ends at offset 100, where the new leader'"'"'s records begin, as Kafka does\nthe consumer read on to the end with no truncation or out-of-range error: every offset once, in order\n') \
+  <("$py" "$here/leader_change.py" py-leader --bootstrap "$kafka" --rill "$bin/rill" --rill-bootstrap "$grpc" --rill-dev-pid "$dev")
+echo "python example: produced and consumed 3 records; the rill CLI reads the same; DeleteRecords from Python moved the log start; grpcio group members' held heartbeats were answered at the end of the hold and early on a join, two members shared a topic and were fenced from each other's partitions; kafka-python and confluent-kafka produced idempotently and consumed as members of a classic group (confluent-kafka's cooperative-sticky) through the Kafka listener, and confluent-kafka's admin client created, grew, configured and deleted a topic, its KIP-848 members shared a topic as the coordinator assigned it and one subscribed by pattern was given matching topics created later, its cooperative-sticky members (one SIGKILLed, one closed, a static one restarted) kept what did not move and read every record, and its exactly-once job's output held every input once, through Kafka and through gRPC; kafka-python and confluent-kafka found records by their timestamps and replaced a topic's settings with the legacy alter_configs; kafka-python and Rill read each other's batches with every codec; kafka-python reads a compacted topic's rewritten batches, and its truncation check passes across a leader change"
