@@ -2,6 +2,8 @@
 //! compare like with like. A [`Variant`] names one; its [`DeploymentKind`] says which processes
 //! it needs, so variants that share a deployment run back to back on the same processes.
 
+#[cfg(feature = "kafka")]
+pub mod kafka;
 pub mod nats;
 pub mod rabbitmq;
 pub mod redis;
@@ -28,6 +30,9 @@ pub enum Variant {
     /// `RillAcksAllRf3` with plain TCP between the nodes (the insecure setting): what mutual TLS
     /// on the internal listener costs.
     RillAcksAllRf3Insecure,
+    /// `RillAcksAllRf3` through the Kafka listener with librdkafka (the `kafka` feature), on the
+    /// same processes: what the Kafka protocol costs against gRPC.
+    RillKafkaAcksAllRf3,
     /// NATS JetStream, 3 nodes, stream replicas 3, file storage, default lazy sync.
     NatsR3Lazy,
     /// NATS JetStream, 3 nodes, stream replicas 3, file storage, `sync_interval: always`.
@@ -74,11 +79,12 @@ impl Variant {
     pub const RILL: [Variant; 3] = [Variant::RillAcksAllRf3, Variant::RillAcksLeaderRf3, Variant::RillRf1];
 
     /// Every variant in report order.
-    pub const ALL: [Variant; 10] = [
+    pub const ALL: [Variant; 11] = [
         Variant::RillAcksAllRf3,
         Variant::RillAcksLeaderRf3,
         Variant::RillRf1,
         Variant::RillAcksAllRf3Insecure,
+        Variant::RillKafkaAcksAllRf3,
         Variant::NatsR3Lazy,
         Variant::NatsR3SyncAlways,
         Variant::RabbitMqQuorum,
@@ -94,6 +100,7 @@ impl Variant {
             Variant::RillAcksLeaderRf3 => "rill-acks-1-rf3",
             Variant::RillRf1 => "rill-rf1",
             Variant::RillAcksAllRf3Insecure => "rill-acks-all-rf3-insecure",
+            Variant::RillKafkaAcksAllRf3 => "rill-kafka-acks-all-rf3",
             Variant::NatsR3Lazy => "nats-r3-lazy",
             Variant::NatsR3SyncAlways => "nats-r3-sync",
             Variant::RabbitMqQuorum => "rabbitmq-quorum",
@@ -110,6 +117,7 @@ impl Variant {
             Variant::RillAcksLeaderRf3 => "fsync on the leader before ack, replicated after",
             Variant::RillRf1 => "1 replica, fsync before ack",
             Variant::RillAcksAllRf3Insecure => "as rill-acks-all-rf3, plain TCP between nodes (no mTLS)",
+            Variant::RillKafkaAcksAllRf3 => "as rill-acks-all-rf3, through the Kafka listener (librdkafka)",
             Variant::NatsR3Lazy => "3 replicas in memory on a majority, fsync every 2 min (lazy)",
             Variant::NatsR3SyncAlways => "3 replicas, fsync on a majority before ack",
             Variant::RabbitMqQuorum => "3 replicas (Raft), fsync on a majority before confirm",
@@ -132,7 +140,7 @@ impl Variant {
     /// The processes it runs on.
     pub fn deployment(self) -> DeploymentKind {
         match self {
-            Variant::RillAcksAllRf3 | Variant::RillAcksLeaderRf3 => {
+            Variant::RillAcksAllRf3 | Variant::RillAcksLeaderRf3 | Variant::RillKafkaAcksAllRf3 => {
                 DeploymentKind::Rill { nodes: 3, internal_tls: true }
             }
             Variant::RillRf1 => DeploymentKind::Rill { nodes: 1, internal_tls: true },
@@ -173,6 +181,13 @@ impl Variant {
             Variant::RillAcksAllRf3Insecure => {
                 Box::new(rill::RillDriver::connect(deployment, Acks::All, 3, idem).await?)
             }
+            #[cfg(feature = "kafka")]
+            Variant::RillKafkaAcksAllRf3 => Box::new(kafka::KafkaDriver::connect(deployment).await?),
+            #[cfg(not(feature = "kafka"))]
+            Variant::RillKafkaAcksAllRf3 => bail!(
+                "{} needs librdkafka: build rill-bench with `cargo build --release -p rill-bench --features kafka`",
+                self.name()
+            ),
             Variant::NatsR3Lazy | Variant::NatsR3SyncAlways => Box::new(nats::NatsDriver::connect(deployment).await?),
             Variant::RabbitMqQuorum => Box::new(rabbitmq::RabbitDriver::connect(deployment, "quorum").await?),
             Variant::RabbitMqStream => Box::new(rabbitmq::RabbitDriver::connect(deployment, "stream").await?),
