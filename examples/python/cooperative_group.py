@@ -245,9 +245,8 @@ class Member:
         self.wait_exited()
 
 
-def described_assignments(args):
-    """Each classic member's partitions as `rill group describe` decodes them from the
-    assignment the group's leader (librdkafka's cooperative-sticky assignor) encoded."""
+def describe_group(args):
+    """The group as Rill describes it (`rill group describe --output json`)."""
     out = subprocess.run(
         [args.rill, "--bootstrap", args.rill_bootstrap, "group", "describe", args.group, "--output", "json"],
         capture_output=True,
@@ -255,7 +254,13 @@ def described_assignments(args):
         timeout=30,
         check=True,
     )
-    classic = json.loads(out.stdout).get("classic") or {}
+    return json.loads(out.stdout)
+
+
+def described_assignments(args):
+    """Each classic member's partitions as `rill group describe` decodes them from the
+    assignment the group's leader (librdkafka's cooperative-sticky assignor) encoded."""
+    classic = describe_group(args).get("classic") or {}
     shown = []
     for m in classic.get("members", []):
         if m.get("assignment") is None:
@@ -268,14 +273,7 @@ def described_assignments(args):
 
 def group_generation(args):
     """The group's generation as Rill describes it (`rill group describe`), while it is stable."""
-    out = subprocess.run(
-        [args.rill, "--bootstrap", args.rill_bootstrap, "group", "describe", args.group, "--output", "json"],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=True,
-    )
-    described = json.loads(out.stdout)
+    described = describe_group(args)
     if described["protocol"] != "classic" or described["state"] != "Stable":
         sys.exit(f"the group is described as {described['protocol']} {described['state']}, not classic Stable")
     return described["group_epoch"]
