@@ -72,11 +72,12 @@ async fn a_compacted_topic_keeps_the_newest_value_per_key_on_every_replica() -> 
     let config = [("cleanup.policy", "compact"), ("delete.retention.ms", "1s")];
     cluster.create_topic(&client, "prices", 1, 3, &config).await?;
 
-    // Keyless records are refused, whole batch, with a readable reason.
+    // Keyless records are refused, whole batch, with a readable reason naming the first.
     let keyless =
         client.produce("prices", 0, vec![Record::keyed("k", "v"), Record::new("no key")], Acks::All).await.unwrap_err();
     assert_eq!(keyless.code(), Some(ErrorCode::InvalidRecord), "{keyless}");
-    assert!(keyless.to_string().contains("has no key"), "{keyless}");
+    let reason = keyless.to_string();
+    assert!(reason.contains("without a key") && reason.contains("at index 1"), "{keyless}");
     let out = rill(&cluster, &["topic", "describe", "prices", "--output", "json"], None)?;
     let d: serde_json::Value = serde_json::from_slice(&out.stdout)?;
     assert_eq!(d["configs"]["cleanup.policy"], "compact", "{d}");
