@@ -190,9 +190,9 @@ impl TopicConfig {
                     LIST_KEYS.join(", ")
                 )));
             }
-            let items = lists
-                .entry(key.as_str())
-                .or_insert_with(|| self.cleanup_policy.as_str().split(',').map(str::to_string).collect());
+            let items = lists.entry(key.as_str()).or_insert_with(|| {
+                self.list_value(key).split(',').filter(|i| !i.is_empty()).map(str::to_string).collect()
+            });
             for item in value.split(',').map(str::trim).filter(|i| !i.is_empty()) {
                 if add {
                     if !items.iter().any(|i| i == item) {
@@ -211,6 +211,14 @@ impl TopicConfig {
             set.push((key.to_string(), items.join(",")));
         }
         self.altered(replication_factor, &set, &edits.reset)
+    }
+
+    /// The value of list setting `key` (one of [`LIST_KEYS`]) in Kafka's spelling.
+    fn list_value(&self, key: &str) -> &'static str {
+        match key {
+            "cleanup.policy" => self.cleanup_policy.as_str(),
+            _ => "",
+        }
     }
 
     /// This configuration with `set` applied and the `reset` keys back at their defaults,
@@ -531,6 +539,29 @@ mod tests {
         let e = inert_setting("compression.type", Some("gzip")).unwrap().unwrap_err();
         assert_eq!(e.kind, MetaErrorKind::InvalidConfig);
         assert!(e.message.contains("only be producer"), "{e}");
+    }
+
+    #[test]
+    fn list_edits_append_each_item_once_and_never_leave_a_list_empty() {
+        let c = TopicConfig::defaults(3);
+        let edit = |append: &[&str], subtract: &[&str]| ConfigEdits {
+            append: append.iter().map(|v| ("cleanup.policy".to_string(), v.to_string())).collect(),
+            subtract: subtract.iter().map(|v| ("cleanup.policy".to_string(), v.to_string())).collect(),
+            ..ConfigEdits::default()
+        };
+        let both = c.edited(3, &edit(&["compact", "delete,compact"], &[])).unwrap();
+        assert_eq!(both.cleanup_policy.as_str(), "compact,delete");
+        let compact = both.edited(3, &edit(&[], &["delete", "delete"])).unwrap();
+        assert_eq!(compact.cleanup_policy.as_str(), "compact");
+        let err = compact.edited(3, &edit(&[], &["compact"])).unwrap_err();
+        assert!(err.to_string().contains("left empty"), "{err}");
+        let err = c.edited(3, &edit(&["shred"], &[])).unwrap_err();
+        assert!(err.to_string().contains("cleanup.policy"), "{err}");
+        let not_a_list = ConfigEdits { append: vec![("retention.ms".into(), "1".into())], ..ConfigEdits::default() };
+        assert!(c.edited(3, &not_a_list).unwrap_err().to_string().contains("not a list"));
+        // A key in two operations at once is refused, as in Kafka.
+        let twice = ConfigEdits { set: vec![("cleanup.policy".into(), "delete".into())], ..edit(&["compact"], &[]) };
+        assert!(c.edited(3, &twice).unwrap_err().to_string().contains("twice"));
     }
 
     #[test]
