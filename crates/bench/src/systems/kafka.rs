@@ -20,8 +20,9 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message;
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use rdkafka::{Offset, TopicPartitionList};
-use rill_client::Client;
+use rill_client::Acks;
 
+use super::rill::RillDriver;
 use super::{Deployment, Nodes};
 use crate::driver::{AckFuture, BenchConsumer, BenchProducer, Driver};
 
@@ -34,8 +35,9 @@ const MAX_POLL_RECORDS: usize = 2000;
 
 /// Rill's Kafka listener at acks=all, replication factor 3.
 pub struct KafkaDriver {
-    /// The gRPC client that creates topics.
-    client: Client,
+    /// The gRPC variant's driver at the same settings: it creates the topics, exactly as that
+    /// variant does.
+    topics: RillDriver,
     /// The nodes' Kafka listeners.
     bootstrap: String,
 }
@@ -46,19 +48,14 @@ impl KafkaDriver {
         let Nodes::Rill(cluster) = &deployment.nodes else {
             anyhow::bail!("the Kafka variant runs on a Rill deployment");
         };
-        let client = Client::connect(&deployment.endpoints).await.context("cannot connect to Rill")?;
-        Ok(Self { client, bootstrap: cluster.kafka_bootstrap().join(",") })
+        let topics = RillDriver::connect(deployment, Acks::All, 3, true).await?;
+        Ok(Self { topics, bootstrap: cluster.kafka_bootstrap().join(",") })
     }
 }
 
 impl Driver for KafkaDriver {
     fn create_topic<'a>(&'a self, topic: &'a str, partitions: u32) -> BoxFuture<'a, anyhow::Result<()>> {
-        async move {
-            let configs = [("min.insync.replicas".to_string(), "2".to_string())];
-            self.client.create_topic(topic, partitions, 3, &configs).await?;
-            super::rill::wait_for_leaders(&self.client, topic).await
-        }
-        .boxed()
+        self.topics.create_topic(topic, partitions)
     }
 
     fn producer<'a>(&'a self, topic: &'a str) -> BoxFuture<'a, anyhow::Result<Box<dyn BenchProducer>>> {
@@ -86,7 +83,7 @@ impl Driver for KafkaDriver {
         members: u32,
     ) -> BoxFuture<'a, anyhow::Result<Box<dyn BenchConsumer>>> {
         async move {
-            let partitions = self.client.partition_count(topic).await?;
+            let partitions = self.topics.client().partition_count(topic).await?;
             let consumer: StreamConsumer = ClientConfig::new()
                 .set("bootstrap.servers", &self.bootstrap)
                 // Assigned partitions, no group: the id is only librdkafka's requirement.

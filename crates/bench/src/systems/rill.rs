@@ -72,6 +72,13 @@ impl RillDriver {
     }
 }
 
+impl RillDriver {
+    /// The client it drives the cluster with.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+}
+
 /// Waits until every partition of `topic` has a leader.
 pub async fn wait_for_leaders(client: &Client, topic: &str) -> anyhow::Result<()> {
     client.wait_for_leaders(topic, TOPIC_READY_TIMEOUT).await?;
