@@ -17,10 +17,13 @@ use rill_meta::codec::{decode_command, decode_result, decode_state, encode_comma
 static ALLOCATOR: Counting = Counting;
 
 /// Heap a decode may hold per input byte: prost's message plus the converted value (a map node
-/// per topic or node), for as little as two bytes per repeated element. A topic's settings
-/// grew with the compaction keys (`pb::TopicConfig` holds a string), so an empty topic entry
-/// of two bytes costs about 740 bytes while it is decoded.
-const BYTES_PER_INPUT_BYTE: usize = 384;
+/// per topic or node), for as little as two bytes per repeated element. The worst case is an
+/// input of empty topic entries (two bytes each) just past a doubling of prost's
+/// `Vec<pb::Topic>`: for 2^k + 1 entries the old buffer of 2^k elements and the new one of
+/// 2^(k+1) are both held while it moves, 3 × 2^k elements of about 300 bytes (`pb::Topic` with
+/// its inline `pb::TopicConfig`) for about 2 × 2^k input bytes — about 450 bytes per byte. A
+/// 266-byte input of 133 such entries held 118,754 bytes.
+const BYTES_PER_INPUT_BYTE: usize = 512;
 /// Fixed overhead.
 const SLACK_BYTES: usize = 16 << 10;
 
