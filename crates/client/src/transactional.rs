@@ -292,8 +292,9 @@ impl TransactionalProducer {
         }
         match ended {
             Ok(next) if next == identity && identity.1 >= LAST_EPOCH => {
-                // The epoch could not grow (it reached its 16-bit limit): the next transaction
-                // needs a new producer id, which InitProducerId gives once this one completed.
+                // The epoch could not grow (it reached its 16-bit limit) and the coordinator, of
+                // a release before v2 ends moved to a new producer id themselves, answered the
+                // same pair: InitProducerId gives a new one once this transaction completed.
                 self.initialise().await
             }
             Ok(next) => {

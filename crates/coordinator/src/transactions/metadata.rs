@@ -177,6 +177,11 @@ pub struct TransactionMetadata {
     /// decided one here lets the next one's partitions be added at once instead of after every
     /// marker. Cleared by the decided transaction's completion.
     pub finishing: Option<Finishing>,
+    /// The producer id and epoch the decided (`Prepare*`) transaction's markers carry when
+    /// they are not the record's own: a v2 `EndTxn` at the last epoch moves the id to a new
+    /// producer id at epoch 0 at once (its answer names the new pair), while the transaction it
+    /// decides was written under the old pair. `None` otherwise.
+    pub marker_producer: Option<(i64, i16)>,
 }
 
 impl TransactionMetadata {
@@ -197,14 +202,17 @@ impl TransactionMetadata {
             version: 0,
             txn_start_version: 0,
             finishing: None,
+            marker_producer: None,
         }
     }
 
-    /// The transaction whose markers are to be written, as a record in its `Prepare*` state:
-    /// this one when it is `Prepare*`, or the decided one its successor keeps in `finishing`.
+    /// The transaction whose markers are to be written, as a record in its `Prepare*` state
+    /// under the producer id and epoch its markers carry: this one when it is `Prepare*`, or
+    /// the decided one its successor keeps in `finishing`.
     pub fn prepared_part(&self) -> Option<TransactionMetadata> {
         if self.state.is_prepared() {
-            return Some(self.clone());
+            let (producer_id, epoch) = self.marker_producer.unwrap_or((self.producer_id, self.epoch));
+            return Some(TransactionMetadata { producer_id, epoch, marker_producer: None, ..self.clone() });
         }
         let f = self.finishing.as_ref()?;
         Some(TransactionMetadata {
@@ -261,6 +269,9 @@ impl TransactionMetadata {
                 txn_start_version: f.txn_start_version,
                 txn_start_ms: f.txn_start_ms,
             }),
+            marker_producer: self
+                .marker_producer
+                .map(|(producer_id, epoch)| pb::MarkerProducer { producer_id, epoch: i32::from(epoch) }),
         }
     }
 
@@ -306,6 +317,13 @@ impl TransactionMetadata {
                     txn_start_ms: f.txn_start_ms,
                 }),
             },
+            marker_producer: match &p.marker_producer {
+                None => None,
+                Some(m) => Some((
+                    m.producer_id,
+                    i16::try_from(m.epoch).map_err(|_| format!("{id}: marker epoch {} beyond 16 bits", m.epoch))?,
+                )),
+            },
         })
     }
 }
@@ -337,6 +355,14 @@ mod tests {
             txn_start_ms: 4,
         });
         assert_eq!(TransactionMetadata::from_proto(&overlapped.to_proto("x")).unwrap(), overlapped);
+        let moved = TransactionMetadata { producer_id: 8, epoch: 0, marker_producer: Some((7, 5)), ..m.clone() };
+        assert_eq!(TransactionMetadata::from_proto(&moved.to_proto("x")).unwrap(), moved);
+        let marked = moved.prepared_part().unwrap();
+        assert_eq!(
+            (marked.producer_id, marked.epoch, marked.marker_producer),
+            (7, 5, None),
+            "markers carry the old pair"
+        );
         let part = overlapped.prepared_part().unwrap();
         assert_eq!((part.state, part.txn_start_version, part.finishing), (TxnState::PrepareCommit, 3, None));
         assert!(overlapped.is_finishing(3) && !overlapped.is_finishing(m.txn_start_version));

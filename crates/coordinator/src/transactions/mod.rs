@@ -357,8 +357,9 @@ pub struct Ended {
     pub producer_id: i64,
     /// See `producer_id`.
     pub epoch: i16,
-    /// The `Prepare*` record written, whose markers are now to be written (`None`: nothing to
-    /// mark — a retry, or a transaction that touched nothing).
+    /// The `Prepare*` record written, under the producer id and epoch its markers carry
+    /// ([`TransactionMetadata::prepared_part`]), whose markers are now to be written (`None`:
+    /// nothing to mark — a retry, or a transaction that touched nothing).
     pub to_mark: Option<TransactionMetadata>,
 }
 
@@ -645,30 +646,41 @@ pub async fn verify_partition(
 
 /// On the coordinator: commits or aborts the transaction of `transactional_id` (see
 /// [`transitions::end_transaction`]). Returns once the decision is recorded; the caller writes
-/// the markers of [`Ended::to_mark`] and then calls [`complete`].
-pub async fn end_transaction(
+/// the markers of [`Ended::to_mark`] and then calls [`complete`]. `new_producer_id` allocates a
+/// never-used producer id; it is called only when a v2 end at the last epoch needs one.
+pub async fn end_transaction<F, Fut>(
     partition: &StatePartition<TransactionsMachine>,
     transactional_id: &str,
     producer: (i64, i16),
     commit: bool,
     protocol: TxnProtocol,
+    new_producer_id: F,
     timeout: Duration,
-) -> Result<Ended> {
+) -> Result<Ended>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = std::result::Result<i64, String>>,
+{
     validate(transactional_id, 0)?;
     // The previous transaction may still be finishing (v2): one decided transaction at a time.
     let until = prepared_deadline(timeout);
     let arrived = rill_rt::now();
     wait_while(partition, transactional_id, &[producer], until, |m| m.finishing.is_some()).await;
     let waited = arrived.elapsed();
+    let mut fresh = None;
     for _ in 0..CAS_ATTEMPTS {
         let current = read_record(partition, transactional_id)?;
         let now = rill_rt::wall_clock_ms();
         let decided =
-            transitions::end_transaction(transactional_id, current.as_ref(), producer, commit, protocol, now)?;
+            transitions::end_transaction(transactional_id, current.as_ref(), producer, commit, protocol, fresh, now)?;
         let expect = current.as_ref().map_or(0, |m| m.version);
         let (record, to_mark) = match decided {
             transitions::EndDecision::AlreadyDone { producer_id, epoch } => {
                 return Ok(Ended { producer_id, epoch, to_mark: None })
+            }
+            transitions::EndDecision::NeedsProducerId => {
+                fresh = Some(new_producer_id().await.map_err(CoordinatorError::NotAvailable)?);
+                continue;
             }
             transitions::EndDecision::Complete(record) => (record, false),
             transitions::EndDecision::Prepare(record) => (record, true),
@@ -683,7 +695,8 @@ pub async fn end_transaction(
                 "transaction decided"
             );
             let (producer_id, epoch) = (applied.producer_id, applied.epoch);
-            return Ok(Ended { producer_id, epoch, to_mark: to_mark.then_some(applied) });
+            let to_mark = if to_mark { applied.prepared_part() } else { None };
+            return Ok(Ended { producer_id, epoch, to_mark });
         }
     }
     Err(busy(transactional_id))

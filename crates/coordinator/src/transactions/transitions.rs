@@ -51,6 +51,9 @@ pub enum EndDecision {
     Complete(TransactionMetadata),
     /// A retry of an `EndTxn` that already took effect: answer success with this pair.
     AlreadyDone { producer_id: i64, epoch: i16 },
+    /// A v2 end at the last epoch moves the id to a producer id never used: allocate one and
+    /// decide again with it.
+    NeedsProducerId,
 }
 
 /// The epoch after `epoch` for fencing, when there is one (none at [`LAST_EPOCH`]: the pair is
@@ -68,6 +71,28 @@ fn fence(m: &TransactionMetadata) -> TransactionMetadata {
         next.epoch = e;
     }
     next
+}
+
+/// `m` moved on by a v2 `EndTxn` (KIP-890 part 2: every commit and abort fences the pair it
+/// ended): its next epoch, or at [`LAST_EPOCH`] the never-used producer id `fresh_id` at epoch
+/// 0, as Kafka's coordinator does — `None` when that is needed and not given. The previous pair
+/// is kept either way, so a retry that names it is recognised. After a move to a new producer
+/// id the decided transaction's markers still carry the pair its batches were written under
+/// (`marker_producer`); the old id is fenced by being replaced, since every first batch of a
+/// v2 transaction is added through this coordinator, which knows only the new one.
+fn next_pair(m: &TransactionMetadata, fresh_id: Option<i64>) -> Option<TransactionMetadata> {
+    let mut next = m.clone();
+    next.last_producer_id = m.producer_id;
+    next.last_epoch = m.epoch;
+    match bumped(m.epoch) {
+        Some(e) => next.epoch = e,
+        None => {
+            next.producer_id = fresh_id?;
+            next.epoch = 0;
+            next.marker_producer = Some((m.producer_id, m.epoch));
+        }
+    }
+    Some(next)
 }
 
 fn concurrent(id: &str, m: &TransactionMetadata) -> CoordinatorError {
@@ -227,8 +252,12 @@ pub fn add_to_transaction(
 /// transaction while the decided one's markers are written: where the decided transaction's
 /// marker has not arrived yet, the partition's leader or the group's coordinator writes it
 /// first ([`owed_marker`], [`owed_group_marker`]). v1 keeps Kafka's order.
+///
+/// A decided transaction whose markers carry another producer id than the record's (the id
+/// moved to a new producer id at its end) is always waited for: its partitions' leaders know
+/// only the batch's producer id, and could not write a marker for the old one.
 pub fn must_wait(m: &TransactionMetadata, protocol: TxnProtocol) -> bool {
-    let overlaps = protocol == TxnProtocol::V2 && m.protocol == TxnProtocol::V2;
+    let overlaps = protocol == TxnProtocol::V2 && m.protocol == TxnProtocol::V2 && m.marker_producer.is_none();
     m.state.is_prepared() && !overlaps
 }
 
@@ -272,13 +301,15 @@ impl OwedMarker {
     }
 }
 
-/// `EndTxn(commit)` from a producer speaking `protocol`.
+/// `EndTxn(commit)` from a producer speaking `protocol`. `fresh_id` is a never-used producer id
+/// when the caller has one (v2 needs one to end a transaction at the last epoch).
 pub fn end_transaction(
     id: &str,
     current: Option<&TransactionMetadata>,
     (producer_id, epoch): (i64, i16),
     commit: bool,
     protocol: TxnProtocol,
+    fresh_id: Option<i64>,
     now_ms: i64,
 ) -> Result<EndDecision> {
     let Some(m) = current else {
@@ -326,10 +357,17 @@ pub fn end_transaction(
             // The no-epoch-bump mutation (simulation only) makes v2 keep the epoch, as v1 does.
             let bump =
                 m.protocol == TxnProtocol::V2 && !rill_rt::mutation::active(rill_rt::mutation::Mutation::NoEpochBump);
-            let mut next = if bump { fence(m) } else { m.clone() };
+            let mut next = match bump {
+                true => match next_pair(m, fresh_id) {
+                    Some(next) => next,
+                    None => return Ok(EndDecision::NeedsProducerId),
+                },
+                false => m.clone(),
+            };
             next.updated_ms = now_ms;
             if next.touches_nothing() {
                 next.state = wanted;
+                next.marker_producer = None;
                 return Ok(EndDecision::Complete(next));
             }
             next.state = preparing;
@@ -344,7 +382,8 @@ pub fn end_transaction(
         TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort
             if !commit && protocol == TxnProtocol::V2 =>
         {
-            let mut next = fence(m);
+            let Some(mut next) = next_pair(m, fresh_id) else { return Ok(EndDecision::NeedsProducerId) };
+            next.marker_producer = None;
             next.state = TxnState::CompleteAbort;
             next.updated_ms = now_ms;
             Ok(EndDecision::Complete(next))
@@ -376,6 +415,7 @@ pub fn complete(m: &TransactionMetadata, finished: u64, now_ms: i64) -> Option<T
     next.state = state;
     next.partitions.clear();
     next.groups.clear();
+    next.marker_producer = None;
     next.updated_ms = now_ms;
     Some(next)
 }
@@ -560,11 +600,11 @@ mod tests {
     fn v1_end_prepares_completes_and_answers_retries() {
         let m = fresh();
         assert!(matches!(
-            end_transaction("t", Some(&m), (7, 0), true, TxnProtocol::V1, 1),
+            end_transaction("t", Some(&m), (7, 0), true, TxnProtocol::V1, None, 1),
             Err(CoordinatorError::InvalidTxnState { .. })
         ));
         let open = add_to_transaction("t", Some(&m), (7, 0), &tp("a", &[0]), &[], TxnProtocol::V1, 1).unwrap().unwrap();
-        let prepared = match end_transaction("t", Some(&open), (7, 0), true, TxnProtocol::V1, 2).unwrap() {
+        let prepared = match end_transaction("t", Some(&open), (7, 0), true, TxnProtocol::V1, None, 2).unwrap() {
             EndDecision::Prepare(p) => p,
             other => panic!("{other:?}"),
         };
@@ -574,20 +614,20 @@ mod tests {
             Err(CoordinatorError::ConcurrentTransactions { .. })
         ));
         assert!(matches!(
-            end_transaction("t", Some(&prepared), (7, 0), true, TxnProtocol::V1, 3),
+            end_transaction("t", Some(&prepared), (7, 0), true, TxnProtocol::V1, None, 3),
             Err(CoordinatorError::ConcurrentTransactions { .. })
         ));
         assert!(matches!(
-            end_transaction("t", Some(&prepared), (7, 0), false, TxnProtocol::V1, 3),
+            end_transaction("t", Some(&prepared), (7, 0), false, TxnProtocol::V1, None, 3),
             Err(CoordinatorError::InvalidTxnState { .. })
         ));
         let done = complete(&prepared, prepared.txn_start_version, 4).unwrap();
         assert_eq!(
-            end_transaction("t", Some(&done), (7, 0), true, TxnProtocol::V1, 5).unwrap(),
+            end_transaction("t", Some(&done), (7, 0), true, TxnProtocol::V1, None, 5).unwrap(),
             EndDecision::AlreadyDone { producer_id: 7, epoch: 0 }
         );
         assert!(matches!(
-            end_transaction("t", Some(&done), (7, 0), false, TxnProtocol::V1, 5),
+            end_transaction("t", Some(&done), (7, 0), false, TxnProtocol::V1, None, 5),
             Err(CoordinatorError::InvalidTxnState { .. })
         ));
         let again =
@@ -604,7 +644,7 @@ mod tests {
             .unwrap()
             .unwrap();
         let EndDecision::Prepare(prepared) =
-            end_transaction("t", Some(&open), (7, 0), true, TxnProtocol::V2, 2).unwrap()
+            end_transaction("t", Some(&open), (7, 0), true, TxnProtocol::V2, None, 2).unwrap()
         else {
             panic!("a commit with partitions prepares")
         };
@@ -646,12 +686,12 @@ mod tests {
         assert_eq!(owed_group_marker(&grouped, "g"), None, "not in the decided transaction");
         // Until completion: no EndTxn, no InitProducerId, no timeout abort, no admin abort.
         assert!(matches!(
-            end_transaction("t", Some(&next), (7, 1), true, TxnProtocol::V2, 4),
+            end_transaction("t", Some(&next), (7, 1), true, TxnProtocol::V2, None, 4),
             Err(CoordinatorError::ConcurrentTransactions { .. })
         ));
         assert!(
             matches!(
-                end_transaction("t", Some(&next), (7, 0), true, TxnProtocol::V2, 4),
+                end_transaction("t", Some(&next), (7, 0), true, TxnProtocol::V2, None, 4),
                 Err(CoordinatorError::ConcurrentTransactions { .. })
             ),
             "a retry of the decided transaction's EndTxn"
@@ -675,7 +715,7 @@ mod tests {
         );
         assert_eq!(complete(&done, first, 6), None, "completed once");
         assert!(matches!(
-            end_transaction("t", Some(&done), (7, 1), false, TxnProtocol::V2, 6),
+            end_transaction("t", Some(&done), (7, 1), false, TxnProtocol::V2, None, 6),
             Ok(EndDecision::Prepare(_))
         ));
     }
@@ -684,7 +724,7 @@ mod tests {
     fn v2_end_bumps_the_epoch_so_the_old_one_cannot_reach_the_next_transaction() {
         let m = fresh();
         let open = add_to_transaction("t", Some(&m), (7, 0), &tp("a", &[0]), &[], TxnProtocol::V2, 1).unwrap().unwrap();
-        let prepared = match end_transaction("t", Some(&open), (7, 0), false, TxnProtocol::V2, 2).unwrap() {
+        let prepared = match end_transaction("t", Some(&open), (7, 0), false, TxnProtocol::V2, None, 2).unwrap() {
             EndDecision::Prepare(p) => p,
             other => panic!("{other:?}"),
         };
@@ -692,7 +732,7 @@ mod tests {
         let done = complete(&prepared, prepared.txn_start_version, 3).unwrap();
         // The EndTxn's retry under epoch 0 is answered with the new epoch.
         assert_eq!(
-            end_transaction("t", Some(&done), (7, 0), false, TxnProtocol::V2, 4).unwrap(),
+            end_transaction("t", Some(&done), (7, 0), false, TxnProtocol::V2, None, 4).unwrap(),
             EndDecision::AlreadyDone { producer_id: 7, epoch: 1 }
         );
         // A delayed add (or produce) of the aborted transaction under epoch 0 is fenced.
@@ -705,12 +745,75 @@ mod tests {
         assert_eq!((next.state, next.epoch), (TxnState::Ongoing, 1));
         // A delayed EndTxn(commit) of the aborted transaction cannot commit the next one.
         assert!(matches!(
-            end_transaction("t", Some(&next), (7, 0), true, TxnProtocol::V2, 6),
+            end_transaction("t", Some(&next), (7, 0), true, TxnProtocol::V2, None, 6),
             Err(CoordinatorError::ProducerFenced { .. })
         ));
         // With nothing begun, a v2 abort completes at once (and still bumps the epoch).
-        match end_transaction("t", Some(&done), (7, 1), false, TxnProtocol::V2, 7).unwrap() {
+        match end_transaction("t", Some(&done), (7, 1), false, TxnProtocol::V2, None, 7).unwrap() {
             EndDecision::Complete(c) => assert_eq!((c.state, c.epoch), (TxnState::CompleteAbort, 2)),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn v2_end_at_the_last_epoch_moves_to_a_new_producer_id_and_marks_under_the_old_pair() {
+        let worn = TransactionMetadata { epoch: LAST_EPOCH, ..fresh() };
+        let open =
+            add_to_transaction("t", Some(&worn), (7, LAST_EPOCH), &tp("a", &[0]), &["g".into()], TxnProtocol::V2, 1)
+                .unwrap()
+                .unwrap();
+        assert_eq!(
+            end_transaction("t", Some(&open), (7, LAST_EPOCH), true, TxnProtocol::V2, None, 2).unwrap(),
+            EndDecision::NeedsProducerId,
+            "the epoch cannot grow: a new producer id is needed"
+        );
+        let prepared = match end_transaction("t", Some(&open), (7, LAST_EPOCH), true, TxnProtocol::V2, Some(99), 2) {
+            Ok(EndDecision::Prepare(p)) => TransactionMetadata { version: open.version + 1, ..p },
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            (prepared.producer_id, prepared.epoch, prepared.last_producer_id, prepared.last_epoch),
+            (99, 0, 7, LAST_EPOCH),
+            "answered with the new id at epoch 0; the old pair is kept for the retry"
+        );
+        let marked = prepared.prepared_part().unwrap();
+        assert_eq!((marked.producer_id, marked.epoch), (7, LAST_EPOCH), "the markers carry the batches' pair");
+        // The next transaction waits for the markers: partitions know only the batch's producer
+        // id and could not write the old id's marker themselves.
+        assert!(must_wait(&prepared, TxnProtocol::V2));
+        assert!(matches!(
+            add_to_transaction("t", Some(&prepared), (99, 0), &tp("a", &[0]), &[], TxnProtocol::V2, 3),
+            Err(CoordinatorError::ConcurrentTransactions { .. })
+        ));
+        // The old pair is fenced by being replaced.
+        assert!(matches!(
+            add_to_transaction("t", Some(&prepared), (7, LAST_EPOCH), &tp("a", &[0]), &[], TxnProtocol::V2, 3),
+            Err(CoordinatorError::InvalidProducerIdMapping { .. })
+        ));
+        let done = complete(&prepared, prepared.txn_start_version, 4).unwrap();
+        assert_eq!((done.state, done.marker_producer), (TxnState::CompleteCommit, None));
+        assert_eq!(
+            end_transaction("t", Some(&done), (7, LAST_EPOCH), true, TxnProtocol::V2, None, 5).unwrap(),
+            EndDecision::AlreadyDone { producer_id: 99, epoch: 0 },
+            "a retry under the old pair learns the new one"
+        );
+        let next =
+            add_to_transaction("t", Some(&done), (99, 0), &tp("a", &[0]), &[], TxnProtocol::V2, 6).unwrap().unwrap();
+        assert_eq!((next.state, next.producer_id, next.epoch), (TxnState::Ongoing, 99, 0));
+
+        // An abort with nothing begun at the last epoch moves too, with no markers to write.
+        let idle = TransactionMetadata { epoch: LAST_EPOCH, state: TxnState::CompleteCommit, ..fresh() };
+        assert_eq!(
+            end_transaction("t", Some(&idle), (7, LAST_EPOCH), false, TxnProtocol::V2, None, 7).unwrap(),
+            EndDecision::NeedsProducerId
+        );
+        match end_transaction("t", Some(&idle), (7, LAST_EPOCH), false, TxnProtocol::V2, Some(100), 7).unwrap() {
+            EndDecision::Complete(c) => {
+                assert_eq!(
+                    (c.state, c.producer_id, c.epoch, c.marker_producer),
+                    (TxnState::CompleteAbort, 100, 0, None)
+                )
+            }
             other => panic!("{other:?}"),
         }
     }
@@ -731,6 +834,7 @@ mod tests {
                 (7, 0),
                 true,
                 TxnProtocol::V1,
+                None,
                 1_201
             ),
             Err(CoordinatorError::ProducerFenced { .. })

@@ -159,12 +159,18 @@ impl Service {
         let id = producer.transactional_id;
         let coordinator = transaction_coordinator(&self.node, &id)?;
         let shard = self.coordinators.transactions().of(&coordinator)?;
+        let node = self.node.clone();
+        let new_producer_id = move || {
+            let node = node.clone();
+            async move { node.next_producer_id().await.map_err(|e| e.to_string()) }
+        };
         let ended = transactions::end_transaction(
             &coordinator,
             &id,
             (producer.producer_id, epoch),
             commit,
             protocol,
+            new_producer_id,
             DECISION_TIMEOUT,
         )
         .await
