@@ -68,7 +68,7 @@ macro_rules! apis {
 
 apis! {
     (service, ctx, version);
-    ApiVersions(ApiVersionsRequest) => |req| Some(versions::api_versions(&req, version));
+    ApiVersions(ApiVersionsRequest) => |req| Some(versions::api_versions(&req, version, i64::try_from(service.metadata_version()).unwrap_or(i64::MAX)));
     Metadata(MetadataRequest) => |req| Some(cluster::metadata(service, ctx, req, version).await);
     // acks=0: written, never answered.
     Produce(ProduceRequest) => |req| records::produce(service, ctx, req, version).await;
@@ -99,8 +99,8 @@ apis! {
     OffsetDelete(OffsetDeleteRequest) => |req| Some(groups::offset_delete(service, ctx, req).await);
     AddPartitionsToTxn(AddPartitionsToTxnRequest) => |req| Some(transactions::add_partitions_to_txn(service, ctx, req).await);
     AddOffsetsToTxn(AddOffsetsToTxnRequest) => |req| Some(transactions::add_offsets_to_txn(service, ctx, req).await);
-    EndTxn(EndTxnRequest) => |req| Some(transactions::end_txn(service, ctx, req).await);
-    TxnOffsetCommit(TxnOffsetCommitRequest) => |req| Some(transactions::txn_offset_commit(service, ctx, req).await);
+    EndTxn(EndTxnRequest) => |req| Some(transactions::end_txn(service, ctx, req, version).await);
+    TxnOffsetCommit(TxnOffsetCommitRequest) => |req| Some(transactions::txn_offset_commit(service, ctx, req, version).await);
     DescribeTransactions(DescribeTransactionsRequest) => |req| Some(transactions::describe_transactions(service, ctx, req).await);
     ListTransactions(ListTransactionsRequest) => |req| Some(transactions::list_transactions(service, ctx, req).await);
 }

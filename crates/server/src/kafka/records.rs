@@ -64,9 +64,9 @@ fn isolation(level: i8) -> Option<Isolation> {
 }
 
 /// `Produce`; `None` for `acks=0`, which Kafka answers with nothing (the records are still
-/// written). Versions 3 to 11: the transaction protocol is version 1 (partitions are added to a
-/// transaction before they are written); version 12, which adds them implicitly, is advertised
-/// with `transaction.version` 2.
+/// written). Versions 3 to 11 speak transaction protocol version 1 (partitions are added to a
+/// transaction before they are written); version 12 speaks version 2, a transactional batch
+/// adding its partition to the producer's transaction itself.
 pub async fn produce(
     service: &Service,
     ctx: &RequestContext,

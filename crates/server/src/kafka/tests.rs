@@ -161,6 +161,23 @@ async fn every_advertised_version_round_trips() {
             answer.api_keys.iter().map(|k| (k.api_key, k.min_version, k.max_version)).collect();
         let expected: Vec<(i16, i16, i16)> = SUPPORTED.iter().map(|s| (s.api as i16, s.min, s.max)).collect();
         assert_eq!(advertised, expected, "v{version}");
+        // Features from v3; a supported range starting at 0 only from v4 (KAFKA-17492).
+        let supported: Vec<(String, i16, i16)> =
+            answer.supported_features.iter().map(|f| (f.name.to_string(), f.min_version, f.max_version)).collect();
+        let finalized: Vec<(String, i16, i16)> = answer
+            .finalized_features
+            .iter()
+            .map(|f| (f.name.to_string(), f.min_version_level, f.max_version_level))
+            .collect();
+        let transaction_version = |min| vec![("transaction.version".to_string(), min, 2)];
+        match version {
+            0..=2 => assert!(supported.is_empty() && finalized.is_empty(), "v{version}"),
+            3 => assert_eq!((supported, finalized), (vec![], transaction_version(2)), "v{version}"),
+            _ => assert_eq!((supported, finalized), (transaction_version(0), transaction_version(2)), "v{version}"),
+        }
+        if version >= 3 {
+            assert!(answer.finalized_features_epoch >= 0, "v{version}: a known epoch");
+        }
     }
 
     let metadata = versions::supported(ApiKey::Metadata).unwrap();
@@ -1131,16 +1148,21 @@ fn transactional_batch(id: i64, epoch: i16, sequence: i32, values: &[&str]) -> B
     builder.build().unwrap()
 }
 
+/// The last `EndTxn` version of transactions v1 (v5 is v2).
+const LAST_V1_END_TXN: i16 = 4;
+
 #[tokio::test]
 async fn transactions_commit_and_abort_through_every_version() {
     let (node, service, addr) = node_with_kafka().await;
     must_create(&node, &service, "orders", 1).await;
     let mut stream = TcpStream::connect(addr).await.unwrap();
     let end = versions::supported(ApiKey::EndTxn).unwrap();
+    // Transactions v1 (partitions and groups added explicitly); v5, which is v2, has its own test.
+    let v1 = end.min..=LAST_V1_END_TXN;
     let clamp = |api: ApiKey, version: i16| version.min(versions::supported(api).unwrap().max);
     let mut producers = Vec::new();
     let mut sequence = 0;
-    for version in end.min..=end.max {
+    for version in v1.clone() {
         let id = format!("tx-{version}");
         let commit = version % 2 == 0;
         // The transaction coordinator, at this listener's address.
@@ -1229,7 +1251,7 @@ async fn transactions_commit_and_abort_through_every_version() {
         .await;
         assert_eq!(ended.error_code, 0, "v{version}");
     }
-    assert_eq!(sequence, i32::from(end.max - end.min + 1));
+    assert_eq!(sequence, i32::from(LAST_V1_END_TXN - end.min + 1));
 
     // A new producer of tx-0 (InitProducerId with its id and epoch: the epoch is bumped) fences
     // the old epoch, at every version.
@@ -1288,7 +1310,7 @@ async fn transactions_commit_and_abort_through_every_version() {
         })
         .await;
     let p = &fetched.responses[0].partitions[0];
-    assert_eq!(p.high_watermark, 2 * i64::from(end.max - end.min + 1), "a record and a marker per transaction");
+    assert_eq!(p.high_watermark, 2 * i64::from(LAST_V1_END_TXN - end.min + 1), "a record and a marker per transaction");
     assert_eq!(p.last_stable_offset, p.high_watermark);
     let mut aborted: Vec<i64> = p.aborted_transactions.iter().flatten().map(|a| a.producer_id.0).collect();
     aborted.sort();
@@ -1297,7 +1319,7 @@ async fn transactions_commit_and_abort_through_every_version() {
     assert_eq!(aborted, expected, "the aborted producers, and only they");
 
     // The last committed transaction's offset is the group's.
-    let last_commit = (end.min..=end.max).rev().find(|v| v % 2 == 0).unwrap();
+    let last_commit = v1.clone().rev().find(|v| v % 2 == 0).unwrap();
     let fetch_offsets =
         OffsetFetchRequest::default().with_group_id(group("eos")).with_require_stable(true).with_topics(Some(vec![
             OffsetFetchRequestTopic::default().with_name(name("orders")).with_partition_indexes(vec![0]),
@@ -1311,8 +1333,7 @@ async fn transactions_commit_and_abort_through_every_version() {
     assert_eq!(fetched.topics[0].partitions[0].committed_leader_epoch, 3, "the committed leader epoch, kept");
 
     // Described and listed, at every version.
-    let ids: Vec<TransactionalId> =
-        (end.min..=end.max).map(|v| txn_id(&format!("tx-{v}"))).chain([txn_id("never")]).collect();
+    let ids: Vec<TransactionalId> = v1.clone().map(|v| txn_id(&format!("tx-{v}"))).chain([txn_id("never")]).collect();
     let described: DescribeTransactionsResponse = call_until(
         &mut stream,
         ApiKey::DescribeTransactions,
@@ -1328,7 +1349,8 @@ async fn transactions_commit_and_abort_through_every_version() {
         .iter()
         .map(|s| (s.transactional_id.0.to_string(), s.error_code, s.transaction_state.to_string()))
         .collect();
-    let mut expected: Vec<(String, i16, String)> = (end.min..=end.max)
+    let mut expected: Vec<(String, i16, String)> = v1
+        .clone()
         .map(|v| {
             let state = match v {
                 0 => "Empty", // its producer was re-initialized
@@ -1348,7 +1370,7 @@ async fn transactions_commit_and_abort_through_every_version() {
             call(&mut stream, ApiKey::ListTransactions, version, &ListTransactionsRequest::default()).await;
         let mut listed: Vec<String> = all.transaction_states.iter().map(|t| t.transactional_id.0.to_string()).collect();
         listed.sort();
-        assert_eq!(listed, (end.min..=end.max).map(|v| format!("tx-{v}")).collect::<Vec<_>>(), "v{version}");
+        assert_eq!(listed, v1.clone().map(|v| format!("tx-{v}")).collect::<Vec<_>>(), "v{version}");
         let filtered: ListTransactionsResponse = call(
             &mut stream,
             ApiKey::ListTransactions,
@@ -1363,6 +1385,117 @@ async fn transactions_commit_and_abort_through_every_version() {
         assert_eq!(listed, vec![format!("tx-{}", end.min + 1)], "v{version}: by state and producer");
         assert_eq!(filtered.unknown_state_filters, vec![StrBytes::from_static_str("Dead")], "v{version}");
     }
+}
+
+/// Transactions v2 as the Java client from 4.0 speaks them once `ApiVersions` finalizes
+/// `transaction.version` 2: `Produce` v12 adds the partition with its first batch,
+/// `TxnOffsetCommit` v5 the group with its first commit, and `EndTxn` v5 bumps the epoch at
+/// every end and answers the pair to go on with.
+#[tokio::test]
+async fn transactions_v2_add_partitions_and_groups_implicitly_and_bump_the_epoch_at_every_end() {
+    let (node, service, addr) = node_with_kafka().await;
+    must_create(&node, &service, "orders", 1).await;
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    let features: ApiVersionsResponse = call(&mut stream, ApiKey::ApiVersions, 4, &api_versions_request()).await;
+    let finalized: Vec<(String, i16)> =
+        features.finalized_features.iter().map(|f| (f.name.to_string(), f.max_version_level)).collect();
+    assert_eq!(finalized, vec![("transaction.version".to_string(), 2)]);
+
+    let found = must_reach_answer(
+        &mut stream,
+        3,
+        FindCoordinatorRequest::default().with_key_type(1).with_key(StrBytes::from_static_str("tx-v2")),
+    )
+    .await;
+    assert_eq!(found.error_code, 0);
+    let init: InitProducerIdResponse = call_until(
+        &mut stream,
+        ApiKey::InitProducerId,
+        4,
+        &InitProducerIdRequest::default()
+            .with_transactional_id(Some(txn_id("tx-v2")))
+            .with_transaction_timeout_ms(60_000)
+            .with_producer_id(ProducerId(-1))
+            .with_producer_epoch(-1),
+        |a: &InitProducerIdResponse| a.error_code == 0,
+    )
+    .await;
+    assert_eq!((init.error_code, init.producer_epoch), (0, 0));
+    let pid = init.producer_id;
+    let produce = |epoch: i16, value: &str| {
+        let mut request = produce_request("orders", -1, transactional_batch(pid.0, epoch, 0, &[value]));
+        request.transactional_id = Some(txn_id("tx-v2"));
+        request
+    };
+    let end = |epoch: i16, commit: bool| {
+        EndTxnRequest::default()
+            .with_transactional_id(txn_id("tx-v2"))
+            .with_producer_id(pid)
+            .with_producer_epoch(epoch)
+            .with_committed(commit)
+    };
+    let produce_code = |a: &ProduceResponse| a.responses[0].partition_responses[0].error_code;
+
+    // The first transaction: a batch and the group's offsets, neither added beforehand.
+    let produced: ProduceResponse = call(&mut stream, ApiKey::Produce, 12, &produce(0, "committed")).await;
+    assert_eq!(produce_code(&produced), 0, "Produce v12 adds the partition");
+    let commit_offsets = TxnOffsetCommitRequest::default()
+        .with_transactional_id(txn_id("tx-v2"))
+        .with_group_id(group("eos-v2"))
+        .with_producer_id(pid)
+        .with_producer_epoch(0)
+        .with_generation_id(-1)
+        .with_topics(vec![TxnOffsetCommitRequestTopic::default().with_name(name("orders")).with_partitions(vec![
+            TxnOffsetCommitRequestPartition::default().with_partition_index(0).with_committed_offset(7),
+        ])]);
+    let committed: TxnOffsetCommitResponse = call(&mut stream, ApiKey::TxnOffsetCommit, 5, &commit_offsets).await;
+    assert_eq!(committed.topics[0].partitions[0].error_code, 0, "TxnOffsetCommit v5 adds the group");
+    let ended: EndTxnResponse = call(&mut stream, ApiKey::EndTxn, 5, &end(0, true)).await;
+    assert_eq!((ended.error_code, ended.producer_id, ended.producer_epoch), (0, pid, 1), "the next epoch");
+    // Its retry (the answer lost) learns the same pair once the markers are written.
+    let retried: EndTxnResponse =
+        call_until(&mut stream, ApiKey::EndTxn, 5, &end(0, true), |a: &EndTxnResponse| a.error_code == 0).await;
+    assert_eq!((retried.error_code, retried.producer_id, retried.producer_epoch), (0, pid, 1));
+
+    // The second, aborted, under the bumped epoch with sequences from 0 again; the old epoch
+    // can no longer reach it.
+    let produced: ProduceResponse =
+        call_until(&mut stream, ApiKey::Produce, 12, &produce(1, "aborted"), |a| produce_code(a) == 0).await;
+    assert_eq!(produce_code(&produced), 0);
+    let late: ProduceResponse = call(&mut stream, ApiKey::Produce, 12, &produce(0, "late")).await;
+    assert!(
+        [47, 90].contains(&produce_code(&late)),
+        "a batch under the old epoch is fenced, not {}",
+        produce_code(&late)
+    );
+    let ended: EndTxnResponse = call(&mut stream, ApiKey::EndTxn, 5, &end(1, false)).await;
+    assert_eq!((ended.error_code, ended.producer_id, ended.producer_epoch), (0, pid, 2));
+    let stale: EndTxnResponse = call(&mut stream, ApiKey::EndTxn, 5, &end(0, true)).await;
+    assert!([47, 90].contains(&stale.error_code), "a stale end is fenced, not {}", stale.error_code);
+    assert_eq!((stale.producer_id, stale.producer_epoch), (ProducerId(-1), -1), "a refusal names no pair");
+
+    // read_committed: the committed record, the aborted one listed for the client to drop.
+    let fetched: FetchResponse =
+        call_until(&mut stream, ApiKey::Fetch, 12, &fetch_request("orders", 0, 1), |a: &FetchResponse| {
+            let p = &a.responses[0].partitions[0];
+            p.last_stable_offset == p.high_watermark
+        })
+        .await;
+    let p = &fetched.responses[0].partitions[0];
+    assert_eq!(p.high_watermark, 4, "two records and two markers");
+    let aborted: Vec<(i64, i64)> =
+        p.aborted_transactions.iter().flatten().map(|a| (a.producer_id.0, a.first_offset)).collect();
+    assert_eq!(aborted, vec![(pid.0, 2)], "the second transaction, and only it");
+    let fetch_offsets =
+        OffsetFetchRequest::default().with_group_id(group("eos-v2")).with_require_stable(true).with_topics(Some(vec![
+            OffsetFetchRequestTopic::default().with_name(name("orders")).with_partition_indexes(vec![0]),
+        ]));
+    let offsets: OffsetFetchResponse =
+        call_until(&mut stream, ApiKey::OffsetFetch, 7, &fetch_offsets, |a: &OffsetFetchResponse| {
+            a.topics[0].partitions[0].error_code == 0
+        })
+        .await;
+    assert_eq!(offsets.topics[0].partitions[0].committed_offset, 7, "the group's offset, committed with it");
 }
 
 #[tokio::test]

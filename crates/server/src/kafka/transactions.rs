@@ -4,10 +4,13 @@
 //! transaction is the same transaction a gRPC producer's would be, with the same markers, the
 //! same fencing and the same `read_committed` view.
 //!
-//! These versions are transaction protocol version 1 (partitions and groups are added before
-//! they are written to): `EndTxn` v5, `TxnOffsetCommit` v5 and `Produce` v12, which version 2
-//! needs, are not advertised, and neither is the `transaction.version` feature, so every client
-//! uses version 1 (docs/kafka.md).
+//! Both transaction protocols are spoken, told apart by the request's version as Kafka's
+//! brokers do. Version 1 (librdkafka, kafka-python, Java before 4.0): partitions and groups are
+//! added with `AddPartitionsToTxn` and `AddOffsetsToTxn` before they are written to. Version 2
+//! (KIP-890 part 2; a client that reads `transaction.version` 2 from `ApiVersions`, the Java
+//! client from 4.0): `Produce` v12 adds a partition with its first batch, `TxnOffsetCommit` v5
+//! adds the group with its first commit, and `EndTxn` v5 bumps the epoch at every end and
+//! answers the pair to go on with — a new producer id at epoch 0 once the epoch is worn out.
 
 use kafka_protocol::messages::add_partitions_to_txn_response::{
     AddPartitionsToTxnPartitionResult, AddPartitionsToTxnTopicResult,
@@ -33,8 +36,18 @@ use crate::service::groups::TxnCommit;
 use crate::service::transactions::{ListTransactionsFilter, TxnProducer};
 use crate::service::{RequestContext, Service};
 
-/// The transaction protocol version every API here speaks.
-const TRANSACTION_VERSION: u32 = 1;
+/// The transaction protocol of a client that adds partitions and groups explicitly: every
+/// `AddPartitionsToTxn` and `AddOffsetsToTxn`, and `EndTxn` and `TxnOffsetCommit` before v5.
+const TRANSACTION_VERSION_1: u32 = 1;
+
+/// The transaction protocol an `EndTxn` or `TxnOffsetCommit` at `version` speaks: 2 from v5.
+fn transaction_version(version: i16) -> u32 {
+    if version >= 5 {
+        2
+    } else {
+        TRANSACTION_VERSION_1
+    }
+}
 
 fn producer(transactional_id: &TransactionalId, producer_id: ProducerId, epoch: i16) -> TxnProducer {
     TxnProducer {
@@ -94,25 +107,33 @@ pub async fn add_offsets_to_txn(
     request: AddOffsetsToTxnRequest,
 ) -> AddOffsetsToTxnResponse {
     let txn = producer(&request.transactional_id, request.producer_id, request.producer_epoch);
-    let answer = service.add_offsets_to_txn(ctx, txn, &request.group_id.0, TRANSACTION_VERSION).await;
+    let answer = service.add_offsets_to_txn(ctx, txn, &request.group_id.0, TRANSACTION_VERSION_1).await;
     AddOffsetsToTxnResponse::default().with_error_code(answer.err().map_or(0, |r| errors::code(&r)))
 }
 
-/// `EndTxn`, versions 0 to 4: commits or aborts; answered once the decision is committed (the
-/// markers follow in the background, and `read_committed` readers wait for them).
-pub async fn end_txn(service: &Service, ctx: &RequestContext, request: EndTxnRequest) -> EndTxnResponse {
+/// `EndTxn`, versions 0 to 5: commits or aborts; answered once the decision is committed (the
+/// markers follow in the background, and `read_committed` readers wait for them). From v5
+/// (transactions v2) the answer names the producer id and epoch to go on with; a refusal
+/// leaves them at -1.
+pub async fn end_txn(service: &Service, ctx: &RequestContext, request: EndTxnRequest, version: i16) -> EndTxnResponse {
     let txn = producer(&request.transactional_id, request.producer_id, request.producer_epoch);
-    let answer = service.end_txn(ctx, txn, request.committed, TRANSACTION_VERSION).await;
-    EndTxnResponse::default().with_error_code(answer.err().map_or(0, |r| errors::code(&r)))
+    match service.end_txn(ctx, txn, request.committed, transaction_version(version)).await {
+        Ok(next) => {
+            EndTxnResponse::default().with_producer_id(ProducerId(next.producer_id)).with_producer_epoch(next.epoch)
+        }
+        Err(refusal) => EndTxnResponse::default().with_error_code(errors::code(&refusal)),
+    }
 }
 
-/// `TxnOffsetCommit`, versions 0 to 4: offsets committed in the transaction (pending until its
+/// `TxnOffsetCommit`, versions 0 to 5: offsets committed in the transaction (pending until its
 /// marker), each partition answered on its own. From version 3 a classic member commits under
-/// its generation; before, or with generation -1, the commit is not fenced by membership.
+/// its generation; before, or with generation -1, the commit is not fenced by membership. From
+/// version 5 (transactions v2) the commit adds the group to the transaction itself.
 pub async fn txn_offset_commit(
     service: &Service,
     ctx: &RequestContext,
     request: TxnOffsetCommitRequest,
+    version: i16,
 ) -> TxnOffsetCommitResponse {
     let (topics, names, indexes) = commit_topics(request.topics.into_iter().map(|t| {
         let partitions = t.partitions.into_iter().map(|p| WireCommit {
@@ -127,7 +148,7 @@ pub async fn txn_offset_commit(
         transactional_id: text(&request.transactional_id),
         producer_id: request.producer_id.0,
         producer_epoch: i32::from(request.producer_epoch),
-        transaction_version: TRANSACTION_VERSION,
+        transaction_version: transaction_version(version),
         group_id: request.group_id.0.to_string(),
         member_id: text(&request.member_id),
         generation_id: request.generation_id,

@@ -7,8 +7,9 @@
 //! `ApiVersions` itself, which KIP-511 answers at version 0 with `UNSUPPORTED_VERSION` and the
 //! supported ranges, so a newer client can retry at a version this listener knows.
 
-use kafka_protocol::messages::api_versions_response::ApiVersion;
+use kafka_protocol::messages::api_versions_response::{ApiVersion, FinalizedFeatureKey, SupportedFeatureKey};
 use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, ApiVersionsResponse};
+use kafka_protocol::protocol::StrBytes;
 
 /// Kafka's `UNSUPPORTED_VERSION`.
 pub const UNSUPPORTED_VERSION: i16 = 35;
@@ -35,7 +36,7 @@ pub struct Supported {
 /// a broker's lowest `Produce` version is above 2. A client that sees version 3 supported sends
 /// version 3 or later (record batches, which every compression codec needs).
 pub const SUPPORTED: &[Supported] = &[
-    Supported { api: ApiKey::Produce, min: 0, max: 11 },
+    Supported { api: ApiKey::Produce, min: 0, max: 12 },
     Supported { api: ApiKey::Fetch, min: 4, max: 17 },
     Supported { api: ApiKey::ListOffsets, min: 1, max: 8 },
     Supported { api: ApiKey::OffsetForLeaderEpoch, min: 2, max: 4 },
@@ -63,11 +64,12 @@ pub const SUPPORTED: &[Supported] = &[
     Supported { api: ApiKey::DeleteRecords, min: 0, max: 2 },
     Supported { api: ApiKey::DeleteGroups, min: 0, max: 2 },
     Supported { api: ApiKey::OffsetDelete, min: 0, max: 0 },
-    // Transactions, protocol version 1 (kafka::transactions says why not 2).
+    // Transactions: `Produce` v12, `EndTxn` v5 and `TxnOffsetCommit` v5 are protocol version 2
+    // (kafka::transactions).
     Supported { api: ApiKey::AddPartitionsToTxn, min: 0, max: 3 },
     Supported { api: ApiKey::AddOffsetsToTxn, min: 0, max: 4 },
-    Supported { api: ApiKey::EndTxn, min: 0, max: 4 },
-    Supported { api: ApiKey::TxnOffsetCommit, min: 0, max: 4 },
+    Supported { api: ApiKey::EndTxn, min: 0, max: 5 },
+    Supported { api: ApiKey::TxnOffsetCommit, min: 0, max: 5 },
     Supported { api: ApiKey::DescribeTransactions, min: 0, max: 0 },
     Supported { api: ApiKey::ListTransactions, min: 0, max: 1 },
 ];
@@ -75,14 +77,21 @@ pub const SUPPORTED: &[Supported] = &[
 /// The lowest `Produce` version answered (the codecs' lowest).
 pub const PRODUCE_MIN_ANSWERED: i16 = 3;
 
+/// The feature (KIP-584) that tells clients which transaction protocol the cluster speaks:
+/// from level 2 a client that knows it (the Java client from 4.0) uses transactions v2 —
+/// `Produce` v12 adds partitions, `TxnOffsetCommit` v5 adds the group, `EndTxn` v5 answers the
+/// bumped epoch — and below it v1. librdkafka and kafka-python do not read it and speak v1.
+pub const TRANSACTION_VERSION_FEATURE: &str = "transaction.version";
+/// The `transaction.version` levels supported, and the one finalized: the highest.
+pub const TRANSACTION_VERSION_LEVELS: (i16, i16) = (0, 2);
+
 /// The versions of `api` the listener answers, if it answers it at all.
 pub fn supported(api: ApiKey) -> Option<Supported> {
     SUPPORTED.iter().copied().find(|s| s.api == api)
 }
 
-/// The `ApiVersions` answer with `error_code`: every supported API and its versions. No
-/// features are finalized: `transaction.version` and `group.version` are advertised once the
-/// APIs behind them are.
+/// The `ApiVersions` answer with `error_code`: every supported API and its versions, without
+/// features (KIP-511's answer to a version this listener does not know).
 pub fn api_versions_answer(error_code: i16) -> ApiVersionsResponse {
     let api_keys = SUPPORTED
         .iter()
@@ -93,10 +102,29 @@ pub fn api_versions_answer(error_code: i16) -> ApiVersionsResponse {
 
 /// The answer to an `ApiVersions` request: from v3 the client names its software, which must
 /// match Kafka's pattern (letters and digits, with `.` and `-` inside), else `INVALID_REQUEST`.
-pub fn api_versions(request: &ApiVersionsRequest, version: i16) -> ApiVersionsResponse {
+///
+/// From v3 it carries the features: `transaction.version` finalized at its highest level,
+/// under `features_epoch` (the node's metadata version, which only grows, so a client that
+/// asks several nodes keeps the newest answer as Kafka's metadata offset lets it). Its
+/// supported range starts at 0, which clients before KIP-1022 cannot read: as Kafka does
+/// (KAFKA-17492), a range starting at 0 is left out below v4. `group.version` is not
+/// advertised: KIP-848 clients ask for the consumer protocol by configuration.
+pub fn api_versions(request: &ApiVersionsRequest, version: i16, features_epoch: i64) -> ApiVersionsResponse {
     let valid = version < 3
         || (software_token(&request.client_software_name) && software_token(&request.client_software_version));
-    api_versions_answer(if valid { 0 } else { INVALID_REQUEST })
+    if !valid {
+        return api_versions_answer(INVALID_REQUEST);
+    }
+    let (min, level) = TRANSACTION_VERSION_LEVELS;
+    let name = || StrBytes::from_static_str(TRANSACTION_VERSION_FEATURE);
+    let supported = (version >= 4 || min > 0)
+        .then(|| SupportedFeatureKey::default().with_name(name()).with_min_version(min).with_max_version(level));
+    let finalized =
+        FinalizedFeatureKey::default().with_name(name()).with_min_version_level(level).with_max_version_level(level);
+    api_versions_answer(0)
+        .with_supported_features(supported.into_iter().collect())
+        .with_finalized_features_epoch(features_epoch)
+        .with_finalized_features(vec![finalized])
 }
 
 /// Kafka's rule for a client software name or version: `[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?`.

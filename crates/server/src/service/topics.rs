@@ -225,6 +225,12 @@ impl Service {
         self.node.config().kafka.as_ref().map_or(crate::config::DEFAULT_KAFKA_PARTITIONS, |k| k.default_partitions)
     }
 
+    /// The version of the cluster's metadata as this node has applied it: it only grows, so it
+    /// orders what different nodes report (Kafka's features epoch, its metadata offset).
+    pub fn metadata_version(&self) -> u64 {
+        self.node.meta().version
+    }
+
     /// The replication factor of a topic created without one: three, or every registered node in a
     /// smaller cluster.
     pub fn default_replication_factor(&self) -> u32 {
