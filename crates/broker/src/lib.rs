@@ -23,6 +23,8 @@
 //! * [`produce`]: checks, proposal and the acknowledgement levels.
 //! * [`verifying`]: one transactional verification at a time per producer epoch, its answer
 //!   shared by the batches that arrive meanwhile.
+//! * [`submit_order`]: [`SubmitOrder`] — the batches of a connection's pipelined requests
+//!   queued for their logs in the order the requests came.
 //! * [`fetch`]: fetch, the long poll, and the offsets `ListOffsets` asks for.
 //! * [`state_partition`]: [`StatePartition`] — a partition of an internal topic whose state
 //!   machine is its data (a coordinator's state): read on the caught-up leader, propose commands.
@@ -62,6 +64,7 @@ pub mod propose;
 pub mod replica;
 pub mod retention;
 pub mod state_partition;
+pub mod submit_order;
 pub mod transactions;
 pub mod verifying;
 
@@ -74,3 +77,4 @@ pub use partition::{Acks, Partition, ProduceOutcome, ReplicaState};
 pub use propose::Proposer;
 pub use replica::Replica;
 pub use state_partition::StatePartition;
+pub use submit_order::{SubmitOrder, SubmitTurn};

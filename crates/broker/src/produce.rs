@@ -24,6 +24,7 @@ use crate::idempotence::{BatchId, Committed, Decision, Gate, MarkerOutcome, Pend
 use crate::partition::{Acks, Partition, ProduceOutcome};
 use crate::producers::MarkerRefusal;
 use crate::propose::{Landed, Lateness, Share};
+use crate::submit_order::SubmitTurn;
 use crate::verifying::Turn;
 
 /// How long an idempotent batch that arrived ahead of its predecessor waits for it.
@@ -88,6 +89,16 @@ fn overtook_its_predecessor(e: &PartitionError) -> bool {
 
 pub(crate) fn elapsed_ms(since: Instant) -> u64 {
     rill_rt::now().saturating_duration_since(since).as_millis() as u64
+}
+
+/// Waits for the batch's turn to be queued (see [`crate::submit_order`]), until `deadline`;
+/// at once without one.
+async fn await_turn(turn: &mut Option<SubmitTurn>, deadline: Instant, started: Instant) -> Result<()> {
+    let Some(turn) = turn.as_mut() else { return Ok(()) };
+    rill_rt::timeout_at(deadline, turn.wait()).await.map_err(|_| PartitionError::Timeout {
+        waited_ms: elapsed_ms(started),
+        what: "the batches of the connection's previous request to be queued",
+    })
 }
 
 impl Partition {
@@ -187,8 +198,15 @@ impl Partition {
     }
 
     /// Appends `batch` (one record batch in Kafka's format) with acknowledgement level `acks`,
-    /// waiting at most `timeout`.
-    pub async fn produce(&self, batch: Bytes, acks: Acks, timeout: Duration) -> Result<ProduceOutcome> {
+    /// waiting at most `timeout`. With a `turn`, the batch is queued for the log only after
+    /// the batches of the request before it on its connection ([`crate::submit_order`]).
+    pub async fn produce(
+        &self,
+        batch: Bytes,
+        acks: Acks,
+        timeout: Duration,
+        mut turn: Option<SubmitTurn>,
+    ) -> Result<ProduceOutcome> {
         let started = rill_rt::now();
         let deadline = started + timeout;
         let config = self.config();
@@ -208,7 +226,7 @@ impl Partition {
         let count = u32::try_from(info.record_count).unwrap_or(0);
         if idempotent {
             let (base, landed) =
-                self.produce_idempotent(batch, &info, append_time_ms, term, deadline, started, None).await?;
+                self.produce_idempotent(batch, &info, append_time_ms, term, deadline, started, None, turn).await?;
             if let Some((index, entry_term)) = landed {
                 self.wait_for_isr(index, entry_term, config.min_insync_replicas, deadline, started).await?;
             }
@@ -221,7 +239,9 @@ impl Partition {
         // An acks=0 request is answered once its batch is queued: nobody gives up on it later,
         // so it is written whenever its turn comes.
         let lateness = if acks == Acks::None { Lateness::Keep } else { Lateness::Drop };
+        await_turn(&mut turn, deadline, started).await?;
         let mut share = self.proposer.submit(batch, count, append_time_ms, deadline, lateness, None).await?;
+        drop(turn);
         match acks {
             Acks::None => {
                 Ok(ProduceOutcome { base_offset: None, append_time_ms, log_start_offset: self.log_start_offset() })
@@ -274,11 +294,15 @@ impl Partition {
     /// batch's. The coordinator's own copy, arriving later, decides nothing (it names a
     /// transaction already decided here). Otherwise a batch of a newer epoch than the
     /// producer's transaction still open here is refused `CONCURRENT_TRANSACTIONS`.
+    ///
+    /// With a `turn`, the batch is queued for the log only after the batches of the request
+    /// before it on its connection ([`crate::submit_order`]).
     pub async fn produce_transactional<V, F>(
         &self,
         batch: Bytes,
         timeout: Duration,
         mut verify: F,
+        turn: Option<SubmitTurn>,
     ) -> Result<ProduceOutcome>
     where
         F: FnMut() -> V,
@@ -327,7 +351,7 @@ impl Partition {
         let verified = rill_rt::now();
         let append_time_ms = rill_rt::wall_clock_ms();
         let (base, landed) =
-            self.produce_idempotent(batch, &info, append_time_ms, term, deadline, started, guard).await?;
+            self.produce_idempotent(batch, &info, append_time_ms, term, deadline, started, guard, turn).await?;
         if let Some((index, entry_term)) = landed {
             self.wait_for_isr(index, entry_term, config.min_insync_replicas, deadline, started).await?;
         }
@@ -442,7 +466,8 @@ impl Partition {
     /// offset and, when this call's proposal committed it, the log index and term (for the ISR
     /// wait); a batch found stored already has none. `marker_guard`: what a transactional
     /// batch's verification established, checked again under the gate
-    /// ([`Self::guard_transactional`]).
+    /// ([`Self::guard_transactional`]). `turn`: its place after the connection's previous
+    /// request, waited for before the gate is taken and given up once the batch is decided.
     #[allow(clippy::too_many_arguments)]
     async fn produce_idempotent(
         &self,
@@ -453,10 +478,13 @@ impl Partition {
         deadline: Instant,
         started: Instant,
         marker_guard: Option<MarkerGuard>,
+        mut turn: Option<SubmitTurn>,
     ) -> Result<(u64, Option<(u64, u64)>)> {
         if !self.caught_up(term) {
             return Err(PartitionError::CatchingUp);
         }
+        // Waited for before the gate: the previous request's batches need it to be queued.
+        await_turn(&mut turn, deadline, started).await?;
         let count = u32::try_from(info.record_count).unwrap_or(0);
         let (pid, epoch, first_seq) = (info.producer_id, info.producer_epoch, info.base_sequence);
         // Requests of one producer may overtake each other on the way here; a batch that arrives
@@ -546,6 +574,8 @@ impl Partition {
                 }
             };
         };
+        // Queued (or found in flight already): the connection's next request may go.
+        drop(turn);
         loop {
             if let Some(outcome) = result.borrow_and_update().clone() {
                 return outcome.map(|(base, index, t)| (base, Some((index, t))));

@@ -179,6 +179,8 @@ impl Records for RecordsApi {
                     partitions: t.partitions.into_iter().map(|p| (p.partition, p.batch)).collect(),
                 })
                 .collect(),
+            // Concurrent calls are independent: a client orders its batches by awaiting them.
+            turn: None,
         };
         let answers = self.service.produce(&ctx, input).await.map_err(|e| request_status(&e))?;
         let topics = answers

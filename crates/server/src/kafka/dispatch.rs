@@ -13,6 +13,7 @@ use kafka_protocol::messages::{
     ResponseHeader, SyncGroupRequest, TxnOffsetCommitRequest,
 };
 use kafka_protocol::protocol::{Decodable, Encodable};
+use rill_broker::SubmitTurn;
 
 use super::frame::{self, Close};
 use super::{admin, cluster, consumer, groups, records, rules, transactions, versions};
@@ -33,7 +34,7 @@ pub struct Peer {
 /// [`Decoded`], the body decoder and the handler dispatch, so adding an API is one line here
 /// (plus its versions in [`versions::SUPPORTED`] and its rule in [`rules::needs`]).
 macro_rules! apis {
-    (($service:ident, $ctx:ident, $version:ident); $($api:ident($request:ident) => |$req:ident| $answer:expr;)*) => {
+    (($service:ident, $ctx:ident, $version:ident, $turn:ident); $($api:ident($request:ident) => |$req:ident| $answer:expr;)*) => {
         /// A request decoded, for its handler.
         #[derive(Debug)]
         pub enum Decoded {
@@ -51,13 +52,15 @@ macro_rules! apis {
             })
         }
 
-        /// Runs a decoded request's handler; its answer's frame, if it gets one.
+        /// Runs a decoded request's handler; its answer's frame, if it gets one. `turn`: a
+        /// produce request's place among its connection's (`None` for every other API).
         async fn handle(
             $service: &Service,
             $ctx: &RequestContext,
             decoded: Decoded,
             $version: i16,
             correlation_id: i32,
+            $turn: Option<SubmitTurn>,
         ) -> Result<Option<BytesMut>, Close> {
             match decoded {
                 $(Decoded::$api($req) => reply(ApiKey::$api, $version, correlation_id, $answer),)*
@@ -67,11 +70,11 @@ macro_rules! apis {
 }
 
 apis! {
-    (service, ctx, version);
+    (service, ctx, version, turn);
     ApiVersions(ApiVersionsRequest) => |req| Some(versions::api_versions(&req, version, i64::try_from(service.metadata_version()).unwrap_or(i64::MAX)));
     Metadata(MetadataRequest) => |req| Some(cluster::metadata(service, ctx, req, version).await);
     // acks=0: written, never answered.
-    Produce(ProduceRequest) => |req| records::produce(service, ctx, req, version).await;
+    Produce(ProduceRequest) => |req| records::produce(service, ctx, req, version, turn).await;
     Fetch(FetchRequest) => |req| Some(records::fetch(service, ctx, req, version).await);
     ListOffsets(ListOffsetsRequest) => |req| Some(records::list_offsets(service, ctx, req, version).await);
     OffsetForLeaderEpoch(OffsetForLeaderEpochRequest) => |req| Some(records::offset_for_leader_epoch(service, ctx, req));
@@ -150,7 +153,13 @@ pub fn parse(frame: Bytes) -> Result<Parsed, Close> {
 
 /// Answers one request frame: `Ok(Some(frame))` to write back, `Ok(None)` for a request that
 /// gets no answer, `Err` to close the connection (a frame this listener cannot answer).
-pub async fn answer(service: &Service, peer: &Peer, frame: Bytes) -> Result<Option<BytesMut>, Close> {
+/// `turn`: a produce request's place among its connection's pipelined ones.
+pub async fn answer(
+    service: &Service,
+    peer: &Peer,
+    frame: Bytes,
+    turn: Option<SubmitTurn>,
+) -> Result<Option<BytesMut>, Close> {
     let (header, version, decoded) = match parse(frame)? {
         Parsed::Answered(answer) => return Ok(Some(answer)),
         Parsed::Request { header, version, decoded } => (header, version, decoded),
@@ -158,7 +167,7 @@ pub async fn answer(service: &Service, peer: &Peer, frame: Bytes) -> Result<Opti
     let api = ApiKey::try_from(header.request_api_key).map_err(|()| Close::UnknownApi(header.request_api_key))?;
     let needs = rules::needs(api).ok_or(Close::UnsupportedApi(api))?;
     let ctx = rules::context(&peer.principal, &peer.host, header.client_id.as_deref(), needs);
-    handle(service, &ctx, decoded, version, header.correlation_id).await
+    handle(service, &ctx, decoded, version, header.correlation_id, turn).await
 }
 
 /// Decodes `api`'s request body at `version`.

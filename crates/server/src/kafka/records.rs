@@ -25,7 +25,7 @@ use kafka_protocol::messages::{
     OffsetForLeaderEpochResponse, ProduceRequest, ProduceResponse, ProducerId,
 };
 use kafka_protocol::protocol::StrBytes;
-use rill_broker::{Acks, FetchOutcome, Isolation, ProduceOutcome, StoredBatch};
+use rill_broker::{Acks, FetchOutcome, Isolation, ProduceOutcome, StoredBatch, SubmitTurn};
 use rill_proto::common::ErrorCode;
 
 use super::cluster::{broker_id, host_port, topic_name};
@@ -67,11 +67,15 @@ fn isolation(level: i8) -> Option<Isolation> {
 /// written). Versions 3 to 11 speak transaction protocol version 1 (partitions are added to a
 /// transaction before they are written); version 12 speaks version 2, a transactional batch
 /// adding its partition to the producer's transaction itself.
+///
+/// `turn`: the request's place among its connection's pipelined produce requests, so that its
+/// batches are queued for their logs after the previous request's (`kafka::connection`).
 pub async fn produce(
     service: &Service,
     ctx: &RequestContext,
     request: ProduceRequest,
     version: i16,
+    turn: Option<SubmitTurn>,
 ) -> Option<ProduceResponse> {
     let acks = match request.acks {
         -1 => Ok(Acks::All),
@@ -101,6 +105,7 @@ pub async fn produce(
                     .collect(),
             })
             .collect(),
+        turn,
     };
     let names: Vec<String> = input.topics.iter().map(|t| t.topic.clone()).collect();
     let answers = service.produce(ctx, input).await;

@@ -268,6 +268,52 @@ async fn pipelined_requests_are_answered_in_order() {
     }
 }
 
+/// Produce requests on one connection are served concurrently, and still appended in the order
+/// they came: a large compressed batch, checked on a blocking thread, is not overtaken by the
+/// small uncompressed one sent after it. A request of another API waits for those before it.
+#[tokio::test]
+async fn pipelined_produce_requests_are_appended_in_the_order_they_came() {
+    let (node, service, addr) = node_with_kafka().await;
+    must_create(&node, &service, "orders", 1).await;
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    let large = |i: usize| {
+        let mut builder = rill_records::BatchBuilder::new(rill_records::Compression::Gzip);
+        for r in 0..500 {
+            let value = format!("{i}:{r}:{}", "x".repeat(200));
+            builder.push(rill_records::Record { value: Some(Bytes::from(value)), ..Default::default() }).unwrap();
+        }
+        builder.build().unwrap()
+    };
+    // (correlation id, records): a large batch, then a one-record one, four times over; a
+    // Metadata request in the middle.
+    let mut sent: Vec<(i32, i64)> = Vec::new();
+    let mut burst = BytesMut::new();
+    for i in 0..8 {
+        let (records, count) = if i % 2 == 0 { (large(i), 500) } else { (batch(&[&format!("{i}")]), 1) };
+        let id = i32::try_from(i).unwrap() + 1;
+        burst.extend_from_slice(&request(ApiKey::Produce, 9, id, &produce_request("orders", -1, records)));
+        sent.push((id, count));
+        if i == 3 {
+            burst.extend_from_slice(&request(ApiKey::Metadata, 12, 100, &MetadataRequest::default()));
+        }
+    }
+    stream.write_all(&burst).await.unwrap();
+    let mut next_offset = 0;
+    for (i, (id, count)) in sent.into_iter().enumerate() {
+        let (correlation_id, answer): (i32, ProduceResponse) =
+            decode(ApiKey::Produce, 9, read_answer(&mut stream).await.unwrap());
+        let p = &answer.responses[0].partition_responses[0];
+        assert_eq!((correlation_id, p.error_code), (id, 0));
+        assert_eq!(p.base_offset, next_offset, "request {id} appended after every request before it");
+        next_offset += count;
+        if i == 3 {
+            let (correlation_id, _): (i32, MetadataResponse) =
+                decode(ApiKey::Metadata, 12, read_answer(&mut stream).await.unwrap());
+            assert_eq!(correlation_id, 100, "answered after the produce requests before it");
+        }
+    }
+}
+
 #[tokio::test]
 async fn an_api_versions_request_newer_than_the_listener_is_answered_at_v0() {
     let (_node, _service, addr) = node_with_kafka().await;

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures::future::{join_all, select_all};
-use rill_broker::{Acks, FetchOutcome, Isolation, Partition, ProduceOutcome};
+use rill_broker::{Acks, FetchOutcome, Isolation, Partition, ProduceOutcome, SubmitTurn};
 use rill_coordinator::transactions::{self, TxnProtocol};
 use rill_meta::PartitionKind;
 
@@ -52,6 +52,10 @@ pub struct ProduceRequest {
     pub timeout_ms: u32,
     /// The batches, by topic.
     pub topics: Vec<TopicBatches>,
+    /// The request's place among its connection's pipelined produce requests: its batches are
+    /// queued for their logs only after the previous request's ([`rill_broker::submit_order`]).
+    /// `None` where the listener keeps no such order (gRPC calls are independent).
+    pub turn: Option<SubmitTurn>,
 }
 
 impl Default for ProduceRequest {
@@ -63,6 +67,7 @@ impl Default for ProduceRequest {
             acks: Ok(Acks::All),
             timeout_ms: 0,
             topics: Vec::new(),
+            turn: None,
         }
     }
 }
@@ -231,6 +236,15 @@ pub struct InitProducerIdRequest {
     pub current: Option<(i64, i32)>,
 }
 
+/// One batch of a produce request, for the partition it names.
+struct OneBatch<'a> {
+    topic: &'a str,
+    topic_id: &'a [u8],
+    partition: u32,
+    batch: Bytes,
+    turn: Option<SubmitTurn>,
+}
+
 impl Service {
     /// Produces every batch of `req` to its partition's leader on this node and answers each on
     /// its own: a transactional batch once its coordinator has verified (v1) or added (v2) the
@@ -255,38 +269,46 @@ impl Service {
         };
         let (acks, txn) = (&req.acks, txn.as_ref());
         let mut seen = SeenPartitions::default();
+        // Each batch holds a copy of the request's turn until it is queued or refused; the
+        // request's own is given up before any is awaited.
+        let turn = req.turn;
         let topics = req.topics.into_iter().map(|t| {
             let denied = txn_denied.clone().or_else(|| self.authorize(ctx, ResourceType::Topic, &t.topic).err());
             let duplicates: Vec<bool> = t.partitions.iter().map(|(p, _)| !seen.first(&t.topic, *p)).collect();
+            let turns: Vec<Option<SubmitTurn>> = t.partitions.iter().map(|_| turn.clone()).collect();
             async move {
-                let parts = t.partitions.into_iter().zip(duplicates).map(|((partition, batch), duplicate)| {
-                    let (topic, topic_id, denied) = (&t.topic, &t.topic_id, &denied);
-                    async move {
-                        let answer = match denied {
-                            Some(e) => Err(e.clone()),
-                            None if duplicate => Err(errors::duplicate_partition(topic, partition)),
-                            None => self.produce_one(topic, topic_id, partition, batch, acks, timeout, txn).await,
-                        };
-                        (partition, answer)
-                    }
-                });
+                let parts = t.partitions.into_iter().zip(duplicates).zip(turns).map(
+                    |(((partition, batch), duplicate), turn)| {
+                        let (topic, topic_id, denied) = (&t.topic, &t.topic_id, &denied);
+                        async move {
+                            let answer = match denied {
+                                Some(e) => Err(e.clone()),
+                                None if duplicate => Err(errors::duplicate_partition(topic, partition)),
+                                None => {
+                                    let one = OneBatch { topic, topic_id, partition, batch, turn };
+                                    self.produce_one(one, acks, timeout, txn).await
+                                }
+                            };
+                            (partition, answer)
+                        }
+                    },
+                );
                 TopicAnswers { partitions: join_all(parts).await, topic: t.topic }
             }
         });
+        let topics: Vec<_> = topics.collect();
+        drop(turn);
         Ok(join_all(topics).await)
     }
 
-    #[allow(clippy::too_many_arguments)]
     async fn produce_one(
         &self,
-        topic: &str,
-        topic_id: &[u8],
-        partition: u32,
-        batch: Bytes,
+        one: OneBatch<'_>,
         acks: &Answer<Acks>,
         timeout: Duration,
         txn: Option<&Transactional>,
     ) -> Answer<ProduceOutcome> {
+        let OneBatch { topic, topic_id, partition, batch, turn } = one;
         let acks = acks.clone()?;
         if batch.is_empty() {
             return Err(errors::missing_batch(partition));
@@ -294,7 +316,7 @@ impl Service {
         let replica = local_replica(&self.node, topic, topic_id, partition)?;
         self.check_issued(&batch).await?;
         let produced = match txn {
-            None => replica.produce(batch, acks, timeout).await,
+            None => replica.produce(batch, acks, timeout, turn).await,
             Some(_) if acks != Acks::All => {
                 Err(rill_broker::PartitionError::InvalidRequest("transactional batches need acks=all".into()))
             }
@@ -311,7 +333,7 @@ impl Service {
                 let verifier = &self.verifier;
                 // Boxed: the coordinator's future is deep, and the produce path nests it again.
                 let verify = || Box::pin(verifier.verify(verify.clone()));
-                replica.produce_transactional(batch, timeout, verify).await
+                replica.produce_transactional(batch, timeout, verify, turn).await
             }
         };
         produced.map_err(|e| errors::partition(&e, |id| self.node.client_addr(id)))
