@@ -77,13 +77,28 @@ pub const SUPPORTED: &[Supported] = &[
 /// The lowest `Produce` version answered (the codecs' lowest).
 pub const PRODUCE_MIN_ANSWERED: i16 = 3;
 
-/// The feature (KIP-584) that tells clients which transaction protocol the cluster speaks:
-/// from level 2 a client that knows it (the Java client from 4.0) uses transactions v2 —
-/// `Produce` v12 adds partitions, `TxnOffsetCommit` v5 adds the group, `EndTxn` v5 answers the
-/// bumped epoch — and below it v1. librdkafka and kafka-python do not read it and speak v1.
-pub const TRANSACTION_VERSION_FEATURE: &str = "transaction.version";
-/// The `transaction.version` levels supported, and the one finalized: the highest.
-pub const TRANSACTION_VERSION_LEVELS: (i16, i16) = (0, 2);
+/// A feature (KIP-584) the listener reports: its name and the levels it supports, of which the
+/// highest is the one finalized — each stands for versions advertised in [`SUPPORTED`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Feature {
+    /// Its name.
+    pub name: &'static str,
+    /// The lowest level supported.
+    pub min: i16,
+    /// The highest, and the one finalized.
+    pub level: i16,
+}
+
+/// The features `ApiVersions` reports.
+///
+/// * `group.version` 1: the consumer group protocol of KIP-848 (`ConsumerGroupHeartbeat`,
+///   `ConsumerGroupDescribe`) is served.
+/// * `transaction.version` 2: a client that reads it (the Java client from 4.0) speaks
+///   transactions v2 — `Produce` v12 adds partitions, `TxnOffsetCommit` v5 the group, `EndTxn`
+///   v5 answers the bumped epoch; below it v1. librdkafka and kafka-python do not read it and
+///   speak v1.
+pub const FEATURES: &[Feature] =
+    &[Feature { name: "group.version", min: 0, level: 1 }, Feature { name: "transaction.version", min: 0, level: 2 }];
 
 /// The versions of `api` the listener answers, if it answers it at all.
 pub fn supported(api: ApiKey) -> Option<Supported> {
@@ -103,28 +118,36 @@ pub fn api_versions_answer(error_code: i16) -> ApiVersionsResponse {
 /// The answer to an `ApiVersions` request: from v3 the client names its software, which must
 /// match Kafka's pattern (letters and digits, with `.` and `-` inside), else `INVALID_REQUEST`.
 ///
-/// From v3 it carries the features: `transaction.version` finalized at its highest level,
-/// under `features_epoch` (the node's metadata version, which only grows, so a client that
-/// asks several nodes keeps the newest answer as Kafka's metadata offset lets it). Its
-/// supported range starts at 0, which clients before KIP-1022 cannot read: as Kafka does
-/// (KAFKA-17492), a range starting at 0 is left out below v4. `group.version` is not
-/// advertised: KIP-848 clients ask for the consumer protocol by configuration.
+/// From v3 it carries the [`FEATURES`], each finalized at its highest level, under
+/// `features_epoch` (the node's metadata version, which only grows, so a client that asks
+/// several nodes keeps the newest answer as Kafka's metadata offset lets it). A supported range
+/// starting at 0 cannot be read by clients before KIP-1022: as Kafka does (KAFKA-17492), such a
+/// range is left out below v4.
 pub fn api_versions(request: &ApiVersionsRequest, version: i16, features_epoch: i64) -> ApiVersionsResponse {
     let valid = version < 3
         || (software_token(&request.client_software_name) && software_token(&request.client_software_version));
     if !valid {
         return api_versions_answer(INVALID_REQUEST);
     }
-    let (min, level) = TRANSACTION_VERSION_LEVELS;
-    let name = || StrBytes::from_static_str(TRANSACTION_VERSION_FEATURE);
-    let supported = (version >= 4 || min > 0)
-        .then(|| SupportedFeatureKey::default().with_name(name()).with_min_version(min).with_max_version(level));
-    let finalized =
-        FinalizedFeatureKey::default().with_name(name()).with_min_version_level(level).with_max_version_level(level);
+    let name = |f: &Feature| StrBytes::from_static_str(f.name);
+    let supported = FEATURES
+        .iter()
+        .filter(|f| version >= 4 || f.min > 0)
+        .map(|f| SupportedFeatureKey::default().with_name(name(f)).with_min_version(f.min).with_max_version(f.level))
+        .collect();
+    let finalized = FEATURES
+        .iter()
+        .map(|f| {
+            FinalizedFeatureKey::default()
+                .with_name(name(f))
+                .with_min_version_level(f.level)
+                .with_max_version_level(f.level)
+        })
+        .collect();
     api_versions_answer(0)
-        .with_supported_features(supported.into_iter().collect())
+        .with_supported_features(supported)
         .with_finalized_features_epoch(features_epoch)
-        .with_finalized_features(vec![finalized])
+        .with_finalized_features(finalized)
 }
 
 /// Kafka's rule for a client software name or version: `[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?`.
