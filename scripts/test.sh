@@ -56,7 +56,7 @@ step "simulation determinism: the same seed twice gives the same trace"
 chaos/run --seed "${RILL_DETERMINISM_SEED:-7}" --check-determinism
 
 step "the checkers catch deliberate bugs (each mutation must produce violations)"
-for m in ack-before-sync read-above-hw skip-truncate no-dedupe empty-state-snapshot serve-below-log-start purge-ahead-of-log-start compact-above-hw double-assign commit-before-process no-epoch-bump lso-off-by-one txn-offsets-on-abort expire-open-transactions probe-claims-all evict-active-producers stale-offsets-read repeated-marker-decides batch-before-marker group-offsets-before-marker stale-transactions-read stale-sync-assignment; do
+for m in ack-before-sync read-above-hw skip-truncate no-dedupe empty-state-snapshot serve-below-log-start purge-ahead-of-log-start compact-above-hw double-assign commit-before-process no-epoch-bump lso-off-by-one txn-offsets-on-abort expire-open-transactions probe-claims-all evict-active-producers stale-offsets-read repeated-marker-decides batch-before-marker group-offsets-before-marker stale-transactions-read stale-sync-assignment unanchored-pattern; do
   scenario=acks_all_3
   [ "$m" = no-dedupe ] && scenario=idempotence
   [ "$m" = empty-state-snapshot ] && scenario=state_partition_purges_and_installs_snapshots
@@ -76,6 +76,7 @@ for m in ack-before-sync read-above-hw skip-truncate no-dedupe empty-state-snaps
   [ "$m" = repeated-marker-decides ] && scenario=a_late_copy_of_a_marker_never_decides_the_next_transaction
   [ "$m" = stale-transactions-read ] && scenario=a_deposed_transaction_coordinator_never_describes_a_stale_transaction
   [ "$m" = stale-sync-assignment ] && scenario=classic_groups
+  [ "$m" = unanchored-pattern ] && scenario=groups
   if chaos/run --mutation "$m" --scenario "$scenario" --seeds 50 --stop-at-first >"${TMPDIR:-/tmp}/rill-mutation-$m.log" 2>&1; then
     cat "${TMPDIR:-/tmp}/rill-mutation-$m.log"
     echo "error: mutation $m ran 50 seeds without a single violation: the checkers missed it" >&2

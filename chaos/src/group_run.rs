@@ -9,8 +9,13 @@
 //! ```
 //!
 //! Checkers: [`group_ownership`] (white-box: no partition with two owners in any replica's state,
-//! committed offsets never go back) and [`group_delivery`] (client-visible: members hand a
-//! partition out in epoch order, nothing below the high watermark is skipped, lag reaches 0).
+//! none of a topic its owner did not subscribe to, committed offsets never go back) and
+//! [`group_delivery`] (client-visible: members hand a partition out in epoch order, nothing
+//! below the high watermark is skipped, lag reaches 0).
+//!
+//! In the generated scenario even members subscribe by pattern (the topic's whole name, which
+//! the coordinator resolves against the metadata, KIP-848's server-side regex) and odd ones by
+//! name, while a decoy topic whose name contains the pattern exists beside the group's.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -74,11 +79,19 @@ pub fn check_deliveries(log: &Log, hw: &BTreeMap<u32, u64>) -> Vec<Violation> {
     out
 }
 
-/// One member of [`GROUP`] subscribed to `topic`: polls, hands out record by record (each takes
-/// a millisecond of "work"), commits after each batch (again after the next poll if that
-/// failed) — odd members in the background ([`rill_client::Consumer::commit_async`]). `ctl`
-/// makes it crash or leave; a crash lands between two records of a batch.
-pub async fn member(bootstrap: Vec<String>, id: usize, topic: &'static str, ctl: Arc<AtomicU8>, delivered: Deliveries) {
+/// One member of [`GROUP`] subscribed to `topic` — by name, or `by_pattern` by a pattern that is
+/// the topic's whole name: polls, hands out record by record (each takes a millisecond of
+/// "work"), commits after each batch (again after the next poll if that failed) — odd members
+/// in the background ([`rill_client::Consumer::commit_async`]). `ctl` makes it crash or leave;
+/// a crash lands between two records of a batch.
+pub async fn member(
+    bootstrap: Vec<String>,
+    id: usize,
+    topic: &'static str,
+    by_pattern: bool,
+    ctl: Arc<AtomicU8>,
+    delivered: Deliveries,
+) {
     let client = connect(bootstrap).await;
     let config = ConsumerConfig {
         group_id: Some(GROUP.into()),
@@ -89,7 +102,11 @@ pub async fn member(bootstrap: Vec<String>, id: usize, topic: &'static str, ctl:
         ..ConsumerConfig::default()
     };
     let mut consumer = rill_client::Consumer::new(client, config);
-    consumer.subscribe(&[topic]).expect("subscribe");
+    if by_pattern {
+        consumer.subscribe_pattern(topic).expect("subscribe by pattern");
+    } else {
+        consumer.subscribe(&[topic]).expect("subscribe");
+    }
     let mut uncommitted = false;
     let background = id % 2 == 1;
     let mut pending: Option<rill_client::PendingCommit> = None;
@@ -163,8 +180,9 @@ pub fn producer(
     })
 }
 
-/// Every replica's applied state of [`GROUP`]: double owners and committed offsets going back.
-pub fn check_group_state(cluster: &SimCluster, watch: &mut CommitWatch) -> Vec<Violation> {
+/// Every replica's applied state of [`GROUP`], whose members subscribe to `topic`: double owners,
+/// partitions of other topics owned, and committed offsets going back.
+pub fn check_group_state(cluster: &SimCluster, topic: &str, watch: &mut CommitWatch) -> Vec<Violation> {
     let mut out = Vec::new();
     for id in cluster.ids() {
         let Some(node) = cluster.node(id) else { continue };
@@ -178,6 +196,7 @@ pub fn check_group_state(cluster: &SimCluster, watch: &mut CommitWatch) -> Vec<V
             });
             if let Some(g) = group {
                 out.extend(group_ownership::double_owners(&g));
+                out.extend(group_ownership::foreign_assignments(&g, topic));
             }
             for (topic, partition, offset) in committed {
                 out.extend(watch.observe(id, incarnation, &topic, partition, offset));
@@ -188,12 +207,16 @@ pub fn check_group_state(cluster: &SimCluster, watch: &mut CommitWatch) -> Vec<V
 }
 
 /// Samples [`check_group_state`] every 20 ms until `ctl` leaves [`RUN`].
-pub fn sampler(cluster: Arc<SimCluster>, ctl: Arc<AtomicU8>) -> madsim::task::JoinHandle<Vec<Violation>> {
+pub fn sampler(
+    cluster: Arc<SimCluster>,
+    topic: &'static str,
+    ctl: Arc<AtomicU8>,
+) -> madsim::task::JoinHandle<Vec<Violation>> {
     madsim::task::spawn(async move {
         let mut watch = CommitWatch::default();
         let mut found = Vec::new();
         while ctl.load(Ordering::SeqCst) == RUN {
-            found.extend(check_group_state(&cluster, &mut watch));
+            found.extend(check_group_state(&cluster, topic, &mut watch));
             rill_rt::sleep(Duration::from_millis(20)).await;
         }
         found
@@ -342,6 +365,8 @@ pub async fn member_schedule(
 /// producer stops and the group must settle with its lag at 0.
 pub async fn run_generated() -> Report {
     const TOPIC: &str = "grouped";
+    // A topic the members' pattern matches only in part: never theirs.
+    const DECOY: &str = "grouped-decoy";
     // Half the seeds heartbeat every 2 s: each heartbeat then held up to 2 s (a third of the
     // session), so faults land while heartbeats are held.
     let interval_ms = if rill_rt::rng().gen_bool(0.5) { 500 } else { 2_000 };
@@ -349,11 +374,12 @@ pub async fn run_generated() -> Report {
     let (trace, phase, cluster) =
         crate::run::start_generated("groups", FAULT_PHASE, MEMBER_HOSTS as u32 + 2, None, Some(timeouts));
     cluster.create_topic_and_wait(TOPIC, PARTITIONS, rill_meta::CONSUMER_OFFSETS_TOPIC).await;
+    cluster.create_topic_and_wait(DECOY, 2, rill_meta::CONSUMER_OFFSETS_TOPIC).await;
 
     let producing = Arc::new(AtomicU8::new(RUN));
     let producer = producer(&cluster, MEMBER_HOSTS + 1, TOPIC, producing.clone());
     let sampling = Arc::new(AtomicU8::new(RUN));
-    let sampler = sampler(cluster.clone(), sampling.clone());
+    let sampler = sampler(cluster.clone(), TOPIC, sampling.clone());
     let delivered: Deliveries = Arc::default();
     let faults = {
         let (cluster, trace) = (cluster.clone(), trace.clone());
@@ -362,7 +388,8 @@ pub async fn run_generated() -> Report {
 
     // The members' schedule.
     let schedule = member_schedule(&cluster, &trace, phase, SESSION, |host, id, ctl| {
-        cluster.client_host(host).spawn(member(cluster.bootstrap(), id, TOPIC, ctl, delivered.clone()));
+        let by_pattern = id % 2 == 0;
+        cluster.client_host(host).spawn(member(cluster.bootstrap(), id, TOPIC, by_pattern, ctl, delivered.clone()));
     })
     .await;
     let Schedule { running, crashes, leaves, pauses } = schedule;

@@ -1389,7 +1389,7 @@ async fn consumer_group_members_never_share_a_partition() {
 
     // The sampler: every replica's group state, every 20 ms, until told to stop.
     let sampling = Arc::new(AtomicU8::new(RUN));
-    let sampler = group_run::sampler(cluster.clone(), sampling.clone());
+    let sampler = group_run::sampler(cluster.clone(), "members", sampling.clone());
 
     let delivered: group_run::Deliveries = Arc::default();
     let mut members: Vec<(Arc<AtomicU8>, madsim::task::JoinHandle<()>)> = Vec::new();
@@ -1400,6 +1400,7 @@ async fn consumer_group_members_never_share_a_partition() {
             cluster.bootstrap(),
             id,
             "members",
+            false,
             ctl.clone(),
             delivered.clone(),
         ));

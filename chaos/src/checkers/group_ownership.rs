@@ -2,7 +2,8 @@
 //! two owners in any replica's state at any sampled moment (an owner holds it assigned or still
 //! revoking, so this is "no two members own a partition in overlapping epochs"), and a
 //! partition's committed offset never goes backwards within one incarnation of a replica (no
-//! explicit reset exists yet).
+//! explicit reset exists yet). No member owns a partition of a topic it did not subscribe to,
+//! by name or by pattern ([`foreign_assignments`]).
 //!
 //! Classic groups ([`classic_double_owners`]): no partition is handed to two members of one
 //! generation — by the syncs the members were answered (client-visible) or by a stored record.
@@ -37,6 +38,31 @@ pub fn double_owners(group: &ConsumerGroup) -> Vec<Violation> {
                         }
                     }
                 }
+            }
+        }
+    }
+    out
+}
+
+/// Partitions of topics other than `topic` that a member of `group` owns: every member
+/// subscribes to `topic` alone, by name or by a pattern that matches only its whole name, while
+/// other topics exist whose names contain it.
+pub fn foreign_assignments(group: &ConsumerGroup, topic: &str) -> Vec<Violation> {
+    let mut out = Vec::new();
+    for m in group.members.values() {
+        for set in [&m.assigned, &m.revoking] {
+            for (owned, partitions) in set.iter().filter(|(t, ps)| t.as_str() != topic && !ps.is_empty()) {
+                out.push(Violation {
+                    checker: "foreign-assignment",
+                    detail: format!(
+                        "group {:?} epoch {}: {} (subscribed to {:?} by {}) owns {owned} {partitions:?}",
+                        group.group_id,
+                        group.epoch,
+                        m.member_id,
+                        topic,
+                        if m.subscribed_regex.is_some() { "pattern" } else { "name" },
+                    ),
+                });
             }
         }
     }

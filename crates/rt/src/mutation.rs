@@ -75,11 +75,15 @@ pub enum Mutation {
     /// previous generation instead of the one the leader just gave it: two members of one
     /// generation are handed the same partitions.
     StaleSyncAssignment,
+    /// A subscription pattern matches a topic whose name merely contains a match, not only one
+    /// it matches whole: a member subscribed by the pattern `grouped` is assigned `grouped-decoy`
+    /// too.
+    UnanchoredPattern,
 }
 
 impl Mutation {
     /// Every mutation.
-    pub const ALL: [Mutation; 22] = [
+    pub const ALL: [Mutation; 23] = [
         Mutation::AckBeforeSync,
         Mutation::ReadAboveHw,
         Mutation::SkipTruncate,
@@ -102,6 +106,7 @@ impl Mutation {
         Mutation::GroupOffsetsBeforeMarker,
         Mutation::StaleTransactionsRead,
         Mutation::StaleSyncAssignment,
+        Mutation::UnanchoredPattern,
     ];
 
     /// The name used on the command line (`chaos/run --mutation NAME`).
@@ -129,6 +134,7 @@ impl Mutation {
             Mutation::GroupOffsetsBeforeMarker => "group-offsets-before-marker",
             Mutation::StaleTransactionsRead => "stale-transactions-read",
             Mutation::StaleSyncAssignment => "stale-sync-assignment",
+            Mutation::UnanchoredPattern => "unanchored-pattern",
         }
     }
 

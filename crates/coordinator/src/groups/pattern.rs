@@ -23,6 +23,8 @@ const MAX_COMPILED_BYTES: usize = 1 << 20;
 #[derive(Debug, Clone)]
 pub struct TopicPattern {
     regex: Regex,
+    /// The pattern unanchored, for the unanchored-pattern mutation (simulation only).
+    unanchored: Option<Regex>,
 }
 
 impl TopicPattern {
@@ -42,12 +44,18 @@ impl TopicPattern {
             .dfa_size_limit(MAX_COMPILED_BYTES)
             .build()
             .map_err(|e| invalid(e.to_string()))?;
-        Ok(Self { regex })
+        let unanchored = rill_rt::mutation::active(rill_rt::mutation::Mutation::UnanchoredPattern)
+            .then(|| RegexBuilder::new(source).size_limit(MAX_COMPILED_BYTES).build().ok())
+            .flatten();
+        Ok(Self { regex, unanchored })
     }
 
     /// True when the pattern matches the whole of `topic`.
     pub fn matches(&self, topic: &str) -> bool {
-        self.regex.is_match(topic)
+        match &self.unanchored {
+            Some(unanchored) => unanchored.is_match(topic),
+            None => self.regex.is_match(topic),
+        }
     }
 }
 
