@@ -23,6 +23,9 @@
 //! * [`produce`]: checks, proposal and the acknowledgement levels.
 //! * [`verifying`]: one transactional verification at a time per producer epoch, its answer
 //!   shared by the batches that arrive meanwhile.
+//! * [`share`]: [`share::SharePartition`] — a share group's reading of a partition (queues on
+//!   the log): records acquired under locks, delivery counts, acknowledgements, expiries,
+//!   delays and archiving, as commands applied the same on every replica.
 //! * [`submit_order`]: [`SubmitOrder`] — the batches of a connection's pipelined requests
 //!   queued for their logs in the order the requests came.
 //! * [`fetch`]: fetch, the long poll, and the offsets `ListOffsets` asks for.
@@ -63,6 +66,7 @@ pub mod producers;
 pub mod propose;
 pub mod replica;
 pub mod retention;
+pub mod share;
 pub mod state_partition;
 pub mod submit_order;
 pub mod transactions;

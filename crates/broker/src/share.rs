@@ -1,0 +1,758 @@
+//! Share groups on a partition (queues on the log, docs/queues.md): where one share group's
+//! reading of one partition stands, and the rules that move it.
+//!
+//! A share group hands a partition's records to many members at once, record by record. Each
+//! record the group has looked at is in one state:
+//!
+//! ```text
+//!             acquire (delivery count + 1)
+//!  available ─────────────────────────────► acquired (one member, a lock until T)
+//!     ▲  ▲                                      │ accept ──────────────────────────► accepted  ┐
+//!     │  │ delay over                           │ release (delay d) ─► delayed ──┐              │ done: the
+//!     │  └─────────────────────────────────────────────────────────────────────── ┘              │ start offset
+//!     │            release, lock expiry (backoff), member gone                  │              │ moves past
+//!     └─────────────────────────────────────────────┘ renew: T moves on         │              │
+//!                    reject, or an attempt past the delivery limit ─────────────► archived ──┘
+//!                                                    (to the dead-letter topic first, if any)
+//! ```
+//!
+//! The state is a replicated state machine's: every change is a [`ShareCommand`] the leader
+//! proposes with the decision already taken and its clock's reading in it, and [`apply`] is a
+//! pure function of the state and the command — the same on every replica, whatever their
+//! clocks. An acquisition is a command too, so a record's delivery count is replicated before
+//! the record leaves the leader: neither a consumer crash nor a failover nor a restart loses an
+//! attempt. Each command checks again at apply time what the leader decided from (a
+//! compare-and-set): an acquisition takes only records still acquirable, an expiry only locks
+//! still past their deadline (a renewal may have landed in between), an acknowledgement only a
+//! lock its member still holds.
+//!
+//! Bounded: acquired, delayed and archived-but-not-yet-dead-lettered records together are at
+//! most `max_in_flight` ([`ShareSettings`]); records done above the start offset are kept as
+//! coalesced ranges, so the state is a small multiple of the records in flight, however far
+//! ahead of a slow record the others have been accepted.
+//!
+//! [`apply`]: SharePartition::apply
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+
+/// A share group member, by the id its coordinator gave it.
+pub type MemberId = String;
+
+/// How a share group treats its records on a partition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShareSettings {
+    /// How long an acquisition lock lasts (Kafka's `share.record.lock.duration.ms`, 30 s).
+    pub lock_ms: u64,
+    /// Attempts a record gets before it is archived (Kafka's `share.delivery.limit`, 5).
+    pub delivery_limit: u16,
+    /// Most records in flight (acquired, delayed, or archived and waiting for their
+    /// dead-letter copy) on the partition at once.
+    pub max_in_flight: u32,
+    /// Most records one member holds acquired on the partition at once (its prefetch).
+    pub max_per_member: u32,
+    /// The delay before a record whose lock expired may be delivered again, by attempts made.
+    pub backoff: Backoff,
+    /// Whether archived records are copied to a dead-letter topic before they count as done.
+    pub dead_letters: bool,
+}
+
+impl Default for ShareSettings {
+    fn default() -> Self {
+        Self {
+            lock_ms: 30_000,
+            delivery_limit: 5,
+            max_in_flight: 2_000,
+            max_per_member: 500,
+            backoff: Backoff::default(),
+            dead_letters: false,
+        }
+    }
+}
+
+/// Exponential backoff between attempts of a record whose lock expired: `initial_ms` after the
+/// first, doubled after each further one, at most `max_ms`. The jitter is drawn by the leader
+/// and carried in the command, so replicas agree on every delay.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Backoff {
+    /// The delay after the first attempt; 0 for none.
+    pub initial_ms: u64,
+    /// The longest delay.
+    pub max_ms: u64,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Self { initial_ms: 0, max_ms: 60_000 }
+    }
+}
+
+impl Backoff {
+    /// The delay after `attempts` attempts (at least 1), before jitter.
+    pub fn after(&self, attempts: u16) -> u64 {
+        let doublings = u32::from(attempts.saturating_sub(1)).min(32);
+        self.initial_ms.saturating_mul(1u64 << doublings).min(self.max_ms)
+    }
+}
+
+/// Why a record was archived.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ArchiveReason {
+    /// A member rejected it, with the reason it gave.
+    Rejected(String),
+    /// Its last allowed attempt ended without an accept (released, or its lock expired).
+    DeliveryLimit,
+}
+
+/// Where a record in flight stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InFlight {
+    /// Delivered before and back, acquirable again.
+    Available,
+    /// Held by `member` until `lock_until_ms` (the leader's clock).
+    Acquired {
+        /// Who holds it.
+        member: MemberId,
+        /// When its lock ends.
+        lock_until_ms: i64,
+    },
+    /// Acquirable again from `until_ms`, not before.
+    Delayed {
+        /// When the delay ends.
+        until_ms: i64,
+    },
+    /// Given up, its copy to the dead-letter topic not yet written.
+    DeadLettering(ArchiveReason),
+}
+
+/// A record the group has delivered and is not done with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tracked {
+    /// Where it stands.
+    pub state: InFlight,
+    /// How often it was acquired.
+    pub delivery_count: u16,
+    /// When it was first acquired.
+    pub first_delivery_ms: i64,
+    /// When it was last acquired.
+    pub last_delivery_ms: i64,
+}
+
+/// How a member acknowledges one record it holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ack {
+    /// Processed: done.
+    Accept,
+    /// Not processed: deliver it again, not before `delay_ms` from now.
+    Release {
+        /// The delay; 0 for at once.
+        delay_ms: u64,
+    },
+    /// Never to be processed: archive it (to the dead-letter topic, if the group has one).
+    Reject {
+        /// Why, kept with the dead-letter copy.
+        reason: String,
+    },
+    /// Still being processed: the lock starts over.
+    Renew,
+}
+
+/// A change of a share partition's state, with what the leader decided and when.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ShareCommand {
+    /// `member` acquires `offsets` (those still acquirable when this applies) until
+    /// `now_ms + lock_ms`. `end_offset` bounds what may be acquired: the high watermark (or the
+    /// last stable offset) the leader read them below.
+    Acquire {
+        /// Who acquires.
+        member: MemberId,
+        /// The records, as the leader chose them ([`SharePartition::plan_acquire`]).
+        offsets: Vec<u64>,
+        /// The leader's clock.
+        now_ms: i64,
+    },
+    /// `member` acknowledges records it holds.
+    Acknowledge {
+        /// Who acknowledges.
+        member: MemberId,
+        /// Each record and how.
+        acks: Vec<(u64, Ack)>,
+        /// The leader's clock.
+        now_ms: i64,
+    },
+    /// Locks the leader found expired end (each still expired when this applies), each record
+    /// delayed by the backoff plus the leader's jitter for it.
+    Expire {
+        /// The records, with their jitter in ms.
+        offsets: Vec<(u64, u64)>,
+        /// The leader's clock.
+        now_ms: i64,
+    },
+    /// `member` left or was fenced: what it holds is released at once (no delay), each
+    /// acquisition still counting as an attempt.
+    ReleaseMember {
+        /// Who.
+        member: MemberId,
+        /// The leader's clock.
+        now_ms: i64,
+    },
+    /// The dead-letter copies of these records are written: they are done.
+    DeadLettered {
+        /// The records.
+        offsets: Vec<u64>,
+    },
+    /// The partition's log start moved to `log_start`: records below it are gone, done or not.
+    LogStart {
+        /// The new log start offset.
+        log_start: u64,
+    },
+}
+
+/// Why an acknowledgement of one record changed nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AckRefusal {
+    /// The record is not held by this member: never acquired by it, acknowledged already, or
+    /// taken by another member since its lock expired.
+    NotHeld,
+    /// The member's lock on it has expired (the record is back, or about to be).
+    LockExpired,
+}
+
+/// What a command did.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Applied {
+    /// Records acquired, with their delivery counts.
+    pub acquired: Vec<(u64, u16)>,
+    /// Acknowledgements refused, by record.
+    pub refused: Vec<(u64, AckRefusal)>,
+    /// Records archived by this command (to be dead-lettered first when the group has a
+    /// dead-letter topic).
+    pub archived: Vec<(u64, ArchiveReason)>,
+}
+
+/// One share group's state on one partition.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SharePartition {
+    /// The share-partition start offset: every record below it is done (accepted, archived and
+    /// dead-lettered, or gone from the log).
+    start: u64,
+    /// One past the highest offset ever acquired; records from here on were never delivered.
+    end: u64,
+    /// Records in `start..end` delivered and not done. A record in that range that is neither
+    /// here nor in `done` was never delivered (skipped by an earlier acquisition): available.
+    in_flight: BTreeMap<u64, Tracked>,
+    /// Records in `start..end` that are done, as coalesced ranges (start → end).
+    done: BTreeMap<u64, u64>,
+}
+
+impl SharePartition {
+    /// A group starting to read the partition at `start` (its log start, its end, or an offset
+    /// chosen for the group).
+    pub fn starting_at(start: u64) -> Self {
+        Self { start, end: start, in_flight: BTreeMap::new(), done: BTreeMap::new() }
+    }
+
+    /// The share-partition start offset (see [`SharePartition`]).
+    pub fn start_offset(&self) -> u64 {
+        self.start
+    }
+
+    /// One past the highest offset ever acquired.
+    pub fn end_offset(&self) -> u64 {
+        self.end
+    }
+
+    /// The records delivered and not done, by offset.
+    pub fn in_flight(&self) -> &BTreeMap<u64, Tracked> {
+        &self.in_flight
+    }
+
+    /// Records counted against `max_in_flight`: acquired, delayed, or waiting for their
+    /// dead-letter copy.
+    pub fn in_flight_count(&self) -> usize {
+        self.in_flight.values().filter(|t| !matches!(t.state, InFlight::Available)).count()
+    }
+
+    /// Records `member` holds acquired.
+    pub fn held_by(&self, member: &str) -> usize {
+        self.in_flight
+            .values()
+            .filter(|t| matches!(&t.state, InFlight::Acquired { member: m, .. } if m == member))
+            .count()
+    }
+
+    /// True when `offset` is done (accepted, or archived and dead-lettered).
+    pub fn is_done(&self, offset: u64) -> bool {
+        offset < self.start || self.done.range(..=offset).next_back().is_some_and(|(_, &end)| offset < end)
+    }
+
+    /// The delivery count of `offset` if it is acquirable at `now_ms` (0: never delivered).
+    fn acquirable(&self, offset: u64, now_ms: i64, settings: &ShareSettings) -> Option<u16> {
+        if offset < self.start || self.is_done(offset) {
+            return None;
+        }
+        match self.in_flight.get(&offset) {
+            None => Some(0),
+            Some(t) if t.delivery_count >= settings.delivery_limit => None,
+            Some(Tracked { state: InFlight::Available, delivery_count, .. }) => Some(*delivery_count),
+            Some(Tracked { state: InFlight::Delayed { until_ms }, delivery_count, .. }) if *until_ms <= now_ms => {
+                Some(*delivery_count)
+            }
+            Some(_) => None,
+        }
+    }
+
+    /// The records `member` would acquire at `now_ms` from those below `end_offset` (the high
+    /// watermark, or the last stable offset for `read_committed`): the lowest acquirable
+    /// offsets first, at most `max_records`, within the partition's and the member's caps. A
+    /// record delivered before that is on its last attempt goes alone — the only record of its
+    /// acquisition — so a poison record cannot use up the attempts of records delivered with it
+    /// (KAFKA-17541). The walk skips done ranges whole: it costs the records in flight, not the
+    /// distance from the start offset.
+    pub fn plan_acquire(
+        &self,
+        member: &str,
+        max_records: usize,
+        end_offset: u64,
+        now_ms: i64,
+        settings: &ShareSettings,
+    ) -> Vec<u64> {
+        let room_partition = (settings.max_in_flight as usize).saturating_sub(self.in_flight_count());
+        let room_member = (settings.max_per_member as usize).saturating_sub(self.held_by(member));
+        let budget = max_records.min(room_partition).min(room_member);
+        let mut chosen = Vec::new();
+        let mut offset = self.start;
+        while offset < end_offset && chosen.len() < budget {
+            if let Some((_, &done_end)) = self.done.range(..=offset).next_back().filter(|(_, &e)| offset < e) {
+                offset = done_end;
+                continue;
+            }
+            if let Some(count) = self.acquirable(offset, now_ms, settings) {
+                let last_attempt = count > 0 && count.saturating_add(1) >= settings.delivery_limit;
+                if last_attempt {
+                    if chosen.is_empty() {
+                        chosen.push(offset);
+                    }
+                    break;
+                }
+                chosen.push(offset);
+            }
+            offset += 1;
+        }
+        chosen
+    }
+
+    /// Applies `command` under `settings`; what it did.
+    pub fn apply(&mut self, command: &ShareCommand, settings: &ShareSettings) -> Applied {
+        let mut applied = Applied::default();
+        match command {
+            ShareCommand::Acquire { member, offsets, now_ms } => {
+                let lock_until_ms = now_ms.saturating_add(i64::try_from(settings.lock_ms).unwrap_or(i64::MAX));
+                for &offset in offsets {
+                    if self.in_flight_count() >= settings.max_in_flight as usize
+                        || self.held_by(member) >= settings.max_per_member as usize
+                    {
+                        break;
+                    }
+                    let Some(count) = self.acquirable(offset, *now_ms, settings) else { continue };
+                    let first = self.in_flight.get(&offset).map_or(*now_ms, |t| t.first_delivery_ms);
+                    let delivery_count = count + 1;
+                    self.in_flight.insert(
+                        offset,
+                        Tracked {
+                            state: InFlight::Acquired { member: member.clone(), lock_until_ms },
+                            delivery_count,
+                            first_delivery_ms: first,
+                            last_delivery_ms: *now_ms,
+                        },
+                    );
+                    self.end = self.end.max(offset + 1);
+                    applied.acquired.push((offset, delivery_count));
+                }
+            }
+            ShareCommand::Acknowledge { member, acks, now_ms } => {
+                for (offset, ack) in acks {
+                    match self.held(*offset, member, *now_ms) {
+                        Err(refusal) => applied.refused.push((*offset, refusal)),
+                        Ok(()) => self.acknowledge(*offset, ack, *now_ms, settings, &mut applied),
+                    }
+                }
+            }
+            ShareCommand::Expire { offsets, now_ms } => {
+                for &(offset, jitter_ms) in offsets {
+                    let expired = matches!(
+                        self.in_flight.get(&offset),
+                        Some(Tracked { state: InFlight::Acquired { lock_until_ms, .. }, .. }) if *lock_until_ms <= *now_ms
+                    );
+                    if expired {
+                        let count = self.in_flight.get(&offset).map_or(0, |t| t.delivery_count);
+                        let delay = settings.backoff.after(count).saturating_add(jitter_ms);
+                        self.back(offset, delay, *now_ms, settings, &mut applied);
+                    }
+                }
+            }
+            ShareCommand::ReleaseMember { member, now_ms } => {
+                let held: Vec<u64> = self
+                    .in_flight
+                    .iter()
+                    .filter(|(_, t)| matches!(&t.state, InFlight::Acquired { member: m, .. } if m == member))
+                    .map(|(o, _)| *o)
+                    .collect();
+                for offset in held {
+                    self.back(offset, 0, *now_ms, settings, &mut applied);
+                }
+            }
+            ShareCommand::DeadLettered { offsets } => {
+                for offset in offsets {
+                    if matches!(self.in_flight.get(offset), Some(Tracked { state: InFlight::DeadLettering(_), .. })) {
+                        self.finish(*offset);
+                    }
+                }
+            }
+            ShareCommand::LogStart { log_start } => {
+                if *log_start > self.start {
+                    self.in_flight = self.in_flight.split_off(log_start);
+                    self.done = self.done.split_off(log_start);
+                    self.start = *log_start;
+                    self.end = self.end.max(self.start);
+                }
+            }
+        }
+        self.advance();
+        applied
+    }
+
+    /// Whether `member` holds `offset` with its lock unexpired at `now_ms`.
+    fn held(&self, offset: u64, member: &str, now_ms: i64) -> Result<(), AckRefusal> {
+        match self.in_flight.get(&offset) {
+            Some(Tracked { state: InFlight::Acquired { member: m, lock_until_ms }, .. }) if m == member => {
+                if *lock_until_ms > now_ms {
+                    Ok(())
+                } else {
+                    Err(AckRefusal::LockExpired)
+                }
+            }
+            _ => Err(AckRefusal::NotHeld),
+        }
+    }
+
+    fn acknowledge(&mut self, offset: u64, ack: &Ack, now_ms: i64, settings: &ShareSettings, applied: &mut Applied) {
+        match ack {
+            Ack::Accept => self.finish(offset),
+            Ack::Release { delay_ms } => self.back(offset, *delay_ms, now_ms, settings, applied),
+            Ack::Reject { reason } => self.archive(offset, ArchiveReason::Rejected(reason.clone()), settings, applied),
+            Ack::Renew => {
+                if let Some(Tracked { state: InFlight::Acquired { lock_until_ms, .. }, .. }) =
+                    self.in_flight.get_mut(&offset)
+                {
+                    *lock_until_ms = now_ms.saturating_add(i64::try_from(settings.lock_ms).unwrap_or(i64::MAX));
+                }
+            }
+        }
+    }
+
+    /// An attempt of `offset` ended without an accept: available again after `delay_ms`, or
+    /// archived when that was its last allowed attempt.
+    fn back(&mut self, offset: u64, delay_ms: u64, now_ms: i64, settings: &ShareSettings, applied: &mut Applied) {
+        let Some(t) = self.in_flight.get_mut(&offset) else { return };
+        if t.delivery_count >= settings.delivery_limit {
+            self.archive(offset, ArchiveReason::DeliveryLimit, settings, applied);
+            return;
+        }
+        t.state = match delay_ms {
+            0 => InFlight::Available,
+            ms => InFlight::Delayed { until_ms: now_ms.saturating_add(i64::try_from(ms).unwrap_or(i64::MAX)) },
+        };
+    }
+
+    fn archive(&mut self, offset: u64, reason: ArchiveReason, settings: &ShareSettings, applied: &mut Applied) {
+        applied.archived.push((offset, reason.clone()));
+        if settings.dead_letters {
+            if let Some(t) = self.in_flight.get_mut(&offset) {
+                t.state = InFlight::DeadLettering(reason);
+            }
+        } else {
+            self.finish(offset);
+        }
+    }
+
+    /// `offset` is done: out of flight, into the done ranges (merged with its neighbours).
+    fn finish(&mut self, offset: u64) {
+        self.in_flight.remove(&offset);
+        let mut range: Range<u64> = offset..offset + 1;
+        if let Some((&s, &e)) = self.done.range(..=offset).next_back() {
+            if e >= offset {
+                range.start = s;
+                range.end = range.end.max(e);
+                self.done.remove(&s);
+            }
+        }
+        if let Some(&e) = self.done.get(&range.end) {
+            self.done.remove(&range.end);
+            range.end = e;
+        }
+        self.done.insert(range.start, range.end);
+    }
+
+    /// Moves the start offset past the done records at it.
+    fn advance(&mut self) {
+        while let Some(end) = self.done.remove(&self.start) {
+            self.start = end;
+        }
+        self.end = self.end.max(self.start);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings() -> ShareSettings {
+        ShareSettings { lock_ms: 1_000, delivery_limit: 3, max_in_flight: 10, max_per_member: 5, ..Default::default() }
+    }
+
+    fn acquire(
+        p: &mut SharePartition,
+        member: &str,
+        n: usize,
+        hw: u64,
+        now_ms: i64,
+        s: &ShareSettings,
+    ) -> Vec<(u64, u16)> {
+        let offsets = p.plan_acquire(member, n, hw, now_ms, s);
+        p.apply(&ShareCommand::Acquire { member: member.into(), offsets, now_ms }, s).acquired
+    }
+
+    fn ack(p: &mut SharePartition, member: &str, acks: Vec<(u64, Ack)>, now_ms: i64, s: &ShareSettings) -> Applied {
+        p.apply(&ShareCommand::Acknowledge { member: member.into(), acks, now_ms }, s)
+    }
+
+    #[test]
+    fn members_share_a_partition_record_by_record_and_the_start_moves_past_what_is_done() {
+        let s = settings();
+        let mut p = SharePartition::starting_at(0);
+        assert_eq!(acquire(&mut p, "a", 2, 10, 0, &s), vec![(0, 1), (1, 1)]);
+        assert_eq!(acquire(&mut p, "b", 2, 10, 0, &s), vec![(2, 1), (3, 1)], "b gets the next records, not a's");
+        ack(&mut p, "b", vec![(2, Ack::Accept), (3, Ack::Accept)], 10, &s);
+        assert_eq!(p.start_offset(), 0, "0 and 1 are still in flight");
+        ack(&mut p, "a", vec![(0, Ack::Accept)], 10, &s);
+        assert_eq!(p.start_offset(), 1);
+        ack(&mut p, "a", vec![(1, Ack::Accept)], 10, &s);
+        assert_eq!((p.start_offset(), p.in_flight().len()), (4, 0), "past every done record");
+    }
+
+    #[test]
+    fn an_expired_lock_brings_the_record_back_and_a_late_acknowledgement_changes_nothing() {
+        let s = settings();
+        let mut p = SharePartition::starting_at(0);
+        acquire(&mut p, "a", 1, 1, 0, &s);
+        assert_eq!(ack(&mut p, "a", vec![(0, Ack::Accept)], 1_000, &s).refused, vec![(0, AckRefusal::LockExpired)]);
+        assert!(!p.is_done(0), "the refused accept did nothing");
+        p.apply(&ShareCommand::Expire { offsets: vec![(0, 0)], now_ms: 1_000 }, &s);
+        assert_eq!(acquire(&mut p, "b", 1, 1, 1_001, &s), vec![(0, 2)], "back, its second attempt");
+        assert_eq!(ack(&mut p, "a", vec![(0, Ack::Accept)], 1_002, &s).refused, vec![(0, AckRefusal::NotHeld)]);
+        ack(&mut p, "b", vec![(0, Ack::Accept)], 1_002, &s);
+        assert!(p.is_done(0));
+    }
+
+    #[test]
+    fn an_expiry_that_a_renewal_overtook_ends_nothing() {
+        let s = settings();
+        let mut p = SharePartition::starting_at(0);
+        acquire(&mut p, "a", 1, 1, 0, &s);
+        // The leader saw the lock expire at 1,000; a renewal at 900 applied first.
+        ack(&mut p, "a", vec![(0, Ack::Renew)], 900, &s);
+        p.apply(&ShareCommand::Expire { offsets: vec![(0, 0)], now_ms: 1_000 }, &s);
+        assert!(matches!(p.in_flight()[&0].state, InFlight::Acquired { lock_until_ms: 1_900, .. }));
+        assert!(ack(&mut p, "a", vec![(0, Ack::Accept)], 1_500, &s).refused.is_empty());
+    }
+
+    #[test]
+    fn a_record_past_its_delivery_limit_is_archived_and_its_last_attempt_goes_alone() {
+        let s = ShareSettings { dead_letters: true, ..settings() };
+        let mut p = SharePartition::starting_at(0);
+        for attempt in 1..=2u16 {
+            let got = acquire(&mut p, "a", 3, 3, i64::from(attempt) * 10, &s);
+            assert_eq!(got[0], (0, attempt));
+            let releases = got.iter().map(|(o, _)| (*o, Ack::Release { delay_ms: 0 })).collect();
+            ack(&mut p, "a", releases, i64::from(attempt) * 10 + 1, &s);
+        }
+        assert_eq!(acquire(&mut p, "a", 3, 3, 30, &s), vec![(0, 3)], "its last attempt, alone");
+        let applied = ack(&mut p, "a", vec![(0, Ack::Release { delay_ms: 0 })], 31, &s);
+        assert_eq!(applied.archived, vec![(0, ArchiveReason::DeliveryLimit)]);
+        assert_eq!(p.start_offset(), 0, "not done before its dead-letter copy is written");
+        assert!(acquire(&mut p, "a", 3, 3, 32, &s).iter().all(|(o, _)| *o != 0), "never delivered again");
+        p.apply(&ShareCommand::DeadLettered { offsets: vec![0] }, &s);
+        assert!(p.is_done(0));
+    }
+
+    #[test]
+    fn a_delayed_record_is_not_delivered_early_and_a_rejected_one_never_again() {
+        let s = settings();
+        let mut p = SharePartition::starting_at(0);
+        acquire(&mut p, "a", 2, 2, 0, &s);
+        let applied = ack(
+            &mut p,
+            "a",
+            vec![(0, Ack::Release { delay_ms: 500 }), (1, Ack::Reject { reason: "bad".into() })],
+            10,
+            &s,
+        );
+        assert_eq!(applied.archived, vec![(1, ArchiveReason::Rejected("bad".into()))]);
+        assert!(acquire(&mut p, "b", 5, 2, 509, &s).is_empty(), "delayed until 510; 1 is archived");
+        assert_eq!(acquire(&mut p, "b", 5, 2, 510, &s), vec![(0, 2)]);
+    }
+
+    #[test]
+    fn a_departed_members_records_come_back_at_once_and_keep_their_counts() {
+        let s = settings();
+        let mut p = SharePartition::starting_at(0);
+        acquire(&mut p, "a", 2, 2, 0, &s);
+        p.apply(&ShareCommand::ReleaseMember { member: "a".into(), now_ms: 5 }, &s);
+        assert_eq!(acquire(&mut p, "b", 5, 2, 6, &s), vec![(0, 2), (1, 2)], "the crash counted as an attempt");
+    }
+
+    #[test]
+    fn acquisitions_stop_at_the_caps_even_when_planned_before_they_filled() {
+        let s = settings();
+        let mut p = SharePartition::starting_at(0);
+        assert_eq!(acquire(&mut p, "a", 100, 100, 0, &s).len(), 5, "the member's cap");
+        assert_eq!(acquire(&mut p, "b", 100, 100, 0, &s).len(), 5, "the partition's cap");
+        assert!(acquire(&mut p, "c", 100, 100, 0, &s).is_empty());
+        // An acquisition the leader planned before the caps filled takes nothing past them.
+        let late = p.apply(&ShareCommand::Acquire { member: "c".into(), offsets: vec![50], now_ms: 1 }, &s);
+        assert!(late.acquired.is_empty());
+        // 3 is accepted, the others ahead of it stay: 3 is done, the start stays at 0.
+        ack(&mut p, "a", vec![(3, Ack::Accept)], 2, &s);
+        assert_eq!(p.start_offset(), 0);
+        assert_eq!(acquire(&mut p, "c", 1, 100, 3, &s), vec![(10, 1)]);
+    }
+
+    #[test]
+    fn records_the_log_no_longer_has_are_dropped_and_the_start_follows_the_log() {
+        let s = settings();
+        let mut p = SharePartition::starting_at(0);
+        acquire(&mut p, "a", 3, 10, 0, &s);
+        p.apply(&ShareCommand::LogStart { log_start: 2 }, &s);
+        assert_eq!((p.start_offset(), p.in_flight().keys().copied().collect::<Vec<_>>()), (2, vec![2]));
+        assert_eq!(ack(&mut p, "a", vec![(0, Ack::Accept)], 1, &s).refused, vec![(0, AckRefusal::NotHeld)]);
+    }
+
+    #[test]
+    fn done_records_ahead_of_a_slow_one_take_a_range_not_a_record_each() {
+        let s = ShareSettings { max_in_flight: 1_000, max_per_member: 1_000, ..settings() };
+        let mut p = SharePartition::starting_at(0);
+        acquire(&mut p, "slow", 1, 1, 0, &s);
+        for round in 0..10 {
+            let got = acquire(&mut p, "fast", 100, 10_000, round, &s);
+            ack(&mut p, "fast", got.iter().map(|(o, _)| (*o, Ack::Accept)).collect(), round, &s);
+        }
+        assert_eq!((p.start_offset(), p.end_offset()), (0, 1_001));
+        assert_eq!((p.in_flight().len(), p.done.len()), (1, 1), "one record in flight, one done range");
+        ack(&mut p, "slow", vec![(0, Ack::Accept)], 20, &s);
+        assert_eq!(p.start_offset(), 1_001);
+    }
+
+    /// One step of a random history: who does what, at which moment.
+    #[derive(Debug, Clone)]
+    enum Step {
+        Acquire { member: u8, n: u8 },
+        Ack { member: u8, pick: u8, how: u8 },
+        Expire { pick: u8 },
+        Leave { member: u8 },
+        DeadLettered,
+        Tick { ms: u16 },
+    }
+
+    fn step() -> impl proptest::strategy::Strategy<Value = Step> {
+        use proptest::prelude::*;
+        prop_oneof![
+            (0..3u8, 1..6u8).prop_map(|(member, n)| Step::Acquire { member, n }),
+            (0..3u8, any::<u8>(), 0..4u8).prop_map(|(member, pick, how)| Step::Ack { member, pick, how }),
+            any::<u8>().prop_map(|pick| Step::Expire { pick }),
+            (0..3u8).prop_map(|member| Step::Leave { member }),
+            Just(Step::DeadLettered),
+            (1..800u16).prop_map(|ms| Step::Tick { ms }),
+        ]
+    }
+
+    proptest::proptest! {
+        /// Whatever members do, in any order and timing: a delivery count never goes down and
+        /// never passes the limit, the caps hold, the start offset only moves forward and only
+        /// past records that are done, and a done record is never acquired again.
+        #[test]
+        fn invariants_hold_over_random_histories(steps in proptest::collection::vec(step(), 1..200)) {
+            let s = ShareSettings { lock_ms: 1_000, delivery_limit: 3, max_in_flight: 8, max_per_member: 4, dead_letters: true, ..Default::default() };
+            let hw = 30;
+            let mut p = SharePartition::starting_at(0);
+            let mut now = 0i64;
+            let mut counts: BTreeMap<u64, u16> = BTreeMap::new();
+            let mut done_seen: Vec<u64> = Vec::new();
+            for st in steps {
+                let before = p.start_offset();
+                let member = |m: u8| format!("m{m}");
+                let cmd = match st {
+                    Step::Acquire { member: m, n } => {
+                        let offsets = p.plan_acquire(&member(m), usize::from(n), hw, now, &s);
+                        ShareCommand::Acquire { member: member(m), offsets, now_ms: now }
+                    }
+                    Step::Ack { member: m, pick, how } => {
+                        let held: Vec<u64> = p.in_flight().keys().copied().collect();
+                        let Some(&offset) = held.get(usize::from(pick) % held.len().max(1)) else { continue };
+                        let ack = match how { 0 => Ack::Accept, 1 => Ack::Release { delay_ms: 300 }, 2 => Ack::Reject { reason: "r".into() }, _ => Ack::Renew };
+                        ShareCommand::Acknowledge { member: member(m), acks: vec![(offset, ack)], now_ms: now }
+                    }
+                    Step::Expire { pick } => {
+                        let held: Vec<u64> = p.in_flight().keys().copied().collect();
+                        let Some(&offset) = held.get(usize::from(pick) % held.len().max(1)) else { continue };
+                        ShareCommand::Expire { offsets: vec![(offset, 0)], now_ms: now }
+                    }
+                    Step::Leave { member: m } => ShareCommand::ReleaseMember { member: member(m), now_ms: now },
+                    Step::DeadLettered => ShareCommand::DeadLettered {
+                        offsets: p.in_flight().iter().filter(|(_, t)| matches!(t.state, InFlight::DeadLettering(_))).map(|(o, _)| *o).collect(),
+                    },
+                    Step::Tick { ms } => { now += i64::from(ms); continue; }
+                };
+                let prior = p.in_flight().clone();
+                let applied = p.apply(&cmd, &s);
+                // A lock ends before its deadline only by its holder's acknowledgement or departure.
+                for (offset, t) in &prior {
+                    let InFlight::Acquired { member: holder, lock_until_ms } = &t.state else { continue };
+                    let still = matches!(p.in_flight().get(offset), Some(Tracked { state: InFlight::Acquired { member: m, .. }, .. }) if m == holder);
+                    let by_holder = match &cmd {
+                        ShareCommand::Acknowledge { member: m, acks, .. } => m == holder && acks.iter().any(|(o, _)| o == offset),
+                        ShareCommand::ReleaseMember { member: m, .. } => m == holder,
+                        _ => false,
+                    };
+                    proptest::prop_assert!(still || by_holder || *lock_until_ms <= now, "{offset}: {holder}'s lock until {lock_until_ms} ended at {now}");
+                }
+                for (offset, count) in &applied.acquired {
+                    proptest::prop_assert!(!done_seen.contains(offset), "{offset} acquired after it was done");
+                    proptest::prop_assert!(*count <= s.delivery_limit, "{offset} delivered {count} times");
+                    let previous = counts.insert(*offset, *count).unwrap_or(0);
+                    proptest::prop_assert_eq!(*count, previous + 1, "{} skipped or repeated a count", offset);
+                }
+                for (offset, t) in p.in_flight() {
+                    proptest::prop_assert_eq!(Some(&t.delivery_count), counts.get(offset), "count kept for {}", offset);
+                }
+                proptest::prop_assert!(p.in_flight_count() <= s.max_in_flight as usize);
+                for m in 0..3 {
+                    proptest::prop_assert!(p.held_by(&member(m)) <= s.max_per_member as usize);
+                }
+                proptest::prop_assert!(p.start_offset() >= before, "the start went back");
+                for o in before..p.start_offset() {
+                    proptest::prop_assert!(!p.in_flight().contains_key(&o), "the start passed {} in flight", o);
+                }
+                let newly: Vec<u64> = (0..p.end_offset()).filter(|o| p.is_done(*o) && !done_seen.contains(o)).collect();
+                done_seen.extend(newly);
+            }
+        }
+    }
+
+    #[test]
+    fn backoff_doubles_up_to_its_cap() {
+        let b = Backoff { initial_ms: 100, max_ms: 1_000 };
+        assert_eq!([1, 2, 3, 4, 5, 60].map(|n| b.after(n)), [100, 200, 400, 800, 1_000, 1_000]);
+        assert_eq!(Backoff::default().after(3), 0);
+    }
+}
