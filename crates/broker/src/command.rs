@@ -14,6 +14,9 @@
 //!   delete retention (u64 ms)`. Occupies no offsets. The leader proposes it for a compacted
 //!   topic with the offsets already chosen from its clock and the topic's settings (see
 //!   [`crate::cleaning`]); every replica moves its cleaning point at the same place in the log.
+//! * share: `version ‖ 5 ‖ ShareEntry` (protobuf, `proto/rill/partition.proto`). Occupies no
+//!   offsets. A change of a share group's state on this partition, with the leader's decision
+//!   and clock in it (see [`crate::share`]).
 //!
 //! Version 1 held protobuf-encoded batches; entries of that version are refused (data
 //! directories from before the move to Kafka's format do not open, see `docs/storage.md`).
@@ -25,6 +28,7 @@ const KIND_APPEND: u8 = 1;
 const KIND_EXPIRE_PRODUCERS: u8 = 2;
 const KIND_TRIM: u8 = 3;
 const KIND_COMPACT: u8 = 4;
+const KIND_SHARE: u8 = 5;
 const COMPACT_LEN: usize = 2 + 8 + 8 + 8 + 8;
 const HEADER_LEN: usize = 1 + 1 + 8 + 4;
 
@@ -115,6 +119,23 @@ pub fn compact(body: &[u8]) -> Option<Compact> {
         time_ms: i64::from_le_bytes(word(18)?),
         delete_retention_ms: u64::from_le_bytes(word(26)?),
     })
+}
+
+/// Encodes a share entry around `entry`, the encoded `ShareEntry` ([`crate::share::stored`]).
+pub fn encode_share(entry: &[u8]) -> Bytes {
+    let mut out = BytesMut::with_capacity(2 + entry.len());
+    out.put_u8(VERSION);
+    out.put_u8(KIND_SHARE);
+    out.put_slice(entry);
+    out.freeze()
+}
+
+/// The encoded `ShareEntry` of a share entry, if `body` is one.
+pub fn share(body: &[u8]) -> Option<&[u8]> {
+    match body {
+        [VERSION, KIND_SHARE, entry @ ..] => Some(entry),
+        _ => None,
+    }
 }
 
 /// The append time in an entry's header, without reading its batches.

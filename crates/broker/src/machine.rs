@@ -24,6 +24,8 @@ use crate::command;
 use crate::epochs::LeaderEpochs;
 use crate::index::{IndexPoint, SparseIndex, UNKNOWN_RECORD_TIME};
 use crate::producers::{MarkerRefusal, ProducerStates};
+use crate::share::stored::{self as share_stored, ShareGroups};
+use crate::share::{ShareCommand, SharePartition};
 use crate::transactions::Transactions;
 
 /// State a partition's state machine shares with the replica serving requests.
@@ -46,6 +48,8 @@ pub struct SharedState {
     /// Bytes of entries the newest snapshot covers (its index's `appended`): how much a restart
     /// re-applies is the index's `appended` minus this.
     pub snapshotted_bytes: Arc<AtomicU64>,
+    /// Each share group's reading of the partition (see [`crate::share`]).
+    pub shares: Arc<Mutex<ShareGroups>>,
 }
 
 impl SharedState {
@@ -60,6 +64,7 @@ impl SharedState {
             transactions: Arc::default(),
             lso: Arc::new(watch::channel(0).0),
             snapshotted_bytes: Arc::default(),
+            shares: Arc::default(),
         }
     }
 
@@ -215,7 +220,17 @@ impl GroupStateMachine for PartitionStateMachine {
             answer = self.shared.index.lock().unwrap_or_else(|p| p.into_inner()).trim(bound);
             txns.trim(answer);
             self.shared.epochs.lock().unwrap_or_else(|p| p.into_inner()).trim(answer);
+            // Share groups follow the log: what it no longer has is gone for them too.
+            for state in self.shared.shares.lock().unwrap_or_else(|p| p.into_inner()).values_mut() {
+                state.apply(&ShareCommand::LogStart { log_start: answer }, &Default::default());
+            }
             tracing::debug!(index = log_id.index, log_start = answer, "log start offset moved");
+        } else if let Some(entry) = command::share(&payload.body) {
+            // Answered with what it did rather than an offset; it takes none.
+            let log_start = self.shared.index.lock().unwrap_or_else(|p| p.into_inner()).log_start();
+            let hw = *self.shared.hw.borrow();
+            let mut shares = self.shared.shares.lock().unwrap_or_else(|p| p.into_inner());
+            return share_stored::apply_entry(&mut shares, entry, log_start, hw);
         } else if let Some(c) = command::compact(&payload.body) {
             // `base` is the high watermark here: nothing above it is compacted, nor anything of a
             // transaction still open.
@@ -262,6 +277,14 @@ impl GroupStateMachine for PartitionStateMachine {
             snap.cleaning_offsets = c.history.iter().map(|p| p.offset).collect();
             snap.cleaning_times = c.history.iter().map(|p| p.time_ms).collect();
         }
+        snap.share_groups = self
+            .shared
+            .shares
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .map(|(group, state)| state.to_proto(group))
+            .collect();
         self.shared.snapshotted_bytes.store(snap.appended_bytes, Ordering::Relaxed);
         Ok(snap.encode_to_vec().into())
     }
@@ -320,6 +343,11 @@ impl GroupStateMachine for PartitionStateMachine {
         let producers = ProducerStates::from_proto(s.producers)?;
         let cleaning = Cleaning::from_parts(s.clean_to, s.tombstones_before, &s.cleaning_offsets, &s.cleaning_times)?;
         let transactions = Transactions::from_proto(s.open_transactions, s.aborted_transactions)?;
+        let shares = s
+            .share_groups
+            .iter()
+            .map(|g| Ok((g.group.clone(), SharePartition::from_proto(g)?)))
+            .collect::<Result<ShareGroups, String>>()?;
         // Older snapshots have no epochs: the history starts with the next epoch applied.
         if s.epochs.len() != s.epoch_starts.len() {
             return Err(format!(
@@ -336,6 +364,7 @@ impl GroupStateMachine for PartitionStateMachine {
         *self.shared.index.lock().unwrap_or_else(|p| p.into_inner()) = index;
         *self.shared.producers.lock().unwrap_or_else(|p| p.into_inner()) = producers;
         *self.shared.transactions.lock().unwrap_or_else(|p| p.into_inner()) = transactions;
+        *self.shared.shares.lock().unwrap_or_else(|p| p.into_inner()) = shares;
         Ok(())
     }
 }
@@ -412,6 +441,50 @@ mod tests {
         assert_eq!(decode_base_offset(&sm.apply(&log_id, 3, &payload(0, command::encode_trim(1)))), Some(3));
         assert_eq!(shared.index.lock().unwrap().log_start(), 3);
         assert_eq!(*shared.hw.borrow(), 3);
+    }
+
+    #[test]
+    fn share_entries_take_no_offsets_follow_trims_and_survive_a_snapshot() {
+        use crate::share::stored::{decode_applied, encode_entry, ShareEntry};
+        use crate::share::{Ack, ShareSettings};
+        let shared = SharedState::new();
+        let mut sm = shared.state_machine();
+        let log_id = LogId::default();
+        let mut batch = rill_records::BatchBuilder::new(rill_records::Compression::None);
+        for _ in 0..4 {
+            batch.push(rill_records::Record { value: Some(Bytes::from_static(b"v")), ..Default::default() }).unwrap();
+        }
+        let payload = |units, body| Payload { units, body, proposal: 0 };
+        sm.apply(&log_id, 0, &payload(4, command::encode_append(5, &[batch.build().unwrap()])));
+        let share = |command| {
+            let entry =
+                ShareEntry { group: "jobs".into(), settings: ShareSettings::default(), start_if_new: 0, command };
+            payload(0, command::encode_share(&encode_entry(&entry).unwrap()))
+        };
+        let acquired = sm.apply(
+            &log_id,
+            4,
+            &share(ShareCommand::Acquire { member: "m".into(), offsets: vec![0, 1, 2], now_ms: 1 }),
+        );
+        assert_eq!(decode_applied(&acquired).unwrap().acquired, vec![(0, 1), (1, 1), (2, 1)]);
+        assert_eq!(*shared.hw.borrow(), 4, "a share entry takes no offsets");
+        let acks = vec![(0, Ack::Accept)];
+        sm.apply(&log_id, 4, &share(ShareCommand::Acknowledge { member: "m".into(), acks, now_ms: 2 }));
+        assert_eq!(shared.shares.lock().unwrap()["jobs"].start_offset(), 1);
+
+        // Records the log deletes are gone for the group too.
+        sm.apply(&log_id, 4, &payload(0, command::encode_trim(2)));
+        let state = shared.shares.lock().unwrap()["jobs"].clone();
+        assert_eq!((state.start_offset(), state.in_flight().keys().copied().collect::<Vec<_>>()), (2, vec![2]));
+
+        let snap = sm.snapshot().unwrap();
+        let restored = SharedState::new();
+        restored.state_machine().restore(&snap).unwrap();
+        assert_eq!(restored.shares.lock().unwrap()["jobs"], state);
+        // A damaged share state refuses the snapshot.
+        let mut damaged = pb::PartitionSnapshot::decode(&snap[..]).unwrap();
+        damaged.share_groups[0].in_flight[0].delivery_count = 0;
+        assert!(SharedState::new().state_machine().restore(&damaged.encode_to_vec()).is_err());
     }
 
     /// An append entry of one batch per `(producer, epoch, sequence, transactional)`, or of a

@@ -33,6 +33,8 @@
 //!
 //! [`apply`]: SharePartition::apply
 
+pub mod stored;
+
 use std::collections::BTreeMap;
 use std::ops::Range;
 
@@ -348,13 +350,18 @@ impl SharePartition {
         match command {
             ShareCommand::Acquire { member, offsets, now_ms } => {
                 let lock_until_ms = now_ms.saturating_add(i64::try_from(settings.lock_ms).unwrap_or(i64::MAX));
+                // Counted once and kept up to date: an entry may name many records.
+                let (mut in_flight, mut held) = (self.in_flight_count(), self.held_by(member));
                 for &offset in offsets {
-                    if self.in_flight_count() >= settings.max_in_flight as usize
-                        || self.held_by(member) >= settings.max_per_member as usize
-                    {
+                    if in_flight >= settings.max_in_flight as usize || held >= settings.max_per_member as usize {
                         break;
                     }
                     let Some(count) = self.acquirable(offset, *now_ms, settings) else { continue };
+                    // A delayed record counts against the cap already; an available one not yet.
+                    if !matches!(self.in_flight.get(&offset), Some(Tracked { state: InFlight::Delayed { .. }, .. })) {
+                        in_flight += 1;
+                    }
+                    held += 1;
                     let first = self.in_flight.get(&offset).map_or(*now_ms, |t| t.first_delivery_ms);
                     let delivery_count = count + 1;
                     self.in_flight.insert(
@@ -366,7 +373,7 @@ impl SharePartition {
                             last_delivery_ms: *now_ms,
                         },
                     );
-                    self.end = self.end.max(offset + 1);
+                    self.end = self.end.max(offset.saturating_add(1));
                     applied.acquired.push((offset, delivery_count));
                 }
             }
@@ -412,7 +419,12 @@ impl SharePartition {
             ShareCommand::LogStart { log_start } => {
                 if *log_start > self.start {
                     self.in_flight = self.in_flight.split_off(log_start);
+                    // A done range across the new start keeps its part above it.
+                    let across = self.done.range(..*log_start).next_back().map(|(_, &e)| e).filter(|&e| e > *log_start);
                     self.done = self.done.split_off(log_start);
+                    if let Some(e) = across {
+                        self.done.insert(*log_start, e);
+                    }
                     self.start = *log_start;
                     self.end = self.end.max(self.start);
                 }
@@ -479,7 +491,7 @@ impl SharePartition {
     /// `offset` is done: out of flight, into the done ranges (merged with its neighbours).
     fn finish(&mut self, offset: u64) {
         self.in_flight.remove(&offset);
-        let mut range: Range<u64> = offset..offset + 1;
+        let mut range: Range<u64> = offset..offset.saturating_add(1);
         if let Some((&s, &e)) = self.done.range(..=offset).next_back() {
             if e >= offset {
                 range.start = s;
@@ -639,6 +651,21 @@ mod tests {
     }
 
     #[test]
+    fn a_log_start_inside_a_done_range_keeps_the_rest_of_it_done() {
+        let s = settings();
+        let mut p = SharePartition::starting_at(0);
+        acquire(&mut p, "a", 5, 10, 0, &s);
+        ack(&mut p, "a", vec![(1, Ack::Accept), (2, Ack::Accept), (3, Ack::Accept)], 1, &s);
+        p.apply(&ShareCommand::LogStart { log_start: 2 }, &s);
+        assert_eq!(p.start_offset(), 4, "past 2 and 3, still done");
+        assert_eq!(
+            acquire(&mut p, "b", 5, 10, 2, &s),
+            vec![(5, 1), (6, 1), (7, 1), (8, 1), (9, 1)],
+            "3 is not delivered again"
+        );
+    }
+
+    #[test]
     fn done_records_ahead_of_a_slow_one_take_a_range_not_a_record_each() {
         let s = ShareSettings { max_in_flight: 1_000, max_per_member: 1_000, ..settings() };
         let mut p = SharePartition::starting_at(0);
@@ -661,6 +688,7 @@ mod tests {
         Expire { pick: u8 },
         Leave { member: u8 },
         DeadLettered,
+        Trim { by: u8 },
         Tick { ms: u16 },
     }
 
@@ -672,6 +700,7 @@ mod tests {
             any::<u8>().prop_map(|pick| Step::Expire { pick }),
             (0..3u8).prop_map(|member| Step::Leave { member }),
             Just(Step::DeadLettered),
+            (0..6u8).prop_map(|by| Step::Trim { by }),
             (1..800u16).prop_map(|ms| Step::Tick { ms }),
         ]
     }
@@ -679,7 +708,9 @@ mod tests {
     proptest::proptest! {
         /// Whatever members do, in any order and timing: a delivery count never goes down and
         /// never passes the limit, the caps hold, the start offset only moves forward and only
-        /// past records that are done, and a done record is never acquired again.
+        /// past records that are done, a done record is never acquired again, a lock ends early
+        /// only by its holder (or with its record), and every state round-trips through its
+        /// stored form.
         #[test]
         fn invariants_hold_over_random_histories(steps in proptest::collection::vec(step(), 1..200)) {
             let s = ShareSettings { lock_ms: 1_000, delivery_limit: 3, max_in_flight: 8, max_per_member: 4, dead_letters: true, ..Default::default() };
@@ -711,17 +742,21 @@ mod tests {
                     Step::DeadLettered => ShareCommand::DeadLettered {
                         offsets: p.in_flight().iter().filter(|(_, t)| matches!(t.state, InFlight::DeadLettering(_))).map(|(o, _)| *o).collect(),
                     },
+                    Step::Trim { by } => ShareCommand::LogStart { log_start: p.start_offset() + u64::from(by) },
                     Step::Tick { ms } => { now += i64::from(ms); continue; }
                 };
                 let prior = p.in_flight().clone();
                 let applied = p.apply(&cmd, &s);
-                // A lock ends before its deadline only by its holder's acknowledgement or departure.
+                // A lock ends before its deadline only by its holder's acknowledgement or departure, or
+                // with the record itself.
                 for (offset, t) in &prior {
                     let InFlight::Acquired { member: holder, lock_until_ms } = &t.state else { continue };
                     let still = matches!(p.in_flight().get(offset), Some(Tracked { state: InFlight::Acquired { member: m, .. }, .. }) if m == holder);
                     let by_holder = match &cmd {
                         ShareCommand::Acknowledge { member: m, acks, .. } => m == holder && acks.iter().any(|(o, _)| o == offset),
                         ShareCommand::ReleaseMember { member: m, .. } => m == holder,
+                        // Or the log no longer has the record.
+                        ShareCommand::LogStart { log_start } => offset < log_start,
                         _ => false,
                     };
                     proptest::prop_assert!(still || by_holder || *lock_until_ms <= now, "{offset}: {holder}'s lock until {lock_until_ms} ended at {now}");
@@ -736,6 +771,8 @@ mod tests {
                     proptest::prop_assert_eq!(Some(&t.delivery_count), counts.get(offset), "count kept for {}", offset);
                 }
                 proptest::prop_assert!(p.in_flight_count() <= s.max_in_flight as usize);
+                // Every state the rules make is one a snapshot stores and restores.
+                proptest::prop_assert_eq!(SharePartition::from_proto(&p.to_proto("g")), Ok(p.clone()));
                 for m in 0..3 {
                     proptest::prop_assert!(p.held_by(&member(m)) <= s.max_per_member as usize);
                 }
