@@ -2,7 +2,7 @@
 //! persisted snapshot (`StoredSnapshot`, read when a group opens), the snapshot stream an
 //! install receives (`RILLSNP1`: its header, `SnapshotData`, and the entries it carries,
 //! staged as they arrive) and the state machines' own snapshot and command formats — a partition's
-//! (time index, idempotent producers; append and expire-producers entries), `__consumer_offsets`
+//! (time index, idempotent producers, share groups; append, expire-producers and share entries), `__consumer_offsets`
 //! (commits), `__transaction_state` (transactional ids) and the metadata.
 //!
 //! Input: the bytes, given to every decoder.

@@ -236,7 +236,7 @@ impl ConsumerGroup {
     /// and those of the group's subscribed topics its pattern matches.
     pub fn subscription_of(&self, member: &Member) -> BTreeSet<String> {
         let mut topics = member.subscribed.clone();
-        if let Some(pattern) = member.subscribed_regex.as_deref().and_then(|p| TopicPattern::parse(p).ok()) {
+        if let Some(pattern) = member.subscribed_regex.as_deref().and_then(|p| TopicPattern::cached(p).ok()) {
             topics.extend(self.subscribed_topics.keys().filter(|t| pattern.matches(t)).cloned());
         }
         topics

@@ -197,7 +197,7 @@ pub fn heartbeat(
     if let Some(source) = &req.subscribed_regex {
         let pattern = (!source.is_empty()).then(|| source.clone());
         if let Some(p) = &pattern {
-            TopicPattern::parse(p)?;
+            TopicPattern::cached(p)?;
         }
         bump |= pattern != member.subscribed_regex;
         member.subscribed_regex = pattern;
@@ -435,7 +435,7 @@ pub(crate) fn subscribed_topics(g: &ConsumerGroup, topics: TopicLookup<'_>) -> B
     let mut subscribed: BTreeMap<String, SubscribedTopic> =
         names.into_iter().filter_map(|name| Some((name.clone(), topics.topic(name)?))).collect();
     let patterns: BTreeSet<&str> = g.members.values().filter_map(|m| m.subscribed_regex.as_deref()).collect();
-    for pattern in patterns.into_iter().filter_map(|p| TopicPattern::parse(p).ok()) {
+    for pattern in patterns.into_iter().filter_map(|p| TopicPattern::cached(p).ok()) {
         subscribed.extend(topics.matching(&pattern));
     }
     subscribed

@@ -9,6 +9,9 @@
 //! pattern's compiled size is bounded, so a hostile pattern costs the coordinator no more than
 //! [`MAX_PATTERN_BYTES`] and the bounds below.
 
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
+
 use regex::{Regex, RegexBuilder};
 
 use crate::error::{CoordinatorError, Result};
@@ -18,6 +21,10 @@ use crate::error::{CoordinatorError, Result};
 pub const MAX_PATTERN_BYTES: usize = 4096;
 /// Most memory one compiled pattern may take (bytes), and as much again for its lazy DFA.
 const MAX_COMPILED_BYTES: usize = 1 << 20;
+/// Most compiled patterns kept for reuse ([`TopicPattern::cached`]); past it the cache starts
+/// over. With [`MAX_COMPILED_BYTES`] this bounds what the cache can hold, however many distinct
+/// patterns clients send.
+const MAX_CACHED: usize = 32;
 
 /// A member's subscription pattern, compiled.
 #[derive(Debug, Clone)]
@@ -48,6 +55,25 @@ impl TopicPattern {
             .then(|| RegexBuilder::new(source).size_limit(MAX_COMPILED_BYTES).build().ok())
             .flatten();
         Ok(Self { regex, unanchored })
+    }
+
+    /// [`Self::parse`], reusing the compiled pattern of an earlier call with the same source:
+    /// the coordinator matches each member's pattern at every decision, and the members of a
+    /// group usually send the same one. The cache is the process's, bounded by [`MAX_CACHED`]
+    /// entries; a refused pattern is not kept.
+    pub fn cached(source: &str) -> Result<Self> {
+        static CACHE: OnceLock<Mutex<HashMap<String, TopicPattern>>> = OnceLock::new();
+        let cache = CACHE.get_or_init(Mutex::default);
+        if let Some(hit) = cache.lock().unwrap_or_else(|p| p.into_inner()).get(source) {
+            return Ok(hit.clone());
+        }
+        let compiled = Self::parse(source)?;
+        let mut cache = cache.lock().unwrap_or_else(|p| p.into_inner());
+        if cache.len() >= MAX_CACHED {
+            cache.clear();
+        }
+        cache.insert(source.to_string(), compiled.clone());
+        Ok(compiled)
     }
 
     /// True when the pattern matches the whole of `topic`.
@@ -94,5 +120,18 @@ mod tests {
         let long = "a".repeat(MAX_PATTERN_BYTES + 1);
         let err = TopicPattern::parse(&long).unwrap_err().to_string();
         assert!(err.contains("at most 4096") && err.len() < 400, "{err}");
+    }
+
+    #[test]
+    fn a_cached_pattern_matches_as_a_parsed_one_and_bad_ones_are_still_refused() {
+        // More distinct patterns than the cache keeps: it starts over and stays right.
+        for round in 0..2 {
+            for i in 0..(MAX_CACHED + 5) {
+                let p = TopicPattern::cached(&format!("t{i}-.*")).unwrap();
+                assert!(p.matches(&format!("t{i}-x")) && !p.matches(&format!("u{i}-x")), "round {round}, {i}");
+            }
+        }
+        assert!(TopicPattern::cached("(").is_err());
+        assert!(TopicPattern::cached("(").is_err(), "a refused pattern is not kept");
     }
 }
