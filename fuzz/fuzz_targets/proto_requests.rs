@@ -372,7 +372,7 @@ fn add_partitions_then_end(req: tpb::AddPartitionsToTxnRequest) {
     let Some(current) = m.state().get(id).cloned() else { return };
     if let Ok(
         transactions::transitions::EndDecision::Prepare(p) | transactions::transitions::EndDecision::Complete(p),
-    ) = transactions::transitions::end_transaction(id, Some(&current), producer, true, protocol, 3)
+    ) = transactions::transitions::end_transaction(id, Some(&current), producer, true, protocol, Some(8), 3)
     {
         assert!(write_txn(&mut m, id, &p, current.version), "an end decided from the applied record applies");
     }
@@ -469,6 +469,7 @@ fuzz_target!(|data: &[u8]| {
                     producer,
                     r.commit,
                     protocol,
+                    Some(8),
                     3,
                 );
             }
