@@ -1197,6 +1197,33 @@ fn transactional_batch(id: i64, epoch: i16, sequence: i32, values: &[&str]) -> B
     builder.build().unwrap()
 }
 
+/// A `read_committed` fetch of `topic`/0, once its last stable offset has reached its high
+/// watermark (every marker written).
+async fn fetch_settled(stream: &mut TcpStream, topic: &str) -> FetchResponse {
+    call_until(stream, ApiKey::Fetch, 12, &fetch_request(topic, 0, 1), |a: &FetchResponse| {
+        let p = &a.responses[0].partitions[0];
+        p.last_stable_offset == p.high_watermark
+    })
+    .await
+}
+
+/// `group`'s committed offset of orders/0 and its leader epoch, once no transactional commit
+/// is pending there (`OffsetFetch` v7 with `require_stable`).
+async fn stable_commit(stream: &mut TcpStream, group_id: &str) -> (i64, i32) {
+    let request =
+        OffsetFetchRequest::default().with_group_id(group(group_id)).with_require_stable(true).with_topics(Some(vec![
+            OffsetFetchRequestTopic::default().with_name(name("orders")).with_partition_indexes(vec![0]),
+        ]));
+    let answer: OffsetFetchResponse =
+        call_until(stream, ApiKey::OffsetFetch, 7, &request, |a: &OffsetFetchResponse| {
+            a.topics[0].partitions[0].error_code == 0
+        })
+        .await;
+    let p = &answer.topics[0].partitions[0];
+    assert_eq!(p.error_code, 0, "{group_id}: a stable offset in time");
+    (p.committed_offset, p.committed_leader_epoch)
+}
+
 /// The last `EndTxn` version of transactions v1 (v5 is v2).
 const LAST_V1_END_TXN: i16 = 4;
 
@@ -1352,12 +1379,7 @@ async fn transactions_commit_and_abort_through_every_version() {
 
     // Once the markers are written, read_committed reaches the end, and the aborted
     // transactions are listed for the client to drop.
-    let fetched: FetchResponse =
-        call_until(&mut stream, ApiKey::Fetch, 12, &fetch_request("orders", 0, 1), |a: &FetchResponse| {
-            let p = &a.responses[0].partitions[0];
-            p.last_stable_offset == p.high_watermark
-        })
-        .await;
+    let fetched = fetch_settled(&mut stream, "orders").await;
     let p = &fetched.responses[0].partitions[0];
     assert_eq!(p.high_watermark, 2 * i64::from(LAST_V1_END_TXN - end.min + 1), "a record and a marker per transaction");
     assert_eq!(p.last_stable_offset, p.high_watermark);
@@ -1369,17 +1391,9 @@ async fn transactions_commit_and_abort_through_every_version() {
 
     // The last committed transaction's offset is the group's.
     let last_commit = v1.clone().rev().find(|v| v % 2 == 0).unwrap();
-    let fetch_offsets =
-        OffsetFetchRequest::default().with_group_id(group("eos")).with_require_stable(true).with_topics(Some(vec![
-            OffsetFetchRequestTopic::default().with_name(name("orders")).with_partition_indexes(vec![0]),
-        ]));
-    let fetched: OffsetFetchResponse =
-        call_until(&mut stream, ApiKey::OffsetFetch, 7, &fetch_offsets, |a: &OffsetFetchResponse| {
-            a.topics[0].partitions[0].error_code == 0
-        })
-        .await;
-    assert_eq!(fetched.topics[0].partitions[0].committed_offset, i64::from(last_commit) + 100);
-    assert_eq!(fetched.topics[0].partitions[0].committed_leader_epoch, 3, "the committed leader epoch, kept");
+    let (offset, leader_epoch) = stable_commit(&mut stream, "eos").await;
+    assert_eq!(offset, i64::from(last_commit) + 100);
+    assert_eq!(leader_epoch, 3, "the committed leader epoch, kept");
 
     // Described and listed, at every version.
     let ids: Vec<TransactionalId> = v1.clone().map(|v| txn_id(&format!("tx-{v}"))).chain([txn_id("never")]).collect();
@@ -1524,27 +1538,13 @@ async fn transactions_v2_add_partitions_and_groups_implicitly_and_bump_the_epoch
     assert_eq!((stale.producer_id, stale.producer_epoch), (ProducerId(-1), -1), "a refusal names no pair");
 
     // read_committed: the committed record, the aborted one listed for the client to drop.
-    let fetched: FetchResponse =
-        call_until(&mut stream, ApiKey::Fetch, 12, &fetch_request("orders", 0, 1), |a: &FetchResponse| {
-            let p = &a.responses[0].partitions[0];
-            p.last_stable_offset == p.high_watermark
-        })
-        .await;
+    let fetched = fetch_settled(&mut stream, "orders").await;
     let p = &fetched.responses[0].partitions[0];
     assert_eq!(p.high_watermark, 4, "two records and two markers");
     let aborted: Vec<(i64, i64)> =
         p.aborted_transactions.iter().flatten().map(|a| (a.producer_id.0, a.first_offset)).collect();
     assert_eq!(aborted, vec![(pid.0, 2)], "the second transaction, and only it");
-    let fetch_offsets =
-        OffsetFetchRequest::default().with_group_id(group("eos-v2")).with_require_stable(true).with_topics(Some(vec![
-            OffsetFetchRequestTopic::default().with_name(name("orders")).with_partition_indexes(vec![0]),
-        ]));
-    let offsets: OffsetFetchResponse =
-        call_until(&mut stream, ApiKey::OffsetFetch, 7, &fetch_offsets, |a: &OffsetFetchResponse| {
-            a.topics[0].partitions[0].error_code == 0
-        })
-        .await;
-    assert_eq!(offsets.topics[0].partitions[0].committed_offset, 7, "the group's offset, committed with it");
+    assert_eq!(stable_commit(&mut stream, "eos-v2").await.0, 7, "the group's offset, committed with it");
 }
 
 #[tokio::test]
