@@ -59,7 +59,7 @@ impl TopicPattern {
 
     /// [`Self::parse`], reusing the compiled pattern of an earlier call with the same source:
     /// the coordinator matches each member's pattern at every decision, and the members of a
-    /// group usually send the same one. The cache is the process's, bounded by [`MAX_CACHED`]
+    /// group usually send the same one. The cache is the process's, bounded by `MAX_CACHED`
     /// entries; a refused pattern is not kept.
     pub fn cached(source: &str) -> Result<Self> {
         static CACHE: OnceLock<Mutex<HashMap<String, TopicPattern>>> = OnceLock::new();
