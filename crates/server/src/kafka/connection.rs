@@ -16,6 +16,7 @@
 //! closes once its current request is answered.
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use bytes::BytesMut;
@@ -23,10 +24,10 @@ use futures::stream::FuturesOrdered;
 use futures::StreamExt;
 use kafka_protocol::messages::ApiKey;
 use rill_broker::SubmitOrder;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncWriteExt, ReadHalf, WriteHalf};
 
 use super::dispatch::{self, Peer};
-use super::frame::{self, Close};
+use super::frame::{self, Close, Frame};
 use crate::api::connections::{self, Counted};
 use crate::api::inflight::Budget;
 use crate::api::ClientLimits;
@@ -85,8 +86,12 @@ pub async fn serve_on(
 /// One client connection: frames read, answered and written back in order, until the client
 /// closes it, sends a frame this listener cannot answer, or the node stops (then the requests
 /// read already are answered first).
+///
+/// The connection is split in two: answers are written while the next frame is being read, and
+/// the read in progress is kept across the loop's turns — a frame read halfway cannot be read
+/// again, so a read is never dropped for an answer that became ready meanwhile.
 async fn connection(
-    mut conn: Counted,
+    conn: Counted,
     service: Service,
     budget: Arc<Budget>,
     max_request_bytes: u32,
@@ -96,26 +101,41 @@ async fn connection(
     let peer =
         Peer { principal: Principal::Anonymous, host: peer_addr.map(|a| a.ip().to_string()).unwrap_or_default() };
     let (service, peer) = (&service, &peer);
+    let (reader, mut writer) = tokio::io::split(conn);
     let mut order = SubmitOrder::default();
     // Produce requests in flight, answered in the order they came.
     let mut producing = FuturesOrdered::new();
+    // The frame being read, or the reader between reads.
+    let mut reading: Option<Reading> = Some(Box::pin(read_next(reader, max_request_bytes, budget.clone())));
+    let mut idle: Option<ReadHalf<Counted>> = None;
     let closed = loop {
-        let frame = tokio::select! {
-            biased;
-            Some(answer) = producing.next(), if !producing.is_empty() => {
-                match write_answer(&mut conn, answer).await {
-                    Ok(()) => continue,
-                    Err(close) => break Some(close),
-                }
+        if reading.is_none() && producing.len() < MAX_PIPELINED_PRODUCES {
+            if let Some(reader) = idle.take() {
+                reading = Some(Box::pin(read_next(reader, max_request_bytes, budget.clone())));
             }
-            frame = frame::read_frame(&mut conn, max_request_bytes, &budget), if producing.len() < MAX_PIPELINED_PRODUCES => frame,
+        }
+        let event = tokio::select! {
+            biased;
+            Some(answer) = producing.next(), if !producing.is_empty() => Event::Answered(answer),
+            (reader, frame) = next_frame(&mut reading), if reading.is_some() => {
+                idle = Some(reader);
+                Event::Read(frame)
+            }
             // The guard `wait_for` answers with is dropped inside: it cannot be held across
             // the other arms' writes.
-            () = async { let _ = stopped.wait_for(|stopped| *stopped).await; } => break None,
+            () = async { let _ = stopped.wait_for(|stopped| *stopped).await; } => Event::Stopped,
         };
-        let frame = match frame {
-            Ok(frame) => frame,
-            Err(close) => break Some(close),
+        let frame = match event {
+            Event::Answered(answer) => match write_answer(&mut writer, answer).await {
+                Ok(()) => continue,
+                Err(close) => break Some(close),
+            },
+            Event::Stopped => break None,
+            Event::Read(Err(close)) => break Some(close),
+            Event::Read(Ok(frame)) => {
+                reading = None;
+                frame
+            }
         };
         if frame::peek_api(&frame.bytes).is_ok_and(|(api, _)| api == ApiKey::Produce as i16) {
             let turn = order.next_turn();
@@ -128,18 +148,18 @@ async fn connection(
             continue;
         }
         // Any other request waits for the produce requests before it, and is served alone.
-        if let Some(close) = drain(&mut conn, &mut producing).await {
+        if let Some(close) = drain(&mut writer, &mut producing).await {
             break Some(close);
         }
         let answer = dispatch::answer(service, peer, frame.bytes.clone(), None).await;
         drop(frame);
-        if let Err(close) = write_answer(&mut conn, answer).await {
+        if let Err(close) = write_answer(&mut writer, answer).await {
             break Some(close);
         }
     };
     // A connection closing for a reason of its own (or the node stopping) answers what it read.
     let closed = match closed {
-        None | Some(Close::Eof) => drain(&mut conn, &mut producing).await.or(closed),
+        None | Some(Close::Eof) => drain(&mut writer, &mut producing).await.or(closed),
         other => other,
     };
     match closed {
@@ -151,8 +171,39 @@ async fn connection(
     }
 }
 
+/// What a connection's loop woke up for.
+enum Event {
+    /// A produce request in flight was answered (the oldest: answers go in order).
+    Answered(Result<Option<BytesMut>, Close>),
+    /// A frame was read, or reading failed.
+    Read(Result<Frame, Close>),
+    /// The node is stopping.
+    Stopped,
+}
+
+/// A frame being read, owning the reader until it is done.
+type Reading = Pin<Box<dyn Future<Output = (ReadHalf<Counted>, Result<Frame, Close>)> + Send>>;
+
+/// Reads the next frame from `reader`, handing the reader back with it.
+async fn read_next(
+    mut reader: ReadHalf<Counted>,
+    max_request_bytes: u32,
+    budget: Arc<Budget>,
+) -> (ReadHalf<Counted>, Result<Frame, Close>) {
+    let frame = frame::read_frame(&mut reader, max_request_bytes, &budget).await;
+    (reader, frame)
+}
+
+/// Polls the read in progress; pending when there is none (its branch is disabled then).
+async fn next_frame(reading: &mut Option<Reading>) -> (ReadHalf<Counted>, Result<Frame, Close>) {
+    match reading.as_mut() {
+        Some(read) => read.await,
+        None => std::future::pending().await,
+    }
+}
+
 /// Writes one request's answer, if it gets one; the close it calls for otherwise.
-async fn write_answer(conn: &mut Counted, answer: Result<Option<BytesMut>, Close>) -> Result<(), Close> {
+async fn write_answer(conn: &mut WriteHalf<Counted>, answer: Result<Option<BytesMut>, Close>) -> Result<(), Close> {
     match answer? {
         Some(frame) => conn.write_all(&frame).await.map_err(Close::Write),
         None => Ok(()),
@@ -160,7 +211,7 @@ async fn write_answer(conn: &mut Counted, answer: Result<Option<BytesMut>, Close
 }
 
 /// Answers every produce request in flight, in order; the close one of them called for.
-async fn drain<F>(conn: &mut Counted, producing: &mut FuturesOrdered<F>) -> Option<Close>
+async fn drain<F>(conn: &mut WriteHalf<Counted>, producing: &mut FuturesOrdered<F>) -> Option<Close>
 where
     F: Future<Output = Result<Option<BytesMut>, Close>>,
 {

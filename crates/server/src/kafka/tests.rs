@@ -317,6 +317,29 @@ async fn pipelined_produce_requests_are_appended_in_the_order_they_came() {
     }
 }
 
+/// A frame half read when an earlier produce request's answer is ready keeps being read: the
+/// answer is written meanwhile, and the frame's rest, arriving after it, completes the frame.
+#[tokio::test]
+async fn a_frame_read_halfway_survives_an_answer_written_meanwhile() {
+    let (node, service, addr) = node_with_kafka().await;
+    must_create(&node, &service, "orders", 1).await;
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    let first = request(ApiKey::Produce, 9, 1, &produce_request("orders", -1, batch(&["first"])));
+    let values: Vec<String> = (0..200).map(|i| format!("second-{i}-{}", "y".repeat(100))).collect();
+    let values: Vec<&str> = values.iter().map(String::as_str).collect();
+    let second = request(ApiKey::Produce, 9, 2, &produce_request("orders", -1, batch(&values)));
+    let (head, rest) = second.split_at(second.len() / 2);
+    stream.write_all(&first).await.unwrap();
+    stream.write_all(head).await.unwrap();
+    // The first answer comes while the second frame is half read.
+    let (id, answer): (i32, ProduceResponse) = decode(ApiKey::Produce, 9, read_answer(&mut stream).await.unwrap());
+    assert_eq!((id, answer.responses[0].partition_responses[0].error_code), (1, 0));
+    stream.write_all(rest).await.unwrap();
+    let (id, answer): (i32, ProduceResponse) = decode(ApiKey::Produce, 9, read_answer(&mut stream).await.unwrap());
+    let p = &answer.responses[0].partition_responses[0];
+    assert_eq!((id, p.error_code, p.base_offset), (2, 0, 1), "the second frame, read whole");
+}
+
 #[tokio::test]
 async fn an_api_versions_request_newer_than_the_listener_is_answered_at_v0() {
     let (_node, _service, addr) = node_with_kafka().await;
