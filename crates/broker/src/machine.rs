@@ -50,6 +50,9 @@ pub struct SharedState {
     pub snapshotted_bytes: Arc<AtomicU64>,
     /// Each share group's reading of the partition (see [`crate::share`]).
     pub shares: Arc<Mutex<ShareGroups>>,
+    /// Counts changes of `shares` (share entries, trims, restored snapshots): wakes share
+    /// fetches waiting for records to come back, and the leader's lock timer.
+    pub share_changes: Arc<watch::Sender<u64>>,
 }
 
 impl SharedState {
@@ -65,6 +68,7 @@ impl SharedState {
             lso: Arc::new(watch::channel(0).0),
             snapshotted_bytes: Arc::default(),
             shares: Arc::default(),
+            share_changes: Arc::new(watch::channel(0).0),
         }
     }
 
@@ -221,8 +225,12 @@ impl GroupStateMachine for PartitionStateMachine {
             txns.trim(answer);
             self.shared.epochs.lock().unwrap_or_else(|p| p.into_inner()).trim(answer);
             // Share groups follow the log: what it no longer has is gone for them too.
-            for state in self.shared.shares.lock().unwrap_or_else(|p| p.into_inner()).values_mut() {
+            let mut shares = self.shared.shares.lock().unwrap_or_else(|p| p.into_inner());
+            for state in shares.values_mut() {
                 state.apply(&ShareCommand::LogStart { log_start: answer }, &Default::default());
+            }
+            if !shares.is_empty() {
+                self.shared.share_changes.send_modify(|n| *n += 1);
             }
             tracing::debug!(index = log_id.index, log_start = answer, "log start offset moved");
         } else if let Some(entry) = command::share(&payload.body) {
@@ -230,7 +238,9 @@ impl GroupStateMachine for PartitionStateMachine {
             let log_start = self.shared.index.lock().unwrap_or_else(|p| p.into_inner()).log_start();
             let hw = *self.shared.hw.borrow();
             let mut shares = self.shared.shares.lock().unwrap_or_else(|p| p.into_inner());
-            return share_stored::apply_entry(&mut shares, entry, log_start, hw);
+            let answer = share_stored::apply_entry(&mut shares, entry, log_start, hw);
+            self.shared.share_changes.send_modify(|n| *n += 1);
+            return answer;
         } else if let Some(c) = command::compact(&payload.body) {
             // `base` is the high watermark here: nothing above it is compacted, nor anything of a
             // transaction still open.
@@ -365,6 +375,7 @@ impl GroupStateMachine for PartitionStateMachine {
         *self.shared.producers.lock().unwrap_or_else(|p| p.into_inner()) = producers;
         *self.shared.transactions.lock().unwrap_or_else(|p| p.into_inner()) = transactions;
         *self.shared.shares.lock().unwrap_or_else(|p| p.into_inner()) = shares;
+        self.shared.share_changes.send_modify(|n| *n += 1);
         Ok(())
     }
 }
@@ -464,7 +475,13 @@ mod tests {
         let acquired = sm.apply(
             &log_id,
             4,
-            &share(ShareCommand::Acquire { member: "m".into(), offsets: vec![0, 1, 2], now_ms: 1 }),
+            &share(ShareCommand::Acquire {
+                member: "m".into(),
+                acks: vec![],
+                skipped: vec![],
+                offsets: vec![0, 1, 2],
+                now_ms: 1,
+            }),
         );
         assert_eq!(decode_applied(&acquired).unwrap().acquired, vec![(0, 1), (1, 1), (2, 1)]);
         assert_eq!(*shared.hw.borrow(), 4, "a share entry takes no offsets");

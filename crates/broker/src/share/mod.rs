@@ -38,6 +38,8 @@ pub mod stored;
 use std::collections::BTreeMap;
 use std::ops::Range;
 
+use crate::fetch::Isolation;
+
 /// A share group member, by the id its coordinator gave it.
 pub type MemberId = String;
 
@@ -57,6 +59,9 @@ pub struct ShareSettings {
     pub backoff: Backoff,
     /// Whether archived records are copied to a dead-letter topic before they count as done.
     pub dead_letters: bool,
+    /// Which records the group sees: `read_committed` (Rill's default) acquires only records of
+    /// decided transactions, below the last stable offset, and never an aborted one.
+    pub isolation: Isolation,
 }
 
 impl Default for ShareSettings {
@@ -68,6 +73,7 @@ impl Default for ShareSettings {
             max_per_member: 500,
             backoff: Backoff::default(),
             dead_letters: false,
+            isolation: Isolation::ReadCommitted,
         }
     }
 }
@@ -162,12 +168,20 @@ pub enum Ack {
 /// A change of a share partition's state, with what the leader decided and when.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ShareCommand {
-    /// `member` acquires `offsets` (those still acquirable when this applies) until
-    /// `now_ms + lock_ms`. `end_offset` bounds what may be acquired: the high watermark (or the
-    /// last stable offset) the leader read them below.
+    /// `member` first acknowledges what it sends with its fetch (`acks`, as
+    /// [`ShareCommand::Acknowledge`]), then the offsets in `skipped` that the log holds no
+    /// deliverable record at are done, then `member` acquires `offsets` (those still acquirable
+    /// when this applies) until `now_ms + lock_ms` — one entry for a fetch and the
+    /// acknowledgements it carries.
     Acquire {
         /// Who acquires.
         member: MemberId,
+        /// Acknowledgements carried by the fetch, applied first.
+        acks: Vec<(u64, Ack)>,
+        /// Offset ranges (start, end) without a record to deliver — transaction markers,
+        /// aborted records under `read_committed`, records compaction removed — as the leader
+        /// read the log ([`SharePartition::plan_acquire`]).
+        skipped: Vec<(u64, u64)>,
         /// The records, as the leader chose them ([`SharePartition::plan_acquire`]).
         offsets: Vec<u64>,
         /// The leader's clock.
@@ -232,6 +246,41 @@ pub struct Applied {
     pub archived: Vec<(u64, ArchiveReason)>,
 }
 
+/// What the leader read of the log to plan an acquisition: the offsets it scanned and, among
+/// them, where records to deliver are. An offset in `scanned` outside every range of `records`
+/// has nothing to deliver (a transaction marker, an aborted record under `read_committed`, a
+/// record compaction removed).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogView {
+    /// The offsets read, all below the high watermark (or the last stable offset).
+    pub scanned: Range<u64>,
+    /// Where the deliverable records among them are: sorted ranges, apart.
+    pub records: Vec<Range<u64>>,
+}
+
+impl LogView {
+    /// A log with a record at every offset below `end` (tests).
+    pub fn dense(end: u64) -> Self {
+        Self { scanned: 0..end, records: std::iter::once(0..end).collect() }
+    }
+}
+
+/// An acquisition the leader plans ([`SharePartition::plan_acquire`]).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct AcquirePlan {
+    /// The records to acquire.
+    pub offsets: Vec<u64>,
+    /// Offset ranges (start, end) with nothing to deliver, done without a delivery.
+    pub skipped: Vec<(u64, u64)>,
+}
+
+impl AcquirePlan {
+    /// True when the plan changes nothing.
+    pub fn is_empty(&self) -> bool {
+        self.offsets.is_empty() && self.skipped.is_empty()
+    }
+}
+
 /// One share group's state on one partition.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct SharePartition {
@@ -245,13 +294,65 @@ pub struct SharePartition {
     in_flight: BTreeMap<u64, Tracked>,
     /// Records in `start..end` that are done, as coalesced ranges (start → end).
     done: BTreeMap<u64, u64>,
+    /// The settings of the group's latest entry here: what the leader proposes expiries under
+    /// when no member is asking (after a failover, say).
+    settings: ShareSettings,
 }
 
 impl SharePartition {
     /// A group starting to read the partition at `start` (its log start, its end, or an offset
     /// chosen for the group).
     pub fn starting_at(start: u64) -> Self {
-        Self { start, end: start, in_flight: BTreeMap::new(), done: BTreeMap::new() }
+        Self {
+            start,
+            end: start,
+            in_flight: BTreeMap::new(),
+            done: BTreeMap::new(),
+            settings: ShareSettings::default(),
+        }
+    }
+
+    /// The settings of the group's latest entry on the partition.
+    pub fn settings(&self) -> &ShareSettings {
+        &self.settings
+    }
+
+    /// Records `settings` as the group's latest (the partition's state machine, per entry).
+    pub fn set_settings(&mut self, settings: &ShareSettings) {
+        if &self.settings != settings {
+            self.settings = settings.clone();
+        }
+    }
+
+    /// The earliest lock deadline among the records acquired here, if any is.
+    pub fn next_lock_deadline(&self) -> Option<i64> {
+        self.in_flight
+            .values()
+            .filter_map(|t| match t.state {
+                InFlight::Acquired { lock_until_ms, .. } => Some(lock_until_ms),
+                _ => None,
+            })
+            .min()
+    }
+
+    /// The records whose locks have run out at `now_ms`.
+    pub fn expired_locks(&self, now_ms: i64) -> Vec<u64> {
+        self.in_flight
+            .iter()
+            .filter(|(_, t)| matches!(t.state, InFlight::Acquired { lock_until_ms, .. } if lock_until_ms <= now_ms))
+            .map(|(o, _)| *o)
+            .collect()
+    }
+
+    /// The earliest end of a delay still running at `now_ms`, if any: when a record comes back.
+    pub fn next_delay_end(&self, now_ms: i64) -> Option<i64> {
+        self.in_flight
+            .values()
+            .filter_map(|t| match t.state {
+                InFlight::Delayed { until_ms } if until_ms > now_ms => Some(until_ms),
+                _ => None,
+            })
+            .min()
     }
 
     /// The share-partition start offset (see [`SharePartition`]).
@@ -304,51 +405,105 @@ impl SharePartition {
         }
     }
 
-    /// The records `member` would acquire at `now_ms` from those below `end_offset` (the high
-    /// watermark, or the last stable offset for `read_committed`): the lowest acquirable
-    /// offsets first, at most `max_records`, within the partition's and the member's caps. A
-    /// record delivered before that is on its last attempt goes alone — the only record of its
-    /// acquisition — so a poison record cannot use up the attempts of records delivered with it
-    /// (KAFKA-17541). The walk skips done ranges whole: it costs the records in flight, not the
-    /// distance from the start offset.
+    /// The lowest offset at or above the start offset that may be acquirable at `now_ms` and
+    /// is below `end_offset`: where the leader reads the log from to plan an acquisition.
+    pub fn first_candidate(&self, end_offset: u64, now_ms: i64, settings: &ShareSettings) -> Option<u64> {
+        let mut offset = self.start;
+        while offset < end_offset {
+            if let Some((_, &done_end)) = self.done.range(..=offset).next_back().filter(|(_, &e)| offset < e) {
+                offset = done_end;
+                continue;
+            }
+            if self.acquirable(offset, now_ms, settings).is_some() {
+                return Some(offset);
+            }
+            offset += 1;
+        }
+        None
+    }
+
+    /// The acquisition `member` would make at `now_ms` from what the leader read of the log
+    /// (`log`): the lowest acquirable records first, at most `max_records`, within the
+    /// partition's and the member's caps; and the offsets of `log.scanned` it passes that have
+    /// no record to deliver, to be done without a delivery (records in flight there stay, unless
+    /// they are available or delayed: compaction removed them). A record delivered before that
+    /// is on its last attempt goes alone — the only record of its acquisition — so a poison
+    /// record cannot use up the attempts of records delivered with it (KAFKA-17541). The walk
+    /// skips done ranges and gaps whole: it costs the records it passes, not the distance.
     pub fn plan_acquire(
         &self,
         member: &str,
         max_records: usize,
-        end_offset: u64,
         now_ms: i64,
         settings: &ShareSettings,
-    ) -> Vec<u64> {
+        log: &LogView,
+    ) -> AcquirePlan {
         let room_partition = (settings.max_in_flight as usize).saturating_sub(self.in_flight_count());
         let room_member = (settings.max_per_member as usize).saturating_sub(self.held_by(member));
         let budget = max_records.min(room_partition).min(room_member);
-        let mut chosen = Vec::new();
-        let mut offset = self.start;
-        while offset < end_offset && chosen.len() < budget {
+        let mut plan = AcquirePlan::default();
+        let mut records = log.records.iter().peekable();
+        let mut offset = self.start.max(log.scanned.start);
+        while offset < log.scanned.end && plan.offsets.len() < budget {
             if let Some((_, &done_end)) = self.done.range(..=offset).next_back().filter(|(_, &e)| offset < e) {
                 offset = done_end;
+                continue;
+            }
+            while records.peek().is_some_and(|r| r.end <= offset) {
+                records.next();
+            }
+            if records.peek().is_none_or(|r| r.start > offset) {
+                // A gap: up to the next record, the next done range or the end of what was read.
+                let next_done = self.done.range(offset..).next().map_or(u64::MAX, |(&s, _)| s);
+                let gap_end = records.peek().map_or(u64::MAX, |r| r.start).min(next_done).min(log.scanned.end);
+                self.skip_gap(offset, gap_end, &mut plan.skipped);
+                offset = gap_end;
                 continue;
             }
             if let Some(count) = self.acquirable(offset, now_ms, settings) {
                 let last_attempt = count > 0 && count.saturating_add(1) >= settings.delivery_limit;
                 if last_attempt {
-                    if chosen.is_empty() {
-                        chosen.push(offset);
+                    if plan.offsets.is_empty() {
+                        plan.offsets.push(offset);
                     }
                     break;
                 }
-                chosen.push(offset);
+                plan.offsets.push(offset);
             }
             offset += 1;
         }
-        chosen
+        plan
+    }
+
+    /// Adds to `skipped` the offsets of `from..to` (a gap in the log) that may be done without
+    /// a delivery: all but records acquired or waiting for their dead-letter copy.
+    fn skip_gap(&self, from: u64, to: u64, skipped: &mut Vec<(u64, u64)>) {
+        let mut run = from;
+        for (&offset, t) in self.in_flight.range(from..to) {
+            if matches!(t.state, InFlight::Acquired { .. } | InFlight::DeadLettering(_)) {
+                if run < offset {
+                    skipped.push((run, offset));
+                }
+                run = offset + 1;
+            }
+        }
+        if run < to {
+            match skipped.last_mut() {
+                Some((_, end)) if *end == run => *end = to,
+                _ => skipped.push((run, to)),
+            }
+        }
     }
 
     /// Applies `command` under `settings`; what it did.
     pub fn apply(&mut self, command: &ShareCommand, settings: &ShareSettings) -> Applied {
         let mut applied = Applied::default();
         match command {
-            ShareCommand::Acquire { member, offsets, now_ms } => {
+            ShareCommand::Acquire { member, acks, skipped, offsets, now_ms } => {
+                self.acknowledge_all(member, acks, *now_ms, settings, &mut applied);
+                for &(from, to) in skipped {
+                    self.skip(from, to);
+                }
                 let lock_until_ms = now_ms.saturating_add(i64::try_from(settings.lock_ms).unwrap_or(i64::MAX));
                 // Counted once and kept up to date: an entry may name many records.
                 let (mut in_flight, mut held) = (self.in_flight_count(), self.held_by(member));
@@ -378,12 +533,7 @@ impl SharePartition {
                 }
             }
             ShareCommand::Acknowledge { member, acks, now_ms } => {
-                for (offset, ack) in acks {
-                    match self.held(*offset, member, *now_ms) {
-                        Err(refusal) => applied.refused.push((*offset, refusal)),
-                        Ok(()) => self.acknowledge(*offset, ack, *now_ms, settings, &mut applied),
-                    }
-                }
+                self.acknowledge_all(member, acks, *now_ms, settings, &mut applied);
             }
             ShareCommand::Expire { offsets, now_ms } => {
                 for &(offset, jitter_ms) in offsets {
@@ -432,6 +582,50 @@ impl SharePartition {
         }
         self.advance();
         applied
+    }
+
+    fn acknowledge_all(
+        &mut self,
+        member: &str,
+        acks: &[(u64, Ack)],
+        now_ms: i64,
+        settings: &ShareSettings,
+        applied: &mut Applied,
+    ) {
+        for (offset, ack) in acks {
+            match self.held(*offset, member, now_ms) {
+                Err(refusal) => applied.refused.push((*offset, refusal)),
+                Ok(()) => self.acknowledge(*offset, ack, now_ms, settings, applied),
+            }
+        }
+    }
+
+    /// Offsets `from..to` hold no record to deliver: done, except records acquired or waiting
+    /// for their dead-letter copy (checked again here: a record acquired since the leader read
+    /// the log keeps its lock).
+    fn skip(&mut self, from: u64, to: u64) {
+        let from = from.max(self.start);
+        if from >= to {
+            return;
+        }
+        let kept: Vec<u64> = self
+            .in_flight
+            .range(from..to)
+            .filter(|(_, t)| matches!(t.state, InFlight::Acquired { .. } | InFlight::DeadLettering(_)))
+            .map(|(o, _)| *o)
+            .collect();
+        let mut run = from;
+        for offset in kept.into_iter().chain(std::iter::once(to)) {
+            if run < offset {
+                let gone: Vec<u64> = self.in_flight.range(run..offset).map(|(o, _)| *o).collect();
+                for o in gone {
+                    self.in_flight.remove(&o);
+                }
+                self.mark_done(run, offset);
+            }
+            run = offset.saturating_add(1);
+        }
+        self.end = self.end.max(to);
     }
 
     /// Whether `member` holds `offset` with its lock unexpired at `now_ms`.
@@ -491,17 +685,20 @@ impl SharePartition {
     /// `offset` is done: out of flight, into the done ranges (merged with its neighbours).
     fn finish(&mut self, offset: u64) {
         self.in_flight.remove(&offset);
-        let mut range: Range<u64> = offset..offset.saturating_add(1);
-        if let Some((&s, &e)) = self.done.range(..=offset).next_back() {
-            if e >= offset {
-                range.start = s;
-                range.end = range.end.max(e);
-                self.done.remove(&s);
-            }
-        }
-        if let Some(&e) = self.done.get(&range.end) {
-            self.done.remove(&range.end);
-            range.end = e;
+        self.mark_done(offset, offset.saturating_add(1));
+    }
+
+    /// `from..to` is done: one range with every done range it overlaps or touches.
+    fn mark_done(&mut self, from: u64, to: u64) {
+        let mut range: Range<u64> = from..to;
+        // Ranges are apart and sorted, so their ends rise with their starts: the ones touching
+        // `from..to` are the last ones starting at or before `to`.
+        let touching: Vec<(u64, u64)> =
+            self.done.range(..=to).rev().take_while(|(_, &e)| e >= from).map(|(&s, &e)| (s, e)).collect();
+        for (s, e) in touching {
+            self.done.remove(&s);
+            range.start = range.start.min(s);
+            range.end = range.end.max(e);
         }
         self.done.insert(range.start, range.end);
     }
@@ -531,8 +728,16 @@ mod tests {
         now_ms: i64,
         s: &ShareSettings,
     ) -> Vec<(u64, u16)> {
-        let offsets = p.plan_acquire(member, n, hw, now_ms, s);
-        p.apply(&ShareCommand::Acquire { member: member.into(), offsets, now_ms }, s).acquired
+        let plan = p.plan_acquire(member, n, now_ms, s, &LogView::dense(hw));
+        assert!(plan.skipped.is_empty(), "a record at every offset");
+        let command = ShareCommand::Acquire {
+            member: member.into(),
+            acks: vec![],
+            skipped: vec![],
+            offsets: plan.offsets,
+            now_ms,
+        };
+        p.apply(&command, s).acquired
     }
 
     fn ack(p: &mut SharePartition, member: &str, acks: Vec<(u64, Ack)>, now_ms: i64, s: &ShareSettings) -> Applied {
@@ -632,7 +837,10 @@ mod tests {
         assert_eq!(acquire(&mut p, "b", 100, 100, 0, &s).len(), 5, "the partition's cap");
         assert!(acquire(&mut p, "c", 100, 100, 0, &s).is_empty());
         // An acquisition the leader planned before the caps filled takes nothing past them.
-        let late = p.apply(&ShareCommand::Acquire { member: "c".into(), offsets: vec![50], now_ms: 1 }, &s);
+        let late = p.apply(
+            &ShareCommand::Acquire { member: "c".into(), acks: vec![], skipped: vec![], offsets: vec![50], now_ms: 1 },
+            &s,
+        );
         assert!(late.acquired.is_empty());
         // 3 is accepted, the others ahead of it stay: 3 is done, the start stays at 0.
         ack(&mut p, "a", vec![(3, Ack::Accept)], 2, &s);
@@ -680,6 +888,81 @@ mod tests {
         assert_eq!(p.start_offset(), 1_001);
     }
 
+    #[test]
+    fn offsets_without_records_are_done_without_a_delivery_and_the_start_moves_past_them() {
+        let s = ShareSettings { max_per_member: 10, ..settings() };
+        // With the budget spent, the walk stops before the gap after it.
+        let at_cap = SharePartition::starting_at(0).plan_acquire(
+            "a",
+            2,
+            0,
+            &s,
+            &LogView { scanned: 0..4, records: std::iter::once(0..2).collect() },
+        );
+        assert_eq!(at_cap, AcquirePlan { offsets: vec![0, 1], skipped: vec![] });
+        let mut p = SharePartition::starting_at(0);
+        // Records at 0..3 and 5..7; 3 and 4 are a transaction's markers, say; read up to 8.
+        let log = LogView { scanned: 0..8, records: vec![0..3, 5..7] };
+        let plan = p.plan_acquire("a", 10, 0, &s, &log);
+        assert_eq!(plan, AcquirePlan { offsets: vec![0, 1, 2, 5, 6], skipped: vec![(3, 5), (7, 8)] });
+        let cmd = ShareCommand::Acquire {
+            member: "a".into(),
+            acks: vec![],
+            skipped: plan.skipped,
+            offsets: plan.offsets,
+            now_ms: 0,
+        };
+        p.apply(&cmd, &s);
+        assert_eq!((p.end_offset(), p.in_flight().len()), (8, 5));
+        // The accepted records and the gap between them are one done range, the start past all.
+        let acks = [0, 1, 2, 5, 6].map(|o| (o, Ack::Accept)).to_vec();
+        let cmd = ShareCommand::Acquire { member: "a".into(), acks, skipped: vec![], offsets: vec![], now_ms: 1 };
+        assert!(p.apply(&cmd, &s).refused.is_empty());
+        assert_eq!((p.start_offset(), p.done.len()), (8, 0));
+        assert_eq!(p.first_candidate(20, 1, &s), Some(8));
+    }
+
+    #[test]
+    fn a_gap_keeps_the_records_acquired_in_it_and_drops_the_ones_compaction_removed() {
+        let s = settings();
+        let mut p = SharePartition::starting_at(0);
+        acquire(&mut p, "a", 4, 4, 0, &s);
+        ack(&mut p, "a", vec![(1, Ack::Release { delay_ms: 0 }), (2, Ack::Release { delay_ms: 50 })], 1, &s);
+        // Compaction removed 1..3 since: 1 is available and 2 delayed, both go; 0 and 3 are held.
+        let log = LogView { scanned: 0..6, records: std::iter::once(5..6).collect() };
+        let plan = p.plan_acquire("b", 10, 2, &s, &log);
+        assert_eq!(plan, AcquirePlan { offsets: vec![5], skipped: vec![(1, 3), (4, 5)] });
+        // Applied after `a` acquired... nothing new: a skip never ends a held lock.
+        let cmd = ShareCommand::Acquire {
+            member: "b".into(),
+            acks: vec![],
+            skipped: vec![(0, 5)],
+            offsets: vec![5],
+            now_ms: 2,
+        };
+        assert_eq!(p.apply(&cmd, &s).acquired, vec![(5, 1)]);
+        assert_eq!(p.in_flight().keys().copied().collect::<Vec<_>>(), vec![0, 3, 5]);
+        assert_eq!(ack(&mut p, "a", vec![(0, Ack::Accept), (3, Ack::Accept)], 3, &s).refused, vec![]);
+        assert_eq!(p.start_offset(), 5);
+    }
+
+    #[test]
+    fn a_fetch_acknowledges_first_so_a_member_at_its_cap_acquires_again() {
+        let s = settings();
+        let mut p = SharePartition::starting_at(0);
+        assert_eq!(acquire(&mut p, "a", 5, 20, 0, &s).len(), 5);
+        assert!(p.plan_acquire("a", 5, 1, &s, &LogView::dense(20)).offsets.is_empty(), "at the member's cap");
+        let acks: Vec<(u64, Ack)> = (0..5).map(|o| (o, Ack::Accept)).collect();
+        let mut preview = p.clone();
+        preview.apply(&ShareCommand::Acknowledge { member: "a".into(), acks: acks.clone(), now_ms: 1 }, &s);
+        let plan = preview.plan_acquire("a", 5, 1, &s, &LogView::dense(20));
+        let cmd =
+            ShareCommand::Acquire { member: "a".into(), acks, skipped: plan.skipped, offsets: plan.offsets, now_ms: 1 };
+        let applied = p.apply(&cmd, &s);
+        assert_eq!(applied.acquired.iter().map(|(o, _)| *o).collect::<Vec<_>>(), vec![5, 6, 7, 8, 9]);
+        assert_eq!(p.start_offset(), 5);
+    }
+
     /// One step of a random history: who does what, at which moment.
     #[derive(Debug, Clone)]
     enum Step {
@@ -724,8 +1007,11 @@ mod tests {
                 let member = |m: u8| format!("m{m}");
                 let cmd = match st {
                     Step::Acquire { member: m, n } => {
-                        let offsets = p.plan_acquire(&member(m), usize::from(n), hw, now, &s);
-                        ShareCommand::Acquire { member: member(m), offsets, now_ms: now }
+                        // Every fifth offset is a gap in the log (a marker, say).
+                        let log = LogView { scanned: 0..hw, records: (0..hw).step_by(5).map(|o| o..(o + 4).min(hw)).collect() };
+                        let plan = p.plan_acquire(&member(m), usize::from(n), now, &s, &log);
+                        let acks = p.in_flight().iter().filter(|(_, t)| matches!(&t.state, InFlight::Acquired { member: h, .. } if *h == member(m))).take(usize::from(n % 2)).map(|(o, _)| (*o, Ack::Accept)).collect();
+                        ShareCommand::Acquire { member: member(m), acks, skipped: plan.skipped, offsets: plan.offsets, now_ms: now }
                     }
                     Step::Ack { member: m, pick, how } => {
                         let held: Vec<u64> = p.in_flight().keys().copied().collect();
@@ -753,7 +1039,7 @@ mod tests {
                     let InFlight::Acquired { member: holder, lock_until_ms } = &t.state else { continue };
                     let still = matches!(p.in_flight().get(offset), Some(Tracked { state: InFlight::Acquired { member: m, .. }, .. }) if m == holder);
                     let by_holder = match &cmd {
-                        ShareCommand::Acknowledge { member: m, acks, .. } => m == holder && acks.iter().any(|(o, _)| o == offset),
+                        ShareCommand::Acknowledge { member: m, acks, .. } | ShareCommand::Acquire { member: m, acks, .. } => m == holder && acks.iter().any(|(o, _)| o == offset),
                         ShareCommand::ReleaseMember { member: m, .. } => m == holder,
                         // Or the log no longer has the record.
                         ShareCommand::LogStart { log_start } => offset < log_start,
@@ -762,6 +1048,7 @@ mod tests {
                     proptest::prop_assert!(still || by_holder || *lock_until_ms <= now, "{offset}: {holder}'s lock until {lock_until_ms} ended at {now}");
                 }
                 for (offset, count) in &applied.acquired {
+                    proptest::prop_assert!(offset % 5 != 4, "{offset} has no record");
                     proptest::prop_assert!(!done_seen.contains(offset), "{offset} acquired after it was done");
                     proptest::prop_assert!(*count <= s.delivery_limit, "{offset} delivered {count} times");
                     let previous = counts.insert(*offset, *count).unwrap_or(0);

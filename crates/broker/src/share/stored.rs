@@ -9,6 +9,8 @@ use bytes::Bytes;
 use prost::Message;
 use rill_proto::partition as pb;
 
+use crate::fetch::Isolation;
+
 use super::{
     Ack, AckRefusal, Applied, ArchiveReason, Backoff, InFlight, ShareCommand, SharePartition, ShareSettings, Tracked,
 };
@@ -34,8 +36,15 @@ pub struct ShareEntry {
 pub fn encode_entry(entry: &ShareEntry) -> Option<Bytes> {
     use pb::share_entry::Command;
     let (command, now_ms) = match &entry.command {
-        ShareCommand::Acquire { member, offsets, now_ms } => {
-            (Command::Acquire(pb::ShareAcquire { member: member.clone(), offsets: offsets.clone() }), *now_ms)
+        ShareCommand::Acquire { member, acks, skipped, offsets, now_ms } => {
+            let acquire = pb::ShareAcquire {
+                member: member.clone(),
+                offsets: offsets.clone(),
+                acks: acks.iter().map(|(offset, ack)| ack_to_proto(*offset, ack)).collect(),
+                skipped_starts: skipped.iter().map(|(s, _)| *s).collect(),
+                skipped_ends: skipped.iter().map(|(_, e)| *e).collect(),
+            };
+            (Command::Acquire(acquire), *now_ms)
         }
         ShareCommand::Acknowledge { member, acks, now_ms } => {
             let acks = acks.iter().map(|(offset, ack)| ack_to_proto(*offset, ack)).collect();
@@ -68,7 +77,22 @@ pub fn decode_entry(body: &[u8]) -> Result<ShareEntry, String> {
     let settings = settings_from_proto(e.settings.as_ref().ok_or("a share entry without settings")?)?;
     let now_ms = e.now_ms;
     let command = match e.command.ok_or("a share entry without a command")? {
-        Command::Acquire(a) => ShareCommand::Acquire { member: a.member, offsets: a.offsets, now_ms },
+        Command::Acquire(a) => {
+            if a.skipped_starts.len() != a.skipped_ends.len() {
+                return Err(format!(
+                    "a share acquisition of {} skipped starts and {} ends",
+                    a.skipped_starts.len(),
+                    a.skipped_ends.len()
+                ));
+            }
+            ShareCommand::Acquire {
+                acks: a.acks.iter().map(ack_from_proto).collect::<Result<_, _>>()?,
+                skipped: a.skipped_starts.into_iter().zip(a.skipped_ends).collect(),
+                member: a.member,
+                offsets: a.offsets,
+                now_ms,
+            }
+        }
         Command::Acknowledge(a) => ShareCommand::Acknowledge {
             member: a.member,
             acks: a.acks.iter().map(ack_from_proto).collect::<Result<_, _>>()?,
@@ -94,12 +118,17 @@ pub fn decode_entry(body: &[u8]) -> Result<ShareEntry, String> {
 pub fn apply_entry(groups: &mut ShareGroups, body: &[u8], log_start: u64, hw: u64) -> Bytes {
     let answer = match decode_entry(body) {
         Ok(mut entry) => {
-            if let ShareCommand::Acquire { offsets, .. } = &mut entry.command {
+            if let ShareCommand::Acquire { offsets, skipped, .. } = &mut entry.command {
                 offsets.retain(|&o| o < hw);
+                skipped.retain_mut(|(from, to)| {
+                    *to = (*to).min(hw);
+                    from < to
+                });
             }
             let state = groups
                 .entry(entry.group)
                 .or_insert_with(|| SharePartition::starting_at(entry.start_if_new.max(log_start)));
+            state.set_settings(&entry.settings);
             applied_to_proto(&state.apply(&entry.command, &entry.settings))
         }
         Err(error) => pb::ShareApplied { error, ..Default::default() },
@@ -197,6 +226,7 @@ pub fn settings_to_proto(s: &ShareSettings) -> pb::ShareSettings {
         backoff_initial_ms: s.backoff.initial_ms,
         backoff_max_ms: s.backoff.max_ms,
         dead_letters: s.dead_letters,
+        read_uncommitted: s.isolation == Isolation::ReadUncommitted,
     }
 }
 
@@ -214,6 +244,7 @@ pub fn settings_from_proto(p: &pb::ShareSettings) -> Result<ShareSettings, Strin
         max_per_member: p.max_per_member,
         backoff: Backoff { initial_ms: p.backoff_initial_ms, max_ms: p.backoff_max_ms },
         dead_letters: p.dead_letters,
+        isolation: if p.read_uncommitted { Isolation::ReadUncommitted } else { Isolation::ReadCommitted },
     })
 }
 
@@ -227,6 +258,7 @@ impl SharePartition {
             in_flight: self.in_flight.iter().map(|(offset, t)| record_to_proto(*offset, t)).collect(),
             done_starts: self.done.keys().copied().collect(),
             done_ends: self.done.values().copied().collect(),
+            settings: Some(settings_to_proto(&self.settings)),
         }
     }
 
@@ -246,7 +278,11 @@ impl SharePartition {
             done.insert(s, e);
             previous_end = e;
         }
-        let mut state = Self { start: p.start_offset, end: p.end_offset, in_flight: BTreeMap::new(), done };
+        let settings = match &p.settings {
+            Some(s) => settings_from_proto(s).map_err(|e| format!("share group {group}: {e}"))?,
+            None => ShareSettings::default(),
+        };
+        let mut state = Self { start: p.start_offset, end: p.end_offset, in_flight: BTreeMap::new(), done, settings };
         for r in &p.in_flight {
             if r.offset < state.start || r.offset >= state.end || state.is_done(r.offset) {
                 return Err(format!("share group {group}: record {} in flight outside its window or done", r.offset));
@@ -324,7 +360,13 @@ mod tests {
     #[test]
     fn entries_round_trip_and_a_log_start_is_not_an_entry() {
         let commands = [
-            ShareCommand::Acquire { member: "m".into(), offsets: vec![1, 2], now_ms: 5 },
+            ShareCommand::Acquire {
+                member: "m".into(),
+                acks: vec![(0, Ack::Accept), (4, Ack::Release { delay_ms: 2 })],
+                skipped: vec![(3, 4), (7, 9)],
+                offsets: vec![1, 2],
+                now_ms: 5,
+            },
             ShareCommand::Acknowledge {
                 member: "m".into(),
                 acks: vec![
@@ -350,11 +392,19 @@ mod tests {
     #[test]
     fn an_entry_applies_to_its_group_created_at_its_start_and_answers_what_it_did() {
         let mut groups = ShareGroups::new();
-        let acquire = entry(ShareCommand::Acquire { member: "m".into(), offsets: vec![3, 4], now_ms: 0 });
+        let acquire = entry(ShareCommand::Acquire {
+            member: "m".into(),
+            acks: vec![],
+            skipped: vec![(5, 12)],
+            offsets: vec![3, 4, 12],
+            now_ms: 0,
+        });
         let answer =
             apply_entry(&mut groups, &encode_entry(&ShareEntry { start_if_new: 3, ..acquire }).unwrap(), 0, 10);
-        assert_eq!(decode_applied(&answer).unwrap().acquired, vec![(3, 1), (4, 1)]);
+        assert_eq!(decode_applied(&answer).unwrap().acquired, vec![(3, 1), (4, 1)], "none at or past the HW");
         assert_eq!(groups["jobs"].start_offset(), 3);
+        assert_eq!(groups["jobs"].end_offset(), 10, "skipped up to the HW only");
+        assert_eq!(groups["jobs"].settings(), &settings(), "the entry's settings kept");
         let late = entry(ShareCommand::Acknowledge { member: "m".into(), acks: vec![(3, Ack::Accept)], now_ms: 2_000 });
         let answer = apply_entry(&mut groups, &encode_entry(&late).unwrap(), 0, 10);
         assert_eq!(decode_applied(&answer).unwrap().refused, vec![(3, AckRefusal::LockExpired)]);
@@ -366,7 +416,15 @@ mod tests {
     fn a_group_state_round_trips_and_a_damaged_one_is_refused() {
         let s = settings();
         let mut p = SharePartition::starting_at(10);
-        p.apply(&ShareCommand::Acquire { member: "a".into(), offsets: (10..16).collect(), now_ms: 0 }, &s);
+        let acquire = ShareCommand::Acquire {
+            member: "a".into(),
+            acks: vec![],
+            skipped: vec![],
+            offsets: (10..16).collect(),
+            now_ms: 0,
+        };
+        p.apply(&acquire, &s);
+        p.set_settings(&s);
         let acks = vec![
             (11, Ack::Accept),
             (12, Ack::Release { delay_ms: 50 }),
