@@ -25,7 +25,9 @@
 //!   shared by the batches that arrive meanwhile.
 //! * [`share`]: [`share::SharePartition`] — a share group's reading of a partition (queues on
 //!   the log): records acquired under locks, delivery counts, acknowledgements, expiries,
-//!   delays and archiving, as commands applied the same on every replica.
+//!   delays and archiving, as commands applied the same on every replica; its stored forms
+//!   (`share::stored`) and the leader's side (`share::leader`: fetches that acquire, the lock
+//!   timer).
 //! * [`submit_order`]: [`SubmitOrder`] — the batches of a connection's pipelined requests
 //!   queued for their logs in the order the requests came.
 //! * [`fetch`]: fetch, the long poll, and the offsets `ListOffsets` asks for.

@@ -93,6 +93,14 @@ pub struct Partition {
     pub(crate) producer_limits: ProducerLimits,
     /// Transactional batches' verifications under way, one per producer epoch.
     pub(crate) verifying: crate::verifying::Verifying<crate::produce::MarkerGuard>,
+    /// Each share group's reading of the partition, as applied here.
+    pub(crate) shares: Arc<Mutex<crate::share::stored::ShareGroups>>,
+    /// Counts applied changes of `shares`.
+    pub(crate) share_changes: watch::Receiver<u64>,
+    /// Held while the leader plans and proposes an acquisition (one at a time).
+    pub(crate) share_acquiring: rill_rt::sync::Mutex<()>,
+    /// The leader's lock timer (see `crate::share::leader`).
+    pub(crate) share_timer: crate::share::leader::ShareTimer,
 }
 
 impl std::ops::Deref for Partition {
@@ -146,6 +154,10 @@ impl Partition {
             proposer,
             producer_limits: settings.producers,
             verifying: Default::default(),
+            shares: shared.shares,
+            share_changes: shared.share_changes.subscribe(),
+            share_acquiring: rill_rt::sync::Mutex::new(()),
+            share_timer: Default::default(),
         });
         rill_rt::spawn(housekeeping(Arc::downgrade(&partition), settings.purge_every, settings.compaction));
         partition
@@ -312,6 +324,8 @@ async fn housekeeping(partition: std::sync::Weak<Partition>, purge_every: Durati
                     tracing::debug!(group = p.group, error = %e, "could not move the cleaning point");
                 }
             }
+            // After a failover, locks taken under the previous leader end by this one's timer.
+            p.ensure_share_timer(None);
             if rill_rt::now() >= next_expiry {
                 let expiration = config.producer_id_expiration_ms;
                 let every = crate::produce::EXPIRY_CHECK_EVERY

@@ -33,6 +33,8 @@
 //!
 //! [`apply`]: SharePartition::apply
 
+
+pub mod leader;
 pub mod stored;
 
 use std::collections::BTreeMap;

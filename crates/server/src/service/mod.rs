@@ -173,3 +173,5 @@ impl Service {
 }
 #[cfg(test)]
 pub(crate) mod tests;
+#[cfg(test)]
+mod tests_share;

@@ -35,7 +35,7 @@ impl Authorizer for Deny {
 
 /// A running one-node cluster on an in-memory engine, its coordinator shards, and its service
 /// allowing everything.
-async fn one_node() -> (Arc<Node>, Arc<Coordinators>, Service) {
+pub(crate) async fn one_node() -> (Arc<Node>, Arc<Coordinators>, Service) {
     one_node_with(|_| {}).await
 }
 

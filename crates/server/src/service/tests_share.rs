@@ -1,0 +1,203 @@
+//! Share groups on a running one-node cluster (in memory): a partition's leader acquires records
+//! for members with their fetches, applies their acknowledgements, ends locks that run out by
+//! itself, holds delayed records back and archives a record past its delivery limit — each
+//! through entries of the partition's log. (Real builds: the simulation has its own harness.)
+#![cfg(not(madsim))]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use rill_broker::share::leader::{ShareFetchRequest, ShareFetched, ShareStart};
+use rill_broker::share::{Ack, AckRefusal, ArchiveReason, ShareSettings};
+use rill_broker::{Acks, Partition};
+
+use super::tests::{must_create, must_reach, one_node};
+use crate::node::Node;
+
+/// Records to produce, one batch each.
+const RECORDS: u64 = 10;
+
+/// The leader of `topic`'s partition 0 on `node`, with `RECORDS` records written.
+async fn partition_with_records(node: &Node, topic: &str) -> Arc<Partition> {
+    let meta = node.meta();
+    let group = meta.topics[topic].partitions[0].group;
+    let partition = node.partition_by_group(group).expect("led here");
+    for i in 0..RECORDS {
+        let mut builder = rill_records::BatchBuilder::new(rill_records::Compression::None);
+        let value = Some(Bytes::from(format!("job-{i}")));
+        builder.push(rill_records::Record { value, ..Default::default() }).unwrap();
+        partition.produce(builder.build().unwrap(), Acks::All, Duration::from_secs(10), None).await.unwrap();
+    }
+    partition
+}
+
+fn settings() -> ShareSettings {
+    ShareSettings { lock_ms: 30_000, delivery_limit: 3, max_per_member: 100, ..Default::default() }
+}
+
+fn fetch(member: &str, max_records: usize, acks: Vec<(u64, Ack)>, settings: &ShareSettings) -> ShareFetchRequest {
+    ShareFetchRequest {
+        group: "workers".into(),
+        member: member.into(),
+        settings: settings.clone(),
+        start: ShareStart::Earliest,
+        acks,
+        max_records,
+        max_bytes: 1 << 20,
+        max_wait: Duration::ZERO,
+    }
+}
+
+fn offsets(fetched: &ShareFetched) -> Vec<u64> {
+    fetched.acquired.iter().map(|(o, _)| *o).collect()
+}
+
+/// The offsets of the records in `fetched`'s batches that it acquired: what a member processes.
+fn delivered(fetched: &ShareFetched) -> Vec<u64> {
+    let mut out = Vec::new();
+    for b in &fetched.batches {
+        let decoded = rill_records::decode(&b.data, usize::MAX).unwrap();
+        for r in decoded.records {
+            let offset = b.base_offset + r.offset_delta as u64;
+            if fetched.acquired.iter().any(|(o, _)| *o == offset) {
+                out.push(offset);
+            }
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn members_share_a_partition_record_by_record_and_a_fetch_carries_acknowledgements() {
+    let (node, _coordinators, service) = one_node().await;
+    must_create(&node, &service, "jobs", 1).await;
+    let p = partition_with_records(&node, "jobs").await;
+    let s = settings();
+
+    let a = p.share_fetch(fetch("a", 4, vec![], &s)).await.unwrap();
+    assert_eq!(a.acquired, vec![(0, 1), (1, 1), (2, 1), (3, 1)]);
+    assert_eq!(delivered(&a), vec![0, 1, 2, 3], "the batches hold the acquired records");
+    let b = p.share_fetch(fetch("b", 4, vec![], &s)).await.unwrap();
+    assert_eq!(offsets(&b), vec![4, 5, 6, 7], "b gets the next records, not a's");
+    // b's acknowledgement of a record it does not hold changes nothing.
+    let refused = p.share_acknowledge("workers", "b", &s, vec![(0, Ack::Accept)]).await.unwrap();
+    assert_eq!(refused.refused, vec![(0, AckRefusal::NotHeld)]);
+    // a accepts its four with its next fetch: one entry, and a gets the rest.
+    let accepts = (0..4).map(|o| (o, Ack::Accept)).collect();
+    let a = p.share_fetch(fetch("a", 4, accepts, &s)).await.unwrap();
+    assert!(a.refused.is_empty(), "{a:?}");
+    assert_eq!(offsets(&a), vec![8, 9]);
+    let state = p.share_state("workers").unwrap();
+    assert_eq!((state.start_offset(), state.end_offset()), (4, RECORDS));
+    // Nothing is left to acquire; a long poll answers empty at its end.
+    let mut waiting = fetch("c", 4, vec![], &s);
+    waiting.max_wait = Duration::from_millis(200);
+    assert!(p.share_fetch(waiting).await.unwrap().acquired.is_empty());
+}
+
+#[tokio::test]
+async fn a_lock_that_runs_out_ends_by_itself_and_the_late_acknowledgement_changes_nothing() {
+    let (node, _coordinators, service) = one_node().await;
+    must_create(&node, &service, "jobs", 1).await;
+    let p = partition_with_records(&node, "jobs").await;
+    let s = ShareSettings { lock_ms: 300, ..settings() };
+    let a = p.share_fetch(fetch("a", 2, vec![], &s)).await.unwrap();
+    assert_eq!(offsets(&a), vec![0, 1]);
+    // Nobody acknowledges: the leader's timer ends the locks and the records come back.
+    must_reach("the locks ended", || async {
+        p.share_state("workers")
+            .is_some_and(|st| st.in_flight().values().all(|t| t.state == rill_broker::share::InFlight::Available))
+    })
+    .await;
+    let late = p.share_acknowledge("workers", "a", &s, vec![(0, Ack::Accept)]).await.unwrap();
+    assert_eq!(late.refused, vec![(0, AckRefusal::NotHeld)], "a no longer holds it");
+    let b = p.share_fetch(fetch("b", 2, vec![], &s)).await.unwrap();
+    assert_eq!(b.acquired, vec![(0, 2), (1, 2)], "delivered again, the lapsed attempt counted");
+}
+
+#[tokio::test]
+async fn a_released_record_waits_out_its_delay_and_a_long_poll_gets_it_then() {
+    let (node, _coordinators, service) = one_node().await;
+    must_create(&node, &service, "jobs", 1).await;
+    let p = partition_with_records(&node, "jobs").await;
+    let s = settings();
+    // Take everything, then release record 3 for 400 ms and accept the rest.
+    let all = p.share_fetch(fetch("a", 100, vec![], &s)).await.unwrap();
+    assert_eq!(all.acquired.len() as u64, RECORDS);
+    let acks = (0..RECORDS).map(|o| (o, if o == 3 { Ack::Release { delay_ms: 400 } } else { Ack::Accept })).collect();
+    let released_at = rill_rt::wall_clock_ms();
+    assert!(p.share_acknowledge("workers", "a", &s, acks).await.unwrap().refused.is_empty());
+    assert!(p.share_fetch(fetch("b", 10, vec![], &s)).await.unwrap().acquired.is_empty(), "not before its delay");
+    let mut waiting = fetch("b", 10, vec![], &s);
+    waiting.max_wait = Duration::from_secs(10);
+    let again = p.share_fetch(waiting).await.unwrap();
+    assert_eq!(again.acquired, vec![(3, 2)]);
+    assert!(rill_rt::wall_clock_ms() - released_at >= 400, "delivered again only after its delay");
+}
+
+#[tokio::test]
+async fn a_long_poll_is_answered_when_a_record_arrives() {
+    let (node, _coordinators, service) = one_node().await;
+    must_create(&node, &service, "jobs", 1).await;
+    let p = partition_with_records(&node, "jobs").await;
+    let s = settings();
+    assert_eq!(p.share_fetch(fetch("a", 100, vec![], &s)).await.unwrap().acquired.len() as u64, RECORDS);
+    let mut waiting = fetch("b", 10, vec![], &s);
+    waiting.max_wait = Duration::from_secs(20);
+    let poll = tokio::spawn({
+        let p = p.clone();
+        async move { p.share_fetch(waiting).await }
+    });
+    let mut builder = rill_records::BatchBuilder::new(rill_records::Compression::None);
+    builder.push(rill_records::Record { value: Some(Bytes::from_static(b"late")), ..Default::default() }).unwrap();
+    p.produce(builder.build().unwrap(), Acks::All, Duration::from_secs(10), None).await.unwrap();
+    let got = poll.await.unwrap().unwrap();
+    assert_eq!(got.acquired, vec![(RECORDS, 1)]);
+}
+
+#[tokio::test]
+async fn a_record_past_its_delivery_limit_is_archived_and_the_others_flow() {
+    let (node, _coordinators, service) = one_node().await;
+    must_create(&node, &service, "jobs", 1).await;
+    let p = partition_with_records(&node, "jobs").await;
+    let s = ShareSettings { delivery_limit: 2, ..settings() };
+    // Record 0 fails (released) on every attempt; the others are accepted.
+    let first = p.share_fetch(fetch("a", 3, vec![], &s)).await.unwrap();
+    assert_eq!(offsets(&first), vec![0, 1, 2]);
+    let acks = vec![(0, Ack::Release { delay_ms: 0 }), (1, Ack::Accept), (2, Ack::Accept)];
+    let second = p.share_fetch(fetch("a", 3, acks, &s)).await.unwrap();
+    assert_eq!(second.acquired, vec![(0, 2)], "its last attempt goes alone");
+    let third = p.share_fetch(fetch("a", 3, vec![(0, Ack::Release { delay_ms: 0 })], &s)).await.unwrap();
+    assert_eq!(third.archived, vec![(0, ArchiveReason::DeliveryLimit)]);
+    assert_eq!(offsets(&third), vec![3, 4, 5], "everything else flows");
+    assert_eq!(p.share_state("workers").unwrap().start_offset(), 3);
+}
+
+#[tokio::test]
+async fn a_departed_members_records_come_back_at_once() {
+    let (node, _coordinators, service) = one_node().await;
+    must_create(&node, &service, "jobs", 1).await;
+    let p = partition_with_records(&node, "jobs").await;
+    let s = settings();
+    assert_eq!(offsets(&p.share_fetch(fetch("a", 2, vec![], &s)).await.unwrap()), vec![0, 1]);
+    p.share_release_member("workers", "a").await.unwrap();
+    let b = p.share_fetch(fetch("b", 2, vec![], &s)).await.unwrap();
+    assert_eq!(b.acquired, vec![(0, 2), (1, 2)], "the departure counted as an attempt");
+}
+
+#[tokio::test]
+async fn a_group_starting_at_latest_sees_only_what_is_written_after_its_first_fetch() {
+    let (node, _coordinators, service) = one_node().await;
+    must_create(&node, &service, "jobs", 1).await;
+    let p = partition_with_records(&node, "jobs").await;
+    let mut first = fetch("a", 10, vec![], &settings());
+    first.start = ShareStart::Latest;
+    assert!(p.share_fetch(first.clone()).await.unwrap().acquired.is_empty());
+    // The first fetch pinned where the group starts: a record written now is the group's.
+    assert_eq!(p.share_state("workers").map(|s| s.start_offset()), Some(RECORDS));
+    let mut builder = rill_records::BatchBuilder::new(rill_records::Compression::None);
+    builder.push(rill_records::Record { value: Some(Bytes::from_static(b"new")), ..Default::default() }).unwrap();
+    p.produce(builder.build().unwrap(), Acks::All, Duration::from_secs(10), None).await.unwrap();
+    assert_eq!(p.share_fetch(first).await.unwrap().acquired, vec![(RECORDS, 1)]);
+}
