@@ -9,6 +9,7 @@ use rill_proto::meta as pb;
 
 use crate::config::{ConfigEdits, TopicConfig};
 use crate::error::{MetaError, MetaErrorKind};
+use crate::group_config::GroupConfigEntries;
 use crate::state::{
     MetaCommand, MetaResult, MetaState, NodeInfo, PartitionAssignment, PartitionKind, TopicId, TopicMeta,
 };
@@ -171,6 +172,7 @@ pub fn encode_state(s: &MetaState) -> Bytes {
         deleted_groups: s.deleted_groups.iter().copied().collect(),
         admitted_nodes: s.admitted.iter().copied().collect(),
         cluster_id: s.cluster_id.clone(),
+        group_configs: s.group_configs.iter().map(|(group, entries)| group_config_to(group, entries)).collect(),
     }
     .encode_to_vec()
     .into()
@@ -189,7 +191,22 @@ pub fn decode_state(bytes: &[u8]) -> Result<MetaState, String> {
         deleted_groups: p.deleted_groups.into_iter().collect(),
         admitted: p.admitted_nodes.into_iter().collect(),
         cluster_id: p.cluster_id,
+        group_configs: p.group_configs.into_iter().map(group_config_from).collect(),
     })
+}
+
+fn group_config_to(group: &str, entries: &GroupConfigEntries) -> pb::GroupConfig {
+    pb::GroupConfig {
+        group: group.to_string(),
+        entries: entries
+            .iter()
+            .map(|(key, value)| pb::ConfigEntry { key: key.clone(), value: value.clone() })
+            .collect(),
+    }
+}
+
+fn group_config_from(g: pb::GroupConfig) -> (String, GroupConfigEntries) {
+    (g.group, g.entries.into_iter().map(|e| (e.key, e.value)).collect())
 }
 
 /// Encodes a command for proposing.
@@ -220,6 +237,9 @@ pub fn encode_command(cmd: &MetaCommand) -> Bytes {
             append: pairs_to(&edits.append),
             subtract: pairs_to(&edits.subtract),
         }),
+        MetaCommand::AlterGroupConfig { group, set, reset } => {
+            C::AlterGroupConfig(pb::AlterGroupConfig { group: group.clone(), set: pairs_to(set), reset: reset.clone() })
+        }
         MetaCommand::AllocateProducerIds { count } => C::AllocateProducerIds(pb::AllocateProducerIds { count: *count }),
         MetaCommand::CreatePartitions { name, total, live_nodes } => C::CreatePartitions(pb::CreatePartitions {
             name: name.clone(),
@@ -257,6 +277,9 @@ pub fn decode_command(bytes: &[u8]) -> Result<MetaCommand, String> {
                 subtract: pairs_from(c.subtract),
             },
         },
+        C::AlterGroupConfig(c) => {
+            MetaCommand::AlterGroupConfig { group: c.group, set: pairs_from(c.set), reset: c.reset }
+        }
         C::AllocateProducerIds(c) => MetaCommand::AllocateProducerIds { count: c.count },
         C::CreatePartitions(c) => {
             MetaCommand::CreatePartitions { name: c.name, total: c.total, live_nodes: c.live_nodes }
@@ -271,6 +294,7 @@ pub fn encode_result(result: &MetaResult) -> Bytes {
         MetaResult::NodesRegistered => R::NodesRegistered(pb::Empty {}),
         MetaResult::AdmissionChanged => R::AdmissionChanged(pb::Empty {}),
         MetaResult::ClusterId(id) => R::ClusterId(id.clone()),
+        MetaResult::GroupConfigUpdated { group, entries } => R::GroupConfigUpdated(group_config_to(group, entries)),
         MetaResult::TopicCreated(t) => R::TopicCreated(topic_to(t)),
         MetaResult::TopicDeleted(t) => R::TopicDeleted(topic_to(t)),
         MetaResult::TopicUpdated(t) => R::TopicUpdated(topic_to(t)),
@@ -290,6 +314,10 @@ pub fn decode_result(bytes: &[u8]) -> Result<MetaResult, String> {
         R::NodesRegistered(_) => MetaResult::NodesRegistered,
         R::AdmissionChanged(_) => MetaResult::AdmissionChanged,
         R::ClusterId(id) => MetaResult::ClusterId(id),
+        R::GroupConfigUpdated(g) => {
+            let (group, entries) = group_config_from(g);
+            MetaResult::GroupConfigUpdated { group, entries }
+        }
         R::TopicCreated(t) => MetaResult::TopicCreated(topic_from(t)?),
         R::TopicDeleted(t) => MetaResult::TopicDeleted(topic_from(t)?),
         R::TopicUpdated(t) => MetaResult::TopicUpdated(topic_from(t)?),
@@ -327,6 +355,7 @@ mod tests {
         s.deleted_groups.insert(2);
         s.admitted.insert(9);
         s.cluster_id = "q1Sh-9_ISia_zwGINzRvyQ".into();
+        s.group_configs.insert("jobs".into(), [("share.delivery.count.limit".to_string(), "3".to_string())].into());
         assert_eq!(decode_state(&encode_state(&s)).unwrap(), s);
 
         let commands = [
@@ -365,6 +394,11 @@ mod tests {
             MetaCommand::AdmitNode { id: 5, revoke: true },
             MetaCommand::CreatePartitions { name: "t".into(), total: 6, live_nodes: vec![] },
             MetaCommand::SetClusterId { cluster_id: "q1Sh-9_ISia_zwGINzRvyQ".into() },
+            MetaCommand::AlterGroupConfig {
+                group: "jobs".into(),
+                set: vec![("share.record.lock.duration.ms".into(), "500".into())],
+                reset: vec!["share.delivery.count.limit".into()],
+            },
         ];
         for c in commands {
             assert_eq!(decode_command(&encode_command(&c)).unwrap(), c);
@@ -377,6 +411,10 @@ mod tests {
             MetaResult::TopicDeleted(topic()),
             MetaResult::TopicUpdated(topic()),
             MetaResult::ProducerIds { first: 1, count: 1000 },
+            MetaResult::GroupConfigUpdated {
+                group: "jobs".into(),
+                entries: [("share.auto.offset.reset".to_string(), "earliest".to_string())].into(),
+            },
             MetaResult::Refused(MetaError::new(MetaErrorKind::TopicExists, "exists")),
         ];
         for r in results {

@@ -4,6 +4,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::config::{ConfigEdits, TopicConfig};
 use crate::error::{MetaError, MetaErrorKind};
+use crate::group_config::{check_group_id, edit_entries, GroupConfigEntries, ShareGroupConfig};
 use crate::placement;
 
 pub use rill_raft::{GroupId, NodeId};
@@ -147,6 +148,9 @@ pub struct MetaState {
     /// The cluster's id as Kafka clients see it: set once, by the first metadata leader
     /// ([`MetaCommand::SetClusterId`]), and never changed; empty until then.
     pub cluster_id: String,
+    /// Groups' settings (share groups), by group id: only the keys an operator set
+    /// ([`crate::group_config`]).
+    pub group_configs: BTreeMap<String, GroupConfigEntries>,
 }
 
 /// A change to the metadata.
@@ -183,6 +187,9 @@ pub enum MetaCommand {
     /// Sets the cluster's id (drawn by the proposer) unless it has one already: the first
     /// applied wins, so every node reports the same id for the cluster's whole life.
     SetClusterId { cluster_id: String },
+    /// Changes a group's settings: keys set, keys reset to their defaults (checked as a whole
+    /// when this applies).
+    AlterGroupConfig { group: String, set: Vec<(String, String)>, reset: Vec<String> },
 }
 
 /// The outcome of a command.
@@ -202,6 +209,8 @@ pub enum MetaResult {
     AdmissionChanged,
     /// The cluster's id after the command.
     ClusterId(String),
+    /// A group's settings after the change: the keys set.
+    GroupConfigUpdated { group: String, entries: GroupConfigEntries },
     /// Refused; the state did not change.
     Refused(MetaError),
 }
@@ -301,6 +310,19 @@ impl MetaState {
                 Ok(t) => MetaResult::TopicUpdated(t),
                 Err(e) => MetaResult::Refused(e),
             },
+            MetaCommand::AlterGroupConfig { group, set, reset } => {
+                match self.check_alter_group_config(&group, &set, &reset) {
+                    Err(e) => MetaResult::Refused(e),
+                    Ok(entries) => {
+                        if entries.is_empty() {
+                            self.group_configs.remove(&group);
+                        } else {
+                            self.group_configs.insert(group.clone(), entries.clone());
+                        }
+                        MetaResult::GroupConfigUpdated { group, entries }
+                    }
+                }
+            }
             MetaCommand::AllocateProducerIds { count } => {
                 let first = self.next_producer_id.max(1);
                 self.next_producer_id = first + i64::from(count);
@@ -317,6 +339,31 @@ impl MetaState {
             self.version += 1;
         }
         result
+    }
+
+    /// Checks changing `group`'s settings without changing them: the keys it would then have.
+    pub fn check_alter_group_config(
+        &self,
+        group: &str,
+        set: &[(String, String)],
+        reset: &[String],
+    ) -> Result<GroupConfigEntries, MetaError> {
+        check_group_id(group)?;
+        let empty = GroupConfigEntries::new();
+        let current = self.group_configs.get(group).unwrap_or(&empty);
+        edit_entries(current, set, reset).map(|(entries, _)| entries)
+    }
+
+    /// `group`'s settings as a share group: its keys set over the defaults. Stored keys a
+    /// release does not know (written by a newer one) leave the defaults.
+    pub fn share_group_config(&self, group: &str) -> ShareGroupConfig {
+        let Some(entries) = self.group_configs.get(group) else { return ShareGroupConfig::default() };
+        let known: GroupConfigEntries = entries
+            .iter()
+            .filter(|(key, _)| crate::group_config::KEYS.contains(&key.as_str()))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        ShareGroupConfig::from_entries(&known).unwrap_or_default()
     }
 
     /// Checks that `name` may be deleted: it exists and is not internal.
@@ -690,6 +737,29 @@ mod tests {
                 other => panic!("{other:?}"),
             }
         }
+    }
+
+    #[test]
+    fn a_groups_settings_are_set_reset_checked_and_forgotten_when_all_reset() {
+        let mut s = MetaState::default();
+        let alter = |set: &[(&str, &str)], reset: &[&str]| MetaCommand::AlterGroupConfig {
+            group: "jobs".into(),
+            set: set.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            reset: reset.iter().map(|k| k.to_string()).collect(),
+        };
+        let MetaResult::GroupConfigUpdated { entries, .. } =
+            s.apply(alter(&[("share.delivery.count.limit", "3")], &[]))
+        else {
+            panic!()
+        };
+        assert_eq!(entries.len(), 1);
+        assert_eq!(s.share_group_config("jobs").delivery_limit, 3);
+        assert_eq!(s.share_group_config("other"), ShareGroupConfig::default());
+        let version = s.version;
+        assert!(matches!(s.apply(alter(&[("share.delivery.count.limit", "0")], &[])), MetaResult::Refused(_)));
+        assert_eq!((s.version, s.share_group_config("jobs").delivery_limit), (version, 3), "a refusal changes nothing");
+        s.apply(alter(&[], &["share.delivery.count.limit"]));
+        assert!(s.group_configs.is_empty(), "a group with every key reset is not kept");
     }
 
     #[test]
