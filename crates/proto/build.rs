@@ -16,6 +16,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "coordinator.proto",
         "groups.proto",
         "transactions.proto",
+        "share.proto",
     ]
     .map(|f| format!("{dir}/{f}"));
     // The descriptor set lists every service and method: tests take the list of RPCs from it

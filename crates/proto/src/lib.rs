@@ -60,6 +60,11 @@ pub mod transactions {
     tonic::include_proto!("rill.transactions");
 }
 
+#[allow(clippy::unwrap_used, clippy::expect_used)] // generated code
+pub mod share {
+    tonic::include_proto!("rill.share");
+}
+
 pub mod descriptor;
 
 pub use common::ErrorCode;

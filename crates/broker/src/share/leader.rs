@@ -51,6 +51,15 @@ pub enum ShareStart {
     Latest,
 }
 
+impl From<rill_meta::AutoOffsetReset> for ShareStart {
+    fn from(reset: rill_meta::AutoOffsetReset) -> Self {
+        match reset {
+            rill_meta::AutoOffsetReset::Earliest => ShareStart::Earliest,
+            rill_meta::AutoOffsetReset::Latest => ShareStart::Latest,
+        }
+    }
+}
+
 /// A member's fetch from one partition.
 #[derive(Debug, Clone)]
 pub struct ShareFetchRequest {
@@ -93,6 +102,29 @@ pub struct ShareFetched {
     pub log_start_offset: u64,
 }
 
+/// What may make records acquirable on a partition: records written (or, `read_committed`,
+/// decided), a change of share state (a release, an expiry), the end of a delay.
+#[derive(Debug)]
+pub struct ShareWatch {
+    changes: rill_rt::sync::watch::Receiver<u64>,
+    readable: rill_rt::sync::watch::Receiver<u64>,
+}
+
+impl ShareWatch {
+    /// Resolves at the first change since the watch was taken, when the first of `group`'s
+    /// delays on `partition` ends, or at `until`, whichever comes first.
+    pub async fn changed(&mut self, partition: &Partition, group: &str, until: rill_rt::Instant) {
+        // A delayed record comes back without an entry: wake when the first delay ends.
+        let delay_end = partition.with_share_state(group, |s| s.and_then(|s| s.next_delay_end(wall_ms())));
+        let wake = delay_end.map_or(until, |end| until.min(rill_rt::now() + ms_from_now(end)));
+        tokio::select! {
+            _ = self.changes.changed() => {}
+            _ = self.readable.changed() => {}
+            _ = rill_rt::sleep_until(wake) => {}
+        }
+    }
+}
+
 /// What an acknowledgement, expiry or departure did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ShareAcknowledged {
@@ -111,14 +143,8 @@ impl Partition {
         let wait_until = rill_rt::now() + request.max_wait;
         let mut acks = request.acks.clone();
         let mut out = ShareFetched::default();
-        let mut changes = self.share_changes.clone();
-        let mut readable = match request.settings.isolation {
-            Isolation::ReadCommitted => self.lso.clone(),
-            Isolation::ReadUncommitted => self.hw.clone(),
-        };
         loop {
-            changes.borrow_and_update();
-            readable.borrow_and_update();
+            let mut watch = self.share_watch(request.settings.isolation);
             let round = self.acquire_once(&request, std::mem::take(&mut acks)).await?;
             out.refused.extend(round.refused);
             out.archived.extend(round.archived);
@@ -131,22 +157,28 @@ impl Partition {
                 self.ensure_share_timer(Some(out.lock_until_ms));
                 return Ok(out);
             }
-            let now = rill_rt::now();
-            if now >= wait_until {
+            if rill_rt::now() >= wait_until {
                 return Ok(out);
             }
-            // A delayed record comes back without an entry: wake when the first delay ends.
-            let delay_end = self.with_share_state(&request.group, |s| s.and_then(|s| s.next_delay_end(wall_ms())));
-            let wake = delay_end.map_or(wait_until, |end| wait_until.min(now + ms_from_now(end)));
-            tokio::select! {
-                _ = changes.changed() => {}
-                _ = readable.changed() => {}
-                _ = rill_rt::sleep_until(wake) => {}
-            }
+            watch.changed(self, &request.group, wait_until).await;
             if self.leader_term().is_none() {
                 return Err(self.not_leader());
             }
         }
+    }
+
+    /// A watch of what may make records acquirable here for a read at `isolation`, from now:
+    /// taken before an acquisition, waited on after one that found nothing, so no change in
+    /// between is missed.
+    pub fn share_watch(&self, isolation: Isolation) -> ShareWatch {
+        let mut changes = self.share_changes.clone();
+        let mut readable = match isolation {
+            Isolation::ReadCommitted => self.lso.clone(),
+            Isolation::ReadUncommitted => self.hw.clone(),
+        };
+        changes.borrow_and_update();
+        readable.borrow_and_update();
+        ShareWatch { changes, readable }
     }
 
     /// Applies a member's acknowledgements (one share entry). Leader only.

@@ -33,7 +33,6 @@
 //!
 //! [`apply`]: SharePartition::apply
 
-
 pub mod leader;
 pub mod stored;
 
@@ -76,6 +75,22 @@ impl Default for ShareSettings {
             backoff: Backoff::default(),
             dead_letters: false,
             isolation: Isolation::ReadCommitted,
+        }
+    }
+}
+
+impl ShareSettings {
+    /// The settings a share group's configuration makes (`rill_meta::group_config`). Dead
+    /// letters stay off until the group names a dead-letter topic.
+    pub fn of_group(config: &rill_meta::ShareGroupConfig) -> Self {
+        Self {
+            lock_ms: config.lock_ms,
+            delivery_limit: config.delivery_limit,
+            max_in_flight: config.max_in_flight,
+            max_per_member: config.max_per_member,
+            backoff: Backoff { initial_ms: config.backoff_initial_ms, max_ms: config.backoff_max_ms },
+            dead_letters: false,
+            isolation: if config.read_committed { Isolation::ReadCommitted } else { Isolation::ReadUncommitted },
         }
     }
 }

@@ -5,7 +5,8 @@
 //!   encoding the answer — no rule of Rill's lives here: [`records::RecordsApi`] (Produce, Fetch,
 //!   ListOffsets, InitProducerId), [`admin::AdminApi`] (topics, cluster, metadata,
 //!   FindCoordinator), [`groups::GroupsApi`] (membership, committed offsets),
-//!   [`transactions::TransactionsApi`] (adding to, ending, describing and aborting transactions);
+//!   [`transactions::TransactionsApi`] (adding to, ending, describing and aborting transactions),
+//!   [`share::ShareApi`] (share groups' fetches, acknowledgements and settings);
 //! * the **Kafka listener** (`kafka-listen`, when set) is [`crate::kafka`]: Kafka's wire
 //!   protocol over the same [`Service`];
 //! * the **internal listener** (`internal-listen`) serves only the node-to-node services:
@@ -28,6 +29,7 @@ pub mod groups;
 pub mod inflight;
 pub mod records;
 pub mod rules;
+pub mod share;
 pub mod transactions;
 
 use std::future::Future;
@@ -40,6 +42,7 @@ use rill_proto::groups::groups_server::GroupsServer;
 use rill_proto::internal::cluster_server::ClusterServer;
 use rill_proto::internal::raft_transport_server::RaftTransportServer;
 use rill_proto::records::records_server::RecordsServer;
+use rill_proto::share::share_server::ShareServer;
 use rill_proto::transactions::transactions_server::TransactionsServer;
 use rill_proto::MAX_GRPC_MESSAGE_BYTES;
 use rill_raft::service::RaftService;
@@ -167,7 +170,8 @@ async fn serve_kafka(
     }
 }
 
-/// The public gRPC services over `service`, as a tuple (records, admin, groups, transactions).
+/// The public gRPC services over `service`, as a tuple (records, admin, groups, transactions,
+/// share).
 /// A macro: the simulation's tonic names its server types with an extra parameter.
 macro_rules! public_services {
     ($service:expr) => {{
@@ -184,10 +188,13 @@ macro_rules! public_services {
         let groups = GroupsServer::new(groups::GroupsApi::new(service.clone()))
             .max_decoding_message_size(MAX_GRPC_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_GRPC_MESSAGE_BYTES);
-        let transactions = TransactionsServer::new(transactions::TransactionsApi::new(service))
+        let transactions = TransactionsServer::new(transactions::TransactionsApi::new(service.clone()))
             .max_decoding_message_size(MAX_GRPC_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_GRPC_MESSAGE_BYTES);
-        (records, admin, groups, transactions)
+        let share = ShareServer::new(share::ShareApi::new(service))
+            .max_decoding_message_size(MAX_GRPC_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_GRPC_MESSAGE_BYTES);
+        (records, admin, groups, transactions, share)
     }};
 }
 
@@ -201,7 +208,7 @@ async fn serve_public(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
     let addr = node.config().listen;
-    let (records, admin, groups, transactions) = public_services!(service);
+    let (records, admin, groups, transactions, share) = public_services!(service);
     let failed = |e: &dyn std::fmt::Display| Error::Serve(format!("client listener {addr}: {e}"));
     let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| failed(&e))?;
     public_server(&node.config().client_limits, &limits.budget)
@@ -209,6 +216,7 @@ async fn serve_public(
         .add_service(admin)
         .add_service(groups)
         .add_service(transactions)
+        .add_service(share)
         .serve_with_incoming_shutdown(connections::accept(listener, limits.connections), shutdown)
         .await
         .map_err(|e| failed(&e))
@@ -224,13 +232,14 @@ async fn serve_public(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
     let addr = node.config().listen;
-    let (records, admin, groups, transactions) = public_services!(service);
+    let (records, admin, groups, transactions, share) = public_services!(service);
     let failed = |e: &dyn std::fmt::Display| Error::Serve(format!("client listener {addr}: {e}"));
     tonic::transport::Server::builder()
         .add_service(records)
         .add_service(admin)
         .add_service(groups)
         .add_service(transactions)
+        .add_service(share)
         .serve_with_shutdown(addr, shutdown)
         .await
         .map_err(|e| failed(&e))

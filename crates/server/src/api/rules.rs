@@ -83,6 +83,14 @@ pub mod rpc {
     pub const LIST_TRANSACTIONS: &str = "/rill.transactions.Transactions/ListTransactions";
     /// `/rill.transactions.Transactions/AbortTransaction`.
     pub const ABORT_TRANSACTION: &str = "/rill.transactions.Transactions/AbortTransaction";
+    /// `/rill.share.Share/ShareFetch`.
+    pub const SHARE_FETCH: &str = "/rill.share.Share/ShareFetch";
+    /// `/rill.share.Share/ShareAcknowledge`.
+    pub const SHARE_ACKNOWLEDGE: &str = "/rill.share.Share/ShareAcknowledge";
+    /// `/rill.share.Share/AlterShareGroupConfig`.
+    pub const ALTER_SHARE_GROUP_CONFIG: &str = "/rill.share.Share/AlterShareGroupConfig";
+    /// `/rill.share.Share/DescribeShareGroupConfig`.
+    pub const DESCRIBE_SHARE_GROUP_CONFIG: &str = "/rill.share.Share/DescribeShareGroupConfig";
 }
 
 use Operation as Op;
@@ -145,6 +153,12 @@ pub const RULES: &[Rule] = &[
     Rule { rpc: rpc::LIST_TRANSACTIONS, needs: needs::DESCRIBE_TRANSACTIONS },
     // Aborting another producer's transaction writes to the id (and fences its producer).
     Rule { rpc: rpc::ABORT_TRANSACTION, needs: &[(R::TransactionalId, Op::Write)] },
+    // Kafka's ShareFetch and ShareAcknowledge: Read on the group and on each topic.
+    Rule { rpc: rpc::SHARE_FETCH, needs: needs::SHARE_FETCH },
+    Rule { rpc: rpc::SHARE_ACKNOWLEDGE, needs: needs::SHARE_FETCH },
+    // Kafka's IncrementalAlterConfigs and DescribeConfigs on a GROUP resource.
+    Rule { rpc: rpc::ALTER_SHARE_GROUP_CONFIG, needs: needs::ALTER_GROUP_CONFIGS },
+    Rule { rpc: rpc::DESCRIBE_SHARE_GROUP_CONFIG, needs: needs::DESCRIBE_GROUP_CONFIGS },
 ];
 
 /// The rule of RPC `rpc` (a gRPC path), if it has one.

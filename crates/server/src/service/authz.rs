@@ -54,9 +54,9 @@ pub enum Operation {
     Alter,
     /// Learn that a resource exists and where it lives.
     Describe,
-    /// Change a topic's configuration.
+    /// Change a topic's or a group's configuration.
     AlterConfigs,
-    /// Read a topic's configuration.
+    /// Read a topic's or a group's configuration.
     DescribeConfigs,
     /// Produce idempotently (obtain a producer id without a transactional id).
     IdempotentWrite,
@@ -147,6 +147,12 @@ pub mod needs {
     /// DescribeTransactions and ListTransactions: Describe on each transactional id (listings
     /// filtered).
     pub const DESCRIBE_TRANSACTIONS: &[Need] = &[(R::TransactionalId, Op::Describe)];
+    /// ShareFetch and ShareAcknowledge (KIP-932): Read on the group and on each topic.
+    pub const SHARE_FETCH: &[Need] = &[(R::Group, Op::Read), (R::Topic, Op::Read)];
+    /// IncrementalAlterConfigs on a group: AlterConfigs on it.
+    pub const ALTER_GROUP_CONFIGS: &[Need] = &[(R::Group, Op::AlterConfigs)];
+    /// DescribeConfigs on a group: DescribeConfigs on it.
+    pub const DESCRIBE_GROUP_CONFIGS: &[Need] = &[(R::Group, Op::DescribeConfigs)];
 }
 
 /// Decides whether a principal may perform an operation on a resource.

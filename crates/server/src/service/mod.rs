@@ -34,6 +34,8 @@
 //!   descriptions, listings, deletions.
 //! * [`classic`]: classic groups — JoinGroup, SyncGroup, Heartbeat, LeaveGroup.
 //! * [`transactions`]: adding to, ending, describing, listing and aborting transactions.
+//! * [`share`]: share groups — fetches that acquire records with the acknowledgements they
+//!   carry, acknowledgements, the groups' settings.
 //! * [`status`]: live partition state gathered from the replicas.
 //! * [`internal`]: what the internal listener serves other nodes — writing transaction markers,
 //!   answering verification asks.
@@ -54,6 +56,7 @@ pub mod internal;
 pub mod limits;
 pub mod records;
 pub mod routing;
+pub mod share;
 pub mod status;
 pub mod topics;
 pub mod transactions;

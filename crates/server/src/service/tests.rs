@@ -53,7 +53,7 @@ pub(crate) async fn one_node_with(
 }
 
 /// The context of a gRPC request to `rpc` by an anonymous caller.
-fn ctx(rpc: &str) -> RequestContext {
+pub(crate) fn ctx(rpc: &str) -> RequestContext {
     let needs = rule(rpc).map(|r| r.needs).unwrap_or_default();
     RequestContext {
         client_id: "tests".into(),

@@ -12,7 +12,12 @@ use rill_broker::share::leader::{ShareFetchRequest, ShareFetched, ShareStart};
 use rill_broker::share::{Ack, AckRefusal, ArchiveReason, ShareSettings};
 use rill_broker::{Acks, Partition};
 
-use super::tests::{must_create, must_reach, one_node};
+use rill_proto::common::ErrorCode;
+
+use super::share::{AckRange, ShareFetchOutcome, SharePartitionAcks, ShareTopic};
+use super::tests::{ctx, must_create, must_reach, one_node};
+use super::Answers;
+use crate::api::rules::rpc;
 use crate::node::Node;
 
 /// Records to produce, one batch each.
@@ -200,4 +205,106 @@ async fn a_group_starting_at_latest_sees_only_what_is_written_after_its_first_fe
     builder.push(rill_records::Record { value: Some(Bytes::from_static(b"new")), ..Default::default() }).unwrap();
     p.produce(builder.build().unwrap(), Acks::All, Duration::from_secs(10), None).await.unwrap();
     assert_eq!(p.share_fetch(first).await.unwrap().acquired, vec![(RECORDS, 1)]);
+}
+
+/// A service share fetch of every partition of `topic` (`partitions` of them) for `member`,
+/// carrying `acks` for partition 0.
+fn service_fetch(
+    member: &str,
+    topic: &str,
+    partitions: u32,
+    acks: Vec<AckRange>,
+    max_wait_ms: u32,
+) -> crate::service::share::ShareFetchRequest {
+    crate::service::share::ShareFetchRequest {
+        group: "workers".into(),
+        member: member.into(),
+        max_wait_ms,
+        max_records: 3,
+        max_bytes: 0,
+        topics: vec![ShareTopic {
+            topic: topic.into(),
+            topic_id: vec![],
+            partitions: (0..partitions)
+                .map(|p| SharePartitionAcks { partition: p, acks: if p == 0 { acks.clone() } else { vec![] } })
+                .collect(),
+        }],
+    }
+}
+
+/// The records acquired in `answers`, by partition.
+fn acquired_by_partition(answers: &Answers<ShareFetchOutcome>) -> Vec<(u32, Vec<(u64, u16)>)> {
+    answers[0]
+        .partitions
+        .iter()
+        .map(|(p, a)| (*p, a.as_ref().map(|o| o.fetched.acquired.clone()).unwrap_or_default()))
+        .collect()
+}
+
+#[tokio::test]
+async fn the_service_fetches_every_partition_with_the_groups_settings_and_long_polls_across_them() {
+    let (node, _coordinators, service) = one_node().await;
+    must_create(&node, &service, "tasks", 2).await;
+    let fetch_ctx = ctx(rpc::SHARE_FETCH);
+    // The group's settings come from the metadata: a delivery limit of 2, starting at the
+    // earliest record.
+    let set = vec![
+        ("share.delivery.count.limit".to_string(), "2".to_string()),
+        ("share.auto.offset.reset".to_string(), "earliest".to_string()),
+    ];
+    let settings = service
+        .alter_share_group_config(&ctx(rpc::ALTER_SHARE_GROUP_CONFIG), "workers".into(), set, vec![])
+        .await
+        .unwrap();
+    assert!(settings.iter().any(|s| s.key == "share.delivery.count.limit" && s.value == "2" && !s.default));
+    let bad = vec![("share.delivery.count.limit".to_string(), "0".to_string())];
+    let alter_ctx = ctx(rpc::ALTER_SHARE_GROUP_CONFIG);
+    let refused = service.alter_share_group_config(&alter_ctx, "workers".into(), bad, vec![]).await;
+    assert_eq!(refused.unwrap_err().code, ErrorCode::InvalidConfig);
+
+    // Nothing written yet: the fetch waits across both partitions until one gets a record.
+    let poll = tokio::spawn({
+        let service = service.clone();
+        let fetch_ctx = fetch_ctx.clone();
+        async move { service.share_fetch(&fetch_ctx, service_fetch("a", "tasks", 2, vec![], 20_000)).await }
+    });
+    let meta = node.meta();
+    let p1 = node.partition_by_group(meta.topics["tasks"].partitions[1].group).unwrap();
+    let mut builder = rill_records::BatchBuilder::new(rill_records::Compression::None);
+    builder.push(rill_records::Record { value: Some(Bytes::from_static(b"one")), ..Default::default() }).unwrap();
+    p1.produce(builder.build().unwrap(), Acks::All, Duration::from_secs(10), None).await.unwrap();
+    let answers = poll.await.unwrap().unwrap();
+    assert_eq!(acquired_by_partition(&answers), vec![(0, vec![]), (1, vec![(0, 1)])]);
+
+    // Released once, it comes back on its last attempt; released again, it is archived.
+    let release = |p: u32| {
+        service_fetch("a", "tasks", 2, vec![], 0).topics.into_iter().map(move |mut t| {
+            t.partitions = vec![SharePartitionAcks {
+                partition: p,
+                acks: vec![AckRange { first: 0, last: 0, ack: Ack::Release { delay_ms: 0 } }],
+            }];
+            t
+        })
+    };
+    let mut again = service_fetch("a", "tasks", 2, vec![], 0);
+    again.topics = release(1).collect();
+    let answers = service.share_fetch(&fetch_ctx, again.clone()).await.unwrap();
+    assert_eq!(acquired_by_partition(&answers), vec![(1, vec![(0, 2)])]);
+    let answers = service.share_fetch(&fetch_ctx, again).await.unwrap();
+    let (_, outcome) = &answers[0].partitions[0];
+    assert_eq!(outcome.as_ref().unwrap().fetched.archived, vec![(0, ArchiveReason::DeliveryLimit)]);
+
+    // An acknowledgement of a record not held is refused with INVALID_RECORD_STATE, and a
+    // partition of an unknown topic answers alone.
+    let mut topics = service_fetch("b", "tasks", 1, vec![AckRange { first: 5, last: 5, ack: Ack::Accept }], 0).topics;
+    topics.push(ShareTopic { topic: "nope".into(), topic_id: vec![], partitions: vec![SharePartitionAcks::default()] });
+    let acked =
+        service.share_acknowledge(&ctx(rpc::SHARE_ACKNOWLEDGE), "workers".into(), "b".into(), topics).await.unwrap();
+    assert_eq!(acked[0].partitions[0].1.as_ref().unwrap().refused, vec![(5, AckRefusal::NotHeld)]);
+    assert_eq!(acked[1].partitions[0].1.as_ref().unwrap_err().code, ErrorCode::UnknownTopicOrPartition);
+    // A backwards range refuses its partition; an empty member id the whole request.
+    let backwards = service_fetch("b", "tasks", 1, vec![AckRange { first: 5, last: 4, ack: Ack::Accept }], 0);
+    let answers = service.share_fetch(&fetch_ctx, backwards).await.unwrap();
+    assert_eq!(answers[0].partitions[0].1.as_ref().unwrap_err().code, ErrorCode::InvalidRequest);
+    assert!(service.share_fetch(&fetch_ctx, service_fetch("", "tasks", 1, vec![], 0)).await.is_err());
 }

@@ -16,8 +16,8 @@ use super::status::{gather, PartitionLive};
 use super::{Answer, Answers, Listener, RequestContext, RequestError, Service, TopicAnswers};
 use crate::errors;
 
-/// How long CreateTopic waits for the metadata to be usable on this node.
-const META_WAIT: Duration = Duration::from_secs(10);
+/// How long a metadata change (a topic created, a setting altered) may take to be visible here.
+pub(crate) const META_WAIT: Duration = Duration::from_secs(10);
 /// How long a liveness probe may take.
 const PING_TIMEOUT: Duration = Duration::from_millis(500);
 /// A node heard from (its pings) within this long counts as alive in `Metadata` answers.
