@@ -40,3 +40,4 @@ mod t90_idempotence;
 mod t95_node_join;
 mod t96_leader_balance;
 mod t97_quiescence;
+mod t98_share_groups;

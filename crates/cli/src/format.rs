@@ -1,6 +1,7 @@
 //! The `--format` mini-language of `rill consume`.
 //!
 //! Tokens: `%t` topic, `%p` partition, `%o` offset, `%k` key, `%v` value, `%T` timestamp (ms),
+//! `%d` delivery count (share groups; empty otherwise),
 //! `%%` a literal `%`; `\n` and `\t` are newline and tab. Anything else prints as written. A
 //! null key or value prints as nothing (`--output json` tells null from empty).
 
@@ -14,6 +15,7 @@ enum Piece {
     Key,
     Value,
     Timestamp,
+    DeliveryCount,
 }
 
 /// A parsed format.
@@ -28,6 +30,8 @@ pub struct Fields<'a> {
     pub key: Option<&'a [u8]>,
     pub value: Option<&'a [u8]>,
     pub timestamp_ms: i64,
+    /// How often a share group delivered the record (this time included); `None` outside one.
+    pub delivery_count: Option<u16>,
 }
 
 impl Format {
@@ -46,12 +50,13 @@ impl Format {
                         Some('k') => Piece::Key,
                         Some('v') => Piece::Value,
                         Some('T') => Piece::Timestamp,
+                        Some('d') => Piece::DeliveryCount,
                         Some('%') => {
                             text.push('%');
                             continue;
                         }
                         Some(other) => {
-                            return Err(format!("unknown format token %{other}; use %t %p %o %k %v %T or %%"))
+                            return Err(format!("unknown format token %{other}; use %t %p %o %k %v %T %d or %%"))
                         }
                         None => return Err("format ends with a lone %".into()),
                     };
@@ -84,6 +89,11 @@ impl Format {
                 Piece::Key => out.push_str(&String::from_utf8_lossy(f.key.unwrap_or_default())),
                 Piece::Value => out.push_str(&String::from_utf8_lossy(f.value.unwrap_or_default())),
                 Piece::Timestamp => out.push_str(&f.timestamp_ms.to_string()),
+                Piece::DeliveryCount => {
+                    if let Some(n) = f.delivery_count {
+                        out.push_str(&n.to_string());
+                    }
+                }
             }
         }
         out
@@ -96,7 +106,7 @@ mod tests {
 
     #[test]
     fn renders_every_token() {
-        let f = Format::parse("%t/%p@%o %k=%v (%T) 100%%\\t.").unwrap();
+        let f = Format::parse("%t/%p@%o %k=%v (%T) #%d 100%%\\t.").unwrap();
         let s = f.render(&Fields {
             topic: "t",
             partition: 2,
@@ -104,8 +114,9 @@ mod tests {
             key: Some(b"k"),
             value: Some(b"v"),
             timestamp_ms: 9,
+            delivery_count: Some(3),
         });
-        assert_eq!(s, "t/2@7 k=v (9) 100%\t.");
+        assert_eq!(s, "t/2@7 k=v (9) #3 100%\t.");
     }
 
     #[test]
@@ -119,11 +130,20 @@ mod tests {
                 offset: 0,
                 key: None,
                 value: Some(b"x"),
-                timestamp_ms: 0
+                timestamp_ms: 0,
+                delivery_count: None,
             }),
             "x"
         );
-        let tombstone = Fields { topic: "", partition: 0, offset: 0, key: Some(b"k"), value: None, timestamp_ms: 0 };
+        let tombstone = Fields {
+            topic: "",
+            partition: 0,
+            offset: 0,
+            key: Some(b"k"),
+            value: None,
+            timestamp_ms: 0,
+            delivery_count: None,
+        };
         assert_eq!(Format::parse("%k=%v").unwrap().render(&tombstone), "k=");
     }
 }

@@ -47,6 +47,9 @@ enum Command {
     /// Consumer groups: list, describe (members, lag), reset offsets, delete.
     #[command(subcommand)]
     Group(commands::group::GroupCommand),
+    /// Share groups (queues): their settings. `rill consume --share-group` consumes as one.
+    #[command(subcommand)]
+    Share(commands::share::ShareCommand),
     /// Transactions: list, describe, abort an open one.
     #[command(subcommand)]
     Txn(commands::txn::TxnCommand),
@@ -96,6 +99,7 @@ fn main() -> ExitCode {
             Command::Cluster(c) => commands::cluster::run(&cli.bootstrap, c).await,
             Command::Group(c) => commands::group::run(&cli.bootstrap, c).await,
             Command::Txn(c) => commands::txn::run(&cli.bootstrap, c).await,
+            Command::Share(c) => commands::share::run(&cli.bootstrap, c).await,
             Command::Dev(a) => commands::dev::run(a).await,
             Command::Bench { .. } | Command::Tls(_) => Ok(()),
         }

@@ -213,6 +213,13 @@ impl Client {
             .max_encoding_message_size(MAX_MESSAGE_BYTES))
     }
 
+    /// The `Share` stub of `addr`.
+    pub(crate) fn share_stub(&self, addr: &str) -> Result<rill_proto::share::share_client::ShareClient<Channel>> {
+        Ok(rill_proto::share::share_client::ShareClient::new(self.channel(addr)?)
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES))
+    }
+
     pub(crate) fn records_stub(&self, addr: &str) -> Result<RecordsClient<Channel>> {
         Ok(RecordsClient::new(self.channel(addr)?)
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
@@ -240,10 +247,19 @@ impl Client {
         F: Fn(AdminClient<Channel>) -> Fut,
         Fut: std::future::Future<Output = std::result::Result<tonic::Response<T>, tonic::Status>>,
     {
+        self.on_any_node_via(Self::admin_stub, call).await
+    }
+
+    /// Runs a call of the service `stub` makes against the first node that answers.
+    pub(crate) async fn on_any_node_via<S, T, F, Fut>(&self, stub: fn(&Self, &str) -> Result<S>, call: F) -> Result<T>
+    where
+        F: Fn(S) -> Fut,
+        Fut: std::future::Future<Output = std::result::Result<tonic::Response<T>, tonic::Status>>,
+    {
         let mut last = Error::Transport("no node reachable".into());
         let wait = self.options.request_slack * 3;
         for addr in self.admin_addrs() {
-            let client = self.admin_stub(&addr)?;
+            let client = stub(self, &addr)?;
             match rill_rt::timeout(wait, call(client)).await {
                 Ok(Ok(r)) => return Ok(r.into_inner()),
                 Ok(Err(s)) => {
@@ -330,7 +346,7 @@ impl Client {
     }
 
     /// The address of the partition's leader, unless unknown or just found unreachable.
-    fn leader_addr(&self, topic: &str, partition: u32) -> Option<String> {
+    pub(crate) fn leader_addr(&self, topic: &str, partition: u32) -> Option<String> {
         let md = self.metadata.lock().unwrap_or_else(|p| p.into_inner());
         let leader = (*md.leaders.get(topic)?.get(partition as usize)?)?;
         md.nodes.get(&leader).filter(|a| !md.is_unreachable(a)).cloned()
@@ -344,14 +360,14 @@ impl Client {
         md.unreachable.insert(addr.to_string(), now + UNREACHABLE_PAUSE);
     }
 
-    fn forget_leader(&self, topic: &str, partition: u32) {
+    pub(crate) fn forget_leader(&self, topic: &str, partition: u32) {
         let mut md = self.metadata.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(slot) = md.leaders.get_mut(topic).and_then(|l| l.get_mut(partition as usize)) {
             *slot = None;
         }
     }
 
-    fn learn_leader(&self, topic: &str, partition: u32, hint: Option<&LeaderHint>) -> bool {
+    pub(crate) fn learn_leader(&self, topic: &str, partition: u32, hint: Option<&LeaderHint>) -> bool {
         let Some(h) = hint.filter(|h| !h.address.is_empty()) else {
             return false;
         };
@@ -766,35 +782,35 @@ fn decode_fetch(p: &pb::FetchPartitionResult, offset: u64) -> Result<FetchedPart
         next_offset: offset.max(p.next_offset.max(0) as u64),
     };
     for b in &p.batches {
-        let corrupt = |message: String| Error::Server { code: ErrorCode::CorruptMessage, message };
-        let base = u64::try_from(b.base_offset).map_err(|_| corrupt(format!("batch base offset {}", b.base_offset)))?;
-        let batch = rill_records::decode(&b.data, MAX_DECOMPRESSED_BATCH_BYTES)
-            .map_err(|e| corrupt(format!("batch at offset {base}: {e}")))?;
-        let end = base + u64::try_from(batch.info.last_offset_delta).unwrap_or(0) + 1;
-        if end > out.next_offset {
-            out.next_offset = end;
-        }
-        if batch.info.is_control() {
-            continue;
-        }
-        for r in batch.records {
-            let o = base + u64::try_from(r.offset_delta).unwrap_or(0);
-            if o < offset {
-                continue;
-            }
-            out.records.push(ReceivedRecord {
-                offset: o,
-                timestamp_ms: r.timestamp_ms,
-                append_time_ms: b.append_time_ms,
-                key: r.key,
-                value: r.value,
-                headers: r
-                    .headers
-                    .into_iter()
-                    .map(|h| (String::from_utf8_lossy(&h.key).into_owned(), h.value))
-                    .collect(),
-            });
-        }
+        let (end, records) = decode_batch(b)?;
+        out.next_offset = out.next_offset.max(end);
+        out.records.extend(records.into_iter().filter(|r| r.offset >= offset));
     }
     Ok(out)
+}
+
+/// The records of a fetched batch (none for a control batch: markers take offsets but are not
+/// delivered), and the offset after the batch.
+pub(crate) fn decode_batch(b: &rill_proto::common::RecordBatch) -> Result<(u64, Vec<ReceivedRecord>)> {
+    let corrupt = |message: String| Error::Server { code: ErrorCode::CorruptMessage, message };
+    let base = u64::try_from(b.base_offset).map_err(|_| corrupt(format!("batch base offset {}", b.base_offset)))?;
+    let batch = rill_records::decode(&b.data, MAX_DECOMPRESSED_BATCH_BYTES)
+        .map_err(|e| corrupt(format!("batch at offset {base}: {e}")))?;
+    let end = base + u64::try_from(batch.info.last_offset_delta).unwrap_or(0) + 1;
+    if batch.info.is_control() {
+        return Ok((end, Vec::new()));
+    }
+    let records = batch
+        .records
+        .into_iter()
+        .map(|r| ReceivedRecord {
+            offset: base + u64::try_from(r.offset_delta).unwrap_or(0),
+            timestamp_ms: r.timestamp_ms,
+            append_time_ms: b.append_time_ms,
+            key: r.key,
+            value: r.value,
+            headers: r.headers.into_iter().map(|h| (String::from_utf8_lossy(&h.key).into_owned(), h.value)).collect(),
+        })
+        .collect();
+    Ok((end, records))
 }

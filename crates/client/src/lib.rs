@@ -34,6 +34,9 @@
 //! * [`TransactionalProducer`] ([`transactional`]) — transactions: `init_transactions`,
 //!   `begin_transaction`, `send`, `commit_transaction`, `abort_transaction` (transactions v2);
 //!   [`transactions`] — ending and describing transactions at their coordinator.
+//! * [`share`] — a [`share::ShareConsumer`]: a member of a share group (queues on the log),
+//!   taking records one by one alongside other members and acknowledging each (accept,
+//!   release with a delay, reject, renew); share groups' settings.
 //! * [`partitioner`] — Kafka's default partitioner (murmur2), bit for bit.
 //! * [`Error`] — the server's error code and message, or a transport failure.
 //!
@@ -53,6 +56,7 @@ pub mod membership;
 pub mod partitioner;
 pub mod producer;
 pub mod record;
+pub mod share;
 pub mod transactional;
 pub mod transactions;
 

@@ -140,6 +140,9 @@ impl Partition {
     /// acquirable it waits, up to `max_wait`, for records to arrive, come back or end their
     /// delay. Leader only.
     pub async fn share_fetch(self: &std::sync::Arc<Self>, request: ShareFetchRequest) -> Result<ShareFetched> {
+        // A new leader's locks (taken under its predecessor) end by its timer: start it now
+        // rather than at the next housekeeping.
+        self.ensure_share_timer(None);
         let wait_until = rill_rt::now() + request.max_wait;
         let mut acks = request.acks.clone();
         let mut out = ShareFetched::default();

@@ -65,7 +65,34 @@ pub struct ConsumeArgs {
     /// included.
     #[arg(long, value_enum, default_value_t = Isolation::ReadCommitted)]
     isolation_level: Isolation,
-    /// Output format: %t topic, %p partition, %o offset, %k key, %v value, %T timestamp.
+    /// Consume as a member of this share group (a queue; docs/queues.md): records are taken one
+    /// by one alongside the group's other members, from every partition, each acknowledged
+    /// after it is printed (and processed: --process-ms) — accepted, or rejected (--reject) or
+    /// released to come back (--fail). Ctrl-C releases what this member holds and leaves.
+    #[arg(long, conflicts_with_all = ["group", "partition", "offset", "from_beginning", "from_timestamp"])]
+    share_group: Option<String>,
+    /// With --share-group: work this long on each record before acknowledging it.
+    #[arg(long, requires = "share_group", default_value_t = 0)]
+    process_ms: u64,
+    /// With --share-group: reject records whose value contains this text (archived at once).
+    #[arg(long, requires = "share_group", value_name = "TEXT")]
+    reject: Option<String>,
+    /// With --share-group: fail records whose value contains this text — release them, to come
+    /// back (each failure is an attempt: after the group's delivery limit the record is
+    /// archived).
+    #[arg(long, requires = "share_group", value_name = "TEXT")]
+    fail: Option<String>,
+    /// With --fail: how long a failed record waits before it can be delivered again.
+    #[arg(long, requires = "fail", default_value_t = 0)]
+    fail_delay_ms: u64,
+    /// With --share-group: records taken per partition per fetch at most (the prefetch).
+    #[arg(long, requires = "share_group", default_value_t = 0)]
+    prefetch: u32,
+    /// With --share-group: this member's id (random by default).
+    #[arg(long, requires = "share_group")]
+    member_id: Option<String>,
+    /// Output format: %t topic, %p partition, %o offset, %k key, %v value, %T timestamp, %d
+    /// delivery count (share groups).
     #[arg(long, default_value = "%v")]
     format: String,
     /// `json` prints one JSON object per record instead of --format.
@@ -108,6 +135,28 @@ fn text(field: &Option<bytes::Bytes>) -> Option<String> {
 /// Runs `rill consume`.
 pub async fn run(bootstrap: &[String], args: ConsumeArgs) -> anyhow::Result<()> {
     let format = Format::parse(&args.format).map_err(anyhow::Error::msg)?;
+    if let Some(group) = &args.share_group {
+        let processing = super::share::Processing {
+            process: Duration::from_millis(args.process_ms),
+            reject: args.reject.clone(),
+            fail: args.fail.clone(),
+            fail_delay: Duration::from_millis(args.fail_delay_ms),
+            prefetch: args.prefetch,
+            member_id: args.member_id.clone().unwrap_or_default(),
+        };
+        let idle_limit = if args.follow { None } else { args.timeout_ms.map(Duration::from_millis) };
+        return super::share::consume(
+            bootstrap,
+            &args.topic,
+            group,
+            processing,
+            &format,
+            args.output,
+            args.max_messages,
+            idle_limit,
+        )
+        .await;
+    }
     let client = connect(bootstrap).await?;
     let count =
         client.partition_count(&args.topic).await.with_context(|| format!("cannot consume {:?}", args.topic))?;
@@ -211,6 +260,7 @@ pub async fn run(bootstrap: &[String], args: ConsumeArgs) -> anyhow::Result<()> 
                     key: rec.key.as_deref(),
                     value: rec.value.as_deref(),
                     timestamp_ms: rec.timestamp_ms,
+                    delivery_count: None,
                 }),
             };
             writeln!(out, "{line}").context("cannot write to stdout")?;

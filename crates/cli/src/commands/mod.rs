@@ -5,6 +5,7 @@ pub mod consume;
 pub mod dev;
 pub mod group;
 pub mod produce;
+pub mod share;
 pub mod tls;
 pub mod topic;
 pub mod txn;

@@ -80,10 +80,11 @@ pub enum TopicCommand {
     },
 }
 
-fn parse_config(entry: &str) -> anyhow::Result<(String, String)> {
+/// A `key=value` setting.
+pub(crate) fn parse_config(entry: &str) -> anyhow::Result<(String, String)> {
     match entry.split_once('=') {
         Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_string(), v.trim().to_string())),
-        _ => bail!("--config {entry:?} must look like key=value, e.g. min.insync.replicas=2"),
+        _ => bail!("--config {entry:?} must look like key=value, e.g. retention.ms=60000"),
     }
 }
 
