@@ -18,5 +18,5 @@ fi
 mkdir -p "$here/gen"
 "$here/.venv/bin/python" -m grpc_tools.protoc -I "$root/proto/rill" \
   --python_out="$here/gen" --grpc_python_out="$here/gen" \
-  common.proto records.proto admin.proto groups.proto
+  common.proto records.proto admin.proto groups.proto share.proto
 echo "ready: $here/.venv/bin/python $here/producer.py TOPIC VALUE... ; $here/.venv/bin/python $here/consumer.py TOPIC"
