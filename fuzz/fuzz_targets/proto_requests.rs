@@ -1,4 +1,5 @@
-//! Every public request (`rill.records`, `rill.admin`, `rill.groups`, `rill.transactions`)
+//! Every public request (`rill.records`, `rill.admin`, `rill.groups`, `rill.transactions`,
+//! `rill.share`)
 //! decoded from arbitrary bytes, then put through the checks the service layer runs on it before
 //! any work — the node's own functions (`rill_server::service::checks`), never copies: batch
 //! validation under the topic's `max.message.bytes` and the transactional part (Produce), the
@@ -6,7 +7,9 @@
 //! transactional id checks, the coordinator partition an id hashes to, a commit's offsets checked
 //! against the cluster's metadata and applied to a `__consumer_offsets` machine, and the
 //! transaction coordinator's decisions for `AddPartitionsToTxn` and `EndTxn` — each written to a
-//! `__transaction_state` machine, which must apply it.
+//! `__transaction_state` machine, which must apply it; a share request's acknowledgement ranges
+//! expanded (refused before they are allocated when out of bounds), and a share group's settings
+//! checked and applied to the metadata.
 //!
 //! Input: the bytes, decoded as every request type.
 //!
@@ -23,7 +26,7 @@ use rill_fuzz::{base_cluster, peak_during, Counting};
 use rill_meta::config::DEFAULT_MAX_MESSAGE_BYTES;
 use rill_meta::{MetaCommand, MetaResult, PartitionKind};
 use rill_proto::coordinator as cpb;
-use rill_proto::{admin, groups, records, transactions as tpb};
+use rill_proto::{admin, groups, records, share as spb, transactions as tpb};
 use rill_raft::types::LogId;
 use rill_raft::{GroupStateMachine, Payload};
 use rill_records::{BatchInfo, MAX_DECOMPRESSED_BATCH_BYTES};
@@ -378,7 +381,56 @@ fn add_partitions_then_end(req: tpb::AddPartitionsToTxnRequest) {
     }
 }
 
+/// A share request's topics: the listener's translation, then the service's expansion of each
+/// partition's acknowledgement ranges, whose memory must stay in proportion to the input (a range
+/// of 2^64 records is refused before anything is allocated for it).
+fn share_topics(topics: Vec<spb::ShareFetchTopic>, input_len: usize) {
+    use rill_server::service::share::{self, MAX_ACKS_PER_REQUEST, MAX_REASON_BYTES_PER_REQUEST};
+    let Ok(topics) = rill_server::api::share::topics(topics) else { return };
+    if share::check_ack_budget(&topics).is_err() {
+        return;
+    }
+    // Whatever the request, what its acknowledgements expand to is bounded per request.
+    let per_ack = std::mem::size_of::<(u64, rill_broker::share::Ack)>() + std::mem::size_of::<u64>();
+    let bound = 2 * per_ack * MAX_ACKS_PER_REQUEST as usize
+        + MAX_REASON_BYTES_PER_REQUEST as usize
+        + BYTES_PER_INPUT_BYTE * input_len
+        + SLACK_BYTES;
+    let (expanded, peak) = peak_during(|| {
+        topics
+            .iter()
+            .flat_map(|t| &t.partitions)
+            .map(|p| share::expand_acks(&p.acks).map(|a| a.len()))
+            .collect::<Vec<_>>()
+    });
+    let total: usize = expanded.iter().filter_map(|e| e.as_ref().ok()).sum();
+    assert!(total as u64 <= MAX_ACKS_PER_REQUEST);
+    assert!(peak <= bound, "{peak} bytes expanding {total} acknowledgements");
+}
+
+/// A share group's settings: what the metadata's check accepts, applying accepts alike.
+fn alter_share_group_config(req: spb::AlterShareGroupConfigRequest) {
+    let mut state = base_cluster();
+    let set: Vec<(String, String)> = req.set.into_iter().map(|s| (s.key, s.value)).collect();
+    let checked = state.check_alter_group_config(&req.group_id, &set, &req.reset);
+    let cmd = MetaCommand::AlterGroupConfig { group: req.group_id, set, reset: req.reset };
+    match (checked, state.apply(cmd)) {
+        (Ok(entries), MetaResult::GroupConfigUpdated { entries: applied, .. }) => assert_eq!(entries, applied),
+        (Err(e), MetaResult::Refused(r)) => assert_eq!(e, r),
+        (checked, result) => panic!("check_alter_group_config said {checked:?}, applying said {result:?}"),
+    }
+}
+
 fuzz_target!(|data: &[u8]| {
+    if let Some(r) = decoded::<spb::ShareFetchRequest>(data) {
+        share_topics(r.topics, data.len());
+    }
+    if let Some(r) = decoded::<spb::ShareAcknowledgeRequest>(data) {
+        share_topics(r.topics, data.len());
+    }
+    if let Some(r) = decoded::<spb::AlterShareGroupConfigRequest>(data) {
+        alter_share_group_config(r);
+    }
     if let Some(r) = decoded::<groups::ConsumerGroupHeartbeatRequest>(data) {
         consumer_group_heartbeat(r);
     }

@@ -42,7 +42,9 @@ fn ack_range(a: &Acknowledgement) -> AckRange {
     AckRange { first: a.first_offset, last: a.last_offset, ack }
 }
 
-fn topics(topics: Vec<ShareFetchTopic>) -> Result<Vec<ShareTopic>, Status> {
+/// The service's form of a share request's topics and their acknowledgements; an unknown
+/// acknowledgement type refuses the request.
+pub fn topics(topics: Vec<ShareFetchTopic>) -> Result<Vec<ShareTopic>, Status> {
     topics
         .into_iter()
         .map(|t| {

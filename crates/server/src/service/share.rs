@@ -34,6 +34,13 @@ pub const MAX_PARTITION_MAX_BYTES: u32 = 16 << 20;
 /// in flight on a partition (`share.partition.max.record.locks` is at most this), so a longer
 /// range can only name records nobody holds — and would cost memory for nothing.
 pub const MAX_ACKS_PER_PARTITION: u64 = rill_meta::group_config::MAX_MAX_IN_FLIGHT as u64;
+/// The most records one request may acknowledge in all. Acknowledgements are expanded to one
+/// per record before they are proposed, so this bounds what a request of a few bytes (a range
+/// is two numbers) can make a node allocate: about 5 MiB.
+pub const MAX_ACKS_PER_REQUEST: u64 = 100_000;
+/// The most bytes of rejection reasons one request may carry once expanded (a reason is kept
+/// with each record its range names).
+pub const MAX_REASON_BYTES_PER_REQUEST: u64 = 1 << 20;
 /// The longest reason a rejection may carry, in bytes.
 pub const MAX_REJECT_REASON_BYTES: usize = 1024;
 /// The longest a member id may be, in bytes.
@@ -179,6 +186,32 @@ pub fn expand_acks(ranges: &[AckRange]) -> Answer<Acks> {
     Ok(acks)
 }
 
+/// Refuses a request whose acknowledgements, expanded to one per record, would pass
+/// [`MAX_ACKS_PER_REQUEST`] records or [`MAX_REASON_BYTES_PER_REQUEST`] bytes of reasons —
+/// before anything is expanded.
+pub fn check_ack_budget(topics: &[ShareTopic]) -> Result<(), RequestError> {
+    let (mut records, mut reason_bytes) = (0u64, 0u64);
+    for r in topics.iter().flat_map(|t| &t.partitions).flat_map(|p| &p.acks) {
+        let len = r.last.saturating_sub(r.first).saturating_add(1);
+        records = records.saturating_add(len);
+        if let Ack::Reject { reason } = &r.ack {
+            reason_bytes = reason_bytes.saturating_add(len.saturating_mul(reason.len() as u64));
+        }
+    }
+    if records > MAX_ACKS_PER_REQUEST {
+        return Err(RequestError::Invalid(format!(
+            "the request acknowledges {records} records; at most {MAX_ACKS_PER_REQUEST} per request: split it"
+        )));
+    }
+    if reason_bytes > MAX_REASON_BYTES_PER_REQUEST {
+        return Err(RequestError::Invalid(format!(
+            "the request's rejection reasons come to {reason_bytes} bytes over the records they name; at most \
+             {MAX_REASON_BYTES_PER_REQUEST}: shorten them or split the request"
+        )));
+    }
+    Ok(())
+}
+
 /// Checks a share request's group and member ids.
 fn check_ids(group: &str, member: &str) -> Result<(), RequestError> {
     rill_meta::group_config::check_group_id(group).map_err(|e| RequestError::Invalid(e.message))?;
@@ -245,6 +278,7 @@ impl Service {
     ) -> Result<Answers<ShareFetchOutcome>, RequestError> {
         limits::check_counts("ShareFetch", req.topics.len(), req.topics.iter().map(|t| t.partitions.len()).sum())?;
         check_ids(&req.group, &req.member)?;
+        check_ack_budget(&req.topics)?;
         let mut answers: Answers<ShareFetchOutcome> = req
             .topics
             .iter()
@@ -355,6 +389,7 @@ impl Service {
     ) -> Result<Answers<ShareAcknowledgeOutcome>, RequestError> {
         limits::check_counts("ShareAcknowledge", topics.len(), topics.iter().map(|t| t.partitions.len()).sum())?;
         check_ids(&group, &member)?;
+        check_ack_budget(&topics)?;
         let mut answers: Answers<ShareAcknowledgeOutcome> = topics
             .iter()
             .map(|t| TopicAnswers { topic: t.topic.clone(), partitions: Vec::with_capacity(t.partitions.len()) })
@@ -471,6 +506,21 @@ mod tests {
         let long_reason = Ack::Reject { reason: "x".repeat(MAX_REJECT_REASON_BYTES + 1) };
         assert!(refused(&[range(1, 1, long_reason)]).contains("reason"));
         assert!(refused(&[range(1, 1, Ack::Release { delay_ms: u64::MAX })]).contains("delay"));
+    }
+
+    #[test]
+    fn a_request_acknowledging_too_much_is_refused_before_anything_is_expanded() {
+        let topic = |acks: Vec<AckRange>| ShareTopic {
+            topic: "t".into(),
+            topic_id: vec![],
+            partitions: (0..3).map(|p| SharePartitionAcks { partition: p, acks: acks.clone() }).collect(),
+        };
+        // 3 partitions of 40,000 records each: each partition is within its bound, the request not.
+        let many = topic(vec![range(0, 39_999, Ack::Accept)]);
+        assert!(check_ack_budget(&[many]).unwrap_err().to_string().contains("at most 100000"));
+        let reasons = topic(vec![range(0, 999, Ack::Reject { reason: "x".repeat(1000) })]);
+        assert!(check_ack_budget(&[reasons]).unwrap_err().to_string().contains("reasons"));
+        assert!(check_ack_budget(&[topic(vec![range(0, 999, Ack::Accept)])]).is_ok());
     }
 
     #[test]
