@@ -164,6 +164,17 @@ pub fn producer(
     topic: &'static str,
     ctl: Arc<AtomicU8>,
 ) -> madsim::task::JoinHandle<u64> {
+    producer_every(cluster, host, topic, ctl, Duration::from_millis(100))
+}
+
+/// [`producer`], writing a round every `every`.
+pub fn producer_every(
+    cluster: &SimCluster,
+    host: usize,
+    topic: &'static str,
+    ctl: Arc<AtomicU8>,
+    every: Duration,
+) -> madsim::task::JoinHandle<u64> {
     let bootstrap = cluster.bootstrap();
     cluster.client_host(host).spawn(async move {
         let client = connect(bootstrap).await;
@@ -174,7 +185,7 @@ pub fn producer(
                 acked += u64::from(sent.is_ok());
             }
             n += 1;
-            rill_rt::sleep(Duration::from_millis(100)).await;
+            rill_rt::sleep(every).await;
         }
         acked
     })

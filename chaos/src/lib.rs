@@ -22,7 +22,8 @@
 //!   `classic_groups` scenario;
 //!   `txn_run`: transactional producers and read_committed readers under faults, the
 //!   `transactions` scenario; `ctp_run`: consume-transform-produce processors committing
-//!   offsets in their transactions, the `exactly_once` scenario.
+//!   offsets in their transactions, the `exactly_once` scenario; `share_run`: share group workers
+//!   acknowledging record by record under faults, the `share_groups` scenario.
 //! * [`trace`]: the event record whose hash proves a seed replays exactly.
 
 // A test harness: a broken precondition (no node up, no topic) is a failed run, said loudly.
@@ -47,6 +48,8 @@ pub mod group_run;
 pub mod oracle;
 #[cfg(madsim)]
 pub mod run;
+#[cfg(madsim)]
+pub mod share_run;
 #[cfg(madsim)]
 pub mod txn_run;
 #[cfg(madsim)]

@@ -34,6 +34,7 @@ use rill_chaos::classic_run;
 use rill_chaos::cluster::{init_logs, SimCluster, SimOptions};
 use rill_chaos::group_run::{self, CRASH, LEAVE, RUN};
 use rill_chaos::scenarios;
+use rill_chaos::share_run;
 use rill_chaos::trace::Trace;
 use rill_chaos::{ctp_run, txn_run};
 use rill_client::{Acks, Client, Record};
@@ -1474,6 +1475,96 @@ async fn consumer_group_members_never_share_a_partition() {
     println!("trace-hash: {:016x} events={}", trace.hash(), trace.len());
 }
 
+/// Scripted: a share group member holds a record whose lock runs out while the partition's
+/// leader is killed. The new leader has not proposed the lock's expiry yet (no fetch reached it,
+/// its housekeeping comes every few seconds) when the member's late accept arrives: refused, as
+/// the lock ran out — the compare-and-set an acknowledgement makes at apply time, not the
+/// expiry timer, is what refuses it — and the record goes to the next member at its second
+/// attempt. Caught mutation: `late-ack-applied`.
+#[madsim::test]
+async fn a_late_acknowledgement_is_refused_after_a_failover() {
+    use rill_client::share::{AckKind, AcknowledgementMode, ShareConsumer, ShareConsumerConfig};
+    let trace = begin_scripted();
+    let (cluster, client) = group_cluster(1, rill_coordinator::groups::Timeouts::default(), "late", 1).await;
+    let config = |member: &str| ShareConsumerConfig {
+        member_id: member.into(),
+        acknowledgement_mode: AcknowledgementMode::Explicit,
+        ..ShareConsumerConfig::new("g")
+    };
+    let (c, first) = (client.clone(), config("first"));
+    let (held, leader, member) = cluster
+        .on_client(async move {
+            let settings = [
+                ("share.auto.offset.reset".to_string(), "earliest".to_string()),
+                ("share.record.lock.duration.ms".to_string(), "1000".to_string()),
+            ];
+            wait_until("the group's settings", || async { c.alter_share_group_config("g", &settings, &[]).await.ok() })
+                .await;
+            wait_until("a record written", || async {
+                c.produce("late", 0, vec![Record::new("job")], Acks::All).await.ok()
+            })
+            .await;
+            let mut member = ShareConsumer::new(c.clone(), first);
+            member.subscribe(["late"]);
+            let mut held = Vec::new();
+            while held.is_empty() {
+                held = member.poll(Duration::from_millis(200)).await.unwrap_or_default();
+            }
+            let leader = c.describe_topic("late").await.expect("described").partitions[0].leader.expect("a leader");
+            (held.remove(0), leader, member)
+        })
+        .await;
+    assert_eq!(held.delivery_count, 1);
+    // The leader dies just before the lock runs out: the lock runs out while no leader is there
+    // to expire it, and the new one is elected after it did.
+    let until = held.lock_until_ms;
+    madsim::time::sleep(Duration::from_millis(u64::try_from(until - 200 - rill_rt::wall_clock_ms()).unwrap_or(0)))
+        .await;
+    trace.record(format!("leader {leader} killed at {:?}, the lock runs out at {until}", elapsed()));
+    cluster.kill(leader);
+    let (c, second) = (client.clone(), config("second"));
+    let next_client = client.clone();
+    let (refused, again) = cluster
+        .on_client(async move {
+            let mut member = member;
+            // Sent once a new leader is known: an acknowledgement lost on the way (to the dead
+            // leader) has an unknown outcome and is not sent again.
+            let deadline = rill_rt::now() + SETTLE;
+            loop {
+                let now = c.describe_topic("late").await.ok().and_then(|d| d.partitions[0].leader);
+                if now.is_some_and(|l| l != leader) {
+                    break;
+                }
+                assert!(rill_rt::now() < deadline, "no new leader within {SETTLE:?}");
+                madsim::time::sleep(Duration::from_millis(10)).await;
+            }
+            c.refresh_metadata(&["late".to_string()]).await.expect("metadata");
+            member.acknowledge(&held, AckKind::Accept).expect("held by this member");
+            let sent = rill_rt::wall_clock_ms();
+            assert!(sent > until, "the accept goes after the lock ran out");
+            // Sent again while no leader takes it (the election).
+            let mut refused = member.commit().await.unwrap_or_default();
+            while member.has_pending() {
+                madsim::time::sleep(Duration::from_millis(10)).await;
+                refused.extend(member.commit().await.unwrap_or_default());
+            }
+            let mut next = ShareConsumer::new(next_client, second);
+            next.subscribe(["late"]);
+            let mut again = Vec::new();
+            let deadline = rill_rt::now() + SETTLE;
+            while again.is_empty() && rill_rt::now() < deadline {
+                again = next.poll(Duration::from_millis(200)).await.unwrap_or_default();
+            }
+            (refused, again)
+        })
+        .await;
+    assert_eq!(refused.len(), 1, "the late accept was refused: {refused:?}");
+    assert_eq!(again.len(), 1, "the record came back");
+    assert_eq!(again[0].delivery_count, 2, "at its second attempt");
+    trace.record(format!("refused: {}; delivered again at {:?}", refused[0].error, elapsed()));
+    println!("trace-hash: {:016x} events={}", trace.hash(), trace.len());
+}
+
 /// A 3-node cluster for a scripted consumer group run, with `client_hosts` client hosts and the
 /// members' `timeouts`, and topic `topic` of `partitions` partitions (3 replicas): once it and
 /// the offsets topic have leaders.
@@ -1803,6 +1894,18 @@ async fn exactly_once() {
     assert!(report.violations.is_empty(), "{} violation(s); first: {}", report.violations.len(), report.violations[0]);
 }
 
+/// Generated: share group workers accept, release with delays, reject, renew, stall past their
+/// locks and ignore records while they crash and pause and nodes crash and the network
+/// partitions (`rill_chaos::share_run`). Caught mutations: `share-acquire-unreplicated`,
+/// `expiry-ignores-renewal`, `late-ack-applied`.
+#[madsim::test]
+async fn share_groups() {
+    init_logs();
+    let report = share_run::run_generated().await;
+    report.print();
+    assert!(report.violations.is_empty(), "{} violation(s); first: {}", report.violations.len(), report.violations[0]);
+}
+
 /// Not a scenario: prints every scenario with its description (`chaos/run --list`).
 #[madsim::test]
 async fn list_scenarios() {
@@ -1825,9 +1928,11 @@ async fn list_scenarios() {
     println!("a_lone_member_hears_at_once_that_its_topic_grew\tscripted: with a 5 s heartbeat interval, a group's only member hears at once that its topic grew and owns the new partitions within a second (default)");
     println!("held_heartbeats_keep_a_short_session\tscripted: with a 6 s session and 5 s heartbeats held as long polls, two idle members keep their partitions for 30 s and the group its epoch (default)");
     println!("consumer_group_members_never_share_a_partition\tscripted: group members join, crash and leave while the coordinator is killed: no partition ever has two owners, commits never go back, everything is handed out (default)");
+    println!("a_late_acknowledgement_is_refused_after_a_failover\tscripted: a share group member's accept sent after its lock ran out, while the partition's new leader has not expired the lock yet, is refused; the record goes to the next member at its second attempt (default)");
     println!("groups\tgenerated: consumer group members join, crash mid-batch, leave and pause past their session under every node fault; ownership in epoch order, nothing skipped, lag reaches 0 (default)");
     println!("classic_groups\tgenerated: classic group members (JoinGroup / SyncGroup, eager) join, crash mid-batch, leave and pause past their session under every node fault; no partition handed to two members of a generation, generation order, commits never go back, nothing skipped, lag reaches 0 (default)");
     println!("transactions\tgenerated: transactional producers commit and abort, crash mid-transaction and are fenced by their successors, a read_committed reader follows, under every node fault; no aborted read, no lost committed write, no torn transaction, the LSO reaches the HW (default)");
+    println!("share_groups\tgenerated: share group workers accept, release with delays, reject, renew, stall past their locks and ignore records while they crash and pause, under every node fault; delivery counts go up within the limit, nothing done comes back, no delay is cut short, no lock ends early, no late acknowledgement applies, every record is done once healed (20-30 s of CPU a seed: scripts/test.sh runs 20 seeds)");
     println!("exactly_once\tgenerated: consume-transform-produce processors commit their input's offsets in their output's transaction, abort now and then, crash mid-transaction and are fenced by their successors, under every node fault; every input has exactly one committed output (default)");
     for s in scenarios::SCENARIOS {
         println!("{}\t{}{}", s.name, s.description, if s.default { " (default)" } else { "" });

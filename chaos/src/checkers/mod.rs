@@ -6,7 +6,8 @@
 //! (with the final cleaning point, white-box, as its oracle), [`group_delivery`] (what consumer
 //! group members handed out), [`txn_visibility`] (what read_committed readers returned of
 //! committed, aborted and undecided transactions), [`exactly_once`] (a consume-transform-produce
-//! job's output against its input).
+//! job's output against its input), [`share_delivery`] (what share group members were handed and
+//! how their acknowledgements were answered).
 //! White-box (from replica state only the simulator can see): [`replicas_agree`],
 //! [`watermarks`], [`ack_durability`], [`deleted_records::check_replicas`],
 //! [`group_ownership`] (consumer groups' coordinator state).
@@ -24,6 +25,7 @@ pub mod poll_order;
 pub mod refused_stored;
 pub mod replicas_agree;
 pub mod send_order;
+pub mod share_delivery;
 pub mod txn_visibility;
 pub mod watermarks;
 

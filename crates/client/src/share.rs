@@ -129,8 +129,10 @@ type Partition = (String, u32);
 type Acks = Vec<(u64, AckKind)>;
 /// Partitions with their acknowledgements, by leader address.
 type ByLeader = BTreeMap<String, Vec<(Partition, Acks)>>;
-/// A fetch in flight to one leader: its address, the partitions asked, and the answer.
-type FetchFuture = Pin<Box<dyn Future<Output = (String, Vec<Partition>, Result<pb::ShareFetchResponse>)> + Send>>;
+/// A fetch in flight to one leader: its address, the partitions asked with the
+/// acknowledgements it carries for each, and the answer.
+type FetchFuture =
+    Pin<Box<dyn Future<Output = (String, Vec<(Partition, Acks)>, Result<pb::ShareFetchResponse>)> + Send>>;
 
 /// A member of a share group (see the module documentation).
 pub struct ShareConsumer {
@@ -204,6 +206,12 @@ impl ShareConsumer {
         Ok(())
     }
 
+    /// True when acknowledgements wait to be sent (with the next fetch, or [`Self::commit`]):
+    /// after a `commit`, those whose partition's leader moved meanwhile.
+    pub fn has_pending(&self) -> bool {
+        self.pending.values().any(|acks| !acks.is_empty())
+    }
+
     /// Acknowledgements the server refused since the last call (their records go, or went, to
     /// another member).
     pub fn take_refused(&mut self) -> Vec<RefusedAck> {
@@ -261,14 +269,14 @@ impl ShareConsumer {
     }
 
     /// Sends every pending acknowledgement now (`ShareAcknowledge` to each partition's
-    /// leader), and returns the ones refused.
+    /// leader), and returns the ones of them refused.
     pub async fn commit(&mut self) -> Result<Vec<RefusedAck>> {
         let pending = std::mem::take(&mut self.pending);
-        let by_leader = self.by_leader(pending.into_iter()).await?;
-        for (addr, partitions) in by_leader {
-            self.acknowledge_at(&addr, partitions).await?;
-        }
-        Ok(self.take_refused())
+        // Only this commit's refusals: those of acknowledgements that rode fetches stay for
+        // `take_refused`, so a caller can tell which acknowledgement was refused.
+        let before = self.refused.len();
+        self.send_acks(pending.into_iter().collect()).await?;
+        Ok(self.refused.split_off(before))
     }
 
     /// Leaves: acknowledges what is pending, accepts (implicit mode) or releases (explicit mode)
@@ -309,26 +317,34 @@ impl ShareConsumer {
         records
     }
 
-    /// Every partition of the subscribed topics, grouped by its leader's address (partitions
-    /// without a known leader are left out until the metadata knows one), with the
-    /// acknowledgements pending for each.
-    async fn by_leader(&self, acks: impl Iterator<Item = (Partition, Acks)>) -> Result<ByLeader> {
-        let mut out = ByLeader::new();
-        for ((topic, partition), acks) in acks {
-            if acks.is_empty() {
-                continue;
+    /// Sends `acks` to their partitions' leaders (`ShareAcknowledge`), one request per leader.
+    /// Acknowledgements of a partition whose leader is not known yet stay pending (sent with the
+    /// next fetch to it, or the next `commit`): they were not sent, so sending them later is
+    /// safe. A failed request does not stop the others; the first failure is returned (the
+    /// outcome of what that request carried is unknown: its records come back when their locks
+    /// run out if it was not applied).
+    async fn send_acks(&mut self, acks: Vec<(Partition, Acks)>) -> Result<()> {
+        let mut by_leader = ByLeader::new();
+        let mut unrouted = Vec::new();
+        for ((topic, partition), acks) in acks.into_iter().filter(|(_, a)| !a.is_empty()) {
+            if self.client.leader_addr(&topic, partition).is_none() {
+                let _ = self.client.refresh_metadata(std::slice::from_ref(&topic)).await;
             }
             match self.client.leader_addr(&topic, partition) {
-                Some(addr) => out.entry(addr).or_default().push(((topic, partition), acks)),
-                None => {
-                    self.client.refresh_metadata(std::slice::from_ref(&topic)).await?;
-                    if let Some(addr) = self.client.leader_addr(&topic, partition) {
-                        out.entry(addr).or_default().push(((topic, partition), acks));
-                    }
-                }
+                Some(addr) => by_leader.entry(addr).or_default().push(((topic, partition), acks)),
+                None => unrouted.push(((topic, partition), acks)),
             }
         }
-        Ok(out)
+        for (key, acks) in unrouted {
+            self.pending.entry(key).or_default().extend(acks);
+        }
+        let mut first_error = None;
+        for (addr, partitions) in by_leader {
+            if let Err(e) = self.acknowledge_at(&addr, partitions).await {
+                first_error.get_or_insert(e);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
     }
 
     /// Acknowledgements for partitions whose leader has a fetch in flight go at once, alone.
@@ -341,10 +357,7 @@ impl ShareConsumer {
             .collect();
         let acks: Vec<(Partition, Acks)> =
             busy.into_iter().filter_map(|k| self.pending.remove(&k).map(|a| (k, a))).collect();
-        for (addr, partitions) in self.by_leader(acks.into_iter()).await? {
-            self.acknowledge_at(&addr, partitions).await?;
-        }
-        Ok(())
+        self.send_acks(acks).await
     }
 
     async fn acknowledge_at(&mut self, addr: &str, partitions: Vec<(Partition, Acks)>) -> Result<()> {
@@ -354,26 +367,33 @@ impl ShareConsumer {
             topics: wire_topics(partitions.iter().map(|(k, acks)| (k, acks.as_slice()))),
         };
         let mut stub = self.client.share_stub(addr)?;
-        let resp = stub.share_acknowledge(req).await.map_err(error::status)?.into_inner();
+        let wait = self.client.options().request_slack * 3;
+        let resp = match rill_rt::timeout(wait, stub.share_acknowledge(req)).await {
+            Err(_) => return Err(Error::Transport(format!("no answer from {addr} within {wait:?}"))),
+            Ok(r) => r.map_err(error::status)?.into_inner(),
+        };
+        let mut first_error = None;
         for t in resp.topics {
             for p in t.partitions {
-                if p.error_code != ErrorCode::None as i32 {
-                    // The leader moved: the acknowledgements go to the new one with its next fetch.
-                    if self.client.learn_leader(&t.topic, p.partition, p.leader.as_ref()) {
-                        if let Some((_, acks)) = partitions.iter().find(|(k, _)| k.0 == t.topic && k.1 == p.partition) {
-                            self.pending
-                                .entry((t.topic.clone(), p.partition))
-                                .or_default()
-                                .extend(acks.iter().cloned());
-                        }
-                        continue;
-                    }
-                    return Err(error::server(p.error_code, p.error_message));
+                if p.error_code == ErrorCode::None as i32 {
+                    self.note_refused(&t.topic, p.partition, p.refused);
+                    continue;
                 }
-                self.note_refused(&t.topic, p.partition, p.refused);
+                let code = ErrorCode::try_from(p.error_code).unwrap_or(ErrorCode::UnknownServerError);
+                if matches!(code, ErrorCode::NotLeaderOrFollower | ErrorCode::LeaderNotAvailable) {
+                    // Refused before anything was applied: they go again, to the leader.
+                    if !self.client.learn_leader(&t.topic, p.partition, p.leader.as_ref()) {
+                        self.client.forget_leader(&t.topic, p.partition);
+                    }
+                    if let Some((_, acks)) = partitions.iter().find(|(k, _)| k.0 == t.topic && k.1 == p.partition) {
+                        self.pending.entry((t.topic.clone(), p.partition)).or_default().extend(acks.iter().cloned());
+                    }
+                    continue;
+                }
+                first_error.get_or_insert(error::server(p.error_code, p.error_message));
             }
         }
-        Ok(())
+        first_error.map_or(Ok(()), Err)
     }
 
     fn note_refused(&mut self, topic: &str, partition: u32, refused: Vec<pb::AcknowledgementResult>) {
@@ -426,7 +446,7 @@ impl ShareConsumer {
             let stub = self.client.share_stub(&addr)?;
             let slack = self.client.options().request_slack;
             let address = addr.clone();
-            let asked: Vec<Partition> = acks.into_iter().map(|(k, _)| k).collect();
+            let asked = acks;
             self.fetching.insert(addr);
             self.in_flight.push(Box::pin(async move {
                 let mut stub = stub;
@@ -445,13 +465,18 @@ impl ShareConsumer {
     /// error of the poll: the partitions' leaders are looked up again and the fetch is sent
     /// again (what it may have acquired comes back when its locks run out; the acknowledgements
     /// it carried are refused to nobody, and their records come back the same way).
-    fn take_answer(&mut self, addr: &str, asked: &[Partition], answer: Result<pb::ShareFetchResponse>) -> Result<()> {
+    fn take_answer(
+        &mut self,
+        addr: &str,
+        asked: &[(Partition, Acks)],
+        answer: Result<pb::ShareFetchResponse>,
+    ) -> Result<()> {
         let resp = match answer {
             Ok(resp) => resp,
             Err(Error::Transport(e)) => {
                 tracing::debug!(addr, error = %e, "a share fetch failed; finding the leaders again");
                 self.client.mark_unreachable(addr);
-                for (topic, partition) in asked {
+                for ((topic, partition), _) in asked {
                     self.client.forget_leader(topic, *partition);
                 }
                 return Ok(());
@@ -465,13 +490,19 @@ impl ShareConsumer {
                     if !self.client.learn_leader(&t.topic, p.partition, p.leader.as_ref()) {
                         self.client.forget_leader(&t.topic, p.partition);
                     }
-                    if matches!(
-                        code,
-                        ErrorCode::NotLeaderOrFollower
-                            | ErrorCode::LeaderNotAvailable
-                            | ErrorCode::NodeShuttingDown
-                            | ErrorCode::RequestTimedOut
-                    ) {
+                    // Refused before anything was applied: the acknowledgements it carried go
+                    // again, to the leader.
+                    if matches!(code, ErrorCode::NotLeaderOrFollower | ErrorCode::LeaderNotAvailable) {
+                        if let Some((key, acks)) = asked.iter().find(|(k, _)| k.0 == t.topic && k.1 == p.partition) {
+                            if !acks.is_empty() {
+                                self.pending.entry(key.clone()).or_default().extend(acks.iter().cloned());
+                            }
+                        }
+                        continue;
+                    }
+                    // The outcome is unknown (the node stopping, the entry not committed in time):
+                    // what it carried is not sent again; its records come back by their locks.
+                    if matches!(code, ErrorCode::NodeShuttingDown | ErrorCode::RequestTimedOut) {
                         continue;
                     }
                     return Err(error::server(p.error_code, p.error_message));

@@ -79,11 +79,20 @@ pub enum Mutation {
     /// it matches whole: a member subscribed by the pattern `grouped` is assigned `grouped-decoy`
     /// too.
     UnanchoredPattern,
+    /// A partition's leader acquires records for a share group in its own memory only, without
+    /// a replicated entry: a failover forgets the deliveries (counts repeat, locks vanish).
+    ShareAcquireUnreplicated,
+    /// A share partition's lock expiry ignores renewals: the leader ends a lock at its first
+    /// deadline and the expiry applies whatever the lock's deadline is now.
+    ExpiryIgnoresRenewal,
+    /// A share group acknowledgement whose lock has run out is applied anyway while its member
+    /// still holds the record (the expiry not yet applied).
+    LateAckApplied,
 }
 
 impl Mutation {
     /// Every mutation.
-    pub const ALL: [Mutation; 23] = [
+    pub const ALL: [Mutation; 26] = [
         Mutation::AckBeforeSync,
         Mutation::ReadAboveHw,
         Mutation::SkipTruncate,
@@ -107,6 +116,9 @@ impl Mutation {
         Mutation::StaleTransactionsRead,
         Mutation::StaleSyncAssignment,
         Mutation::UnanchoredPattern,
+        Mutation::ShareAcquireUnreplicated,
+        Mutation::ExpiryIgnoresRenewal,
+        Mutation::LateAckApplied,
     ];
 
     /// The name used on the command line (`chaos/run --mutation NAME`).
@@ -135,6 +147,9 @@ impl Mutation {
             Mutation::StaleTransactionsRead => "stale-transactions-read",
             Mutation::StaleSyncAssignment => "stale-sync-assignment",
             Mutation::UnanchoredPattern => "unanchored-pattern",
+            Mutation::ShareAcquireUnreplicated => "share-acquire-unreplicated",
+            Mutation::ExpiryIgnoresRenewal => "expiry-ignores-renewal",
+            Mutation::LateAckApplied => "late-ack-applied",
         }
     }
 

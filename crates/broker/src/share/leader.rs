@@ -273,7 +273,18 @@ impl Partition {
             offsets: plan.offsets,
             now_ms,
         };
-        let applied = self.propose_share(&request.group, settings, start_if_new, command).await?;
+        let applied = if rill_rt::mutation::active(rill_rt::mutation::Mutation::ShareAcquireUnreplicated) {
+            // Deliberate bug (simulation only): the acquisition lives in this leader's memory only.
+            self.check_share_leader()?;
+            let mut shares = self.shares.lock().unwrap_or_else(|p| p.into_inner());
+            let state = shares
+                .entry(request.group.clone())
+                .or_insert_with(|| SharePartition::starting_at(start_if_new.max(log_start)));
+            state.set_settings(settings);
+            state.apply(&command, settings)
+        } else {
+            self.propose_share(&request.group, settings, start_if_new, command).await?
+        };
         out.refused = applied.refused;
         out.archived = applied.archived;
         out.batches = read
@@ -357,6 +368,7 @@ impl Partition {
             .ok_or_else(|| PartitionError::Storage("a log start is not a share entry".into()))?;
         let _in_flight = InFlight::enter(&self.replica);
         self.quiescence.wake();
+        let started = rill_rt::now();
         let write = self.raft.client_write(Payload { units: 0, body: command::encode_share(&body), proposal: 0 });
         let answer = match rill_rt::timeout(SHARE_WRITE_TIMEOUT, write).await {
             Err(_) => {
@@ -366,8 +378,14 @@ impl Partition {
                 })
             }
             Ok(Ok(answer)) => answer.data.0,
-            Ok(Err(openraft::error::RaftError::APIError(e))) => {
-                return Err(PartitionError::from_write(e, self.node_id))
+            // Leadership moved while the entry was proposed: the next leader may still commit it,
+            // so this is not "not the leader" (a refusal a client may safely send again) but an
+            // outcome unknown.
+            Ok(Err(openraft::error::RaftError::APIError(_))) => {
+                return Err(PartitionError::Timeout {
+                    waited_ms: started.elapsed().as_millis() as u64,
+                    what: "the share entry to commit before this node stopped leading",
+                })
             }
             Ok(Err(openraft::error::RaftError::Fatal(_))) => return Err(PartitionError::ShuttingDown),
         };

@@ -343,9 +343,13 @@ impl SharePartition {
 
     /// The earliest lock deadline among the records acquired here, if any is.
     pub fn next_lock_deadline(&self) -> Option<i64> {
+        let ignore_renewals = rill_rt::mutation::active(rill_rt::mutation::Mutation::ExpiryIgnoresRenewal);
+        let lock_ms = i64::try_from(self.settings.lock_ms).unwrap_or(i64::MAX);
         self.in_flight
             .values()
             .filter_map(|t| match t.state {
+                // Deliberate bug (simulation only): a lock ends at its first deadline.
+                InFlight::Acquired { .. } if ignore_renewals => Some(t.last_delivery_ms.saturating_add(lock_ms)),
                 InFlight::Acquired { lock_until_ms, .. } => Some(lock_until_ms),
                 _ => None,
             })
@@ -354,9 +358,16 @@ impl SharePartition {
 
     /// The records whose locks have run out at `now_ms`.
     pub fn expired_locks(&self, now_ms: i64) -> Vec<u64> {
+        let ignore_renewals = rill_rt::mutation::active(rill_rt::mutation::Mutation::ExpiryIgnoresRenewal);
+        let lock_ms = i64::try_from(self.settings.lock_ms).unwrap_or(i64::MAX);
         self.in_flight
             .iter()
-            .filter(|(_, t)| matches!(t.state, InFlight::Acquired { lock_until_ms, .. } if lock_until_ms <= now_ms))
+            .filter(|(_, t)| match t.state {
+                // Deliberate bug (simulation only): a lock ends at its first deadline.
+                InFlight::Acquired { .. } if ignore_renewals => t.last_delivery_ms.saturating_add(lock_ms) <= now_ms,
+                InFlight::Acquired { lock_until_ms, .. } => lock_until_ms <= now_ms,
+                _ => false,
+            })
             .map(|(o, _)| *o)
             .collect()
     }
@@ -557,7 +568,9 @@ impl SharePartition {
                     let expired = matches!(
                         self.in_flight.get(&offset),
                         Some(Tracked { state: InFlight::Acquired { lock_until_ms, .. }, .. }) if *lock_until_ms <= *now_ms
-                    );
+                    ) || (rill_rt::mutation::active(rill_rt::mutation::Mutation::ExpiryIgnoresRenewal)
+                        // Deliberate bug (simulation only): no compare-and-set on the deadline.
+                        && matches!(self.in_flight.get(&offset), Some(Tracked { state: InFlight::Acquired { .. }, .. })));
                     if expired {
                         let count = self.in_flight.get(&offset).map_or(0, |t| t.delivery_count);
                         let delay = settings.backoff.after(count).saturating_add(jitter_ms);
@@ -649,7 +662,10 @@ impl SharePartition {
     fn held(&self, offset: u64, member: &str, now_ms: i64) -> Result<(), AckRefusal> {
         match self.in_flight.get(&offset) {
             Some(Tracked { state: InFlight::Acquired { member: m, lock_until_ms }, .. }) if m == member => {
-                if *lock_until_ms > now_ms {
+                // Deliberate bug (simulation only): a lock that ran out still takes its member's
+                // acknowledgement.
+                let late_ok = rill_rt::mutation::active(rill_rt::mutation::Mutation::LateAckApplied);
+                if *lock_until_ms > now_ms || late_ok {
                     Ok(())
                 } else {
                     Err(AckRefusal::LockExpired)
