@@ -91,6 +91,49 @@ fn config_response(answer: Answer<Vec<GroupSetting>>) -> ShareGroupConfigRespons
     ShareGroupConfigResponse { error_code, error_message, settings }
 }
 
+/// One partition's answer to a fetch.
+fn fetch_result(partition: u32, answer: Answer<share::ShareFetchOutcome>) -> ShareFetchPartitionResult {
+    let (error_code, error_message, leader) = error_of(&answer);
+    let Ok(outcome) = answer else {
+        return ShareFetchPartitionResult { partition, error_code, error_message, leader, ..Default::default() };
+    };
+    let acquired = outcome
+        .acquired_ranges()
+        .into_iter()
+        .map(|(first, last, count)| AcquiredRecords {
+            first_offset: first,
+            last_offset: last,
+            delivery_count: u32::from(count),
+        })
+        .collect();
+    let fetched = outcome.fetched;
+    ShareFetchPartitionResult {
+        partition,
+        error_code: ErrorCode::None as i32,
+        acquired,
+        lock_until_ms: fetched.lock_until_ms,
+        refused: refused(fetched.refused.iter().copied()),
+        high_watermark: fetched.high_watermark as i64,
+        log_start_offset: fetched.log_start_offset as i64,
+        batches: fetched
+            .batches
+            .into_iter()
+            .map(|b| RecordBatch { base_offset: b.base_offset as i64, data: b.data, append_time_ms: b.append_time_ms })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+/// One partition's answer to an acknowledgement.
+fn acknowledge_result(
+    partition: u32,
+    answer: Answer<share::ShareAcknowledgeOutcome>,
+) -> ShareAcknowledgePartitionResult {
+    let (error_code, error_message, leader) = error_of(&answer);
+    let refused = answer.map(|a| refused(a.refused)).unwrap_or_default();
+    ShareAcknowledgePartitionResult { partition, error_code, error_message, refused, leader }
+}
+
 #[tonic::async_trait]
 impl Share for ShareApi {
     async fn share_fetch(&self, request: Request<ShareFetchRequest>) -> Result<Response<ShareFetchResponse>, Status> {
@@ -109,50 +152,7 @@ impl Share for ShareApi {
             .into_iter()
             .map(|t| ShareFetchTopicResult {
                 topic: t.topic,
-                partitions: t
-                    .partitions
-                    .into_iter()
-                    .map(|(partition, answer)| {
-                        let (error_code, error_message, leader) = error_of(&answer);
-                        match answer {
-                            Err(_) => ShareFetchPartitionResult {
-                                partition,
-                                error_code,
-                                error_message,
-                                leader,
-                                ..Default::default()
-                            },
-                            Ok(outcome) => ShareFetchPartitionResult {
-                                partition,
-                                error_code: ErrorCode::None as i32,
-                                acquired: outcome
-                                    .acquired_ranges()
-                                    .into_iter()
-                                    .map(|(first, last, count)| AcquiredRecords {
-                                        first_offset: first,
-                                        last_offset: last,
-                                        delivery_count: u32::from(count),
-                                    })
-                                    .collect(),
-                                lock_until_ms: outcome.fetched.lock_until_ms,
-                                refused: refused(outcome.fetched.refused.iter().copied()),
-                                high_watermark: outcome.fetched.high_watermark as i64,
-                                log_start_offset: outcome.fetched.log_start_offset as i64,
-                                batches: outcome
-                                    .fetched
-                                    .batches
-                                    .into_iter()
-                                    .map(|b| RecordBatch {
-                                        base_offset: b.base_offset as i64,
-                                        data: b.data,
-                                        append_time_ms: b.append_time_ms,
-                                    })
-                                    .collect(),
-                                ..Default::default()
-                            },
-                        }
-                    })
-                    .collect(),
+                partitions: t.partitions.into_iter().map(|(p, answer)| fetch_result(p, answer)).collect(),
             })
             .collect();
         Ok(Response::new(ShareFetchResponse { topics }))
@@ -173,15 +173,7 @@ impl Share for ShareApi {
             .into_iter()
             .map(|t| ShareAcknowledgeTopicResult {
                 topic: t.topic,
-                partitions: t
-                    .partitions
-                    .into_iter()
-                    .map(|(partition, answer)| {
-                        let (error_code, error_message, leader) = error_of(&answer);
-                        let refused = answer.map(|a| refused(a.refused)).unwrap_or_default();
-                        ShareAcknowledgePartitionResult { partition, error_code, error_message, refused, leader }
-                    })
-                    .collect(),
+                partitions: t.partitions.into_iter().map(|(p, answer)| acknowledge_result(p, answer)).collect(),
             })
             .collect();
         Ok(Response::new(ShareAcknowledgeResponse { topics }))
