@@ -160,6 +160,18 @@ impl ShareGroupConfig {
         Ok(c)
     }
 
+    /// The settings stored entries make: like [`Self::from_entries`], but keys this release does
+    /// not know (written by a newer one) are left out rather than refused, and stored values —
+    /// checked when they were applied — never fail: what a reader of the metadata uses.
+    pub fn from_stored(entries: &GroupConfigEntries) -> Self {
+        let known: GroupConfigEntries = entries
+            .iter()
+            .filter(|(key, _)| KEYS.contains(&key.as_str()))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        Self::from_entries(&known).unwrap_or_default()
+    }
+
     /// Every key with its effective value, in [`KEYS`] order.
     pub fn entries(&self) -> Vec<(String, String)> {
         let reset = match self.auto_offset_reset {

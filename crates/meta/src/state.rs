@@ -357,13 +357,7 @@ impl MetaState {
     /// `group`'s settings as a share group: its keys set over the defaults. Stored keys a
     /// release does not know (written by a newer one) leave the defaults.
     pub fn share_group_config(&self, group: &str) -> ShareGroupConfig {
-        let Some(entries) = self.group_configs.get(group) else { return ShareGroupConfig::default() };
-        let known: GroupConfigEntries = entries
-            .iter()
-            .filter(|(key, _)| crate::group_config::KEYS.contains(&key.as_str()))
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        ShareGroupConfig::from_entries(&known).unwrap_or_default()
+        self.group_configs.get(group).map(ShareGroupConfig::from_stored).unwrap_or_default()
     }
 
     /// Checks that `name` may be deleted: it exists and is not internal.

@@ -473,13 +473,7 @@ pub struct GroupSetting {
 }
 
 fn group_settings(entries: &rill_meta::group_config::GroupConfigEntries) -> Vec<GroupSetting> {
-    let known: rill_meta::group_config::GroupConfigEntries = entries
-        .iter()
-        .filter(|(k, _)| rill_meta::group_config::KEYS.contains(&k.as_str()))
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
-    let config = rill_meta::ShareGroupConfig::from_entries(&known).unwrap_or_default();
-    config
+    rill_meta::ShareGroupConfig::from_stored(entries)
         .entries()
         .into_iter()
         .map(|(key, value)| GroupSetting { default: !entries.contains_key(&key), key, value })
