@@ -256,4 +256,18 @@ impl Replica {
     pub(crate) fn caught_up(&self, term: u64) -> bool {
         self.raft.metrics().borrow().last_applied.is_some_and(|l| l.leader_id.term == term)
     }
+
+    /// The term this replica leads in, when it may propose a command decided from its applied
+    /// state: it leads, has applied its whole log (`CatchingUp` before), and its leadership is
+    /// not being handed over (`LeaderMoving`).
+    pub(crate) fn proposing_term(&self) -> Result<u64> {
+        let Some(term) = self.leader_term() else { return Err(self.not_leader()) };
+        if !self.caught_up(term) {
+            return Err(PartitionError::CatchingUp);
+        }
+        if let Some(to) = self.moving_to() {
+            return Err(PartitionError::LeaderMoving { to });
+        }
+        Ok(term)
+    }
 }

@@ -108,13 +108,7 @@ impl<M: GroupStateMachine> StatePartition<M> {
     /// on a majority) and applied; returns what the state machine answered. Refused with
     /// `CatchingUp` until the leader has applied its whole log, and while leadership moves.
     pub async fn propose(&self, command: Bytes, timeout: Duration) -> Result<Bytes> {
-        let Some(term) = self.leader_term() else { return Err(self.not_leader()) };
-        if !self.caught_up(term) {
-            return Err(PartitionError::CatchingUp);
-        }
-        if let Some(to) = self.moving_to() {
-            return Err(PartitionError::LeaderMoving { to });
-        }
+        self.replica.proposing_term()?;
         let _in_flight = InFlight::enter(&self.replica);
         self.quiescence.wake();
         let write = self.raft.client_write(Payload { units: 0, body: command, proposal: 0 });

@@ -229,7 +229,7 @@ impl Partition {
         let settings = &request.settings;
         // One acquisition at a time per partition: two planned together would choose alike.
         let _acquiring = self.share_acquiring.lock().await;
-        self.check_share_leader()?;
+        self.replica.proposing_term()?;
         let now_ms = wall_ms();
         let log_start = self.log_start_offset();
         let end = self.readable_end(settings.isolation);
@@ -275,7 +275,7 @@ impl Partition {
         };
         let applied = if rill_rt::mutation::active(rill_rt::mutation::Mutation::ShareAcquireUnreplicated) {
             // Deliberate bug (simulation only): the acquisition lives in this leader's memory only.
-            self.check_share_leader()?;
+            self.replica.proposing_term()?;
             let mut shares = self.shares.lock().unwrap_or_else(|p| p.into_inner());
             let state = shares
                 .entry(request.group.clone())
@@ -343,17 +343,6 @@ impl Partition {
         Ok((batches, LogView { scanned, records }))
     }
 
-    fn check_share_leader(&self) -> Result<u64> {
-        let Some(term) = self.leader_term() else { return Err(self.not_leader()) };
-        if !self.caught_up(term) {
-            return Err(PartitionError::CatchingUp);
-        }
-        if let Some(to) = self.moving_to() {
-            return Err(PartitionError::LeaderMoving { to });
-        }
-        Ok(term)
-    }
-
     /// Proposes one share entry for `group` and waits until it is applied; what it did.
     async fn propose_share(
         &self,
@@ -362,7 +351,7 @@ impl Partition {
         start_if_new: u64,
         command: ShareCommand,
     ) -> Result<super::Applied> {
-        self.check_share_leader()?;
+        self.replica.proposing_term()?;
         let entry = ShareEntry { group: group.to_string(), settings: settings.clone(), start_if_new, command };
         let body = stored::encode_entry(&entry)
             .ok_or_else(|| PartitionError::Storage("a log start is not a share entry".into()))?;
