@@ -380,13 +380,9 @@ impl ShareConsumer {
                     continue;
                 }
                 let code = ErrorCode::try_from(p.error_code).unwrap_or(ErrorCode::UnknownServerError);
-                if matches!(code, ErrorCode::NotLeaderOrFollower | ErrorCode::LeaderNotAvailable) {
-                    // Refused before anything was applied: they go again, to the leader.
+                if self.send_again_if_unapplied(code, &t.topic, p.partition, &partitions) {
                     if !self.client.learn_leader(&t.topic, p.partition, p.leader.as_ref()) {
                         self.client.forget_leader(&t.topic, p.partition);
-                    }
-                    if let Some((_, acks)) = partitions.iter().find(|(k, _)| k.0 == t.topic && k.1 == p.partition) {
-                        self.pending.entry((t.topic.clone(), p.partition)).or_default().extend(acks.iter().cloned());
                     }
                     continue;
                 }
@@ -394,6 +390,27 @@ impl ShareConsumer {
             }
         }
         first_error.map_or(Ok(()), Err)
+    }
+
+    /// When a partition's answer (`code`) says nothing was applied — refused before its entry
+    /// was proposed: not the leader, or a new leader still catching up — puts back the
+    /// acknowledgements `sent` carried for it, to go again to its leader. True when it did.
+    fn send_again_if_unapplied(
+        &mut self,
+        code: ErrorCode,
+        topic: &str,
+        partition: u32,
+        sent: &[(Partition, Acks)],
+    ) -> bool {
+        if !matches!(code, ErrorCode::NotLeaderOrFollower | ErrorCode::LeaderNotAvailable) {
+            return false;
+        }
+        if let Some((key, acks)) = sent.iter().find(|(k, _)| k.0 == topic && k.1 == partition) {
+            if !acks.is_empty() {
+                self.pending.entry(key.clone()).or_default().extend(acks.iter().cloned());
+            }
+        }
+        true
     }
 
     fn note_refused(&mut self, topic: &str, partition: u32, refused: Vec<pb::AcknowledgementResult>) {
@@ -490,14 +507,7 @@ impl ShareConsumer {
                     if !self.client.learn_leader(&t.topic, p.partition, p.leader.as_ref()) {
                         self.client.forget_leader(&t.topic, p.partition);
                     }
-                    // Refused before anything was applied: the acknowledgements it carried go
-                    // again, to the leader.
-                    if matches!(code, ErrorCode::NotLeaderOrFollower | ErrorCode::LeaderNotAvailable) {
-                        if let Some((key, acks)) = asked.iter().find(|(k, _)| k.0 == t.topic && k.1 == p.partition) {
-                            if !acks.is_empty() {
-                                self.pending.entry(key.clone()).or_default().extend(acks.iter().cloned());
-                            }
-                        }
+                    if self.send_again_if_unapplied(code, &t.topic, p.partition, asked) {
                         continue;
                     }
                     // The outcome is unknown (the node stopping, the entry not committed in time):
