@@ -39,7 +39,7 @@ pub const DEFAULT_HEARTBEAT_INTERVAL_MS: u64 = 5_000;
 pub const MAX_GROUP_ID_BYTES: usize = 255;
 
 /// The keys a group accepts.
-pub const KEYS: [&str; 10] = [
+pub const KEYS: [&str; 11] = [
     "share.record.lock.duration.ms",
     "share.delivery.count.limit",
     "share.auto.offset.reset",
@@ -50,7 +50,12 @@ pub const KEYS: [&str; 10] = [
     "share.retry.backoff.max.ms",
     "share.session.timeout.ms",
     "share.heartbeat.interval.ms",
+    DEAD_LETTER_TOPIC_KEY,
 ];
+
+/// The group key naming the group's dead-letter topic (KIP-1191's name): records a member
+/// rejects or that run out of attempts are copied there. Unset: none (they are only archived).
+pub const DEAD_LETTER_TOPIC_KEY: &str = "errors.deadletterqueue.topic.name";
 
 /// Where a share group starts reading a partition it has never read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,6 +91,8 @@ pub struct ShareGroupConfig {
     pub session_timeout_ms: u64,
     /// `share.heartbeat.interval.ms`: how often members heartbeat.
     pub heartbeat_interval_ms: u64,
+    /// `errors.deadletterqueue.topic.name`: the dead-letter topic, if the group has one.
+    pub dead_letter_topic: Option<String>,
 }
 
 impl Default for ShareGroupConfig {
@@ -101,6 +108,7 @@ impl Default for ShareGroupConfig {
             backoff_max_ms: DEFAULT_BACKOFF_MAX_MS,
             session_timeout_ms: DEFAULT_SESSION_TIMEOUT_MS,
             heartbeat_interval_ms: DEFAULT_HEARTBEAT_INTERVAL_MS,
+            dead_letter_topic: None,
         }
     }
 }
@@ -148,6 +156,12 @@ impl ShareGroupConfig {
                 "share.retry.backoff.max.ms" => c.backoff_max_ms = parse(key, v, 0, MAX_DELAY_MS)?,
                 "share.session.timeout.ms" => c.session_timeout_ms = parse(key, v, 1_000, MAX_LOCK_MS)?,
                 "share.heartbeat.interval.ms" => c.heartbeat_interval_ms = parse(key, v, 100, MAX_LOCK_MS)?,
+                DEAD_LETTER_TOPIC_KEY => {
+                    if v.is_empty() {
+                        return Err(invalid(format!("{key} must name a topic (reset the key for none)")));
+                    }
+                    c.dead_letter_topic = Some(v.to_string());
+                }
                 _ => return Err(invalid(format!("unknown group config key {key:?}; known keys: {}", KEYS.join(", ")))),
             }
         }
@@ -190,6 +204,7 @@ impl ShareGroupConfig {
             self.backoff_max_ms.to_string(),
             self.session_timeout_ms.to_string(),
             self.heartbeat_interval_ms.to_string(),
+            self.dead_letter_topic.clone().unwrap_or_default(),
         ]
         .into_iter()
         .zip(KEYS)
@@ -271,6 +286,7 @@ mod tests {
             ("share.retry.backoff.max.ms", "1000"),
             ("share.session.timeout.ms", "6000"),
             ("share.heartbeat.interval.ms", "1000"),
+            ("errors.deadletterqueue.topic.name", "orders.dlq"),
         ]);
         let c = ShareGroupConfig::from_entries(&set).unwrap();
         assert_eq!(c.entries().into_iter().collect::<GroupConfigEntries>(), set);
@@ -283,6 +299,7 @@ mod tests {
         assert!(refused(&[("share.record.lock.duration.ms", "5")]).contains("from 100 to 3600000"));
         assert!(refused(&[("share.delivery.count.limit", "0")]).contains("share.delivery.count.limit"));
         assert!(refused(&[("share.auto.offset.reset", "none")]).contains("latest or earliest"));
+        assert!(refused(&[(DEAD_LETTER_TOPIC_KEY, " ")]).contains("must name a topic"));
         assert!(refused(&[("share.heartbeat.interval.ms", "50000")]).contains("below share.session.timeout.ms"));
     }
 

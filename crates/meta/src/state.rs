@@ -351,7 +351,28 @@ impl MetaState {
         check_group_id(group)?;
         let empty = GroupConfigEntries::new();
         let current = self.group_configs.get(group).unwrap_or(&empty);
-        edit_entries(current, set, reset).map(|(entries, _)| entries)
+        let (entries, config) = edit_entries(current, set, reset)?;
+        // A dead-letter topic named now must exist and be a client topic; one named before
+        // and deleted since does not stop other edits (its copies wait for it, docs/queues.md).
+        let named_now = set.iter().any(|(k, _)| k == crate::group_config::DEAD_LETTER_TOPIC_KEY);
+        if let (true, Some(topic)) = (named_now, &config.dead_letter_topic) {
+            match self.topics.get(topic) {
+                None => {
+                    return Err(MetaError::new(
+                        MetaErrorKind::UnknownTopic,
+                        format!("dead-letter topic {topic} does not exist; create it first"),
+                    ))
+                }
+                Some(t) if t.is_internal() => {
+                    return Err(MetaError::new(
+                        MetaErrorKind::InvalidConfig,
+                        format!("{topic} is an internal topic; it cannot take dead letters"),
+                    ))
+                }
+                Some(_) => {}
+            }
+        }
+        Ok(entries)
     }
 
     /// `group`'s settings as a share group: its keys set over the defaults. Stored keys a
@@ -754,6 +775,24 @@ mod tests {
         assert_eq!((s.version, s.share_group_config("jobs").delivery_limit), (version, 3), "a refusal changes nothing");
         s.apply(alter(&[], &["share.delivery.count.limit"]));
         assert!(s.group_configs.is_empty(), "a group with every key reset is not kept");
+    }
+
+    #[test]
+    fn a_dead_letter_topic_must_exist_and_be_a_client_topic_when_named() {
+        let mut s = three_nodes();
+        let name = |topic: &str| MetaCommand::AlterGroupConfig {
+            group: "jobs".into(),
+            set: vec![(crate::group_config::DEAD_LETTER_TOPIC_KEY.to_string(), topic.to_string())],
+            reset: vec![],
+        };
+        let refused = |r: MetaResult| match r {
+            MetaResult::Refused(e) => e.message,
+            other => panic!("{other:?}"),
+        };
+        assert!(refused(s.apply(name("jobs.dlq"))).contains("create it first"));
+        create(&mut s, "jobs.dlq", 1, 3);
+        assert!(matches!(s.apply(name("jobs.dlq")), MetaResult::GroupConfigUpdated { .. }));
+        assert_eq!(s.share_group_config("jobs").dead_letter_topic.as_deref(), Some("jobs.dlq"));
     }
 
     #[test]

@@ -33,10 +33,11 @@
 //!
 //! [`apply`]: SharePartition::apply
 
+
 pub mod leader;
 pub mod stored;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::ops::Range;
 
 use crate::fetch::Isolation;
@@ -58,8 +59,9 @@ pub struct ShareSettings {
     pub max_per_member: u32,
     /// The delay before a record whose lock expired may be delivered again, by attempts made.
     pub backoff: Backoff,
-    /// Whether archived records are copied to a dead-letter topic before they count as done.
-    pub dead_letters: bool,
+    /// The dead-letter topic archived records are copied to before they count as done; `None`
+    /// for none (an archived record is done at once).
+    pub dead_letter_topic: Option<String>,
     /// Which records the group sees: `read_committed` (Rill's default) acquires only records of
     /// decided transactions, below the last stable offset, and never an aborted one.
     pub isolation: Isolation,
@@ -73,15 +75,15 @@ impl Default for ShareSettings {
             max_in_flight: 2_000,
             max_per_member: 500,
             backoff: Backoff::default(),
-            dead_letters: false,
+            dead_letter_topic: None,
             isolation: Isolation::ReadCommitted,
         }
     }
 }
 
 impl ShareSettings {
-    /// The settings a share group's configuration makes (`rill_meta::group_config`). Dead
-    /// letters stay off until the group names a dead-letter topic.
+    /// The settings a share group's configuration makes (`rill_meta::group_config`): dead
+    /// letters are off until the group names a dead-letter topic.
     pub fn of_group(config: &rill_meta::ShareGroupConfig) -> Self {
         Self {
             lock_ms: config.lock_ms,
@@ -89,9 +91,16 @@ impl ShareSettings {
             max_in_flight: config.max_in_flight,
             max_per_member: config.max_per_member,
             backoff: Backoff { initial_ms: config.backoff_initial_ms, max_ms: config.backoff_max_ms },
-            dead_letters: false,
+            dead_letter_topic: config.dead_letter_topic.clone(),
             isolation: if config.read_committed { Isolation::ReadCommitted } else { Isolation::ReadUncommitted },
         }
+    }
+}
+
+impl ShareSettings {
+    /// Whether archived records are copied to a dead-letter topic before they count as done.
+    pub fn dead_letters(&self) -> bool {
+        self.dead_letter_topic.is_some()
     }
 }
 
@@ -163,6 +172,44 @@ pub struct Tracked {
     pub last_delivery_ms: i64,
 }
 
+/// A record archived while its group has a dead-letter topic, waiting for its copy there: the
+/// evidence the copy carries, fixed when it was archived.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeadLetter {
+    /// Where it is in the partition.
+    pub offset: u64,
+    /// Why it was archived.
+    pub reason: ArchiveReason,
+    /// How often it was delivered.
+    pub delivery_count: u16,
+    /// When it was first delivered.
+    pub first_delivery_ms: i64,
+    /// When it was last delivered.
+    pub last_delivery_ms: i64,
+}
+
+/// Who writes a group's dead-letter copies from a partition, and where: an idempotent producer
+/// whose id, epoch and sequence numbers are in the replicated state, so whichever leader
+/// writes a copy — again, after a failover — writes it under the same sequence number, and the
+/// dead-letter partition stores it once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeadLetterWriter {
+    /// The producer id, issued by the metadata group like any producer's.
+    pub producer_id: i64,
+    /// Its epoch.
+    pub producer_epoch: i16,
+    /// The dead-letter topic.
+    pub topic: String,
+    /// The partition of it every copy from this partition goes to (one sequence of numbers).
+    pub partition: u32,
+}
+
+/// The sequence number `n` after `sequence`, wrapping to 0 past `i32::MAX` as Kafka's do.
+pub fn sequence_after(sequence: i32, n: u32) -> i32 {
+    let span = i64::from(i32::MAX) + 1;
+    ((i64::from(sequence.max(0)) + i64::from(n)) % span) as i32
+}
+
 /// How a member acknowledges one record it holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Ack {
@@ -229,10 +276,28 @@ pub enum ShareCommand {
         /// The leader's clock.
         now_ms: i64,
     },
-    /// The dead-letter copies of these records are written: they are done.
+    /// The first `count` records waiting for their dead-letter copy are copied (written by
+    /// `producer_id` from sequence `first_sequence` on): they are done. Applies only while that
+    /// writer is the group's and the first record waiting has that sequence number, so a
+    /// stale or repeated entry changes nothing.
     DeadLettered {
-        /// The records.
-        offsets: Vec<u64>,
+        /// The writer that copied them.
+        producer_id: i64,
+        /// The sequence number of the first.
+        first_sequence: i32,
+        /// How many, in order from the first waiting.
+        count: u32,
+    },
+    /// `writer` writes the group's dead-letter copies from now on, numbering the records
+    /// waiting from sequence 0 — when the group has no writer yet, or its writer can no longer
+    /// write (its topic is gone, the dead-letter partition forgot its producer). Applies only
+    /// when the group's writer is still `replaces` (the one the leader saw), so two leaders
+    /// racing to replace it end with one.
+    PinDeadLetterWriter {
+        /// The new writer.
+        writer: DeadLetterWriter,
+        /// The producer id of the writer it replaces; `None` when the group had none.
+        replaces: Option<i64>,
     },
     /// The partition's log start moved to `log_start`: records below it are gone, done or not.
     LogStart {
@@ -314,6 +379,15 @@ pub struct SharePartition {
     /// The settings of the group's latest entry here: what the leader proposes expiries under
     /// when no member is asking (after a failover, say).
     settings: ShareSettings,
+    /// Who writes the dead-letter copies, once one was needed.
+    writer: Option<DeadLetterWriter>,
+    /// The sequence number of the first record in `dead_letters`.
+    dead_letter_sequence: i32,
+    /// Records archived and waiting for their dead-letter copy, in the order they were
+    /// archived (which fixes their sequence numbers). A record stays here when the log start
+    /// passes it — its copy then carries the evidence without the record — and counts against
+    /// `max_in_flight` until copied.
+    dead_letters: VecDeque<DeadLetter>,
 }
 
 impl SharePartition {
@@ -326,7 +400,21 @@ impl SharePartition {
             in_flight: BTreeMap::new(),
             done: BTreeMap::new(),
             settings: ShareSettings::default(),
+            writer: None,
+            dead_letter_sequence: 0,
+            dead_letters: VecDeque::new(),
         }
+    }
+
+    /// Who writes the group's dead-letter copies from this partition, if anyone has yet.
+    pub fn dead_letter_writer(&self) -> Option<&DeadLetterWriter> {
+        self.writer.as_ref()
+    }
+
+    /// The records waiting for their dead-letter copy, in order, and the sequence number of
+    /// the first.
+    pub fn dead_letters(&self) -> (&VecDeque<DeadLetter>, i32) {
+        (&self.dead_letters, self.dead_letter_sequence)
     }
 
     /// The settings of the group's latest entry on the partition.
@@ -401,7 +489,12 @@ impl SharePartition {
     /// Records counted against `max_in_flight`: acquired, delayed, or waiting for their
     /// dead-letter copy.
     pub fn in_flight_count(&self) -> usize {
-        self.in_flight.values().filter(|t| !matches!(t.state, InFlight::Available)).count()
+        let held_or_delayed = self
+            .in_flight
+            .values()
+            .filter(|t| !matches!(t.state, InFlight::Available | InFlight::DeadLettering(_)))
+            .count();
+        held_or_delayed + self.dead_letters.len()
     }
 
     /// Records `member` holds acquired.
@@ -589,11 +682,26 @@ impl SharePartition {
                     self.back(offset, 0, *now_ms, settings, &mut applied);
                 }
             }
-            ShareCommand::DeadLettered { offsets } => {
-                for offset in offsets {
-                    if matches!(self.in_flight.get(offset), Some(Tracked { state: InFlight::DeadLettering(_), .. })) {
-                        self.finish(*offset);
+            ShareCommand::DeadLettered { producer_id, first_sequence, count } => {
+                let by_writer = self.writer.as_ref().is_some_and(|w| w.producer_id == *producer_id);
+                if by_writer && *first_sequence == self.dead_letter_sequence {
+                    let copied = (*count as usize).min(self.dead_letters.len());
+                    for letter in self.dead_letters.drain(..copied).collect::<Vec<_>>() {
+                        // Below the start offset it is gone from the log and from flight already.
+                        if matches!(
+                            self.in_flight.get(&letter.offset),
+                            Some(Tracked { state: InFlight::DeadLettering(_), .. })
+                        ) {
+                            self.finish(letter.offset);
+                        }
                     }
+                    self.dead_letter_sequence = sequence_after(self.dead_letter_sequence, copied as u32);
+                }
+            }
+            ShareCommand::PinDeadLetterWriter { writer, replaces } => {
+                if self.writer.as_ref().map(|w| w.producer_id) == *replaces {
+                    self.writer = Some(writer.clone());
+                    self.dead_letter_sequence = 0;
                 }
             }
             ShareCommand::LogStart { log_start } => {
@@ -706,12 +814,18 @@ impl SharePartition {
 
     fn archive(&mut self, offset: u64, reason: ArchiveReason, settings: &ShareSettings, applied: &mut Applied) {
         applied.archived.push((offset, reason.clone()));
-        if settings.dead_letters {
-            if let Some(t) = self.in_flight.get_mut(&offset) {
+        match self.in_flight.get_mut(&offset) {
+            Some(t) if settings.dead_letters() => {
+                self.dead_letters.push_back(DeadLetter {
+                    offset,
+                    reason: reason.clone(),
+                    delivery_count: t.delivery_count,
+                    first_delivery_ms: t.first_delivery_ms,
+                    last_delivery_ms: t.last_delivery_ms,
+                });
                 t.state = InFlight::DeadLettering(reason);
             }
-        } else {
-            self.finish(offset);
+            _ => self.finish(offset),
         }
     }
 
@@ -819,7 +933,7 @@ mod tests {
 
     #[test]
     fn a_record_past_its_delivery_limit_is_archived_and_its_last_attempt_goes_alone() {
-        let s = ShareSettings { dead_letters: true, ..settings() };
+        let s = ShareSettings { dead_letter_topic: Some("dlq".into()), ..settings() };
         let mut p = SharePartition::starting_at(0);
         for attempt in 1..=2u16 {
             let got = acquire(&mut p, "a", 3, 3, i64::from(attempt) * 10, &s);
@@ -832,8 +946,57 @@ mod tests {
         assert_eq!(applied.archived, vec![(0, ArchiveReason::DeliveryLimit)]);
         assert_eq!(p.start_offset(), 0, "not done before its dead-letter copy is written");
         assert!(acquire(&mut p, "a", 3, 3, 32, &s).iter().all(|(o, _)| *o != 0), "never delivered again");
-        p.apply(&ShareCommand::DeadLettered { offsets: vec![0] }, &s);
+        p.apply(&ShareCommand::PinDeadLetterWriter { writer: writer(7), replaces: None }, &s);
+        p.apply(&ShareCommand::DeadLettered { producer_id: 7, first_sequence: 0, count: 1 }, &s);
         assert!(p.is_done(0));
+    }
+
+    fn writer(producer_id: i64) -> DeadLetterWriter {
+        DeadLetterWriter { producer_id, producer_epoch: 0, topic: "dlq".into(), partition: 0 }
+    }
+
+    #[test]
+    fn dead_letter_copies_are_numbered_in_archive_order_and_done_only_by_their_writer_once() {
+        let s = ShareSettings { dead_letter_topic: Some("dlq".into()), ..settings() };
+        let mut p = SharePartition::starting_at(0);
+        acquire(&mut p, "a", 3, 3, 0, &s);
+        let reject = |why: &str| Ack::Reject { reason: why.into() };
+        ack(&mut p, "a", vec![(2, reject("first")), (0, reject("second"))], 1, &s);
+        let (waiting, first) = p.dead_letters();
+        assert_eq!((waiting.iter().map(|d| d.offset).collect::<Vec<_>>(), first), (vec![2, 0], 0));
+        assert_eq!(waiting[0].reason, ArchiveReason::Rejected("first".into()));
+        assert_eq!(p.in_flight_count(), 3, "one acquired and two waiting for their copies");
+        // No writer yet: nothing is done.
+        p.apply(&ShareCommand::DeadLettered { producer_id: 7, first_sequence: 0, count: 1 }, &s);
+        assert_eq!(p.dead_letters().0.len(), 2);
+        p.apply(&ShareCommand::PinDeadLetterWriter { writer: writer(7), replaces: None }, &s);
+        // A second leader's pin, made against the state before the first, changes nothing.
+        p.apply(&ShareCommand::PinDeadLetterWriter { writer: writer(8), replaces: None }, &s);
+        assert_eq!(p.dead_letter_writer().map(|w| w.producer_id), Some(7));
+        p.apply(&ShareCommand::DeadLettered { producer_id: 7, first_sequence: 0, count: 1 }, &s);
+        assert!(p.is_done(2) && !p.is_done(0));
+        // The same entry again (a retry) or another writer's: nothing.
+        p.apply(&ShareCommand::DeadLettered { producer_id: 7, first_sequence: 0, count: 1 }, &s);
+        p.apply(&ShareCommand::DeadLettered { producer_id: 8, first_sequence: 1, count: 1 }, &s);
+        assert!(!p.is_done(0));
+        assert_eq!(p.dead_letters().1, 1);
+        // The log start passing a record waiting for its copy leaves it waiting (its copy
+        // carries the evidence) and counted.
+        p.apply(&ShareCommand::LogStart { log_start: 3 }, &s);
+        assert_eq!((p.dead_letters().0.len(), p.in_flight_count()), (1, 1));
+        // A replacement writer numbers what waits from 0.
+        p.apply(&ShareCommand::PinDeadLetterWriter { writer: writer(9), replaces: Some(7) }, &s);
+        assert_eq!(p.dead_letters().1, 0);
+        p.apply(&ShareCommand::DeadLettered { producer_id: 9, first_sequence: 0, count: 5 }, &s);
+        assert_eq!((p.dead_letters().0.len(), p.in_flight_count()), (0, 0));
+        assert_eq!(SharePartition::from_proto(&p.to_proto("g")), Ok(p.clone()));
+    }
+
+    #[test]
+    fn sequences_wrap_as_kafkas_do() {
+        assert_eq!(sequence_after(5, 3), 8);
+        assert_eq!(sequence_after(i32::MAX, 1), 0);
+        assert_eq!(sequence_after(i32::MAX - 1, 3), 1);
     }
 
     #[test]
@@ -1029,7 +1192,7 @@ mod tests {
         /// stored form.
         #[test]
         fn invariants_hold_over_random_histories(steps in proptest::collection::vec(step(), 1..200)) {
-            let s = ShareSettings { lock_ms: 1_000, delivery_limit: 3, max_in_flight: 8, max_per_member: 4, dead_letters: true, ..Default::default() };
+            let s = ShareSettings { lock_ms: 1_000, delivery_limit: 3, max_in_flight: 8, max_per_member: 4, dead_letter_topic: Some("dlq".into()), ..Default::default() };
             let hw = 30;
             let mut p = SharePartition::starting_at(0);
             let mut now = 0i64;
@@ -1058,9 +1221,13 @@ mod tests {
                         ShareCommand::Expire { offsets: vec![(offset, 0)], now_ms: now }
                     }
                     Step::Leave { member: m } => ShareCommand::ReleaseMember { member: member(m), now_ms: now },
-                    Step::DeadLettered => ShareCommand::DeadLettered {
-                        offsets: p.in_flight().iter().filter(|(_, t)| matches!(t.state, InFlight::DeadLettering(_))).map(|(o, _)| *o).collect(),
-                    },
+                    Step::DeadLettered if p.dead_letter_writer().is_none() => {
+                        ShareCommand::PinDeadLetterWriter { writer: writer(1), replaces: None }
+                    }
+                    Step::DeadLettered => {
+                        let (waiting, first_sequence) = p.dead_letters();
+                        ShareCommand::DeadLettered { producer_id: 1, first_sequence, count: (waiting.len() as u32).min(2) }
+                    }
                     Step::Trim { by } => ShareCommand::LogStart { log_start: p.start_offset() + u64::from(by) },
                     Step::Tick { ms } => { now += i64::from(ms); continue; }
                 };

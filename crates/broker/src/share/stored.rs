@@ -12,7 +12,8 @@ use rill_proto::partition as pb;
 use crate::fetch::Isolation;
 
 use super::{
-    Ack, AckRefusal, Applied, ArchiveReason, Backoff, InFlight, ShareCommand, SharePartition, ShareSettings, Tracked,
+    Ack, AckRefusal, Applied, ArchiveReason, Backoff, DeadLetter, DeadLetterWriter, InFlight, ShareCommand,
+    SharePartition, ShareSettings, Tracked,
 };
 
 /// Every share group reading a partition, by group id.
@@ -55,8 +56,18 @@ pub fn encode_entry(entry: &ShareEntry) -> Option<Bytes> {
             (Command::Expire(pb::ShareExpire { offsets, jitter_ms }), *now_ms)
         }
         ShareCommand::ReleaseMember { member, now_ms } => (Command::ReleaseMember(member.clone()), *now_ms),
-        ShareCommand::DeadLettered { offsets } => {
-            (Command::DeadLettered(pb::ShareDeadLettered { offsets: offsets.clone() }), 0)
+        ShareCommand::DeadLettered { producer_id, first_sequence, count } => {
+            let copied =
+                pb::ShareDeadLettered { producer_id: *producer_id, first_sequence: *first_sequence, count: *count };
+            (Command::DeadLettered(copied), 0)
+        }
+        ShareCommand::PinDeadLetterWriter { writer, replaces } => {
+            let pin = pb::ShareDeadLetterPin {
+                writer: Some(writer_to_proto(writer)),
+                replaces_none: replaces.is_none(),
+                replaces: replaces.unwrap_or(0),
+            };
+            (Command::PinDeadLetterWriter(pin), 0)
         }
         ShareCommand::LogStart { .. } => return None,
     };
@@ -105,7 +116,13 @@ pub fn decode_entry(body: &[u8]) -> Result<ShareEntry, String> {
             ShareCommand::Expire { offsets: x.offsets.into_iter().zip(x.jitter_ms).collect(), now_ms }
         }
         Command::ReleaseMember(member) => ShareCommand::ReleaseMember { member, now_ms },
-        Command::DeadLettered(d) => ShareCommand::DeadLettered { offsets: d.offsets },
+        Command::DeadLettered(d) => {
+            ShareCommand::DeadLettered { producer_id: d.producer_id, first_sequence: d.first_sequence, count: d.count }
+        }
+        Command::PinDeadLetterWriter(pin) => ShareCommand::PinDeadLetterWriter {
+            writer: writer_from_proto(pin.writer.as_ref().ok_or("a dead-letter writer pin without a writer")?)?,
+            replaces: (!pin.replaces_none).then_some(pin.replaces),
+        },
     };
     Ok(ShareEntry { group: e.group, settings, start_if_new: e.start_if_new, command })
 }
@@ -225,9 +242,54 @@ pub fn settings_to_proto(s: &ShareSettings) -> pb::ShareSettings {
         max_per_member: s.max_per_member,
         backoff_initial_ms: s.backoff.initial_ms,
         backoff_max_ms: s.backoff.max_ms,
-        dead_letters: s.dead_letters,
         read_uncommitted: s.isolation == Isolation::ReadUncommitted,
+        dead_letter_topic: s.dead_letter_topic.clone().unwrap_or_default(),
     }
+}
+
+fn writer_to_proto(w: &DeadLetterWriter) -> pb::ShareDeadLetterWriter {
+    pb::ShareDeadLetterWriter {
+        producer_id: w.producer_id,
+        producer_epoch: i32::from(w.producer_epoch),
+        topic: w.topic.clone(),
+        partition: w.partition,
+    }
+}
+
+fn writer_from_proto(w: &pb::ShareDeadLetterWriter) -> Result<DeadLetterWriter, String> {
+    let producer_epoch =
+        i16::try_from(w.producer_epoch).map_err(|_| format!("a dead-letter producer epoch of {}", w.producer_epoch))?;
+    if w.producer_id < 0 || producer_epoch < 0 || w.topic.is_empty() {
+        return Err(format!("a dead-letter writer {} (epoch {producer_epoch}) for {:?}", w.producer_id, w.topic));
+    }
+    Ok(DeadLetterWriter { producer_id: w.producer_id, producer_epoch, topic: w.topic.clone(), partition: w.partition })
+}
+
+fn dead_letter_to_proto(d: &DeadLetter) -> pb::ShareDeadLetter {
+    let (rejected, reason) = match &d.reason {
+        ArchiveReason::Rejected(why) => (true, why.clone()),
+        ArchiveReason::DeliveryLimit => (false, String::new()),
+    };
+    pb::ShareDeadLetter {
+        offset: d.offset,
+        rejected,
+        reason,
+        delivery_count: u32::from(d.delivery_count),
+        first_delivery_ms: d.first_delivery_ms,
+        last_delivery_ms: d.last_delivery_ms,
+    }
+}
+
+fn dead_letter_from_proto(d: &pb::ShareDeadLetter) -> Result<DeadLetter, String> {
+    let delivery_count =
+        u16::try_from(d.delivery_count).map_err(|_| format!("a delivery count of {}", d.delivery_count))?;
+    Ok(DeadLetter {
+        offset: d.offset,
+        reason: if d.rejected { ArchiveReason::Rejected(d.reason.clone()) } else { ArchiveReason::DeliveryLimit },
+        delivery_count,
+        first_delivery_ms: d.first_delivery_ms,
+        last_delivery_ms: d.last_delivery_ms,
+    })
 }
 
 /// Reads stored settings.
@@ -243,7 +305,7 @@ pub fn settings_from_proto(p: &pb::ShareSettings) -> Result<ShareSettings, Strin
         max_in_flight: p.max_in_flight,
         max_per_member: p.max_per_member,
         backoff: Backoff { initial_ms: p.backoff_initial_ms, max_ms: p.backoff_max_ms },
-        dead_letters: p.dead_letters,
+        dead_letter_topic: (!p.dead_letter_topic.is_empty()).then(|| p.dead_letter_topic.clone()),
         isolation: if p.read_uncommitted { Isolation::ReadUncommitted } else { Isolation::ReadCommitted },
     })
 }
@@ -259,6 +321,9 @@ impl SharePartition {
             done_starts: self.done.keys().copied().collect(),
             done_ends: self.done.values().copied().collect(),
             settings: Some(settings_to_proto(&self.settings)),
+            dead_letter_writer: self.writer.as_ref().map(writer_to_proto),
+            dead_letter_sequence: self.dead_letter_sequence,
+            dead_letters: self.dead_letters.iter().map(dead_letter_to_proto).collect(),
         }
     }
 
@@ -282,13 +347,42 @@ impl SharePartition {
             Some(s) => settings_from_proto(s).map_err(|e| format!("share group {group}: {e}"))?,
             None => ShareSettings::default(),
         };
-        let mut state = Self { start: p.start_offset, end: p.end_offset, in_flight: BTreeMap::new(), done, settings };
+        let writer = match &p.dead_letter_writer {
+            Some(w) => Some(writer_from_proto(w).map_err(|e| format!("share group {group}: {e}"))?),
+            None => None,
+        };
+        if p.dead_letter_sequence < 0 {
+            return Err(format!("share group {group}: a dead-letter sequence of {}", p.dead_letter_sequence));
+        }
+        let dead_letters = p
+            .dead_letters
+            .iter()
+            .map(dead_letter_from_proto)
+            .collect::<Result<_, _>>()
+            .map_err(|e| format!("share group {group}: {e}"))?;
+        let mut state = Self {
+            start: p.start_offset,
+            end: p.end_offset,
+            in_flight: BTreeMap::new(),
+            done,
+            settings,
+            writer,
+            dead_letter_sequence: p.dead_letter_sequence,
+            dead_letters,
+        };
         for r in &p.in_flight {
             if r.offset < state.start || r.offset >= state.end || state.is_done(r.offset) {
                 return Err(format!("share group {group}: record {} in flight outside its window or done", r.offset));
             }
             let t = record_from_proto(r).map_err(|e| format!("share group {group}: record {}: {e}", r.offset))?;
             state.in_flight.insert(r.offset, t);
+        }
+        // A record waiting for its copy in flight is in the queue (which counts it).
+        let waiting: std::collections::BTreeSet<u64> = state.dead_letters.iter().map(|d| d.offset).collect();
+        if let Some((o, _)) =
+            state.in_flight.iter().find(|(o, t)| matches!(t.state, InFlight::DeadLettering(_)) && !waiting.contains(o))
+        {
+            return Err(format!("share group {group}: record {o} waits for a dead-letter copy it is not queued for"));
         }
         Ok(state)
     }
@@ -350,7 +444,7 @@ mod tests {
     use super::*;
 
     fn settings() -> ShareSettings {
-        ShareSettings { lock_ms: 1_000, delivery_limit: 3, dead_letters: true, ..Default::default() }
+        ShareSettings { lock_ms: 1_000, delivery_limit: 3, dead_letter_topic: Some("dlq".into()), ..Default::default() }
     }
 
     fn entry(command: ShareCommand) -> ShareEntry {
@@ -379,7 +473,15 @@ mod tests {
             },
             ShareCommand::Expire { offsets: vec![(1, 3), (2, 0)], now_ms: 7 },
             ShareCommand::ReleaseMember { member: "m".into(), now_ms: 8 },
-            ShareCommand::DeadLettered { offsets: vec![3] },
+            ShareCommand::DeadLettered { producer_id: 4, first_sequence: 7, count: 2 },
+            ShareCommand::PinDeadLetterWriter {
+                writer: DeadLetterWriter { producer_id: 4, producer_epoch: 0, topic: "dlq".into(), partition: 2 },
+                replaces: None,
+            },
+            ShareCommand::PinDeadLetterWriter {
+                writer: DeadLetterWriter { producer_id: 5, producer_epoch: 1, topic: "dlq".into(), partition: 0 },
+                replaces: Some(4),
+            },
         ];
         for command in commands {
             let e = entry(command);
