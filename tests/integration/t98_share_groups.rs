@@ -1,8 +1,9 @@
 //! Share groups (queues on the log) on three real nodes — the seeds' experiments: workers share a
 //! queue record by record while a consumer group on the same topic sees everything; a worker
 //! killed while holding records loses nothing (each comes back after its lock, counted); a poison
-//! record fails up to the delivery limit and is archived while everything else flows; a partition
-//! leader killed with records acquired keeps their counts.
+//! record fails up to the delivery limit and lands in the group's dead-letter topic once, with
+//! its evidence, while everything else flows (a rejected one at once); a partition leader killed
+//! with records acquired keeps their counts.
 
 use std::collections::BTreeMap;
 use std::process::{Child, Command, Stdio};
@@ -110,18 +111,32 @@ async fn two_workers_share_a_queue_while_a_consumer_group_sees_everything() -> a
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_killed_workers_records_come_back_after_its_lock_and_a_poison_record_is_archived() -> anyhow::Result<()> {
+async fn a_killed_workers_records_come_back_after_its_lock_and_poison_lands_in_the_dead_letter_topic(
+) -> anyhow::Result<()> {
     init_logs();
     let cluster = TestCluster::start(3).await?;
     let client = cluster.client().await?;
     cluster.create_topic(&client, "jobs", 1, 3, &[]).await?;
+    cluster.create_topic(&client, "jobs.dlq", 1, 3, &[]).await?;
     set_config(
         &cluster,
-        &["share.auto.offset.reset=earliest", "share.record.lock.duration.ms=1500", "share.delivery.count.limit=3"],
+        &[
+            "share.auto.offset.reset=earliest",
+            "share.record.lock.duration.ms=1500",
+            "share.delivery.count.limit=3",
+            "errors.deadletterqueue.topic.name=jobs.dlq",
+        ],
     )
     .await?;
-    // The poison record is not among the first five, which the first worker takes.
-    let jobs: Vec<String> = (0..10).map(|i| if i == 7 { "poison".to_string() } else { format!("job-{i}") }).collect();
+    // The poison records are not among the first five, which the first worker takes: 7 fails
+    // every time, 8 is rejected.
+    let jobs: Vec<String> = (0..10)
+        .map(|i| match i {
+            7 => "poison".to_string(),
+            8 => "malformed".to_string(),
+            _ => format!("job-{i}"),
+        })
+        .collect();
     produce(&client, "jobs", &jobs).await?;
 
     tracing::info!("--- a worker takes 5 records and is killed (SIGKILL) while working on the first");
@@ -137,21 +152,51 @@ async fn a_killed_workers_records_come_back_after_its_lock_and_a_poison_record_i
     slow.wait()?;
 
     tracing::info!("--- another worker gets everything: the 5 come back after the lock, counted; poison fails 3 times");
-    let out = worker(&cluster, "jobs", &["--fail", "poison", "--timeout-ms", "5000"])?.wait_with_output()?;
+    let out = worker(&cluster, "jobs", &["--fail", "poison", "--reject", "malformed", "--timeout-ms", "5000"])?
+        .wait_with_output()?;
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let done = printed(&out.stdout)?;
     let mut counts: BTreeMap<String, Vec<u64>> = BTreeMap::new();
     for (value, count) in done {
         counts.entry(value).or_default().push(count);
     }
-    // Three quick failures, then it is archived: never a fourth delivery.
+    // Three quick failures, then it is archived: never a fourth delivery. A rejected record is
+    // archived at its first.
     assert_eq!(counts.get("poison"), Some(&vec![1, 2, 3]), "{counts:?}");
-    for (i, job) in jobs.iter().enumerate().filter(|(_, j)| *j != "poison") {
+    assert_eq!(counts.get("malformed"), Some(&vec![1]), "{counts:?}");
+    for (i, job) in jobs.iter().enumerate().filter(|(_, j)| !matches!(j.as_str(), "poison" | "malformed")) {
         let delivered = counts.get(job).ok_or_else(|| anyhow::anyhow!("{job} never done: {counts:?}"))?;
         // Records 0..5 were held by the killed worker: their first attempt was its.
         let expected = if i < 5 { 2 } else { 1 };
         assert_eq!(delivered, &vec![expected], "{job}: {counts:?}");
     }
+
+    tracing::info!("--- the dead-letter topic holds each of the two once, with its evidence");
+    let header = |r: &rill_client::ReceivedRecord, key: &str| {
+        r.headers.iter().find(|(k, _)| k == key).and_then(|(_, v)| v.as_ref()).map(|v| text(&Some(v.clone())))
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let letters = loop {
+        let letters = read_all(&client, "jobs.dlq", 0).await?;
+        if letters.len() >= 2 || std::time::Instant::now() > deadline {
+            break letters;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let mut by_value: BTreeMap<String, &rill_client::ReceivedRecord> = BTreeMap::new();
+    for l in &letters {
+        anyhow::ensure!(by_value.insert(text(&l.value), l).is_none(), "a record copied twice: {letters:?}");
+    }
+    assert_eq!(by_value.keys().collect::<Vec<_>>(), ["malformed", "poison"], "{letters:?}");
+    let poison = by_value["poison"];
+    assert_eq!(header(poison, "rill.dlq.topic").as_deref(), Some("jobs"));
+    assert_eq!(header(poison, "rill.dlq.offset").as_deref(), Some("7"));
+    assert_eq!(header(poison, "rill.dlq.group").as_deref(), Some("workers"));
+    assert_eq!(header(poison, "rill.dlq.cause").as_deref(), Some("delivery-limit"));
+    assert_eq!(header(poison, "rill.dlq.delivery.count").as_deref(), Some("3"));
+    let malformed = by_value["malformed"];
+    assert_eq!(header(malformed, "rill.dlq.cause").as_deref(), Some("rejected"));
+    assert!(header(malformed, "rill.dlq.reason").is_some_and(|r| r.contains("malformed")), "{malformed:?}");
     Ok(())
 }
 

@@ -27,7 +27,7 @@
 //!   the log): records acquired under locks, delivery counts, acknowledgements, expiries,
 //!   delays and archiving, as commands applied the same on every replica; its stored forms
 //!   (`share::stored`) and the leader's side (`share::leader`: fetches that acquire, the lock
-//!   timer).
+//!   timer; `share::dead_letters`: the writer of dead-letter copies, exactly once).
 //! * [`submit_order`]: [`SubmitOrder`] — the batches of a connection's pipelined requests
 //!   queued for their logs in the order the requests came.
 //! * [`fetch`]: fetch, the long poll, and the offsets `ListOffsets` asks for.

@@ -101,6 +101,10 @@ pub struct Partition {
     pub(crate) share_acquiring: rill_rt::sync::Mutex<()>,
     /// The leader's lock timer (see `crate::share::leader`).
     pub(crate) share_timer: crate::share::leader::ShareTimer,
+    /// Where dead-letter copies go (`None`: nowhere yet, they wait).
+    pub(crate) dead_letter_sink: Option<Arc<dyn crate::share::dead_letters::DeadLetterSink>>,
+    /// The leader's dead-letter writer (see `crate::share::dead_letters`).
+    pub(crate) dead_letter_task: crate::share::dead_letters::DeadLetterTask,
 }
 
 impl std::ops::Deref for Partition {
@@ -158,6 +162,8 @@ impl Partition {
             share_changes: shared.share_changes.subscribe(),
             share_acquiring: rill_rt::sync::Mutex::new(()),
             share_timer: Default::default(),
+            dead_letter_sink: settings.dead_letters.clone(),
+            dead_letter_task: Default::default(),
         });
         rill_rt::spawn(housekeeping(Arc::downgrade(&partition), settings.purge_every, settings.compaction));
         partition
@@ -247,6 +253,9 @@ pub struct PartitionSettings {
     pub compaction: Arc<CompactionBudget>,
     /// How many producers a partition remembers, and when a full table may forget one.
     pub producers: ProducerLimits,
+    /// Where share groups' dead-letter copies go (the node routes them); `None` where nothing
+    /// routes them (tests of one partition): archived records then wait for their copies.
+    pub dead_letters: Option<Arc<dyn crate::share::dead_letters::DeadLetterSink>>,
 }
 
 /// How often a leader checks its partition's retention (and every replica its snapshot).
@@ -324,8 +333,10 @@ async fn housekeeping(partition: std::sync::Weak<Partition>, purge_every: Durati
                     tracing::debug!(group = p.group, error = %e, "could not move the cleaning point");
                 }
             }
-            // After a failover, locks taken under the previous leader end by this one's timer.
+            // After a failover, locks taken under the previous leader end by this one's timer,
+            // and records archived under it get their dead-letter copies from this one.
             p.ensure_share_timer(None);
+            p.ensure_dead_letter_writer();
             if rill_rt::now() >= next_expiry {
                 let expiration = config.producer_id_expiration_ms;
                 let every = crate::produce::EXPIRY_CHECK_EVERY

@@ -88,11 +88,14 @@ pub enum Mutation {
     /// A share group acknowledgement whose lock has run out is applied anyway while its member
     /// still holds the record (the expiry not yet applied).
     LateAckApplied,
+    /// A share partition's dead-letter writer marks records done before their copies are
+    /// stored: a copy that then fails (its partition unreachable, a leader change) is lost.
+    DeadLetteredBeforeCopy,
 }
 
 impl Mutation {
     /// Every mutation.
-    pub const ALL: [Mutation; 26] = [
+    pub const ALL: [Mutation; 27] = [
         Mutation::AckBeforeSync,
         Mutation::ReadAboveHw,
         Mutation::SkipTruncate,
@@ -119,6 +122,7 @@ impl Mutation {
         Mutation::ShareAcquireUnreplicated,
         Mutation::ExpiryIgnoresRenewal,
         Mutation::LateAckApplied,
+        Mutation::DeadLetteredBeforeCopy,
     ];
 
     /// The name used on the command line (`chaos/run --mutation NAME`).
@@ -150,6 +154,7 @@ impl Mutation {
             Mutation::ShareAcquireUnreplicated => "share-acquire-unreplicated",
             Mutation::ExpiryIgnoresRenewal => "expiry-ignores-renewal",
             Mutation::LateAckApplied => "late-ack-applied",
+            Mutation::DeadLetteredBeforeCopy => "dead-lettered-before-copy",
         }
     }
 

@@ -23,6 +23,8 @@
 //!   (KIP-890) before appending it.
 //! * [`txn_markers`]: finishing a transaction — markers into every partition, then completion —
 //!   and writing markers on a partition's leader.
+//! * [`dead_letters`]: where record partitions send share groups' dead-letter copies (the
+//!   dead-letter partition's leader, here or over `Cluster.WriteDeadLetter`).
 //! * [`failover`]: a designated follower stands for election as soon as a silent leader's lease
 //!   has run out.
 //! * [`service`]: the service layer — every public operation once, for every listener, with
@@ -41,6 +43,7 @@ pub mod api;
 pub mod balance;
 pub mod config;
 pub mod coordinators;
+pub mod dead_letters;
 pub mod error;
 pub mod errors;
 pub mod failover;

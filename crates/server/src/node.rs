@@ -126,6 +126,8 @@ pub struct Node {
     /// Bumped whenever a replica starts or stops here: what the coordinator shards watch to
     /// follow this node's internal replicas.
     replicas_changed: watch::Sender<u64>,
+    /// Where this node's record partitions send share groups' dead-letter copies.
+    dead_letters: Arc<crate::dead_letters::NodeDeadLetters>,
 }
 
 impl Node {
@@ -166,7 +168,8 @@ impl Node {
         };
         let StartedGroup { raft: meta_raft, .. } =
             multi.start_group(META_GROUP, meta_sm, members, meta_options).await?;
-        let node = Arc::new(Self {
+        let node = Arc::new_cyclic(|me| Self {
+            dead_letters: Arc::new(crate::dead_letters::NodeDeadLetters::new(me.clone())),
             config,
             multi,
             meta_raft,
@@ -520,6 +523,7 @@ impl Node {
                     purge_every: self.config.record_purge_every,
                     compaction: self.compaction.clone(),
                     producers: self.config.producer_limits,
+                    dead_letters: Some(self.dead_letters.clone()),
                 };
                 let p = Partition::new(name, partition, node, started, shared, config, settings);
                 (Hosted::Records(p), raft, pristine)

@@ -505,6 +505,12 @@ mod sending_tests {
         ) -> Result<Response<WriteTxnMarkersResponse>, Status> {
             unused()
         }
+        async fn write_dead_letter(
+            &self,
+            _: Request<rill_proto::internal::WriteDeadLetterRequest>,
+        ) -> Result<Response<rill_proto::internal::WriteDeadLetterResponse>, Status> {
+            unused()
+        }
         async fn add_txn_partition(
             &self,
             request: Request<AddTxnPartitionRequest>,

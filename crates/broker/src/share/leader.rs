@@ -149,6 +149,9 @@ impl Partition {
         loop {
             let mut watch = self.share_watch(request.settings.isolation);
             let round = self.acquire_once(&request, std::mem::take(&mut acks)).await?;
+            if !round.archived.is_empty() {
+                self.ensure_dead_letter_writer();
+            }
             out.refused.extend(round.refused);
             out.archived.extend(round.archived);
             out.high_watermark = round.high_watermark;
@@ -186,7 +189,7 @@ impl Partition {
 
     /// Applies a member's acknowledgements (one share entry). Leader only.
     pub async fn share_acknowledge(
-        &self,
+        self: &std::sync::Arc<Self>,
         group: &str,
         member: &str,
         settings: &ShareSettings,
@@ -194,17 +197,27 @@ impl Partition {
     ) -> Result<ShareAcknowledged> {
         let command = ShareCommand::Acknowledge { member: member.to_string(), acks, now_ms: wall_ms() };
         let applied = self.propose_share(group, settings, 0, command).await?;
+        if !applied.archived.is_empty() {
+            self.ensure_dead_letter_writer();
+        }
         Ok(ShareAcknowledged { refused: applied.refused, archived: applied.archived })
     }
 
     /// Releases what `member` holds at once: it left the group or was fenced. Each release
     /// still counts as an attempt. Leader only.
-    pub async fn share_release_member(&self, group: &str, member: &str) -> Result<ShareAcknowledged> {
+    pub async fn share_release_member(
+        self: &std::sync::Arc<Self>,
+        group: &str,
+        member: &str,
+    ) -> Result<ShareAcknowledged> {
         let Some(settings) = self.with_share_state(group, |s| s.map(|s| s.settings().clone())) else {
             return Ok(ShareAcknowledged::default());
         };
         let command = ShareCommand::ReleaseMember { member: member.to_string(), now_ms: wall_ms() };
         let applied = self.propose_share(group, &settings, 0, command).await?;
+        if !applied.archived.is_empty() {
+            self.ensure_dead_letter_writer();
+        }
         Ok(ShareAcknowledged { refused: applied.refused, archived: applied.archived })
     }
 
@@ -344,7 +357,7 @@ impl Partition {
     }
 
     /// Proposes one share entry for `group` and waits until it is applied; what it did.
-    async fn propose_share(
+    pub(crate) async fn propose_share(
         &self,
         group: &str,
         settings: &ShareSettings,
@@ -456,7 +469,10 @@ async fn share_timer(partition: std::sync::Weak<Partition>) {
         let next = if p.leader_term().is_none() {
             None
         } else {
-            match p.expire_share_locks().await {
+            let expired = p.expire_share_locks().await;
+            // Records out of attempts with their lock are archived: copy them.
+            p.ensure_dead_letter_writer();
+            match expired {
                 Ok(next) => next,
                 Err(e) => {
                     tracing::debug!(group = p.group, error = %e, "could not expire share locks");

@@ -33,7 +33,7 @@
 //!
 //! [`apply`]: SharePartition::apply
 
-
+pub mod dead_letters;
 pub mod leader;
 pub mod stored;
 

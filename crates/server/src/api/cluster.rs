@@ -147,6 +147,14 @@ impl Cluster for ClusterApi {
         Ok(Response::new(WriteTxnMarkersResponse { results }))
     }
 
+    async fn write_dead_letter(
+        &self,
+        request: Request<rill_proto::internal::WriteDeadLetterRequest>,
+    ) -> Result<Response<rill_proto::internal::WriteDeadLetterResponse>, Status> {
+        self.check_member(&request, request.get_ref().from_node, "WriteDeadLetter")?;
+        Ok(Response::new(self.service.write_dead_letter(request.into_inner()).await))
+    }
+
     async fn add_txn_partition(
         &self,
         request: Request<AddTxnPartitionRequest>,

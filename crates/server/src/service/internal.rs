@@ -1,5 +1,6 @@
 //! The internal listener's operations that are a service of this node to the others: writing a
-//! transaction coordinator's markers on a partition's leader (`Cluster.WriteTxnMarkers`), and
+//! transaction coordinator's markers on a partition's leader (`Cluster.WriteTxnMarkers`),
+//! appending a share group's dead-letter copy there (`Cluster.WriteDeadLetter`), and
 //! answering a partition leader's or group coordinator's verification ask on a transaction
 //! coordinator (`Cluster.AddTxnPartition(s)`). They take the internal protocol's messages — Rill's
 //! own node-to-node wire, spoken by one listener — and decide with the same checks and routing
@@ -9,7 +10,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use rill_proto::common::ErrorCode;
 use rill_proto::internal::{
-    AddTxnPartitionRequest, AddTxnPartitionResponse, WriteTxnMarkerResult, WriteTxnMarkersRequest,
+    AddTxnPartitionRequest, AddTxnPartitionResponse, WriteDeadLetterRequest, WriteDeadLetterResponse,
+    WriteTxnMarkerResult, WriteTxnMarkersRequest,
 };
 
 use super::{checks, routing, Service};
@@ -49,6 +51,28 @@ impl Service {
                 ..Default::default()
             },
             Err(e) => answer(errors::coordinator(&e)),
+        }
+    }
+
+    /// `Cluster.WriteDeadLetter` on a partition's leader: appends a share group's dead-letter
+    /// copy that another partition's leader sends.
+    pub async fn write_dead_letter(&self, req: WriteDeadLetterRequest) -> WriteDeadLetterResponse {
+        let node = &self.node;
+        let group = node.topic(&req.topic).and_then(|t| t.partitions.get(req.partition as usize).map(|a| a.group));
+        let refusal = match group.map(|g| node.replica(g)) {
+            None => Some(Refusal::new(
+                ErrorCode::UnknownTopicOrPartition,
+                format!("{}/{} does not exist", req.topic, req.partition),
+            )),
+            Some(Some(crate::node::Hosted::Records(p))) => crate::dead_letters::append_local(&p, req.batch).await.err(),
+            Some(_) => Some(Refusal::new(
+                ErrorCode::NotLeaderOrFollower,
+                format!("node {} hosts no record replica of {}/{}", node.id(), req.topic, req.partition),
+            )),
+        };
+        WriteDeadLetterResponse {
+            error_code: refusal.as_ref().map_or(ErrorCode::None as i32, |r| r.code as i32),
+            error_message: refusal.map(|r| r.message).unwrap_or_default(),
         }
     }
 

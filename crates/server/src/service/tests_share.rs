@@ -308,3 +308,96 @@ async fn the_service_fetches_every_partition_with_the_groups_settings_and_long_p
     assert_eq!(answers[0].partitions[0].1.as_ref().unwrap_err().code, ErrorCode::InvalidRequest);
     assert!(service.share_fetch(&fetch_ctx, service_fetch("", "tasks", 1, vec![], 0)).await.is_err());
 }
+
+/// The records stored in `topic`'s partition `index` on `node`: (key, value, headers) each.
+fn stored_records(node: &Node, topic: &str, index: usize) -> Vec<rill_records::Record> {
+    let group = node.meta().topics[topic].partitions[index].group;
+    let p = node.partition_by_group(group).expect("led here");
+    let fetched = p.fetch(0, 1 << 20, rill_broker::Isolation::ReadUncommitted).unwrap();
+    fetched.batches.iter().flat_map(|b| rill_records::decode(&b.data, usize::MAX).unwrap().records).collect()
+}
+
+fn header<'a>(r: &'a rill_records::Record, key: &str) -> Option<&'a str> {
+    r.headers
+        .iter()
+        .find(|h| h.key == key.as_bytes())
+        .and_then(|h| h.value.as_ref())
+        .and_then(|v| std::str::from_utf8(v).ok())
+}
+
+#[tokio::test]
+async fn rejected_and_exhausted_records_are_copied_to_the_dead_letter_topic_once_with_their_evidence() {
+    use rill_broker::share::dead_letters::headers;
+    let (node, _coordinators, service) = one_node().await;
+    must_create(&node, &service, "jobs", 1).await;
+    must_create(&node, &service, "jobs.dlq", 2).await;
+    let p = partition_with_records(&node, "jobs").await;
+    let s = ShareSettings { delivery_limit: 2, dead_letter_topic: Some("jobs.dlq".into()), ..settings() };
+    let first = p.share_fetch(fetch("a", 3, vec![], &s)).await.unwrap();
+    assert_eq!(offsets(&first), vec![0, 1, 2]);
+    // 1 is rejected; 0 fails on both its attempts; 2 is accepted.
+    let acks =
+        vec![(0, Ack::Release { delay_ms: 0 }), (1, Ack::Reject { reason: "bad total".into() }), (2, Ack::Accept)];
+    let second = p.share_fetch(fetch("a", 3, acks, &s)).await.unwrap();
+    assert_eq!(second.acquired, vec![(0, 2)], "its last attempt goes alone");
+    p.share_acknowledge("workers", "a", &s, vec![(0, Ack::Release { delay_ms: 0 })]).await.unwrap();
+    must_reach("both copies written and their records done", || {
+        let p = p.clone();
+        async move { p.share_state("workers").is_some_and(|st| st.start_offset() == 3 && st.dead_letters().0.is_empty()) }
+    })
+    .await;
+    // Every copy from partition 0 goes to partition 0 % 2 of the dead-letter topic, in the order
+    // the records were archived.
+    assert!(stored_records(&node, "jobs.dlq", 1).is_empty());
+    let copies = stored_records(&node, "jobs.dlq", 0);
+    assert_eq!(copies.len(), 2, "each copied once: {copies:?}");
+    let rejected = &copies[0];
+    assert_eq!(rejected.value.as_deref(), Some(&b"job-1"[..]), "the record's value is kept");
+    assert_eq!(header(rejected, headers::TOPIC), Some("jobs"));
+    assert_eq!(header(rejected, headers::PARTITION), Some("0"));
+    assert_eq!(header(rejected, headers::OFFSET), Some("1"));
+    assert_eq!(header(rejected, headers::GROUP), Some("workers"));
+    assert_eq!(header(rejected, headers::CAUSE), Some("rejected"));
+    assert_eq!(header(rejected, headers::REASON), Some("bad total"));
+    assert_eq!(header(rejected, headers::DELIVERY_COUNT), Some("1"));
+    let exhausted = &copies[1];
+    assert_eq!(
+        (header(exhausted, headers::OFFSET), header(exhausted, headers::CAUSE)),
+        (Some("0"), Some("delivery-limit"))
+    );
+    assert_eq!(header(exhausted, headers::DELIVERY_COUNT), Some("2"));
+    assert!(header(exhausted, headers::REASON).is_none());
+    let first_ms: i64 = header(exhausted, headers::FIRST_DELIVERY).unwrap().parse().unwrap();
+    let last_ms: i64 = header(exhausted, headers::LAST_DELIVERY).unwrap().parse().unwrap();
+    assert!(first_ms <= last_ms && first_ms > 0);
+    // The writer's copies are an idempotent producer's: one sent again (a new leader after a
+    // crash between the copy and its "done") is stored once.
+    let writer = p.share_state("workers").unwrap().dead_letter_writer().cloned().unwrap();
+    let group = node.meta().topics["jobs.dlq"].partitions[0].group;
+    let dlq = node.partition_by_group(group).unwrap();
+    let mut again = rill_records::BatchBuilder::new(rill_records::Compression::None).producer(writer.producer_id, 0, 1);
+    again.push(rill_records::Record { value: Some(Bytes::from_static(b"again")), ..Default::default() }).unwrap();
+    crate::dead_letters::append_local(&dlq, again.build().unwrap()).await.unwrap();
+    assert_eq!(stored_records(&node, "jobs.dlq", 0).len(), 2, "a copy sent twice is stored once");
+}
+
+#[tokio::test]
+async fn copies_wait_while_the_dead_letter_topic_is_missing_and_count_against_the_cap() {
+    let (node, _coordinators, service) = one_node().await;
+    must_create(&node, &service, "jobs", 1).await;
+    let p = partition_with_records(&node, "jobs").await;
+    let s = ShareSettings { max_in_flight: 2, dead_letter_topic: Some("later.dlq".into()), ..settings() };
+    let first = p.share_fetch(fetch("a", 2, vec![], &s)).await.unwrap();
+    let rejects = offsets(&first).into_iter().map(|o| (o, Ack::Reject { reason: "no".into() })).collect();
+    let blocked = p.share_fetch(fetch("a", 2, rejects, &s)).await.unwrap();
+    assert!(blocked.acquired.is_empty(), "two records wait for their copies: the partition is at its cap");
+    assert_eq!(p.share_state("workers").unwrap().dead_letters().0.len(), 2);
+    must_create(&node, &service, "later.dlq", 1).await;
+    must_reach("the copies written once the topic exists", || {
+        let p = p.clone();
+        async move { p.share_state("workers").is_some_and(|st| st.dead_letters().0.is_empty()) }
+    })
+    .await;
+    assert_eq!(stored_records(&node, "later.dlq", 0).len(), 2);
+    assert_eq!(offsets(&p.share_fetch(fetch("a", 2, vec![], &s)).await.unwrap()), vec![2, 3], "the queue flows again");
+}
