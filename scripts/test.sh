@@ -59,7 +59,7 @@ step "simulation determinism: the same seed twice gives the same trace"
 chaos/run --seed "${RILL_DETERMINISM_SEED:-7}" --check-determinism
 
 step "the checkers catch deliberate bugs (each mutation must produce violations)"
-for m in ack-before-sync read-above-hw skip-truncate no-dedupe empty-state-snapshot serve-below-log-start purge-ahead-of-log-start compact-above-hw double-assign commit-before-process no-epoch-bump lso-off-by-one txn-offsets-on-abort expire-open-transactions probe-claims-all evict-active-producers stale-offsets-read repeated-marker-decides batch-before-marker group-offsets-before-marker stale-transactions-read stale-sync-assignment unanchored-pattern share-acquire-unreplicated expiry-ignores-renewal late-ack-applied; do
+for m in ack-before-sync read-above-hw skip-truncate no-dedupe empty-state-snapshot serve-below-log-start purge-ahead-of-log-start compact-above-hw double-assign commit-before-process no-epoch-bump lso-off-by-one txn-offsets-on-abort expire-open-transactions probe-claims-all evict-active-producers stale-offsets-read repeated-marker-decides batch-before-marker group-offsets-before-marker stale-transactions-read stale-sync-assignment unanchored-pattern share-acquire-unreplicated expiry-ignores-renewal late-ack-applied dead-lettered-before-copy; do
   scenario=acks_all_3
   [ "$m" = no-dedupe ] && scenario=idempotence
   [ "$m" = empty-state-snapshot ] && scenario=state_partition_purges_and_installs_snapshots
@@ -83,6 +83,7 @@ for m in ack-before-sync read-above-hw skip-truncate no-dedupe empty-state-snaps
   [ "$m" = share-acquire-unreplicated ] && scenario=share_groups
   [ "$m" = expiry-ignores-renewal ] && scenario=share_groups
   [ "$m" = late-ack-applied ] && scenario=a_late_acknowledgement_is_refused_after_a_failover
+  [ "$m" = dead-lettered-before-copy ] && scenario=share_groups
   if chaos/run --mutation "$m" --scenario "$scenario" --seeds 50 --stop-at-first >"${TMPDIR:-/tmp}/rill-mutation-$m.log" 2>&1; then
     cat "${TMPDIR:-/tmp}/rill-mutation-$m.log"
     echo "error: mutation $m ran 50 seeds without a single violation: the checkers missed it" >&2

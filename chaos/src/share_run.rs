@@ -7,13 +7,15 @@
 //!      · ignore (its lock runs out) — each acknowledgement sent alone and its answer kept
 //!  schedule from the seed: workers start, crash mid-batch, pause past their locks
 //!  node faults from the seed (faults::inject)
-//!  heal ─► producer stops ─► every record must be done (accepted or archived) ─► checkers
+//!  heal ─► producer stops ─► every record must be done (accepted, or archived and copied to
+//!          the group's dead-letter topic) ─► checkers
 //! ```
 //!
 //! Checkers: [`share_delivery`] (client-visible: counts go up and stay within the limit, nothing
 //! done is acquired again, no delayed record comes early, no lock ends early, no late
-//! acknowledgement applies) and, once healed, every record below each partition's high
-//! watermark done in its leader's state (nothing lost, nothing stuck).
+//! acknowledgement applies; the dead-letter topic holds exactly the records given up, each once)
+//! and, once healed, every record below each partition's high watermark done in its leader's
+//! state, no copy still waiting (nothing lost, nothing stuck).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -24,7 +26,7 @@ use rand::Rng;
 use rill_client::share::{AckKind, AcknowledgementMode, ShareConsumer, ShareConsumerConfig};
 use rill_server::node::Hosted;
 
-use crate::checkers::share_delivery::{self, AckOutcome, AckWhat, Acked, Delivered};
+use crate::checkers::share_delivery::{self, AckOutcome, AckWhat, Acked, DeadLetterCopy, Delivered};
 use crate::checkers::Violation;
 use crate::cluster::{connect, SimCluster};
 use crate::faults;
@@ -36,6 +38,8 @@ use crate::scenarios::ALL_FAULTS;
 pub const GROUP: &str = "workers";
 /// The topic.
 const TOPIC: &str = "queue";
+/// The group's dead-letter topic (two partitions: the six partitions' copies share them).
+const DEAD_LETTERS: &str = "queue.dlq";
 /// The lock duration.
 const LOCK_MS: i64 = 1_500;
 /// The delivery limit.
@@ -175,11 +179,66 @@ fn leader_states(cluster: &SimCluster) -> BTreeMap<u32, (u64, usize, u64)> {
             if p.topic() != TOPIC || p.leading_term().is_none() {
                 continue;
             }
-            let (start, in_flight) = p.share_state(GROUP).map_or((0, 0), |s| (s.start_offset(), s.in_flight().len()));
+            // Records waiting for their dead-letter copy count until copied.
+            let (start, in_flight) = p
+                .share_state(GROUP)
+                .map_or((0, 0), |s| (s.start_offset(), s.in_flight().len() + s.dead_letters().0.len()));
             out.insert(p.partition(), (start, in_flight, p.high_watermark()));
         }
     }
     out
+}
+
+/// Every copy in the dead-letter topic, read from each partition's leader once every partition
+/// has one (after healing), by the evidence headers it carries.
+async fn dead_letter_copies(cluster: &SimCluster) -> Vec<DeadLetterCopy> {
+    use rill_broker::share::dead_letters::headers;
+    let deadline = rill_rt::now() + LIVENESS_BOUND;
+    loop {
+        let mut copies = Vec::new();
+        let (mut led, mut torn) = (0, false);
+        for id in cluster.ids() {
+            let Some(node) = cluster.node(id) else { continue };
+            for hosted in node.replicas() {
+                let Hosted::Records(p) = hosted else { continue };
+                if p.topic() != DEAD_LETTERS || p.leading_term().is_none() {
+                    continue;
+                }
+                led += 1;
+                let mut offset = 0u64;
+                while offset < p.high_watermark() {
+                    let Ok(fetched) = p.fetch(offset as i64, 1 << 20, rill_broker::Isolation::ReadUncommitted) else {
+                        // It stopped leading meanwhile: read everything again.
+                        torn = true;
+                        break;
+                    };
+                    offset = fetched.next_offset.max(offset + 1);
+                    for b in &fetched.batches {
+                        for r in rill_records::decode(&b.data, usize::MAX).expect("a stored batch").records {
+                            let h = |key: &str| -> String {
+                                r.headers
+                                    .iter()
+                                    .find(|x| x.key == key.as_bytes())
+                                    .and_then(|x| x.value.as_ref())
+                                    .map(|v| String::from_utf8_lossy(v).into_owned())
+                                    .unwrap_or_default()
+                            };
+                            copies.push(DeadLetterCopy {
+                                partition: h(headers::PARTITION).parse().unwrap_or(u32::MAX),
+                                offset: h(headers::OFFSET).parse().unwrap_or(u64::MAX),
+                                rejected: h(headers::CAUSE) == "rejected",
+                                count: h(headers::DELIVERY_COUNT).parse().unwrap_or(0),
+                            });
+                        }
+                    }
+                }
+            }
+        }
+        if (led == 2 && !torn) || rill_rt::now() >= deadline {
+            return copies;
+        }
+        rill_rt::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// The generated `share_groups` scenario: one to five workers of one share group on six
@@ -191,6 +250,7 @@ pub async fn run_generated() -> Report {
     let (trace, phase, cluster) =
         crate::run::start_generated("share_groups", FAULT_PHASE, MEMBER_HOSTS as u32 + 2, None, None);
     cluster.create_topic_and_wait(TOPIC, crate::group_run::PARTITIONS, rill_meta::CONSUMER_OFFSETS_TOPIC).await;
+    cluster.create_topic_and_wait(DEAD_LETTERS, 2, rill_meta::CONSUMER_OFFSETS_TOPIC).await;
     let admin = cluster.client().await;
     let settings = [
         ("share.auto.offset.reset", "earliest".to_string()),
@@ -198,6 +258,7 @@ pub async fn run_generated() -> Report {
         ("share.delivery.count.limit", LIMIT.to_string()),
         ("share.retry.backoff.ms", "100".to_string()),
         ("share.retry.backoff.max.ms", "400".to_string()),
+        (rill_meta::group_config::DEAD_LETTER_TOPIC_KEY, DEAD_LETTERS.to_string()),
     ];
     let settings: Vec<(String, String)> = settings.iter().map(|(k, v)| (k.to_string(), v.clone())).collect();
     cluster
@@ -262,8 +323,13 @@ pub async fn run_generated() -> Report {
     for r in &running {
         r.ctl.store(LEAVE, Ordering::SeqCst);
     }
+    let copies = dead_letter_copies(&cluster).await;
+    trace.record(format!("{} dead-letter copies", copies.len()));
     let log = log.lock().unwrap();
     violations.extend(share_delivery::check(&log.delivered, &log.acked, LIMIT, LOCK_MS));
+    if violations.iter().all(|v| v.checker != "share-not-done") {
+        violations.extend(share_delivery::dead_letters(&log.delivered, &log.acked, LIMIT, &copies));
+    }
     trace.record(format!("{} deliveries, {} acknowledgements", log.delivered.len(), log.acked.len()));
     let delivered = log.delivered.len();
     drop(log);

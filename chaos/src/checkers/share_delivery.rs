@@ -17,6 +17,11 @@
 //!   go first (an accept, release or reject it sent before).
 //! * **Late acknowledgements** ([`late_ack_applied`]): an acknowledgement sent after its lock's
 //!   deadline is refused and changes nothing.
+//! * **Dead letters** ([`dead_letters`], once healed and every record done): the dead-letter
+//!   topic holds each record at most once; every record whose reject was applied is there, and
+//!   every one whose last allowed attempt (delivered at the limit) ended without an accept that
+//!   was applied or may have been; none whose accept was applied is; a copy for running out of
+//!   attempts says the limit.
 
 use std::collections::BTreeMap;
 
@@ -277,6 +282,63 @@ pub fn late_ack_applied(deliveries: &[Delivered], acks: &[Acked], lock_ms: i64) 
     out
 }
 
+/// A copy found in the dead-letter topic, by its evidence headers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeadLetterCopy {
+    /// The record's partition.
+    pub partition: u32,
+    /// Its offset.
+    pub offset: u64,
+    /// Whether it was rejected (else it ran out of attempts).
+    pub rejected: bool,
+    /// Its delivery count, as the copy says.
+    pub count: u16,
+}
+
+/// The dead-letter topic's copies against what members saw (see the module's list).
+pub fn dead_letters(deliveries: &[Delivered], acks: &[Acked], limit: u16, copies: &[DeadLetterCopy]) -> Vec<Violation> {
+    let mut out = Vec::new();
+    let mut found: BTreeMap<Key, usize> = BTreeMap::new();
+    for c in copies {
+        *found.entry((c.partition, c.offset)).or_default() += 1;
+        if !c.rejected && c.count != limit {
+            out.push(violation(
+                "share-dlq-evidence",
+                format!(
+                    "{}/{}: copied for running out of attempts at count {} (limit {limit})",
+                    c.partition, c.offset, c.count
+                ),
+            ));
+        }
+    }
+    for ((p, o), n) in &found {
+        if *n > 1 {
+            out.push(violation("share-dlq-twice", format!("{p}/{o} is in the dead-letter topic {n} times")));
+        }
+    }
+    let acks = acks_of(acks);
+    for ((p, o), list) in by_record(deliveries) {
+        let acks_on = |i: usize| acks.get(&i).cloned().unwrap_or_default();
+        let applied = |i: usize, what: fn(&AckWhat) -> bool| {
+            acks_on(i).iter().any(|a| what(&a.what) && a.outcome == AckOutcome::Applied)
+        };
+        let accepted = list.iter().any(|i| applied(*i, |w| *w == AckWhat::Accept));
+        let rejected = list.iter().any(|i| applied(*i, |w| *w == AckWhat::Reject));
+        let in_dlq = found.contains_key(&(p, o));
+        if accepted && in_dlq {
+            out.push(violation("share-dlq-accepted", format!("{p}/{o}: accepted, yet in the dead-letter topic")));
+        }
+        let last = list.iter().copied().find(|i| deliveries[*i].count == limit);
+        let exhausted = last
+            .is_some_and(|i| !acks_on(i).iter().any(|a| a.what == AckWhat::Accept && a.outcome != AckOutcome::Refused));
+        if (rejected || exhausted) && !accepted && !in_dlq {
+            let why = if rejected { "its reject was applied" } else { "its last attempt ended without an accept" };
+            out.push(violation("share-dlq-missing", format!("{p}/{o}: {why}, yet it is not in the dead-letter topic")));
+        }
+    }
+    out
+}
+
 /// Every client-visible share checker.
 pub fn check(deliveries: &[Delivered], acks: &[Acked], limit: u16, lock_ms: i64) -> Vec<Violation> {
     let mut out = counts(deliveries, limit);
@@ -341,5 +403,27 @@ mod tests {
         // An accept sent 100 ms after the deadline, applied.
         let late = ack(0, AckWhat::Accept, LOCK + 100, AckOutcome::Applied);
         only(late_ack_applied(&[d(0, 1, 0)], &[late], LOCK), "share-late-ack");
+    }
+
+    #[test]
+    fn the_dead_letter_topic_holds_exactly_the_given_up_records_once() {
+        let copy = |rejected, count| DeadLetterCopy { partition: 0, offset: 7, rejected, count };
+        let only = |v: Vec<Violation>, checker: &str| {
+            assert!(!v.is_empty() && v.iter().all(|x| x.checker == checker), "{v:?}");
+        };
+        let reject = [ack(0, AckWhat::Reject, 100, AckOutcome::Applied)];
+        assert_eq!(dead_letters(&[d(0, 1, 0)], &reject, 3, &[copy(true, 1)]), vec![]);
+        only(dead_letters(&[d(0, 1, 0)], &reject, 3, &[]), "share-dlq-missing");
+        only(dead_letters(&[d(0, 1, 0)], &reject, 3, &[copy(true, 1), copy(true, 1)]), "share-dlq-twice");
+        // Three attempts, the last one's lock ran out: in the topic, at the limit.
+        let exhausted = [d(0, 1, 0), d(1, 2, 1_500), d(0, 3, 3_000)];
+        assert_eq!(dead_letters(&exhausted, &[], 3, &[copy(false, 3)]), vec![]);
+        only(dead_letters(&exhausted, &[], 3, &[]), "share-dlq-missing");
+        only(dead_letters(&exhausted, &[], 3, &[copy(false, 2)]), "share-dlq-evidence");
+        // Accepted on its last attempt (or maybe: the answer was lost): not missing; applied and
+        // in the topic: wrong.
+        let accept = |outcome| [ack(2, AckWhat::Accept, 3_100, outcome)];
+        assert_eq!(dead_letters(&exhausted, &accept(AckOutcome::Unknown), 3, &[]), vec![]);
+        only(dead_letters(&exhausted, &accept(AckOutcome::Applied), 3, &[copy(false, 3)]), "share-dlq-accepted");
     }
 }
