@@ -14,7 +14,8 @@ use tonic::{Request, Response, Status};
 
 use crate::api::rules::{context, rpc};
 use crate::api::{error_of, request_status};
-use crate::service::share::{self, AckRange, GroupSetting, SharePartitionAcks, ShareTopic};
+use crate::service::share::{self, AckRange, SharePartitionAcks, ShareTopic};
+use crate::service::share_admin::GroupSetting;
 use crate::service::{Answer, Service};
 
 /// The `Share` service.

@@ -34,8 +34,9 @@
 //!   descriptions, listings, deletions.
 //! * [`classic`]: classic groups — JoinGroup, SyncGroup, Heartbeat, LeaveGroup.
 //! * [`transactions`]: adding to, ending, describing, listing and aborting transactions.
-//! * [`share`]: share groups — fetches that acquire records with the acknowledgements they
-//!   carry, acknowledgements, the groups' settings.
+//! * [`share`]: share groups' records — fetches that acquire records with the acknowledgements
+//!   they carry, and acknowledgements.
+//! * [`share_admin`]: share groups as a whole — their settings.
 //! * [`status`]: live partition state gathered from the replicas.
 //! * [`internal`]: what the internal listener serves other nodes — writing transaction markers,
 //!   answering verification asks.
@@ -57,6 +58,7 @@ pub mod limits;
 pub mod records;
 pub mod routing;
 pub mod share;
+pub mod share_admin;
 pub mod status;
 pub mod topics;
 pub mod transactions;
