@@ -151,6 +151,17 @@ async fn a_killed_workers_records_come_back_after_its_lock_and_poison_lands_in_t
     slow.kill()?;
     slow.wait()?;
 
+    tracing::info!("--- describe shows the 5 held by the killed worker, with their locks running (XPENDING)");
+    let described = describe(&cluster)?;
+    let partition = &described["partitions"][0];
+    let held = partition["held"].as_array().cloned().unwrap_or_default();
+    assert_eq!(held.len(), 5, "{described}");
+    let holder = &held[0]["member_id"];
+    assert!(held.iter().all(|h| &h["member_id"] == holder && h["delivery_count"] == 1), "{described}");
+    assert!(held.iter().all(|h| h["lock_left_ms"].as_i64().is_some_and(|ms| ms <= 1_500)), "{described}");
+    assert_eq!((partition["acquired"].as_u64(), partition["start_offset"].as_u64()), (Some(5), Some(0)));
+    assert!(partition["oldest_pending_age_ms"].as_i64().is_some(), "record 0 is not done: {described}");
+
     tracing::info!("--- another worker gets everything: the 5 come back after the lock, counted; poison fails 3 times");
     let out = worker(&cluster, "jobs", &["--fail", "poison", "--reject", "malformed", "--timeout-ms", "5000"])?
         .wait_with_output()?;
@@ -197,7 +208,26 @@ async fn a_killed_workers_records_come_back_after_its_lock_and_poison_lands_in_t
     let malformed = by_value["malformed"];
     assert_eq!(header(malformed, "rill.dlq.cause").as_deref(), Some("rejected"));
     assert!(header(malformed, "rill.dlq.reason").is_some_and(|r| r.contains("malformed")), "{malformed:?}");
+
+    tracing::info!("--- describe: everything done, nothing waiting, two records in the dead-letter partition");
+    let described = describe(&cluster)?;
+    let partition = &described["partitions"][0];
+    assert_eq!(partition["start_offset"].as_u64(), Some(jobs.len() as u64), "{described}");
+    assert_eq!((partition["acquired"].as_u64(), partition["dead_letter_waiting"].as_u64()), (Some(0), Some(0)));
+    assert!(partition["oldest_pending_age_ms"].is_null(), "{described}");
+    assert_eq!(partition["dead_letters"]["topic"], "jobs.dlq", "{described}");
+    assert_eq!(partition["dead_letters"]["depth"].as_u64(), Some(2), "{described}");
+    let out = rill(&cluster, &["share", "list", "--output", "json"], None)?;
+    let listed: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    assert_eq!(listed, serde_json::json!([{"group": "workers", "partitions": 1}]));
     Ok(())
+}
+
+/// `rill share describe workers --output json`, parsed.
+fn describe(cluster: &TestCluster) -> anyhow::Result<serde_json::Value> {
+    let out = rill(cluster, &["share", "describe", "workers", "--output", "json"], None)?;
+    anyhow::ensure!(out.status.success(), "share describe: {}", String::from_utf8_lossy(&out.stderr));
+    Ok(serde_json::from_slice(&out.stdout)?)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

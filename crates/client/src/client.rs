@@ -277,6 +277,40 @@ impl Client {
         Err(last)
     }
 
+    /// Runs a call of the service `stub` makes against every node of the cluster (as the
+    /// metadata, refreshed first, names them) at once: each node's address with its answer or
+    /// why it gave none. For state that lives where each partition's leader is.
+    pub(crate) async fn on_every_node_via<S, T, F, Fut>(
+        &self,
+        stub: fn(&Self, &str) -> Result<S>,
+        call: F,
+    ) -> Result<Vec<(String, Result<T>)>>
+    where
+        F: Fn(S) -> Fut,
+        Fut: std::future::Future<Output = std::result::Result<tonic::Response<T>, tonic::Status>>,
+    {
+        self.refresh_metadata(&[]).await?;
+        let mut addrs: Vec<String> =
+            self.metadata.lock().unwrap_or_else(|p| p.into_inner()).nodes.values().cloned().collect();
+        addrs.sort();
+        let wait = self.options.request_slack * 3;
+        let asks = addrs.into_iter().map(|addr| {
+            let answer = stub(self, &addr).map(&call);
+            async move {
+                let answer = match answer {
+                    Err(e) => Err(e),
+                    Ok(pending) => match rill_rt::timeout(wait, pending).await {
+                        Ok(Ok(r)) => Ok(r.into_inner()),
+                        Ok(Err(s)) => Err(Error::Transport(format!("{addr}: {}: {}", s.code(), s.message()))),
+                        Err(_) => Err(Error::Transport(format!("{addr}: no answer within {wait:?}"))),
+                    },
+                };
+                (addr, answer)
+            }
+        });
+        Ok(futures::future::join_all(asks).await)
+    }
+
     /// Reloads partition leaders and node addresses (for `topics`, or every topic when empty).
     pub async fn refresh_metadata(&self, topics: &[String]) -> Result<()> {
         let req = MetadataRequest { topics: topics.to_vec() };

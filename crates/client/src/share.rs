@@ -656,6 +656,160 @@ impl Client {
     }
 }
 
+/// An acquired record and who holds it ([`Client::describe_share_group`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldRecord {
+    /// Its offset.
+    pub offset: u64,
+    /// The member holding it.
+    pub member_id: String,
+    /// How often it was delivered, this time included.
+    pub delivery_count: u32,
+    /// When its lock runs out (the leader's clock, ms since the epoch).
+    pub lock_until_ms: i64,
+    /// When it was acquired.
+    pub acquired_ms: i64,
+}
+
+/// Where a share group stands on one partition, as its leader answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SharePartitionDescription {
+    /// The topic.
+    pub topic: String,
+    /// The partition.
+    pub partition: u32,
+    /// The leader's term when it answered.
+    pub leader_epoch: u64,
+    /// The leader's clock when it answered: what lock deadlines and ages compare to.
+    pub now_ms: i64,
+    /// Every record below it is done.
+    pub start_offset: u64,
+    /// One past the highest offset the group acquired.
+    pub end_offset: u64,
+    /// The partition's high watermark.
+    pub high_watermark: u64,
+    /// Records acquired.
+    pub acquired: u32,
+    /// Records delivered before and acquirable again.
+    pub available: u32,
+    /// Records waiting out a delay.
+    pub delayed: u32,
+    /// Records archived and waiting for their dead-letter copy.
+    pub dead_letter_waiting: u32,
+    /// How long ago the oldest record not done was appended (the group's lag in time); `None`
+    /// when every record below the high watermark is done.
+    pub oldest_pending_age_ms: Option<i64>,
+    /// Acquired records, oldest lock first (as many as asked for).
+    pub held: Vec<HeldRecord>,
+    /// The dead-letter topic and partition this partition's copies go to, once one was needed.
+    pub dead_letters_to: Option<(String, u32)>,
+}
+
+/// A share group on every partition it has read ([`Client::describe_share_group`]).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ShareGroupDescription {
+    /// Each partition, by topic and partition.
+    pub partitions: Vec<SharePartitionDescription>,
+    /// Nodes that did not answer, with why: the partitions they lead are missing.
+    pub unanswered: Vec<String>,
+}
+
+impl Client {
+    /// Where share group `group` stands on every partition it has read: each partition's
+    /// leader answers for it (every node is asked at once), with up to `max_records` of the
+    /// acquired records (oldest lock first; at most 1,000). A node that does not answer is
+    /// named in [`ShareGroupDescription::unanswered`]; of two answers for one partition (its
+    /// leadership moved meanwhile) the newer leader's is kept.
+    pub async fn describe_share_group(&self, group: &str, max_records: u32) -> Result<ShareGroupDescription> {
+        let req = pb::DescribeShareGroupRequest { group_id: group.to_string(), max_records };
+        let answers = self
+            .on_every_node_via(Client::share_stub, |mut c| {
+                let req = req.clone();
+                async move { c.describe_share_group(req).await }
+            })
+            .await?;
+        let mut out = ShareGroupDescription::default();
+        let mut by_partition: BTreeMap<(String, u32), SharePartitionDescription> = BTreeMap::new();
+        for (addr, answer) in answers {
+            let resp = match answer {
+                Ok(resp) => resp,
+                Err(e) => {
+                    out.unanswered.push(e.to_string());
+                    continue;
+                }
+            };
+            if resp.error_code != ErrorCode::None as i32 {
+                // A refusal (a bad group id, not authorized) is every node's: the caller's to see.
+                return Err(error::server(resp.error_code, format!("{addr}: {}", resp.error_message)));
+            }
+            for p in resp.partitions {
+                let d = partition_description(p, resp.now_ms);
+                let key = (d.topic.clone(), d.partition);
+                if by_partition.get(&key).is_none_or(|old| old.leader_epoch < d.leader_epoch) {
+                    by_partition.insert(key, d);
+                }
+            }
+        }
+        out.partitions = by_partition.into_values().collect();
+        Ok(out)
+    }
+
+    /// The share groups of the cluster, each with how many partitions it has read; nodes that
+    /// did not answer (the groups only they know of are missing), with why.
+    pub async fn list_share_groups(&self) -> Result<(Vec<(String, u32)>, Vec<String>)> {
+        let answers = self
+            .on_every_node_via(Client::share_stub, |mut c| async move {
+                c.list_share_groups(pb::ListShareGroupsRequest {}).await
+            })
+            .await?;
+        let (mut groups, mut unanswered) = (BTreeMap::<String, u32>::new(), Vec::new());
+        for (addr, answer) in answers {
+            match answer {
+                Err(e) => unanswered.push(e.to_string()),
+                Ok(resp) if resp.error_code != ErrorCode::None as i32 => {
+                    return Err(error::server(resp.error_code, format!("{addr}: {}", resp.error_message)))
+                }
+                Ok(resp) => {
+                    for g in resp.groups {
+                        *groups.entry(g.group_id).or_default() += g.partitions;
+                    }
+                }
+            }
+        }
+        Ok((groups.into_iter().collect(), unanswered))
+    }
+}
+
+fn partition_description(p: pb::SharePartitionState, now_ms: i64) -> SharePartitionDescription {
+    SharePartitionDescription {
+        oldest_pending_age_ms: (p.oldest_pending_append_ms > 0)
+            .then(|| now_ms.saturating_sub(p.oldest_pending_append_ms)),
+        held: p
+            .held
+            .into_iter()
+            .map(|h| HeldRecord {
+                offset: h.offset,
+                member_id: h.member_id,
+                delivery_count: h.delivery_count,
+                lock_until_ms: h.lock_until_ms,
+                acquired_ms: h.acquired_ms,
+            })
+            .collect(),
+        dead_letters_to: (!p.dead_letter_topic.is_empty()).then_some((p.dead_letter_topic, p.dead_letter_partition)),
+        topic: p.topic,
+        partition: p.partition,
+        leader_epoch: p.leader_epoch,
+        now_ms,
+        start_offset: p.start_offset,
+        end_offset: p.end_offset,
+        high_watermark: p.high_watermark,
+        acquired: p.acquired,
+        available: p.available,
+        delayed: p.delayed,
+        dead_letter_waiting: p.dead_letter_waiting,
+    }
+}
+
 fn settings(resp: pb::ShareGroupConfigResponse) -> Result<Vec<ShareGroupSetting>> {
     if resp.error_code != ErrorCode::None as i32 {
         return Err(error::server(resp.error_code, resp.error_message));

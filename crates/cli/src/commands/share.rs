@@ -1,12 +1,16 @@
 //! Share groups: `rill consume TOPIC --share-group G` (take records one by one alongside other
-//! members, acknowledging each) and `rill share config G` (the group's settings).
+//! members, acknowledging each), `rill share config G` (the group's settings), `rill share
+//! describe G` (where it stands on each partition, who holds what) and `rill share list`.
 
 use std::io::Write;
 use std::time::Duration;
 
 use anyhow::Context;
 use clap::Subcommand;
-use rill_client::share::{AckKind, AcknowledgementMode, ShareConsumer, ShareConsumerConfig, ShareRecord};
+use rill_client::share::{
+    AckKind, AcknowledgementMode, ShareConsumer, ShareConsumerConfig, ShareGroupDescription, ShareRecord,
+};
+use rill_client::OffsetSpec;
 use serde_json::json;
 
 use super::topic::parse_config;
@@ -26,13 +30,34 @@ pub enum ShareCommand {
         /// Set a setting `key=value` (repeatable): share.record.lock.duration.ms,
         /// share.delivery.count.limit, share.auto.offset.reset, share.isolation.level,
         /// share.partition.max.record.locks, share.member.max.record.locks,
-        /// share.retry.backoff.ms, share.retry.backoff.max.ms (docs/queues.md).
+        /// share.retry.backoff.ms, share.retry.backoff.max.ms,
+        /// errors.deadletterqueue.topic.name (docs/queues.md).
         #[arg(long = "config", value_name = "KEY=VALUE")]
         configs: Vec<String>,
         /// Return a setting to its default (repeatable).
         #[arg(long = "reset-config", value_name = "KEY")]
         resets: Vec<String>,
         /// `json` prints the settings as JSON.
+        #[arg(long, value_enum, default_value_t)]
+        output: Output,
+    },
+    /// Where a share group stands on each partition it has read: its start offset, records in
+    /// flight by state, the age of the oldest record not done, dead letters waiting and in the
+    /// dead-letter topic; and the acquired records with who holds them, how long, and how long
+    /// their locks have left (Redis' XPENDING).
+    Describe {
+        /// The share group.
+        group: String,
+        /// The most acquired records to list per partition (at most 1000).
+        #[arg(long, default_value_t = 20)]
+        records: u32,
+        /// `json` prints one JSON object.
+        #[arg(long, value_enum, default_value_t)]
+        output: Output,
+    },
+    /// The share groups of the cluster, with how many partitions each has read.
+    List {
+        /// `json` prints a JSON array.
         #[arg(long, value_enum, default_value_t)]
         output: Output,
     },
@@ -68,6 +93,159 @@ pub async fn run(bootstrap: &[String], command: ShareCommand) -> anyhow::Result<
             }
             Ok(())
         }
+        ShareCommand::Describe { group, records, output } => {
+            let client = connect(bootstrap).await?;
+            let d = client
+                .describe_share_group(&group, records)
+                .await
+                .with_context(|| format!("cannot describe share group {group:?}"))?;
+            let depths = dead_letter_depths(&client, &d).await;
+            match output {
+                Output::Json => println!("{}", describe_json(&group, &d, &depths)),
+                Output::Table => print_description(&group, &d, &depths),
+            }
+            for why in &d.unanswered {
+                eprintln!("warning: a node did not answer, its partitions are missing: {why}");
+            }
+            Ok(())
+        }
+        ShareCommand::List { output } => {
+            let client = connect(bootstrap).await?;
+            let (groups, unanswered) = client.list_share_groups().await.context("cannot list share groups")?;
+            match output {
+                Output::Json => {
+                    let all: Vec<_> = groups.iter().map(|(g, n)| json!({"group": g, "partitions": n})).collect();
+                    println!("{}", serde_json::Value::Array(all));
+                }
+                Output::Table => {
+                    let width = groups.iter().map(|(g, _)| g.len()).max().unwrap_or(5).max(5);
+                    println!("{:width$}  PARTITIONS", "GROUP");
+                    for (g, n) in &groups {
+                        println!("{g:width$}  {n}");
+                    }
+                }
+            }
+            for why in &unanswered {
+                eprintln!("warning: a node did not answer, groups only it knows of are missing: {why}");
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Records in each dead-letter partition a description names (its high watermark less its
+/// first stored offset); a partition that cannot be read is left out.
+async fn dead_letter_depths(
+    client: &rill_client::Client,
+    d: &ShareGroupDescription,
+) -> std::collections::BTreeMap<(String, u32), u64> {
+    let mut out = std::collections::BTreeMap::new();
+    let targets: std::collections::BTreeSet<(String, u32)> =
+        d.partitions.iter().filter_map(|p| p.dead_letters_to.clone()).collect();
+    for (topic, partition) in targets {
+        let earliest = client.list_offset(&topic, partition, OffsetSpec::Earliest).await;
+        let latest = client.list_offset(&topic, partition, OffsetSpec::Latest).await;
+        if let (Ok(e), Ok(l)) = (earliest, latest) {
+            out.insert((topic, partition), l.saturating_sub(e));
+        }
+    }
+    out
+}
+
+fn describe_json(
+    group: &str,
+    d: &ShareGroupDescription,
+    depths: &std::collections::BTreeMap<(String, u32), u64>,
+) -> serde_json::Value {
+    let partitions: Vec<_> = d
+        .partitions
+        .iter()
+        .map(|p| {
+            let held: Vec<_> = p
+                .held
+                .iter()
+                .map(|h| {
+                    json!({
+                        "offset": h.offset,
+                        "member_id": h.member_id,
+                        "delivery_count": h.delivery_count,
+                        "held_ms": (p.now_ms - h.acquired_ms).max(0),
+                        "lock_left_ms": (h.lock_until_ms - p.now_ms).max(0),
+                    })
+                })
+                .collect();
+            let dead_letters = p
+                .dead_letters_to
+                .as_ref()
+                .map(|(t, n)| json!({"topic": t, "partition": n, "depth": depths.get(&(t.clone(), *n))}));
+            json!({
+                "topic": p.topic,
+                "partition": p.partition,
+                "start_offset": p.start_offset,
+                "end_offset": p.end_offset,
+                "high_watermark": p.high_watermark,
+                "acquired": p.acquired,
+                "available": p.available,
+                "delayed": p.delayed,
+                "dead_letter_waiting": p.dead_letter_waiting,
+                "oldest_pending_age_ms": p.oldest_pending_age_ms,
+                "dead_letters": dead_letters,
+                "held": held,
+            })
+        })
+        .collect();
+    json!({"group": group, "partitions": partitions, "unanswered": d.unanswered})
+}
+
+fn print_description(group: &str, d: &ShareGroupDescription, depths: &std::collections::BTreeMap<(String, u32), u64>) {
+    if d.partitions.is_empty() {
+        println!("share group {group} has read no partition");
+        return;
+    }
+    let seconds = |ms: i64| format!("{:.1}s", ms as f64 / 1000.0);
+    println!(
+        "{:<20} {:>9} {:>10} {:>10} {:>10} {:>8} {:>9} {:>7} {:>11} {:>14}  DEAD-LETTERS",
+        "TOPIC", "PARTITION", "START", "END", "HW", "ACQUIRED", "AVAILABLE", "DELAYED", "DLQ-WAITING", "OLDEST-PENDING"
+    );
+    for p in &d.partitions {
+        let dead_letters = p.dead_letters_to.as_ref().map_or("-".to_string(), |(t, n)| {
+            let depth = depths.get(&(t.clone(), *n)).map_or("?".to_string(), |d| d.to_string());
+            format!("{t}/{n} ({depth} records)")
+        });
+        println!(
+            "{:<20} {:>9} {:>10} {:>10} {:>10} {:>8} {:>9} {:>7} {:>11} {:>14}  {dead_letters}",
+            p.topic,
+            p.partition,
+            p.start_offset,
+            p.end_offset,
+            p.high_watermark,
+            p.acquired,
+            p.available,
+            p.delayed,
+            p.dead_letter_waiting,
+            p.oldest_pending_age_ms.map_or("-".to_string(), seconds),
+        );
+    }
+    let held: Vec<_> = d.partitions.iter().flat_map(|p| p.held.iter().map(move |h| (p, h))).collect();
+    if held.is_empty() {
+        return;
+    }
+    println!();
+    println!(
+        "{:<20} {:>9} {:>10} {:<36} {:>10} {:>8} {:>9}",
+        "TOPIC", "PARTITION", "OFFSET", "MEMBER", "DELIVERIES", "HELD", "LOCK-LEFT"
+    );
+    for (p, h) in held {
+        println!(
+            "{:<20} {:>9} {:>10} {:<36} {:>10} {:>8} {:>9}",
+            p.topic,
+            p.partition,
+            h.offset,
+            h.member_id,
+            h.delivery_count,
+            seconds((p.now_ms - h.acquired_ms).max(0)),
+            seconds((h.lock_until_ms - p.now_ms).max(0)),
+        );
     }
 }
 

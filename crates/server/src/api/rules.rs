@@ -91,6 +91,10 @@ pub mod rpc {
     pub const ALTER_SHARE_GROUP_CONFIG: &str = "/rill.share.Share/AlterShareGroupConfig";
     /// `/rill.share.Share/DescribeShareGroupConfig`.
     pub const DESCRIBE_SHARE_GROUP_CONFIG: &str = "/rill.share.Share/DescribeShareGroupConfig";
+    /// `/rill.share.Share/DescribeShareGroup`.
+    pub const DESCRIBE_SHARE_GROUP: &str = "/rill.share.Share/DescribeShareGroup";
+    /// `/rill.share.Share/ListShareGroups`.
+    pub const LIST_SHARE_GROUPS: &str = "/rill.share.Share/ListShareGroups";
 }
 
 use Operation as Op;
@@ -159,6 +163,9 @@ pub const RULES: &[Rule] = &[
     // Kafka's IncrementalAlterConfigs and DescribeConfigs on a GROUP resource.
     Rule { rpc: rpc::ALTER_SHARE_GROUP_CONFIG, needs: needs::ALTER_GROUP_CONFIGS },
     Rule { rpc: rpc::DESCRIBE_SHARE_GROUP_CONFIG, needs: needs::DESCRIBE_GROUP_CONFIGS },
+    // Kafka's ShareGroupDescribe and DescribeShareGroupOffsets; ListGroups.
+    Rule { rpc: rpc::DESCRIBE_SHARE_GROUP, needs: needs::CONSUMER_GROUP_DESCRIBE },
+    Rule { rpc: rpc::LIST_SHARE_GROUPS, needs: needs::DESCRIBE_GROUPS },
 ];
 
 /// The rule of RPC `rpc` (a gRPC path), if it has one.

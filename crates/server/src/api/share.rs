@@ -6,16 +6,18 @@ use rill_proto::common::{ErrorCode, RecordBatch};
 use rill_proto::share::share_server::Share;
 use rill_proto::share::{
     AcknowledgeType, Acknowledgement, AcknowledgementResult, AcquiredRecords, AlterShareGroupConfigRequest,
-    DescribeShareGroupConfigRequest, ShareAcknowledgePartitionResult, ShareAcknowledgeRequest,
-    ShareAcknowledgeResponse, ShareAcknowledgeTopicResult, ShareFetchPartitionResult, ShareFetchRequest,
-    ShareFetchResponse, ShareFetchTopic, ShareFetchTopicResult, ShareGroupConfigResponse, ShareGroupSetting,
+    DescribeShareGroupConfigRequest, DescribeShareGroupRequest, DescribeShareGroupResponse, ListShareGroupsRequest,
+    ListShareGroupsResponse, ShareAcknowledgePartitionResult, ShareAcknowledgeRequest, ShareAcknowledgeResponse,
+    ShareAcknowledgeTopicResult, ShareFetchPartitionResult, ShareFetchRequest, ShareFetchResponse, ShareFetchTopic,
+    ShareFetchTopicResult, ShareGroupConfigResponse, ShareGroupListing, ShareGroupSetting, ShareHeldRecord,
+    SharePartitionState,
 };
 use tonic::{Request, Response, Status};
 
 use crate::api::rules::{context, rpc};
 use crate::api::{error_of, request_status};
 use crate::service::share::{self, AckRange, SharePartitionAcks, ShareTopic};
-use crate::service::share_admin::GroupSetting;
+use crate::service::share_admin::{GroupSetting, SharePartitionView};
 use crate::service::{Answer, Service};
 
 /// The `Share` service.
@@ -198,5 +200,63 @@ impl Share for ShareApi {
         let ctx = context(&request, rpc::DESCRIBE_SHARE_GROUP_CONFIG)?;
         let req = request.into_inner();
         Ok(Response::new(config_response(self.service.describe_share_group_config(&ctx, &req.group_id))))
+    }
+
+    async fn describe_share_group(
+        &self,
+        request: Request<DescribeShareGroupRequest>,
+    ) -> Result<Response<DescribeShareGroupResponse>, Status> {
+        let ctx = context(&request, rpc::DESCRIBE_SHARE_GROUP)?;
+        let req = request.into_inner();
+        let answer = self.service.describe_share_group(&ctx, &req.group_id, req.max_records);
+        let (error_code, error_message, _) = error_of(&answer);
+        let (now_ms, views) = answer.unwrap_or_default();
+        let partitions = views.into_iter().map(partition_state).collect();
+        Ok(Response::new(DescribeShareGroupResponse { error_code, error_message, now_ms, partitions }))
+    }
+
+    async fn list_share_groups(
+        &self,
+        request: Request<ListShareGroupsRequest>,
+    ) -> Result<Response<ListShareGroupsResponse>, Status> {
+        let ctx = context(&request, rpc::LIST_SHARE_GROUPS)?;
+        let groups = self
+            .service
+            .list_share_groups(&ctx)
+            .into_iter()
+            .map(|(group_id, partitions)| ShareGroupListing { group_id, partitions })
+            .collect();
+        Ok(Response::new(ListShareGroupsResponse { groups, ..Default::default() }))
+    }
+}
+
+/// One partition's state in a describe answer.
+fn partition_state(v: SharePartitionView) -> SharePartitionState {
+    let (dead_letter_topic, dead_letter_partition) = v.dead_letters_to.unwrap_or_default();
+    SharePartitionState {
+        topic: v.topic,
+        partition: v.partition,
+        leader_epoch: v.leader_epoch,
+        start_offset: v.start_offset,
+        end_offset: v.end_offset,
+        high_watermark: v.high_watermark,
+        acquired: v.acquired,
+        available: v.available,
+        delayed: v.delayed,
+        dead_letter_waiting: v.dead_letter_waiting,
+        oldest_pending_append_ms: v.oldest_pending_append_ms.unwrap_or(0),
+        held: v
+            .held
+            .into_iter()
+            .map(|h| ShareHeldRecord {
+                offset: h.offset,
+                member_id: h.member,
+                delivery_count: u32::from(h.delivery_count),
+                lock_until_ms: h.lock_until_ms,
+                acquired_ms: h.acquired_ms,
+            })
+            .collect(),
+        dead_letter_topic,
+        dead_letter_partition,
     }
 }

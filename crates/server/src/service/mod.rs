@@ -36,7 +36,8 @@
 //! * [`transactions`]: adding to, ending, describing, listing and aborting transactions.
 //! * [`share`]: share groups' records — fetches that acquire records with the acknowledgements
 //!   they carry, and acknowledgements.
-//! * [`share_admin`]: share groups as a whole — their settings.
+//! * [`share_admin`]: share groups as a whole — their settings, where a group stands on the
+//!   partitions this node leads, and which groups there are.
 //! * [`status`]: live partition state gathered from the replicas.
 //! * [`internal`]: what the internal listener serves other nodes — writing transaction markers,
 //!   answering verification asks.

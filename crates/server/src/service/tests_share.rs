@@ -401,3 +401,30 @@ async fn copies_wait_while_the_dead_letter_topic_is_missing_and_count_against_th
     assert_eq!(stored_records(&node, "later.dlq", 0).len(), 2);
     assert_eq!(offsets(&p.share_fetch(fetch("a", 2, vec![], &s)).await.unwrap()), vec![2, 3], "the queue flows again");
 }
+
+#[tokio::test]
+async fn describe_shows_who_holds_what_and_the_oldest_pending_record_and_list_names_the_group() {
+    let (node, _coordinators, service) = one_node().await;
+    must_create(&node, &service, "jobs", 1).await;
+    let p = partition_with_records(&node, "jobs").await;
+    let s = ShareSettings { delivery_limit: 3, ..settings() };
+    let describe = |max| service.describe_share_group(&ctx(rpc::DESCRIBE_SHARE_GROUP), "workers", max).unwrap();
+    assert!(describe(10).1.is_empty(), "a group that read nothing here has nothing to show");
+    p.share_fetch(fetch("a", 2, vec![], &s)).await.unwrap();
+    let b = p.share_fetch(fetch("b", 3, vec![], &s)).await.unwrap();
+    assert_eq!(offsets(&b), vec![2, 3, 4]);
+    let acks = vec![(0, Ack::Release { delay_ms: 60_000 }), (1, Ack::Accept)];
+    p.share_acknowledge("workers", "a", &s, acks).await.unwrap();
+    let (now_ms, views) = describe(2);
+    assert_eq!(views.len(), 1);
+    let v = &views[0];
+    assert_eq!((v.topic.as_str(), v.partition, v.start_offset, v.end_offset), ("jobs", 0, 0, 5));
+    assert_eq!((v.acquired, v.available, v.delayed, v.high_watermark), (3, 0, 1, RECORDS));
+    assert_eq!(v.held.len(), 2, "bounded by the request");
+    assert!(v.held.iter().all(|h| h.member == "b" && h.delivery_count == 1 && h.lock_until_ms > now_ms));
+    let oldest = v.oldest_pending_append_ms.expect("record 0 is not done");
+    assert!(oldest <= now_ms && oldest > now_ms - 60_000);
+    assert_eq!(service.list_share_groups(&ctx(rpc::LIST_SHARE_GROUPS)), vec![("workers".to_string(), 1)]);
+    let bad = service.describe_share_group(&ctx(rpc::DESCRIBE_SHARE_GROUP), "", 1).unwrap_err();
+    assert!(bad.message.contains("group id"), "{bad:?}");
+}
