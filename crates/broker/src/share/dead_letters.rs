@@ -143,30 +143,51 @@ impl Partition {
         self.shares.lock().unwrap_or_else(|p| p.into_inner()).values().any(|s| !s.dead_letters().0.is_empty())
     }
 
-    /// Copies what waits in one group (up to [`COPIES_PER_ROUND`]) and proposes its "done";
-    /// `Ok(false)` when nothing waits; why not when nothing could be done.
+    /// Copies what waits in each group (up to [`COPIES_PER_ROUND`] each) and proposes their
+    /// "done"; `Ok(false)` when nothing waits; why not when no group could make progress. One
+    /// group whose dead-letter topic cannot take copies does not hold up the others.
     async fn write_dead_letters_once(&self, sink: &Arc<dyn DeadLetterSink>) -> std::result::Result<bool, String> {
         self.replica.proposing_term().map_err(|e| e.to_string())?;
-        let round = {
+        let rounds: Vec<Round> = {
             let shares = self.shares.lock().unwrap_or_else(|p| p.into_inner());
-            shares.iter().find(|(_, s)| !s.dead_letters().0.is_empty()).map(|(group, s)| {
-                let (waiting, first_sequence) = s.dead_letters();
-                Round {
-                    group: group.clone(),
-                    settings: s.settings().clone(),
-                    writer: s.dead_letter_writer().cloned(),
-                    first_sequence,
-                    letters: waiting.iter().take(COPIES_PER_ROUND).cloned().collect(),
-                }
-            })
+            shares
+                .iter()
+                .filter(|(_, s)| !s.dead_letters().0.is_empty())
+                .map(|(group, s)| {
+                    let (waiting, first_sequence) = s.dead_letters();
+                    Round {
+                        group: group.clone(),
+                        settings: s.settings().clone(),
+                        writer: s.dead_letter_writer().cloned(),
+                        first_sequence,
+                        letters: waiting.iter().take(COPIES_PER_ROUND).cloned().collect(),
+                    }
+                })
+                .collect()
         };
-        let Some(round) = round else { return Ok(false) };
+        if rounds.is_empty() {
+            return Ok(false);
+        }
+        let (mut progress, mut failures) = (false, Vec::new());
+        for round in rounds {
+            match self.write_group_round(sink, round).await {
+                Ok(()) => progress = true,
+                Err(e) => failures.push(e),
+            }
+        }
+        if progress {
+            Ok(true)
+        } else {
+            Err(failures.join("; "))
+        }
+    }
+
+    /// One group's round: pins a writer if it needs one, else copies its waiting records in
+    /// order and proposes their "done"; `Ok` when something moved.
+    async fn write_group_round(&self, sink: &Arc<dyn DeadLetterSink>, round: Round) -> std::result::Result<(), String> {
         let writer = match &round.writer {
             Some(w) if sink.partition_count(&w.topic).is_some_and(|n| w.partition < n) => w.clone(),
-            _ => {
-                self.replace_writer(sink, &round).await?;
-                return Ok(true);
-            }
+            _ => return self.replace_writer(sink, &round).await,
         };
         if rill_rt::mutation::active(rill_rt::mutation::Mutation::DeadLetteredBeforeCopy) {
             // Deliberate bug (simulation only): done first, copies after, their failures ignored.
@@ -181,7 +202,7 @@ impl Partition {
                 let sequence = sequence_after(round.first_sequence, i as u32);
                 let _ = self.append_copy(sink, &round.group, &writer, sequence, letter).await;
             }
-            return Ok(true);
+            return Ok(());
         }
         let mut copied = 0u32;
         let mut failure = None;
@@ -204,16 +225,15 @@ impl Partition {
             self.propose_share(&round.group, &round.settings, 0, command).await.map_err(|e| e.to_string())?;
         }
         match failure {
-            None => Ok(true),
+            None => Ok(()),
             Some(AppendError::UnknownProducer | AppendError::Gone(_)) => {
                 let round = Round { writer: Some(writer), ..round };
-                self.replace_writer(sink, &round).await?;
-                Ok(true)
+                self.replace_writer(sink, &round).await
             }
             Some(AppendError::TooLarge(e) | AppendError::Retry(e)) if copied == 0 => {
                 Err(format!("share group {}: copies to {}: {e}", round.group, writer.topic))
             }
-            Some(_) => Ok(true),
+            Some(_) => Ok(()),
         }
     }
 

@@ -403,6 +403,30 @@ async fn copies_wait_while_the_dead_letter_topic_is_missing_and_count_against_th
 }
 
 #[tokio::test]
+async fn a_group_whose_dead_letter_topic_is_missing_does_not_hold_up_another_groups_copies() {
+    let (node, _coordinators, service) = one_node().await;
+    must_create(&node, &service, "jobs", 1).await;
+    must_create(&node, &service, "jobs.dlq", 1).await;
+    let p = partition_with_records(&node, "jobs").await;
+    let stuck = ShareSettings { dead_letter_topic: Some("missing.dlq".into()), ..settings() };
+    let working = ShareSettings { dead_letter_topic: Some("jobs.dlq".into()), ..settings() };
+    let reject = |fetched: &ShareFetched| {
+        offsets(fetched).into_iter().map(|o| (o, Ack::Reject { reason: "no".into() })).collect()
+    };
+    for (group, s) in [("stuck", &stuck), ("working", &working)] {
+        let first = p.share_fetch(ShareFetchRequest { group: group.into(), ..fetch("a", 2, vec![], s) }).await.unwrap();
+        p.share_acknowledge(group, "a", s, reject(&first)).await.unwrap();
+    }
+    must_reach("the working group's copies written", || {
+        let p = p.clone();
+        async move { p.share_state("working").is_some_and(|st| st.dead_letters().0.is_empty()) }
+    })
+    .await;
+    assert_eq!(stored_records(&node, "jobs.dlq", 0).len(), 2);
+    assert_eq!(p.share_state("stuck").unwrap().dead_letters().0.len(), 2, "the other group's copies still wait");
+}
+
+#[tokio::test]
 async fn describe_shows_who_holds_what_and_the_oldest_pending_record_and_list_names_the_group() {
     let (node, _coordinators, service) = one_node().await;
     must_create(&node, &service, "jobs", 1).await;
