@@ -66,6 +66,8 @@ mod tests {
         assert!(has("/rill.internal.Cluster/WriteTxnMarkers", true));
         assert!(has("/rill.internal.Cluster/AddTxnPartition", true));
         assert!(has("/rill.internal.Cluster/AddTxnPartitions", true));
-        assert_eq!(rpcs.iter().filter(|r| r.internal).count(), 13, "{rpcs:#?}");
+        assert!(has("/rill.internal.Cluster/WriteDeadLetter", true));
+        assert!(has("/rill.share.Share/DescribeShareGroup", false));
+        assert_eq!(rpcs.iter().filter(|r| r.internal).count(), 14, "{rpcs:#?}");
     }
 }
