@@ -7,7 +7,8 @@ Sets the group's settings (Share.AlterShareGroupConfig) and has two members take
 records (written before) with Share.ShareFetch: each record is acquired by one member at a time; a member's
 acknowledgement of a record it does not hold is refused (INVALID_RECORD_STATE); a released record
 comes back with its delivery count raised; a rejected one never comes back; acknowledgements ride
-the next fetch. Prints one line per check.
+the next fetch; then Share.DescribeShareGroup (asked of every node, merged) shows every partition
+done and Share.ListShareGroups names the group. Prints one line per check.
 """
 import argparse
 import os
@@ -141,6 +142,31 @@ def main():
     everything = set(got_a) | set(got_b) | set(seen)
     assert len(everything) == 20, sorted(everything)
     print("a released record came back at its second delivery; a rejected one never did; all 20 were delivered")
+
+    # Where the group stands: each node answers for the partitions it leads; merged, every
+    # partition read is done (start offset at the high watermark) with nothing held.
+    nodes = sorted(set(cluster.addresses.values())) or cluster.bootstrap
+    described = {}
+    for addr in nodes:
+        answer = share_pb2_grpc.ShareStub(cluster.channel(addr)).DescribeShareGroup(
+            share_pb2.DescribeShareGroupRequest(group_id=args.group, max_records=10), timeout=30
+        )
+        assert answer.error_code == common_pb2.NONE, answer.error_message
+        for p in answer.partitions:
+            key = (p.topic, p.partition)
+            if key not in described or described[key].leader_epoch < p.leader_epoch:
+                described[key] = p
+    # The members fetched every partition, so the group has read each (some may hold nothing).
+    assert {k[1] for k in described if k[0] == args.topic} == set(range(cluster.partitions(args.topic))), described
+    for p in described.values():
+        assert p.start_offset == p.high_watermark and p.acquired == 0 and not p.held, p
+        assert p.oldest_pending_append_ms == 0, p
+    listed = set()
+    for addr in nodes:
+        answer = share_pb2_grpc.ShareStub(cluster.channel(addr)).ListShareGroups(share_pb2.ListShareGroupsRequest(), timeout=30)
+        listed |= {g.group_id for g in answer.groups}
+    assert args.group in listed, listed
+    print("described from every node: each partition read is done, nothing held; the group is listed")
 
 
 if __name__ == "__main__":
