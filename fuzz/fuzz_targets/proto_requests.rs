@@ -431,6 +431,10 @@ fuzz_target!(|data: &[u8]| {
     if let Some(r) = decoded::<spb::AlterShareGroupConfigRequest>(data) {
         alter_share_group_config(r);
     }
+    if let Some(r) = decoded::<spb::DescribeShareGroupRequest>(data) {
+        // What the service checks before it reads any partition's state.
+        let _ = rill_meta::group_config::check_group_id(&r.group_id);
+    }
     if let Some(r) = decoded::<groups::ConsumerGroupHeartbeatRequest>(data) {
         consumer_group_heartbeat(r);
     }
