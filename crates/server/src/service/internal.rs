@@ -57,18 +57,10 @@ impl Service {
     /// `Cluster.WriteDeadLetter` on a partition's leader: appends a share group's dead-letter
     /// copy that another partition's leader sends.
     pub async fn write_dead_letter(&self, req: WriteDeadLetterRequest) -> WriteDeadLetterResponse {
-        let node = &self.node;
-        let group = node.topic(&req.topic).and_then(|t| t.partitions.get(req.partition as usize).map(|a| a.group));
-        let refusal = match group.map(|g| node.replica(g)) {
-            None => Some(Refusal::new(
-                ErrorCode::UnknownTopicOrPartition,
-                format!("{}/{} does not exist", req.topic, req.partition),
-            )),
-            Some(Some(crate::node::Hosted::Records(p))) => crate::dead_letters::append_local(&p, req.batch).await.err(),
-            Some(_) => Some(Refusal::new(
-                ErrorCode::NotLeaderOrFollower,
-                format!("node {} hosts no record replica of {}/{}", node.id(), req.topic, req.partition),
-            )),
+        // The same lookup (and refusals) as any request naming a record partition.
+        let refusal = match routing::local_replica(&self.node, &req.topic, &[], req.partition) {
+            Ok(p) => crate::dead_letters::append_local(&p, req.batch).await.err(),
+            Err(refusal) => Some(refusal),
         };
         WriteDeadLetterResponse {
             error_code: refusal.as_ref().map_or(ErrorCode::None as i32, |r| r.code as i32),
