@@ -87,8 +87,12 @@ pub struct ProducerEntry {
 /// The last sequence of a batch starting at `first` with `count` records (sequences wrap at
 /// `i32::MAX` to 0, as Kafka's do).
 pub fn last_seq(first: i32, count: u32) -> i32 {
-    let span = i64::from(count.max(1)) - 1;
-    ((i64::from(first) + span) % (i64::from(i32::MAX) + 1)) as i32
+    seq_add(first, count.max(1) - 1)
+}
+
+/// The sequence `n` after `seq` (sequences wrap at `i32::MAX` to 0, as Kafka's do).
+pub fn seq_add(seq: i32, n: u32) -> i32 {
+    ((i64::from(seq) + i64::from(n)) % (i64::from(i32::MAX) + 1)) as i32
 }
 
 /// The sequence after `seq`.
@@ -380,6 +384,14 @@ mod tests {
         assert_eq!(s.check(7, 0, 3, 2), SeqCheck::Append);
         assert_eq!(s.check(7, 0, 4, 2), SeqCheck::OutOfOrder { expected: 3 });
         assert_eq!(s.check(7, 0, 1, 2), SeqCheck::OutOfOrder { expected: 3 }, "partial overlap is not a retry");
+    }
+
+    #[test]
+    fn sequences_add_and_wrap_as_kafkas_do() {
+        assert_eq!(seq_add(5, 3), 8);
+        assert_eq!(seq_add(i32::MAX, 1), 0);
+        assert_eq!(seq_add(i32::MAX - 1, 3), 1);
+        assert_eq!(last_seq(i32::MAX, 2), 0);
     }
 
     #[test]

@@ -40,7 +40,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use rill_records::{BatchBuilder, Compression, Header, Record, MAX_DECOMPRESSED_BATCH_BYTES};
 
-use super::{sequence_after, ArchiveReason, DeadLetter, DeadLetterWriter, ShareCommand, ShareSettings};
+use super::{ArchiveReason, DeadLetter, DeadLetterWriter, ShareCommand, ShareSettings};
 use crate::error::{PartitionError, Result};
 use crate::fetch::Isolation;
 use crate::partition::Partition;
@@ -199,7 +199,7 @@ impl Partition {
             };
             self.propose_share(&round.group, &round.settings, 0, command).await.map_err(|e| e.to_string())?;
             for (i, letter) in round.letters.iter().enumerate() {
-                let sequence = sequence_after(round.first_sequence, i as u32);
+                let sequence = crate::producers::seq_add(round.first_sequence, i as u32);
                 let _ = self.append_copy(sink, &round.group, &writer, sequence, letter).await;
             }
             return Ok(());
@@ -207,7 +207,7 @@ impl Partition {
         let mut copied = 0u32;
         let mut failure = None;
         for letter in &round.letters {
-            let sequence = sequence_after(round.first_sequence, copied);
+            let sequence = crate::producers::seq_add(round.first_sequence, copied);
             match self.append_copy(sink, &round.group, &writer, sequence, letter).await {
                 Ok(()) => copied += 1,
                 Err(e) => {

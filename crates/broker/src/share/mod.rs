@@ -204,12 +204,6 @@ pub struct DeadLetterWriter {
     pub partition: u32,
 }
 
-/// The sequence number `n` after `sequence`, wrapping to 0 past `i32::MAX` as Kafka's do.
-pub fn sequence_after(sequence: i32, n: u32) -> i32 {
-    let span = i64::from(i32::MAX) + 1;
-    ((i64::from(sequence.max(0)) + i64::from(n)) % span) as i32
-}
-
 /// How a member acknowledges one record it holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Ack {
@@ -695,7 +689,7 @@ impl SharePartition {
                             self.finish(letter.offset);
                         }
                     }
-                    self.dead_letter_sequence = sequence_after(self.dead_letter_sequence, copied as u32);
+                    self.dead_letter_sequence = crate::producers::seq_add(self.dead_letter_sequence, copied as u32);
                 }
             }
             ShareCommand::PinDeadLetterWriter { writer, replaces } => {
@@ -990,13 +984,6 @@ mod tests {
         p.apply(&ShareCommand::DeadLettered { producer_id: 9, first_sequence: 0, count: 5 }, &s);
         assert_eq!((p.dead_letters().0.len(), p.in_flight_count()), (0, 0));
         assert_eq!(SharePartition::from_proto(&p.to_proto("g")), Ok(p.clone()));
-    }
-
-    #[test]
-    fn sequences_wrap_as_kafkas_do() {
-        assert_eq!(sequence_after(5, 3), 8);
-        assert_eq!(sequence_after(i32::MAX, 1), 0);
-        assert_eq!(sequence_after(i32::MAX - 1, 3), 1);
     }
 
     #[test]
